@@ -1,0 +1,115 @@
+//! Command-line interface: flags as data. Every flag a chart sets has an `env` fallback.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Debug, Parser)]
+#[command(name = "kube-anchor", version, about = "Keeps control-plane static pods, and their credentials, on the node")]
+pub struct Cli {
+    /// Log line format (logs go to stderr; results to stdout).
+    #[arg(long, global = true, env = "KUBE_ANCHOR_LOG_FORMAT", value_enum, default_value_t = LogFormat::Plain)]
+    pub log_format: LogFormat,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Plain,
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Render the config and write its files and manifest onto the node, once.
+    Apply(ApplyArgs),
+    /// Remove what `apply` wrote for a component (only files that still hold what was written).
+    Remove(RemoveArgs),
+    /// Compare the node with the config; exit 0 when everything is in sync, 3 otherwise.
+    Status(StatusArgs),
+}
+
+/// Where on the node kube-anchor works.
+#[derive(Debug, Clone, Args)]
+pub struct NodeArgs {
+    /// Prefix for every host path (`/host` inside a container).
+    #[arg(long, env = "KUBE_ANCHOR_HOST_ROOT", default_value = "/")]
+    pub host_root: PathBuf,
+    /// Host path of the state dir (ledgers); resolved under --host-root like every host path.
+    #[arg(long, env = "KUBE_ANCHOR_STATE_DIR", default_value = "/var/lib/kube-anchor")]
+    pub state_dir: String,
+    /// Host directories files may be written below (the state dir is always allowed).
+    #[arg(long = "allowed-root", env = "KUBE_ANCHOR_ALLOWED_ROOTS", value_delimiter = ',', default_value = "/etc/kubernetes")]
+    pub allowed_roots: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ApplyArgs {
+    /// The Anchor config file.
+    #[arg(long, env = "KUBE_ANCHOR_CONFIG")]
+    pub config: PathBuf,
+    #[command(flatten)]
+    pub node: NodeArgs,
+    /// Also remove files this component wrote earlier that the config no longer lists (only
+    /// when they still hold what was written).
+    #[arg(long, env = "KUBE_ANCHOR_PRUNE")]
+    pub prune: bool,
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+}
+
+#[derive(Debug, Args)]
+pub struct RemoveArgs {
+    /// The Anchor config file (only its metadata.name is used).
+    #[arg(long, env = "KUBE_ANCHOR_CONFIG", required_unless_present = "component")]
+    pub config: Option<PathBuf>,
+    /// The component name, instead of --config.
+    #[arg(long, conflicts_with = "config")]
+    pub component: Option<String>,
+    #[command(flatten)]
+    pub node: NodeArgs,
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    #[arg(long, env = "KUBE_ANCHOR_CONFIG")]
+    pub config: PathBuf,
+    #[command(flatten)]
+    pub node: NodeArgs,
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn flags_follow_the_verb() {
+        let cli = Cli::try_parse_from(["kube-anchor", "apply", "--config", "a.yaml", "--host-root", "./node", "--log-format", "json"]).unwrap();
+        assert_eq!(cli.log_format, LogFormat::Json);
+        let Command::Apply(a) = cli.command else { panic!() };
+        assert_eq!(a.node.host_root, PathBuf::from("./node"));
+        assert_eq!(a.node.allowed_roots, ["/etc/kubernetes"]);
+        let cli = Cli::try_parse_from(["kube-anchor", "remove", "--component", "etcd", "--allowed-root", "/etc/kubernetes,/etc/etcd"]).unwrap();
+        let Command::Remove(r) = cli.command else { panic!() };
+        assert_eq!(r.node.allowed_roots, ["/etc/kubernetes", "/etc/etcd"]);
+        assert!(Cli::try_parse_from(["kube-anchor", "remove"]).is_err());
+    }
+}

@@ -1,0 +1,189 @@
+//! The CLI verbs: parse flags, call the engine, print results (stdout) and logs (stderr).
+//!
+//! Exit codes: 0 success; 1 error (nothing on the node changed unless the message says so);
+//! 2 bad command line; 3 `status` found the node out of sync.
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Parser;
+use serde_json::json;
+
+use crate::cli::{ApplyArgs, Cli, Command, NodeArgs, OutputFormat, RemoveArgs, StatusArgs};
+use crate::config;
+use crate::engine::{ApplyReport, Engine, Inputs, RemoveReport, StatusReport};
+use crate::hostfs::SetAside;
+use crate::logging;
+use crate::plan::Notice;
+
+pub const EXIT_ERROR: u8 = 1;
+pub const EXIT_OUT_OF_SYNC: u8 = 3;
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    logging::init(cli.log_format);
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(EXIT_ERROR)
+        }
+    }
+}
+
+pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Apply(args) => apply(args),
+        Command::Remove(args) => remove(args),
+        Command::Status(args) => status(args),
+    }
+}
+
+fn engine(node: &NodeArgs) -> anyhow::Result<Engine> {
+    Ok(Engine::new(&node.host_root, &node.state_dir, &node.allowed_roots)?)
+}
+
+fn apply(args: ApplyArgs) -> anyhow::Result<ExitCode> {
+    let engine = engine(&args.node)?;
+    let inputs = Inputs::load(&args.config, engine.roots())?;
+    let desired = inputs.desired(&inputs.environment_variables())?;
+    let report = engine
+        .apply(&desired, args.prune)
+        .with_context(|| format!("applying {} (files written before the error are recorded in the ledger)", desired.component))?;
+    log_notices(&report.notices, report.set_aside.as_ref());
+    tracing::info!(component = %report.component, content_hash = %report.content_hash, written = report.written.len(), removed = report.removed.len(), unchanged = report.unchanged.len(), "applied");
+    print_apply(&report, args.output);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn remove(args: RemoveArgs) -> anyhow::Result<ExitCode> {
+    let engine = engine(&args.node)?;
+    let component = match (&args.component, &args.config) {
+        (Some(name), _) if config::is_component_name(name) => name.clone(),
+        (Some(name), _) => anyhow::bail!("--component {name:?} is not a component name (a lowercase DNS label)"),
+        (None, Some(path)) => config::load(path, engine.roots())?.name,
+        (None, None) => unreachable!("clap requires one of --config and --component"),
+    };
+    let report = engine.remove(&component)?;
+    log_notices(&report.notices, report.set_aside.as_ref());
+    tracing::info!(component = %report.component, removed = report.removed.len(), "removed");
+    print_remove(&report, args.output);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
+    let engine = engine(&args.node)?;
+    let inputs = Inputs::load(&args.config, engine.roots())?;
+    let desired = inputs.desired(&inputs.environment_variables())?;
+    let report = engine.status(&desired)?;
+    print_status(&report, args.output);
+    Ok(if report.in_sync() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_OUT_OF_SYNC) })
+}
+
+fn notice_text(notice: &Notice) -> String {
+    match notice {
+        Notice::LeftModified { path } => format!("{path}: changed since kube-anchor wrote it; left in place"),
+        Notice::Orphaned { path } => format!("{path}: written earlier, no longer in the config; kept (use --prune to remove it)"),
+    }
+}
+
+fn set_aside_text(s: &SetAside) -> String {
+    match &s.moved_to {
+        Some(to) => format!("ledger {} was unusable ({}); moved to {to}; starting a fresh ledger", s.path, s.reason),
+        None => format!("ledger {} is unusable ({}); ignoring it", s.path, s.reason),
+    }
+}
+
+fn log_notices(notices: &[Notice], set_aside: Option<&SetAside>) {
+    for n in notices {
+        tracing::warn!("{}", notice_text(n));
+    }
+    if let Some(s) = set_aside {
+        tracing::warn!(ledger = %s.path, reason = %s.reason, "{}", set_aside_text(s));
+    }
+}
+
+fn warnings(notices: &[Notice], set_aside: Option<&SetAside>) -> Vec<String> {
+    notices.iter().map(notice_text).chain(set_aside.map(set_aside_text)).collect()
+}
+
+fn print_apply(r: &ApplyReport, format: OutputFormat) {
+    match format {
+        OutputFormat::Json => {
+            let mut files: Vec<serde_json::Value> = Vec::new();
+            files.extend(r.written.iter().map(|(p, why)| json!({"path": p, "action": "written", "reason": why})));
+            files.extend(r.removed.iter().map(|p| json!({"path": p, "action": "removed"})));
+            files.extend(r.unchanged.iter().map(|p| json!({"path": p, "action": "unchanged"})));
+            let out = json!({
+                "component": r.component,
+                "contentHash": r.content_hash,
+                "changed": r.changed(),
+                "files": files,
+                "warnings": warnings(&r.notices, r.set_aside.as_ref()),
+            });
+            println!("{out}");
+        }
+        OutputFormat::Text => {
+            println!("{}: {} ({})", r.component, if r.changed() { "applied" } else { "unchanged" }, r.content_hash);
+            for (p, why) in &r.written {
+                println!("  written    {p} ({})", serde_json::to_value(why).expect("enum").as_str().unwrap_or_default());
+            }
+            for p in &r.removed {
+                println!("  removed    {p}");
+            }
+            for p in &r.unchanged {
+                println!("  unchanged  {p}");
+            }
+            for w in warnings(&r.notices, r.set_aside.as_ref()) {
+                println!("  warning    {w}");
+            }
+        }
+    }
+}
+
+fn print_remove(r: &RemoveReport, format: OutputFormat) {
+    let warnings = warnings(&r.notices, r.set_aside.as_ref());
+    match format {
+        OutputFormat::Json => println!("{}", json!({"component": r.component, "removed": r.removed, "warnings": warnings})),
+        OutputFormat::Text => {
+            println!("{}: {} file(s) removed", r.component, r.removed.len());
+            for p in &r.removed {
+                println!("  removed    {p}");
+            }
+            for w in warnings {
+                println!("  warning    {w}");
+            }
+        }
+    }
+}
+
+fn print_status(r: &StatusReport, format: OutputFormat) {
+    let warnings = warnings(&[], r.set_aside.as_ref());
+    match format {
+        OutputFormat::Json => {
+            let out = json!({
+                "component": r.component,
+                "inSync": r.in_sync(),
+                "contentHash": r.content_hash,
+                "appliedHash": r.recorded_hash,
+                "files": r.files,
+                "warnings": warnings,
+            });
+            println!("{out}");
+        }
+        OutputFormat::Text => {
+            println!("{}: {}", r.component, if r.in_sync() { "in sync" } else { "NOT in sync" });
+            println!("  wanted hash   {}", r.content_hash);
+            println!("  applied hash  {}", r.recorded_hash.as_deref().unwrap_or("(never applied)"));
+            for f in &r.files {
+                match &f.detail {
+                    Some(d) => println!("  {:<10} {} ({d})", f.state.as_str(), f.path),
+                    None => println!("  {:<10} {}", f.state.as_str(), f.path),
+                }
+            }
+            for w in warnings {
+                println!("  warning    {w}");
+            }
+        }
+    }
+}

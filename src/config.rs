@@ -1,0 +1,386 @@
+//! The `Anchor` config file: what to write where. [`parse`] is pure; [`load`] reads the file.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::hostpath::{AllowedRoots, HostPath};
+use crate::render::is_variable_name;
+
+pub const API_VERSION: &str = "kube-anchor.io/v1alpha1";
+pub const KIND: &str = "Anchor";
+/// Mode of the manifest when the config gives none (what kubeadm writes).
+pub const DEFAULT_MANIFEST_MODE: FileMode = FileMode(0o600);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{}: cannot read: {source}", .path.display())]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{}: {reason}", .path.display())]
+    Yaml { path: PathBuf, reason: String },
+    #[error("{}: {field}: {problem}", .path.display())]
+    Invalid { path: PathBuf, field: String, problem: String },
+}
+
+/// A file mode, written in the config as a quoted octal string such as `"0600"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FileMode(pub u32);
+
+impl FileMode {
+    pub fn parse(raw: &str) -> Result<Self, String> {
+        let digits = raw.strip_prefix("0o").unwrap_or(raw);
+        if digits.is_empty() || digits.len() > 4 || !digits.bytes().all(|b| (b'0'..=b'7').contains(&b)) {
+            return Err(format!("{raw:?} is not an octal mode like \"0600\""));
+        }
+        let mode = u32::from_str_radix(digits, 8).expect("checked octal digits");
+        if mode & !0o777 != 0 {
+            return Err(format!("{raw:?}: setuid, setgid and sticky bits are not allowed"));
+        }
+        if mode & 0o002 != 0 {
+            return Err(format!("{raw:?}: world-writable files are not allowed"));
+        }
+        Ok(Self(mode))
+    }
+
+    /// True when neither group nor others may read it.
+    pub fn is_private(self) -> bool {
+        self.0 & 0o077 == 0
+    }
+}
+
+impl fmt::Display for FileMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:04o}", self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for FileMode {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = FileMode;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a quoted octal mode such as \"0600\"")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<FileMode, E> {
+                FileMode::parse(v).map_err(E::custom)
+            }
+            // YAML reads an unquoted 0600 as the decimal number 600: refuse instead of guessing.
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<FileMode, E> {
+                Err(E::custom(format!("mode {v} must be a quoted octal string such as \"0600\"")))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<FileMode, E> {
+                self.visit_u64(v.unsigned_abs())
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
+impl serde::Serialize for FileMode {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// Numeric `uid:gid`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Owner {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl Owner {
+    pub fn parse(raw: &str) -> Result<Self, String> {
+        let bad = || format!("{raw:?} is not a numeric \"uid:gid\" such as \"0:0\"");
+        let (uid, gid) = raw.split_once(':').ok_or_else(bad)?;
+        Ok(Self { uid: uid.parse().map_err(|_| bad())?, gid: gid.parse().map_err(|_| bad())? })
+    }
+}
+
+impl fmt::Display for Owner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.uid, self.gid)
+    }
+}
+
+impl<'de> Deserialize<'de> for Owner {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = String::deserialize(d)?;
+        Owner::parse(&raw).map_err(serde::de::Error::custom)
+    }
+}
+
+impl serde::Serialize for Owner {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Certificates, keys, kubeconfigs, config files: written before the manifest.
+    Credential,
+    /// The static pod manifest: written last, removed first.
+    Manifest,
+}
+
+/// One file to write, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileSpec {
+    pub source: PathBuf,
+    pub path: HostPath,
+    pub mode: FileMode,
+    pub owner: Option<Owner>,
+    pub template: bool,
+    pub restart_on_change: bool,
+    pub role: Role,
+}
+
+/// A validated config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Anchor {
+    pub name: String,
+    pub variables: Vec<String>,
+    /// Credentials in config order, then the manifest last.
+    pub files: Vec<FileSpec>,
+}
+
+impl Anchor {
+    pub fn manifest(&self) -> &FileSpec {
+        self.files.last().expect("the manifest is always last")
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawConfig {
+    api_version: String,
+    kind: String,
+    metadata: RawMetadata,
+    spec: RawSpec,
+}
+
+#[derive(Deserialize)]
+struct RawMetadata {
+    name: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawSpec {
+    #[serde(default)]
+    variables: Vec<String>,
+    #[serde(default)]
+    files: Vec<RawFile>,
+    manifest: RawManifest,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawFile {
+    source: PathBuf,
+    path: String,
+    mode: FileMode,
+    #[serde(default)]
+    owner: Option<Owner>,
+    #[serde(default)]
+    template: bool,
+    #[serde(default = "yes")]
+    restart_on_change: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawManifest {
+    source: PathBuf,
+    path: String,
+    #[serde(default)]
+    mode: Option<FileMode>,
+    #[serde(default)]
+    owner: Option<Owner>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Reads and validates the config at `path`; relative sources resolve against its directory.
+pub fn load(path: &Path, roots: &AllowedRoots) -> Result<Anchor, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
+    parse(path, &text, roots)
+}
+
+/// A DNS-1123 label: the component name also names the ledger file.
+pub fn is_component_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+}
+
+pub fn parse(path: &Path, text: &str, roots: &AllowedRoots) -> Result<Anchor, ConfigError> {
+    let raw: RawConfig =
+        serde_yaml_ng::from_str(text).map_err(|e| ConfigError::Yaml { path: path.into(), reason: e.to_string() })?;
+    let invalid = |field: &str, problem: String| ConfigError::Invalid { path: path.into(), field: field.into(), problem };
+    if raw.api_version != API_VERSION {
+        return Err(invalid("apiVersion", format!("expected {API_VERSION:?}, found {:?}", raw.api_version)));
+    }
+    if raw.kind != KIND {
+        return Err(invalid("kind", format!("expected {KIND:?}, found {:?}", raw.kind)));
+    }
+    if !is_component_name(&raw.metadata.name) {
+        return Err(invalid(
+            "metadata.name",
+            format!("{:?} is not a lowercase DNS label (a-z, 0-9, '-')", raw.metadata.name),
+        ));
+    }
+    let mut seen = BTreeSet::new();
+    for (i, name) in raw.spec.variables.iter().enumerate() {
+        if !is_variable_name(name) {
+            return Err(invalid(&format!("spec.variables[{i}]"), format!("{name:?} is not a variable name")));
+        }
+        if !seen.insert(name) {
+            return Err(invalid(&format!("spec.variables[{i}]"), format!("{name:?} is listed twice")));
+        }
+    }
+    let base = path.parent().unwrap_or(Path::new("."));
+    let source = |s: &Path| if s.is_absolute() { s.to_path_buf() } else { base.join(s) };
+    let host_path = |field: &str, raw: &str| HostPath::parse_allowed(raw, roots).map_err(|e| invalid(field, e.to_string()));
+
+    let mut files = Vec::with_capacity(raw.spec.files.len() + 1);
+    for (i, f) in raw.spec.files.iter().enumerate() {
+        files.push(FileSpec {
+            source: source(&f.source),
+            path: host_path(&format!("spec.files[{i}].path"), &f.path)?,
+            mode: f.mode,
+            owner: f.owner,
+            template: f.template,
+            restart_on_change: f.restart_on_change,
+            role: Role::Credential,
+        });
+    }
+    let m = &raw.spec.manifest;
+    files.push(FileSpec {
+        source: source(&m.source),
+        path: host_path("spec.manifest.path", &m.path)?,
+        mode: m.mode.unwrap_or(DEFAULT_MANIFEST_MODE),
+        owner: m.owner,
+        template: true,
+        restart_on_change: true,
+        role: Role::Manifest,
+    });
+    let mut paths = BTreeSet::new();
+    for (i, f) in files.iter().enumerate() {
+        if !paths.insert(&f.path) {
+            let field = if f.role == Role::Manifest { "spec.manifest.path".into() } else { format!("spec.files[{i}].path") };
+            return Err(invalid(&field, format!("{} is written by an earlier entry too", f.path)));
+        }
+    }
+    Ok(Anchor { name: raw.metadata.name, variables: raw.spec.variables, files })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+apiVersion: kube-anchor.io/v1alpha1
+kind: Anchor
+metadata:
+  name: kube-apiserver
+spec:
+  variables: [NODE_NAME, NODE_IP]
+  files:
+    - source: pki/apiserver.pem
+      path: /etc/kubernetes/apiserver/pki/apiserver.pem
+      mode: "0644"
+    - source: /abs/key.pem
+      path: /etc/kubernetes/apiserver/pki/apiserver-key.pem
+      mode: "0600"
+      owner: "0:0"
+      template: true
+      restartOnChange: false
+  manifest:
+    source: kube-apiserver.yaml
+    path: /etc/kubernetes/manifests/kube-apiserver.yaml
+"#;
+
+    fn roots() -> AllowedRoots {
+        AllowedRoots::new([HostPath::parse("/etc/kubernetes").unwrap()])
+    }
+
+    fn p(text: &str) -> Result<Anchor, ConfigError> {
+        parse(Path::new("/cfg/anchor.yaml"), text, &roots())
+    }
+
+    fn problem(text: &str) -> String {
+        p(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn parses_the_documented_example() {
+        let a = p(GOOD).unwrap();
+        assert_eq!(a.name, "kube-apiserver");
+        assert_eq!(a.files.len(), 3);
+        assert_eq!(a.files[0].source, Path::new("/cfg/pki/apiserver.pem"));
+        assert_eq!(a.files[0].mode, FileMode(0o644));
+        assert!(a.files[0].restart_on_change && !a.files[0].template);
+        assert_eq!(a.files[1].source, Path::new("/abs/key.pem"));
+        assert_eq!(a.files[1].owner, Some(Owner { uid: 0, gid: 0 }));
+        assert!(!a.files[1].restart_on_change && a.files[1].template);
+        let m = a.manifest();
+        assert_eq!((m.role, m.mode, m.template), (Role::Manifest, DEFAULT_MANIFEST_MODE, true));
+    }
+
+    #[test]
+    fn modes() {
+        assert_eq!(FileMode::parse("0600"), Ok(FileMode(0o600)));
+        assert_eq!(FileMode::parse("644"), Ok(FileMode(0o644)));
+        assert_eq!(FileMode::parse("0o640"), Ok(FileMode(0o640)));
+        for bad in ["", "0800", "rw-r--r--", "04755", "0666", "12345"] {
+            assert!(FileMode::parse(bad).is_err(), "{bad}");
+        }
+        // A number YAML reads as decimal is refused; a leading zero keeps it a string here.
+        assert!(problem(&GOOD.replace("\"0644\"", "644")).contains("must be a quoted octal string"));
+        assert_eq!(p(&GOOD.replace("\"0644\"", "0644")).unwrap().files[0].mode, FileMode(0o644));
+        assert!(problem(&GOOD.replace("\"0644\"", "\"u+rw\"")).contains("not an octal mode"));
+        assert_eq!(FileMode(0o600).to_string(), "0600");
+    }
+
+    #[test]
+    fn errors_name_the_file_and_field() {
+        let e = problem(&GOOD.replace("/etc/kubernetes/manifests/", "/etc/../"));
+        assert!(e.starts_with("/cfg/anchor.yaml: spec.manifest.path:"), "{e}");
+        let e = problem(&GOOD.replace("/etc/kubernetes/apiserver/pki/apiserver.pem", "/root/.ssh/authorized_keys"));
+        assert!(e.starts_with("/cfg/anchor.yaml: spec.files[0].path: /root/.ssh/authorized_keys: outside"), "{e}");
+        let e = problem(&GOOD.replace("kind: Anchor", "kind: Pod"));
+        assert!(e.contains("kind: expected \"Anchor\""), "{e}");
+        let e = problem(&GOOD.replace("name: kube-apiserver", "name: ../evil"));
+        assert!(e.contains("metadata.name"), "{e}");
+        let e = problem(&GOOD.replace("NODE_IP]", "NODE-IP]"));
+        assert!(e.contains("spec.variables[1]"), "{e}");
+        let e = problem(&GOOD.replace("restartOnChange", "restartOnChagne"));
+        assert!(e.contains("restartOnChagne"), "{e}");
+        let e = problem(&GOOD.replace("owner: \"0:0\"", "owner: root"));
+        assert!(e.contains("uid:gid"), "{e}");
+    }
+
+    #[test]
+    fn duplicate_destinations_are_refused() {
+        let dup = GOOD.replace("/etc/kubernetes/apiserver/pki/apiserver-key.pem", "/etc/kubernetes/apiserver/pki/apiserver.pem");
+        assert!(problem(&dup).contains("spec.files[1].path"));
+    }
+
+    #[test]
+    fn component_names() {
+        assert!(is_component_name("etcd") && is_component_name("kube-apiserver"));
+        for bad in ["", "A", "a/b", "-a", "a-", "a.b", &"a".repeat(64)] {
+            assert!(!is_component_name(bad), "{bad}");
+        }
+    }
+}

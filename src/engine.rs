@@ -1,0 +1,259 @@
+//! The file engine every mode stands on: load inputs, decide ([`crate::plan`]), carry out
+//! ([`crate::hostfs`]), remember ([`crate::ledger`]). One-shot verbs and the daemon call these.
+
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use crate::config::{self, Anchor, ConfigError, Role};
+use crate::desired::{self, Desired, DesiredError};
+use crate::hostfs::{Done, HostFs, HostFsError, SetAside};
+use crate::hostpath::{AllowedRoots, HostPath, HostPathError};
+use crate::ledger::{Ledger, LedgerEntry};
+use crate::plan::{self, FileStatus, Notice, Op, PlanError, WriteReason};
+use crate::render::Variables;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("{}: cannot read ({field} of {}): {source}", .path.display(), .config.display())]
+    Source { path: PathBuf, field: String, config: PathBuf, source: std::io::Error },
+    #[error(transparent)]
+    Desired(#[from] DesiredError),
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    #[error(transparent)]
+    HostFs(#[from] HostFsError),
+    #[error(transparent)]
+    Path(#[from] HostPathError),
+}
+
+/// Where the engine works: the node's filesystem and the state dir on it.
+#[derive(Debug, Clone)]
+pub struct Engine {
+    pub fs: HostFs,
+    pub state_dir: HostPath,
+}
+
+/// What an apply did, file by file.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApplyReport {
+    pub component: String,
+    pub content_hash: String,
+    pub written: Vec<(HostPath, WriteReason)>,
+    pub removed: Vec<HostPath>,
+    pub unchanged: Vec<HostPath>,
+    #[serde(skip)]
+    pub notices: Vec<Notice>,
+    #[serde(skip)]
+    pub set_aside: Option<SetAside>,
+    pub cleaned_temps: Vec<HostPath>,
+}
+
+impl ApplyReport {
+    pub fn changed(&self) -> bool {
+        !self.written.is_empty() || !self.removed.is_empty()
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct RemoveReport {
+    pub component: String,
+    pub removed: Vec<HostPath>,
+    pub notices: Vec<Notice>,
+    pub set_aside: Option<SetAside>,
+}
+
+#[derive(Debug, Clone)]
+pub struct StatusReport {
+    pub component: String,
+    pub content_hash: String,
+    pub recorded_hash: Option<String>,
+    pub files: Vec<FileStatus>,
+    pub set_aside: Option<SetAside>,
+}
+
+impl StatusReport {
+    pub fn in_sync(&self) -> bool {
+        self.files.iter().all(|f| f.state == plan::FileState::InSync)
+    }
+}
+
+/// A loaded config and the bytes of its sources: everything read before any decision.
+#[derive(Debug, Clone)]
+pub struct Inputs {
+    pub anchor: Anchor,
+    pub sources: Vec<Vec<u8>>,
+}
+
+impl Inputs {
+    pub fn load(config_path: &Path, roots: &AllowedRoots) -> Result<Self, EngineError> {
+        let anchor = config::load(config_path, roots)?;
+        let mut sources = Vec::with_capacity(anchor.files.len());
+        let credentials = anchor.files.iter().filter(|f| f.role == Role::Credential).count();
+        for (i, spec) in anchor.files.iter().enumerate() {
+            let bytes = std::fs::read(&spec.source).map_err(|source| EngineError::Source {
+                path: spec.source.clone(),
+                field: if i < credentials { format!("spec.files[{i}].source") } else { "spec.manifest.source".into() },
+                config: config_path.into(),
+                source,
+            })?;
+            sources.push(bytes);
+        }
+        Ok(Self { anchor, sources })
+    }
+
+    /// The variables the config allows, with their values from the process environment.
+    pub fn environment_variables(&self) -> Variables {
+        Variables::new(self.anchor.variables.iter().cloned(), |name| std::env::var(name).ok())
+    }
+
+    pub fn desired(&self, vars: &Variables) -> Result<Desired, DesiredError> {
+        desired::build(&self.anchor, &self.sources, vars)
+    }
+}
+
+pub fn now_rfc3339() -> String {
+    humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
+}
+
+impl Engine {
+    /// `--allowed-root`s plus the state dir, which is always writable.
+    pub fn new(host_root: &Path, state_dir: &str, allowed: &[String]) -> Result<Self, EngineError> {
+        let state_dir = HostPath::parse(state_dir)?;
+        let mut roots = vec![state_dir.clone()];
+        for raw in allowed {
+            roots.push(HostPath::parse(raw)?);
+        }
+        let fs = HostFs::new(host_root, AllowedRoots::new(roots))?;
+        Ok(Self { fs, state_dir })
+    }
+
+    pub fn roots(&self) -> &AllowedRoots {
+        self.fs.roots()
+    }
+
+    /// Makes the node hold `desired`: writes what differs (credentials, then the manifest) and
+    /// records it. With `prune`, removes files this component wrote that it no longer wants.
+    pub fn apply(&self, desired: &Desired, prune: bool) -> Result<ApplyReport, EngineError> {
+        let _lock = self.fs.lock(&self.state_dir, &desired.component)?;
+        let loaded = self.fs.load_ledger(&self.state_dir, &desired.component)?;
+        let mut ledger = loaded.ledger;
+        let mut report = ApplyReport {
+            component: desired.component.clone(),
+            content_hash: desired.content_hash.clone(),
+            set_aside: loaded.set_aside,
+            ..Default::default()
+        };
+        let paths: Vec<HostPath> = desired.files.iter().map(|f| f.path.clone()).chain(ledger.entries().iter().map(|e| e.path.clone())).collect();
+        report.cleaned_temps = self.fs.clean_stale_temps(&paths);
+        let observations = self.fs.observe_all(&paths)?;
+        let plan = plan::plan_apply(desired, &observations, &ledger, prune)?;
+        report.notices = plan.notices;
+        report.unchanged = plan.unchanged;
+        let reasons: Vec<Option<WriteReason>> = plan
+            .ops
+            .iter()
+            .map(|op| match op {
+                Op::Write { reason, .. } => Some(*reason),
+                Op::Remove { .. } => None,
+            })
+            .collect();
+        let now = now_rfc3339();
+        // Files that already held the wanted content are adopted: recorded, not rewritten.
+        for file in desired.files.iter().filter(|f| report.unchanged.contains(&f.path)) {
+            if ledger.get(&file.path).is_none() {
+                ledger.record(entry_for(file.path.clone(), desired::sha256_hex(&file.content), file.mode, file.owner, file.role, &now));
+            }
+        }
+        let result = self.fs.execute(&plan.ops);
+        let (done, error) = match result {
+            Ok(done) => (done, None),
+            Err((e, done)) => (done, Some(e)),
+        };
+        for (d, reason) in done.into_iter().zip(reasons) {
+            match d {
+                Done::Wrote { path, sha256, mode, owner, role } => {
+                    report.written.push((path.clone(), reason.expect("a write has a reason")));
+                    ledger.record(entry_for(path, sha256, mode, owner, role, &now));
+                }
+                Done::Removed { path } => {
+                    ledger.forget(&path);
+                    report.removed.push(path);
+                }
+            }
+        }
+        if error.is_none() {
+            ledger.content_hash = Some(desired.content_hash.clone());
+        }
+        // Record what was done even when a later step failed: `remove` relies on it.
+        let stored = self.fs.store_ledger(&self.state_dir, &ledger);
+        match error {
+            Some(e) => Err(e.into()),
+            None => stored.map(|()| report).map_err(Into::into),
+        }
+    }
+
+    /// Removes what the ledger says this component wrote and what still holds it, the
+    /// manifest first. Idempotent: missing files are success.
+    pub fn remove(&self, component: &str) -> Result<RemoveReport, EngineError> {
+        let _lock = self.fs.lock(&self.state_dir, component)?;
+        let loaded = self.fs.load_ledger(&self.state_dir, component)?;
+        let mut ledger = loaded.ledger;
+        let paths: Vec<HostPath> = ledger.entries().iter().map(|e| e.path.clone()).collect();
+        self.fs.clean_stale_temps(&paths);
+        let observations = self.fs.observe_all(&paths)?;
+        let plan = plan::plan_remove(&ledger, &observations);
+        let mut report = RemoveReport { component: component.into(), notices: plan.notices, set_aside: loaded.set_aside, ..Default::default() };
+        let (done, error) = match self.fs.execute(&plan.ops) {
+            Ok(done) => (done, None),
+            Err((e, done)) => (done, Some(e)),
+        };
+        for d in done {
+            if let Done::Removed { path } = d {
+                ledger.forget(&path);
+                report.removed.push(path);
+            }
+        }
+        if error.is_none() {
+            // What is left was missing already or changed by someone else: no longer ours.
+            for path in paths {
+                ledger.forget(&path);
+            }
+        }
+        let stored = self.fs.store_ledger(&self.state_dir, &ledger);
+        match error {
+            Some(e) => Err(e.into()),
+            None => stored.map(|()| report).map_err(Into::into),
+        }
+    }
+
+    pub fn status(&self, desired: &Desired) -> Result<StatusReport, EngineError> {
+        // Read-only: a corrupt ledger is reported but left where it is.
+        let ledger_path = HostFs::ledger_path(&self.state_dir, &desired.component)?;
+        let (ledger, set_aside) = match self.fs.read(&ledger_path)? {
+            None => (Ledger::new(&desired.component), None),
+            Some(bytes) => match Ledger::decode(&bytes) {
+                Ok(l) => (l, None),
+                Err(e) => (
+                    Ledger::new(&desired.component),
+                    Some(SetAside { path: ledger_path, moved_to: None, reason: e.reason }),
+                ),
+            },
+        };
+        let paths: Vec<HostPath> = desired.files.iter().map(|f| f.path.clone()).chain(ledger.entries().iter().map(|e| e.path.clone())).collect();
+        let observations = self.fs.observe_all(&paths)?;
+        Ok(StatusReport {
+            component: desired.component.clone(),
+            content_hash: desired.content_hash.clone(),
+            recorded_hash: ledger.content_hash.clone(),
+            files: plan::status(desired, &observations, &ledger),
+            set_aside,
+        })
+    }
+}
+
+fn entry_for(path: HostPath, sha256: String, mode: config::FileMode, owner: Option<config::Owner>, role: Role, now: &str) -> LedgerEntry {
+    LedgerEntry { path, sha256, mode, owner, role, written_at: now.into() }
+}

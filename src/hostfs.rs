@@ -1,0 +1,575 @@
+//! The node's filesystem: path resolution under `--host-root`, observation, and the one
+//! executor that carries out a [`Plan`](crate::plan::Plan).
+//!
+//! Writes are atomic, durable and private: a dot-prefixed temp file in the destination
+//! directory (the kubelet ignores dot-files and runs every other file in its manifest directory)
+//! is created with the final mode, owned, written in full and fsynced, then renamed over the
+//! target, and the directory is fsynced. A plan is carried out in two phases: every write is
+//! staged as a temp file first, and only when all of them are on disk are they renamed into
+//! place. A full disk or a refused write therefore leaves every host file as it was.
+
+use std::fs::{self, File};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+use tempfile::NamedTempFile;
+
+use crate::config::{FileMode, Owner, Role};
+use crate::hostpath::{AllowedRoots, HostPath, HostPathError};
+use crate::ledger::{CorruptLedger, Ledger, STATE_SUBDIR};
+use crate::plan::{Observations, Observed, Op};
+
+/// Every temp file we create ends with this, so leftovers from a crash are recognizable.
+pub const TEMP_SUFFIX: &str = ".kube-anchor.tmp";
+const LEDGER_MODE: FileMode = FileMode(0o600);
+
+#[derive(Debug, thiserror::Error)]
+pub enum HostFsError {
+    #[error(transparent)]
+    Path(#[from] HostPathError),
+    #[error("host root {}: {source}", .path.display())]
+    HostRoot { path: PathBuf, source: io::Error },
+    #[error("{path}: a parent directory resolves to {}, outside {allowed}", .resolved.display())]
+    Escape { path: HostPath, resolved: PathBuf, allowed: String },
+    #[error("{path}: cannot {op}: {source}")]
+    Io { path: HostPath, op: &'static str, source: io::Error },
+    #[error("{path}: changed since it was checked; left in place")]
+    Changed { path: HostPath },
+}
+
+fn io_err<'a>(path: &'a HostPath, op: &'static str) -> impl FnOnce(io::Error) -> HostFsError + 'a {
+    move |source| HostFsError::Io { path: path.clone(), op, source }
+}
+
+/// What happened to one op.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Done {
+    Wrote { path: HostPath, sha256: String, mode: FileMode, owner: Option<Owner>, role: Role },
+    Removed { path: HostPath },
+}
+
+/// The ledger as found on disk.
+#[derive(Debug)]
+pub struct LoadedLedger {
+    pub ledger: Ledger,
+    /// Set when a corrupt or unreadable ledger was found and moved aside.
+    pub set_aside: Option<SetAside>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetAside {
+    pub path: HostPath,
+    pub moved_to: Option<HostPath>,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct HostFs {
+    root: PathBuf,
+    roots: AllowedRoots,
+    dir_mode: u32,
+}
+
+impl HostFs {
+    /// `host_root` must exist; every host path is resolved below it.
+    pub fn new(host_root: &Path, roots: AllowedRoots) -> Result<Self, HostFsError> {
+        let root = fs::canonicalize(host_root).map_err(|source| HostFsError::HostRoot { path: host_root.into(), source })?;
+        Ok(Self { root, roots, dir_mode: 0o755 })
+    }
+
+    /// Mode for directories this writer creates (default 0755).
+    pub fn with_dir_mode(mut self, mode: u32) -> Self {
+        self.dir_mode = mode;
+        self
+    }
+
+    pub fn roots(&self) -> &AllowedRoots {
+        &self.roots
+    }
+
+    /// The real path of `path`, after checking that it lies below an allowed root and that no
+    /// existing parent directory is a symlink leading elsewhere. The last component is not
+    /// followed: a symlink there is replaced, never written through.
+    pub fn resolve(&self, path: &HostPath) -> Result<PathBuf, HostFsError> {
+        let allowed = self.roots.root_of(path).ok_or_else(|| {
+            HostFsError::Path(HostPathError::OutsideAllowedRoots { path: path.clone(), roots: self.roots.to_string() })
+        })?;
+        let real = self.root.join(path.relative());
+        let parent = real.parent().expect("below an allowed root");
+        let resolved = canonicalize_existing_prefix(parent).map_err(io_err(path, "resolve parent directory"))?;
+        let real_allowed = canonicalize_existing_prefix(&self.root.join(allowed.relative()))
+            .map_err(io_err(path, "resolve allowed root"))?;
+        if !resolved.starts_with(&self.root) || !resolved.starts_with(&real_allowed) {
+            return Err(HostFsError::Escape { path: path.clone(), resolved, allowed: allowed.to_string() });
+        }
+        Ok(resolved.join(real.file_name().expect("host paths name a file")))
+    }
+
+    pub fn observe(&self, path: &HostPath) -> Result<Observed, HostFsError> {
+        let real = self.resolve(path)?;
+        observe_real(path, &real)
+    }
+
+    pub fn observe_all<'a>(&self, paths: impl IntoIterator<Item = &'a HostPath>) -> Result<Observations, HostFsError> {
+        paths.into_iter().map(|p| Ok((p.clone(), self.observe(p)?))).collect()
+    }
+
+    pub fn read(&self, path: &HostPath) -> Result<Option<Vec<u8>>, HostFsError> {
+        let real = self.resolve(path)?;
+        match fs::read(&real) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io_err(path, "read")(e)),
+        }
+    }
+
+    /// Removes temp files a killed writer left next to `paths`. Only our own names are touched:
+    /// `.<file name>.<random>.kube-anchor.tmp` for the given files.
+    pub fn clean_stale_temps<'a>(&self, paths: impl IntoIterator<Item = &'a HostPath>) -> Vec<HostPath> {
+        let mut removed = Vec::new();
+        for path in paths {
+            let (Ok(real), Some(name), Some(parent)) = (self.resolve(path), path.file_name(), path.parent()) else { continue };
+            let prefix = format!(".{name}.");
+            let Ok(entries) = fs::read_dir(real.parent().expect("resolved file has a parent")) else { continue };
+            for entry in entries.flatten() {
+                let file_name = entry.file_name();
+                let Some(file_name) = file_name.to_str() else { continue };
+                if file_name.starts_with(&prefix) && file_name.ends_with(TEMP_SUFFIX) && fs::remove_file(entry.path()).is_ok() {
+                    removed.extend(parent.join(file_name).ok());
+                }
+            }
+        }
+        removed
+    }
+
+    /// Carries out `ops` in order: all writes staged first, then committed; removes re-check
+    /// the content they expect just before unlinking. Stops at the first error; what was done
+    /// before it is returned in the error's companion list.
+    pub fn execute(&self, ops: &[Op]) -> Result<Vec<Done>, (HostFsError, Vec<Done>)> {
+        let mut created_dirs = Vec::new();
+        let staged = match self.stage_writes(ops, &mut created_dirs) {
+            Ok(staged) => staged,
+            Err(e) => {
+                // Nothing was renamed yet: dropping the temps and our new dirs restores the node.
+                for dir in created_dirs.iter().rev() {
+                    let _ = fs::remove_dir(dir);
+                }
+                return Err((e, Vec::new()));
+            }
+        };
+        let mut staged = staged.into_iter();
+        let mut done = Vec::new();
+        let mut unsynced_dirs: Vec<(HostPath, PathBuf)> = Vec::new();
+        let mut previous_role = None;
+        for op in ops {
+            let role = match op {
+                Op::Write { file, .. } => file.role,
+                Op::Remove { role, .. } => *role,
+            };
+            // Make earlier steps durable before a step of the other kind (the manifest after
+            // its credentials, credentials after their manifest is gone).
+            if previous_role.is_some_and(|r| r != role) {
+                if let Err(e) = sync_dirs(&mut unsynced_dirs) {
+                    return Err((e, done));
+                }
+            }
+            previous_role = Some(role);
+            let result = match op {
+                Op::Write { file, sha256, .. } => {
+                    let (temp, real) = staged.next().expect("one staged temp per write");
+                    temp.persist(&real)
+                        .map_err(|e| io_err(&file.path, "rename into place")(e.error))
+                        .map(|_| Done::Wrote {
+                            path: file.path.clone(),
+                            sha256: sha256.clone(),
+                            mode: file.mode,
+                            owner: file.owner,
+                            role: file.role,
+                        })
+                        .map(|d| (d, real))
+                }
+                Op::Remove { path, expected_sha256, .. } => self.remove_checked(path, expected_sha256),
+            };
+            match result {
+                Ok((d, real)) => {
+                    let dir = real.parent().expect("file has a parent").to_path_buf();
+                    let host_dir = op.path().parent().expect("file has a parent");
+                    if !unsynced_dirs.iter().any(|(_, d)| *d == dir) {
+                        unsynced_dirs.push((host_dir, dir));
+                    }
+                    done.push(d);
+                }
+                Err(e) => {
+                    let _ = sync_dirs(&mut unsynced_dirs);
+                    return Err((e, done));
+                }
+            }
+        }
+        match sync_dirs(&mut unsynced_dirs) {
+            Ok(()) => Ok(done),
+            Err(e) => Err((e, done)),
+        }
+    }
+
+    fn stage_writes(&self, ops: &[Op], created_dirs: &mut Vec<PathBuf>) -> Result<Vec<(NamedTempFile, PathBuf)>, HostFsError> {
+        let mut staged = Vec::new();
+        for op in ops {
+            let Op::Write { file, .. } = op else { continue };
+            let real = self.resolve(&file.path)?;
+            let dir = real.parent().expect("resolved file has a parent");
+            self.create_dirs(&file.path, dir, created_dirs)?;
+            let temp = stage(&file.path, &real, &file.content, file.mode, file.owner)?;
+            staged.push((temp, real));
+        }
+        Ok(staged)
+    }
+
+    fn create_dirs(&self, path: &HostPath, dir: &Path, created: &mut Vec<PathBuf>) -> Result<(), HostFsError> {
+        let mut missing = Vec::new();
+        let mut cursor = dir;
+        while fs::symlink_metadata(cursor).is_err() {
+            missing.push(cursor.to_path_buf());
+            cursor = cursor.parent().expect("the host root exists");
+        }
+        for d in missing.into_iter().rev() {
+            fs::DirBuilder::new().mode(self.dir_mode).create(&d).map_err(io_err(path, "create parent directory"))?;
+            fs::set_permissions(&d, fs::Permissions::from_mode(self.dir_mode)).map_err(io_err(path, "set directory mode"))?;
+            created.push(d);
+        }
+        Ok(())
+    }
+
+    fn remove_checked(&self, path: &HostPath, expected_sha256: &str) -> Result<(Done, PathBuf), HostFsError> {
+        let real = self.resolve(path)?;
+        match observe_real(path, &real)? {
+            Observed::Missing => return Ok((Done::Removed { path: path.clone() }, real)),
+            Observed::File { sha256, .. } if sha256 == expected_sha256 => {}
+            _ => return Err(HostFsError::Changed { path: path.clone() }),
+        }
+        match fs::remove_file(&real) {
+            Ok(()) => Ok((Done::Removed { path: path.clone() }, real)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok((Done::Removed { path: path.clone() }, real)),
+            Err(e) => Err(io_err(path, "remove")(e)),
+        }
+    }
+
+    /// Writes one file atomically (the same path as a plan's writes take).
+    pub fn write_file(&self, path: &HostPath, content: &[u8], mode: FileMode, role: Role) -> Result<(), HostFsError> {
+        let op = Op::Write {
+            file: crate::desired::DesiredFile { path: path.clone(), content: content.to_vec(), mode, owner: None, role },
+            sha256: crate::desired::sha256_hex(content),
+            reason: crate::plan::WriteReason::Content,
+        };
+        self.execute(std::slice::from_ref(&op)).map(|_| ()).map_err(|(e, _)| e)
+    }
+
+    pub fn ledger_path(state_dir: &HostPath, component: &str) -> Result<HostPath, HostPathError> {
+        state_dir.join(&format!("{STATE_SUBDIR}/{}", Ledger::file_name(component)))
+    }
+
+    /// Reads the ledger; a corrupt or unreadable one is moved aside and reported, never fatal.
+    pub fn load_ledger(&self, state_dir: &HostPath, component: &str) -> Result<LoadedLedger, HostFsError> {
+        let path = Self::ledger_path(state_dir, component)?;
+        let problem = match self.read(&path) {
+            Ok(None) => return Ok(LoadedLedger { ledger: Ledger::new(component), set_aside: None }),
+            Ok(Some(bytes)) => match Ledger::decode(&bytes) {
+                Ok(ledger) if ledger.component == component => return Ok(LoadedLedger { ledger, set_aside: None }),
+                Ok(ledger) => format!("belongs to component {:?}", ledger.component),
+                Err(CorruptLedger { reason }) => reason,
+            },
+            Err(HostFsError::Io { source, .. }) => format!("unreadable: {source}"),
+            Err(e) => return Err(e),
+        };
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or_default();
+        let aside = path.parent().and_then(|dir| dir.join(&format!("{}.corrupt-{stamp}", Ledger::file_name(component))).ok());
+        let moved_to = aside.filter(|aside| {
+            let (Ok(from), Ok(to)) = (self.resolve(&path), self.resolve(aside)) else { return false };
+            fs::rename(from, to).is_ok()
+        });
+        Ok(LoadedLedger { ledger: Ledger::new(component), set_aside: Some(SetAside { path, moved_to, reason: problem }) })
+    }
+
+    /// Writes the ledger, or removes its file when it is empty. Skips the write when the bytes
+    /// on disk are already these.
+    pub fn store_ledger(&self, state_dir: &HostPath, ledger: &Ledger) -> Result<(), HostFsError> {
+        let path = Self::ledger_path(state_dir, &ledger.component)?;
+        if ledger.is_empty() {
+            let real = self.resolve(&path)?;
+            return match fs::remove_file(&real) {
+                Ok(()) => sync_dir(&path, real.parent().expect("has a parent")),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(io_err(&path, "remove")(e)),
+            };
+        }
+        let bytes = ledger.encode();
+        if self.read(&path)?.as_deref() == Some(&bytes[..]) {
+            return Ok(());
+        }
+        self.write_file(&path, &bytes, LEDGER_MODE, Role::Credential)
+    }
+
+    /// An exclusive lock per component, held while a command changes its files, so that a
+    /// one-shot `apply` and the daemon never interleave.
+    pub fn lock(&self, state_dir: &HostPath, component: &str) -> Result<File, HostFsError> {
+        let path = state_dir.join(&format!("{STATE_SUBDIR}/{component}.lock"))?;
+        let real = self.resolve(&path)?;
+        self.create_dirs(&path, real.parent().expect("has a parent"), &mut Vec::new())?;
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&real)
+            .map_err(io_err(&path, "open lock file"))?;
+        file.lock().map_err(io_err(&path, "lock"))?;
+        Ok(file)
+    }
+}
+
+/// Creates the temp file beside `real` with its final mode and owner, writes and fsyncs it.
+fn stage(path: &HostPath, real: &Path, content: &[u8], mode: FileMode, owner: Option<Owner>) -> Result<NamedTempFile, HostFsError> {
+    let dir = real.parent().expect("resolved file has a parent");
+    let name = real.file_name().expect("resolved file has a name").to_string_lossy();
+    let mut temp = tempfile::Builder::new()
+        .prefix(&format!(".{name}."))
+        .suffix(TEMP_SUFFIX)
+        // Created with the final mode (less the umask): never a moment of wider permissions.
+        .permissions(fs::Permissions::from_mode(mode.0))
+        .tempfile_in(dir)
+        .map_err(io_err(path, "create temp file"))?;
+    let file = temp.as_file_mut();
+    file.set_permissions(fs::Permissions::from_mode(mode.0)).map_err(io_err(path, "set mode"))?;
+    if let Some(owner) = owner {
+        std::os::unix::fs::fchown(&*file, Some(owner.uid), Some(owner.gid)).map_err(io_err(path, "set owner"))?;
+    }
+    file.write_all(content).map_err(io_err(path, "write"))?;
+    file.sync_all().map_err(io_err(path, "fsync"))?;
+    Ok(temp)
+}
+
+fn observe_real(path: &HostPath, real: &Path) -> Result<Observed, HostFsError> {
+    let meta = match fs::symlink_metadata(real) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Observed::Missing),
+        Err(e) => return Err(io_err(path, "inspect")(e)),
+    };
+    let kind = meta.file_type();
+    if kind.is_symlink() {
+        return Ok(Observed::Symlink);
+    }
+    if !kind.is_file() {
+        return Ok(Observed::Other { kind: if kind.is_dir() { "directory" } else { "special file" } });
+    }
+    let mut file = File::open(real).map_err(io_err(path, "open"))?;
+    let mut hasher = Sha256::new();
+    let mut buf = [0u8; 64 * 1024];
+    loop {
+        match file.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => hasher.update(&buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(io_err(path, "read")(e)),
+        }
+    }
+    Ok(Observed::File {
+        sha256: hex::encode(hasher.finalize()),
+        mode: FileMode(meta.mode() & 0o7777),
+        owner: Owner { uid: meta.uid(), gid: meta.gid() },
+    })
+}
+
+fn sync_dir(path: &HostPath, dir: &Path) -> Result<(), HostFsError> {
+    File::open(dir).and_then(|d| d.sync_all()).map_err(io_err(path, "fsync directory"))
+}
+
+fn sync_dirs(dirs: &mut Vec<(HostPath, PathBuf)>) -> Result<(), HostFsError> {
+    for (host, real) in dirs.drain(..) {
+        sync_dir(&host, &real)?;
+    }
+    Ok(())
+}
+
+/// `canonicalize` for a path whose tail may not exist yet: the deepest existing ancestor is
+/// canonicalized (following symlinks) and the missing components are appended.
+fn canonicalize_existing_prefix(path: &Path) -> io::Result<PathBuf> {
+    let mut existing = path;
+    let mut tail = Vec::new();
+    loop {
+        match fs::canonicalize(existing) {
+            Ok(real) => {
+                let mut out = real;
+                out.extend(tail.iter().rev());
+                return Ok(out);
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                tail.push(existing.file_name().ok_or(e)?.to_owned());
+                existing = existing.parent().ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::symlink;
+
+    use super::*;
+    use crate::desired::{DesiredFile, sha256_hex};
+    use crate::plan::WriteReason;
+
+    struct Node {
+        dir: tempfile::TempDir,
+        fs: HostFs,
+    }
+
+    fn node() -> Node {
+        let dir = tempfile::tempdir().unwrap();
+        let roots = AllowedRoots::new([hp("/etc/kubernetes"), hp("/var/lib/kube-anchor")]);
+        let fs = HostFs::new(dir.path(), roots).unwrap();
+        Node { dir, fs }
+    }
+
+    fn hp(s: &str) -> HostPath {
+        HostPath::parse(s).unwrap()
+    }
+
+    fn write_op(path: &str, content: &str, mode: u32, role: Role) -> Op {
+        Op::Write {
+            file: DesiredFile { path: hp(path), content: content.into(), mode: FileMode(mode), owner: None, role },
+            sha256: sha256_hex(content.as_bytes()),
+            reason: WriteReason::Create,
+        }
+    }
+
+    impl Node {
+        fn real(&self, p: &str) -> PathBuf {
+            self.dir.path().join(p.trim_start_matches('/'))
+        }
+    }
+
+    #[test]
+    fn writes_with_exact_mode_and_creates_parents() {
+        let n = node();
+        let done = n.fs.execute(&[write_op("/etc/kubernetes/pki/key", "K", 0o600, Role::Credential)]).unwrap();
+        assert_eq!(done.len(), 1);
+        let meta = fs::metadata(n.real("/etc/kubernetes/pki/key")).unwrap();
+        assert_eq!(meta.mode() & 0o7777, 0o600);
+        assert_eq!(fs::read(n.real("/etc/kubernetes/pki/key")).unwrap(), b"K");
+        assert_eq!(fs::metadata(n.real("/etc/kubernetes/pki")).unwrap().mode() & 0o777, 0o755);
+        // Modes wider than the umask allows at creation are still exact.
+        n.fs.execute(&[write_op("/etc/kubernetes/pki/ca", "C", 0o664, Role::Credential)]).unwrap();
+        assert_eq!(fs::metadata(n.real("/etc/kubernetes/pki/ca")).unwrap().mode() & 0o7777, 0o664);
+    }
+
+    #[test]
+    fn symlinked_parent_leading_outside_is_refused() {
+        let n = node();
+        let outside = tempfile::tempdir().unwrap();
+        fs::create_dir_all(n.real("/etc/kubernetes")).unwrap();
+        symlink(outside.path(), n.real("/etc/kubernetes/pki")).unwrap();
+        let err = n.fs.execute(&[write_op("/etc/kubernetes/pki/key", "K", 0o600, Role::Credential)]).unwrap_err().0;
+        assert!(matches!(err, HostFsError::Escape { .. }), "{err}");
+        assert!(fs::read_dir(outside.path()).unwrap().next().is_none(), "nothing written outside");
+    }
+
+    #[test]
+    fn symlinked_allowed_root_leading_outside_the_host_root_is_refused() {
+        let n = node();
+        let outside = tempfile::tempdir().unwrap();
+        fs::create_dir_all(n.real("/etc")).unwrap();
+        symlink(outside.path(), n.real("/etc/kubernetes")).unwrap();
+        let err = n.fs.resolve(&hp("/etc/kubernetes/manifests/a.yaml")).unwrap_err();
+        assert!(matches!(err, HostFsError::Escape { .. }), "{err}");
+    }
+
+    #[test]
+    fn symlink_at_destination_is_replaced_not_followed() {
+        let n = node();
+        let outside = tempfile::tempdir().unwrap();
+        let victim = outside.path().join("victim");
+        fs::write(&victim, "precious").unwrap();
+        fs::create_dir_all(n.real("/etc/kubernetes")).unwrap();
+        symlink(&victim, n.real("/etc/kubernetes/key")).unwrap();
+        assert_eq!(n.fs.observe(&hp("/etc/kubernetes/key")).unwrap(), Observed::Symlink);
+        n.fs.execute(&[write_op("/etc/kubernetes/key", "K", 0o600, Role::Credential)]).unwrap();
+        assert_eq!(fs::read(&victim).unwrap(), b"precious");
+        assert!(fs::symlink_metadata(n.real("/etc/kubernetes/key")).unwrap().is_file());
+    }
+
+    #[test]
+    fn a_failing_stage_leaves_everything_as_it_was() {
+        let n = node();
+        n.fs.execute(&[write_op("/etc/kubernetes/a", "old", 0o600, Role::Credential)]).unwrap();
+        // The second write cannot be staged: a directory stands where its parent should be... a file.
+        fs::write(n.real("/etc/kubernetes/blocker"), "x").unwrap();
+        let ops = [
+            write_op("/etc/kubernetes/a", "new", 0o600, Role::Credential),
+            write_op("/etc/kubernetes/new-dir/b", "b", 0o600, Role::Credential),
+            write_op("/etc/kubernetes/blocker/c", "c", 0o600, Role::Manifest),
+        ];
+        let (err, done) = n.fs.execute(&ops).unwrap_err();
+        assert!(done.is_empty());
+        assert!(err.to_string().starts_with("/etc/kubernetes/blocker/c: "), "{err}");
+        assert_eq!(fs::read(n.real("/etc/kubernetes/a")).unwrap(), b"old");
+        assert!(!n.real("/etc/kubernetes/new-dir").exists(), "created dirs are rolled back");
+        let names: Vec<_> = fs::read_dir(n.real("/etc/kubernetes")).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names.len(), 2, "no temp files left: {names:?}");
+    }
+
+    #[test]
+    fn remove_rechecks_content() {
+        let n = node();
+        n.fs.execute(&[write_op("/etc/kubernetes/a", "mine", 0o600, Role::Credential)]).unwrap();
+        fs::write(n.real("/etc/kubernetes/a"), "theirs").unwrap();
+        let op = Op::Remove { path: hp("/etc/kubernetes/a"), role: Role::Credential, expected_sha256: sha256_hex(b"mine") };
+        let (err, _) = n.fs.execute(&[op]).unwrap_err();
+        assert!(matches!(err, HostFsError::Changed { .. }));
+        assert_eq!(fs::read(n.real("/etc/kubernetes/a")).unwrap(), b"theirs");
+    }
+
+    #[test]
+    fn stale_temps_of_our_files_only_are_cleaned() {
+        let n = node();
+        fs::create_dir_all(n.real("/etc/kubernetes/manifests")).unwrap();
+        let ours = n.real("/etc/kubernetes/manifests/.a.yaml.XyZ12.kube-anchor.tmp");
+        let other_file = n.real("/etc/kubernetes/manifests/.b.yaml.XyZ12.kube-anchor.tmp");
+        let foreign = n.real("/etc/kubernetes/manifests/.a.yaml.swp");
+        for f in [&ours, &other_file, &foreign] {
+            fs::write(f, "x").unwrap();
+        }
+        let removed = n.fs.clean_stale_temps([&hp("/etc/kubernetes/manifests/a.yaml")]);
+        assert_eq!(removed.len(), 1);
+        assert!(!ours.exists() && other_file.exists() && foreign.exists());
+    }
+
+    #[test]
+    fn corrupt_ledger_is_set_aside() {
+        let n = node();
+        let state = hp("/var/lib/kube-anchor");
+        let mut l = Ledger::new("c");
+        l.content_hash = Some("x".into());
+        l.record(crate::ledger::LedgerEntry {
+            path: hp("/etc/kubernetes/a"),
+            sha256: "s".into(),
+            mode: FileMode(0o600),
+            owner: None,
+            role: Role::Credential,
+            written_at: "t".into(),
+        });
+        n.fs.store_ledger(&state, &l).unwrap();
+        assert_eq!(n.fs.load_ledger(&state, "c").unwrap().ledger, l);
+        let file = n.real("/var/lib/kube-anchor/v1/c.json");
+        assert_eq!(fs::metadata(&file).unwrap().mode() & 0o777, 0o600);
+        fs::write(&file, "{garbage").unwrap();
+        let loaded = n.fs.load_ledger(&state, "c").unwrap();
+        assert!(loaded.ledger.is_empty());
+        let aside = loaded.set_aside.unwrap();
+        assert!(aside.moved_to.unwrap().to_string().starts_with("/var/lib/kube-anchor/v1/c.json.corrupt-"));
+        assert!(!file.exists());
+    }
+}

@@ -1,0 +1,392 @@
+//! Decisions about files: what to write, what to remove, what state each file is in. Pure:
+//! takes what is wanted, what the node holds and what the ledger remembers; returns data that
+//! [`crate::hostfs`] carries out.
+
+use std::collections::BTreeMap;
+
+use crate::config::{FileMode, Owner, Role};
+use crate::desired::{Desired, DesiredFile};
+use crate::hostpath::HostPath;
+use crate::ledger::{Ledger, LedgerEntry};
+
+/// What the node holds at a path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Observed {
+    Missing,
+    File { sha256: String, mode: FileMode, owner: Owner },
+    /// A symlink at the destination: replaced by a file, never written through.
+    Symlink,
+    /// A directory, socket, device...: never touched.
+    Other { kind: &'static str },
+}
+
+impl Observed {
+    fn holds(&self, file: &DesiredFile, sha256: &str) -> bool {
+        match self {
+            Observed::File { sha256: have, mode, owner } => {
+                have == sha256 && *mode == file.mode && file.owner.is_none_or(|want| want == *owner)
+            }
+            _ => false,
+        }
+    }
+
+    fn holds_recorded(&self, entry: &LedgerEntry) -> bool {
+        matches!(self, Observed::File { sha256, .. } if *sha256 == entry.sha256)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WriteReason {
+    Create,
+    Content,
+    Mode,
+    Owner,
+    ReplaceSymlink,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    Write { file: DesiredFile, sha256: String, reason: WriteReason },
+    /// Remove a file we wrote; the executor re-checks `expected_sha256` just before.
+    Remove { path: HostPath, role: Role, expected_sha256: String },
+}
+
+impl Op {
+    pub fn path(&self) -> &HostPath {
+        match self {
+            Op::Write { file, .. } => &file.path,
+            Op::Remove { path, .. } => path,
+        }
+    }
+}
+
+/// Something the operator should hear about that is not an error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Notice {
+    /// We wrote it, but someone changed it since: left in place.
+    LeftModified { path: HostPath },
+    /// The ledger has it, the config no longer does (see `--prune`).
+    Orphaned { path: HostPath },
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum PlanError {
+    #[error("{path}: is a {kind}, not a file; refusing to replace it")]
+    NotAFile { path: HostPath, kind: &'static str },
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// In execution order.
+    pub ops: Vec<Op>,
+    pub unchanged: Vec<HostPath>,
+    pub notices: Vec<Notice>,
+}
+
+pub type Observations = BTreeMap<HostPath, Observed>;
+
+fn observed<'a>(observations: &'a Observations, path: &HostPath) -> &'a Observed {
+    observations.get(path).unwrap_or(&Observed::Missing)
+}
+
+/// Writes what differs, credentials before the manifest (the order of `desired.files`).
+/// With `prune`, files the ledger has but the config dropped are removed after the manifest,
+/// when they still hold what we wrote.
+pub fn plan_apply(desired: &Desired, observations: &Observations, ledger: &Ledger, prune: bool) -> Result<Plan, PlanError> {
+    let mut plan = Plan::default();
+    for file in &desired.files {
+        let sha256 = crate::desired::sha256_hex(&file.content);
+        let have = observed(observations, &file.path);
+        if have.holds(file, &sha256) {
+            plan.unchanged.push(file.path.clone());
+            continue;
+        }
+        let reason = match have {
+            Observed::Missing => WriteReason::Create,
+            Observed::Symlink => WriteReason::ReplaceSymlink,
+            Observed::Other { kind } => return Err(PlanError::NotAFile { path: file.path.clone(), kind }),
+            Observed::File { sha256: have, mode, .. } if *have == sha256 && *mode == file.mode => WriteReason::Owner,
+            Observed::File { sha256: have, .. } if *have == sha256 => WriteReason::Mode,
+            Observed::File { .. } => WriteReason::Content,
+        };
+        plan.ops.push(Op::Write { file: file.clone(), sha256, reason });
+    }
+    let wanted: Vec<&HostPath> = desired.files.iter().map(|f| &f.path).collect();
+    let orphans = ledger.entries_in_removal_order().filter(|e| !wanted.contains(&&e.path));
+    for entry in orphans {
+        let have = observed(observations, &entry.path);
+        if !prune {
+            plan.notices.push(Notice::Orphaned { path: entry.path.clone() });
+        } else if have.holds_recorded(entry) {
+            plan.ops.push(remove(entry));
+        } else if *have != Observed::Missing {
+            plan.notices.push(Notice::LeftModified { path: entry.path.clone() });
+        }
+    }
+    Ok(plan)
+}
+
+fn remove(entry: &LedgerEntry) -> Op {
+    Op::Remove { path: entry.path.clone(), role: entry.role, expected_sha256: entry.sha256.clone() }
+}
+
+/// Removes what the ledger says we wrote and what still holds it: the manifest first.
+pub fn plan_remove(ledger: &Ledger, observations: &Observations) -> Plan {
+    let mut plan = Plan::default();
+    for entry in ledger.entries_in_removal_order() {
+        let have = observed(observations, &entry.path);
+        if have.holds_recorded(entry) {
+            plan.ops.push(remove(entry));
+        } else if *have != Observed::Missing {
+            plan.notices.push(Notice::LeftModified { path: entry.path.clone() });
+        }
+    }
+    plan
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FileState {
+    /// We wrote it and it holds what the config wants.
+    InSync,
+    /// We wrote it, and it no longer holds what the config wants.
+    Drifted,
+    /// The config wants it and it is not there.
+    Missing,
+    /// It is there, but the ledger has no record of our writing it.
+    Unmanaged,
+    /// The ledger has it, the config no longer wants it.
+    Orphaned,
+}
+
+impl FileState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FileState::InSync => "in-sync",
+            FileState::Drifted => "drifted",
+            FileState::Missing => "missing",
+            FileState::Unmanaged => "unmanaged",
+            FileState::Orphaned => "orphaned",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct FileStatus {
+    pub path: HostPath,
+    pub state: FileState,
+    pub role: Role,
+    /// Why it is not in sync, when it is not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+pub fn status(desired: &Desired, observations: &Observations, ledger: &Ledger) -> Vec<FileStatus> {
+    let mut out = Vec::new();
+    for file in &desired.files {
+        let sha256 = crate::desired::sha256_hex(&file.content);
+        let have = observed(observations, &file.path);
+        let recorded = ledger.get(&file.path).is_some();
+        let (state, detail) = match have {
+            Observed::Missing => (FileState::Missing, None),
+            _ if !recorded => (FileState::Unmanaged, Some(difference(file, &sha256, have))),
+            _ if have.holds(file, &sha256) => (FileState::InSync, None),
+            _ => (FileState::Drifted, Some(difference(file, &sha256, have))),
+        };
+        let detail = detail.filter(|d| !d.is_empty());
+        out.push(FileStatus { path: file.path.clone(), state, role: file.role, detail });
+    }
+    let wanted: Vec<&HostPath> = desired.files.iter().map(|f| &f.path).collect();
+    for entry in ledger.entries_in_removal_order().filter(|e| !wanted.contains(&&e.path)) {
+        let detail = match observed(observations, &entry.path) {
+            Observed::Missing => "already gone from the node",
+            have if have.holds_recorded(entry) => "still holds what was written; `apply --prune` or `remove` deletes it",
+            _ => "changed since it was written; will be left in place",
+        };
+        out.push(FileStatus { path: entry.path.clone(), state: FileState::Orphaned, role: entry.role, detail: Some(detail.into()) });
+    }
+    out
+}
+
+fn difference(file: &DesiredFile, sha256: &str, have: &Observed) -> String {
+    match have {
+        Observed::Missing => "missing".into(),
+        Observed::Symlink => "a symlink stands at the path".into(),
+        Observed::Other { kind } => format!("a {kind} stands at the path"),
+        Observed::File { sha256: have, mode, owner } => {
+            let mut parts = Vec::new();
+            if have != sha256 {
+                parts.push("content differs".to_string());
+            }
+            if *mode != file.mode {
+                parts.push(format!("mode {mode}, want {}", file.mode));
+            }
+            if let Some(want) = file.owner.filter(|w| w != owner) {
+                parts.push(format!("owner {owner}, want {want}"));
+            }
+            parts.join("; ")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::LedgerEntry;
+
+    fn hp(s: &str) -> HostPath {
+        HostPath::parse(s).unwrap()
+    }
+
+    fn file(path: &str, content: &str, role: Role) -> DesiredFile {
+        DesiredFile { path: hp(path), content: content.into(), mode: FileMode(0o600), owner: Some(Owner { uid: 0, gid: 0 }), role }
+    }
+
+    fn desired() -> Desired {
+        Desired {
+            component: "c".into(),
+            files: vec![file("/k/key", "KEY", Role::Credential), file("/k/m.yaml", "POD", Role::Manifest)],
+            content_hash: "sha256:x".into(),
+            pod_name: "c".into(),
+            pod_namespace: "kube-system".into(),
+        }
+    }
+
+    fn on_disk(content: &str) -> Observed {
+        Observed::File { sha256: crate::desired::sha256_hex(content.as_bytes()), mode: FileMode(0o600), owner: Owner { uid: 0, gid: 0 } }
+    }
+
+    fn ledger_of(entries: &[(&str, &str, Role)]) -> Ledger {
+        let mut l = Ledger::new("c");
+        for (path, content, role) in entries {
+            l.record(LedgerEntry {
+                path: hp(path),
+                sha256: crate::desired::sha256_hex(content.as_bytes()),
+                mode: FileMode(0o600),
+                owner: None,
+                role: *role,
+                written_at: "2026-01-01T00:00:00Z".into(),
+            });
+        }
+        l
+    }
+
+    fn reasons(plan: &Plan) -> Vec<(String, WriteReason)> {
+        plan.ops
+            .iter()
+            .filter_map(|op| match op {
+                Op::Write { file, reason, .. } => Some((file.path.to_string(), *reason)),
+                Op::Remove { .. } => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn nothing_to_do_when_everything_matches() {
+        let obs = Observations::from([(hp("/k/key"), on_disk("KEY")), (hp("/k/m.yaml"), on_disk("POD"))]);
+        let plan = plan_apply(&desired(), &obs, &Ledger::new("c"), false).unwrap();
+        assert!(plan.ops.is_empty());
+        assert_eq!(plan.unchanged.len(), 2);
+    }
+
+    #[test]
+    fn writes_credentials_before_the_manifest_with_reasons() {
+        let obs = Observations::from([(hp("/k/m.yaml"), on_disk("OLD"))]);
+        let plan = plan_apply(&desired(), &obs, &Ledger::new("c"), false).unwrap();
+        assert_eq!(
+            reasons(&plan),
+            [("/k/key".into(), WriteReason::Create), ("/k/m.yaml".into(), WriteReason::Content)]
+        );
+    }
+
+    #[test]
+    fn every_kind_of_difference_is_a_write() {
+        let sha = crate::desired::sha256_hex(b"KEY");
+        let cases = [
+            (Observed::Missing, WriteReason::Create),
+            (Observed::Symlink, WriteReason::ReplaceSymlink),
+            (on_disk("OTHER"), WriteReason::Content),
+            (Observed::File { sha256: sha.clone(), mode: FileMode(0o644), owner: Owner { uid: 0, gid: 0 } }, WriteReason::Mode),
+            (Observed::File { sha256: sha.clone(), mode: FileMode(0o600), owner: Owner { uid: 1, gid: 0 } }, WriteReason::Owner),
+        ];
+        for (have, want) in cases {
+            let obs = Observations::from([(hp("/k/key"), have.clone()), (hp("/k/m.yaml"), on_disk("POD"))]);
+            let plan = plan_apply(&desired(), &obs, &Ledger::new("c"), false).unwrap();
+            assert_eq!(reasons(&plan), [("/k/key".into(), want)], "{have:?}");
+        }
+    }
+
+    #[test]
+    fn owner_is_ignored_when_the_config_names_none() {
+        let mut d = desired();
+        d.files[0].owner = None;
+        let have = Observed::File { sha256: crate::desired::sha256_hex(b"KEY"), mode: FileMode(0o600), owner: Owner { uid: 7, gid: 7 } };
+        let obs = Observations::from([(hp("/k/key"), have), (hp("/k/m.yaml"), on_disk("POD"))]);
+        assert!(plan_apply(&d, &obs, &Ledger::new("c"), false).unwrap().ops.is_empty());
+    }
+
+    #[test]
+    fn a_directory_at_the_destination_is_refused() {
+        let obs = Observations::from([(hp("/k/key"), Observed::Other { kind: "directory" })]);
+        assert_eq!(
+            plan_apply(&desired(), &obs, &Ledger::new("c"), false).unwrap_err(),
+            PlanError::NotAFile { path: hp("/k/key"), kind: "directory" }
+        );
+    }
+
+    #[test]
+    fn orphans_are_reported_and_pruned_only_on_request_and_only_when_unchanged() {
+        let ledger = ledger_of(&[("/k/old", "OLD", Role::Credential), ("/k/touched", "T", Role::Credential), ("/k/gone", "G", Role::Credential)]);
+        let obs = Observations::from([
+            (hp("/k/key"), on_disk("KEY")),
+            (hp("/k/m.yaml"), on_disk("POD")),
+            (hp("/k/old"), on_disk("OLD")),
+            (hp("/k/touched"), on_disk("EDITED")),
+        ]);
+        let plan = plan_apply(&desired(), &obs, &ledger, false).unwrap();
+        assert!(plan.ops.is_empty());
+        assert_eq!(plan.notices.len(), 3);
+        let plan = plan_apply(&desired(), &obs, &ledger, true).unwrap();
+        assert_eq!(plan.ops.iter().map(|o| o.path().to_string()).collect::<Vec<_>>(), ["/k/old"]);
+        assert_eq!(plan.notices, [Notice::LeftModified { path: hp("/k/touched") }]);
+    }
+
+    #[test]
+    fn remove_takes_the_manifest_first_and_spares_modified_files() {
+        let ledger = ledger_of(&[("/k/a", "A", Role::Credential), ("/k/m.yaml", "POD", Role::Manifest), ("/k/b", "B", Role::Credential), ("/k/c", "C", Role::Credential)]);
+        let obs = Observations::from([
+            (hp("/k/a"), on_disk("A")),
+            (hp("/k/m.yaml"), on_disk("POD")),
+            (hp("/k/b"), on_disk("CHANGED")),
+        ]);
+        let plan = plan_remove(&ledger, &obs);
+        assert_eq!(plan.ops.iter().map(|o| o.path().to_string()).collect::<Vec<_>>(), ["/k/m.yaml", "/k/a"]);
+        assert_eq!(plan.notices, [Notice::LeftModified { path: hp("/k/b") }]);
+    }
+
+    #[test]
+    fn status_covers_every_state() {
+        let mut d = desired();
+        d.files.insert(0, file("/k/new", "NEW", Role::Credential));
+        d.files.insert(0, file("/k/foreign", "F", Role::Credential));
+        let ledger = ledger_of(&[("/k/key", "KEY", Role::Credential), ("/k/m.yaml", "POD", Role::Manifest), ("/k/orphan", "O", Role::Credential)]);
+        let obs = Observations::from([
+            (hp("/k/foreign"), on_disk("F")),
+            (hp("/k/key"), on_disk("KEY")),
+            (hp("/k/m.yaml"), on_disk("EDITED")),
+            (hp("/k/orphan"), on_disk("O")),
+        ]);
+        let states: Vec<(String, FileState)> = status(&d, &obs, &ledger).into_iter().map(|s| (s.path.to_string(), s.state)).collect();
+        assert_eq!(
+            states,
+            [
+                ("/k/foreign".into(), FileState::Unmanaged),
+                ("/k/new".into(), FileState::Missing),
+                ("/k/key".into(), FileState::InSync),
+                ("/k/m.yaml".into(), FileState::Drifted),
+                ("/k/orphan".into(), FileState::Orphaned),
+            ]
+        );
+    }
+}

@@ -1,0 +1,53 @@
+// Command kube is a multi-call binary holding the real Kubernetes components kube-anchor's
+// tests run against: kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and a
+// kubelet backed by the fake CRI runtime of Kubernetes' own scale tests (kubemark).
+//
+// The component is chosen from the name the binary is called by (tools/bin/kube-apiserver is
+// a link to it) or, failing that, from the first argument.
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	_ "time/tzdata"
+
+	"github.com/spf13/cobra"
+	"k8s.io/component-base/cli"
+	_ "k8s.io/component-base/logs/json/register"
+	_ "k8s.io/component-base/metrics/prometheus/clientgo"
+	_ "k8s.io/component-base/metrics/prometheus/version"
+	kubectl "k8s.io/kubectl/pkg/cmd"
+	kubectlutil "k8s.io/kubectl/pkg/cmd/util"
+	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
+	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
+)
+
+var commands = map[string]func() *cobra.Command{
+	"kube-apiserver":          apiserver.NewAPIServerCommand,
+	"kube-controller-manager": controllermanager.NewControllerManagerCommand,
+	"kube-scheduler":          func() *cobra.Command { return scheduler.NewSchedulerCommand() },
+	"kubelet":                 newKubeletCommand,
+}
+
+func main() {
+	name := filepath.Base(os.Args[0])
+	if _, ok := commands[name]; !ok && name != "kubectl" && len(os.Args) > 1 {
+		name = os.Args[1]
+		os.Args = os.Args[1:]
+	}
+	if name == "kubectl" {
+		command := kubectl.NewDefaultKubectlCommand()
+		if err := cli.RunNoErrOutput(command); err != nil {
+			kubectlutil.CheckErr(err)
+		}
+		return
+	}
+	newCommand, ok := commands[name]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "usage: kube {kube-apiserver|kube-controller-manager|kube-scheduler|kubectl|kubelet} [flags]\n")
+		os.Exit(2)
+	}
+	os.Exit(cli.Run(newCommand()))
+}
