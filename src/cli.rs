@@ -5,7 +5,11 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 #[derive(Debug, Parser)]
-#[command(name = "kube-anchor", version, about = "Keeps control-plane static pods, and their credentials, on the node")]
+#[command(
+    name = "kube-anchor",
+    version,
+    about = "Keeps control-plane static pods, and their credentials, on the node"
+)]
 pub struct Cli {
     /// Log line format (logs go to stderr; results to stdout).
     #[arg(long, global = true, env = "KUBE_ANCHOR_LOG_FORMAT", value_enum, default_value_t = LogFormat::Plain)]
@@ -43,10 +47,19 @@ pub struct NodeArgs {
     #[arg(long, env = "KUBE_ANCHOR_HOST_ROOT", default_value = "/")]
     pub host_root: PathBuf,
     /// Host path of the state dir (ledgers); resolved under --host-root like every host path.
-    #[arg(long, env = "KUBE_ANCHOR_STATE_DIR", default_value = "/var/lib/kube-anchor")]
+    #[arg(
+        long,
+        env = "KUBE_ANCHOR_STATE_DIR",
+        default_value = "/var/lib/kube-anchor"
+    )]
     pub state_dir: String,
     /// Host directories files may be written below (the state dir is always allowed).
-    #[arg(long = "allowed-root", env = "KUBE_ANCHOR_ALLOWED_ROOTS", value_delimiter = ',', default_value = "/etc/kubernetes")]
+    #[arg(
+        long = "allowed-root",
+        env = "KUBE_ANCHOR_ALLOWED_ROOTS",
+        value_delimiter = ',',
+        default_value = "/etc/kubernetes"
+    )]
     pub allowed_roots: Vec<String>,
 }
 
@@ -68,7 +81,11 @@ pub struct ApplyArgs {
 #[derive(Debug, Args)]
 pub struct RemoveArgs {
     /// The Anchor config file (only its metadata.name is used).
-    #[arg(long, env = "KUBE_ANCHOR_CONFIG", required_unless_present = "component")]
+    #[arg(
+        long,
+        env = "KUBE_ANCHOR_CONFIG",
+        required_unless_present = "component"
+    )]
     pub config: Option<PathBuf>,
     /// The component name, instead of --config.
     #[arg(long, conflicts_with = "config")]
@@ -102,13 +119,35 @@ mod tests {
 
     #[test]
     fn flags_follow_the_verb() {
-        let cli = Cli::try_parse_from(["kube-anchor", "apply", "--config", "a.yaml", "--host-root", "./node", "--log-format", "json"]).unwrap();
+        let cli = Cli::try_parse_from([
+            "kube-anchor",
+            "apply",
+            "--config",
+            "a.yaml",
+            "--host-root",
+            "./node",
+            "--log-format",
+            "json",
+        ])
+        .unwrap();
         assert_eq!(cli.log_format, LogFormat::Json);
-        let Command::Apply(a) = cli.command else { panic!() };
+        let Command::Apply(a) = cli.command else {
+            panic!()
+        };
         assert_eq!(a.node.host_root, PathBuf::from("./node"));
         assert_eq!(a.node.allowed_roots, ["/etc/kubernetes"]);
-        let cli = Cli::try_parse_from(["kube-anchor", "remove", "--component", "etcd", "--allowed-root", "/etc/kubernetes,/etc/etcd"]).unwrap();
-        let Command::Remove(r) = cli.command else { panic!() };
+        let cli = Cli::try_parse_from([
+            "kube-anchor",
+            "remove",
+            "--component",
+            "etcd",
+            "--allowed-root",
+            "/etc/kubernetes,/etc/etcd",
+        ])
+        .unwrap();
+        let Command::Remove(r) = cli.command else {
+            panic!()
+        };
         assert_eq!(r.node.allowed_roots, ["/etc/kubernetes", "/etc/etcd"]);
         assert!(Cli::try_parse_from(["kube-anchor", "remove"]).is_err());
     }

@@ -25,10 +25,26 @@ pub fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", error_chain(&e));
             ExitCode::from(EXIT_ERROR)
         }
     }
+}
+
+/// The error and its causes on one line; a cause already spelled out by the message above it
+/// (our typed errors name their source) is not repeated.
+pub fn error_chain(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            if !out.is_empty() {
+                out.push_str(": ");
+            }
+            out.push_str(&text);
+        }
+    }
+    out
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -40,7 +56,11 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 }
 
 fn engine(node: &NodeArgs) -> anyhow::Result<Engine> {
-    Ok(Engine::new(&node.host_root, &node.state_dir, &node.allowed_roots)?)
+    Ok(Engine::new(
+        &node.host_root,
+        &node.state_dir,
+        &node.allowed_roots,
+    )?)
 }
 
 fn apply(args: ApplyArgs) -> anyhow::Result<ExitCode> {
@@ -49,7 +69,7 @@ fn apply(args: ApplyArgs) -> anyhow::Result<ExitCode> {
     let desired = inputs.desired(&inputs.environment_variables())?;
     let report = engine
         .apply(&desired, args.prune)
-        .with_context(|| format!("applying {} (files written before the error are recorded in the ledger)", desired.component))?;
+        .with_context(|| format!("applying {}", desired.component))?;
     log_notices(&report.notices, report.set_aside.as_ref());
     tracing::info!(component = %report.component, content_hash = %report.content_hash, written = report.written.len(), removed = report.removed.len(), unchanged = report.unchanged.len(), "applied");
     print_apply(&report, args.output);
@@ -60,7 +80,9 @@ fn remove(args: RemoveArgs) -> anyhow::Result<ExitCode> {
     let engine = engine(&args.node)?;
     let component = match (&args.component, &args.config) {
         (Some(name), _) if config::is_component_name(name) => name.clone(),
-        (Some(name), _) => anyhow::bail!("--component {name:?} is not a component name (a lowercase DNS label)"),
+        (Some(name), _) => {
+            anyhow::bail!("--component {name:?} is not a component name (a lowercase DNS label)")
+        }
         (None, Some(path)) => config::load(path, engine.roots())?.name,
         (None, None) => unreachable!("clap requires one of --config and --component"),
     };
@@ -77,19 +99,30 @@ fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
     let desired = inputs.desired(&inputs.environment_variables())?;
     let report = engine.status(&desired)?;
     print_status(&report, args.output);
-    Ok(if report.in_sync() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_OUT_OF_SYNC) })
+    Ok(if report.in_sync() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_OUT_OF_SYNC)
+    })
 }
 
 fn notice_text(notice: &Notice) -> String {
     match notice {
-        Notice::LeftModified { path } => format!("{path}: changed since kube-anchor wrote it; left in place"),
-        Notice::Orphaned { path } => format!("{path}: written earlier, no longer in the config; kept (use --prune to remove it)"),
+        Notice::LeftModified { path } => {
+            format!("{path}: changed since kube-anchor wrote it; left in place")
+        }
+        Notice::Orphaned { path } => format!(
+            "{path}: written earlier, no longer in the config; kept (use --prune to remove it)"
+        ),
     }
 }
 
 fn set_aside_text(s: &SetAside) -> String {
     match &s.moved_to {
-        Some(to) => format!("ledger {} was unusable ({}); moved to {to}; starting a fresh ledger", s.path, s.reason),
+        Some(to) => format!(
+            "ledger {} was unusable ({}); moved to {to}; starting a fresh ledger",
+            s.path, s.reason
+        ),
         None => format!("ledger {} is unusable ({}); ignoring it", s.path, s.reason),
     }
 }
@@ -104,16 +137,32 @@ fn log_notices(notices: &[Notice], set_aside: Option<&SetAside>) {
 }
 
 fn warnings(notices: &[Notice], set_aside: Option<&SetAside>) -> Vec<String> {
-    notices.iter().map(notice_text).chain(set_aside.map(set_aside_text)).collect()
+    notices
+        .iter()
+        .map(notice_text)
+        .chain(set_aside.map(set_aside_text))
+        .collect()
 }
 
 fn print_apply(r: &ApplyReport, format: OutputFormat) {
     match format {
         OutputFormat::Json => {
             let mut files: Vec<serde_json::Value> = Vec::new();
-            files.extend(r.written.iter().map(|(p, why)| json!({"path": p, "action": "written", "reason": why})));
-            files.extend(r.removed.iter().map(|p| json!({"path": p, "action": "removed"})));
-            files.extend(r.unchanged.iter().map(|p| json!({"path": p, "action": "unchanged"})));
+            files.extend(
+                r.written
+                    .iter()
+                    .map(|(p, why)| json!({"path": p, "action": "written", "reason": why})),
+            );
+            files.extend(
+                r.removed
+                    .iter()
+                    .map(|p| json!({"path": p, "action": "removed"})),
+            );
+            files.extend(
+                r.unchanged
+                    .iter()
+                    .map(|p| json!({"path": p, "action": "unchanged"})),
+            );
             let out = json!({
                 "component": r.component,
                 "contentHash": r.content_hash,
@@ -124,9 +173,20 @@ fn print_apply(r: &ApplyReport, format: OutputFormat) {
             println!("{out}");
         }
         OutputFormat::Text => {
-            println!("{}: {} ({})", r.component, if r.changed() { "applied" } else { "unchanged" }, r.content_hash);
+            println!(
+                "{}: {} ({})",
+                r.component,
+                if r.changed() { "applied" } else { "unchanged" },
+                r.content_hash
+            );
             for (p, why) in &r.written {
-                println!("  written    {p} ({})", serde_json::to_value(why).expect("enum").as_str().unwrap_or_default());
+                println!(
+                    "  written    {p} ({})",
+                    serde_json::to_value(why)
+                        .expect("enum")
+                        .as_str()
+                        .unwrap_or_default()
+                );
             }
             for p in &r.removed {
                 println!("  removed    {p}");
@@ -144,7 +204,10 @@ fn print_apply(r: &ApplyReport, format: OutputFormat) {
 fn print_remove(r: &RemoveReport, format: OutputFormat) {
     let warnings = warnings(&r.notices, r.set_aside.as_ref());
     match format {
-        OutputFormat::Json => println!("{}", json!({"component": r.component, "removed": r.removed, "warnings": warnings})),
+        OutputFormat::Json => println!(
+            "{}",
+            json!({"component": r.component, "removed": r.removed, "warnings": warnings})
+        ),
         OutputFormat::Text => {
             println!("{}: {} file(s) removed", r.component, r.removed.len());
             for p in &r.removed {
@@ -172,9 +235,20 @@ fn print_status(r: &StatusReport, format: OutputFormat) {
             println!("{out}");
         }
         OutputFormat::Text => {
-            println!("{}: {}", r.component, if r.in_sync() { "in sync" } else { "NOT in sync" });
+            println!(
+                "{}: {}",
+                r.component,
+                if r.in_sync() {
+                    "in sync"
+                } else {
+                    "NOT in sync"
+                }
+            );
             println!("  wanted hash   {}", r.content_hash);
-            println!("  applied hash  {}", r.recorded_hash.as_deref().unwrap_or("(never applied)"));
+            println!(
+                "  applied hash  {}",
+                r.recorded_hash.as_deref().unwrap_or("(never applied)")
+            );
             for f in &r.files {
                 match &f.detail {
                     Some(d) => println!("  {:<10} {} ({d})", f.state.as_str(), f.path),

@@ -17,11 +17,18 @@ pub const DEFAULT_MANIFEST_MODE: FileMode = FileMode(0o600);
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("{}: cannot read: {source}", .path.display())]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{}: {reason}", .path.display())]
     Yaml { path: PathBuf, reason: String },
     #[error("{}: {field}: {problem}", .path.display())]
-    Invalid { path: PathBuf, field: String, problem: String },
+    Invalid {
+        path: PathBuf,
+        field: String,
+        problem: String,
+    },
 }
 
 /// A file mode, written in the config as a quoted octal string such as `"0600"`.
@@ -31,12 +38,17 @@ pub struct FileMode(pub u32);
 impl FileMode {
     pub fn parse(raw: &str) -> Result<Self, String> {
         let digits = raw.strip_prefix("0o").unwrap_or(raw);
-        if digits.is_empty() || digits.len() > 4 || !digits.bytes().all(|b| (b'0'..=b'7').contains(&b)) {
+        if digits.is_empty()
+            || digits.len() > 4
+            || !digits.bytes().all(|b| (b'0'..=b'7').contains(&b))
+        {
             return Err(format!("{raw:?} is not an octal mode like \"0600\""));
         }
         let mode = u32::from_str_radix(digits, 8).expect("checked octal digits");
         if mode & !0o777 != 0 {
-            return Err(format!("{raw:?}: setuid, setgid and sticky bits are not allowed"));
+            return Err(format!(
+                "{raw:?}: setuid, setgid and sticky bits are not allowed"
+            ));
         }
         if mode & 0o002 != 0 {
             return Err(format!("{raw:?}: world-writable files are not allowed"));
@@ -69,7 +81,9 @@ impl<'de> Deserialize<'de> for FileMode {
             }
             // YAML reads an unquoted 0600 as the decimal number 600: refuse instead of guessing.
             fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<FileMode, E> {
-                Err(E::custom(format!("mode {v} must be a quoted octal string such as \"0600\"")))
+                Err(E::custom(format!(
+                    "mode {v} must be a quoted octal string such as \"0600\""
+                )))
             }
             fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<FileMode, E> {
                 self.visit_u64(v.unsigned_abs())
@@ -96,7 +110,10 @@ impl Owner {
     pub fn parse(raw: &str) -> Result<Self, String> {
         let bad = || format!("{raw:?} is not a numeric \"uid:gid\" such as \"0:0\"");
         let (uid, gid) = raw.split_once(':').ok_or_else(bad)?;
-        Ok(Self { uid: uid.parse().map_err(|_| bad())?, gid: gid.parse().map_err(|_| bad())? })
+        Ok(Self {
+            uid: uid.parse().map_err(|_| bad())?,
+            gid: gid.parse().map_err(|_| bad())?,
+        })
     }
 }
 
@@ -119,7 +136,9 @@ impl serde::Serialize for Owner {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     /// Certificates, keys, kubeconfigs, config files: written before the manifest.
@@ -210,7 +229,10 @@ fn yes() -> bool {
 
 /// Reads and validates the config at `path`; relative sources resolve against its directory.
 pub fn load(path: &Path, roots: &AllowedRoots) -> Result<Anchor, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.into(),
+        source,
+    })?;
     parse(path, &text, roots)
 }
 
@@ -218,39 +240,70 @@ pub fn load(path: &Path, roots: &AllowedRoots) -> Result<Anchor, ConfigError> {
 pub fn is_component_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 63
-        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !name.starts_with('-')
         && !name.ends_with('-')
 }
 
 pub fn parse(path: &Path, text: &str, roots: &AllowedRoots) -> Result<Anchor, ConfigError> {
-    let raw: RawConfig =
-        serde_yaml_ng::from_str(text).map_err(|e| ConfigError::Yaml { path: path.into(), reason: e.to_string() })?;
-    let invalid = |field: &str, problem: String| ConfigError::Invalid { path: path.into(), field: field.into(), problem };
+    let raw: RawConfig = serde_yaml_ng::from_str(text).map_err(|e| ConfigError::Yaml {
+        path: path.into(),
+        reason: e.to_string(),
+    })?;
+    let invalid = |field: &str, problem: String| ConfigError::Invalid {
+        path: path.into(),
+        field: field.into(),
+        problem,
+    };
     if raw.api_version != API_VERSION {
-        return Err(invalid("apiVersion", format!("expected {API_VERSION:?}, found {:?}", raw.api_version)));
+        return Err(invalid(
+            "apiVersion",
+            format!("expected {API_VERSION:?}, found {:?}", raw.api_version),
+        ));
     }
     if raw.kind != KIND {
-        return Err(invalid("kind", format!("expected {KIND:?}, found {:?}", raw.kind)));
+        return Err(invalid(
+            "kind",
+            format!("expected {KIND:?}, found {:?}", raw.kind),
+        ));
     }
     if !is_component_name(&raw.metadata.name) {
         return Err(invalid(
             "metadata.name",
-            format!("{:?} is not a lowercase DNS label (a-z, 0-9, '-')", raw.metadata.name),
+            format!(
+                "{:?} is not a lowercase DNS label (a-z, 0-9, '-')",
+                raw.metadata.name
+            ),
         ));
     }
     let mut seen = BTreeSet::new();
     for (i, name) in raw.spec.variables.iter().enumerate() {
         if !is_variable_name(name) {
-            return Err(invalid(&format!("spec.variables[{i}]"), format!("{name:?} is not a variable name")));
+            return Err(invalid(
+                &format!("spec.variables[{i}]"),
+                format!("{name:?} is not a variable name"),
+            ));
         }
         if !seen.insert(name) {
-            return Err(invalid(&format!("spec.variables[{i}]"), format!("{name:?} is listed twice")));
+            return Err(invalid(
+                &format!("spec.variables[{i}]"),
+                format!("{name:?} is listed twice"),
+            ));
         }
     }
     let base = path.parent().unwrap_or(Path::new("."));
-    let source = |s: &Path| if s.is_absolute() { s.to_path_buf() } else { base.join(s) };
-    let host_path = |field: &str, raw: &str| HostPath::parse_allowed(raw, roots).map_err(|e| invalid(field, e.to_string()));
+    let source = |s: &Path| {
+        if s.is_absolute() {
+            s.to_path_buf()
+        } else {
+            base.join(s)
+        }
+    };
+    let host_path = |field: &str, raw: &str| {
+        HostPath::parse_allowed(raw, roots).map_err(|e| invalid(field, e.to_string()))
+    };
 
     let mut files = Vec::with_capacity(raw.spec.files.len() + 1);
     for (i, f) in raw.spec.files.iter().enumerate() {
@@ -277,11 +330,22 @@ pub fn parse(path: &Path, text: &str, roots: &AllowedRoots) -> Result<Anchor, Co
     let mut paths = BTreeSet::new();
     for (i, f) in files.iter().enumerate() {
         if !paths.insert(&f.path) {
-            let field = if f.role == Role::Manifest { "spec.manifest.path".into() } else { format!("spec.files[{i}].path") };
-            return Err(invalid(&field, format!("{} is written by an earlier entry too", f.path)));
+            let field = if f.role == Role::Manifest {
+                "spec.manifest.path".into()
+            } else {
+                format!("spec.files[{i}].path")
+            };
+            return Err(invalid(
+                &field,
+                format!("{} is written by an earlier entry too", f.path),
+            ));
         }
     }
-    Ok(Anchor { name: raw.metadata.name, variables: raw.spec.variables, files })
+    Ok(Anchor {
+        name: raw.metadata.name,
+        variables: raw.spec.variables,
+        files,
+    })
 }
 
 #[cfg(test)]
@@ -334,7 +398,10 @@ spec:
         assert_eq!(a.files[1].owner, Some(Owner { uid: 0, gid: 0 }));
         assert!(!a.files[1].restart_on_change && a.files[1].template);
         let m = a.manifest();
-        assert_eq!((m.role, m.mode, m.template), (Role::Manifest, DEFAULT_MANIFEST_MODE, true));
+        assert_eq!(
+            (m.role, m.mode, m.template),
+            (Role::Manifest, DEFAULT_MANIFEST_MODE, true)
+        );
     }
 
     #[test]
@@ -346,8 +413,13 @@ spec:
             assert!(FileMode::parse(bad).is_err(), "{bad}");
         }
         // A number YAML reads as decimal is refused; a leading zero keeps it a string here.
-        assert!(problem(&GOOD.replace("\"0644\"", "644")).contains("must be a quoted octal string"));
-        assert_eq!(p(&GOOD.replace("\"0644\"", "0644")).unwrap().files[0].mode, FileMode(0o644));
+        assert!(
+            problem(&GOOD.replace("\"0644\"", "644")).contains("must be a quoted octal string")
+        );
+        assert_eq!(
+            p(&GOOD.replace("\"0644\"", "0644")).unwrap().files[0].mode,
+            FileMode(0o644)
+        );
         assert!(problem(&GOOD.replace("\"0644\"", "\"u+rw\"")).contains("not an octal mode"));
         assert_eq!(FileMode(0o600).to_string(), "0600");
     }
@@ -355,9 +427,20 @@ spec:
     #[test]
     fn errors_name_the_file_and_field() {
         let e = problem(&GOOD.replace("/etc/kubernetes/manifests/", "/etc/../"));
-        assert!(e.starts_with("/cfg/anchor.yaml: spec.manifest.path:"), "{e}");
-        let e = problem(&GOOD.replace("/etc/kubernetes/apiserver/pki/apiserver.pem", "/root/.ssh/authorized_keys"));
-        assert!(e.starts_with("/cfg/anchor.yaml: spec.files[0].path: /root/.ssh/authorized_keys: outside"), "{e}");
+        assert!(
+            e.starts_with("/cfg/anchor.yaml: spec.manifest.path:"),
+            "{e}"
+        );
+        let e = problem(&GOOD.replace(
+            "/etc/kubernetes/apiserver/pki/apiserver.pem",
+            "/root/.ssh/authorized_keys",
+        ));
+        assert!(
+            e.starts_with(
+                "/cfg/anchor.yaml: spec.files[0].path: /root/.ssh/authorized_keys: outside"
+            ),
+            "{e}"
+        );
         let e = problem(&GOOD.replace("kind: Anchor", "kind: Pod"));
         assert!(e.contains("kind: expected \"Anchor\""), "{e}");
         let e = problem(&GOOD.replace("name: kube-apiserver", "name: ../evil"));
@@ -372,7 +455,10 @@ spec:
 
     #[test]
     fn duplicate_destinations_are_refused() {
-        let dup = GOOD.replace("/etc/kubernetes/apiserver/pki/apiserver-key.pem", "/etc/kubernetes/apiserver/pki/apiserver.pem");
+        let dup = GOOD.replace(
+            "/etc/kubernetes/apiserver/pki/apiserver-key.pem",
+            "/etc/kubernetes/apiserver/pki/apiserver.pem",
+        );
         assert!(problem(&dup).contains("spec.files[1].path"));
     }
 

@@ -49,7 +49,11 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 /// `sources[i]` holds the bytes of `anchor.files[i].source`.
-pub fn build(anchor: &Anchor, sources: &[Vec<u8>], vars: &Variables) -> Result<Desired, DesiredError> {
+pub fn build(
+    anchor: &Anchor,
+    sources: &[Vec<u8>],
+    vars: &Variables,
+) -> Result<Desired, DesiredError> {
     assert_eq!(anchor.files.len(), sources.len(), "one source per file");
     let mut files = Vec::with_capacity(sources.len());
     for (spec, bytes) in anchor.files.iter().zip(sources) {
@@ -58,10 +62,17 @@ pub fn build(anchor: &Anchor, sources: &[Vec<u8>], vars: &Variables) -> Result<D
         } else {
             bytes.clone()
         };
-        files.push(DesiredFile { path: spec.path.clone(), content, mode: spec.mode, owner: spec.owner, role: spec.role });
+        files.push(DesiredFile {
+            path: spec.path.clone(),
+            content,
+            mode: spec.mode,
+            owner: spec.owner,
+            role: spec.role,
+        });
     }
     let manifest_spec = anchor.manifest();
-    let manifest_text = std::str::from_utf8(&files.last().expect("manifest").content).expect("rendered text is UTF-8");
+    let manifest_text = std::str::from_utf8(&files.last().expect("manifest").content)
+        .expect("rendered text is UTF-8");
     let pod = staticpod::parse(&manifest_spec.source, manifest_text)?;
 
     // Framed fields, so that moving bytes between two files always changes the hash.
@@ -107,26 +118,58 @@ mod tests {
     #[test]
     fn renders_and_annotates_the_manifest_last() {
         let d = desired("A", "b ${NODE_IP}", MANIFEST).unwrap();
-        assert_eq!(d.files.iter().map(|f| f.role).collect::<Vec<_>>(), [Role::Credential, Role::Credential, Role::Manifest]);
+        assert_eq!(
+            d.files.iter().map(|f| f.role).collect::<Vec<_>>(),
+            [Role::Credential, Role::Credential, Role::Manifest]
+        );
         assert_eq!(d.files[1].content, b"b 10.1.2.3");
         let manifest = String::from_utf8(d.manifest().content.clone()).unwrap();
         assert!(manifest.contains("--ip=10.1.2.3"), "{manifest}");
-        assert!(manifest.contains(&format!("kube-anchor.io/content-hash: {}", d.content_hash)), "{manifest}");
-        assert_eq!((d.pod_name.as_str(), d.pod_namespace.as_str()), ("c", "kube-system"));
+        assert!(
+            manifest.contains(&format!("kube-anchor.io/content-hash: {}", d.content_hash)),
+            "{manifest}"
+        );
+        assert_eq!(
+            (d.pod_name.as_str(), d.pod_namespace.as_str()),
+            ("c", "kube-system")
+        );
     }
 
     #[test]
     fn hash_follows_restart_on_change_files_only() {
         let base = desired("A", "B", MANIFEST).unwrap().content_hash;
-        assert_eq!(desired("A", "B", MANIFEST).unwrap().content_hash, base, "deterministic");
-        assert_ne!(desired("A2", "B", MANIFEST).unwrap().content_hash, base, "credential change restarts");
-        assert_eq!(desired("A", "B2", MANIFEST).unwrap().content_hash, base, "restartOnChange: false");
-        assert_ne!(desired("A", "B", &MANIFEST.replace("image: 'i'", "image: 'j'")).unwrap().content_hash, base);
+        assert_eq!(
+            desired("A", "B", MANIFEST).unwrap().content_hash,
+            base,
+            "deterministic"
+        );
+        assert_ne!(
+            desired("A2", "B", MANIFEST).unwrap().content_hash,
+            base,
+            "credential change restarts"
+        );
+        assert_eq!(
+            desired("A", "B2", MANIFEST).unwrap().content_hash,
+            base,
+            "restartOnChange: false"
+        );
+        assert_ne!(
+            desired("A", "B", &MANIFEST.replace("image: 'i'", "image: 'j'"))
+                .unwrap()
+                .content_hash,
+            base
+        );
     }
 
     #[test]
     fn bad_inputs_are_typed_errors() {
-        assert!(matches!(desired("A", "${NOPE}", MANIFEST), Err(DesiredError::Render(_))));
-        assert!(matches!(desired("A", "B", "kind: Pod"), Err(DesiredError::Manifest(_))));
+        assert!(matches!(
+            desired("A", "${NOPE}", MANIFEST),
+            Err(DesiredError::Render(_))
+        ));
+        assert!(matches!(
+            desired("A", "B", "kind: Pod"),
+            Err(DesiredError::Manifest(_))
+        ));
     }
 }

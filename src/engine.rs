@@ -17,7 +17,12 @@ pub enum EngineError {
     #[error(transparent)]
     Config(#[from] ConfigError),
     #[error("{}: cannot read ({field} of {}): {source}", .path.display(), .config.display())]
-    Source { path: PathBuf, field: String, config: PathBuf, source: std::io::Error },
+    Source {
+        path: PathBuf,
+        field: String,
+        config: PathBuf,
+        source: std::io::Error,
+    },
     #[error(transparent)]
     Desired(#[from] DesiredError),
     #[error(transparent)]
@@ -76,7 +81,9 @@ pub struct StatusReport {
 
 impl StatusReport {
     pub fn in_sync(&self) -> bool {
-        self.files.iter().all(|f| f.state == plan::FileState::InSync)
+        self.files
+            .iter()
+            .all(|f| f.state == plan::FileState::InSync)
     }
 }
 
@@ -91,11 +98,19 @@ impl Inputs {
     pub fn load(config_path: &Path, roots: &AllowedRoots) -> Result<Self, EngineError> {
         let anchor = config::load(config_path, roots)?;
         let mut sources = Vec::with_capacity(anchor.files.len());
-        let credentials = anchor.files.iter().filter(|f| f.role == Role::Credential).count();
+        let credentials = anchor
+            .files
+            .iter()
+            .filter(|f| f.role == Role::Credential)
+            .count();
         for (i, spec) in anchor.files.iter().enumerate() {
             let bytes = std::fs::read(&spec.source).map_err(|source| EngineError::Source {
                 path: spec.source.clone(),
-                field: if i < credentials { format!("spec.files[{i}].source") } else { "spec.manifest.source".into() },
+                field: if i < credentials {
+                    format!("spec.files[{i}].source")
+                } else {
+                    "spec.manifest.source".into()
+                },
                 config: config_path.into(),
                 source,
             })?;
@@ -106,7 +121,9 @@ impl Inputs {
 
     /// The variables the config allows, with their values from the process environment.
     pub fn environment_variables(&self) -> Variables {
-        Variables::new(self.anchor.variables.iter().cloned(), |name| std::env::var(name).ok())
+        Variables::new(self.anchor.variables.iter().cloned(), |name| {
+            std::env::var(name).ok()
+        })
     }
 
     pub fn desired(&self, vars: &Variables) -> Result<Desired, DesiredError> {
@@ -146,7 +163,12 @@ impl Engine {
             set_aside: loaded.set_aside,
             ..Default::default()
         };
-        let paths: Vec<HostPath> = desired.files.iter().map(|f| f.path.clone()).chain(ledger.entries().iter().map(|e| e.path.clone())).collect();
+        let paths: Vec<HostPath> = desired
+            .files
+            .iter()
+            .map(|f| f.path.clone())
+            .chain(ledger.entries().iter().map(|e| e.path.clone()))
+            .collect();
         report.cleaned_temps = self.fs.clean_stale_temps(&paths);
         let observations = self.fs.observe_all(&paths)?;
         let plan = plan::plan_apply(desired, &observations, &ledger, prune)?;
@@ -162,9 +184,20 @@ impl Engine {
             .collect();
         let now = now_rfc3339();
         // Files that already held the wanted content are adopted: recorded, not rewritten.
-        for file in desired.files.iter().filter(|f| report.unchanged.contains(&f.path)) {
+        for file in desired
+            .files
+            .iter()
+            .filter(|f| report.unchanged.contains(&f.path))
+        {
             if ledger.get(&file.path).is_none() {
-                ledger.record(entry_for(file.path.clone(), desired::sha256_hex(&file.content), file.mode, file.owner, file.role, &now));
+                ledger.record(entry_for(
+                    file.path.clone(),
+                    desired::sha256_hex(&file.content),
+                    file.mode,
+                    file.owner,
+                    file.role,
+                    &now,
+                ));
             }
         }
         let result = self.fs.execute(&plan.ops);
@@ -174,8 +207,16 @@ impl Engine {
         };
         for (d, reason) in done.into_iter().zip(reasons) {
             match d {
-                Done::Wrote { path, sha256, mode, owner, role } => {
-                    report.written.push((path.clone(), reason.expect("a write has a reason")));
+                Done::Wrote {
+                    path,
+                    sha256,
+                    mode,
+                    owner,
+                    role,
+                } => {
+                    report
+                        .written
+                        .push((path.clone(), reason.expect("a write has a reason")));
                     ledger.record(entry_for(path, sha256, mode, owner, role, &now));
                 }
                 Done::Removed { path } => {
@@ -205,7 +246,12 @@ impl Engine {
         self.fs.clean_stale_temps(&paths);
         let observations = self.fs.observe_all(&paths)?;
         let plan = plan::plan_remove(&ledger, &observations);
-        let mut report = RemoveReport { component: component.into(), notices: plan.notices, set_aside: loaded.set_aside, ..Default::default() };
+        let mut report = RemoveReport {
+            component: component.into(),
+            notices: plan.notices,
+            set_aside: loaded.set_aside,
+            ..Default::default()
+        };
         let (done, error) = match self.fs.execute(&plan.ops) {
             Ok(done) => (done, None),
             Err((e, done)) => (done, Some(e)),
@@ -238,11 +284,20 @@ impl Engine {
                 Ok(l) => (l, None),
                 Err(e) => (
                     Ledger::new(&desired.component),
-                    Some(SetAside { path: ledger_path, moved_to: None, reason: e.reason }),
+                    Some(SetAside {
+                        path: ledger_path,
+                        moved_to: None,
+                        reason: e.reason,
+                    }),
                 ),
             },
         };
-        let paths: Vec<HostPath> = desired.files.iter().map(|f| f.path.clone()).chain(ledger.entries().iter().map(|e| e.path.clone())).collect();
+        let paths: Vec<HostPath> = desired
+            .files
+            .iter()
+            .map(|f| f.path.clone())
+            .chain(ledger.entries().iter().map(|e| e.path.clone()))
+            .collect();
         let observations = self.fs.observe_all(&paths)?;
         Ok(StatusReport {
             component: desired.component.clone(),
@@ -254,6 +309,20 @@ impl Engine {
     }
 }
 
-fn entry_for(path: HostPath, sha256: String, mode: config::FileMode, owner: Option<config::Owner>, role: Role, now: &str) -> LedgerEntry {
-    LedgerEntry { path, sha256, mode, owner, role, written_at: now.into() }
+fn entry_for(
+    path: HostPath,
+    sha256: String,
+    mode: config::FileMode,
+    owner: Option<config::Owner>,
+    role: Role,
+    now: &str,
+) -> LedgerEntry {
+    LedgerEntry {
+        path,
+        sha256,
+        mode,
+        owner,
+        role,
+        written_at: now.into(),
+    }
 }

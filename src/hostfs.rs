@@ -32,22 +32,42 @@ pub enum HostFsError {
     #[error("host root {}: {source}", .path.display())]
     HostRoot { path: PathBuf, source: io::Error },
     #[error("{path}: a parent directory resolves to {}, outside {allowed}", .resolved.display())]
-    Escape { path: HostPath, resolved: PathBuf, allowed: String },
+    Escape {
+        path: HostPath,
+        resolved: PathBuf,
+        allowed: String,
+    },
     #[error("{path}: cannot {op}: {source}")]
-    Io { path: HostPath, op: &'static str, source: io::Error },
+    Io {
+        path: HostPath,
+        op: &'static str,
+        source: io::Error,
+    },
     #[error("{path}: changed since it was checked; left in place")]
     Changed { path: HostPath },
 }
 
 fn io_err<'a>(path: &'a HostPath, op: &'static str) -> impl FnOnce(io::Error) -> HostFsError + 'a {
-    move |source| HostFsError::Io { path: path.clone(), op, source }
+    move |source| HostFsError::Io {
+        path: path.clone(),
+        op,
+        source,
+    }
 }
 
 /// What happened to one op.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Done {
-    Wrote { path: HostPath, sha256: String, mode: FileMode, owner: Option<Owner>, role: Role },
-    Removed { path: HostPath },
+    Wrote {
+        path: HostPath,
+        sha256: String,
+        mode: FileMode,
+        owner: Option<Owner>,
+        role: Role,
+    },
+    Removed {
+        path: HostPath,
+    },
 }
 
 /// The ledger as found on disk.
@@ -75,8 +95,15 @@ pub struct HostFs {
 impl HostFs {
     /// `host_root` must exist; every host path is resolved below it.
     pub fn new(host_root: &Path, roots: AllowedRoots) -> Result<Self, HostFsError> {
-        let root = fs::canonicalize(host_root).map_err(|source| HostFsError::HostRoot { path: host_root.into(), source })?;
-        Ok(Self { root, roots, dir_mode: 0o755 })
+        let root = fs::canonicalize(host_root).map_err(|source| HostFsError::HostRoot {
+            path: host_root.into(),
+            source,
+        })?;
+        Ok(Self {
+            root,
+            roots,
+            dir_mode: 0o755,
+        })
     }
 
     /// Mode for directories this writer creates (default 0755).
@@ -94,15 +121,23 @@ impl HostFs {
     /// followed: a symlink there is replaced, never written through.
     pub fn resolve(&self, path: &HostPath) -> Result<PathBuf, HostFsError> {
         let allowed = self.roots.root_of(path).ok_or_else(|| {
-            HostFsError::Path(HostPathError::OutsideAllowedRoots { path: path.clone(), roots: self.roots.to_string() })
+            HostFsError::Path(HostPathError::OutsideAllowedRoots {
+                path: path.clone(),
+                roots: self.roots.to_string(),
+            })
         })?;
         let real = self.root.join(path.relative());
         let parent = real.parent().expect("below an allowed root");
-        let resolved = canonicalize_existing_prefix(parent).map_err(io_err(path, "resolve parent directory"))?;
+        let resolved = canonicalize_existing_prefix(parent)
+            .map_err(io_err(path, "resolve parent directory"))?;
         let real_allowed = canonicalize_existing_prefix(&self.root.join(allowed.relative()))
             .map_err(io_err(path, "resolve allowed root"))?;
         if !resolved.starts_with(&self.root) || !resolved.starts_with(&real_allowed) {
-            return Err(HostFsError::Escape { path: path.clone(), resolved, allowed: allowed.to_string() });
+            return Err(HostFsError::Escape {
+                path: path.clone(),
+                resolved,
+                allowed: allowed.to_string(),
+            });
         }
         Ok(resolved.join(real.file_name().expect("host paths name a file")))
     }
@@ -112,8 +147,14 @@ impl HostFs {
         observe_real(path, &real)
     }
 
-    pub fn observe_all<'a>(&self, paths: impl IntoIterator<Item = &'a HostPath>) -> Result<Observations, HostFsError> {
-        paths.into_iter().map(|p| Ok((p.clone(), self.observe(p)?))).collect()
+    pub fn observe_all<'a>(
+        &self,
+        paths: impl IntoIterator<Item = &'a HostPath>,
+    ) -> Result<Observations, HostFsError> {
+        paths
+            .into_iter()
+            .map(|p| Ok((p.clone(), self.observe(p)?)))
+            .collect()
     }
 
     pub fn read(&self, path: &HostPath) -> Result<Option<Vec<u8>>, HostFsError> {
@@ -127,16 +168,31 @@ impl HostFs {
 
     /// Removes temp files a killed writer left next to `paths`. Only our own names are touched:
     /// `.<file name>.<random>.kube-anchor.tmp` for the given files.
-    pub fn clean_stale_temps<'a>(&self, paths: impl IntoIterator<Item = &'a HostPath>) -> Vec<HostPath> {
+    pub fn clean_stale_temps<'a>(
+        &self,
+        paths: impl IntoIterator<Item = &'a HostPath>,
+    ) -> Vec<HostPath> {
         let mut removed = Vec::new();
         for path in paths {
-            let (Ok(real), Some(name), Some(parent)) = (self.resolve(path), path.file_name(), path.parent()) else { continue };
+            let (Ok(real), Some(name), Some(parent)) =
+                (self.resolve(path), path.file_name(), path.parent())
+            else {
+                continue;
+            };
             let prefix = format!(".{name}.");
-            let Ok(entries) = fs::read_dir(real.parent().expect("resolved file has a parent")) else { continue };
+            let Ok(entries) = fs::read_dir(real.parent().expect("resolved file has a parent"))
+            else {
+                continue;
+            };
             for entry in entries.flatten() {
                 let file_name = entry.file_name();
-                let Some(file_name) = file_name.to_str() else { continue };
-                if file_name.starts_with(&prefix) && file_name.ends_with(TEMP_SUFFIX) && fs::remove_file(entry.path()).is_ok() {
+                let Some(file_name) = file_name.to_str() else {
+                    continue;
+                };
+                if file_name.starts_with(&prefix)
+                    && file_name.ends_with(TEMP_SUFFIX)
+                    && fs::remove_file(entry.path()).is_ok()
+                {
                     removed.extend(parent.join(file_name).ok());
                 }
             }
@@ -190,7 +246,11 @@ impl HostFs {
                         })
                         .map(|d| (d, real))
                 }
-                Op::Remove { path, expected_sha256, .. } => self.remove_checked(path, expected_sha256),
+                Op::Remove {
+                    path,
+                    expected_sha256,
+                    ..
+                } => self.remove_checked(path, expected_sha256),
             };
             match result {
                 Ok((d, real)) => {
@@ -213,7 +273,11 @@ impl HostFs {
         }
     }
 
-    fn stage_writes(&self, ops: &[Op], created_dirs: &mut Vec<PathBuf>) -> Result<Vec<(NamedTempFile, PathBuf)>, HostFsError> {
+    fn stage_writes(
+        &self,
+        ops: &[Op],
+        created_dirs: &mut Vec<PathBuf>,
+    ) -> Result<Vec<(NamedTempFile, PathBuf)>, HostFsError> {
         let mut staged = Vec::new();
         for op in ops {
             let Op::Write { file, .. } = op else { continue };
@@ -226,7 +290,12 @@ impl HostFs {
         Ok(staged)
     }
 
-    fn create_dirs(&self, path: &HostPath, dir: &Path, created: &mut Vec<PathBuf>) -> Result<(), HostFsError> {
+    fn create_dirs(
+        &self,
+        path: &HostPath,
+        dir: &Path,
+        created: &mut Vec<PathBuf>,
+    ) -> Result<(), HostFsError> {
         let mut missing = Vec::new();
         let mut cursor = dir;
         while fs::symlink_metadata(cursor).is_err() {
@@ -234,14 +303,22 @@ impl HostFs {
             cursor = cursor.parent().expect("the host root exists");
         }
         for d in missing.into_iter().rev() {
-            fs::DirBuilder::new().mode(self.dir_mode).create(&d).map_err(io_err(path, "create parent directory"))?;
-            fs::set_permissions(&d, fs::Permissions::from_mode(self.dir_mode)).map_err(io_err(path, "set directory mode"))?;
+            fs::DirBuilder::new()
+                .mode(self.dir_mode)
+                .create(&d)
+                .map_err(io_err(path, "create parent directory"))?;
+            fs::set_permissions(&d, fs::Permissions::from_mode(self.dir_mode))
+                .map_err(io_err(path, "set directory mode"))?;
             created.push(d);
         }
         Ok(())
     }
 
-    fn remove_checked(&self, path: &HostPath, expected_sha256: &str) -> Result<(Done, PathBuf), HostFsError> {
+    fn remove_checked(
+        &self,
+        path: &HostPath,
+        expected_sha256: &str,
+    ) -> Result<(Done, PathBuf), HostFsError> {
         let real = self.resolve(path)?;
         match observe_real(path, &real)? {
             Observed::Missing => return Ok((Done::Removed { path: path.clone() }, real)),
@@ -250,19 +327,35 @@ impl HostFs {
         }
         match fs::remove_file(&real) {
             Ok(()) => Ok((Done::Removed { path: path.clone() }, real)),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok((Done::Removed { path: path.clone() }, real)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                Ok((Done::Removed { path: path.clone() }, real))
+            }
             Err(e) => Err(io_err(path, "remove")(e)),
         }
     }
 
     /// Writes one file atomically (the same path as a plan's writes take).
-    pub fn write_file(&self, path: &HostPath, content: &[u8], mode: FileMode, role: Role) -> Result<(), HostFsError> {
+    pub fn write_file(
+        &self,
+        path: &HostPath,
+        content: &[u8],
+        mode: FileMode,
+        role: Role,
+    ) -> Result<(), HostFsError> {
         let op = Op::Write {
-            file: crate::desired::DesiredFile { path: path.clone(), content: content.to_vec(), mode, owner: None, role },
+            file: crate::desired::DesiredFile {
+                path: path.clone(),
+                content: content.to_vec(),
+                mode,
+                owner: None,
+                role,
+            },
             sha256: crate::desired::sha256_hex(content),
             reason: crate::plan::WriteReason::Content,
         };
-        self.execute(std::slice::from_ref(&op)).map(|_| ()).map_err(|(e, _)| e)
+        self.execute(std::slice::from_ref(&op))
+            .map(|_| ())
+            .map_err(|(e, _)| e)
     }
 
     pub fn ledger_path(state_dir: &HostPath, component: &str) -> Result<HostPath, HostPathError> {
@@ -270,12 +363,26 @@ impl HostFs {
     }
 
     /// Reads the ledger; a corrupt or unreadable one is moved aside and reported, never fatal.
-    pub fn load_ledger(&self, state_dir: &HostPath, component: &str) -> Result<LoadedLedger, HostFsError> {
+    pub fn load_ledger(
+        &self,
+        state_dir: &HostPath,
+        component: &str,
+    ) -> Result<LoadedLedger, HostFsError> {
         let path = Self::ledger_path(state_dir, component)?;
         let problem = match self.read(&path) {
-            Ok(None) => return Ok(LoadedLedger { ledger: Ledger::new(component), set_aside: None }),
+            Ok(None) => {
+                return Ok(LoadedLedger {
+                    ledger: Ledger::new(component),
+                    set_aside: None,
+                });
+            }
             Ok(Some(bytes)) => match Ledger::decode(&bytes) {
-                Ok(ledger) if ledger.component == component => return Ok(LoadedLedger { ledger, set_aside: None }),
+                Ok(ledger) if ledger.component == component => {
+                    return Ok(LoadedLedger {
+                        ledger,
+                        set_aside: None,
+                    });
+                }
                 Ok(ledger) => format!("belongs to component {:?}", ledger.component),
                 Err(CorruptLedger { reason }) => reason,
             },
@@ -286,12 +393,24 @@ impl HostFs {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or_default();
-        let aside = path.parent().and_then(|dir| dir.join(&format!("{}.corrupt-{stamp}", Ledger::file_name(component))).ok());
+        let aside = path.parent().and_then(|dir| {
+            dir.join(&format!("{}.corrupt-{stamp}", Ledger::file_name(component)))
+                .ok()
+        });
         let moved_to = aside.filter(|aside| {
-            let (Ok(from), Ok(to)) = (self.resolve(&path), self.resolve(aside)) else { return false };
+            let (Ok(from), Ok(to)) = (self.resolve(&path), self.resolve(aside)) else {
+                return false;
+            };
             fs::rename(from, to).is_ok()
         });
-        Ok(LoadedLedger { ledger: Ledger::new(component), set_aside: Some(SetAside { path, moved_to, reason: problem }) })
+        Ok(LoadedLedger {
+            ledger: Ledger::new(component),
+            set_aside: Some(SetAside {
+                path,
+                moved_to,
+                reason: problem,
+            }),
+        })
     }
 
     /// Writes the ledger, or removes its file when it is empty. Skips the write when the bytes
@@ -331,9 +450,18 @@ impl HostFs {
 }
 
 /// Creates the temp file beside `real` with its final mode and owner, writes and fsyncs it.
-fn stage(path: &HostPath, real: &Path, content: &[u8], mode: FileMode, owner: Option<Owner>) -> Result<NamedTempFile, HostFsError> {
+fn stage(
+    path: &HostPath,
+    real: &Path,
+    content: &[u8],
+    mode: FileMode,
+    owner: Option<Owner>,
+) -> Result<NamedTempFile, HostFsError> {
     let dir = real.parent().expect("resolved file has a parent");
-    let name = real.file_name().expect("resolved file has a name").to_string_lossy();
+    let name = real
+        .file_name()
+        .expect("resolved file has a name")
+        .to_string_lossy();
     let mut temp = tempfile::Builder::new()
         .prefix(&format!(".{name}."))
         .suffix(TEMP_SUFFIX)
@@ -342,9 +470,11 @@ fn stage(path: &HostPath, real: &Path, content: &[u8], mode: FileMode, owner: Op
         .tempfile_in(dir)
         .map_err(io_err(path, "create temp file"))?;
     let file = temp.as_file_mut();
-    file.set_permissions(fs::Permissions::from_mode(mode.0)).map_err(io_err(path, "set mode"))?;
+    file.set_permissions(fs::Permissions::from_mode(mode.0))
+        .map_err(io_err(path, "set mode"))?;
     if let Some(owner) = owner {
-        std::os::unix::fs::fchown(&*file, Some(owner.uid), Some(owner.gid)).map_err(io_err(path, "set owner"))?;
+        std::os::unix::fs::fchown(&*file, Some(owner.uid), Some(owner.gid))
+            .map_err(io_err(path, "set owner"))?;
     }
     file.write_all(content).map_err(io_err(path, "write"))?;
     file.sync_all().map_err(io_err(path, "fsync"))?;
@@ -362,7 +492,13 @@ fn observe_real(path: &HostPath, real: &Path) -> Result<Observed, HostFsError> {
         return Ok(Observed::Symlink);
     }
     if !kind.is_file() {
-        return Ok(Observed::Other { kind: if kind.is_dir() { "directory" } else { "special file" } });
+        return Ok(Observed::Other {
+            kind: if kind.is_dir() {
+                "directory"
+            } else {
+                "special file"
+            },
+        });
     }
     let mut file = File::open(real).map_err(io_err(path, "open"))?;
     let mut hasher = Sha256::new();
@@ -378,12 +514,17 @@ fn observe_real(path: &HostPath, real: &Path) -> Result<Observed, HostFsError> {
     Ok(Observed::File {
         sha256: hex::encode(hasher.finalize()),
         mode: FileMode(meta.mode() & 0o7777),
-        owner: Owner { uid: meta.uid(), gid: meta.gid() },
+        owner: Owner {
+            uid: meta.uid(),
+            gid: meta.gid(),
+        },
     })
 }
 
 fn sync_dir(path: &HostPath, dir: &Path) -> Result<(), HostFsError> {
-    File::open(dir).and_then(|d| d.sync_all()).map_err(io_err(path, "fsync directory"))
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_err(path, "fsync directory"))
 }
 
 fn sync_dirs(dirs: &mut Vec<(HostPath, PathBuf)>) -> Result<(), HostFsError> {
@@ -407,7 +548,9 @@ fn canonicalize_existing_prefix(path: &Path) -> io::Result<PathBuf> {
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 tail.push(existing.file_name().ok_or(e)?.to_owned());
-                existing = existing.parent().ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+                existing = existing
+                    .parent()
+                    .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
             }
             Err(e) => return Err(e),
         }
@@ -440,7 +583,13 @@ mod tests {
 
     fn write_op(path: &str, content: &str, mode: u32, role: Role) -> Op {
         Op::Write {
-            file: DesiredFile { path: hp(path), content: content.into(), mode: FileMode(mode), owner: None, role },
+            file: DesiredFile {
+                path: hp(path),
+                content: content.into(),
+                mode: FileMode(mode),
+                owner: None,
+                role,
+            },
             sha256: sha256_hex(content.as_bytes()),
             reason: WriteReason::Create,
         }
@@ -455,15 +604,37 @@ mod tests {
     #[test]
     fn writes_with_exact_mode_and_creates_parents() {
         let n = node();
-        let done = n.fs.execute(&[write_op("/etc/kubernetes/pki/key", "K", 0o600, Role::Credential)]).unwrap();
+        let done =
+            n.fs.execute(&[write_op(
+                "/etc/kubernetes/pki/key",
+                "K",
+                0o600,
+                Role::Credential,
+            )])
+            .unwrap();
         assert_eq!(done.len(), 1);
         let meta = fs::metadata(n.real("/etc/kubernetes/pki/key")).unwrap();
         assert_eq!(meta.mode() & 0o7777, 0o600);
         assert_eq!(fs::read(n.real("/etc/kubernetes/pki/key")).unwrap(), b"K");
-        assert_eq!(fs::metadata(n.real("/etc/kubernetes/pki")).unwrap().mode() & 0o777, 0o755);
+        assert_eq!(
+            fs::metadata(n.real("/etc/kubernetes/pki")).unwrap().mode() & 0o777,
+            0o755
+        );
         // Modes wider than the umask allows at creation are still exact.
-        n.fs.execute(&[write_op("/etc/kubernetes/pki/ca", "C", 0o664, Role::Credential)]).unwrap();
-        assert_eq!(fs::metadata(n.real("/etc/kubernetes/pki/ca")).unwrap().mode() & 0o7777, 0o664);
+        n.fs.execute(&[write_op(
+            "/etc/kubernetes/pki/ca",
+            "C",
+            0o664,
+            Role::Credential,
+        )])
+        .unwrap();
+        assert_eq!(
+            fs::metadata(n.real("/etc/kubernetes/pki/ca"))
+                .unwrap()
+                .mode()
+                & 0o7777,
+            0o664
+        );
     }
 
     #[test]
@@ -472,9 +643,20 @@ mod tests {
         let outside = tempfile::tempdir().unwrap();
         fs::create_dir_all(n.real("/etc/kubernetes")).unwrap();
         symlink(outside.path(), n.real("/etc/kubernetes/pki")).unwrap();
-        let err = n.fs.execute(&[write_op("/etc/kubernetes/pki/key", "K", 0o600, Role::Credential)]).unwrap_err().0;
+        let err =
+            n.fs.execute(&[write_op(
+                "/etc/kubernetes/pki/key",
+                "K",
+                0o600,
+                Role::Credential,
+            )])
+            .unwrap_err()
+            .0;
         assert!(matches!(err, HostFsError::Escape { .. }), "{err}");
-        assert!(fs::read_dir(outside.path()).unwrap().next().is_none(), "nothing written outside");
+        assert!(
+            fs::read_dir(outside.path()).unwrap().next().is_none(),
+            "nothing written outside"
+        );
     }
 
     #[test]
@@ -483,7 +665,9 @@ mod tests {
         let outside = tempfile::tempdir().unwrap();
         fs::create_dir_all(n.real("/etc")).unwrap();
         symlink(outside.path(), n.real("/etc/kubernetes")).unwrap();
-        let err = n.fs.resolve(&hp("/etc/kubernetes/manifests/a.yaml")).unwrap_err();
+        let err =
+            n.fs.resolve(&hp("/etc/kubernetes/manifests/a.yaml"))
+                .unwrap_err();
         assert!(matches!(err, HostFsError::Escape { .. }), "{err}");
     }
 
@@ -495,16 +679,35 @@ mod tests {
         fs::write(&victim, "precious").unwrap();
         fs::create_dir_all(n.real("/etc/kubernetes")).unwrap();
         symlink(&victim, n.real("/etc/kubernetes/key")).unwrap();
-        assert_eq!(n.fs.observe(&hp("/etc/kubernetes/key")).unwrap(), Observed::Symlink);
-        n.fs.execute(&[write_op("/etc/kubernetes/key", "K", 0o600, Role::Credential)]).unwrap();
+        assert_eq!(
+            n.fs.observe(&hp("/etc/kubernetes/key")).unwrap(),
+            Observed::Symlink
+        );
+        n.fs.execute(&[write_op(
+            "/etc/kubernetes/key",
+            "K",
+            0o600,
+            Role::Credential,
+        )])
+        .unwrap();
         assert_eq!(fs::read(&victim).unwrap(), b"precious");
-        assert!(fs::symlink_metadata(n.real("/etc/kubernetes/key")).unwrap().is_file());
+        assert!(
+            fs::symlink_metadata(n.real("/etc/kubernetes/key"))
+                .unwrap()
+                .is_file()
+        );
     }
 
     #[test]
     fn a_failing_stage_leaves_everything_as_it_was() {
         let n = node();
-        n.fs.execute(&[write_op("/etc/kubernetes/a", "old", 0o600, Role::Credential)]).unwrap();
+        n.fs.execute(&[write_op(
+            "/etc/kubernetes/a",
+            "old",
+            0o600,
+            Role::Credential,
+        )])
+        .unwrap();
         // The second write cannot be staged: a directory stands where its parent should be... a file.
         fs::write(n.real("/etc/kubernetes/blocker"), "x").unwrap();
         let ops = [
@@ -514,19 +717,38 @@ mod tests {
         ];
         let (err, done) = n.fs.execute(&ops).unwrap_err();
         assert!(done.is_empty());
-        assert!(err.to_string().starts_with("/etc/kubernetes/blocker/c: "), "{err}");
+        assert!(
+            err.to_string().starts_with("/etc/kubernetes/blocker/c: "),
+            "{err}"
+        );
         assert_eq!(fs::read(n.real("/etc/kubernetes/a")).unwrap(), b"old");
-        assert!(!n.real("/etc/kubernetes/new-dir").exists(), "created dirs are rolled back");
-        let names: Vec<_> = fs::read_dir(n.real("/etc/kubernetes")).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert!(
+            !n.real("/etc/kubernetes/new-dir").exists(),
+            "created dirs are rolled back"
+        );
+        let names: Vec<_> = fs::read_dir(n.real("/etc/kubernetes"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         assert_eq!(names.len(), 2, "no temp files left: {names:?}");
     }
 
     #[test]
     fn remove_rechecks_content() {
         let n = node();
-        n.fs.execute(&[write_op("/etc/kubernetes/a", "mine", 0o600, Role::Credential)]).unwrap();
+        n.fs.execute(&[write_op(
+            "/etc/kubernetes/a",
+            "mine",
+            0o600,
+            Role::Credential,
+        )])
+        .unwrap();
         fs::write(n.real("/etc/kubernetes/a"), "theirs").unwrap();
-        let op = Op::Remove { path: hp("/etc/kubernetes/a"), role: Role::Credential, expected_sha256: sha256_hex(b"mine") };
+        let op = Op::Remove {
+            path: hp("/etc/kubernetes/a"),
+            role: Role::Credential,
+            expected_sha256: sha256_hex(b"mine"),
+        };
         let (err, _) = n.fs.execute(&[op]).unwrap_err();
         assert!(matches!(err, HostFsError::Changed { .. }));
         assert_eq!(fs::read(n.real("/etc/kubernetes/a")).unwrap(), b"theirs");
@@ -542,7 +764,8 @@ mod tests {
         for f in [&ours, &other_file, &foreign] {
             fs::write(f, "x").unwrap();
         }
-        let removed = n.fs.clean_stale_temps([&hp("/etc/kubernetes/manifests/a.yaml")]);
+        let removed =
+            n.fs.clean_stale_temps([&hp("/etc/kubernetes/manifests/a.yaml")]);
         assert_eq!(removed.len(), 1);
         assert!(!ours.exists() && other_file.exists() && foreign.exists());
     }
@@ -569,7 +792,13 @@ mod tests {
         let loaded = n.fs.load_ledger(&state, "c").unwrap();
         assert!(loaded.ledger.is_empty());
         let aside = loaded.set_aside.unwrap();
-        assert!(aside.moved_to.unwrap().to_string().starts_with("/var/lib/kube-anchor/v1/c.json.corrupt-"));
+        assert!(
+            aside
+                .moved_to
+                .unwrap()
+                .to_string()
+                .starts_with("/var/lib/kube-anchor/v1/c.json.corrupt-")
+        );
         assert!(!file.exists());
     }
 }

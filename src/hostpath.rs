@@ -17,7 +17,9 @@ pub enum HostPathError {
 }
 
 /// An absolute, normalized host path with no `..` components.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 #[serde(try_from = "String", into = "String")]
 pub struct HostPath(PathBuf);
 
@@ -32,8 +34,12 @@ impl HostPath {
             match component {
                 Component::RootDir | Component::CurDir => {}
                 Component::Normal(part) => normal.push(part),
-                Component::ParentDir => return Err(HostPathError::ParentComponent { path: raw.into() }),
-                Component::Prefix(_) => return Err(HostPathError::NotAbsolute { path: raw.into() }),
+                Component::ParentDir => {
+                    return Err(HostPathError::ParentComponent { path: raw.into() });
+                }
+                Component::Prefix(_) => {
+                    return Err(HostPathError::NotAbsolute { path: raw.into() });
+                }
             }
         }
         Ok(Self(normal))
@@ -114,13 +120,18 @@ impl AllowedRoots {
 
     /// The allowed root `path` lies strictly below, if any.
     pub fn root_of(&self, path: &HostPath) -> Option<&HostPath> {
-        self.0.iter().find(|root| path.starts_with(root) && *root != path)
+        self.0
+            .iter()
+            .find(|root| path.starts_with(root) && *root != path)
     }
 
     pub fn check(&self, path: &HostPath) -> Result<(), HostPathError> {
         match self.root_of(path) {
             Some(_) => Ok(()),
-            None => Err(HostPathError::OutsideAllowedRoots { path: path.clone(), roots: self.to_string() }),
+            None => Err(HostPathError::OutsideAllowedRoots {
+                path: path.clone(),
+                roots: self.to_string(),
+            }),
         }
     }
 }
@@ -137,19 +148,36 @@ mod tests {
     use super::*;
 
     fn roots() -> AllowedRoots {
-        AllowedRoots::new([HostPath::parse("/etc/kubernetes").unwrap(), HostPath::parse("/var/lib/kube-anchor").unwrap()])
+        AllowedRoots::new([
+            HostPath::parse("/etc/kubernetes").unwrap(),
+            HostPath::parse("/var/lib/kube-anchor").unwrap(),
+        ])
     }
 
     #[test]
     fn normalizes() {
-        assert_eq!(HostPath::parse("//etc/./kubernetes//a.yaml").unwrap().to_string(), "/etc/kubernetes/a.yaml");
-        assert_eq!(HostPath::parse("/etc/kubernetes/").unwrap().relative(), Path::new("etc/kubernetes"));
+        assert_eq!(
+            HostPath::parse("//etc/./kubernetes//a.yaml")
+                .unwrap()
+                .to_string(),
+            "/etc/kubernetes/a.yaml"
+        );
+        assert_eq!(
+            HostPath::parse("/etc/kubernetes/").unwrap().relative(),
+            Path::new("etc/kubernetes")
+        );
     }
 
     #[test]
     fn refuses_relative_and_parent_components() {
-        assert!(matches!(HostPath::parse("etc/kubernetes"), Err(HostPathError::NotAbsolute { .. })));
-        assert!(matches!(HostPath::parse(""), Err(HostPathError::NotAbsolute { .. })));
+        assert!(matches!(
+            HostPath::parse("etc/kubernetes"),
+            Err(HostPathError::NotAbsolute { .. })
+        ));
+        assert!(matches!(
+            HostPath::parse(""),
+            Err(HostPathError::NotAbsolute { .. })
+        ));
         assert!(matches!(
             HostPath::parse("/etc/kubernetes/../shadow"),
             Err(HostPathError::ParentComponent { .. })
@@ -159,14 +187,26 @@ mod tests {
     #[test]
     fn allowed_roots_are_component_wise_and_exclude_the_root_itself() {
         let r = roots();
-        for ok in ["/etc/kubernetes/manifests/a.yaml", "/var/lib/kube-anchor/v1/x.json"] {
+        for ok in [
+            "/etc/kubernetes/manifests/a.yaml",
+            "/var/lib/kube-anchor/v1/x.json",
+        ] {
             assert!(HostPath::parse_allowed(ok, &r).is_ok(), "{ok}");
         }
-        for bad in ["/etc/kubernetes", "/etc/kubernetes-evil/a", "/etc/shadow", "/", "/var/lib"] {
+        for bad in [
+            "/etc/kubernetes",
+            "/etc/kubernetes-evil/a",
+            "/etc/shadow",
+            "/",
+            "/var/lib",
+        ] {
             assert!(HostPath::parse_allowed(bad, &r).is_err(), "{bad}");
         }
         let err = HostPath::parse_allowed("/etc/shadow", &r).unwrap_err();
-        assert_eq!(err.to_string(), "/etc/shadow: outside the allowed roots (/etc/kubernetes, /var/lib/kube-anchor)");
+        assert_eq!(
+            err.to_string(),
+            "/etc/shadow: outside the allowed roots (/etc/kubernetes, /var/lib/kube-anchor)"
+        );
     }
 
     #[test]

@@ -65,7 +65,11 @@ struct EnvelopeIn<'a> {
 
 impl Ledger {
     pub fn new(component: &str) -> Self {
-        Self { component: component.into(), content_hash: None, files: Vec::new() }
+        Self {
+            component: component.into(),
+            content_hash: None,
+            files: Vec::new(),
+        }
     }
 
     pub fn file_name(component: &str) -> String {
@@ -81,7 +85,10 @@ impl Ledger {
     }
 
     pub fn get(&self, path: &HostPath) -> Option<&LedgerEntry> {
-        self.files.binary_search_by(|e| e.path.cmp(path)).ok().map(|i| &self.files[i])
+        self.files
+            .binary_search_by(|e| e.path.cmp(path))
+            .ok()
+            .map(|i| &self.files[i])
     }
 
     pub fn record(&mut self, entry: LedgerEntry) {
@@ -116,16 +123,23 @@ impl Ledger {
 
     pub fn decode(bytes: &[u8]) -> Result<Self, CorruptLedger> {
         let corrupt = |reason: String| CorruptLedger { reason };
-        let envelope: EnvelopeIn = serde_json::from_slice(bytes).map_err(|e| corrupt(format!("not a ledger: {e}")))?;
+        let envelope: EnvelopeIn =
+            serde_json::from_slice(bytes).map_err(|e| corrupt(format!("not a ledger: {e}")))?;
         if envelope.schema_version != SCHEMA_VERSION {
-            return Err(corrupt(format!("schema version {} (this build reads {SCHEMA_VERSION})", envelope.schema_version)));
+            return Err(corrupt(format!(
+                "schema version {} (this build reads {SCHEMA_VERSION})",
+                envelope.schema_version
+            )));
         }
         let actual = format!("sha256:{}", sha256_hex(envelope.ledger.get().as_bytes()));
         if actual != envelope.checksum {
-            return Err(corrupt(format!("checksum mismatch: recorded {}, computed {actual}", envelope.checksum)));
+            return Err(corrupt(format!(
+                "checksum mismatch: recorded {}, computed {actual}",
+                envelope.checksum
+            )));
         }
-        let mut ledger: Ledger =
-            serde_json::from_str(envelope.ledger.get()).map_err(|e| corrupt(format!("bad ledger body: {e}")))?;
+        let mut ledger: Ledger = serde_json::from_str(envelope.ledger.get())
+            .map_err(|e| corrupt(format!("bad ledger body: {e}")))?;
         ledger.files.sort_by(|a, b| a.path.cmp(&b.path));
         Ok(ledger)
     }
@@ -138,7 +152,11 @@ mod tests {
     fn sample() -> Ledger {
         let mut l = Ledger::new("kube-apiserver");
         l.content_hash = Some("sha256:abc".into());
-        for (path, role) in [("/etc/kubernetes/z", Role::Credential), ("/etc/kubernetes/m.yaml", Role::Manifest), ("/etc/kubernetes/a", Role::Credential)] {
+        for (path, role) in [
+            ("/etc/kubernetes/z", Role::Credential),
+            ("/etc/kubernetes/m.yaml", Role::Manifest),
+            ("/etc/kubernetes/a", Role::Credential),
+        ] {
             l.record(LedgerEntry {
                 path: HostPath::parse(path).unwrap(),
                 sha256: sha256_hex(path.as_bytes()),
@@ -156,14 +174,27 @@ mod tests {
         let l = sample();
         assert_eq!(Ledger::decode(&l.encode()).unwrap(), l);
         let text = String::from_utf8(l.encode()).unwrap();
-        assert!(text.contains("\"schemaVersion\":1") && text.contains("\"mode\": \"0600\""), "{text}");
+        assert!(
+            text.contains("\"schemaVersion\":1") && text.contains("\"mode\": \"0600\""),
+            "{text}"
+        );
     }
 
     #[test]
     fn record_replaces_and_keeps_order() {
         let mut l = sample();
-        let paths: Vec<_> = l.entries_in_removal_order().map(|e| e.path.to_string()).collect();
-        assert_eq!(paths, ["/etc/kubernetes/m.yaml", "/etc/kubernetes/a", "/etc/kubernetes/z"]);
+        let paths: Vec<_> = l
+            .entries_in_removal_order()
+            .map(|e| e.path.to_string())
+            .collect();
+        assert_eq!(
+            paths,
+            [
+                "/etc/kubernetes/m.yaml",
+                "/etc/kubernetes/a",
+                "/etc/kubernetes/z"
+            ]
+        );
         let mut e = l.entries()[0].clone();
         e.sha256 = "new".into();
         l.record(e.clone());
@@ -188,7 +219,11 @@ mod tests {
                 Ok(l) => survived.push((i, l)),
             }
         }
-        assert!(detected > bytes.len() * 9 / 10, "{detected}/{}", bytes.len());
+        assert!(
+            detected > bytes.len() * 9 / 10,
+            "{detected}/{}",
+            bytes.len()
+        );
         for (i, l) in survived {
             assert_eq!(l, sample(), "flip at {i} changed the content undetected");
         }
@@ -199,7 +234,14 @@ mod tests {
         let bytes = sample().encode();
         assert!(Ledger::decode(&bytes[..bytes.len() / 2]).is_err());
         assert!(Ledger::decode(b"").is_err());
-        let v2 = String::from_utf8(bytes).unwrap().replace("\"schemaVersion\":1", "\"schemaVersion\":2");
-        assert!(Ledger::decode(v2.as_bytes()).unwrap_err().reason.contains("schema version 2"));
+        let v2 = String::from_utf8(bytes)
+            .unwrap()
+            .replace("\"schemaVersion\":1", "\"schemaVersion\":2");
+        assert!(
+            Ledger::decode(v2.as_bytes())
+                .unwrap_err()
+                .reason
+                .contains("schema version 2")
+        );
     }
 }

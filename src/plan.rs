@@ -13,17 +13,27 @@ use crate::ledger::{Ledger, LedgerEntry};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Observed {
     Missing,
-    File { sha256: String, mode: FileMode, owner: Owner },
+    File {
+        sha256: String,
+        mode: FileMode,
+        owner: Owner,
+    },
     /// A symlink at the destination: replaced by a file, never written through.
     Symlink,
     /// A directory, socket, device...: never touched.
-    Other { kind: &'static str },
+    Other {
+        kind: &'static str,
+    },
 }
 
 impl Observed {
     fn holds(&self, file: &DesiredFile, sha256: &str) -> bool {
         match self {
-            Observed::File { sha256: have, mode, owner } => {
+            Observed::File {
+                sha256: have,
+                mode,
+                owner,
+            } => {
                 have == sha256 && *mode == file.mode && file.owner.is_none_or(|want| want == *owner)
             }
             _ => false,
@@ -47,9 +57,17 @@ pub enum WriteReason {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Op {
-    Write { file: DesiredFile, sha256: String, reason: WriteReason },
+    Write {
+        file: DesiredFile,
+        sha256: String,
+        reason: WriteReason,
+    },
     /// Remove a file we wrote; the executor re-checks `expected_sha256` just before.
-    Remove { path: HostPath, role: Role, expected_sha256: String },
+    Remove {
+        path: HostPath,
+        role: Role,
+        expected_sha256: String,
+    },
 }
 
 impl Op {
@@ -93,7 +111,12 @@ fn observed<'a>(observations: &'a Observations, path: &HostPath) -> &'a Observed
 /// Writes what differs, credentials before the manifest (the order of `desired.files`).
 /// With `prune`, files the ledger has but the config dropped are removed after the manifest,
 /// when they still hold what we wrote.
-pub fn plan_apply(desired: &Desired, observations: &Observations, ledger: &Ledger, prune: bool) -> Result<Plan, PlanError> {
+pub fn plan_apply(
+    desired: &Desired,
+    observations: &Observations,
+    ledger: &Ledger,
+    prune: bool,
+) -> Result<Plan, PlanError> {
     let mut plan = Plan::default();
     for file in &desired.files {
         let sha256 = crate::desired::sha256_hex(&file.content);
@@ -105,30 +128,51 @@ pub fn plan_apply(desired: &Desired, observations: &Observations, ledger: &Ledge
         let reason = match have {
             Observed::Missing => WriteReason::Create,
             Observed::Symlink => WriteReason::ReplaceSymlink,
-            Observed::Other { kind } => return Err(PlanError::NotAFile { path: file.path.clone(), kind }),
-            Observed::File { sha256: have, mode, .. } if *have == sha256 && *mode == file.mode => WriteReason::Owner,
+            Observed::Other { kind } => {
+                return Err(PlanError::NotAFile {
+                    path: file.path.clone(),
+                    kind,
+                });
+            }
+            Observed::File {
+                sha256: have, mode, ..
+            } if *have == sha256 && *mode == file.mode => WriteReason::Owner,
             Observed::File { sha256: have, .. } if *have == sha256 => WriteReason::Mode,
             Observed::File { .. } => WriteReason::Content,
         };
-        plan.ops.push(Op::Write { file: file.clone(), sha256, reason });
+        plan.ops.push(Op::Write {
+            file: file.clone(),
+            sha256,
+            reason,
+        });
     }
     let wanted: Vec<&HostPath> = desired.files.iter().map(|f| &f.path).collect();
-    let orphans = ledger.entries_in_removal_order().filter(|e| !wanted.contains(&&e.path));
+    let orphans = ledger
+        .entries_in_removal_order()
+        .filter(|e| !wanted.contains(&&e.path));
     for entry in orphans {
         let have = observed(observations, &entry.path);
         if !prune {
-            plan.notices.push(Notice::Orphaned { path: entry.path.clone() });
+            plan.notices.push(Notice::Orphaned {
+                path: entry.path.clone(),
+            });
         } else if have.holds_recorded(entry) {
             plan.ops.push(remove(entry));
         } else if *have != Observed::Missing {
-            plan.notices.push(Notice::LeftModified { path: entry.path.clone() });
+            plan.notices.push(Notice::LeftModified {
+                path: entry.path.clone(),
+            });
         }
     }
     Ok(plan)
 }
 
 fn remove(entry: &LedgerEntry) -> Op {
-    Op::Remove { path: entry.path.clone(), role: entry.role, expected_sha256: entry.sha256.clone() }
+    Op::Remove {
+        path: entry.path.clone(),
+        role: entry.role,
+        expected_sha256: entry.sha256.clone(),
+    }
 }
 
 /// Removes what the ledger says we wrote and what still holds it: the manifest first.
@@ -139,7 +183,9 @@ pub fn plan_remove(ledger: &Ledger, observations: &Observations) -> Plan {
         if have.holds_recorded(entry) {
             plan.ops.push(remove(entry));
         } else if *have != Observed::Missing {
-            plan.notices.push(Notice::LeftModified { path: entry.path.clone() });
+            plan.notices.push(Notice::LeftModified {
+                path: entry.path.clone(),
+            });
         }
     }
     plan
@@ -195,16 +241,31 @@ pub fn status(desired: &Desired, observations: &Observations, ledger: &Ledger) -
             _ => (FileState::Drifted, Some(difference(file, &sha256, have))),
         };
         let detail = detail.filter(|d| !d.is_empty());
-        out.push(FileStatus { path: file.path.clone(), state, role: file.role, detail });
+        out.push(FileStatus {
+            path: file.path.clone(),
+            state,
+            role: file.role,
+            detail,
+        });
     }
     let wanted: Vec<&HostPath> = desired.files.iter().map(|f| &f.path).collect();
-    for entry in ledger.entries_in_removal_order().filter(|e| !wanted.contains(&&e.path)) {
+    for entry in ledger
+        .entries_in_removal_order()
+        .filter(|e| !wanted.contains(&&e.path))
+    {
         let detail = match observed(observations, &entry.path) {
             Observed::Missing => "already gone from the node",
-            have if have.holds_recorded(entry) => "still holds what was written; `apply --prune` or `remove` deletes it",
+            have if have.holds_recorded(entry) => {
+                "still holds what was written; `apply --prune` or `remove` deletes it"
+            }
             _ => "changed since it was written; will be left in place",
         };
-        out.push(FileStatus { path: entry.path.clone(), state: FileState::Orphaned, role: entry.role, detail: Some(detail.into()) });
+        out.push(FileStatus {
+            path: entry.path.clone(),
+            state: FileState::Orphaned,
+            role: entry.role,
+            detail: Some(detail.into()),
+        });
     }
     out
 }
@@ -214,7 +275,11 @@ fn difference(file: &DesiredFile, sha256: &str, have: &Observed) -> String {
         Observed::Missing => "missing".into(),
         Observed::Symlink => "a symlink stands at the path".into(),
         Observed::Other { kind } => format!("a {kind} stands at the path"),
-        Observed::File { sha256: have, mode, owner } => {
+        Observed::File {
+            sha256: have,
+            mode,
+            owner,
+        } => {
             let mut parts = Vec::new();
             if have != sha256 {
                 parts.push("content differs".to_string());
@@ -240,13 +305,22 @@ mod tests {
     }
 
     fn file(path: &str, content: &str, role: Role) -> DesiredFile {
-        DesiredFile { path: hp(path), content: content.into(), mode: FileMode(0o600), owner: Some(Owner { uid: 0, gid: 0 }), role }
+        DesiredFile {
+            path: hp(path),
+            content: content.into(),
+            mode: FileMode(0o600),
+            owner: Some(Owner { uid: 0, gid: 0 }),
+            role,
+        }
     }
 
     fn desired() -> Desired {
         Desired {
             component: "c".into(),
-            files: vec![file("/k/key", "KEY", Role::Credential), file("/k/m.yaml", "POD", Role::Manifest)],
+            files: vec![
+                file("/k/key", "KEY", Role::Credential),
+                file("/k/m.yaml", "POD", Role::Manifest),
+            ],
             content_hash: "sha256:x".into(),
             pod_name: "c".into(),
             pod_namespace: "kube-system".into(),
@@ -254,7 +328,11 @@ mod tests {
     }
 
     fn on_disk(content: &str) -> Observed {
-        Observed::File { sha256: crate::desired::sha256_hex(content.as_bytes()), mode: FileMode(0o600), owner: Owner { uid: 0, gid: 0 } }
+        Observed::File {
+            sha256: crate::desired::sha256_hex(content.as_bytes()),
+            mode: FileMode(0o600),
+            owner: Owner { uid: 0, gid: 0 },
+        }
     }
 
     fn ledger_of(entries: &[(&str, &str, Role)]) -> Ledger {
@@ -284,7 +362,10 @@ mod tests {
 
     #[test]
     fn nothing_to_do_when_everything_matches() {
-        let obs = Observations::from([(hp("/k/key"), on_disk("KEY")), (hp("/k/m.yaml"), on_disk("POD"))]);
+        let obs = Observations::from([
+            (hp("/k/key"), on_disk("KEY")),
+            (hp("/k/m.yaml"), on_disk("POD")),
+        ]);
         let plan = plan_apply(&desired(), &obs, &Ledger::new("c"), false).unwrap();
         assert!(plan.ops.is_empty());
         assert_eq!(plan.unchanged.len(), 2);
@@ -296,7 +377,10 @@ mod tests {
         let plan = plan_apply(&desired(), &obs, &Ledger::new("c"), false).unwrap();
         assert_eq!(
             reasons(&plan),
-            [("/k/key".into(), WriteReason::Create), ("/k/m.yaml".into(), WriteReason::Content)]
+            [
+                ("/k/key".into(), WriteReason::Create),
+                ("/k/m.yaml".into(), WriteReason::Content)
+            ]
         );
     }
 
@@ -307,11 +391,28 @@ mod tests {
             (Observed::Missing, WriteReason::Create),
             (Observed::Symlink, WriteReason::ReplaceSymlink),
             (on_disk("OTHER"), WriteReason::Content),
-            (Observed::File { sha256: sha.clone(), mode: FileMode(0o644), owner: Owner { uid: 0, gid: 0 } }, WriteReason::Mode),
-            (Observed::File { sha256: sha.clone(), mode: FileMode(0o600), owner: Owner { uid: 1, gid: 0 } }, WriteReason::Owner),
+            (
+                Observed::File {
+                    sha256: sha.clone(),
+                    mode: FileMode(0o644),
+                    owner: Owner { uid: 0, gid: 0 },
+                },
+                WriteReason::Mode,
+            ),
+            (
+                Observed::File {
+                    sha256: sha.clone(),
+                    mode: FileMode(0o600),
+                    owner: Owner { uid: 1, gid: 0 },
+                },
+                WriteReason::Owner,
+            ),
         ];
         for (have, want) in cases {
-            let obs = Observations::from([(hp("/k/key"), have.clone()), (hp("/k/m.yaml"), on_disk("POD"))]);
+            let obs = Observations::from([
+                (hp("/k/key"), have.clone()),
+                (hp("/k/m.yaml"), on_disk("POD")),
+            ]);
             let plan = plan_apply(&desired(), &obs, &Ledger::new("c"), false).unwrap();
             assert_eq!(reasons(&plan), [("/k/key".into(), want)], "{have:?}");
         }
@@ -321,9 +422,18 @@ mod tests {
     fn owner_is_ignored_when_the_config_names_none() {
         let mut d = desired();
         d.files[0].owner = None;
-        let have = Observed::File { sha256: crate::desired::sha256_hex(b"KEY"), mode: FileMode(0o600), owner: Owner { uid: 7, gid: 7 } };
+        let have = Observed::File {
+            sha256: crate::desired::sha256_hex(b"KEY"),
+            mode: FileMode(0o600),
+            owner: Owner { uid: 7, gid: 7 },
+        };
         let obs = Observations::from([(hp("/k/key"), have), (hp("/k/m.yaml"), on_disk("POD"))]);
-        assert!(plan_apply(&d, &obs, &Ledger::new("c"), false).unwrap().ops.is_empty());
+        assert!(
+            plan_apply(&d, &obs, &Ledger::new("c"), false)
+                .unwrap()
+                .ops
+                .is_empty()
+        );
     }
 
     #[test]
@@ -331,13 +441,20 @@ mod tests {
         let obs = Observations::from([(hp("/k/key"), Observed::Other { kind: "directory" })]);
         assert_eq!(
             plan_apply(&desired(), &obs, &Ledger::new("c"), false).unwrap_err(),
-            PlanError::NotAFile { path: hp("/k/key"), kind: "directory" }
+            PlanError::NotAFile {
+                path: hp("/k/key"),
+                kind: "directory"
+            }
         );
     }
 
     #[test]
     fn orphans_are_reported_and_pruned_only_on_request_and_only_when_unchanged() {
-        let ledger = ledger_of(&[("/k/old", "OLD", Role::Credential), ("/k/touched", "T", Role::Credential), ("/k/gone", "G", Role::Credential)]);
+        let ledger = ledger_of(&[
+            ("/k/old", "OLD", Role::Credential),
+            ("/k/touched", "T", Role::Credential),
+            ("/k/gone", "G", Role::Credential),
+        ]);
         let obs = Observations::from([
             (hp("/k/key"), on_disk("KEY")),
             (hp("/k/m.yaml"), on_disk("POD")),
@@ -348,20 +465,42 @@ mod tests {
         assert!(plan.ops.is_empty());
         assert_eq!(plan.notices.len(), 3);
         let plan = plan_apply(&desired(), &obs, &ledger, true).unwrap();
-        assert_eq!(plan.ops.iter().map(|o| o.path().to_string()).collect::<Vec<_>>(), ["/k/old"]);
-        assert_eq!(plan.notices, [Notice::LeftModified { path: hp("/k/touched") }]);
+        assert_eq!(
+            plan.ops
+                .iter()
+                .map(|o| o.path().to_string())
+                .collect::<Vec<_>>(),
+            ["/k/old"]
+        );
+        assert_eq!(
+            plan.notices,
+            [Notice::LeftModified {
+                path: hp("/k/touched")
+            }]
+        );
     }
 
     #[test]
     fn remove_takes_the_manifest_first_and_spares_modified_files() {
-        let ledger = ledger_of(&[("/k/a", "A", Role::Credential), ("/k/m.yaml", "POD", Role::Manifest), ("/k/b", "B", Role::Credential), ("/k/c", "C", Role::Credential)]);
+        let ledger = ledger_of(&[
+            ("/k/a", "A", Role::Credential),
+            ("/k/m.yaml", "POD", Role::Manifest),
+            ("/k/b", "B", Role::Credential),
+            ("/k/c", "C", Role::Credential),
+        ]);
         let obs = Observations::from([
             (hp("/k/a"), on_disk("A")),
             (hp("/k/m.yaml"), on_disk("POD")),
             (hp("/k/b"), on_disk("CHANGED")),
         ]);
         let plan = plan_remove(&ledger, &obs);
-        assert_eq!(plan.ops.iter().map(|o| o.path().to_string()).collect::<Vec<_>>(), ["/k/m.yaml", "/k/a"]);
+        assert_eq!(
+            plan.ops
+                .iter()
+                .map(|o| o.path().to_string())
+                .collect::<Vec<_>>(),
+            ["/k/m.yaml", "/k/a"]
+        );
         assert_eq!(plan.notices, [Notice::LeftModified { path: hp("/k/b") }]);
     }
 
@@ -370,14 +509,21 @@ mod tests {
         let mut d = desired();
         d.files.insert(0, file("/k/new", "NEW", Role::Credential));
         d.files.insert(0, file("/k/foreign", "F", Role::Credential));
-        let ledger = ledger_of(&[("/k/key", "KEY", Role::Credential), ("/k/m.yaml", "POD", Role::Manifest), ("/k/orphan", "O", Role::Credential)]);
+        let ledger = ledger_of(&[
+            ("/k/key", "KEY", Role::Credential),
+            ("/k/m.yaml", "POD", Role::Manifest),
+            ("/k/orphan", "O", Role::Credential),
+        ]);
         let obs = Observations::from([
             (hp("/k/foreign"), on_disk("F")),
             (hp("/k/key"), on_disk("KEY")),
             (hp("/k/m.yaml"), on_disk("EDITED")),
             (hp("/k/orphan"), on_disk("O")),
         ]);
-        let states: Vec<(String, FileState)> = status(&d, &obs, &ledger).into_iter().map(|s| (s.path.to_string(), s.state)).collect();
+        let states: Vec<(String, FileState)> = status(&d, &obs, &ledger)
+            .into_iter()
+            .map(|s| (s.path.to_string(), s.state))
+            .collect();
         assert_eq!(
             states,
             [

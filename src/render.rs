@@ -9,9 +9,17 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum RenderError {
     #[error("{}:{line}: ${{{name}}} is not listed in spec.variables", .file.display())]
-    UnknownVariable { file: PathBuf, line: usize, name: String },
+    UnknownVariable {
+        file: PathBuf,
+        line: usize,
+        name: String,
+    },
     #[error("{}:{line}: ${{{name}}} is listed in spec.variables but not set in the environment", .file.display())]
-    UnsetVariable { file: PathBuf, line: usize, name: String },
+    UnsetVariable {
+        file: PathBuf,
+        line: usize,
+        name: String,
+    },
     #[error("{}:{line}: malformed ${{...}}: expected ${{NAME}} with NAME of letters, digits and _ (write $${{ for a literal ${{)", .file.display())]
     Malformed { file: PathBuf, line: usize },
     #[error("{}: not UTF-8 text, so it cannot be rendered as a template", .file.display())]
@@ -49,7 +57,8 @@ pub fn is_variable_name(name: &str) -> bool {
 
 /// Renders `bytes` (read from `file`, named in errors) with `vars`.
 pub fn render(file: &Path, bytes: &[u8], vars: &Variables) -> Result<String, RenderError> {
-    let text = std::str::from_utf8(bytes).map_err(|_| RenderError::NotUtf8 { file: file.into() })?;
+    let text =
+        std::str::from_utf8(bytes).map_err(|_| RenderError::NotUtf8 { file: file.into() })?;
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     let mut line = 1;
@@ -64,18 +73,32 @@ pub fn render(file: &Path, bytes: &[u8], vars: &Variables) -> Result<String, Ren
             let end = after
                 .find(['}', '\n'])
                 .filter(|&e| after.as_bytes()[e] == b'}')
-                .ok_or_else(|| RenderError::Malformed { file: file.into(), line })?;
+                .ok_or_else(|| RenderError::Malformed {
+                    file: file.into(),
+                    line,
+                })?;
             let name = &after[..end];
             if !is_variable_name(name) {
-                return Err(RenderError::Malformed { file: file.into(), line });
+                return Err(RenderError::Malformed {
+                    file: file.into(),
+                    line,
+                });
             }
             if !vars.allowed.contains(name) {
-                return Err(RenderError::UnknownVariable { file: file.into(), line, name: name.into() });
+                return Err(RenderError::UnknownVariable {
+                    file: file.into(),
+                    line,
+                    name: name.into(),
+                });
             }
             let value = vars
                 .values
                 .get(name)
-                .ok_or_else(|| RenderError::UnsetVariable { file: file.into(), line, name: name.into() })?;
+                .ok_or_else(|| RenderError::UnsetVariable {
+                    file: file.into(),
+                    line,
+                    name: name.into(),
+                })?;
             out.push_str(value);
             rest = &after[end + 1..];
         } else {
@@ -105,12 +128,18 @@ mod tests {
 
     #[test]
     fn substitutes_allowed_variables() {
-        assert_eq!(r("a ${NODE_NAME} b ${NODE_IP}${NODE_NAME}").unwrap(), "a cp-1 b 10.0.0.5cp-1");
+        assert_eq!(
+            r("a ${NODE_NAME} b ${NODE_IP}${NODE_NAME}").unwrap(),
+            "a cp-1 b 10.0.0.5cp-1"
+        );
     }
 
     #[test]
     fn escapes_and_other_dollars_pass_through() {
-        assert_eq!(r("$${NODE_NAME} $HOME $(date) $ $$").unwrap(), "${NODE_NAME} $HOME $(date) $ $$");
+        assert_eq!(
+            r("$${NODE_NAME} $HOME $(date) $ $$").unwrap(),
+            "${NODE_NAME} $HOME $(date) $ $$"
+        );
         // Scanned left to right: a lone `$`, then the escape.
         assert_eq!(r("$$${NODE_NAME}").unwrap(), "$${NODE_NAME}");
     }
@@ -120,30 +149,54 @@ mod tests {
         let err = r("a\nb\nc ${SECRET_THING}\n").unwrap_err();
         assert_eq!(
             err,
-            RenderError::UnknownVariable { file: "m.yaml".into(), line: 3, name: "SECRET_THING".into() }
+            RenderError::UnknownVariable {
+                file: "m.yaml".into(),
+                line: 3,
+                name: "SECRET_THING".into()
+            }
         );
-        assert_eq!(err.to_string(), "m.yaml:3: ${SECRET_THING} is not listed in spec.variables");
+        assert_eq!(
+            err.to_string(),
+            "m.yaml:3: ${SECRET_THING} is not listed in spec.variables"
+        );
     }
 
     #[test]
     fn unset_variable_is_an_error() {
         assert_eq!(
             r("x: ${UNSET}").unwrap_err(),
-            RenderError::UnsetVariable { file: "m.yaml".into(), line: 1, name: "UNSET".into() }
+            RenderError::UnsetVariable {
+                file: "m.yaml".into(),
+                line: 1,
+                name: "UNSET".into()
+            }
         );
     }
 
     #[test]
     fn malformed_references_are_errors() {
-        for bad in ["${", "${NODE_NAME", "${}", "${1X}", "${A B}", "${NODE_NAME\n}"] {
-            assert!(matches!(r(bad), Err(RenderError::Malformed { .. })), "{bad:?}");
+        for bad in [
+            "${",
+            "${NODE_NAME",
+            "${}",
+            "${1X}",
+            "${A B}",
+            "${NODE_NAME\n}",
+        ] {
+            assert!(
+                matches!(r(bad), Err(RenderError::Malformed { .. })),
+                "{bad:?}"
+            );
         }
     }
 
     #[test]
     fn line_numbers_count_escaped_and_substituted_lines() {
         let err = r("${NODE_NAME}\n$${X}\n\n${NOPE}").unwrap_err();
-        assert!(matches!(err, RenderError::UnknownVariable { line: 4, .. }), "{err:?}");
+        assert!(
+            matches!(err, RenderError::UnknownVariable { line: 4, .. }),
+            "{err:?}"
+        );
     }
 
     #[test]

@@ -22,7 +22,11 @@ pub enum ManifestError {
     #[error("{}: holds {count} YAML documents; a static pod manifest holds exactly one Pod", .file.display())]
     DocumentCount { file: PathBuf, count: usize },
     #[error("{}: {field}: {problem}", .file.display())]
-    Invalid { file: PathBuf, field: String, problem: String },
+    Invalid {
+        file: PathBuf,
+        field: String,
+        problem: String,
+    },
 }
 
 /// One reason the API server would refuse this pod as a mirror pod.
@@ -36,7 +40,11 @@ pub struct ApiReference {
 
 impl std::fmt::Display for ApiReference {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: a static pod may not reference {}", self.field, self.resource)
+        write!(
+            f,
+            "{}: a static pod may not reference {}",
+            self.field, self.resource
+        )
     }
 }
 
@@ -52,9 +60,15 @@ pub struct StaticPod {
 /// Parses `text` as exactly one static-pod-safe `v1` `Pod`.
 pub fn parse(file: &Path, text: &str) -> Result<StaticPod, ManifestError> {
     if text.len() > MAX_MANIFEST_BYTES {
-        return Err(ManifestError::TooLarge { file: file.into(), size: text.len() });
+        return Err(ManifestError::TooLarge {
+            file: file.into(),
+            size: text.len(),
+        });
     }
-    let yaml_error = |e: serde_yaml_ng::Error| ManifestError::Yaml { file: file.into(), reason: e.to_string() };
+    let yaml_error = |e: serde_yaml_ng::Error| ManifestError::Yaml {
+        file: file.into(),
+        reason: e.to_string(),
+    };
     let mut documents = Vec::new();
     for document in serde_yaml_ng::Deserializer::from_str(text) {
         let value: Value = serde::Deserialize::deserialize(document).map_err(yaml_error)?;
@@ -63,7 +77,10 @@ pub fn parse(file: &Path, text: &str) -> Result<StaticPod, ManifestError> {
         }
     }
     if documents.len() != 1 {
-        return Err(ManifestError::DocumentCount { file: file.into(), count: documents.len() });
+        return Err(ManifestError::DocumentCount {
+            file: file.into(),
+            count: documents.len(),
+        });
     }
     let document = documents.pop().expect("one document");
     let invalid = |field: &str, problem: String| ManifestError::Invalid {
@@ -72,30 +89,56 @@ pub fn parse(file: &Path, text: &str) -> Result<StaticPod, ManifestError> {
         problem,
     };
     if !document.is_mapping() {
-        return Err(invalid("(top level)", "expected a mapping (a Pod object)".into()));
+        return Err(invalid(
+            "(top level)",
+            "expected a mapping (a Pod object)".into(),
+        ));
     }
     match document.get("apiVersion").and_then(Value::as_str) {
         Some("v1") => {}
-        other => return Err(invalid("apiVersion", format!("expected \"v1\", found {other:?}"))),
+        other => {
+            return Err(invalid(
+                "apiVersion",
+                format!("expected \"v1\", found {other:?}"),
+            ));
+        }
     }
     match document.get("kind").and_then(Value::as_str) {
         Some("Pod") => {}
-        other => return Err(invalid("kind", format!("expected \"Pod\", found {other:?}"))),
+        other => {
+            return Err(invalid(
+                "kind",
+                format!("expected \"Pod\", found {other:?}"),
+            ));
+        }
     }
     let pod: Pod = serde_yaml_ng::from_value(document.clone())
         .map_err(|e| invalid("(Pod)", format!("does not decode as a v1 Pod: {e}")))?;
     let name = pod.metadata.name.clone().filter(|n| !n.is_empty());
     let name = name.ok_or_else(|| invalid("metadata.name", "required".into()))?;
-    let spec = pod.spec.as_ref().ok_or_else(|| invalid("spec", "required".into()))?;
+    let spec = pod
+        .spec
+        .as_ref()
+        .ok_or_else(|| invalid("spec", "required".into()))?;
     if spec.containers.is_empty() {
-        return Err(invalid("spec.containers", "at least one container is required".into()));
+        return Err(invalid(
+            "spec.containers",
+            "at least one container is required".into(),
+        ));
     }
     if let Some(reference) = api_references(&pod).into_iter().next() {
-        return Err(invalid(&reference.field, format!("a static pod may not reference {}", reference.resource)));
+        return Err(invalid(
+            &reference.field,
+            format!("a static pod may not reference {}", reference.resource),
+        ));
     }
     Ok(StaticPod {
         name,
-        namespace: pod.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
+        namespace: pod
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into()),
         document,
     })
 }
@@ -109,7 +152,9 @@ impl StaticPod {
             .expect("validated as a mapping")
             .entry("metadata".into())
             .or_insert_with(|| Value::Mapping(Mapping::new()));
-        let metadata = metadata.as_mapping_mut().expect("metadata decoded as ObjectMeta");
+        let metadata = metadata
+            .as_mapping_mut()
+            .expect("metadata decoded as ObjectMeta");
         let annotations = metadata
             .entry("annotations".into())
             .or_insert_with(|| Value::Mapping(Mapping::new()));
@@ -129,9 +174,13 @@ impl StaticPod {
 /// Every reference to an API object that makes the API server refuse a mirror pod.
 pub fn api_references(pod: &Pod) -> Vec<ApiReference> {
     let mut found = Vec::new();
-    let mut add = |field: String, resource: &'static str| found.push(ApiReference { field, resource });
+    let mut add =
+        |field: String, resource: &'static str| found.push(ApiReference { field, resource });
     let Some(spec) = &pod.spec else { return found };
-    for (field, value) in [("spec.serviceAccountName", &spec.service_account_name), ("spec.serviceAccount", &spec.service_account)] {
+    for (field, value) in [
+        ("spec.serviceAccountName", &spec.service_account_name),
+        ("spec.serviceAccount", &spec.service_account),
+    ] {
         if value.as_deref().is_some_and(|v| !v.is_empty()) {
             add(field.into(), "serviceaccounts");
         }
@@ -142,25 +191,40 @@ pub fn api_references(pod: &Pod) -> Vec<ApiReference> {
     if spec.resource_claims.as_ref().is_some_and(|c| !c.is_empty()) {
         add("spec.resourceClaims".into(), "resourceclaims");
     }
-    let mut env_refs = |list: &str, i: usize, env: &Option<Vec<EnvVar>>, env_from: &Option<Vec<EnvFromSource>>| {
-        for (j, var) in env.iter().flatten().enumerate() {
-            let Some(source) = &var.value_from else { continue };
-            if source.secret_key_ref.is_some() {
-                add(format!("spec.{list}[{i}].env[{j}].valueFrom.secretKeyRef"), "secrets");
+    let mut env_refs =
+        |list: &str, i: usize, env: &Option<Vec<EnvVar>>, env_from: &Option<Vec<EnvFromSource>>| {
+            for (j, var) in env.iter().flatten().enumerate() {
+                let Some(source) = &var.value_from else {
+                    continue;
+                };
+                if source.secret_key_ref.is_some() {
+                    add(
+                        format!("spec.{list}[{i}].env[{j}].valueFrom.secretKeyRef"),
+                        "secrets",
+                    );
+                }
+                if source.config_map_key_ref.is_some() {
+                    add(
+                        format!("spec.{list}[{i}].env[{j}].valueFrom.configMapKeyRef"),
+                        "configmaps",
+                    );
+                }
             }
-            if source.config_map_key_ref.is_some() {
-                add(format!("spec.{list}[{i}].env[{j}].valueFrom.configMapKeyRef"), "configmaps");
+            for (j, source) in env_from.iter().flatten().enumerate() {
+                if source.secret_ref.is_some() {
+                    add(
+                        format!("spec.{list}[{i}].envFrom[{j}].secretRef"),
+                        "secrets",
+                    );
+                }
+                if source.config_map_ref.is_some() {
+                    add(
+                        format!("spec.{list}[{i}].envFrom[{j}].configMapRef"),
+                        "configmaps",
+                    );
+                }
             }
-        }
-        for (j, source) in env_from.iter().flatten().enumerate() {
-            if source.secret_ref.is_some() {
-                add(format!("spec.{list}[{i}].envFrom[{j}].secretRef"), "secrets");
-            }
-            if source.config_map_ref.is_some() {
-                add(format!("spec.{list}[{i}].envFrom[{j}].configMapRef"), "configmaps");
-            }
-        }
-    };
+        };
     for (i, c) in spec.containers.iter().enumerate() {
         env_refs("containers", i, &c.env, &c.env_from);
     }
@@ -172,7 +236,10 @@ pub fn api_references(pod: &Pod) -> Vec<ApiReference> {
     }
     for (i, volume) in spec.volumes.iter().flatten().enumerate() {
         for (source, resource) in volume_references(volume) {
-            found.push(ApiReference { field: format!("spec.volumes[{i}].{source}"), resource });
+            found.push(ApiReference {
+                field: format!("spec.volumes[{i}].{source}"),
+                resource,
+            });
         }
     }
     found
@@ -190,16 +257,46 @@ fn volume_references(v: &Volume) -> Vec<(String, &'static str)> {
     flag(v.config_map.is_some(), "configMap", "configmaps");
     flag(v.csi.is_some(), "csi", "csidrivers");
     flag(v.glusterfs.is_some(), "glusterfs", "endpoints");
-    flag(v.persistent_volume_claim.is_some(), "persistentVolumeClaim", "persistentvolumeclaims");
+    flag(
+        v.persistent_volume_claim.is_some(),
+        "persistentVolumeClaim",
+        "persistentvolumeclaims",
+    );
     flag(v.ephemeral.is_some(), "ephemeral", "persistentvolumeclaims");
     flag(v.azure_file.is_some(), "azureFile", "secrets");
-    flag(v.cephfs.as_ref().is_some_and(|s| s.secret_ref.is_some()), "cephfs.secretRef", "secrets");
-    flag(v.cinder.as_ref().is_some_and(|s| s.secret_ref.is_some()), "cinder.secretRef", "secrets");
-    flag(v.flex_volume.as_ref().is_some_and(|s| s.secret_ref.is_some()), "flexVolume.secretRef", "secrets");
-    flag(v.iscsi.as_ref().is_some_and(|s| s.secret_ref.is_some()), "iscsi.secretRef", "secrets");
-    flag(v.rbd.as_ref().is_some_and(|s| s.secret_ref.is_some()), "rbd.secretRef", "secrets");
+    flag(
+        v.cephfs.as_ref().is_some_and(|s| s.secret_ref.is_some()),
+        "cephfs.secretRef",
+        "secrets",
+    );
+    flag(
+        v.cinder.as_ref().is_some_and(|s| s.secret_ref.is_some()),
+        "cinder.secretRef",
+        "secrets",
+    );
+    flag(
+        v.flex_volume
+            .as_ref()
+            .is_some_and(|s| s.secret_ref.is_some()),
+        "flexVolume.secretRef",
+        "secrets",
+    );
+    flag(
+        v.iscsi.as_ref().is_some_and(|s| s.secret_ref.is_some()),
+        "iscsi.secretRef",
+        "secrets",
+    );
+    flag(
+        v.rbd.as_ref().is_some_and(|s| s.secret_ref.is_some()),
+        "rbd.secretRef",
+        "secrets",
+    );
     flag(v.scale_io.is_some(), "scaleIO.secretRef", "secrets");
-    flag(v.storageos.as_ref().is_some_and(|s| s.secret_ref.is_some()), "storageos.secretRef", "secrets");
+    flag(
+        v.storageos.as_ref().is_some_and(|s| s.secret_ref.is_some()),
+        "storageos.secretRef",
+        "secrets",
+    );
     if let Some(projected) = &v.projected {
         for (k, s) in projected.sources.iter().flatten().enumerate() {
             let mut source = |present: bool, name: &str, resource: &'static str| {
@@ -209,9 +306,21 @@ fn volume_references(v: &Volume) -> Vec<(String, &'static str)> {
             };
             source(s.secret.is_some(), "secret", "secrets");
             source(s.config_map.is_some(), "configMap", "configmaps");
-            source(s.service_account_token.is_some(), "serviceAccountToken", "serviceaccounts");
-            source(s.cluster_trust_bundle.is_some(), "clusterTrustBundle", "clustertrustbundles");
-            source(s.pod_certificate.is_some(), "podCertificate", "podcertificates");
+            source(
+                s.service_account_token.is_some(),
+                "serviceAccountToken",
+                "serviceaccounts",
+            );
+            source(
+                s.cluster_trust_bundle.is_some(),
+                "clusterTrustBundle",
+                "clustertrustbundles",
+            );
+            source(
+                s.pod_certificate.is_some(),
+                "podCertificate",
+                "podcertificates",
+            );
         }
     }
     out
@@ -237,44 +346,78 @@ mod tests {
     #[test]
     fn accepts_a_plain_static_pod() {
         let pod = p(GOOD).unwrap();
-        assert_eq!((pod.name.as_str(), pod.namespace.as_str()), ("kube-apiserver", "kube-system"));
+        assert_eq!(
+            (pod.name.as_str(), pod.namespace.as_str()),
+            ("kube-apiserver", "kube-system")
+        );
     }
 
     #[test]
     fn hash_annotation_is_added_and_everything_else_kept() {
         let out = String::from_utf8(p(GOOD).unwrap().to_yaml_with_hash("sha256:abc")).unwrap();
         let v: Value = serde_yaml_ng::from_str(&out).unwrap();
-        assert_eq!(v["metadata"]["annotations"][CONTENT_HASH_ANNOTATION], "sha256:abc");
+        assert_eq!(
+            v["metadata"]["annotations"][CONTENT_HASH_ANNOTATION],
+            "sha256:abc"
+        );
         assert_eq!(v["metadata"]["annotations"]["keep"], "me");
         assert_eq!(v["spec"]["containers"][0]["unknownFutureField"], "kept");
         // An operator-supplied hash annotation is overwritten, not duplicated.
         let again = p(&out).unwrap().to_yaml_with_hash("sha256:def");
         let v: Value = serde_yaml_ng::from_slice(&again).unwrap();
-        assert_eq!(v["metadata"]["annotations"][CONTENT_HASH_ANNOTATION], "sha256:def");
+        assert_eq!(
+            v["metadata"]["annotations"][CONTENT_HASH_ANNOTATION],
+            "sha256:def"
+        );
     }
 
     #[test]
     fn annotation_added_when_metadata_has_none() {
         let text = "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c, image: i}]}\n";
-        let v: Value = serde_yaml_ng::from_slice(&p(text).unwrap().to_yaml_with_hash("sha256:1")).unwrap();
-        assert_eq!(v["metadata"]["annotations"][CONTENT_HASH_ANNOTATION], "sha256:1");
+        let v: Value =
+            serde_yaml_ng::from_slice(&p(text).unwrap().to_yaml_with_hash("sha256:1")).unwrap();
+        assert_eq!(
+            v["metadata"]["annotations"][CONTENT_HASH_ANNOTATION],
+            "sha256:1"
+        );
         assert_eq!(p(text).unwrap().namespace, "default");
     }
 
     #[test]
     fn wrong_shapes_are_named() {
-        assert_eq!(field_of(&GOOD.replace("kind: Pod", "kind: Deployment")), "kind");
-        assert_eq!(field_of(&GOOD.replace("apiVersion: v1", "apiVersion: apps/v1")), "apiVersion");
-        assert_eq!(field_of(&GOOD.replace("name: kube-apiserver\n  namespace", "namespace")), "metadata.name");
-        assert_eq!(field_of("apiVersion: v1\nkind: Pod\nmetadata: {name: a}\n"), "spec");
+        assert_eq!(
+            field_of(&GOOD.replace("kind: Pod", "kind: Deployment")),
+            "kind"
+        );
+        assert_eq!(
+            field_of(&GOOD.replace("apiVersion: v1", "apiVersion: apps/v1")),
+            "apiVersion"
+        );
+        assert_eq!(
+            field_of(&GOOD.replace("name: kube-apiserver\n  namespace", "namespace")),
+            "metadata.name"
+        );
+        assert_eq!(
+            field_of("apiVersion: v1\nkind: Pod\nmetadata: {name: a}\n"),
+            "spec"
+        );
         assert_eq!(field_of("- a\n- b\n"), "(top level)");
-        assert_eq!(field_of(&GOOD.replace("hostNetwork: true", "hostNetwork: [1]")), "(Pod)");
+        assert_eq!(
+            field_of(&GOOD.replace("hostNetwork: true", "hostNetwork: [1]")),
+            "(Pod)"
+        );
     }
 
     #[test]
     fn document_count_must_be_one() {
-        assert!(matches!(p(""), Err(ManifestError::DocumentCount { count: 0, .. })));
-        assert!(matches!(p(&format!("{GOOD}---\n{GOOD}")), Err(ManifestError::DocumentCount { count: 2, .. })));
+        assert!(matches!(
+            p(""),
+            Err(ManifestError::DocumentCount { count: 0, .. })
+        ));
+        assert!(matches!(
+            p(&format!("{GOOD}---\n{GOOD}")),
+            Err(ManifestError::DocumentCount { count: 2, .. })
+        ));
         assert!(p(&format!("---\n{GOOD}---\n")).is_ok());
     }
 
@@ -289,10 +432,22 @@ mod tests {
     fn api_object_references_are_refused_with_their_field() {
         let cases = [
             ("  serviceAccountName: default\n", "spec.serviceAccountName"),
-            ("  imagePullSecrets: [{name: regcred}]\n", "spec.imagePullSecrets[0]"),
-            ("  volumes:\n  - {name: s, secret: {secretName: x}}\n", "spec.volumes[0].secret"),
-            ("  volumes:\n  - {name: c, configMap: {name: x}}\n", "spec.volumes[0].configMap"),
-            ("  volumes:\n  - {name: v, persistentVolumeClaim: {claimName: x}}\n", "spec.volumes[0].persistentVolumeClaim"),
+            (
+                "  imagePullSecrets: [{name: regcred}]\n",
+                "spec.imagePullSecrets[0]",
+            ),
+            (
+                "  volumes:\n  - {name: s, secret: {secretName: x}}\n",
+                "spec.volumes[0].secret",
+            ),
+            (
+                "  volumes:\n  - {name: c, configMap: {name: x}}\n",
+                "spec.volumes[0].configMap",
+            ),
+            (
+                "  volumes:\n  - {name: v, persistentVolumeClaim: {claimName: x}}\n",
+                "spec.volumes[0].persistentVolumeClaim",
+            ),
             (
                 "  volumes:\n  - name: kube-api-access\n    projected:\n      sources:\n      - downwardAPI: {items: []}\n      - serviceAccountToken: {path: token}\n",
                 "spec.volumes[0].projected.sources[1].serviceAccountToken",
@@ -307,7 +462,10 @@ mod tests {
             assert_eq!(field_of(&format!("{base}{extra}")), field, "{extra}");
         }
         let env_from = "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec:\n  containers: [{name: c, image: i, envFrom: [{configMapRef: {name: x}}]}]\n";
-        assert_eq!(field_of(env_from), "spec.containers[0].envFrom[0].configMapRef");
+        assert_eq!(
+            field_of(env_from),
+            "spec.containers[0].envFrom[0].configMapRef"
+        );
     }
 
     #[test]

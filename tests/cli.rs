@@ -1,0 +1,524 @@
+//! The one-shot verbs, run as the real binary against temp directories.
+
+mod support;
+
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
+
+use support::fixture::*;
+
+#[test]
+fn apply_writes_credentials_and_the_annotated_manifest_with_exact_modes() {
+    let f = Fixture::new();
+    let out = f.apply();
+    assert!(
+        stdout(&out).contains("kube-apiserver: applied"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(f.read("/etc/kubernetes/pki/ca.crt"), "CA CERT\n");
+    let mode = |p: &str| fs::metadata(f.host(p)).unwrap().mode() & 0o7777;
+    assert_eq!(mode("/etc/kubernetes/pki/ca.crt"), 0o644);
+    assert_eq!(mode("/etc/kubernetes/pki/apiserver.key"), 0o600);
+    assert_eq!(mode("/etc/kubernetes/manifests/kube-apiserver.yaml"), 0o600);
+    let manifest = f.read("/etc/kubernetes/manifests/kube-apiserver.yaml");
+    assert!(
+        manifest.contains("--advertise-address=10.0.0.10"),
+        "{manifest}"
+    );
+    assert!(
+        manifest.contains("kube-anchor.io/content-hash: sha256:"),
+        "{manifest}"
+    );
+    // The ledger is private.
+    assert_eq!(mode("/var/lib/kube-anchor/v1/kube-apiserver.json"), 0o600);
+    // Credentials reached their final place before the manifest did (rename sets ctime).
+    let ctime = |p: &str| {
+        let m = fs::metadata(f.host(p)).unwrap();
+        (m.ctime(), m.ctime_nsec())
+    };
+    assert!(
+        ctime("/etc/kubernetes/pki/ca.crt")
+            <= ctime("/etc/kubernetes/manifests/kube-apiserver.yaml")
+    );
+    assert!(
+        ctime("/etc/kubernetes/pki/apiserver.key")
+            <= ctime("/etc/kubernetes/manifests/kube-apiserver.yaml")
+    );
+}
+
+#[test]
+fn a_second_apply_changes_nothing_on_disk() {
+    let f = Fixture::new();
+    f.apply();
+    let before = f.snapshot();
+    let out = f.apply();
+    assert!(
+        stdout(&out).contains("kube-apiserver: unchanged"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(
+        f.snapshot(),
+        before,
+        "same content, mode, inode and mtime everywhere, ledger included"
+    );
+}
+
+#[test]
+fn a_credential_change_rewrites_it_and_changes_the_manifest_hash() {
+    let f = Fixture::new();
+    f.apply();
+    let manifest_before = f.read("/etc/kubernetes/manifests/kube-apiserver.yaml");
+    let ca_inode = fs::metadata(f.host("/etc/kubernetes/pki/ca.crt"))
+        .unwrap()
+        .ino();
+    f.source("apiserver.key", "ROTATED KEY\n");
+    let out = f.run("apply", &["--output", "json"]);
+    assert_success(&out);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let written: Vec<&str> = report["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["action"] == "written")
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        written,
+        [
+            "/etc/kubernetes/pki/apiserver.key",
+            "/etc/kubernetes/manifests/kube-apiserver.yaml"
+        ]
+    );
+    assert_eq!(f.read("/etc/kubernetes/pki/apiserver.key"), "ROTATED KEY\n");
+    assert_ne!(
+        f.read("/etc/kubernetes/manifests/kube-apiserver.yaml"),
+        manifest_before
+    );
+    assert_eq!(
+        fs::metadata(f.host("/etc/kubernetes/pki/ca.crt"))
+            .unwrap()
+            .ino(),
+        ca_inode,
+        "untouched file kept"
+    );
+}
+
+#[test]
+fn bad_inputs_fail_clearly_and_change_nothing() {
+    let f = Fixture::new();
+    f.apply();
+    let before = f.snapshot();
+    let good_config = fs::read_to_string(f.config()).unwrap();
+
+    // (how to break it, what the message must name)
+    type Breaker = Box<dyn Fn(&Fixture)>;
+    let cases: Vec<(&str, Breaker, Vec<&str>)> = vec![
+        (
+            "malformed manifest",
+            Box::new(|f| f.source("kube-apiserver.yaml", "apiVersion: v1\nkind: [Pod\n")),
+            vec!["kube-apiserver.yaml", "not valid YAML"],
+        ),
+        (
+            "not a pod",
+            Box::new(|f| {
+                f.source(
+                    "kube-apiserver.yaml",
+                    MANIFEST.replace("kind: Pod", "kind: Service"),
+                )
+            }),
+            vec!["kube-apiserver.yaml", "kind"],
+        ),
+        (
+            "secret volume",
+            Box::new(|f| {
+                f.source(
+                    "kube-apiserver.yaml",
+                    format!("{MANIFEST}  volumes:\n  - name: s\n    secret: {{secretName: x}}\n"),
+                )
+            }),
+            vec!["kube-apiserver.yaml", "spec.volumes[0].secret", "secrets"],
+        ),
+        (
+            "unknown variable",
+            Box::new(|f| {
+                f.source(
+                    "kube-apiserver.yaml",
+                    MANIFEST.replace("${NODE_IP}", "${HOSTNAME}"),
+                )
+            }),
+            vec!["kube-apiserver.yaml:11", "${HOSTNAME}"],
+        ),
+        (
+            "bad mode",
+            Box::new(|f| {
+                f.set_config(
+                    &fs::read_to_string(f.config())
+                        .unwrap()
+                        .replace("\"0600\"", "\"0999\""),
+                )
+            }),
+            vec!["anchor.yaml", "mode", "0999"],
+        ),
+        (
+            "path outside the allowed roots",
+            Box::new(|f| {
+                f.set_config(
+                    &fs::read_to_string(f.config())
+                        .unwrap()
+                        .replace("/etc/kubernetes/pki/ca.crt", "/etc/ssh/ca.crt"),
+                )
+            }),
+            vec![
+                "anchor.yaml",
+                "spec.files[0].path",
+                "/etc/ssh/ca.crt",
+                "outside the allowed roots",
+            ],
+        ),
+        (
+            "parent escape",
+            Box::new(|f| {
+                f.set_config(
+                    &fs::read_to_string(f.config())
+                        .unwrap()
+                        .replace("/etc/kubernetes/pki/ca.crt", "/etc/kubernetes/../shadow"),
+                )
+            }),
+            vec!["anchor.yaml", "spec.files[0].path", ".."],
+        ),
+        (
+            "missing source",
+            Box::new(|f| fs::remove_file(f.config_dir().join("ca.crt")).unwrap()),
+            vec!["ca.crt", "spec.files[0].source", "No such file"],
+        ),
+        (
+            "config is not YAML",
+            Box::new(|f| f.set_config("spec: [")),
+            vec!["anchor.yaml"],
+        ),
+    ];
+    for (name, break_it, needles) in cases {
+        f.source("ca.crt", "CA CERT v2\n"); // a real change is pending, so nothing written proves the refusal
+        break_it(&f);
+        let out = f.run("apply", &[]);
+        assert_error(&out, &needles);
+        assert_eq!(f.snapshot(), before, "{name}: the node changed");
+        // Restore.
+        f.set_config(&good_config);
+        f.source("ca.crt", "CA CERT\n");
+        f.source("kube-apiserver.yaml", MANIFEST);
+    }
+}
+
+#[test]
+fn unset_variable_is_named() {
+    let f = Fixture::new();
+    let out = f.command("apply").env_remove("NODE_IP").output().unwrap();
+    assert_error(
+        &out,
+        &[
+            "kube-apiserver.yaml:11",
+            "${NODE_IP}",
+            "not set in the environment",
+        ],
+    );
+    assert!(!f.host("/etc").exists());
+}
+
+#[test]
+fn status_reports_each_state_and_exits_3_when_out_of_sync() {
+    let f = Fixture::new();
+    let out = f.run("status", &["--output", "json"]);
+    assert_eq!(out.status.code(), Some(3));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        v["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|f| f["state"] == "missing"),
+        "{v}"
+    );
+
+    f.apply();
+    let out = f.run("status", &["--output", "json"]);
+    assert_success(&out);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["inSync"], true);
+    assert_eq!(v["files"].as_array().unwrap().len(), 3);
+
+    fs::write(f.host("/etc/kubernetes/pki/ca.crt"), "tampered").unwrap();
+    fs::remove_file(f.host("/etc/kubernetes/pki/apiserver.key")).unwrap();
+    let out = f.run("status", &["--output", "json"]);
+    assert_eq!(out.status.code(), Some(3));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let state = |path: &str| {
+        v["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["path"] == path)
+            .unwrap()["state"]
+            .clone()
+    };
+    assert_eq!(state("/etc/kubernetes/pki/ca.crt"), "drifted");
+    assert_eq!(state("/etc/kubernetes/pki/apiserver.key"), "missing");
+    assert_eq!(
+        state("/etc/kubernetes/manifests/kube-apiserver.yaml"),
+        "in-sync"
+    );
+    // Text output names states too, and status is read-only.
+    let before = f.snapshot();
+    let out = f.run("status", &[]);
+    assert!(
+        stdout(&out).contains("drifted") && stdout(&out).contains("missing"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(f.snapshot(), before);
+}
+
+#[test]
+fn status_calls_files_unmanaged_until_apply_adopts_them() {
+    let f = Fixture::new();
+    fs::create_dir_all(f.host("/etc/kubernetes/pki")).unwrap();
+    fs::write(f.host("/etc/kubernetes/pki/ca.crt"), "CA CERT\n").unwrap();
+    fs::set_permissions(
+        f.host("/etc/kubernetes/pki/ca.crt"),
+        fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    let v: serde_json::Value =
+        serde_json::from_slice(&f.run("status", &["--output", "json"]).stdout).unwrap();
+    assert_eq!(v["files"][0]["state"], "unmanaged");
+    let inode = fs::metadata(f.host("/etc/kubernetes/pki/ca.crt"))
+        .unwrap()
+        .ino();
+    f.apply();
+    assert_eq!(
+        fs::metadata(f.host("/etc/kubernetes/pki/ca.crt"))
+            .unwrap()
+            .ino(),
+        inode,
+        "adopted, not rewritten"
+    );
+    let v: serde_json::Value =
+        serde_json::from_slice(&f.run("status", &["--output", "json"]).stdout).unwrap();
+    assert_eq!(v["files"][0]["state"], "in-sync");
+}
+
+#[test]
+fn remove_takes_only_what_still_holds_what_was_written_and_is_idempotent() {
+    let f = Fixture::new();
+    f.apply();
+    fs::write(
+        f.host("/etc/kubernetes/pki/ca.crt"),
+        "edited by an operator",
+    )
+    .unwrap();
+    fs::write(f.host("/etc/kubernetes/pki/unrelated"), "not ours").unwrap();
+    let out = f.run("remove", &[]);
+    assert_success(&out);
+    let text = stdout(&out);
+    assert!(
+        text.contains(
+            "/etc/kubernetes/pki/ca.crt: changed since kube-anchor wrote it; left in place"
+        ),
+        "{text}"
+    );
+    let removed: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("removed"))
+        .map(str::trim)
+        .collect();
+    assert_eq!(
+        removed,
+        [
+            "/etc/kubernetes/manifests/kube-apiserver.yaml",
+            "/etc/kubernetes/pki/apiserver.key"
+        ],
+        "manifest first"
+    );
+    assert_eq!(
+        f.read("/etc/kubernetes/pki/ca.crt"),
+        "edited by an operator"
+    );
+    assert!(f.host("/etc/kubernetes/pki/unrelated").exists());
+    assert!(
+        !f.host("/var/lib/kube-anchor/v1/kube-apiserver.json")
+            .exists(),
+        "ledger entry gone"
+    );
+    // Again: nothing to do, still success; by component name too.
+    assert_success(&f.run("remove", &[]));
+    let out = std::process::Command::new(BIN)
+        .args(["remove", "--component", "kube-apiserver", "--host-root"])
+        .arg(f.node())
+        .output()
+        .unwrap();
+    assert_success(&out);
+    assert!(stdout(&out).contains("0 file(s) removed"));
+}
+
+#[test]
+fn remove_with_no_ledger_removes_nothing() {
+    let f = Fixture::new();
+    f.apply();
+    fs::remove_file(f.host("/var/lib/kube-anchor/v1/kube-apiserver.json")).unwrap();
+    let before = f.snapshot();
+    assert_success(&f.run("remove", &[]));
+    assert_eq!(f.snapshot(), before, "no proof of ownership, no deletion");
+}
+
+#[test]
+fn corrupt_ledger_is_moved_aside_reported_and_not_fatal() {
+    let f = Fixture::new();
+    f.apply();
+    let ledger = f.host("/var/lib/kube-anchor/v1/kube-apiserver.json");
+    let mut bytes = fs::read(&ledger).unwrap();
+    let n = bytes.len();
+    bytes[n / 2] ^= 0x20;
+    fs::write(&ledger, &bytes).unwrap();
+    // Remove refuses to trust it: nothing is deleted.
+    let out = f.run("remove", &[]);
+    assert_success(&out);
+    assert!(stdout(&out).contains("was unusable"), "{}", stdout(&out));
+    assert!(f.manifest_path().exists());
+    let aside: Vec<_> = fs::read_dir(f.host("/var/lib/kube-anchor/v1"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("kube-apiserver.json.corrupt-"))
+        .collect();
+    assert_eq!(aside.len(), 1);
+    // Apply adopts the files that match and writes a fresh ledger.
+    let out = f.apply();
+    assert!(
+        stdout(&out).contains("kube-apiserver: unchanged"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(ledger.exists());
+    assert_success(&f.run("status", &[]));
+}
+
+#[test]
+fn orphans_are_kept_unless_pruned() {
+    let f = Fixture::new();
+    f.apply();
+    // Drop apiserver.key from the same config.
+    let text = fs::read_to_string(f.config()).unwrap();
+    let cut = text.find("  - source: apiserver.key").unwrap();
+    let end = text[cut..].find("  manifest:").unwrap() + cut;
+    f.set_config(&format!("{}{}", &text[..cut], &text[end..]));
+    let out = f.apply();
+    assert!(
+        stdout(&out).contains("no longer in the config; kept"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(f.host("/etc/kubernetes/pki/apiserver.key").exists());
+    let v: serde_json::Value =
+        serde_json::from_slice(&f.run("status", &["--output", "json"]).stdout).unwrap();
+    assert!(
+        v["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x["state"] == "orphaned"),
+        "{v}"
+    );
+    let out = f.run("apply", &["--prune"]);
+    assert_success(&out);
+    assert!(!f.host("/etc/kubernetes/pki/apiserver.key").exists());
+    assert_success(&f.run("status", &[]));
+}
+
+#[test]
+fn symlinked_parent_outside_the_root_is_refused_and_nothing_leaks() {
+    let f = Fixture::new();
+    let outside = tempfile::tempdir().unwrap();
+    fs::create_dir_all(f.host("/etc/kubernetes")).unwrap();
+    symlink(outside.path(), f.host("/etc/kubernetes/pki")).unwrap();
+    let out = f.run("apply", &[]);
+    assert_error(
+        &out,
+        &[
+            "/etc/kubernetes/pki/ca.crt",
+            "resolves to",
+            "outside /etc/kubernetes",
+        ],
+    );
+    assert!(fs::read_dir(outside.path()).unwrap().next().is_none());
+    assert!(!f.manifest_path().exists());
+}
+
+#[test]
+fn symlink_at_a_destination_is_replaced_never_written_through() {
+    let f = Fixture::new();
+    let outside = tempfile::tempdir().unwrap();
+    let victim = outside.path().join("shadow");
+    fs::write(&victim, "root:x:0:0").unwrap();
+    fs::create_dir_all(f.host("/etc/kubernetes/pki")).unwrap();
+    symlink(&victim, f.host("/etc/kubernetes/pki/apiserver.key")).unwrap();
+    let out = f.run("apply", &["--output", "json"]);
+    assert_success(&out);
+    assert!(stdout(&out).contains("replace-symlink"), "{}", stdout(&out));
+    assert_eq!(fs::read_to_string(&victim).unwrap(), "root:x:0:0");
+    assert!(
+        fs::symlink_metadata(f.host("/etc/kubernetes/pki/apiserver.key"))
+            .unwrap()
+            .is_file()
+    );
+}
+
+#[test]
+fn a_directory_in_the_way_is_an_error_that_changes_nothing() {
+    let f = Fixture::new();
+    fs::create_dir_all(f.host("/etc/kubernetes/pki/apiserver.key")).unwrap();
+    let etc = f.host("/etc");
+    let before = snapshot(&etc);
+    assert_error(
+        &f.run("apply", &[]),
+        &["/etc/kubernetes/pki/apiserver.key", "directory"],
+    );
+    assert_eq!(snapshot(&etc), before);
+    assert!(
+        !f.host("/var/lib/kube-anchor/v1/kube-apiserver.json")
+            .exists(),
+        "no ledger for a failed apply"
+    );
+}
+
+#[test]
+fn our_own_temp_leftovers_are_cleaned_and_others_kept() {
+    let f = Fixture::new();
+    f.apply();
+    let dir = f.host("/etc/kubernetes/manifests");
+    fs::write(
+        dir.join(".kube-apiserver.yaml.AbC123.kube-anchor.tmp"),
+        "half",
+    )
+    .unwrap();
+    fs::write(dir.join(".etcd.yaml.swp"), "someone else's").unwrap();
+    f.apply();
+    let mut names: Vec<_> = fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, [".etcd.yaml.swp", "kube-apiserver.yaml"]);
+}
+
+#[test]
+fn log_format_json_emits_json_lines_without_secrets() {
+    let f = Fixture::new();
+    let out = f.run("apply", &["--log-format", "json"]);
+    assert_success(&out);
+    let err = stderr(&out);
+    let line = err.lines().next().expect("a log line");
+    let v: serde_json::Value = serde_json::from_str(line).unwrap();
+    assert_eq!(v["component"], "kube-apiserver");
+    assert!(!err.contains("PRIVATE KEY") && !stdout(&out).contains("PRIVATE KEY"));
+}
