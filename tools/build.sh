@@ -15,7 +15,12 @@ mkdir -p "$cache" "$bin"
 
 HELM_VERSION=v4.3.1
 
-kube_version() { awk '$1 == "require" && $2 == "k8s.io/kubernetes" {print $3}' "$here/kube/go.mod"; }
+kube_version() {
+  local v
+  v=$(cd "$here/kube" && go list -m -f '{{.Version}}' k8s.io/kubernetes)
+  [[ $v == v1.* ]] || { log "cannot read the k8s.io/kubernetes version from tools/kube/go.mod"; exit 1; }
+  echo "$v"
+}
 module_key() { cat "$here/$1/go.mod" "$here/$1/go.sum" "$here"/"$1"/*.go | sha256sum | cut -c1-12; }
 
 log() { printf 'tools/build.sh: %s\n' "$*" >&2; }

@@ -1,3 +1,4 @@
 //! Shared helpers for the integration tests.
 
+pub mod cluster;
 pub mod fixture;

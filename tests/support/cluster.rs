@@ -1,0 +1,665 @@
+//! A real Kubernetes control plane for integration tests: etcd, kube-apiserver (Node,RBAC
+//! authorization, NodeRestriction), and on demand kube-controller-manager, kube-scheduler and
+//! kubelets (kubemark's fake runtime, each with its own static pod directory).
+//!
+//! The binaries come from `tools/build.sh`. One control plane is shared per test binary
+//! ([`shared`]); each test takes a namespace of its own ([`ControlPlane::namespace`]).
+//! Every process is started with `PR_SET_PDEATHSIG` from a thread that lives as long as the test
+//! binary, so nothing outlives it, even when a test panics. Logs are kept under
+//! `target/test-clusters/<binary>-<pid>/` for failed runs; the directory is printed at start.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{Namespace, Node, ServiceAccount};
+use kube::api::{Api, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use rcgen::{
+    CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+
+pub const TOOLS: &[&str] = &[
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubelet",
+    "kubectl",
+    "helm",
+];
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Path of a tool built by `tools/build.sh`; panics with the fix when it is missing.
+pub fn tool(name: &str) -> PathBuf {
+    let path = repo_root().join("tools/bin").join(name);
+    if !path.exists() {
+        panic!(
+            "{} is missing: run tools/build.sh first (it builds the real Kubernetes components from Go modules)",
+            path.display()
+        );
+    }
+    path
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Processes
+
+/// Children are forked from this one long-lived thread: PR_SET_PDEATHSIG fires when the forking
+/// *thread* exits, and test threads exit early.
+fn spawn(mut cmd: Command) -> std::io::Result<Child> {
+    type Request = (Command, mpsc::Sender<std::io::Result<Child>>);
+    static SPAWNER: OnceLock<Mutex<mpsc::Sender<Request>>> = OnceLock::new();
+    let sender = SPAWNER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<Request>();
+        std::thread::Builder::new()
+            .name("cluster-spawner".into())
+            .spawn(move || {
+                for (mut cmd, reply) in rx {
+                    unsafe {
+                        cmd.pre_exec(|| {
+                            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                                return Err(std::io::Error::last_os_error());
+                            }
+                            Ok(())
+                        });
+                    }
+                    let _ = reply.send(cmd.spawn());
+                }
+            })
+            .unwrap();
+        Mutex::new(tx)
+    });
+    cmd.stdin(Stdio::null());
+    let (tx, rx) = mpsc::channel();
+    sender.lock().unwrap().send((cmd, tx)).unwrap();
+    rx.recv().unwrap()
+}
+
+pub struct Process {
+    pub name: String,
+    pub log: PathBuf,
+    child: Child,
+}
+
+impl Process {
+    pub fn start(name: &str, mut cmd: Command, log_dir: &Path) -> Self {
+        let log = log_dir.join(format!("{name}.log"));
+        let out = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .unwrap();
+        cmd.stdout(out.try_clone().unwrap()).stderr(out);
+        let child = spawn(cmd).unwrap_or_else(|e| panic!("starting {name}: {e}"));
+        Self {
+            name: name.into(),
+            log,
+            child,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    pub fn stop(mut self) {
+        self.kill();
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn log_tail(&self, lines: usize) -> String {
+        let text = fs::read_to_string(&self.log).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Certificates
+
+pub struct Pki {
+    pub dir: PathBuf,
+    ca_key: KeyPair,
+    ca_params: CertificateParams,
+}
+
+impl Pki {
+    fn new(dir: &Path) -> Self {
+        fs::create_dir_all(dir).unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name = dn("kube-anchor-test-ca", None);
+        params.is_ca = IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let key = KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        fs::write(dir.join("ca.crt"), cert.pem()).unwrap();
+        let sa = KeyPair::generate().unwrap();
+        fs::write(dir.join("sa.key"), sa.serialize_pem()).unwrap();
+        fs::write(dir.join("sa.pub"), sa.public_key_pem()).unwrap();
+        Self {
+            dir: dir.into(),
+            ca_key: key,
+            ca_params: params,
+        }
+    }
+
+    pub fn ca(&self) -> PathBuf {
+        self.dir.join("ca.crt")
+    }
+
+    /// Issues `<name>.crt`/`<name>.key`; a client cert when `sans` is empty.
+    pub fn issue(
+        &self,
+        name: &str,
+        common_name: &str,
+        organization: Option<&str>,
+        sans: &[&str],
+    ) -> (PathBuf, PathBuf) {
+        let mut params =
+            CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
+        params.distinguished_name = dn(common_name, organization);
+        params.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
+        params.extended_key_usages = if sans.is_empty() {
+            vec![ExtendedKeyUsagePurpose::ClientAuth]
+        } else {
+            vec![ExtendedKeyUsagePurpose::ServerAuth]
+        };
+        let key = KeyPair::generate().unwrap();
+        let issuer = Issuer::from_params(&self.ca_params, &self.ca_key);
+        let cert = params.signed_by(&key, &issuer).unwrap();
+        let (crt, key_path) = (
+            self.dir.join(format!("{name}.crt")),
+            self.dir.join(format!("{name}.key")),
+        );
+        fs::write(&crt, cert.pem()).unwrap();
+        fs::write(&key_path, key.serialize_pem()).unwrap();
+        (crt, key_path)
+    }
+}
+
+fn dn(common_name: &str, organization: Option<&str>) -> DistinguishedName {
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, common_name);
+    if let Some(o) = organization {
+        dn.push(DnType::OrganizationName, o);
+    }
+    dn
+}
+
+pub enum Identity {
+    Cert { cert: PathBuf, key: PathBuf },
+    Token(String),
+}
+
+pub fn write_kubeconfig(path: &Path, server: &str, ca: &Path, identity: &Identity) {
+    let user = match identity {
+        Identity::Cert { cert, key } => format!(
+            "    client-certificate: {}\n    client-key: {}\n",
+            cert.display(),
+            key.display()
+        ),
+        Identity::Token(token) => format!("    token: {token}\n"),
+    };
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {server}\n    certificate-authority: {}\ncontexts:\n- name: test\n  context: {{cluster: test, user: test}}\ncurrent-context: test\nusers:\n- name: test\n  user:\n{user}",
+        ca.display()
+    );
+    fs::write(path, text).unwrap();
+}
+
+pub async fn client_from_kubeconfig(path: &Path) -> Client {
+    let kubeconfig = Kubeconfig::read_from(path).unwrap();
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    Client::try_from(config).unwrap()
+}
+
+// ---------------------------------------------------------------------------------------------
+// The control plane
+
+pub struct ControlPlane {
+    pub dir: PathBuf,
+    pub server: String,
+    pub apiserver_port: u16,
+    pub pki: Pki,
+    pub admin_kubeconfig: PathBuf,
+    etcd: Mutex<Option<Process>>,
+    apiserver: Mutex<Option<Process>>,
+    controllers: Mutex<Vec<Process>>,
+    nodes: Mutex<BTreeMap<String, TestNode>>,
+}
+
+pub struct TestNode {
+    pub name: String,
+    pub static_pod_dir: PathBuf,
+    pub root: PathBuf,
+    pub kubelet_port: u16,
+    process: Process,
+}
+
+/// The control plane of this test binary, started on first use.
+pub async fn shared() -> &'static ControlPlane {
+    static SHARED: tokio::sync::OnceCell<ControlPlane> = tokio::sync::OnceCell::const_new();
+    SHARED.get_or_init(ControlPlane::start).await
+}
+
+fn test_binary_name() -> String {
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "test".into())
+}
+
+impl ControlPlane {
+    pub async fn start() -> Self {
+        for name in TOOLS {
+            tool(name);
+        }
+        let base = std::env::temp_dir();
+        remove_dead_cluster_dirs(&base);
+        let dir = base.join(format!("kube-anchor-test-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        eprintln!(
+            "test control plane for {}: logs and state in {}",
+            test_binary_name(),
+            dir.display()
+        );
+        let pki = Pki::new(&dir.join("pki"));
+        pki.issue(
+            "apiserver",
+            "kube-apiserver",
+            None,
+            &["127.0.0.1", "localhost", "kubernetes.default.svc"],
+        );
+        let (admin_crt, admin_key) = pki.issue(
+            "admin",
+            "kube-anchor-test-admin",
+            Some("system:masters"),
+            &[],
+        );
+        let apiserver_port = free_port();
+        let server = format!("https://127.0.0.1:{apiserver_port}");
+        let admin_kubeconfig = dir.join("admin.kubeconfig");
+        write_kubeconfig(
+            &admin_kubeconfig,
+            &server,
+            &pki.ca(),
+            &Identity::Cert {
+                cert: admin_crt,
+                key: admin_key,
+            },
+        );
+        let cp = Self {
+            dir,
+            server,
+            apiserver_port,
+            pki,
+            admin_kubeconfig,
+            etcd: Mutex::new(None),
+            apiserver: Mutex::new(None),
+            controllers: Mutex::new(Vec::new()),
+            nodes: Mutex::new(BTreeMap::new()),
+        };
+        cp.start_etcd();
+        cp.start_apiserver().await;
+        cp
+    }
+
+    fn start_etcd(&self) {
+        let client = free_port();
+        let peer = free_port();
+        let mut cmd = Command::new(tool("etcd"));
+        cmd.args([
+            "--name=default",
+            &format!("--data-dir={}", self.dir.join("etcd").display()),
+            &format!("--listen-client-urls=http://127.0.0.1:{client}"),
+            &format!("--advertise-client-urls=http://127.0.0.1:{client}"),
+            &format!("--listen-peer-urls=http://127.0.0.1:{peer}"),
+            &format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer}"),
+            &format!("--initial-cluster=default=http://127.0.0.1:{peer}"),
+            "--unsafe-no-fsync=true",
+            "--log-level=warn",
+        ]);
+        fs::write(self.dir.join("etcd.port"), client.to_string()).unwrap();
+        *self.etcd.lock().unwrap() = Some(Process::start("etcd", cmd, &self.dir));
+    }
+
+    fn apiserver_command(&self) -> Command {
+        let etcd_port = fs::read_to_string(self.dir.join("etcd.port")).unwrap();
+        let pki = &self.pki.dir;
+        let mut cmd = Command::new(tool("kube-apiserver"));
+        cmd.args([
+            format!("--etcd-servers=http://127.0.0.1:{etcd_port}"),
+            format!("--secure-port={}", self.apiserver_port),
+            "--bind-address=127.0.0.1".into(),
+            "--advertise-address=127.0.0.1".into(),
+            format!("--cert-dir={}", self.dir.join("apiserver-certs").display()),
+            format!("--tls-cert-file={}", pki.join("apiserver.crt").display()),
+            format!(
+                "--tls-private-key-file={}",
+                pki.join("apiserver.key").display()
+            ),
+            format!("--client-ca-file={}", self.pki.ca().display()),
+            "--service-account-issuer=https://kubernetes.default.svc".into(),
+            format!(
+                "--service-account-key-file={}",
+                pki.join("sa.pub").display()
+            ),
+            format!(
+                "--service-account-signing-key-file={}",
+                pki.join("sa.key").display()
+            ),
+            "--service-cluster-ip-range=10.0.0.0/24".into(),
+            "--authorization-mode=Node,RBAC".into(),
+            "--enable-admission-plugins=NodeRestriction".into(),
+            "--allow-privileged=true".into(),
+            "--profiling=false".into(),
+            "--v=1".into(),
+        ]);
+        cmd
+    }
+
+    async fn start_apiserver(&self) {
+        let process = Process::start("kube-apiserver", self.apiserver_command(), &self.dir);
+        *self.apiserver.lock().unwrap() = Some(process);
+        self.wait_ready(Duration::from_secs(60)).await;
+    }
+
+    /// Polls `/readyz` as admin until it answers `ok`.
+    pub async fn wait_ready(&self, timeout: Duration) {
+        let client = self.admin().await;
+        let deadline = Instant::now() + timeout;
+        loop {
+            let request = http::Request::get("/readyz").body(Vec::new()).unwrap();
+            match client.request_text(request).await {
+                Ok(body) if body.trim() == "ok" => return,
+                _ if Instant::now() > deadline
+                    || !self
+                        .apiserver
+                        .lock()
+                        .unwrap()
+                        .as_mut()
+                        .is_some_and(Process::is_running) =>
+                {
+                    let tail = self
+                        .apiserver
+                        .lock()
+                        .unwrap()
+                        .as_ref()
+                        .map(|p| p.log_tail(30))
+                        .unwrap_or_default();
+                    panic!(
+                        "kube-apiserver exited or was not ready within {timeout:?}; log tail:\n{tail}"
+                    );
+                }
+                _ => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
+    }
+
+    /// Stops kube-apiserver (etcd and the nodes keep running), to test behaviour in an outage.
+    pub fn stop_apiserver(&self) {
+        if let Some(p) = self.apiserver.lock().unwrap().take() {
+            p.stop();
+        }
+    }
+
+    pub async fn restart_apiserver(&self) {
+        self.stop_apiserver();
+        self.start_apiserver().await;
+    }
+
+    pub async fn admin(&self) -> Client {
+        client_from_kubeconfig(&self.admin_kubeconfig).await
+    }
+
+    /// A kubeconfig and client for a ServiceAccount, with a token from the TokenRequest API.
+    pub async fn service_account_client(&self, namespace: &str, name: &str) -> (Client, PathBuf) {
+        let admin = self.admin().await;
+        let accounts: Api<ServiceAccount> = Api::namespaced(admin, namespace);
+        let request = TokenRequest {
+            spec: Some(TokenRequestSpec {
+                expiration_seconds: Some(3600),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let token = accounts
+            .create_token_request(name, &PostParams::default(), &request)
+            .await
+            .unwrap_or_else(|e| panic!("TokenRequest for {namespace}/{name}: {e}"))
+            .status
+            .expect("token status")
+            .token
+            .expect("a token");
+        let path = self.dir.join(format!("sa-{namespace}-{name}.kubeconfig"));
+        write_kubeconfig(&path, &self.server, &self.pki.ca(), &Identity::Token(token));
+        (client_from_kubeconfig(&path).await, path)
+    }
+
+    /// A fresh namespace for one test.
+    pub async fn namespace(&self, prefix: &str) -> String {
+        let admin = self.admin().await;
+        let name = format!("{prefix}-{}", fastrand::u32(..) % 1_000_000);
+        let ns = Namespace {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.clone()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        Api::<Namespace>::all(admin)
+            .create(&PostParams::default(), &ns)
+            .await
+            .unwrap();
+        name
+    }
+
+    /// Starts kube-controller-manager and kube-scheduler once (DaemonSets, service accounts,
+    /// garbage collection, scheduling).
+    pub fn start_controllers(&self) {
+        let mut controllers = self.controllers.lock().unwrap();
+        if !controllers.is_empty() {
+            return;
+        }
+        let kubeconfig = self.admin_kubeconfig.display().to_string();
+        let mut kcm = Command::new(tool("kube-controller-manager"));
+        kcm.args([
+            format!("--kubeconfig={kubeconfig}"),
+            "--leader-elect=false".into(),
+            "--secure-port=0".into(),
+            format!(
+                "--service-account-private-key-file={}",
+                self.pki.dir.join("sa.key").display()
+            ),
+            format!("--root-ca-file={}", self.pki.ca().display()),
+            "--use-service-account-credentials=false".into(),
+            "--controllers=*".into(),
+            "--concurrent-gc-syncs=5".into(),
+            "--v=1".into(),
+        ]);
+        controllers.push(Process::start("kube-controller-manager", kcm, &self.dir));
+        let mut scheduler = Command::new(tool("kube-scheduler"));
+        scheduler.args([
+            format!("--kubeconfig={kubeconfig}"),
+            "--leader-elect=false".into(),
+            "--secure-port=0".into(),
+            "--v=1".into(),
+        ]);
+        controllers.push(Process::start("kube-scheduler", scheduler, &self.dir));
+    }
+
+    /// Starts a kubelet registering Node `name` with `labels`; waits until the Node is Ready.
+    pub async fn add_node(&self, name: &str, labels: &[(&str, &str)]) -> NodeHandle {
+        let root = self.dir.join("nodes").join(name);
+        let static_pod_dir = root.join("manifests");
+        fs::create_dir_all(&static_pod_dir).unwrap();
+        let (crt, key) = self.pki.issue(
+            &format!("node-{name}"),
+            &format!("system:node:{name}"),
+            Some("system:nodes"),
+            &[],
+        );
+        let kubeconfig = root.join("kubelet.kubeconfig");
+        write_kubeconfig(
+            &kubeconfig,
+            &self.server,
+            &self.pki.ca(),
+            &Identity::Cert { cert: crt, key },
+        );
+        let kubelet_port = free_port();
+        let mut cmd = Command::new(tool("kubelet"));
+        cmd.args([
+            format!("--kubeconfig={}", kubeconfig.display()),
+            format!("--node-name={name}"),
+            format!("--root-dir={}", root.join("kubelet").display()),
+            format!("--pod-manifest-path={}", static_pod_dir.display()),
+            format!("--port={kubelet_port}"),
+            "--v=1".into(),
+        ]);
+        if !labels.is_empty() {
+            let labels: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            cmd.arg(format!("--node-labels={}", labels.join(",")));
+        }
+        let process = Process::start(&format!("kubelet-{name}"), cmd, &self.dir);
+        let node = TestNode {
+            name: name.into(),
+            static_pod_dir: static_pod_dir.clone(),
+            root: root.clone(),
+            kubelet_port,
+            process,
+        };
+        self.nodes.lock().unwrap().insert(name.into(), node);
+        self.wait_node_ready(name, Duration::from_secs(60)).await;
+        NodeHandle {
+            name: name.into(),
+            static_pod_dir,
+            root,
+            kubelet_port,
+        }
+    }
+
+    async fn wait_node_ready(&self, name: &str, timeout: Duration) {
+        let nodes: Api<Node> = Api::all(self.admin().await);
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok(Some(node)) = nodes.get_opt(name).await {
+                let ready = node
+                    .status
+                    .and_then(|s| s.conditions)
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True");
+                if ready {
+                    return;
+                }
+            }
+            if Instant::now() > deadline {
+                let tail = self
+                    .nodes
+                    .lock()
+                    .unwrap()
+                    .get(name)
+                    .map(|n| n.process.log_tail(40))
+                    .unwrap_or_default();
+                panic!("node {name} not Ready after {timeout:?}; kubelet log tail:\n{tail}");
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    pub fn log_of(&self, process: &str) -> PathBuf {
+        self.dir.join(format!("{process}.log"))
+    }
+}
+
+/// What a test needs to know about a node.
+#[derive(Debug, Clone)]
+pub struct NodeHandle {
+    pub name: String,
+    pub static_pod_dir: PathBuf,
+    pub root: PathBuf,
+    pub kubelet_port: u16,
+}
+
+/// Removes cluster dirs of test binaries that are no longer running.
+fn remove_dead_cluster_dirs(base: &Path) {
+    let Ok(entries) = fs::read_dir(base) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix("kube-anchor-test-")
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if unsafe { libc::kill(pid, 0) } != 0 {
+            let _ = fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+/// Polls `check` until it returns `Some`, or panics with `what` after `timeout`.
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        if Instant::now() > deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
