@@ -47,11 +47,7 @@ pub struct NodeArgs {
     #[arg(long, env = "KUBE_ANCHOR_HOST_ROOT", default_value = "/")]
     pub host_root: PathBuf,
     /// Host path of the state dir (ledgers); resolved under --host-root like every host path.
-    #[arg(
-        long,
-        env = "KUBE_ANCHOR_STATE_DIR",
-        default_value = "/var/lib/kube-anchor"
-    )]
+    #[arg(long, env = "KUBE_ANCHOR_STATE_DIR", default_value = "/var/lib/kube-anchor")]
     pub state_dir: String,
     /// Host directories files may be written below (the state dir is always allowed).
     #[arg(
@@ -81,11 +77,7 @@ pub struct ApplyArgs {
 #[derive(Debug, Args)]
 pub struct RemoveArgs {
     /// The Anchor config file (only its metadata.name is used).
-    #[arg(
-        long,
-        env = "KUBE_ANCHOR_CONFIG",
-        required_unless_present = "component"
-    )]
+    #[arg(long, env = "KUBE_ANCHOR_CONFIG", required_unless_present = "component")]
     pub config: Option<PathBuf>,
     /// The component name, instead of --config.
     #[arg(long, conflicts_with = "config")]
@@ -131,9 +123,7 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(cli.log_format, LogFormat::Json);
-        let Command::Apply(a) = cli.command else {
-            panic!()
-        };
+        let Command::Apply(a) = cli.command else { panic!() };
         assert_eq!(a.node.host_root, PathBuf::from("./node"));
         assert_eq!(a.node.allowed_roots, ["/etc/kubernetes"]);
         let cli = Cli::try_parse_from([
@@ -145,9 +135,7 @@ mod tests {
             "/etc/kubernetes,/etc/etcd",
         ])
         .unwrap();
-        let Command::Remove(r) = cli.command else {
-            panic!()
-        };
+        let Command::Remove(r) = cli.command else { panic!() };
         assert_eq!(r.node.allowed_roots, ["/etc/kubernetes", "/etc/etcd"]);
         assert!(Cli::try_parse_from(["kube-anchor", "remove"]).is_err());
     }

@@ -56,11 +56,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 }
 
 fn engine(node: &NodeArgs) -> anyhow::Result<Engine> {
-    Ok(Engine::new(
-        &node.host_root,
-        &node.state_dir,
-        &node.allowed_roots,
-    )?)
+    Ok(Engine::new(&node.host_root, &node.state_dir, &node.allowed_roots)?)
 }
 
 fn apply(args: ApplyArgs) -> anyhow::Result<ExitCode> {
@@ -111,9 +107,9 @@ fn notice_text(notice: &Notice) -> String {
         Notice::LeftModified { path } => {
             format!("{path}: changed since kube-anchor wrote it; left in place")
         }
-        Notice::Orphaned { path } => format!(
-            "{path}: written earlier, no longer in the config; kept (use --prune to remove it)"
-        ),
+        Notice::Orphaned { path } => {
+            format!("{path}: written earlier, no longer in the config; kept (use --prune to remove it)")
+        }
     }
 }
 
@@ -153,16 +149,8 @@ fn print_apply(r: &ApplyReport, format: OutputFormat) {
                     .iter()
                     .map(|(p, why)| json!({"path": p, "action": "written", "reason": why})),
             );
-            files.extend(
-                r.removed
-                    .iter()
-                    .map(|p| json!({"path": p, "action": "removed"})),
-            );
-            files.extend(
-                r.unchanged
-                    .iter()
-                    .map(|p| json!({"path": p, "action": "unchanged"})),
-            );
+            files.extend(r.removed.iter().map(|p| json!({"path": p, "action": "removed"})));
+            files.extend(r.unchanged.iter().map(|p| json!({"path": p, "action": "unchanged"})));
             let out = json!({
                 "component": r.component,
                 "contentHash": r.content_hash,
@@ -182,10 +170,7 @@ fn print_apply(r: &ApplyReport, format: OutputFormat) {
             for (p, why) in &r.written {
                 println!(
                     "  written    {p} ({})",
-                    serde_json::to_value(why)
-                        .expect("enum")
-                        .as_str()
-                        .unwrap_or_default()
+                    serde_json::to_value(why).expect("enum").as_str().unwrap_or_default()
                 );
             }
             for p in &r.removed {
@@ -238,11 +223,7 @@ fn print_status(r: &StatusReport, format: OutputFormat) {
             println!(
                 "{}: {}",
                 r.component,
-                if r.in_sync() {
-                    "in sync"
-                } else {
-                    "NOT in sync"
-                }
+                if r.in_sync() { "in sync" } else { "NOT in sync" }
             );
             println!("  wanted hash   {}", r.content_hash);
             println!(

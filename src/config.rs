@@ -17,10 +17,7 @@ pub const DEFAULT_MANIFEST_MODE: FileMode = FileMode(0o600);
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("{}: cannot read: {source}", .path.display())]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Read { path: PathBuf, source: std::io::Error },
     #[error("{}: {reason}", .path.display())]
     Yaml { path: PathBuf, reason: String },
     #[error("{}: {field}: {problem}", .path.display())]
@@ -38,17 +35,12 @@ pub struct FileMode(pub u32);
 impl FileMode {
     pub fn parse(raw: &str) -> Result<Self, String> {
         let digits = raw.strip_prefix("0o").unwrap_or(raw);
-        if digits.is_empty()
-            || digits.len() > 4
-            || !digits.bytes().all(|b| (b'0'..=b'7').contains(&b))
-        {
+        if digits.is_empty() || digits.len() > 4 || !digits.bytes().all(|b| (b'0'..=b'7').contains(&b)) {
             return Err(format!("{raw:?} is not an octal mode like \"0600\""));
         }
         let mode = u32::from_str_radix(digits, 8).expect("checked octal digits");
         if mode & !0o777 != 0 {
-            return Err(format!(
-                "{raw:?}: setuid, setgid and sticky bits are not allowed"
-            ));
+            return Err(format!("{raw:?}: setuid, setgid and sticky bits are not allowed"));
         }
         if mode & 0o002 != 0 {
             return Err(format!("{raw:?}: world-writable files are not allowed"));
@@ -136,9 +128,7 @@ impl serde::Serialize for Owner {
     }
 }
 
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     /// Certificates, keys, kubeconfigs, config files: written before the manifest.
@@ -264,18 +254,12 @@ pub fn parse(path: &Path, text: &str, roots: &AllowedRoots) -> Result<Anchor, Co
         ));
     }
     if raw.kind != KIND {
-        return Err(invalid(
-            "kind",
-            format!("expected {KIND:?}, found {:?}", raw.kind),
-        ));
+        return Err(invalid("kind", format!("expected {KIND:?}, found {:?}", raw.kind)));
     }
     if !is_component_name(&raw.metadata.name) {
         return Err(invalid(
             "metadata.name",
-            format!(
-                "{:?} is not a lowercase DNS label (a-z, 0-9, '-')",
-                raw.metadata.name
-            ),
+            format!("{:?} is not a lowercase DNS label (a-z, 0-9, '-')", raw.metadata.name),
         ));
     }
     let mut seen = BTreeSet::new();
@@ -295,15 +279,10 @@ pub fn parse(path: &Path, text: &str, roots: &AllowedRoots) -> Result<Anchor, Co
     }
     let base = path.parent().unwrap_or(Path::new("."));
     let source = |s: &Path| {
-        if s.is_absolute() {
-            s.to_path_buf()
-        } else {
-            base.join(s)
-        }
+        if s.is_absolute() { s.to_path_buf() } else { base.join(s) }
     };
-    let host_path = |field: &str, raw: &str| {
-        HostPath::parse_allowed(raw, roots).map_err(|e| invalid(field, e.to_string()))
-    };
+    let host_path =
+        |field: &str, raw: &str| HostPath::parse_allowed(raw, roots).map_err(|e| invalid(field, e.to_string()));
 
     let mut files = Vec::with_capacity(raw.spec.files.len() + 1);
     for (i, f) in raw.spec.files.iter().enumerate() {
@@ -413,9 +392,7 @@ spec:
             assert!(FileMode::parse(bad).is_err(), "{bad}");
         }
         // A number YAML reads as decimal is refused; a leading zero keeps it a string here.
-        assert!(
-            problem(&GOOD.replace("\"0644\"", "644")).contains("must be a quoted octal string")
-        );
+        assert!(problem(&GOOD.replace("\"0644\"", "644")).contains("must be a quoted octal string"));
         assert_eq!(
             p(&GOOD.replace("\"0644\"", "0644")).unwrap().files[0].mode,
             FileMode(0o644)
@@ -427,18 +404,13 @@ spec:
     #[test]
     fn errors_name_the_file_and_field() {
         let e = problem(&GOOD.replace("/etc/kubernetes/manifests/", "/etc/../"));
-        assert!(
-            e.starts_with("/cfg/anchor.yaml: spec.manifest.path:"),
-            "{e}"
-        );
+        assert!(e.starts_with("/cfg/anchor.yaml: spec.manifest.path:"), "{e}");
         let e = problem(&GOOD.replace(
             "/etc/kubernetes/apiserver/pki/apiserver.pem",
             "/root/.ssh/authorized_keys",
         ));
         assert!(
-            e.starts_with(
-                "/cfg/anchor.yaml: spec.files[0].path: /root/.ssh/authorized_keys: outside"
-            ),
+            e.starts_with("/cfg/anchor.yaml: spec.files[0].path: /root/.ssh/authorized_keys: outside"),
             "{e}"
         );
         let e = problem(&GOOD.replace("kind: Anchor", "kind: Pod"));

@@ -49,11 +49,7 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 /// `sources[i]` holds the bytes of `anchor.files[i].source`.
-pub fn build(
-    anchor: &Anchor,
-    sources: &[Vec<u8>],
-    vars: &Variables,
-) -> Result<Desired, DesiredError> {
+pub fn build(anchor: &Anchor, sources: &[Vec<u8>], vars: &Variables) -> Result<Desired, DesiredError> {
     assert_eq!(anchor.files.len(), sources.len(), "one source per file");
     let mut files = Vec::with_capacity(sources.len());
     for (spec, bytes) in anchor.files.iter().zip(sources) {
@@ -71,8 +67,7 @@ pub fn build(
         });
     }
     let manifest_spec = anchor.manifest();
-    let manifest_text = std::str::from_utf8(&files.last().expect("manifest").content)
-        .expect("rendered text is UTF-8");
+    let manifest_text = std::str::from_utf8(&files.last().expect("manifest").content).expect("rendered text is UTF-8");
     let pod = staticpod::parse(&manifest_spec.source, manifest_text)?;
 
     // Framed fields, so that moving bytes between two files always changes the hash.
@@ -129,20 +124,13 @@ mod tests {
             manifest.contains(&format!("kube-anchor.io/content-hash: {}", d.content_hash)),
             "{manifest}"
         );
-        assert_eq!(
-            (d.pod_name.as_str(), d.pod_namespace.as_str()),
-            ("c", "kube-system")
-        );
+        assert_eq!((d.pod_name.as_str(), d.pod_namespace.as_str()), ("c", "kube-system"));
     }
 
     #[test]
     fn hash_follows_restart_on_change_files_only() {
         let base = desired("A", "B", MANIFEST).unwrap().content_hash;
-        assert_eq!(
-            desired("A", "B", MANIFEST).unwrap().content_hash,
-            base,
-            "deterministic"
-        );
+        assert_eq!(desired("A", "B", MANIFEST).unwrap().content_hash, base, "deterministic");
         assert_ne!(
             desired("A2", "B", MANIFEST).unwrap().content_hash,
             base,
@@ -167,9 +155,6 @@ mod tests {
             desired("A", "${NOPE}", MANIFEST),
             Err(DesiredError::Render(_))
         ));
-        assert!(matches!(
-            desired("A", "B", "kind: Pod"),
-            Err(DesiredError::Manifest(_))
-        ));
+        assert!(matches!(desired("A", "B", "kind: Pod"), Err(DesiredError::Manifest(_))));
     }
 }

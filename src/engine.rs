@@ -81,9 +81,7 @@ pub struct StatusReport {
 
 impl StatusReport {
     pub fn in_sync(&self) -> bool {
-        self.files
-            .iter()
-            .all(|f| f.state == plan::FileState::InSync)
+        self.files.iter().all(|f| f.state == plan::FileState::InSync)
     }
 }
 
@@ -98,11 +96,7 @@ impl Inputs {
     pub fn load(config_path: &Path, roots: &AllowedRoots) -> Result<Self, EngineError> {
         let anchor = config::load(config_path, roots)?;
         let mut sources = Vec::with_capacity(anchor.files.len());
-        let credentials = anchor
-            .files
-            .iter()
-            .filter(|f| f.role == Role::Credential)
-            .count();
+        let credentials = anchor.files.iter().filter(|f| f.role == Role::Credential).count();
         for (i, spec) in anchor.files.iter().enumerate() {
             let bytes = std::fs::read(&spec.source).map_err(|source| EngineError::Source {
                 path: spec.source.clone(),
@@ -121,9 +115,7 @@ impl Inputs {
 
     /// The variables the config allows, with their values from the process environment.
     pub fn environment_variables(&self) -> Variables {
-        Variables::new(self.anchor.variables.iter().cloned(), |name| {
-            std::env::var(name).ok()
-        })
+        Variables::new(self.anchor.variables.iter().cloned(), |name| std::env::var(name).ok())
     }
 
     pub fn desired(&self, vars: &Variables) -> Result<Desired, DesiredError> {
@@ -184,11 +176,7 @@ impl Engine {
             .collect();
         let now = now_rfc3339();
         // Files that already held the wanted content are adopted: recorded, not rewritten.
-        for file in desired
-            .files
-            .iter()
-            .filter(|f| report.unchanged.contains(&f.path))
-        {
+        for file in desired.files.iter().filter(|f| report.unchanged.contains(&f.path)) {
             if ledger.get(&file.path).is_none() {
                 ledger.record(entry_for(
                     file.path.clone(),

@@ -8,6 +8,7 @@
 //! staged as a temp file first, and only when all of them are on disk are they renamed into
 //! place. A full disk or a refused write therefore leaves every host file as it was.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
@@ -128,8 +129,7 @@ impl HostFs {
         })?;
         let real = self.root.join(path.relative());
         let parent = real.parent().expect("below an allowed root");
-        let resolved = canonicalize_existing_prefix(parent)
-            .map_err(io_err(path, "resolve parent directory"))?;
+        let resolved = canonicalize_existing_prefix(parent).map_err(io_err(path, "resolve parent directory"))?;
         let real_allowed = canonicalize_existing_prefix(&self.root.join(allowed.relative()))
             .map_err(io_err(path, "resolve allowed root"))?;
         if !resolved.starts_with(&self.root) || !resolved.starts_with(&real_allowed) {
@@ -147,14 +147,8 @@ impl HostFs {
         observe_real(path, &real)
     }
 
-    pub fn observe_all<'a>(
-        &self,
-        paths: impl IntoIterator<Item = &'a HostPath>,
-    ) -> Result<Observations, HostFsError> {
-        paths
-            .into_iter()
-            .map(|p| Ok((p.clone(), self.observe(p)?)))
-            .collect()
+    pub fn observe_all<'a>(&self, paths: impl IntoIterator<Item = &'a HostPath>) -> Result<Observations, HostFsError> {
+        paths.into_iter().map(|p| Ok((p.clone(), self.observe(p)?))).collect()
     }
 
     pub fn read(&self, path: &HostPath) -> Result<Option<Vec<u8>>, HostFsError> {
@@ -168,32 +162,33 @@ impl HostFs {
 
     /// Removes temp files a killed writer left next to `paths`. Only our own names are touched:
     /// `.<file name>.<random>.kube-anchor.tmp` for the given files.
-    pub fn clean_stale_temps<'a>(
-        &self,
-        paths: impl IntoIterator<Item = &'a HostPath>,
-    ) -> Vec<HostPath> {
-        let mut removed = Vec::new();
+    pub fn clean_stale_temps<'a>(&self, paths: impl IntoIterator<Item = &'a HostPath>) -> Vec<HostPath> {
+        // One directory listing per directory, however many of our files it holds.
+        let mut by_dir: BTreeMap<PathBuf, (HostPath, BTreeSet<String>)> = BTreeMap::new();
         for path in paths {
-            let (Ok(real), Some(name), Some(parent)) =
-                (self.resolve(path), path.file_name(), path.parent())
-            else {
+            let (Ok(real), Some(name), Some(parent)) = (self.resolve(path), path.file_name(), path.parent()) else {
                 continue;
             };
-            let prefix = format!(".{name}.");
-            let Ok(entries) = fs::read_dir(real.parent().expect("resolved file has a parent"))
-            else {
-                continue;
-            };
+            let dir = real.parent().expect("resolved file has a parent").to_path_buf();
+            by_dir
+                .entry(dir)
+                .or_insert_with(|| (parent, BTreeSet::new()))
+                .1
+                .insert(name.to_owned());
+        }
+        let mut removed = Vec::new();
+        for (dir, (host_dir, names)) in by_dir {
+            let Ok(entries) = fs::read_dir(&dir) else { continue };
             for entry in entries.flatten() {
                 let file_name = entry.file_name();
-                let Some(file_name) = file_name.to_str() else {
+                let Some(file_name) = file_name.to_str() else { continue };
+                let Some(stem) = file_name.strip_prefix('.').and_then(|n| n.strip_suffix(TEMP_SUFFIX)) else {
                     continue;
                 };
-                if file_name.starts_with(&prefix)
-                    && file_name.ends_with(TEMP_SUFFIX)
-                    && fs::remove_file(entry.path()).is_ok()
-                {
-                    removed.extend(parent.join(file_name).ok());
+                // `<file name>.<random>`: ours when the part before the last dot names one of ours.
+                let ours = stem.rsplit_once('.').is_some_and(|(name, _)| names.contains(name));
+                if ours && fs::remove_file(entry.path()).is_ok() {
+                    removed.extend(host_dir.join(file_name).ok());
                 }
             }
         }
@@ -247,9 +242,7 @@ impl HostFs {
                         .map(|d| (d, real))
                 }
                 Op::Remove {
-                    path,
-                    expected_sha256,
-                    ..
+                    path, expected_sha256, ..
                 } => self.remove_checked(path, expected_sha256),
             };
             match result {
@@ -290,12 +283,7 @@ impl HostFs {
         Ok(staged)
     }
 
-    fn create_dirs(
-        &self,
-        path: &HostPath,
-        dir: &Path,
-        created: &mut Vec<PathBuf>,
-    ) -> Result<(), HostFsError> {
+    fn create_dirs(&self, path: &HostPath, dir: &Path, created: &mut Vec<PathBuf>) -> Result<(), HostFsError> {
         let mut missing = Vec::new();
         let mut cursor = dir;
         while fs::symlink_metadata(cursor).is_err() {
@@ -314,11 +302,7 @@ impl HostFs {
         Ok(())
     }
 
-    fn remove_checked(
-        &self,
-        path: &HostPath,
-        expected_sha256: &str,
-    ) -> Result<(Done, PathBuf), HostFsError> {
+    fn remove_checked(&self, path: &HostPath, expected_sha256: &str) -> Result<(Done, PathBuf), HostFsError> {
         let real = self.resolve(path)?;
         match observe_real(path, &real)? {
             Observed::Missing => return Ok((Done::Removed { path: path.clone() }, real)),
@@ -327,21 +311,13 @@ impl HostFs {
         }
         match fs::remove_file(&real) {
             Ok(()) => Ok((Done::Removed { path: path.clone() }, real)),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                Ok((Done::Removed { path: path.clone() }, real))
-            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok((Done::Removed { path: path.clone() }, real)),
             Err(e) => Err(io_err(path, "remove")(e)),
         }
     }
 
     /// Writes one file atomically (the same path as a plan's writes take).
-    pub fn write_file(
-        &self,
-        path: &HostPath,
-        content: &[u8],
-        mode: FileMode,
-        role: Role,
-    ) -> Result<(), HostFsError> {
+    pub fn write_file(&self, path: &HostPath, content: &[u8], mode: FileMode, role: Role) -> Result<(), HostFsError> {
         let op = Op::Write {
             file: crate::desired::DesiredFile {
                 path: path.clone(),
@@ -353,9 +329,7 @@ impl HostFs {
             sha256: crate::desired::sha256_hex(content),
             reason: crate::plan::WriteReason::Content,
         };
-        self.execute(std::slice::from_ref(&op))
-            .map(|_| ())
-            .map_err(|(e, _)| e)
+        self.execute(std::slice::from_ref(&op)).map(|_| ()).map_err(|(e, _)| e)
     }
 
     pub fn ledger_path(state_dir: &HostPath, component: &str) -> Result<HostPath, HostPathError> {
@@ -363,11 +337,7 @@ impl HostFs {
     }
 
     /// Reads the ledger; a corrupt or unreadable one is moved aside and reported, never fatal.
-    pub fn load_ledger(
-        &self,
-        state_dir: &HostPath,
-        component: &str,
-    ) -> Result<LoadedLedger, HostFsError> {
+    pub fn load_ledger(&self, state_dir: &HostPath, component: &str) -> Result<LoadedLedger, HostFsError> {
         let path = Self::ledger_path(state_dir, component)?;
         let problem = match self.read(&path) {
             Ok(None) => {
@@ -458,10 +428,7 @@ fn stage(
     owner: Option<Owner>,
 ) -> Result<NamedTempFile, HostFsError> {
     let dir = real.parent().expect("resolved file has a parent");
-    let name = real
-        .file_name()
-        .expect("resolved file has a name")
-        .to_string_lossy();
+    let name = real.file_name().expect("resolved file has a name").to_string_lossy();
     let mut temp = tempfile::Builder::new()
         .prefix(&format!(".{name}."))
         .suffix(TEMP_SUFFIX)
@@ -473,8 +440,7 @@ fn stage(
     file.set_permissions(fs::Permissions::from_mode(mode.0))
         .map_err(io_err(path, "set mode"))?;
     if let Some(owner) = owner {
-        std::os::unix::fs::fchown(&*file, Some(owner.uid), Some(owner.gid))
-            .map_err(io_err(path, "set owner"))?;
+        std::os::unix::fs::fchown(&*file, Some(owner.uid), Some(owner.gid)).map_err(io_err(path, "set owner"))?;
     }
     file.write_all(content).map_err(io_err(path, "write"))?;
     file.sync_all().map_err(io_err(path, "fsync"))?;
@@ -493,11 +459,7 @@ fn observe_real(path: &HostPath, real: &Path) -> Result<Observed, HostFsError> {
     }
     if !kind.is_file() {
         return Ok(Observed::Other {
-            kind: if kind.is_dir() {
-                "directory"
-            } else {
-                "special file"
-            },
+            kind: if kind.is_dir() { "directory" } else { "special file" },
         });
     }
     let mut file = File::open(real).map_err(io_err(path, "open"))?;
@@ -605,13 +567,8 @@ mod tests {
     fn writes_with_exact_mode_and_creates_parents() {
         let n = node();
         let done =
-            n.fs.execute(&[write_op(
-                "/etc/kubernetes/pki/key",
-                "K",
-                0o600,
-                Role::Credential,
-            )])
-            .unwrap();
+            n.fs.execute(&[write_op("/etc/kubernetes/pki/key", "K", 0o600, Role::Credential)])
+                .unwrap();
         assert_eq!(done.len(), 1);
         let meta = fs::metadata(n.real("/etc/kubernetes/pki/key")).unwrap();
         assert_eq!(meta.mode() & 0o7777, 0o600);
@@ -621,18 +578,10 @@ mod tests {
             0o755
         );
         // Modes wider than the umask allows at creation are still exact.
-        n.fs.execute(&[write_op(
-            "/etc/kubernetes/pki/ca",
-            "C",
-            0o664,
-            Role::Credential,
-        )])
-        .unwrap();
+        n.fs.execute(&[write_op("/etc/kubernetes/pki/ca", "C", 0o664, Role::Credential)])
+            .unwrap();
         assert_eq!(
-            fs::metadata(n.real("/etc/kubernetes/pki/ca"))
-                .unwrap()
-                .mode()
-                & 0o7777,
+            fs::metadata(n.real("/etc/kubernetes/pki/ca")).unwrap().mode() & 0o7777,
             0o664
         );
     }
@@ -644,14 +593,9 @@ mod tests {
         fs::create_dir_all(n.real("/etc/kubernetes")).unwrap();
         symlink(outside.path(), n.real("/etc/kubernetes/pki")).unwrap();
         let err =
-            n.fs.execute(&[write_op(
-                "/etc/kubernetes/pki/key",
-                "K",
-                0o600,
-                Role::Credential,
-            )])
-            .unwrap_err()
-            .0;
+            n.fs.execute(&[write_op("/etc/kubernetes/pki/key", "K", 0o600, Role::Credential)])
+                .unwrap_err()
+                .0;
         assert!(matches!(err, HostFsError::Escape { .. }), "{err}");
         assert!(
             fs::read_dir(outside.path()).unwrap().next().is_none(),
@@ -665,9 +609,7 @@ mod tests {
         let outside = tempfile::tempdir().unwrap();
         fs::create_dir_all(n.real("/etc")).unwrap();
         symlink(outside.path(), n.real("/etc/kubernetes")).unwrap();
-        let err =
-            n.fs.resolve(&hp("/etc/kubernetes/manifests/a.yaml"))
-                .unwrap_err();
+        let err = n.fs.resolve(&hp("/etc/kubernetes/manifests/a.yaml")).unwrap_err();
         assert!(matches!(err, HostFsError::Escape { .. }), "{err}");
     }
 
@@ -679,35 +621,18 @@ mod tests {
         fs::write(&victim, "precious").unwrap();
         fs::create_dir_all(n.real("/etc/kubernetes")).unwrap();
         symlink(&victim, n.real("/etc/kubernetes/key")).unwrap();
-        assert_eq!(
-            n.fs.observe(&hp("/etc/kubernetes/key")).unwrap(),
-            Observed::Symlink
-        );
-        n.fs.execute(&[write_op(
-            "/etc/kubernetes/key",
-            "K",
-            0o600,
-            Role::Credential,
-        )])
-        .unwrap();
+        assert_eq!(n.fs.observe(&hp("/etc/kubernetes/key")).unwrap(), Observed::Symlink);
+        n.fs.execute(&[write_op("/etc/kubernetes/key", "K", 0o600, Role::Credential)])
+            .unwrap();
         assert_eq!(fs::read(&victim).unwrap(), b"precious");
-        assert!(
-            fs::symlink_metadata(n.real("/etc/kubernetes/key"))
-                .unwrap()
-                .is_file()
-        );
+        assert!(fs::symlink_metadata(n.real("/etc/kubernetes/key")).unwrap().is_file());
     }
 
     #[test]
     fn a_failing_stage_leaves_everything_as_it_was() {
         let n = node();
-        n.fs.execute(&[write_op(
-            "/etc/kubernetes/a",
-            "old",
-            0o600,
-            Role::Credential,
-        )])
-        .unwrap();
+        n.fs.execute(&[write_op("/etc/kubernetes/a", "old", 0o600, Role::Credential)])
+            .unwrap();
         // The second write cannot be staged: a directory stands where its parent should be... a file.
         fs::write(n.real("/etc/kubernetes/blocker"), "x").unwrap();
         let ops = [
@@ -717,10 +642,7 @@ mod tests {
         ];
         let (err, done) = n.fs.execute(&ops).unwrap_err();
         assert!(done.is_empty());
-        assert!(
-            err.to_string().starts_with("/etc/kubernetes/blocker/c: "),
-            "{err}"
-        );
+        assert!(err.to_string().starts_with("/etc/kubernetes/blocker/c: "), "{err}");
         assert_eq!(fs::read(n.real("/etc/kubernetes/a")).unwrap(), b"old");
         assert!(
             !n.real("/etc/kubernetes/new-dir").exists(),
@@ -736,13 +658,8 @@ mod tests {
     #[test]
     fn remove_rechecks_content() {
         let n = node();
-        n.fs.execute(&[write_op(
-            "/etc/kubernetes/a",
-            "mine",
-            0o600,
-            Role::Credential,
-        )])
-        .unwrap();
+        n.fs.execute(&[write_op("/etc/kubernetes/a", "mine", 0o600, Role::Credential)])
+            .unwrap();
         fs::write(n.real("/etc/kubernetes/a"), "theirs").unwrap();
         let op = Op::Remove {
             path: hp("/etc/kubernetes/a"),
@@ -764,8 +681,7 @@ mod tests {
         for f in [&ours, &other_file, &foreign] {
             fs::write(f, "x").unwrap();
         }
-        let removed =
-            n.fs.clean_stale_temps([&hp("/etc/kubernetes/manifests/a.yaml")]);
+        let removed = n.fs.clean_stale_temps([&hp("/etc/kubernetes/manifests/a.yaml")]);
         assert_eq!(removed.len(), 1);
         assert!(!ours.exists() && other_file.exists() && foreign.exists());
     }

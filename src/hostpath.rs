@@ -17,9 +17,7 @@ pub enum HostPathError {
 }
 
 /// An absolute, normalized host path with no `..` components.
-#[derive(
-    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
-)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct HostPath(PathBuf);
 
@@ -120,9 +118,7 @@ impl AllowedRoots {
 
     /// The allowed root `path` lies strictly below, if any.
     pub fn root_of(&self, path: &HostPath) -> Option<&HostPath> {
-        self.0
-            .iter()
-            .find(|root| path.starts_with(root) && *root != path)
+        self.0.iter().find(|root| path.starts_with(root) && *root != path)
     }
 
     pub fn check(&self, path: &HostPath) -> Result<(), HostPathError> {
@@ -157,9 +153,7 @@ mod tests {
     #[test]
     fn normalizes() {
         assert_eq!(
-            HostPath::parse("//etc/./kubernetes//a.yaml")
-                .unwrap()
-                .to_string(),
+            HostPath::parse("//etc/./kubernetes//a.yaml").unwrap().to_string(),
             "/etc/kubernetes/a.yaml"
         );
         assert_eq!(
@@ -174,10 +168,7 @@ mod tests {
             HostPath::parse("etc/kubernetes"),
             Err(HostPathError::NotAbsolute { .. })
         ));
-        assert!(matches!(
-            HostPath::parse(""),
-            Err(HostPathError::NotAbsolute { .. })
-        ));
+        assert!(matches!(HostPath::parse(""), Err(HostPathError::NotAbsolute { .. })));
         assert!(matches!(
             HostPath::parse("/etc/kubernetes/../shadow"),
             Err(HostPathError::ParentComponent { .. })
@@ -187,10 +178,7 @@ mod tests {
     #[test]
     fn allowed_roots_are_component_wise_and_exclude_the_root_itself() {
         let r = roots();
-        for ok in [
-            "/etc/kubernetes/manifests/a.yaml",
-            "/var/lib/kube-anchor/v1/x.json",
-        ] {
+        for ok in ["/etc/kubernetes/manifests/a.yaml", "/var/lib/kube-anchor/v1/x.json"] {
             assert!(HostPath::parse_allowed(ok, &r).is_ok(), "{ok}");
         }
         for bad in [

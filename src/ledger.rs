@@ -123,8 +123,7 @@ impl Ledger {
 
     pub fn decode(bytes: &[u8]) -> Result<Self, CorruptLedger> {
         let corrupt = |reason: String| CorruptLedger { reason };
-        let envelope: EnvelopeIn =
-            serde_json::from_slice(bytes).map_err(|e| corrupt(format!("not a ledger: {e}")))?;
+        let envelope: EnvelopeIn = serde_json::from_slice(bytes).map_err(|e| corrupt(format!("not a ledger: {e}")))?;
         if envelope.schema_version != SCHEMA_VERSION {
             return Err(corrupt(format!(
                 "schema version {} (this build reads {SCHEMA_VERSION})",
@@ -138,8 +137,8 @@ impl Ledger {
                 envelope.checksum
             )));
         }
-        let mut ledger: Ledger = serde_json::from_str(envelope.ledger.get())
-            .map_err(|e| corrupt(format!("bad ledger body: {e}")))?;
+        let mut ledger: Ledger =
+            serde_json::from_str(envelope.ledger.get()).map_err(|e| corrupt(format!("bad ledger body: {e}")))?;
         ledger.files.sort_by(|a, b| a.path.cmp(&b.path));
         Ok(ledger)
     }
@@ -183,17 +182,10 @@ mod tests {
     #[test]
     fn record_replaces_and_keeps_order() {
         let mut l = sample();
-        let paths: Vec<_> = l
-            .entries_in_removal_order()
-            .map(|e| e.path.to_string())
-            .collect();
+        let paths: Vec<_> = l.entries_in_removal_order().map(|e| e.path.to_string()).collect();
         assert_eq!(
             paths,
-            [
-                "/etc/kubernetes/m.yaml",
-                "/etc/kubernetes/a",
-                "/etc/kubernetes/z"
-            ]
+            ["/etc/kubernetes/m.yaml", "/etc/kubernetes/a", "/etc/kubernetes/z"]
         );
         let mut e = l.entries()[0].clone();
         e.sha256 = "new".into();
@@ -219,11 +211,7 @@ mod tests {
                 Ok(l) => survived.push((i, l)),
             }
         }
-        assert!(
-            detected > bytes.len() * 9 / 10,
-            "{detected}/{}",
-            bytes.len()
-        );
+        assert!(detected > bytes.len() * 9 / 10, "{detected}/{}", bytes.len());
         for (i, l) in survived {
             assert_eq!(l, sample(), "flip at {i} changed the content undetected");
         }

@@ -33,9 +33,7 @@ impl Observed {
                 sha256: have,
                 mode,
                 owner,
-            } => {
-                have == sha256 && *mode == file.mode && file.owner.is_none_or(|want| want == *owner)
-            }
+            } => have == sha256 && *mode == file.mode && file.owner.is_none_or(|want| want == *owner),
             _ => false,
         }
     }
@@ -134,9 +132,7 @@ pub fn plan_apply(
                     kind,
                 });
             }
-            Observed::File {
-                sha256: have, mode, ..
-            } if *have == sha256 && *mode == file.mode => WriteReason::Owner,
+            Observed::File { sha256: have, mode, .. } if *have == sha256 && *mode == file.mode => WriteReason::Owner,
             Observed::File { sha256: have, .. } if *have == sha256 => WriteReason::Mode,
             Observed::File { .. } => WriteReason::Content,
         };
@@ -147,9 +143,7 @@ pub fn plan_apply(
         });
     }
     let wanted: Vec<&HostPath> = desired.files.iter().map(|f| &f.path).collect();
-    let orphans = ledger
-        .entries_in_removal_order()
-        .filter(|e| !wanted.contains(&&e.path));
+    let orphans = ledger.entries_in_removal_order().filter(|e| !wanted.contains(&&e.path));
     for entry in orphans {
         let have = observed(observations, &entry.path);
         if !prune {
@@ -249,10 +243,7 @@ pub fn status(desired: &Desired, observations: &Observations, ledger: &Ledger) -
         });
     }
     let wanted: Vec<&HostPath> = desired.files.iter().map(|f| &f.path).collect();
-    for entry in ledger
-        .entries_in_removal_order()
-        .filter(|e| !wanted.contains(&&e.path))
-    {
+    for entry in ledger.entries_in_removal_order().filter(|e| !wanted.contains(&&e.path)) {
         let detail = match observed(observations, &entry.path) {
             Observed::Missing => "already gone from the node",
             have if have.holds_recorded(entry) => {
@@ -362,10 +353,7 @@ mod tests {
 
     #[test]
     fn nothing_to_do_when_everything_matches() {
-        let obs = Observations::from([
-            (hp("/k/key"), on_disk("KEY")),
-            (hp("/k/m.yaml"), on_disk("POD")),
-        ]);
+        let obs = Observations::from([(hp("/k/key"), on_disk("KEY")), (hp("/k/m.yaml"), on_disk("POD"))]);
         let plan = plan_apply(&desired(), &obs, &Ledger::new("c"), false).unwrap();
         assert!(plan.ops.is_empty());
         assert_eq!(plan.unchanged.len(), 2);
@@ -409,10 +397,7 @@ mod tests {
             ),
         ];
         for (have, want) in cases {
-            let obs = Observations::from([
-                (hp("/k/key"), have.clone()),
-                (hp("/k/m.yaml"), on_disk("POD")),
-            ]);
+            let obs = Observations::from([(hp("/k/key"), have.clone()), (hp("/k/m.yaml"), on_disk("POD"))]);
             let plan = plan_apply(&desired(), &obs, &Ledger::new("c"), false).unwrap();
             assert_eq!(reasons(&plan), [("/k/key".into(), want)], "{have:?}");
         }
@@ -428,12 +413,7 @@ mod tests {
             owner: Owner { uid: 7, gid: 7 },
         };
         let obs = Observations::from([(hp("/k/key"), have), (hp("/k/m.yaml"), on_disk("POD"))]);
-        assert!(
-            plan_apply(&d, &obs, &Ledger::new("c"), false)
-                .unwrap()
-                .ops
-                .is_empty()
-        );
+        assert!(plan_apply(&d, &obs, &Ledger::new("c"), false).unwrap().ops.is_empty());
     }
 
     #[test]
@@ -466,18 +446,10 @@ mod tests {
         assert_eq!(plan.notices.len(), 3);
         let plan = plan_apply(&desired(), &obs, &ledger, true).unwrap();
         assert_eq!(
-            plan.ops
-                .iter()
-                .map(|o| o.path().to_string())
-                .collect::<Vec<_>>(),
+            plan.ops.iter().map(|o| o.path().to_string()).collect::<Vec<_>>(),
             ["/k/old"]
         );
-        assert_eq!(
-            plan.notices,
-            [Notice::LeftModified {
-                path: hp("/k/touched")
-            }]
-        );
+        assert_eq!(plan.notices, [Notice::LeftModified { path: hp("/k/touched") }]);
     }
 
     #[test]
@@ -495,10 +467,7 @@ mod tests {
         ]);
         let plan = plan_remove(&ledger, &obs);
         assert_eq!(
-            plan.ops
-                .iter()
-                .map(|o| o.path().to_string())
-                .collect::<Vec<_>>(),
+            plan.ops.iter().map(|o| o.path().to_string()).collect::<Vec<_>>(),
             ["/k/m.yaml", "/k/a"]
         );
         assert_eq!(plan.notices, [Notice::LeftModified { path: hp("/k/b") }]);

@@ -9,17 +9,9 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum RenderError {
     #[error("{}:{line}: ${{{name}}} is not listed in spec.variables", .file.display())]
-    UnknownVariable {
-        file: PathBuf,
-        line: usize,
-        name: String,
-    },
+    UnknownVariable { file: PathBuf, line: usize, name: String },
     #[error("{}:{line}: ${{{name}}} is listed in spec.variables but not set in the environment", .file.display())]
-    UnsetVariable {
-        file: PathBuf,
-        line: usize,
-        name: String,
-    },
+    UnsetVariable { file: PathBuf, line: usize, name: String },
     #[error("{}:{line}: malformed ${{...}}: expected ${{NAME}} with NAME of letters, digits and _ (write $${{ for a literal ${{)", .file.display())]
     Malformed { file: PathBuf, line: usize },
     #[error("{}: not UTF-8 text, so it cannot be rendered as a template", .file.display())]
@@ -57,8 +49,7 @@ pub fn is_variable_name(name: &str) -> bool {
 
 /// Renders `bytes` (read from `file`, named in errors) with `vars`.
 pub fn render(file: &Path, bytes: &[u8], vars: &Variables) -> Result<String, RenderError> {
-    let text =
-        std::str::from_utf8(bytes).map_err(|_| RenderError::NotUtf8 { file: file.into() })?;
+    let text = std::str::from_utf8(bytes).map_err(|_| RenderError::NotUtf8 { file: file.into() })?;
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     let mut line = 1;
@@ -91,14 +82,11 @@ pub fn render(file: &Path, bytes: &[u8], vars: &Variables) -> Result<String, Ren
                     name: name.into(),
                 });
             }
-            let value = vars
-                .values
-                .get(name)
-                .ok_or_else(|| RenderError::UnsetVariable {
-                    file: file.into(),
-                    line,
-                    name: name.into(),
-                })?;
+            let value = vars.values.get(name).ok_or_else(|| RenderError::UnsetVariable {
+                file: file.into(),
+                line,
+                name: name.into(),
+            })?;
             out.push_str(value);
             rest = &after[end + 1..];
         } else {
@@ -175,28 +163,15 @@ mod tests {
 
     #[test]
     fn malformed_references_are_errors() {
-        for bad in [
-            "${",
-            "${NODE_NAME",
-            "${}",
-            "${1X}",
-            "${A B}",
-            "${NODE_NAME\n}",
-        ] {
-            assert!(
-                matches!(r(bad), Err(RenderError::Malformed { .. })),
-                "{bad:?}"
-            );
+        for bad in ["${", "${NODE_NAME", "${}", "${1X}", "${A B}", "${NODE_NAME\n}"] {
+            assert!(matches!(r(bad), Err(RenderError::Malformed { .. })), "{bad:?}");
         }
     }
 
     #[test]
     fn line_numbers_count_escaped_and_substituted_lines() {
         let err = r("${NODE_NAME}\n$${X}\n\n${NOPE}").unwrap_err();
-        assert!(
-            matches!(err, RenderError::UnknownVariable { line: 4, .. }),
-            "{err:?}"
-        );
+        assert!(matches!(err, RenderError::UnknownVariable { line: 4, .. }), "{err:?}");
     }
 
     #[test]

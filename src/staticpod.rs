@@ -40,11 +40,7 @@ pub struct ApiReference {
 
 impl std::fmt::Display for ApiReference {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{}: a static pod may not reference {}",
-            self.field, self.resource
-        )
+        write!(f, "{}: a static pod may not reference {}", self.field, self.resource)
     }
 }
 
@@ -89,42 +85,27 @@ pub fn parse(file: &Path, text: &str) -> Result<StaticPod, ManifestError> {
         problem,
     };
     if !document.is_mapping() {
-        return Err(invalid(
-            "(top level)",
-            "expected a mapping (a Pod object)".into(),
-        ));
+        return Err(invalid("(top level)", "expected a mapping (a Pod object)".into()));
     }
     match document.get("apiVersion").and_then(Value::as_str) {
         Some("v1") => {}
         other => {
-            return Err(invalid(
-                "apiVersion",
-                format!("expected \"v1\", found {other:?}"),
-            ));
+            return Err(invalid("apiVersion", format!("expected \"v1\", found {other:?}")));
         }
     }
     match document.get("kind").and_then(Value::as_str) {
         Some("Pod") => {}
         other => {
-            return Err(invalid(
-                "kind",
-                format!("expected \"Pod\", found {other:?}"),
-            ));
+            return Err(invalid("kind", format!("expected \"Pod\", found {other:?}")));
         }
     }
     let pod: Pod = serde_yaml_ng::from_value(document.clone())
         .map_err(|e| invalid("(Pod)", format!("does not decode as a v1 Pod: {e}")))?;
     let name = pod.metadata.name.clone().filter(|n| !n.is_empty());
     let name = name.ok_or_else(|| invalid("metadata.name", "required".into()))?;
-    let spec = pod
-        .spec
-        .as_ref()
-        .ok_or_else(|| invalid("spec", "required".into()))?;
+    let spec = pod.spec.as_ref().ok_or_else(|| invalid("spec", "required".into()))?;
     if spec.containers.is_empty() {
-        return Err(invalid(
-            "spec.containers",
-            "at least one container is required".into(),
-        ));
+        return Err(invalid("spec.containers", "at least one container is required".into()));
     }
     if let Some(reference) = api_references(&pod).into_iter().next() {
         return Err(invalid(
@@ -134,11 +115,7 @@ pub fn parse(file: &Path, text: &str) -> Result<StaticPod, ManifestError> {
     }
     Ok(StaticPod {
         name,
-        namespace: pod
-            .metadata
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".into()),
+        namespace: pod.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
         document,
     })
 }
@@ -152,9 +129,7 @@ impl StaticPod {
             .expect("validated as a mapping")
             .entry("metadata".into())
             .or_insert_with(|| Value::Mapping(Mapping::new()));
-        let metadata = metadata
-            .as_mapping_mut()
-            .expect("metadata decoded as ObjectMeta");
+        let metadata = metadata.as_mapping_mut().expect("metadata decoded as ObjectMeta");
         let annotations = metadata
             .entry("annotations".into())
             .or_insert_with(|| Value::Mapping(Mapping::new()));
@@ -174,8 +149,7 @@ impl StaticPod {
 /// Every reference to an API object that makes the API server refuse a mirror pod.
 pub fn api_references(pod: &Pod) -> Vec<ApiReference> {
     let mut found = Vec::new();
-    let mut add =
-        |field: String, resource: &'static str| found.push(ApiReference { field, resource });
+    let mut add = |field: String, resource: &'static str| found.push(ApiReference { field, resource });
     let Some(spec) = &pod.spec else { return found };
     for (field, value) in [
         ("spec.serviceAccountName", &spec.service_account_name),
@@ -191,40 +165,30 @@ pub fn api_references(pod: &Pod) -> Vec<ApiReference> {
     if spec.resource_claims.as_ref().is_some_and(|c| !c.is_empty()) {
         add("spec.resourceClaims".into(), "resourceclaims");
     }
-    let mut env_refs =
-        |list: &str, i: usize, env: &Option<Vec<EnvVar>>, env_from: &Option<Vec<EnvFromSource>>| {
-            for (j, var) in env.iter().flatten().enumerate() {
-                let Some(source) = &var.value_from else {
-                    continue;
-                };
-                if source.secret_key_ref.is_some() {
-                    add(
-                        format!("spec.{list}[{i}].env[{j}].valueFrom.secretKeyRef"),
-                        "secrets",
-                    );
-                }
-                if source.config_map_key_ref.is_some() {
-                    add(
-                        format!("spec.{list}[{i}].env[{j}].valueFrom.configMapKeyRef"),
-                        "configmaps",
-                    );
-                }
+    let mut env_refs = |list: &str, i: usize, env: &Option<Vec<EnvVar>>, env_from: &Option<Vec<EnvFromSource>>| {
+        for (j, var) in env.iter().flatten().enumerate() {
+            let Some(source) = &var.value_from else {
+                continue;
+            };
+            if source.secret_key_ref.is_some() {
+                add(format!("spec.{list}[{i}].env[{j}].valueFrom.secretKeyRef"), "secrets");
             }
-            for (j, source) in env_from.iter().flatten().enumerate() {
-                if source.secret_ref.is_some() {
-                    add(
-                        format!("spec.{list}[{i}].envFrom[{j}].secretRef"),
-                        "secrets",
-                    );
-                }
-                if source.config_map_ref.is_some() {
-                    add(
-                        format!("spec.{list}[{i}].envFrom[{j}].configMapRef"),
-                        "configmaps",
-                    );
-                }
+            if source.config_map_key_ref.is_some() {
+                add(
+                    format!("spec.{list}[{i}].env[{j}].valueFrom.configMapKeyRef"),
+                    "configmaps",
+                );
             }
-        };
+        }
+        for (j, source) in env_from.iter().flatten().enumerate() {
+            if source.secret_ref.is_some() {
+                add(format!("spec.{list}[{i}].envFrom[{j}].secretRef"), "secrets");
+            }
+            if source.config_map_ref.is_some() {
+                add(format!("spec.{list}[{i}].envFrom[{j}].configMapRef"), "configmaps");
+            }
+        }
+    };
     for (i, c) in spec.containers.iter().enumerate() {
         env_refs("containers", i, &c.env, &c.env_from);
     }
@@ -275,9 +239,7 @@ fn volume_references(v: &Volume) -> Vec<(String, &'static str)> {
         "secrets",
     );
     flag(
-        v.flex_volume
-            .as_ref()
-            .is_some_and(|s| s.secret_ref.is_some()),
+        v.flex_volume.as_ref().is_some_and(|s| s.secret_ref.is_some()),
         "flexVolume.secretRef",
         "secrets",
     );
@@ -316,11 +278,7 @@ fn volume_references(v: &Volume) -> Vec<(String, &'static str)> {
                 "clusterTrustBundle",
                 "clustertrustbundles",
             );
-            source(
-                s.pod_certificate.is_some(),
-                "podCertificate",
-                "podcertificates",
-            );
+            source(s.pod_certificate.is_some(), "podCertificate", "podcertificates");
         }
     }
     out
@@ -356,39 +314,26 @@ mod tests {
     fn hash_annotation_is_added_and_everything_else_kept() {
         let out = String::from_utf8(p(GOOD).unwrap().to_yaml_with_hash("sha256:abc")).unwrap();
         let v: Value = serde_yaml_ng::from_str(&out).unwrap();
-        assert_eq!(
-            v["metadata"]["annotations"][CONTENT_HASH_ANNOTATION],
-            "sha256:abc"
-        );
+        assert_eq!(v["metadata"]["annotations"][CONTENT_HASH_ANNOTATION], "sha256:abc");
         assert_eq!(v["metadata"]["annotations"]["keep"], "me");
         assert_eq!(v["spec"]["containers"][0]["unknownFutureField"], "kept");
         // An operator-supplied hash annotation is overwritten, not duplicated.
         let again = p(&out).unwrap().to_yaml_with_hash("sha256:def");
         let v: Value = serde_yaml_ng::from_slice(&again).unwrap();
-        assert_eq!(
-            v["metadata"]["annotations"][CONTENT_HASH_ANNOTATION],
-            "sha256:def"
-        );
+        assert_eq!(v["metadata"]["annotations"][CONTENT_HASH_ANNOTATION], "sha256:def");
     }
 
     #[test]
     fn annotation_added_when_metadata_has_none() {
         let text = "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c, image: i}]}\n";
-        let v: Value =
-            serde_yaml_ng::from_slice(&p(text).unwrap().to_yaml_with_hash("sha256:1")).unwrap();
-        assert_eq!(
-            v["metadata"]["annotations"][CONTENT_HASH_ANNOTATION],
-            "sha256:1"
-        );
+        let v: Value = serde_yaml_ng::from_slice(&p(text).unwrap().to_yaml_with_hash("sha256:1")).unwrap();
+        assert_eq!(v["metadata"]["annotations"][CONTENT_HASH_ANNOTATION], "sha256:1");
         assert_eq!(p(text).unwrap().namespace, "default");
     }
 
     #[test]
     fn wrong_shapes_are_named() {
-        assert_eq!(
-            field_of(&GOOD.replace("kind: Pod", "kind: Deployment")),
-            "kind"
-        );
+        assert_eq!(field_of(&GOOD.replace("kind: Pod", "kind: Deployment")), "kind");
         assert_eq!(
             field_of(&GOOD.replace("apiVersion: v1", "apiVersion: apps/v1")),
             "apiVersion"
@@ -397,10 +342,7 @@ mod tests {
             field_of(&GOOD.replace("name: kube-apiserver\n  namespace", "namespace")),
             "metadata.name"
         );
-        assert_eq!(
-            field_of("apiVersion: v1\nkind: Pod\nmetadata: {name: a}\n"),
-            "spec"
-        );
+        assert_eq!(field_of("apiVersion: v1\nkind: Pod\nmetadata: {name: a}\n"), "spec");
         assert_eq!(field_of("- a\n- b\n"), "(top level)");
         assert_eq!(
             field_of(&GOOD.replace("hostNetwork: true", "hostNetwork: [1]")),
@@ -410,10 +352,7 @@ mod tests {
 
     #[test]
     fn document_count_must_be_one() {
-        assert!(matches!(
-            p(""),
-            Err(ManifestError::DocumentCount { count: 0, .. })
-        ));
+        assert!(matches!(p(""), Err(ManifestError::DocumentCount { count: 0, .. })));
         assert!(matches!(
             p(&format!("{GOOD}---\n{GOOD}")),
             Err(ManifestError::DocumentCount { count: 2, .. })
@@ -432,10 +371,7 @@ mod tests {
     fn api_object_references_are_refused_with_their_field() {
         let cases = [
             ("  serviceAccountName: default\n", "spec.serviceAccountName"),
-            (
-                "  imagePullSecrets: [{name: regcred}]\n",
-                "spec.imagePullSecrets[0]",
-            ),
+            ("  imagePullSecrets: [{name: regcred}]\n", "spec.imagePullSecrets[0]"),
             (
                 "  volumes:\n  - {name: s, secret: {secretName: x}}\n",
                 "spec.volumes[0].secret",
@@ -462,10 +398,7 @@ mod tests {
             assert_eq!(field_of(&format!("{base}{extra}")), field, "{extra}");
         }
         let env_from = "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec:\n  containers: [{name: c, image: i, envFrom: [{configMapRef: {name: x}}]}]\n";
-        assert_eq!(
-            field_of(env_from),
-            "spec.containers[0].envFrom[0].configMapRef"
-        );
+        assert_eq!(field_of(env_from), "spec.containers[0].envFrom[0].configMapRef");
     }
 
     #[test]

@@ -11,25 +11,15 @@ use support::fixture::*;
 fn apply_writes_credentials_and_the_annotated_manifest_with_exact_modes() {
     let f = Fixture::new();
     let out = f.apply();
-    assert!(
-        stdout(&out).contains("kube-apiserver: applied"),
-        "{}",
-        stdout(&out)
-    );
+    assert!(stdout(&out).contains("kube-apiserver: applied"), "{}", stdout(&out));
     assert_eq!(f.read("/etc/kubernetes/pki/ca.crt"), "CA CERT\n");
     let mode = |p: &str| fs::metadata(f.host(p)).unwrap().mode() & 0o7777;
     assert_eq!(mode("/etc/kubernetes/pki/ca.crt"), 0o644);
     assert_eq!(mode("/etc/kubernetes/pki/apiserver.key"), 0o600);
     assert_eq!(mode("/etc/kubernetes/manifests/kube-apiserver.yaml"), 0o600);
     let manifest = f.read("/etc/kubernetes/manifests/kube-apiserver.yaml");
-    assert!(
-        manifest.contains("--advertise-address=10.0.0.10"),
-        "{manifest}"
-    );
-    assert!(
-        manifest.contains("kube-anchor.io/content-hash: sha256:"),
-        "{manifest}"
-    );
+    assert!(manifest.contains("--advertise-address=10.0.0.10"), "{manifest}");
+    assert!(manifest.contains("kube-anchor.io/content-hash: sha256:"), "{manifest}");
     // The ledger is private.
     assert_eq!(mode("/var/lib/kube-anchor/v1/kube-apiserver.json"), 0o600);
     // Credentials reached their final place before the manifest did (rename sets ctime).
@@ -37,14 +27,8 @@ fn apply_writes_credentials_and_the_annotated_manifest_with_exact_modes() {
         let m = fs::metadata(f.host(p)).unwrap();
         (m.ctime(), m.ctime_nsec())
     };
-    assert!(
-        ctime("/etc/kubernetes/pki/ca.crt")
-            <= ctime("/etc/kubernetes/manifests/kube-apiserver.yaml")
-    );
-    assert!(
-        ctime("/etc/kubernetes/pki/apiserver.key")
-            <= ctime("/etc/kubernetes/manifests/kube-apiserver.yaml")
-    );
+    assert!(ctime("/etc/kubernetes/pki/ca.crt") <= ctime("/etc/kubernetes/manifests/kube-apiserver.yaml"));
+    assert!(ctime("/etc/kubernetes/pki/apiserver.key") <= ctime("/etc/kubernetes/manifests/kube-apiserver.yaml"));
 }
 
 #[test]
@@ -53,11 +37,7 @@ fn a_second_apply_changes_nothing_on_disk() {
     f.apply();
     let before = f.snapshot();
     let out = f.apply();
-    assert!(
-        stdout(&out).contains("kube-apiserver: unchanged"),
-        "{}",
-        stdout(&out)
-    );
+    assert!(stdout(&out).contains("kube-apiserver: unchanged"), "{}", stdout(&out));
     assert_eq!(
         f.snapshot(),
         before,
@@ -70,9 +50,7 @@ fn a_credential_change_rewrites_it_and_changes_the_manifest_hash() {
     let f = Fixture::new();
     f.apply();
     let manifest_before = f.read("/etc/kubernetes/manifests/kube-apiserver.yaml");
-    let ca_inode = fs::metadata(f.host("/etc/kubernetes/pki/ca.crt"))
-        .unwrap()
-        .ino();
+    let ca_inode = fs::metadata(f.host("/etc/kubernetes/pki/ca.crt")).unwrap().ino();
     f.source("apiserver.key", "ROTATED KEY\n");
     let out = f.run("apply", &["--output", "json"]);
     assert_success(&out);
@@ -92,14 +70,9 @@ fn a_credential_change_rewrites_it_and_changes_the_manifest_hash() {
         ]
     );
     assert_eq!(f.read("/etc/kubernetes/pki/apiserver.key"), "ROTATED KEY\n");
-    assert_ne!(
-        f.read("/etc/kubernetes/manifests/kube-apiserver.yaml"),
-        manifest_before
-    );
+    assert_ne!(f.read("/etc/kubernetes/manifests/kube-apiserver.yaml"), manifest_before);
     assert_eq!(
-        fs::metadata(f.host("/etc/kubernetes/pki/ca.crt"))
-            .unwrap()
-            .ino(),
+        fs::metadata(f.host("/etc/kubernetes/pki/ca.crt")).unwrap().ino(),
         ca_inode,
         "untouched file kept"
     );
@@ -122,12 +95,7 @@ fn bad_inputs_fail_clearly_and_change_nothing() {
         ),
         (
             "not a pod",
-            Box::new(|f| {
-                f.source(
-                    "kube-apiserver.yaml",
-                    MANIFEST.replace("kind: Pod", "kind: Service"),
-                )
-            }),
+            Box::new(|f| f.source("kube-apiserver.yaml", MANIFEST.replace("kind: Pod", "kind: Service"))),
             vec!["kube-apiserver.yaml", "kind"],
         ),
         (
@@ -142,23 +110,12 @@ fn bad_inputs_fail_clearly_and_change_nothing() {
         ),
         (
             "unknown variable",
-            Box::new(|f| {
-                f.source(
-                    "kube-apiserver.yaml",
-                    MANIFEST.replace("${NODE_IP}", "${HOSTNAME}"),
-                )
-            }),
+            Box::new(|f| f.source("kube-apiserver.yaml", MANIFEST.replace("${NODE_IP}", "${HOSTNAME}"))),
             vec!["kube-apiserver.yaml:11", "${HOSTNAME}"],
         ),
         (
             "bad mode",
-            Box::new(|f| {
-                f.set_config(
-                    &fs::read_to_string(f.config())
-                        .unwrap()
-                        .replace("\"0600\"", "\"0999\""),
-                )
-            }),
+            Box::new(|f| f.set_config(&fs::read_to_string(f.config()).unwrap().replace("\"0600\"", "\"0999\""))),
             vec!["anchor.yaml", "mode", "0999"],
         ),
         (
@@ -218,11 +175,7 @@ fn unset_variable_is_named() {
     let out = f.command("apply").env_remove("NODE_IP").output().unwrap();
     assert_error(
         &out,
-        &[
-            "kube-apiserver.yaml:11",
-            "${NODE_IP}",
-            "not set in the environment",
-        ],
+        &["kube-apiserver.yaml:11", "${NODE_IP}", "not set in the environment"],
     );
     assert!(!f.host("/etc").exists());
 }
@@ -234,11 +187,7 @@ fn status_reports_each_state_and_exits_3_when_out_of_sync() {
     assert_eq!(out.status.code(), Some(3));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(
-        v["files"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|f| f["state"] == "missing"),
+        v["files"].as_array().unwrap().iter().all(|f| f["state"] == "missing"),
         "{v}"
     );
 
@@ -265,10 +214,7 @@ fn status_reports_each_state_and_exits_3_when_out_of_sync() {
     };
     assert_eq!(state("/etc/kubernetes/pki/ca.crt"), "drifted");
     assert_eq!(state("/etc/kubernetes/pki/apiserver.key"), "missing");
-    assert_eq!(
-        state("/etc/kubernetes/manifests/kube-apiserver.yaml"),
-        "in-sync"
-    );
+    assert_eq!(state("/etc/kubernetes/manifests/kube-apiserver.yaml"), "in-sync");
     // Text output names states too, and status is read-only.
     let before = f.snapshot();
     let out = f.run("status", &[]);
@@ -285,27 +231,17 @@ fn status_calls_files_unmanaged_until_apply_adopts_them() {
     let f = Fixture::new();
     fs::create_dir_all(f.host("/etc/kubernetes/pki")).unwrap();
     fs::write(f.host("/etc/kubernetes/pki/ca.crt"), "CA CERT\n").unwrap();
-    fs::set_permissions(
-        f.host("/etc/kubernetes/pki/ca.crt"),
-        fs::Permissions::from_mode(0o644),
-    )
-    .unwrap();
-    let v: serde_json::Value =
-        serde_json::from_slice(&f.run("status", &["--output", "json"]).stdout).unwrap();
+    fs::set_permissions(f.host("/etc/kubernetes/pki/ca.crt"), fs::Permissions::from_mode(0o644)).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&f.run("status", &["--output", "json"]).stdout).unwrap();
     assert_eq!(v["files"][0]["state"], "unmanaged");
-    let inode = fs::metadata(f.host("/etc/kubernetes/pki/ca.crt"))
-        .unwrap()
-        .ino();
+    let inode = fs::metadata(f.host("/etc/kubernetes/pki/ca.crt")).unwrap().ino();
     f.apply();
     assert_eq!(
-        fs::metadata(f.host("/etc/kubernetes/pki/ca.crt"))
-            .unwrap()
-            .ino(),
+        fs::metadata(f.host("/etc/kubernetes/pki/ca.crt")).unwrap().ino(),
         inode,
         "adopted, not rewritten"
     );
-    let v: serde_json::Value =
-        serde_json::from_slice(&f.run("status", &["--output", "json"]).stdout).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&f.run("status", &["--output", "json"]).stdout).unwrap();
     assert_eq!(v["files"][0]["state"], "in-sync");
 }
 
@@ -313,19 +249,13 @@ fn status_calls_files_unmanaged_until_apply_adopts_them() {
 fn remove_takes_only_what_still_holds_what_was_written_and_is_idempotent() {
     let f = Fixture::new();
     f.apply();
-    fs::write(
-        f.host("/etc/kubernetes/pki/ca.crt"),
-        "edited by an operator",
-    )
-    .unwrap();
+    fs::write(f.host("/etc/kubernetes/pki/ca.crt"), "edited by an operator").unwrap();
     fs::write(f.host("/etc/kubernetes/pki/unrelated"), "not ours").unwrap();
     let out = f.run("remove", &[]);
     assert_success(&out);
     let text = stdout(&out);
     assert!(
-        text.contains(
-            "/etc/kubernetes/pki/ca.crt: changed since kube-anchor wrote it; left in place"
-        ),
+        text.contains("/etc/kubernetes/pki/ca.crt: changed since kube-anchor wrote it; left in place"),
         "{text}"
     );
     let removed: Vec<&str> = text
@@ -341,14 +271,10 @@ fn remove_takes_only_what_still_holds_what_was_written_and_is_idempotent() {
         ],
         "manifest first"
     );
-    assert_eq!(
-        f.read("/etc/kubernetes/pki/ca.crt"),
-        "edited by an operator"
-    );
+    assert_eq!(f.read("/etc/kubernetes/pki/ca.crt"), "edited by an operator");
     assert!(f.host("/etc/kubernetes/pki/unrelated").exists());
     assert!(
-        !f.host("/var/lib/kube-anchor/v1/kube-apiserver.json")
-            .exists(),
+        !f.host("/var/lib/kube-anchor/v1/kube-apiserver.json").exists(),
         "ledger entry gone"
     );
     // Again: nothing to do, still success; by component name too.
@@ -394,11 +320,7 @@ fn corrupt_ledger_is_moved_aside_reported_and_not_fatal() {
     assert_eq!(aside.len(), 1);
     // Apply adopts the files that match and writes a fresh ledger.
     let out = f.apply();
-    assert!(
-        stdout(&out).contains("kube-apiserver: unchanged"),
-        "{}",
-        stdout(&out)
-    );
+    assert!(stdout(&out).contains("kube-apiserver: unchanged"), "{}", stdout(&out));
     assert!(ledger.exists());
     assert_success(&f.run("status", &[]));
 }
@@ -419,14 +341,9 @@ fn orphans_are_kept_unless_pruned() {
         stdout(&out)
     );
     assert!(f.host("/etc/kubernetes/pki/apiserver.key").exists());
-    let v: serde_json::Value =
-        serde_json::from_slice(&f.run("status", &["--output", "json"]).stdout).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&f.run("status", &["--output", "json"]).stdout).unwrap();
     assert!(
-        v["files"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|x| x["state"] == "orphaned"),
+        v["files"].as_array().unwrap().iter().any(|x| x["state"] == "orphaned"),
         "{v}"
     );
     let out = f.run("apply", &["--prune"]);
@@ -444,11 +361,7 @@ fn symlinked_parent_outside_the_root_is_refused_and_nothing_leaks() {
     let out = f.run("apply", &[]);
     assert_error(
         &out,
-        &[
-            "/etc/kubernetes/pki/ca.crt",
-            "resolves to",
-            "outside /etc/kubernetes",
-        ],
+        &["/etc/kubernetes/pki/ca.crt", "resolves to", "outside /etc/kubernetes"],
     );
     assert!(fs::read_dir(outside.path()).unwrap().next().is_none());
     assert!(!f.manifest_path().exists());
@@ -485,8 +398,7 @@ fn a_directory_in_the_way_is_an_error_that_changes_nothing() {
     );
     assert_eq!(snapshot(&etc), before);
     assert!(
-        !f.host("/var/lib/kube-anchor/v1/kube-apiserver.json")
-            .exists(),
+        !f.host("/var/lib/kube-anchor/v1/kube-apiserver.json").exists(),
         "no ledger for a failed apply"
     );
 }
@@ -496,11 +408,7 @@ fn our_own_temp_leftovers_are_cleaned_and_others_kept() {
     let f = Fixture::new();
     f.apply();
     let dir = f.host("/etc/kubernetes/manifests");
-    fs::write(
-        dir.join(".kube-apiserver.yaml.AbC123.kube-anchor.tmp"),
-        "half",
-    )
-    .unwrap();
+    fs::write(dir.join(".kube-apiserver.yaml.AbC123.kube-anchor.tmp"), "half").unwrap();
     fs::write(dir.join(".etcd.yaml.swp"), "someone else's").unwrap();
     f.apply();
     let mut names: Vec<_> = fs::read_dir(&dir)

@@ -96,10 +96,7 @@ fn sigkill_during_apply_leaves_old_or_new_never_torn() {
             .position(|v| *v == big)
             .unwrap_or_else(|| panic!("trial {trial}: torn content ({} bytes)", big.len()));
         let manifest = f.read("/etc/kubernetes/manifests/kube-apiserver.yaml");
-        assert!(
-            manifests.contains(&manifest),
-            "trial {trial}: torn manifest"
-        );
+        assert!(manifests.contains(&manifest), "trial {trial}: torn manifest");
         if holds == next {
             saw_new += 1;
         } else {
@@ -161,10 +158,7 @@ fn a_failing_write_keeps_the_old_files() {
         });
     }
     let out = cmd.output().unwrap();
-    assert_error(
-        &out,
-        &["/etc/kubernetes/pki/big.bin", "cannot write", "too large"],
-    );
+    assert_error(&out, &["/etc/kubernetes/pki/big.bin", "cannot write", "too large"]);
     assert_eq!(f.snapshot_files(), before);
 }
 
@@ -207,17 +201,15 @@ cp -a "$NODE/." "$CHECK/after"
     let stderr = fs::read_to_string(check.join("stderr")).unwrap();
     assert_eq!(code.trim(), "1", "{stderr}");
     assert!(
-        stderr.contains("/etc/kubernetes/pki/big.bin")
-            && stderr.contains("No space left on device"),
+        stderr.contains("/etc/kubernetes/pki/big.bin") && stderr.contains("No space left on device"),
         "{stderr}"
     );
-    let strip =
-        |m: std::collections::BTreeMap<std::path::PathBuf, (Vec<u8>, u32, u64, i64, i64)>| {
-            // cp -a keeps content, mode and mtime; inodes differ between the two copies.
-            m.into_iter()
-                .map(|(p, (c, mode, _, s, ns))| (p, (c, mode, s, ns)))
-                .collect::<Vec<_>>()
-        };
+    let strip = |m: std::collections::BTreeMap<std::path::PathBuf, (Vec<u8>, u32, u64, i64, i64)>| {
+        // cp -a keeps content, mode and mtime; inodes differ between the two copies.
+        m.into_iter()
+            .map(|(p, (c, mode, _, s, ns))| (p, (c, mode, s, ns)))
+            .collect::<Vec<_>>()
+    };
     assert_eq!(
         strip(snapshot_files(&check.join("after"))),
         strip(snapshot_files(&check.join("before")))

@@ -36,9 +36,7 @@ fn daemonset(name: &str) -> DaemonSet {
 async fn daemonset_pod_runs_and_static_pod_mirrors_come_and_go() {
     let cp = cluster::shared().await;
     cp.start_controllers();
-    let node = cp
-        .add_node("smoke-node", &[("kube-anchor.io/test", "smoke")])
-        .await;
+    let node = cp.add_node("smoke-node", &[("kube-anchor.io/test", "smoke")]).await;
     let ns = cp.namespace("smoke").await;
     let admin = cp.admin().await;
 
@@ -64,10 +62,7 @@ async fn daemonset_pod_runs_and_static_pod_mirrors_come_and_go() {
         }
     })
     .await;
-    assert_eq!(
-        running.spec.unwrap().node_name.as_deref(),
-        Some(node.name.as_str())
-    );
+    assert_eq!(running.spec.unwrap().node_name.as_deref(), Some(node.name.as_str()));
 
     // A static pod manifest becomes a mirror pod named <name>-<node> with the manifest's
     // annotations and the mirror annotation.
@@ -89,15 +84,11 @@ async fn daemonset_pod_runs_and_static_pod_mirrors_come_and_go() {
         "{annotations:?}"
     );
     assert_eq!(
-        annotations
-            .get("kubernetes.io/config.source")
-            .map(String::as_str),
+        annotations.get("kubernetes.io/config.source").map(String::as_str),
         Some("file")
     );
     assert_eq!(
-        annotations
-            .get("kube-anchor.io/content-hash")
-            .map(String::as_str),
+        annotations.get("kube-anchor.io/content-hash").map(String::as_str),
         Some("sha256:test")
     );
 
@@ -127,9 +118,7 @@ async fn rbac_in_manifests_grants_the_pod_listing_kube_anchor_needs_and_nothing_
         String::from_utf8_lossy(&out.stderr)
     );
 
-    let (bound, _) = cp
-        .service_account_client("kube-system", "kube-anchor")
-        .await;
+    let (bound, _) = cp.service_account_client("kube-system", "kube-anchor").await;
     let by_node = ListParams::default().fields("spec.nodeName=some-node");
     Api::<Pod>::all(bound.clone())
         .list(&by_node)
@@ -140,10 +129,7 @@ async fn rbac_in_manifests_grants_the_pod_listing_kube_anchor_needs_and_nothing_
         .list(&ListParams::default())
         .await
         .unwrap_err();
-    assert!(
-        matches!(&err, kube::Error::Api(s) if s.code == 403),
-        "{err}"
-    );
+    assert!(matches!(&err, kube::Error::Api(s) if s.code == 403), "{err}");
 
     let admin = cp.admin().await;
     let sa = ServiceAccount {
@@ -163,8 +149,7 @@ async fn rbac_in_manifests_grants_the_pod_listing_kube_anchor_needs_and_nothing_
         kube::Error::Api(s) => {
             assert_eq!(s.code, 403);
             assert!(
-                s.message
-                    .contains(&format!("system:serviceaccount:{ns}:not-bound"))
+                s.message.contains(&format!("system:serviceaccount:{ns}:not-bound"))
                     && s.message.contains("cannot list resource \"pods\""),
                 "{}",
                 s.message

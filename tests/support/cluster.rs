@@ -26,8 +26,7 @@ use kube::api::{Api, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use rcgen::{
-    CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
+    CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
 };
 
 pub const TOOLS: &[&str] = &[
@@ -57,11 +56,7 @@ pub fn tool(name: &str) -> PathBuf {
 }
 
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -107,11 +102,7 @@ pub struct Process {
 impl Process {
     pub fn start(name: &str, mut cmd: Command, log_dir: &Path) -> Self {
         let log = log_dir.join(format!("{name}.log"));
-        let out = fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .unwrap();
+        let out = fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
         cmd.stdout(out.try_clone().unwrap()).stderr(out);
         let child = spawn(cmd).unwrap_or_else(|e| panic!("starting {name}: {e}"));
         Self {
@@ -196,13 +187,9 @@ impl Pki {
         organization: Option<&str>,
         sans: &[&str],
     ) -> (PathBuf, PathBuf) {
-        let mut params =
-            CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
+        let mut params = CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
         params.distinguished_name = dn(common_name, organization);
-        params.key_usages = vec![
-            KeyUsagePurpose::DigitalSignature,
-            KeyUsagePurpose::KeyEncipherment,
-        ];
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
         params.extended_key_usages = if sans.is_empty() {
             vec![ExtendedKeyUsagePurpose::ClientAuth]
         } else {
@@ -316,12 +303,7 @@ impl ControlPlane {
             None,
             &["127.0.0.1", "localhost", "kubernetes.default.svc"],
         );
-        let (admin_crt, admin_key) = pki.issue(
-            "admin",
-            "kube-anchor-test-admin",
-            Some("system:masters"),
-            &[],
-        );
+        let (admin_crt, admin_key) = pki.issue("admin", "kube-anchor-test-admin", Some("system:masters"), &[]);
         let apiserver_port = free_port();
         let server = format!("https://127.0.0.1:{apiserver_port}");
         let admin_kubeconfig = dir.join("admin.kubeconfig");
@@ -380,20 +362,11 @@ impl ControlPlane {
             "--advertise-address=127.0.0.1".into(),
             format!("--cert-dir={}", self.dir.join("apiserver-certs").display()),
             format!("--tls-cert-file={}", pki.join("apiserver.crt").display()),
-            format!(
-                "--tls-private-key-file={}",
-                pki.join("apiserver.key").display()
-            ),
+            format!("--tls-private-key-file={}", pki.join("apiserver.key").display()),
             format!("--client-ca-file={}", self.pki.ca().display()),
             "--service-account-issuer=https://kubernetes.default.svc".into(),
-            format!(
-                "--service-account-key-file={}",
-                pki.join("sa.pub").display()
-            ),
-            format!(
-                "--service-account-signing-key-file={}",
-                pki.join("sa.key").display()
-            ),
+            format!("--service-account-key-file={}", pki.join("sa.pub").display()),
+            format!("--service-account-signing-key-file={}", pki.join("sa.key").display()),
             "--service-cluster-ip-range=10.0.0.0/24".into(),
             "--authorization-mode=Node,RBAC".into(),
             "--enable-admission-plugins=NodeRestriction".into(),
@@ -419,12 +392,7 @@ impl ControlPlane {
             match client.request_text(request).await {
                 Ok(body) if body.trim() == "ok" => return,
                 _ if Instant::now() > deadline
-                    || !self
-                        .apiserver
-                        .lock()
-                        .unwrap()
-                        .as_mut()
-                        .is_some_and(Process::is_running) =>
+                    || !self.apiserver.lock().unwrap().as_mut().is_some_and(Process::is_running) =>
                 {
                     let tail = self
                         .apiserver
@@ -433,9 +401,7 @@ impl ControlPlane {
                         .as_ref()
                         .map(|p| p.log_tail(30))
                         .unwrap_or_default();
-                    panic!(
-                        "kube-apiserver exited or was not ready within {timeout:?}; log tail:\n{tail}"
-                    );
+                    panic!("kube-apiserver exited or was not ready within {timeout:?}; log tail:\n{tail}");
                 }
                 _ => tokio::time::sleep(Duration::from_millis(200)).await,
             }

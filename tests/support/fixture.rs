@@ -35,11 +35,7 @@ impl Fixture {
         let f = Self {
             dir: tempfile::tempdir().unwrap(),
             files: vec![
-                (
-                    "ca.crt".into(),
-                    "/etc/kubernetes/pki/ca.crt".into(),
-                    "0644".into(),
-                ),
+                ("ca.crt".into(), "/etc/kubernetes/pki/ca.crt".into(), "0644".into()),
                 (
                     "apiserver.key".into(),
                     "/etc/kubernetes/pki/apiserver.key".into(),
@@ -92,7 +88,9 @@ impl Fixture {
             ));
         }
         text.push_str(&self.extra_spec);
-        text.push_str("  manifest:\n    source: kube-apiserver.yaml\n    path: /etc/kubernetes/manifests/kube-apiserver.yaml\n");
+        text.push_str(
+            "  manifest:\n    source: kube-apiserver.yaml\n    path: /etc/kubernetes/manifests/kube-apiserver.yaml\n",
+        );
         fs::write(self.config(), text).unwrap();
     }
 
@@ -167,13 +165,7 @@ pub fn snapshot(root: &Path) -> BTreeMap<PathBuf, (Vec<u8>, u32, u64, i64, i64)>
             }
             out.insert(
                 entry.path().strip_prefix(root).unwrap().to_path_buf(),
-                (
-                    content,
-                    meta.mode(),
-                    meta.ino(),
-                    meta.mtime(),
-                    meta.mtime_nsec(),
-                ),
+                (content, meta.mode(), meta.ino(), meta.mtime(), meta.mtime_nsec()),
             );
         }
     }
