@@ -38,6 +38,9 @@ pub enum Command {
     Remove(RemoveArgs),
     /// Compare the node with the config; exit 0 when everything is in sync, 3 otherwise.
     Status(StatusArgs),
+    /// Anchor mode (the DaemonSet container): keep the node in sync, prove the static pod runs
+    /// what was written, roll back versions that fail their trial.
+    Run(RunArgs),
 }
 
 /// Where on the node kube-anchor works.
@@ -86,6 +89,64 @@ pub struct RemoveArgs {
     pub node: NodeArgs,
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub output: OutputFormat,
+}
+
+fn duration(raw: &str) -> Result<std::time::Duration, humantime::DurationError> {
+    humantime::parse_duration(raw)
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The Anchor config file (from a mounted ConfigMap).
+    #[arg(long, env = "KUBE_ANCHOR_CONFIG")]
+    pub config: PathBuf,
+    #[command(flatten)]
+    pub node: NodeArgs,
+    #[command(flatten)]
+    pub identity: IdentityArgs,
+    /// Serve /healthz, /readyz and /metrics on this address (e.g. 127.0.0.1:9090).
+    #[arg(long, env = "KUBE_ANCHOR_LISTEN")]
+    pub listen: Option<std::net::SocketAddr>,
+    /// Full resync as a backstop to change notification.
+    #[arg(long, env = "KUBE_ANCHOR_RESYNC_PERIOD", default_value = "1m", value_parser = duration)]
+    pub resync_period: std::time::Duration,
+    /// How long a newly written version must run converged before it becomes last-known-good.
+    #[arg(long, env = "KUBE_ANCHOR_TRIAL_PERIOD", default_value = "5m", value_parser = duration)]
+    pub trial_period: std::time::Duration,
+    /// Container restarts of the new static pod that count as a crash loop during its trial.
+    #[arg(long, env = "KUBE_ANCHOR_CRASH_LOOP_THRESHOLD", default_value_t = 3)]
+    pub crash_loop_threshold: u32,
+    /// The component's health endpoint (e.g. https://127.0.0.1:6443/readyz); 2xx counts as healthy.
+    #[arg(long, env = "KUBE_ANCHOR_HEALTH_URL")]
+    pub health_url: Option<String>,
+    /// CA bundle to verify --health-url; without it the certificate is not verified.
+    #[arg(long, env = "KUBE_ANCHOR_HEALTH_CA_FILE")]
+    pub health_ca_file: Option<PathBuf>,
+    /// How often --health-url is checked once the version has converged.
+    #[arg(long, env = "KUBE_ANCHOR_HEALTH_INTERVAL", default_value = "10s", value_parser = duration)]
+    pub health_interval: std::time::Duration,
+    /// Quiet time that ends a burst of change events.
+    #[arg(long, env = "KUBE_ANCHOR_DEBOUNCE", default_value = "10ms", value_parser = duration)]
+    pub debounce: std::time::Duration,
+    /// Also remove files this component wrote earlier that the config no longer lists.
+    #[arg(long, env = "KUBE_ANCHOR_PRUNE")]
+    pub prune: bool,
+}
+
+/// Who and where this anchor is (downward API), and how it reaches the API.
+#[derive(Debug, Clone, Args)]
+pub struct IdentityArgs {
+    /// The node's name (for the mirror pod `<pod>-<node>`).
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: Option<String>,
+    /// This anchor pod's name (Events are reported on it).
+    #[arg(long, env = "POD_NAME")]
+    pub pod_name: Option<String>,
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub pod_namespace: Option<String>,
+    /// Kubeconfig; without it the in-cluster service account is used when present, else no API.
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

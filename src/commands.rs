@@ -52,6 +52,10 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Apply(args) => apply(args),
         Command::Remove(args) => remove(args),
         Command::Status(args) => status(args),
+        Command::Run(args) => {
+            tokio::runtime::Runtime::new()?.block_on(crate::anchor::run(args))?;
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 
@@ -214,6 +218,8 @@ fn print_status(r: &StatusReport, format: OutputFormat) {
                 "inSync": r.in_sync(),
                 "contentHash": r.content_hash,
                 "appliedHash": r.recorded_hash,
+                "lastKnownGoodHash": r.last_known_good,
+                "badVersions": r.bad,
                 "files": r.files,
                 "warnings": warnings,
             });

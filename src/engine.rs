@@ -8,7 +8,7 @@ use crate::config::{self, Anchor, ConfigError, Role};
 use crate::desired::{self, Desired, DesiredError};
 use crate::hostfs::{Done, HostFs, HostFsError, SetAside};
 use crate::hostpath::{AllowedRoots, HostPath, HostPathError};
-use crate::ledger::{Ledger, LedgerEntry};
+use crate::ledger::{Ledger, LedgerEntry, Snapshot};
 use crate::plan::{self, FileStatus, Notice, Op, PlanError, WriteReason};
 use crate::render::Variables;
 
@@ -75,6 +75,8 @@ pub struct StatusReport {
     pub component: String,
     pub content_hash: String,
     pub recorded_hash: Option<String>,
+    pub last_known_good: Option<String>,
+    pub bad: Vec<crate::ledger::BadVersion>,
     pub files: Vec<FileStatus>,
     pub set_aside: Option<SetAside>,
 }
@@ -257,9 +259,54 @@ impl Engine {
             }
         }
         let stored = self.fs.store_ledger(&self.state_dir, &ledger);
+        if ledger.is_empty() {
+            self.fs.remove_snapshot(&self.state_dir, component)?;
+        }
         match error {
             Some(e) => Err(e.into()),
             None => stored.map(|()| report).map_err(Into::into),
+        }
+    }
+
+    /// Changes the ledger under the component's lock.
+    pub fn update_ledger<T>(&self, component: &str, change: impl FnOnce(&mut Ledger) -> T) -> Result<T, EngineError> {
+        let _lock = self.fs.lock(&self.state_dir, component)?;
+        let mut ledger = self.fs.load_ledger(&self.state_dir, component)?.ledger;
+        let out = change(&mut ledger);
+        self.fs.store_ledger(&self.state_dir, &ledger)?;
+        Ok(out)
+    }
+
+    pub fn ledger(&self, component: &str) -> Result<Ledger, EngineError> {
+        Ok(self.fs.load_ledger(&self.state_dir, component)?.ledger)
+    }
+
+    /// `desired` survived its trial: keep its files as the last-known-good.
+    pub fn promote(&self, desired: &Desired) -> Result<(), EngineError> {
+        self.fs.store_snapshot(&self.state_dir, &Snapshot::of(desired))?;
+        self.update_ledger(&desired.component, |l| {
+            l.last_known_good = Some(desired.content_hash.clone())
+        })
+    }
+
+    /// The last-known-good version, when the ledger names one and its snapshot is intact.
+    pub fn last_known_good(&self, component: &str) -> Result<Option<Desired>, EngineError> {
+        let Some(hash) = self.ledger(component)?.last_known_good else {
+            return Ok(None);
+        };
+        match self.fs.load_snapshot(&self.state_dir, component)? {
+            Some(Ok(snapshot)) if snapshot.content_hash == hash => match snapshot.to_desired() {
+                Ok(desired) => Ok(Some(desired)),
+                Err(e) => {
+                    tracing::warn!(component, reason = %e, "last-known-good snapshot unusable");
+                    Ok(None)
+                }
+            },
+            Some(Err(e)) => {
+                tracing::warn!(component, reason = %e, "last-known-good snapshot corrupt");
+                Ok(None)
+            }
+            _ => Ok(None),
         }
     }
 
@@ -291,6 +338,8 @@ impl Engine {
             component: desired.component.clone(),
             content_hash: desired.content_hash.clone(),
             recorded_hash: ledger.content_hash.clone(),
+            last_known_good: ledger.last_known_good.clone(),
+            bad: ledger.bad.clone(),
             files: plan::status(desired, &observations, &ledger),
             set_aside,
         })

@@ -19,7 +19,7 @@ use tempfile::NamedTempFile;
 
 use crate::config::{FileMode, Owner, Role};
 use crate::hostpath::{AllowedRoots, HostPath, HostPathError};
-use crate::ledger::{CorruptLedger, Ledger, STATE_SUBDIR};
+use crate::ledger::{CorruptLedger, Ledger, STATE_SUBDIR, Snapshot, decode_checked, encode_checked};
 use crate::plan::{Observations, Observed, Op};
 
 /// Every temp file we create ends with this, so leftovers from a crash are recognizable.
@@ -400,6 +400,35 @@ impl HostFs {
             return Ok(());
         }
         self.write_file(&path, &bytes, LEDGER_MODE, Role::Credential)
+    }
+
+    pub fn snapshot_path(state_dir: &HostPath, component: &str) -> Result<HostPath, HostPathError> {
+        state_dir.join(&format!("{STATE_SUBDIR}/{}", Snapshot::file_name(component)))
+    }
+
+    /// Stores the last-known-good files, private (they hold keys).
+    pub fn store_snapshot(&self, state_dir: &HostPath, snapshot: &Snapshot) -> Result<(), HostFsError> {
+        let path = Self::snapshot_path(state_dir, &snapshot.component)?;
+        self.write_file(&path, &encode_checked(snapshot), LEDGER_MODE, Role::Credential)
+    }
+
+    /// The last-known-good snapshot; a corrupt one is reported as `Err` inside `Ok`, never fatal.
+    pub fn load_snapshot(
+        &self,
+        state_dir: &HostPath,
+        component: &str,
+    ) -> Result<Option<Result<Snapshot, CorruptLedger>>, HostFsError> {
+        let path = Self::snapshot_path(state_dir, component)?;
+        Ok(self.read(&path)?.map(|bytes| decode_checked(&bytes)))
+    }
+
+    pub fn remove_snapshot(&self, state_dir: &HostPath, component: &str) -> Result<(), HostFsError> {
+        let path = Self::snapshot_path(state_dir, component)?;
+        match fs::remove_file(self.resolve(&path)?) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io_err(&path, "remove")(e)),
+        }
     }
 
     /// An exclusive lock per component, held while a command changes its files, so that a

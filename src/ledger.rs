@@ -29,6 +29,16 @@ pub struct LedgerEntry {
     pub written_at: String,
 }
 
+/// A version that failed its trial: not written again until the inputs change.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BadVersion {
+    pub hash: String,
+    /// RFC 3339, UTC.
+    pub at: String,
+    pub reason: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Ledger {
@@ -36,8 +46,98 @@ pub struct Ledger {
     /// The content hash of the last successful apply.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content_hash: Option<String>,
+    /// The last version that survived its trial (its files are in the LKG snapshot).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_known_good: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bad: Vec<BadVersion>,
     /// Sorted by path.
     files: Vec<LedgerEntry>,
+}
+
+/// The files of the last-known-good version, kept so a rollback can restore them exactly.
+/// Stored private (0600) in the state dir: it holds keys.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Snapshot {
+    pub component: String,
+    pub content_hash: String,
+    pub pod_name: String,
+    pub pod_namespace: String,
+    pub files: Vec<SnapshotFile>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SnapshotFile {
+    pub path: HostPath,
+    pub mode: FileMode,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<Owner>,
+    pub role: Role,
+    /// Base64.
+    pub content: String,
+}
+
+impl Snapshot {
+    pub fn of(desired: &crate::desired::Desired) -> Self {
+        use base64::Engine as _;
+        Self {
+            component: desired.component.clone(),
+            content_hash: desired.content_hash.clone(),
+            pod_name: desired.pod_name.clone(),
+            pod_namespace: desired.pod_namespace.clone(),
+            files: desired
+                .files
+                .iter()
+                .map(|f| SnapshotFile {
+                    path: f.path.clone(),
+                    mode: f.mode,
+                    owner: f.owner,
+                    role: f.role,
+                    content: base64::engine::general_purpose::STANDARD.encode(&f.content),
+                })
+                .collect(),
+        }
+    }
+
+    pub fn to_desired(&self) -> Result<crate::desired::Desired, CorruptLedger> {
+        use base64::Engine as _;
+        let files = self
+            .files
+            .iter()
+            .map(|f| {
+                let content = base64::engine::general_purpose::STANDARD
+                    .decode(&f.content)
+                    .map_err(|e| CorruptLedger {
+                        reason: format!("{}: bad base64: {e}", f.path),
+                    })?;
+                Ok(crate::desired::DesiredFile {
+                    path: f.path.clone(),
+                    content,
+                    mode: f.mode,
+                    owner: f.owner,
+                    role: f.role,
+                })
+            })
+            .collect::<Result<Vec<_>, CorruptLedger>>()?;
+        if files.last().map(|f| f.role) != Some(Role::Manifest) {
+            return Err(CorruptLedger {
+                reason: "snapshot does not end with its manifest".into(),
+            });
+        }
+        Ok(crate::desired::Desired {
+            component: self.component.clone(),
+            files,
+            content_hash: self.content_hash.clone(),
+            pod_name: self.pod_name.clone(),
+            pod_namespace: self.pod_namespace.clone(),
+        })
+    }
+
+    pub fn file_name(component: &str) -> String {
+        format!("{component}.lkg.json")
+    }
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -68,8 +168,23 @@ impl Ledger {
         Self {
             component: component.into(),
             content_hash: None,
+            last_known_good: None,
+            bad: Vec::new(),
             files: Vec::new(),
         }
+    }
+
+    pub fn bad_version(&self, hash: &str) -> Option<&BadVersion> {
+        self.bad.iter().find(|b| b.hash == hash)
+    }
+
+    /// Remembers `hash` as bad (once; the latest reason wins). The list is bounded: the oldest
+    /// entries go first.
+    pub fn mark_bad(&mut self, bad: BadVersion) {
+        self.bad.retain(|b| b.hash != bad.hash);
+        self.bad.push(bad);
+        let excess = self.bad.len().saturating_sub(MAX_BAD_VERSIONS);
+        self.bad.drain(..excess);
     }
 
     pub fn file_name(component: &str) -> String {
@@ -109,39 +224,50 @@ impl Ledger {
     }
 
     pub fn encode(&self) -> Vec<u8> {
-        let body = serde_json::to_string_pretty(self).expect("a ledger always serializes");
-        let raw = RawValue::from_string(body).expect("serde_json output is valid JSON");
-        let envelope = EnvelopeOut {
-            schema_version: SCHEMA_VERSION,
-            checksum: format!("sha256:{}", sha256_hex(raw.get().as_bytes())),
-            ledger: &raw,
-        };
-        let mut out = serde_json::to_vec(&envelope).expect("an envelope always serializes");
-        out.push(b'\n');
-        out
+        encode_checked(self)
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Self, CorruptLedger> {
-        let corrupt = |reason: String| CorruptLedger { reason };
-        let envelope: EnvelopeIn = serde_json::from_slice(bytes).map_err(|e| corrupt(format!("not a ledger: {e}")))?;
-        if envelope.schema_version != SCHEMA_VERSION {
-            return Err(corrupt(format!(
-                "schema version {} (this build reads {SCHEMA_VERSION})",
-                envelope.schema_version
-            )));
-        }
-        let actual = format!("sha256:{}", sha256_hex(envelope.ledger.get().as_bytes()));
-        if actual != envelope.checksum {
-            return Err(corrupt(format!(
-                "checksum mismatch: recorded {}, computed {actual}",
-                envelope.checksum
-            )));
-        }
-        let mut ledger: Ledger =
-            serde_json::from_str(envelope.ledger.get()).map_err(|e| corrupt(format!("bad ledger body: {e}")))?;
+        let mut ledger: Ledger = decode_checked(bytes)?;
         ledger.files.sort_by(|a, b| a.path.cmp(&b.path));
         Ok(ledger)
     }
+}
+
+const MAX_BAD_VERSIONS: usize = 16;
+
+/// `{"schemaVersion", "checksum", "ledger"}` around any state: the checksum covers the exact
+/// bytes of the body.
+pub fn encode_checked<T: Serialize>(value: &T) -> Vec<u8> {
+    let body = serde_json::to_string_pretty(value).expect("state always serializes");
+    let raw = RawValue::from_string(body).expect("serde_json output is valid JSON");
+    let envelope = EnvelopeOut {
+        schema_version: SCHEMA_VERSION,
+        checksum: format!("sha256:{}", sha256_hex(raw.get().as_bytes())),
+        ledger: &raw,
+    };
+    let mut out = serde_json::to_vec(&envelope).expect("an envelope always serializes");
+    out.push(b'\n');
+    out
+}
+
+pub fn decode_checked<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, CorruptLedger> {
+    let corrupt = |reason: String| CorruptLedger { reason };
+    let envelope: EnvelopeIn = serde_json::from_slice(bytes).map_err(|e| corrupt(format!("not a state file: {e}")))?;
+    if envelope.schema_version != SCHEMA_VERSION {
+        return Err(corrupt(format!(
+            "schema version {} (this build reads {SCHEMA_VERSION})",
+            envelope.schema_version
+        )));
+    }
+    let actual = format!("sha256:{}", sha256_hex(envelope.ledger.get().as_bytes()));
+    if actual != envelope.checksum {
+        return Err(corrupt(format!(
+            "checksum mismatch: recorded {}, computed {actual}",
+            envelope.checksum
+        )));
+    }
+    serde_json::from_str(envelope.ledger.get()).map_err(|e| corrupt(format!("bad body: {e}")))
 }
 
 #[cfg(test)]

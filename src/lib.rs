@@ -2,10 +2,14 @@
 //!
 //! Layers, by dependency (nothing imports upward):
 //! - pure decisions: [`render`], [`staticpod`], [`config`], [`hostpath`], [`desired`], [`plan`],
-//!   [`ledger`] — no filesystem, no Kubernetes client;
-//! - adapters: [`hostfs`] (the node's filesystem and the one executor);
-//! - wiring: [`engine`] (load, decide, execute, record) and [`commands`] (the CLI verbs).
+//!   [`ledger`], [`trial`] — no filesystem, no Kubernetes client;
+//! - adapters: [`hostfs`] (the node's filesystem and the one executor), [`kubeapi`] (the API,
+//!   Events, the health URL), [`watch`] (inotify), [`server`] (HTTP endpoints), [`metrics`],
+//!   [`shutdown`] (signals);
+//! - wiring: [`engine`] (load, decide, execute, record), [`anchor`] (the daemon) and
+//!   [`commands`] (the CLI verbs).
 
+pub mod anchor;
 pub mod cli;
 pub mod commands;
 pub mod config;
@@ -13,8 +17,14 @@ pub mod desired;
 pub mod engine;
 pub mod hostfs;
 pub mod hostpath;
+pub mod kubeapi;
 pub mod ledger;
 pub mod logging;
+pub mod metrics;
 pub mod plan;
 pub mod render;
+pub mod server;
+pub mod shutdown;
 pub mod staticpod;
+pub mod trial;
+pub mod watch;

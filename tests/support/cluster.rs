@@ -503,7 +503,8 @@ impl ControlPlane {
     /// Starts a kubelet registering Node `name` with `labels`; waits until the Node is Ready.
     pub async fn add_node(&self, name: &str, labels: &[(&str, &str)]) -> NodeHandle {
         let root = self.dir.join("nodes").join(name);
-        let static_pod_dir = root.join("manifests");
+        // The node's `/` for kube-anchor's --host-root: the kubelet reads /etc/kubernetes/manifests.
+        let static_pod_dir = root.join("host/etc/kubernetes/manifests");
         fs::create_dir_all(&static_pod_dir).unwrap();
         let (crt, key) = self.pki.issue(
             &format!("node-{name}"),
@@ -591,6 +592,13 @@ pub struct NodeHandle {
     pub static_pod_dir: PathBuf,
     pub root: PathBuf,
     pub kubelet_port: u16,
+}
+
+impl NodeHandle {
+    /// The directory that plays the node's `/` (pass it as `--host-root`).
+    pub fn host_root(&self) -> PathBuf {
+        self.root.join("host")
+    }
 }
 
 /// Removes cluster dirs of test binaries that are no longer running.

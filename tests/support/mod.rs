@@ -1,4 +1,5 @@
 //! Shared helpers for the integration tests.
 
 pub mod cluster;
+pub mod daemon;
 pub mod fixture;

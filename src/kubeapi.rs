@@ -1,0 +1,209 @@
+//! The Kubernetes API and the component's health endpoint, as the daemon modes use them.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use kube::api::Api;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Config};
+use tokio::sync::watch;
+
+use crate::trial::MirrorPod;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("kubeconfig {}: {source}", .path.display())]
+    Kubeconfig {
+        path: PathBuf,
+        source: kube::config::KubeconfigError,
+    },
+    #[error("in-cluster config: {0}")]
+    InCluster(#[from] kube::config::InClusterError),
+    #[error("API client: {0}")]
+    Client(#[from] kube::Error),
+    #[error("health URL {url}: {reason}")]
+    HealthUrl { url: String, reason: String },
+}
+
+/// How long one API request may take before the API counts as unreachable.
+pub const API_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A client from `--kubeconfig`, else the in-cluster service account, else none (no API: files
+/// are still kept in sync, only the checks that need the API wait).
+pub async fn client(kubeconfig: Option<&Path>) -> Result<Option<Client>, ApiError> {
+    let mut config = match kubeconfig {
+        Some(path) => {
+            let kubeconfig = Kubeconfig::read_from(path).map_err(|source| ApiError::Kubeconfig {
+                path: path.into(),
+                source,
+            })?;
+            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .map_err(|source| ApiError::Kubeconfig {
+                    path: path.into(),
+                    source,
+                })?
+        }
+        None if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() => Config::incluster()?,
+        None => return Ok(None),
+    };
+    config.connect_timeout = Some(Duration::from_secs(5));
+    Ok(Some(Client::try_from(config)?))
+}
+
+/// Watches one pod by name (the mirror pod) and publishes what the API shows: `None` while the
+/// API cannot be reached, `Some(Absent)` when it answers that there is no such pod.
+pub fn watch_mirror_pod(
+    client: Client,
+    namespace: &str,
+    name: &str,
+) -> (watch::Receiver<Option<MirrorPod>>, tokio::task::JoinHandle<()>) {
+    let (tx, rx) = watch::channel(None);
+    let pods: Api<Pod> = Api::namespaced(client, namespace);
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let name = name.to_owned();
+    let task = tokio::spawn(async move {
+        let mut stream = watcher(pods, config).default_backoff().boxed();
+        let mut listing: Option<MirrorPod> = None;
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(watcher::Event::Init) => listing = Some(MirrorPod::Absent),
+                Ok(watcher::Event::InitApply(pod)) => listing = Some(MirrorPod::from_pod(&pod)),
+                Ok(watcher::Event::InitDone) => {
+                    let _ = tx.send(listing.take());
+                }
+                Ok(watcher::Event::Apply(pod)) => {
+                    let _ = tx.send(Some(MirrorPod::from_pod(&pod)));
+                }
+                Ok(watcher::Event::Delete(_)) => {
+                    let _ = tx.send(Some(MirrorPod::Absent));
+                }
+                Err(e) => {
+                    tracing::debug!(pod = %name, error = %e, "mirror pod watch interrupted; API unreachable for now");
+                    let _ = tx.send(None);
+                }
+            }
+        }
+    });
+    (rx, task)
+}
+
+/// Publishes a Warning or Normal Event about this anchor's own pod.
+#[derive(Clone)]
+pub struct EventSink {
+    recorder: Recorder,
+    pod: ObjectReference,
+}
+
+impl EventSink {
+    pub fn new(client: Client, pod_namespace: &str, pod_name: &str) -> Self {
+        let reporter = Reporter {
+            controller: "kube-anchor".into(),
+            instance: Some(pod_name.into()),
+        };
+        let pod = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            namespace: Some(pod_namespace.into()),
+            name: Some(pod_name.into()),
+            ..Default::default()
+        };
+        Self {
+            recorder: Recorder::new(client, reporter),
+            pod,
+        }
+    }
+
+    pub async fn publish(&self, warning: bool, reason: &str, action: &str, note: String) {
+        let event = Event {
+            type_: if warning { EventType::Warning } else { EventType::Normal },
+            reason: reason.into(),
+            note: Some(note),
+            action: action.into(),
+            secondary: None,
+        };
+        match tokio::time::timeout(API_TIMEOUT, self.recorder.publish(&event, &self.pod)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(reason, error = %e, "could not publish an Event"),
+            Err(_) => tracing::warn!(reason, "could not publish an Event: API timeout"),
+        }
+    }
+}
+
+/// GETs the component's health URL (e.g. `https://127.0.0.1:6443/readyz`); 2xx is healthy.
+#[derive(Clone)]
+pub struct HealthCheck {
+    client: Client,
+    url: String,
+    path: String,
+}
+
+impl HealthCheck {
+    /// `ca_file` verifies the server; without it the certificate is not verified (the endpoint is
+    /// on loopback and answers only a status).
+    pub fn new(url: &str, ca_file: Option<&Path>) -> Result<Self, ApiError> {
+        let bad = |reason: String| ApiError::HealthUrl {
+            url: url.into(),
+            reason,
+        };
+        let uri: http::Uri = url.parse().map_err(|e| bad(format!("{e}")))?;
+        let base: http::Uri = format!(
+            "{}://{}",
+            uri.scheme_str().ok_or_else(|| bad("no scheme".into()))?,
+            uri.authority().ok_or_else(|| bad("no host".into()))?
+        )
+        .parse()
+        .map_err(|e| bad(format!("{e}")))?;
+        let path = uri
+            .path_and_query()
+            .map(|p| p.as_str().to_owned())
+            .unwrap_or_else(|| "/".into());
+        let mut config = Config::new(base);
+        match ca_file {
+            Some(ca) => {
+                let pem = std::fs::read(ca).map_err(|e| bad(format!("CA file {}: {e}", ca.display())))?;
+                config.root_cert = Some(pem_certificates(&pem));
+            }
+            None => config.accept_invalid_certs = true,
+        }
+        config.connect_timeout = Some(Duration::from_secs(2));
+        config.read_timeout = Some(Duration::from_secs(3));
+        config.auth_info = Default::default();
+        let client = Client::try_from(config).map_err(|e| bad(format!("{e}")))?;
+        Ok(Self {
+            client,
+            url: url.into(),
+            path,
+        })
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    pub async fn check(&self) -> Result<(), String> {
+        let request = http::Request::get(&self.path)
+            .body(Vec::new())
+            .expect("a valid request");
+        match tokio::time::timeout(Duration::from_secs(5), self.client.request_text(request)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(kube::Error::Api(status))) => Err(format!("HTTP {} from {}", status.code, self.url)),
+            Ok(Err(e)) => Err(format!("{}: {e}", self.url)),
+            Err(_) => Err(format!("{}: timed out", self.url)),
+        }
+    }
+}
+
+/// DER certificates from a PEM bundle.
+fn pem_certificates(pem: &[u8]) -> Vec<Vec<u8>> {
+    use rustls_pki_types::CertificateDer;
+    use rustls_pki_types::pem::PemObject;
+    CertificateDer::pem_slice_iter(pem)
+        .filter_map(Result::ok)
+        .map(|c| c.to_vec())
+        .collect()
+}

@@ -1,0 +1,63 @@
+//! Prometheus metrics of the anchor daemon, all labelled with the component.
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+pub struct Metrics {
+    registry: Registry,
+    /// Files written because the inputs changed.
+    pub writes: Counter,
+    /// Files rewritten because the node drifted from what was written.
+    pub repairs: Counter,
+    pub rollbacks: Counter,
+    pub sync_errors: Counter,
+    pub last_sync: Gauge<f64, AtomicU64>,
+    pub converged: Gauge,
+}
+
+impl Metrics {
+    pub fn new(component: &str) -> Self {
+        let mut registry = Registry::with_prefix_and_labels(
+            "kube_anchor",
+            [("component".into(), component.to_owned().into())].into_iter(),
+        );
+        let m = Self {
+            registry: Registry::default(),
+            writes: Counter::default(),
+            repairs: Counter::default(),
+            rollbacks: Counter::default(),
+            sync_errors: Counter::default(),
+            last_sync: Gauge::default(),
+            converged: Gauge::default(),
+        };
+        registry.register("writes", "Files written because the inputs changed", m.writes.clone());
+        registry.register("repairs", "Files rewritten because the node drifted", m.repairs.clone());
+        registry.register(
+            "rollbacks",
+            "Rollbacks to the last-known-good version",
+            m.rollbacks.clone(),
+        );
+        registry.register("sync_errors", "Syncs that failed", m.sync_errors.clone());
+        registry.register(
+            "last_successful_sync_timestamp_seconds",
+            "Unix time of the last sync that left the node as wanted",
+            m.last_sync.clone(),
+        );
+        registry.register(
+            "converged",
+            "1 when the static pod runs what was written",
+            m.converged.clone(),
+        );
+        Self { registry, ..m }
+    }
+
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        encode(&mut out, &self.registry).expect("writing to a String");
+        out
+    }
+}

@@ -1,0 +1,196 @@
+//! `kube-anchor run` on temp directories, with no API server: inputs mounted like a ConfigMap
+//! volume, drift on the host, bursts of changes, signals.
+
+mod support;
+
+use std::fs;
+use std::time::Duration;
+
+use support::daemon::*;
+
+const POD: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: kube-scheduler, namespace: kube-system}\nspec:\n  hostNetwork: true\n  containers: [{name: s, image: 'registry.k8s.io/kube-scheduler:v1.36.3', args: ['--node=${NODE_NAME}']}]\n";
+const MANIFEST: &str = "/etc/kubernetes/manifests/kube-scheduler.yaml";
+const KUBECONFIG: &str = "/etc/kubernetes/scheduler.conf";
+const WAIT: Duration = Duration::from_secs(10);
+
+struct Setup {
+    dir: tempfile::TempDir,
+    volume: ConfigVolume,
+}
+
+impl Setup {
+    fn new(kubeconfig: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        fs::create_dir_all(dir.path().join("node")).unwrap();
+        let files = Self::files(kubeconfig);
+        let refs: Vec<(&str, &[u8])> = files.iter().map(|(n, c)| (*n, c.as_slice())).collect();
+        let volume = ConfigVolume::new(&dir.path().join("config"), &refs);
+        Self { dir, volume }
+    }
+
+    fn files(kubeconfig: &str) -> Vec<(&'static str, Vec<u8>)> {
+        vec![
+            (
+                "anchor.yaml",
+                anchor_config("kube-scheduler", &[("scheduler.conf", KUBECONFIG, "0600")], MANIFEST).into_bytes(),
+            ),
+            ("pod.yaml", POD.as_bytes().to_vec()),
+            ("scheduler.conf", kubeconfig.as_bytes().to_vec()),
+        ]
+    }
+
+    fn update(&mut self, kubeconfig: &str) {
+        let files = Self::files(kubeconfig);
+        let refs: Vec<(&str, &[u8])> = files.iter().map(|(n, c)| (*n, c.as_slice())).collect();
+        self.volume.update(&refs);
+    }
+
+    fn host(&self, path: &str) -> std::path::PathBuf {
+        self.dir.path().join("node").join(path.trim_start_matches('/'))
+    }
+
+    fn read(&self, path: &str) -> Option<String> {
+        fs::read_to_string(self.host(path)).ok()
+    }
+
+    fn start(&self, extra: &[&str]) -> Daemon {
+        let args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        Daemon::start(
+            &self.volume.config(),
+            &self.dir.path().join("node"),
+            "cp-1",
+            &args,
+            &self.dir.path().join("daemon.log"),
+        )
+    }
+}
+
+#[test]
+fn applies_at_start_and_follows_a_configmap_data_swap() {
+    let mut s = Setup::new("kubeconfig v1");
+    let d = s.start(&[]);
+    wait_until(WAIT, "the first apply", &d, || {
+        s.read(KUBECONFIG).as_deref() == Some("kubeconfig v1")
+    });
+    let manifest_v1 = s.read(MANIFEST).unwrap();
+    assert!(manifest_v1.contains("--node=cp-1"), "{manifest_v1}");
+
+    s.update("kubeconfig v2");
+    wait_until(WAIT, "the ..data swap to reach the host", &d, || {
+        s.read(KUBECONFIG).as_deref() == Some("kubeconfig v2")
+    });
+    wait_until(WAIT, "the manifest hash to follow the credential", &d, || {
+        s.read(MANIFEST).is_some_and(|m| m != manifest_v1)
+    });
+    assert!(d.metric("kube_anchor_writes_total") >= 4.0);
+    assert_eq!(d.metric("kube_anchor_repairs_total"), 0.0);
+    // Without an API nothing can prove the pod runs: not ready, and says why.
+    let (code, body) = d.get("/readyz").unwrap();
+    assert_eq!(code, 503);
+    assert!(body.contains("no API client"), "{body}");
+    assert_eq!(d.get("/healthz").unwrap().0, 200);
+}
+
+#[test]
+fn repairs_deleted_and_edited_files_and_counts_them() {
+    let s = Setup::new("kubeconfig v1");
+    let d = s.start(&[]);
+    wait_until(WAIT, "the first apply", &d, || s.read(MANIFEST).is_some());
+    let manifest = s.read(MANIFEST).unwrap();
+
+    fs::remove_file(s.host(MANIFEST)).unwrap();
+    wait_until(WAIT, "the deleted manifest to be restored", &d, || {
+        s.read(MANIFEST).as_deref() == Some(manifest.as_str())
+    });
+    fs::write(s.host(KUBECONFIG), "tampered").unwrap();
+    wait_until(WAIT, "the edited kubeconfig to be restored", &d, || {
+        s.read(KUBECONFIG).as_deref() == Some("kubeconfig v1")
+    });
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(s.host(KUBECONFIG), fs::Permissions::from_mode(0o644)).unwrap();
+    wait_until(WAIT, "the mode to be restored", &d, || {
+        use std::os::unix::fs::MetadataExt;
+        fs::metadata(s.host(KUBECONFIG))
+            .map(|m| m.mode() & 0o777 == 0o600)
+            .unwrap_or(false)
+    });
+    assert!(d.metric("kube_anchor_repairs_total") >= 3.0);
+}
+
+#[test]
+fn a_burst_of_changes_is_folded_and_never_rewrites_unchanged_files() {
+    let mut s = Setup::new("kubeconfig 0");
+    let d = s.start(&[]);
+    wait_until(WAIT, "the first apply", &d, || s.read(KUBECONFIG).is_some());
+    let writes_before = d.metric("kube_anchor_writes_total");
+    for i in 1..=40 {
+        s.update(&format!("kubeconfig {i}"));
+    }
+    wait_until(WAIT, "the last change of the burst", &d, || {
+        s.read(KUBECONFIG).as_deref() == Some("kubeconfig 40")
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let writes = d.metric("kube_anchor_writes_total") - writes_before;
+    // Each sync that sees a change writes 2 files (kubeconfig + manifest); 40 changes folded
+    // into a handful of syncs.
+    assert!(
+        writes <= 20.0,
+        "{writes} file writes for a burst of 40 changes: not debounced"
+    );
+
+    // A touch that changes nothing (same content swapped in again) writes nothing.
+    let settled = d.metric("kube_anchor_writes_total");
+    let inode = {
+        use std::os::unix::fs::MetadataExt;
+        fs::metadata(s.host(KUBECONFIG)).unwrap().ino()
+    };
+    s.update("kubeconfig 40");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(d.metric("kube_anchor_writes_total"), settled);
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(fs::metadata(s.host(KUBECONFIG)).unwrap().ino(), inode);
+}
+
+#[test]
+fn a_bad_push_is_reported_and_the_node_keeps_what_it_has() {
+    let mut s = Setup::new("kubeconfig v1");
+    let d = s.start(&[]);
+    wait_until(WAIT, "the first apply", &d, || s.read(MANIFEST).is_some());
+    let manifest = s.read(MANIFEST).unwrap();
+    let mut files = Setup::files("kubeconfig v2");
+    files[1].1 = b"apiVersion: v1\nkind: Pod\nspec: [broken\n".to_vec();
+    let refs: Vec<(&str, &[u8])> = files.iter().map(|(n, c)| (*n, c.as_slice())).collect();
+    s.volume.update(&refs);
+    wait_until(WAIT, "the sync error to be reported", &d, || {
+        d.metric("kube_anchor_sync_errors_total") >= 1.0
+    });
+    let (code, body) = d.get("/readyz").unwrap();
+    assert_eq!(code, 503);
+    assert!(body.contains("pod.yaml") && body.contains("not valid YAML"), "{body}");
+    assert_eq!(s.read(MANIFEST).unwrap(), manifest);
+    assert_eq!(
+        s.read(KUBECONFIG).as_deref(),
+        Some("kubeconfig v1"),
+        "nothing of the bad push written"
+    );
+    // Fixing the inputs recovers.
+    s.update("kubeconfig v3");
+    wait_until(WAIT, "recovery", &d, || {
+        s.read(KUBECONFIG).as_deref() == Some("kubeconfig v3")
+    });
+}
+
+#[test]
+fn sigterm_drains_and_exits_zero_leaving_every_file() {
+    let s = Setup::new("kubeconfig v1");
+    let mut d = s.start(&[]);
+    wait_until(WAIT, "the first apply", &d, || s.read(MANIFEST).is_some());
+    d.signal(libc::SIGTERM);
+    let status = d.child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "log:\n{}", d.log_text());
+    assert!(d.log_text().contains("drained"), "{}", d.log_text());
+    assert!(
+        s.read(MANIFEST).is_some() && s.read(KUBECONFIG).is_some(),
+        "a signal never deletes"
+    );
+}
