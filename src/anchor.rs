@@ -149,7 +149,9 @@ impl Daemon {
     /// Periodic evaluation is needed only while a version is on trial or not converged, and
     /// (slower) to keep checking a health URL.
     fn evaluation_interval(&self) -> Option<Duration> {
-        if self.trial.is_some() || (!self.converged && self.written.is_some()) {
+        if self.client.is_none() && self.health.is_none() {
+            None // nothing to learn by looking again
+        } else if self.trial.is_some() || (!self.converged && self.written.is_some()) {
             Some(TRIAL_TICK)
         } else if self.health.is_some() {
             Some(self.args.health_interval)

@@ -31,6 +31,8 @@ pub enum ApiError {
 
 /// How long one API request may take before the API counts as unreachable.
 pub const API_TIMEOUT: Duration = Duration::from_secs(10);
+/// A reconnecting watch that yields nothing for this long is started over.
+const RECONNECT_STALL: Duration = Duration::from_secs(15);
 
 /// A client from `--kubeconfig`, else the in-cluster service account, else none (no API: files
 /// are still kept in sync, only the checks that need the API wait).
@@ -67,9 +69,24 @@ pub fn watch_mirror_pod(
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
     let name = name.to_owned();
     let task = tokio::spawn(async move {
-        let mut stream = watcher(pods, config).default_backoff().boxed();
+        let mut stream = watcher(pods.clone(), config.clone()).default_backoff().boxed();
         let mut listing: Option<MirrorPod> = None;
-        while let Some(event) = stream.next().await {
+        loop {
+            // While the API is unreachable a reconnect can hang on a half-started server; start
+            // over if nothing arrives. A healthy watch may be idle for long: no limit then.
+            let next = if tx.borrow().is_none() {
+                match tokio::time::timeout(RECONNECT_STALL, stream.next()).await {
+                    Ok(next) => next,
+                    Err(_) => {
+                        tracing::debug!(pod = %name, "mirror pod watch stalled while reconnecting; starting over");
+                        stream = watcher(pods.clone(), config.clone()).default_backoff().boxed();
+                        continue;
+                    }
+                }
+            } else {
+                stream.next().await
+            };
+            let Some(event) = next else { break };
             match event {
                 Ok(watcher::Event::Init) => listing = Some(MirrorPod::Absent),
                 Ok(watcher::Event::InitApply(pod)) => listing = Some(MirrorPod::from_pod(&pod)),

@@ -20,7 +20,8 @@ impl DirWatcher {
     pub fn new() -> notify::Result<(Self, mpsc::Receiver<()>)> {
         let (tx, rx) = mpsc::channel(1);
         let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-            if event.is_ok() {
+            // Reads (our own hashing of every file) are not changes; reacting to them would loop.
+            if event.is_ok_and(|e| !matches!(e.kind, notify::EventKind::Access(_))) {
                 // A full channel already holds a pending wake-up: nothing is lost.
                 let _ = tx.try_send(());
             }

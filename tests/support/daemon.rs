@@ -190,3 +190,20 @@ pub fn wait_until(timeout: Duration, what: &str, daemon: &Daemon, mut check: imp
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// A stand-in for a component's health endpoint: answers every request with the status code
+/// `decide` returns at that moment.
+pub fn health_server(decide: impl Fn() -> u16 + Send + 'static) -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut buf = [0u8; 1024];
+            let _ = stream.read(&mut buf);
+            let code = decide();
+            let _ = write!(stream, "HTTP/1.1 {code} X\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
+        }
+    });
+    port
+}

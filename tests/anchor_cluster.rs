@@ -1,0 +1,166 @@
+//! `kube-anchor run` against the real control plane and a kubemark node: readiness follows the
+//! mirror pod, and a version that fails its trial is rolled back with an Event.
+
+mod support;
+
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, ListParams};
+use support::cluster::{self, ControlPlane, NodeHandle, tool};
+use support::daemon::*;
+use support::fixture::BIN;
+
+const WAIT: Duration = Duration::from_secs(90);
+
+fn pod_yaml(namespace: &str, marker: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: kube-scheduler, namespace: {namespace}}}\nspec:\n  hostNetwork: true\n  containers: [{{name: s, image: 'registry.k8s.io/kube-scheduler:v1.36.3', args: ['--node=${{NODE_NAME}}', '--marker={marker}']}}]\n"
+    )
+}
+
+fn volume_files(namespace: &str, marker: &str) -> Vec<(&'static str, Vec<u8>)> {
+    vec![
+        (
+            "anchor.yaml",
+            anchor_config("kube-scheduler", &[("scheduler.conf", "/etc/kubernetes/scheduler.conf", "0600")], "/etc/kubernetes/manifests/kube-scheduler.yaml").into_bytes(),
+        ),
+        ("pod.yaml", pod_yaml(namespace, marker).into_bytes()),
+        ("scheduler.conf", b"kubeconfig".to_vec()),
+    ]
+}
+
+fn refs<'a>(files: &'a [(&'static str, Vec<u8>)]) -> Vec<(&'static str, &'a [u8])> {
+    files.iter().map(|(n, c)| (*n, c.as_slice())).collect()
+}
+
+async fn anchor_kubeconfig(cp: &ControlPlane) -> std::path::PathBuf {
+    let out = Command::new(tool("kubectl"))
+        .arg(format!("--kubeconfig={}", cp.admin_kubeconfig.display()))
+        .args(["apply", "-f"])
+        .arg(cluster::repo_root().join("manifests/rbac.yaml"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    cp.service_account_client("kube-system", "kube-anchor").await.1
+}
+
+fn status_json(config: &Path, node: &NodeHandle) -> serde_json::Value {
+    let out = Command::new(BIN)
+        .args(["status", "--output", "json", "--config"])
+        .arg(config)
+        .arg("--host-root")
+        .arg(node.host_root())
+        .env("NODE_NAME", &node.name)
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+async fn wait_ready(d: &Daemon) {
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        match d.get("/readyz") {
+            Some((200, _)) => return,
+            other if std::time::Instant::now() > deadline => panic!("never ready: {other:?}\n{}", d.log_text()),
+            _ => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn readiness_follows_the_mirror_pod_and_a_failed_trial_rolls_back() {
+    let cp = cluster::shared().await;
+    let node = cp.add_node("anchor-node", &[]).await;
+    let ns = cp.namespace("anchor").await;
+    let kubeconfig = anchor_kubeconfig(cp).await;
+    let work = tempfile::tempdir().unwrap();
+    let mut volume = ConfigVolume::new(&work.path().join("config"), &refs(&volume_files(&ns, "good")));
+    // The component's health endpoint: failing while the "bad" version is on the node.
+    let manifest = node.host_root().join("etc/kubernetes/manifests/kube-scheduler.yaml");
+    let watched = manifest.clone();
+    let health_port = health_server(move || if fs::read_to_string(&watched).unwrap_or_default().contains("marker=bad") { 500 } else { 200 });
+
+    let args: Vec<String> = [
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "--pod-name",
+        "kube-scheduler-anchor-test",
+        "--pod-namespace",
+        &ns,
+        // The kubelet's status manager reports a new static pod within ~10 s (its batch period).
+        "--trial-period",
+        "25s",
+        "--health-url",
+        &format!("http://127.0.0.1:{health_port}/readyz"),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let d = Daemon::start(&volume.config(), &node.host_root(), &node.name, &args, &work.path().join("daemon.log"));
+
+    // Written -> mirror pod with our hash, Running and Ready -> /readyz 200.
+    wait_ready(&d).await;
+    let good = status_json(&volume.config(), &node);
+    let good_hash = good["contentHash"].as_str().unwrap().to_owned();
+    let pods: Api<Pod> = Api::namespaced(cp.admin().await, &ns);
+    let mirror = pods.get(&format!("kube-scheduler-{}", node.name)).await.unwrap();
+    assert_eq!(mirror.metadata.annotations.unwrap()["kube-anchor.io/content-hash"], good_hash);
+    assert_eq!(d.metric("kube_anchor_converged"), 1.0);
+
+    // It survives its trial and becomes last-known-good.
+    let lkg = loop {
+        let s = status_json(&volume.config(), &node);
+        if s["lastKnownGoodHash"] == good_hash {
+            break s;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let good_manifest = fs::read_to_string(&manifest).unwrap();
+    assert!(lkg["badVersions"].as_array().is_none_or(|b| b.is_empty()));
+
+    // A push whose static pod never becomes healthy is rolled back within its trial.
+    volume.update(&refs(&volume_files(&ns, "bad")));
+    let deadline = std::time::Instant::now() + WAIT;
+    let bad = loop {
+        let s = status_json(&volume.config(), &node);
+        if s["badVersions"].as_array().is_some_and(|b| !b.is_empty()) {
+            break s;
+        }
+        assert!(std::time::Instant::now() < deadline, "no rollback; log:\n{}", d.log_text());
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let bad_hash = bad["badVersions"][0]["hash"].as_str().unwrap().to_owned();
+    assert_ne!(bad_hash, good_hash);
+    assert_eq!(bad["contentHash"].as_str(), Some(bad_hash.as_str()), "the inputs still name the bad version");
+    assert!(bad["badVersions"][0]["reason"].as_str().unwrap().contains("HTTP 500"), "{bad}");
+    assert_eq!(fs::read_to_string(&manifest).unwrap(), good_manifest, "last-known-good manifest restored");
+    assert_eq!(d.metric("kube_anchor_rollbacks_total"), 1.0);
+    let (code, body) = d.get("/readyz").unwrap();
+    assert_eq!(code, 503);
+    assert!(body.contains("failed its trial") && body.contains(&good_hash), "{body}");
+
+    // The Warning Event on the anchor's pod.
+    let events: Api<Event> = Api::namespaced(cp.admin().await, &ns);
+    let found = loop {
+        let list = events.list(&ListParams::default()).await.unwrap();
+        if let Some(e) = list.items.into_iter().find(|e| e.reason.as_deref() == Some("RolledBack")) {
+            break e;
+        }
+        assert!(std::time::Instant::now() < deadline, "no RolledBack event");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert_eq!(found.type_.as_deref(), Some("Warning"));
+    assert_eq!(found.regarding.unwrap().name.as_deref(), Some("kube-scheduler-anchor-test"));
+
+    // The known-bad version is not written again; new inputs are tried.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(fs::read_to_string(&manifest).unwrap(), good_manifest);
+    volume.update(&refs(&volume_files(&ns, "fixed")));
+    wait_ready(&d).await;
+    assert!(fs::read_to_string(&manifest).unwrap().contains("marker=fixed"));
+}

@@ -1,0 +1,53 @@
+//! `kube-anchor run` while the API server is down: files keep being kept in sync, nothing is
+//! deleted, readiness says why, and it recovers when the API returns. (Its own test binary:
+//! it stops the API server of its control plane.)
+
+mod support;
+
+use std::fs;
+use std::time::{Duration, Instant};
+
+use support::cluster;
+use support::daemon::*;
+
+const MANIFEST: &str = "etc/kubernetes/manifests/kube-controller-manager.yaml";
+const KUBECONFIG: &str = "etc/kubernetes/controller-manager.conf";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn api_outage_keeps_files_in_sync_and_deletes_nothing() {
+    let cp = cluster::shared().await;
+    let node = cp.add_node("outage-node", &[]).await;
+    let ns = cp.namespace("outage").await;
+    let work = tempfile::tempdir().unwrap();
+    let pod = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: kube-controller-manager, namespace: {ns}}}\nspec:\n  hostNetwork: true\n  containers: [{{name: c, image: 'registry.k8s.io/kube-controller-manager:v1.36.3'}}]\n"
+    );
+    let config = anchor_config("kube-controller-manager", &[("kcm.conf", "/etc/kubernetes/controller-manager.conf", "0600")], "/etc/kubernetes/manifests/kube-controller-manager.yaml");
+    let volume = ConfigVolume::new(&work.path().join("config"), &[("anchor.yaml", config.as_bytes()), ("pod.yaml", pod.as_bytes()), ("kcm.conf", b"kubeconfig")]);
+    let args: Vec<String> = ["--kubeconfig", cp.admin_kubeconfig.to_str().unwrap(), "--trial-period", "1h"].iter().map(|s| s.to_string()).collect();
+    let d = Daemon::start(&volume.config(), &node.host_root(), &node.name, &args, &work.path().join("daemon.log"));
+    let host = |p: &str| node.host_root().join(p);
+    wait_until(Duration::from_secs(90), "ready before the outage", &d, || d.get("/readyz").is_some_and(|(c, _)| c == 200));
+
+    cp.stop_apiserver();
+    wait_until(Duration::from_secs(60), "readiness to report the outage", &d, || {
+        d.get("/readyz").is_some_and(|(c, body)| c == 503 && body.contains("API unreachable"))
+    });
+    // Drift is still repaired with no API...
+    fs::remove_file(host(KUBECONFIG)).unwrap();
+    fs::write(host(MANIFEST), "tampered").unwrap();
+    wait_until(Duration::from_secs(10), "repair during the outage", &d, || {
+        fs::read(host(KUBECONFIG)).is_ok_and(|c| c == b"kubeconfig")
+            && fs::read_to_string(host(MANIFEST)).is_ok_and(|m| m.contains("kube-anchor.io/content-hash"))
+    });
+    // ...and nothing is ever deleted, however long it lasts.
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until {
+        assert!(host(MANIFEST).exists() && host(KUBECONFIG).exists());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(d.metric("kube_anchor_rollbacks_total"), 0.0);
+
+    cp.restart_apiserver().await;
+    wait_until(Duration::from_secs(90), "ready again after the outage", &d, || d.get("/readyz").is_some_and(|(c, _)| c == 200));
+}
