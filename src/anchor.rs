@@ -69,6 +69,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     // The component name comes from the config; a config unreadable at start is an error (the
     // node is left as it is and the pod restarts). Later bad pushes are reported, not fatal.
     let component = Inputs::load(&args.config, engine.roots())?.anchor.name;
+    // A new anchor pod takes back a component an earlier pod decommissioned.
+    if engine.recommission(&component, args.identity.pod_name.as_deref())? {
+        tracing::info!(%component, "lifted the decommission marker of an earlier pod");
+    }
     let draining = shutdown::install().context("installing signal handlers")?;
     let shared = Shared::new(Metrics::new(&component));
     if let Some(addr) = args.listen {
@@ -175,6 +179,10 @@ impl Daemon {
                     .duration_since(SystemTime::UNIX_EPOCH)
                     .unwrap_or_default();
                 self.shared.metrics.last_sync.set(now.as_secs_f64());
+            }
+            Err(EngineError::Decommissioned { at, reason, .. }) => {
+                // pre-stop decommissioned the component: this pod is on its way out.
+                self.input_error = Some(format!("decommissioned at {at} ({reason}): not writing"));
             }
             Err(e) => {
                 self.shared.metrics.sync_errors.inc();

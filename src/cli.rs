@@ -41,6 +41,9 @@ pub enum Command {
     /// Anchor mode (the DaemonSet container): keep the node in sync, prove the static pod runs
     /// what was written, roll back versions that fail their trial.
     Run(RunArgs),
+    /// The DaemonSet's preStop hook: remove the component from the node only on a real
+    /// decommission (DaemonSet gone, node no longer selected, node deleted).
+    PreStop(PreStopArgs),
 }
 
 /// Where on the node kube-anchor works.
@@ -131,6 +134,38 @@ pub struct RunArgs {
     /// Also remove files this component wrote earlier that the config no longer lists.
     #[arg(long, env = "KUBE_ANCHOR_PRUNE")]
     pub prune: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct PreStopArgs {
+    /// The Anchor config file (its metadata.name names the component).
+    #[arg(long, env = "KUBE_ANCHOR_CONFIG", required_unless_present = "component")]
+    pub config: Option<PathBuf>,
+    /// The component name, instead of --config.
+    #[arg(long, conflicts_with = "config")]
+    pub component: Option<String>,
+    #[command(flatten)]
+    pub node: NodeArgs,
+    #[command(flatten)]
+    pub identity: IdentityArgs,
+    /// guarded: remove only on evidence of a decommission; never; always.
+    #[arg(long, env = "KUBE_ANCHOR_CLEANUP", value_enum, default_value_t = crate::decommission::CleanupMode::Guarded)]
+    pub cleanup: crate::decommission::CleanupMode,
+    /// The whole hook finishes within this, whatever happens (keep it below the pod's
+    /// terminationGracePeriodSeconds).
+    #[arg(long, env = "KUBE_ANCHOR_PRESTOP_TIMEOUT", default_value = "30s", value_parser = duration)]
+    pub timeout: std::time::Duration,
+    /// A command (run with `sh -c`) for component-specific steps before any file is removed,
+    /// only on a decommission (e.g. etcd leaving its cluster). A failure keeps every file.
+    #[arg(long, env = "KUBE_ANCHOR_BEFORE_REMOVE")]
+    pub before_remove: Option<String>,
+    /// The component's health endpoint: once it stops answering the credentials may go.
+    #[arg(long, env = "KUBE_ANCHOR_HEALTH_URL")]
+    pub health_url: Option<String>,
+    #[arg(long, env = "KUBE_ANCHOR_HEALTH_CA_FILE")]
+    pub health_ca_file: Option<PathBuf>,
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
 }
 
 /// Who and where this anchor is (downward API), and how it reaches the API.

@@ -52,6 +52,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Apply(args) => apply(args),
         Command::Remove(args) => remove(args),
         Command::Status(args) => status(args),
+        Command::PreStop(args) => tokio::runtime::Runtime::new()?.block_on(crate::prestop::run(args)),
         Command::Run(args) => {
             tokio::runtime::Runtime::new()?.block_on(crate::anchor::run(args))?;
             Ok(ExitCode::SUCCESS)
@@ -67,6 +68,10 @@ fn apply(args: ApplyArgs) -> anyhow::Result<ExitCode> {
     let engine = engine(&args.node)?;
     let inputs = Inputs::load(&args.config, engine.roots())?;
     let desired = inputs.desired(&inputs.environment_variables())?;
+    // An explicit apply takes a decommissioned component back.
+    if engine.recommission(&desired.component, None)? {
+        tracing::info!(component = %desired.component, "lifted the decommission marker");
+    }
     let report = engine
         .apply(&desired, args.prune)
         .with_context(|| format!("applying {}", desired.component))?;

@@ -31,6 +31,8 @@ pub enum EngineError {
     HostFs(#[from] HostFsError),
     #[error(transparent)]
     Path(#[from] HostPathError),
+    #[error("{component} was decommissioned on this node at {at} ({reason}); not writing it again")]
+    Decommissioned { component: String, at: String, reason: String },
 }
 
 /// Where the engine works: the node's filesystem and the state dir on it.
@@ -151,6 +153,9 @@ impl Engine {
         let _lock = self.fs.lock(&self.state_dir, &desired.component)?;
         let loaded = self.fs.load_ledger(&self.state_dir, &desired.component)?;
         let mut ledger = loaded.ledger;
+        if let Some(d) = &ledger.decommissioned {
+            return Err(EngineError::Decommissioned { component: desired.component.clone(), at: d.at.clone(), reason: d.reason.clone() });
+        }
         let mut report = ApplyReport {
             component: desired.component.clone(),
             content_hash: desired.content_hash.clone(),
@@ -229,13 +234,20 @@ impl Engine {
     /// Removes what the ledger says this component wrote and what still holds it, the
     /// manifest first. Idempotent: missing files are success.
     pub fn remove(&self, component: &str) -> Result<RemoveReport, EngineError> {
+        self.remove_roles(component, &[Role::Manifest, Role::Credential])
+    }
+
+    /// [`Engine::remove`] limited to files of `roles` (`pre-stop` removes the manifest, waits
+    /// for the pod to stop, then the credentials).
+    pub fn remove_roles(&self, component: &str, roles: &[Role]) -> Result<RemoveReport, EngineError> {
         let _lock = self.fs.lock(&self.state_dir, component)?;
         let loaded = self.fs.load_ledger(&self.state_dir, component)?;
         let mut ledger = loaded.ledger;
-        let paths: Vec<HostPath> = ledger.entries().iter().map(|e| e.path.clone()).collect();
+        let selected = ledger.only_roles(roles);
+        let paths: Vec<HostPath> = selected.entries().iter().map(|e| e.path.clone()).collect();
         self.fs.clean_stale_temps(&paths);
         let observations = self.fs.observe_all(&paths)?;
-        let plan = plan::plan_remove(&ledger, &observations);
+        let plan = plan::plan_remove(&selected, &observations);
         let mut report = RemoveReport {
             component: component.into(),
             notices: plan.notices,
@@ -259,13 +271,33 @@ impl Engine {
             }
         }
         let stored = self.fs.store_ledger(&self.state_dir, &ledger);
-        if ledger.is_empty() {
+        if !ledger.has_files() {
+            // The last-known-good snapshot holds keys: it goes with the files.
             self.fs.remove_snapshot(&self.state_dir, component)?;
         }
         match error {
             Some(e) => Err(e.into()),
             None => stored.map(|()| report).map_err(Into::into),
         }
+    }
+
+    /// Marks the component decommissioned: from now on `apply` refuses to write it.
+    pub fn decommission(&self, component: &str, reason: &str, by_pod: Option<&str>) -> Result<(), EngineError> {
+        let marker = crate::ledger::Decommissioned { at: now_rfc3339(), reason: reason.into(), by_pod: by_pod.map(Into::into) };
+        self.update_ledger(component, |l| l.decommissioned = Some(marker))
+    }
+
+    /// Lifts a decommission marker so the component may be written again: always when `pod` is
+    /// `None` (an explicit `apply`), else only when another pod set it (a new deployment).
+    /// Returns whether a marker was lifted.
+    pub fn recommission(&self, component: &str, pod: Option<&str>) -> Result<bool, EngineError> {
+        let ledger = self.ledger(component)?;
+        let Some(marker) = &ledger.decommissioned else { return Ok(false) };
+        if pod.is_some() && marker.by_pod.as_deref() == pod {
+            return Ok(false);
+        }
+        self.update_ledger(component, |l| l.decommissioned = None)?;
+        Ok(true)
     }
 
     /// Changes the ledger under the component's lock.

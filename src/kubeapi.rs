@@ -224,3 +224,18 @@ fn pem_certificates(pem: &[u8]) -> Vec<Vec<u8>> {
         .map(|c| c.to_vec())
         .collect()
 }
+
+/// GET one object, as evidence: only a 404 is `NotFound`; every other failure, a timeout
+/// included, is `Unavailable` (never evidence of anything).
+pub async fn lookup<K>(api: &Api<K>, name: &str, timeout: Duration) -> crate::decommission::Lookup<K>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    use crate::decommission::Lookup;
+    match tokio::time::timeout(timeout, api.get(name)).await {
+        Ok(Ok(object)) => Lookup::Found(object),
+        Ok(Err(kube::Error::Api(status))) if status.code == 404 => Lookup::NotFound,
+        Ok(Err(e)) => Lookup::Unavailable(e.to_string()),
+        Err(_) => Lookup::Unavailable(format!("no answer within {}", humantime::format_duration(timeout))),
+    }
+}

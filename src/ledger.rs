@@ -51,8 +51,23 @@ pub struct Ledger {
     pub last_known_good: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub bad: Vec<BadVersion>,
+    /// Set by `pre-stop` on a real decommission: no daemon writes this component again until a
+    /// new anchor pod (or an explicit `apply`) takes it back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decommissioned: Option<Decommissioned>,
     /// Sorted by path.
     files: Vec<LedgerEntry>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Decommissioned {
+    /// RFC 3339, UTC.
+    pub at: String,
+    pub reason: String,
+    /// The anchor pod whose termination decommissioned the component.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by_pod: Option<String>,
 }
 
 /// The files of the last-known-good version, kept so a rollback can restore them exactly.
@@ -170,6 +185,7 @@ impl Ledger {
             content_hash: None,
             last_known_good: None,
             bad: Vec::new(),
+            decommissioned: None,
             files: Vec::new(),
         }
     }
@@ -191,8 +207,20 @@ impl Ledger {
         format!("{component}.json")
     }
 
+    /// Nothing worth keeping: no files, no decommission marker.
     pub fn is_empty(&self) -> bool {
-        self.files.is_empty()
+        self.files.is_empty() && self.decommissioned.is_none()
+    }
+
+    /// A copy holding only the entries of `roles`.
+    pub fn only_roles(&self, roles: &[Role]) -> Ledger {
+        let mut copy = self.clone();
+        copy.files.retain(|e| roles.contains(&e.role));
+        copy
+    }
+
+    pub fn has_files(&self) -> bool {
+        !self.files.is_empty()
     }
 
     pub fn entries(&self) -> &[LedgerEntry] {

@@ -2,17 +2,18 @@
 //!
 //! Layers, by dependency (nothing imports upward):
 //! - pure decisions: [`render`], [`staticpod`], [`config`], [`hostpath`], [`desired`], [`plan`],
-//!   [`ledger`], [`trial`] — no filesystem, no Kubernetes client;
+//!   [`ledger`], [`trial`], [`decommission`] — no filesystem, no Kubernetes client;
 //! - adapters: [`hostfs`] (the node's filesystem and the one executor), [`kubeapi`] (the API,
 //!   Events, the health URL), [`watch`] (inotify), [`server`] (HTTP endpoints), [`metrics`],
 //!   [`shutdown`] (signals);
-//! - wiring: [`engine`] (load, decide, execute, record), [`anchor`] (the daemon) and
+//! - wiring: [`engine`] (load, decide, execute, record), [`anchor`] (the daemon), [`prestop`] and
 //!   [`commands`] (the CLI verbs).
 
 pub mod anchor;
 pub mod cli;
 pub mod commands;
 pub mod config;
+pub mod decommission;
 pub mod desired;
 pub mod engine;
 pub mod hostfs;
@@ -22,6 +23,7 @@ pub mod ledger;
 pub mod logging;
 pub mod metrics;
 pub mod plan;
+pub mod prestop;
 pub mod render;
 pub mod server;
 pub mod shutdown;
