@@ -34,7 +34,9 @@ fn wait_for(mut done: impl FnMut() -> bool) -> Duration {
 
 fn proc_field(pid: u32, file: &str, key: &str) -> Option<String> {
     let text = fs::read_to_string(format!("/proc/{pid}/{file}")).ok()?;
-    text.lines().find_map(|l| l.strip_prefix(key)).map(|v| v.trim().to_owned())
+    text.lines()
+        .find_map(|l| l.strip_prefix(key))
+        .map(|v| v.trim().to_owned())
 }
 
 fn cpu_ticks(pid: u32) -> u64 {
@@ -49,13 +51,29 @@ fn main() {
     let work = tempfile::tempdir().unwrap();
     let node = work.path().join("node");
     fs::create_dir_all(&node).unwrap();
-    let config = anchor_config("kube-scheduler", &[("scheduler.conf", "/etc/kubernetes/scheduler.conf", "0600")], "/etc/kubernetes/manifests/kube-scheduler.yaml");
-    let files = |kubeconfig: &str| vec![("anchor.yaml", config.clone().into_bytes()), ("pod.yaml", POD.as_bytes().to_vec()), ("scheduler.conf", kubeconfig.as_bytes().to_vec())];
+    let config = anchor_config(
+        "kube-scheduler",
+        &[("scheduler.conf", "/etc/kubernetes/scheduler.conf", "0600")],
+        "/etc/kubernetes/manifests/kube-scheduler.yaml",
+    );
+    let files = |kubeconfig: &str| {
+        vec![
+            ("anchor.yaml", config.clone().into_bytes()),
+            ("pod.yaml", POD.as_bytes().to_vec()),
+            ("scheduler.conf", kubeconfig.as_bytes().to_vec()),
+        ]
+    };
     let refs = |f: &Vec<(&'static str, Vec<u8>)>| f.iter().map(|(n, c)| (*n, c.clone())).collect::<Vec<_>>();
     let initial = refs(&files("kubeconfig 0"));
     let initial: Vec<(&str, &[u8])> = initial.iter().map(|(n, c)| (*n, c.as_slice())).collect();
     let mut volume = ConfigVolume::new(&work.path().join("config"), &initial);
-    let d = Daemon::start(&volume.config(), &node, "bench-node", &[], &work.path().join("daemon.log"));
+    let d = Daemon::start(
+        &volume.config(),
+        &node,
+        "bench-node",
+        &[],
+        &work.path().join("daemon.log"),
+    );
     let kubeconfig = node.join("etc/kubernetes/scheduler.conf");
     wait_for(|| fs::read(&kubeconfig).is_ok_and(|c| c == b"kubeconfig 0"));
 
@@ -78,7 +96,10 @@ fn main() {
         repair.push(start.elapsed());
         std::thread::sleep(Duration::from_millis(30));
     }
-    let idle: u64 = std::env::var("IDLE_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(60);
+    let idle: u64 = std::env::var("IDLE_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(60);
     std::thread::sleep(Duration::from_secs(2));
     let pid = d.child.id();
     let ticks_before = cpu_ticks(pid);
@@ -90,8 +111,16 @@ fn main() {
     let (c50, c99) = percentiles(change);
     let (r50, r99) = percentiles(repair);
     println!("kube-anchor run, {CHANGES} changes each (no API server)");
-    println!("input change -> host file    median {:>7.2} ms   p99 {:>7.2} ms", c50.as_secs_f64() * 1e3, c99.as_secs_f64() * 1e3);
-    println!("host deletion -> restored    median {:>7.2} ms   p99 {:>7.2} ms", r50.as_secs_f64() * 1e3, r99.as_secs_f64() * 1e3);
+    println!(
+        "input change -> host file    median {:>7.2} ms   p99 {:>7.2} ms",
+        c50.as_secs_f64() * 1e3,
+        c99.as_secs_f64() * 1e3
+    );
+    println!(
+        "host deletion -> restored    median {:>7.2} ms   p99 {:>7.2} ms",
+        r50.as_secs_f64() * 1e3,
+        r99.as_secs_f64() * 1e3
+    );
     println!("idle RSS                     {rss}");
     println!(
         "idle CPU over {idle} s          {:.3} s ({:.4} % of one core)",

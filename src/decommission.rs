@@ -118,12 +118,22 @@ pub fn decide(mode: CleanupMode, evidence: &Evidence) -> Decision {
         Lookup::Unavailable(why) => return Decision::Keep(format!("cannot read this node ({why}): not evidence")),
     };
     // A DaemonSet of the same name but another UID replaced ours: it decides by its selection.
-    let replaced = if ds.uid == owner.uid { "" } else { " (a new DaemonSet of that name)" };
+    let replaced = if ds.uid == owner.uid {
+        ""
+    } else {
+        " (a new DaemonSet of that name)"
+    };
     if ds.deleting {
-        return Decision::Keep(format!("DaemonSet {}{replaced} is being deleted, but it is not this pod's owner", owner.name));
+        return Decision::Keep(format!(
+            "DaemonSet {}{replaced} is being deleted, but it is not this pod's owner",
+            owner.name
+        ));
     }
     if !matches_node(&ds.selection, &node.labels, &node.name) {
-        return Decision::Remove(format!("node {} is no longer selected by DaemonSet {}{replaced}", node.name, owner.name));
+        return Decision::Remove(format!(
+            "node {} is no longer selected by DaemonSet {}{replaced}",
+            node.name, owner.name
+        ));
     }
     Decision::Keep(format!(
         "DaemonSet {}{replaced} still selects node {}: an update, eviction, reboot or restart",
@@ -135,7 +145,8 @@ pub fn decide(mode: CleanupMode, evidence: &Evidence) -> Decision {
 /// `nodeSelector` and `requiredDuringSchedulingIgnoredDuringExecution`).
 pub fn matches_node(selection: &NodeSelection, labels: &BTreeMap<String, String>, name: &str) -> bool {
     let selector_ok = selection.node_selector.iter().all(|(k, v)| labels.get(k) == Some(v));
-    let terms_ok = selection.required_terms.is_empty() || selection.required_terms.iter().any(|t| term_matches(t, labels, name));
+    let terms_ok =
+        selection.required_terms.is_empty() || selection.required_terms.iter().any(|t| term_matches(t, labels, name));
     selector_ok && terms_ok
 }
 
@@ -146,8 +157,12 @@ fn term_matches(term: &NodeSelectorTerm, labels: &BTreeMap<String, String>, name
     if expressions.is_empty() && fields.is_empty() {
         return false;
     }
-    expressions.iter().all(|r| requirement_matches(r, labels.get(&r.key).map(String::as_str)))
-        && fields.iter().all(|r| r.key == "metadata.name" && requirement_matches(r, Some(name)))
+    expressions
+        .iter()
+        .all(|r| requirement_matches(r, labels.get(&r.key).map(String::as_str)))
+        && fields
+            .iter()
+            .all(|r| r.key == "metadata.name" && requirement_matches(r, Some(name)))
 }
 
 fn requirement_matches(r: &NodeSelectorRequirement, value: Option<&str>) -> bool {
@@ -167,13 +182,20 @@ fn requirement_matches(r: &NodeSelectorRequirement, value: Option<&str>) -> bool
 /// The controlling DaemonSet of a pod, if any.
 pub fn daemonset_owner(pod: &Pod) -> Option<Owner> {
     pod.metadata.owner_references.as_ref()?.iter().find_map(|r| {
-        (r.kind == "DaemonSet" && r.controller == Some(true)).then(|| Owner { name: r.name.clone(), uid: r.uid.clone() })
+        (r.kind == "DaemonSet" && r.controller == Some(true)).then(|| Owner {
+            name: r.name.clone(),
+            uid: r.uid.clone(),
+        })
     })
 }
 
 pub fn daemonset_facts(ds: &DaemonSet) -> DaemonSetFacts {
     let pod_spec = ds.spec.as_ref().and_then(|s| s.template.spec.as_ref());
-    let node_selector = pod_spec.and_then(|s| s.node_selector.clone()).unwrap_or_default().into_iter().collect();
+    let node_selector = pod_spec
+        .and_then(|s| s.node_selector.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .collect();
     let required_terms = pod_spec
         .and_then(|s| s.affinity.as_ref())
         .and_then(|a| a.node_affinity.as_ref())
@@ -183,7 +205,10 @@ pub fn daemonset_facts(ds: &DaemonSet) -> DaemonSetFacts {
     DaemonSetFacts {
         uid: ds.metadata.uid.clone().unwrap_or_default(),
         deleting: ds.metadata.deletion_timestamp.is_some(),
-        selection: NodeSelection { node_selector, required_terms },
+        selection: NodeSelection {
+            node_selector,
+            required_terms,
+        },
     }
 }
 
@@ -200,7 +225,10 @@ mod tests {
     use super::*;
 
     fn owner() -> Lookup<Option<Owner>> {
-        Lookup::Found(Some(Owner { name: "kube-apiserver".into(), uid: "ds-1".into() }))
+        Lookup::Found(Some(Owner {
+            name: "kube-apiserver".into(),
+            uid: "ds-1".into(),
+        }))
     }
 
     fn ds(uid: &str, deleting: bool, selector: &[(&str, &str)]) -> Option<Lookup<DaemonSetFacts>> {
@@ -228,7 +256,11 @@ mod tests {
 
     const SEL: &[(&str, &str)] = &[("kubernetes-apiserver", "enabled")];
 
-    fn ev(owner: Lookup<Option<Owner>>, daemonset: Option<Lookup<DaemonSetFacts>>, node: Lookup<NodeFacts>) -> Evidence {
+    fn ev(
+        owner: Lookup<Option<Owner>>,
+        daemonset: Option<Lookup<DaemonSetFacts>>,
+        node: Lookup<NodeFacts>,
+    ) -> Evidence {
         Evidence { owner, daemonset, node }
     }
 
@@ -239,7 +271,12 @@ mod tests {
     /// Every combination of the inputs: removal exactly when there is positive evidence.
     #[test]
     fn exhaustive_guarded_table() {
-        let owners = vec![("owned", owner()), ("no owner", Lookup::Found(None)), ("pod 404", Lookup::NotFound), ("pod unreadable", unavailable())];
+        let owners = vec![
+            ("owned", owner()),
+            ("no owner", Lookup::Found(None)),
+            ("pod 404", Lookup::NotFound),
+            ("pod unreadable", unavailable()),
+        ];
         let daemonsets = vec![
             ("ds present, selects", ds("ds-1", false, SEL)),
             ("ds present, other selector", ds("ds-1", false, &[("other", "x")])),
@@ -267,10 +304,20 @@ mod tests {
                     let expected = *n_name == "node deleting"
                         || (owned && (*d_name == "ds 404" || *d_name == "ds deleting"))
                         || (owned
-                            && matches!(*d_name, "ds present, selects" | "ds present, other selector" | "ds replaced, selects" | "ds replaced, other selector")
+                            && matches!(
+                                *d_name,
+                                "ds present, selects"
+                                    | "ds present, other selector"
+                                    | "ds replaced, selects"
+                                    | "ds replaced, other selector"
+                            )
                             && matches!(*n_name, "node labelled" | "node unlabelled")
                             && (d_name.ends_with("other selector") || *n_name == "node unlabelled"));
-                    assert_eq!(is_remove(&decision), expected, "{o_name} / {d_name} / {n_name}: {decision:?}");
+                    assert_eq!(
+                        is_remove(&decision),
+                        expected,
+                        "{o_name} / {d_name} / {n_name}: {decision:?}"
+                    );
                     removals += usize::from(expected);
                 }
             }
@@ -303,7 +350,11 @@ mod tests {
 
     #[test]
     fn node_affinity_operators() {
-        let labels: BTreeMap<String, String> = [("role".to_string(), "cp".to_string()), ("gen".to_string(), "5".to_string())].into();
+        let labels: BTreeMap<String, String> = [
+            ("role".to_string(), "cp".to_string()),
+            ("gen".to_string(), "5".to_string()),
+        ]
+        .into();
         let cases = [
             (req("role", "In", &["cp", "x"]), true),
             (req("role", "In", &["worker"]), false),
@@ -320,17 +371,29 @@ mod tests {
         for (r, want) in cases {
             let sel = NodeSelection {
                 node_selector: BTreeMap::new(),
-                required_terms: vec![NodeSelectorTerm { match_expressions: Some(vec![r.clone()]), match_fields: None }],
+                required_terms: vec![NodeSelectorTerm {
+                    match_expressions: Some(vec![r.clone()]),
+                    match_fields: None,
+                }],
             };
             assert_eq!(matches_node(&sel, &labels, "cp-1"), want, "{r:?}");
         }
         // Terms are ORed; an empty term matches nothing; matchFields on metadata.name.
-        let by_name = NodeSelectorTerm { match_expressions: None, match_fields: Some(vec![req("metadata.name", "In", &["cp-1"])]) };
+        let by_name = NodeSelectorTerm {
+            match_expressions: None,
+            match_fields: Some(vec![req("metadata.name", "In", &["cp-1"])]),
+        };
         let never = NodeSelectorTerm::default();
-        let sel = NodeSelection { node_selector: BTreeMap::new(), required_terms: vec![never.clone(), by_name] };
+        let sel = NodeSelection {
+            node_selector: BTreeMap::new(),
+            required_terms: vec![never.clone(), by_name],
+        };
         assert!(matches_node(&sel, &labels, "cp-1"));
         assert!(!matches_node(&sel, &labels, "cp-2"));
-        let sel = NodeSelection { node_selector: BTreeMap::new(), required_terms: vec![never] };
+        let sel = NodeSelection {
+            node_selector: BTreeMap::new(),
+            required_terms: vec![never],
+        };
         assert!(!matches_node(&sel, &labels, "cp-1"));
     }
 
@@ -343,7 +406,13 @@ mod tests {
             ]}
         }))
         .unwrap();
-        assert_eq!(daemonset_owner(&pod), Some(Owner { name: "kube-apiserver".into(), uid: "ds-1".into() }));
+        assert_eq!(
+            daemonset_owner(&pod),
+            Some(Owner {
+                name: "kube-apiserver".into(),
+                uid: "ds-1".into()
+            })
+        );
         let d: DaemonSet = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "kube-apiserver", "uid": "ds-1", "deletionTimestamp": "2026-01-01T00:00:00Z"},
             "spec": {"selector": {}, "template": {"spec": {"containers": [], "nodeSelector": {"a": "b"},

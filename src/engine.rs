@@ -32,7 +32,11 @@ pub enum EngineError {
     #[error(transparent)]
     Path(#[from] HostPathError),
     #[error("{component} was decommissioned on this node at {at} ({reason}); not writing it again")]
-    Decommissioned { component: String, at: String, reason: String },
+    Decommissioned {
+        component: String,
+        at: String,
+        reason: String,
+    },
 }
 
 /// Where the engine works: the node's filesystem and the state dir on it.
@@ -154,7 +158,11 @@ impl Engine {
         let loaded = self.fs.load_ledger(&self.state_dir, &desired.component)?;
         let mut ledger = loaded.ledger;
         if let Some(d) = &ledger.decommissioned {
-            return Err(EngineError::Decommissioned { component: desired.component.clone(), at: d.at.clone(), reason: d.reason.clone() });
+            return Err(EngineError::Decommissioned {
+                component: desired.component.clone(),
+                at: d.at.clone(),
+                reason: d.reason.clone(),
+            });
         }
         let mut report = ApplyReport {
             component: desired.component.clone(),
@@ -283,7 +291,11 @@ impl Engine {
 
     /// Marks the component decommissioned: from now on `apply` refuses to write it.
     pub fn decommission(&self, component: &str, reason: &str, by_pod: Option<&str>) -> Result<(), EngineError> {
-        let marker = crate::ledger::Decommissioned { at: now_rfc3339(), reason: reason.into(), by_pod: by_pod.map(Into::into) };
+        let marker = crate::ledger::Decommissioned {
+            at: now_rfc3339(),
+            reason: reason.into(),
+            by_pod: by_pod.map(Into::into),
+        };
         self.update_ledger(component, |l| l.decommissioned = Some(marker))
     }
 
@@ -292,7 +304,9 @@ impl Engine {
     /// Returns whether a marker was lifted.
     pub fn recommission(&self, component: &str, pod: Option<&str>) -> Result<bool, EngineError> {
         let ledger = self.ledger(component)?;
-        let Some(marker) = &ledger.decommissioned else { return Ok(false) };
+        let Some(marker) = &ledger.decommissioned else {
+            return Ok(false);
+        };
         if pod.is_some() && marker.by_pod.as_deref() == pod {
             return Ok(false);
         }

@@ -30,7 +30,10 @@ pub async fn run(args: PreStopArgs) -> anyhow::Result<ExitCode> {
     let deadline = Instant::now() + args.timeout;
     match tokio::time::timeout(args.timeout, run_inner(&args, deadline)).await {
         Ok(result) => result,
-        Err(_) => anyhow::bail!("pre-stop did not finish within {}; stopped where it was", humantime::format_duration(args.timeout)),
+        Err(_) => anyhow::bail!(
+            "pre-stop did not finish within {}; stopped where it was",
+            humantime::format_duration(args.timeout)
+        ),
     }
 }
 
@@ -48,7 +51,14 @@ async fn run_inner(args: &PreStopArgs, deadline: Instant) -> anyhow::Result<Exit
     };
     let decision = match args.cleanup {
         CleanupMode::Guarded => decommission::decide(CleanupMode::Guarded, &gather(args, deadline).await),
-        mode => decommission::decide(mode, &Evidence { owner: Lookup::NotFound, daemonset: None, node: Lookup::NotFound }),
+        mode => decommission::decide(
+            mode,
+            &Evidence {
+                owner: Lookup::NotFound,
+                daemonset: None,
+                node: Lookup::NotFound,
+            },
+        ),
     };
     let reason = match &decision {
         Decision::Keep(reason) => {
@@ -85,19 +95,28 @@ async fn gather(args: &PreStopArgs, deadline: Instant) -> Evidence {
         daemonset: None,
         node: Lookup::Unavailable(why.into()),
     };
-    let client = match tokio::time::timeout(remaining(deadline), kubeapi::client(args.identity.kubeconfig.as_deref())).await {
+    let client = match tokio::time::timeout(
+        remaining(deadline),
+        kubeapi::client(args.identity.kubeconfig.as_deref()),
+    )
+    .await
+    {
         Ok(Ok(Some(client))) => client,
         Ok(Ok(None)) => return unavailable("no API client configured"),
         Ok(Err(e)) => return unavailable(&e.to_string()),
         Err(_) => return unavailable("timed out building the client"),
     };
     let budget = || API_TIMEOUT.min(remaining(deadline).saturating_sub(FINAL_STEP));
-    let (Some(pod_name), Some(namespace), Some(node_name)) =
-        (&args.identity.pod_name, &args.identity.pod_namespace, &args.identity.node_name)
-    else {
+    let (Some(pod_name), Some(namespace), Some(node_name)) = (
+        &args.identity.pod_name,
+        &args.identity.pod_namespace,
+        &args.identity.node_name,
+    ) else {
         return unavailable("POD_NAME, POD_NAMESPACE and NODE_NAME are needed to look anything up");
     };
-    let node = kubeapi::lookup(&Api::<Node>::all(client.clone()), node_name, budget()).await.map(|n| decommission::node_facts(&n));
+    let node = kubeapi::lookup(&Api::<Node>::all(client.clone()), node_name, budget())
+        .await
+        .map(|n| decommission::node_facts(&n));
     let owner = kubeapi::lookup(&Api::<Pod>::namespaced(client.clone(), namespace), pod_name, budget())
         .await
         .map(|p| decommission::daemonset_owner(&p));
@@ -116,12 +135,19 @@ async fn gather(args: &PreStopArgs, deadline: Instant) -> Evidence {
 
 async fn run_hook(command: &str, budget: Duration) -> anyhow::Result<()> {
     tracing::info!(command, "pre-stop: running --before-remove");
-    let mut child = tokio::process::Command::new("sh").arg("-c").arg(command).kill_on_drop(true).spawn()?;
+    let mut child = tokio::process::Command::new("sh")
+        .arg("-c")
+        .arg(command)
+        .kill_on_drop(true)
+        .spawn()?;
     match tokio::time::timeout(budget, child.wait()).await {
         Ok(Ok(status)) if status.success() => Ok(()),
         Ok(Ok(status)) => anyhow::bail!("--before-remove failed ({status}); every file is kept"),
         Ok(Err(e)) => anyhow::bail!("--before-remove could not run: {e}; every file is kept"),
-        Err(_) => anyhow::bail!("--before-remove did not finish within {}; every file is kept", humantime::format_duration(budget)),
+        Err(_) => anyhow::bail!(
+            "--before-remove did not finish within {}; every file is kept",
+            humantime::format_duration(budget)
+        ),
     }
 }
 
@@ -137,9 +163,15 @@ fn mirror_of(engine: &Engine, component: &str, node: Option<&str>) -> Option<(St
 /// Waits (bounded) until the static pod has stopped: its mirror pod is gone, or the health URL
 /// stops answering. With neither to look at, there is nothing to wait for.
 async fn wait_stopped(args: &PreStopArgs, mirror: Option<(String, String)>, deadline: Instant) {
-    let health = args.health_url.as_deref().and_then(|u| HealthCheck::new(u, args.health_ca_file.as_deref()).ok());
+    let health = args
+        .health_url
+        .as_deref()
+        .and_then(|u| HealthCheck::new(u, args.health_ca_file.as_deref()).ok());
     let client = match &mirror {
-        Some(_) => kubeapi::client(args.identity.kubeconfig.as_deref()).await.ok().flatten(),
+        Some(_) => kubeapi::client(args.identity.kubeconfig.as_deref())
+            .await
+            .ok()
+            .flatten(),
         None => None,
     };
     if client.is_none() && health.is_none() {
@@ -167,7 +199,10 @@ async fn wait_stopped(args: &PreStopArgs, mirror: Option<(String, String)>, dead
 
 fn report(format: OutputFormat, component: &str, decision: &str, reason: &str, removed: &[HostPath]) {
     match format {
-        OutputFormat::Json => println!("{}", json!({"component": component, "decision": decision, "reason": reason, "removed": removed})),
+        OutputFormat::Json => println!(
+            "{}",
+            json!({"component": component, "decision": decision, "reason": reason, "removed": removed})
+        ),
         OutputFormat::Text => {
             println!("{component}: {decision} ({reason})");
             for p in removed {

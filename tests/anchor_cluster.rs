@@ -27,7 +27,12 @@ fn volume_files(namespace: &str, marker: &str) -> Vec<(&'static str, Vec<u8>)> {
     vec![
         (
             "anchor.yaml",
-            anchor_config("kube-scheduler", &[("scheduler.conf", "/etc/kubernetes/scheduler.conf", "0600")], "/etc/kubernetes/manifests/kube-scheduler.yaml").into_bytes(),
+            anchor_config(
+                "kube-scheduler",
+                &[("scheduler.conf", "/etc/kubernetes/scheduler.conf", "0600")],
+                "/etc/kubernetes/manifests/kube-scheduler.yaml",
+            )
+            .into_bytes(),
         ),
         ("pod.yaml", pod_yaml(namespace, marker).into_bytes()),
         ("scheduler.conf", b"kubeconfig".to_vec()),
@@ -83,7 +88,13 @@ async fn readiness_follows_the_mirror_pod_and_a_failed_trial_rolls_back() {
     // The component's health endpoint: failing while the "bad" version is on the node.
     let manifest = node.host_root().join("etc/kubernetes/manifests/kube-scheduler.yaml");
     let watched = manifest.clone();
-    let health_port = health_server(move || if fs::read_to_string(&watched).unwrap_or_default().contains("marker=bad") { 500 } else { 200 });
+    let health_port = health_server(move || {
+        if fs::read_to_string(&watched).unwrap_or_default().contains("marker=bad") {
+            500
+        } else {
+            200
+        }
+    });
 
     let args: Vec<String> = [
         "--kubeconfig",
@@ -101,7 +112,13 @@ async fn readiness_follows_the_mirror_pod_and_a_failed_trial_rolls_back() {
     .iter()
     .map(|s| s.to_string())
     .collect();
-    let d = Daemon::start(&volume.config(), &node.host_root(), &node.name, &args, &work.path().join("daemon.log"));
+    let d = Daemon::start(
+        &volume.config(),
+        &node.host_root(),
+        &node.name,
+        &args,
+        &work.path().join("daemon.log"),
+    );
 
     // Written -> mirror pod with our hash, Running and Ready -> /readyz 200.
     wait_ready(&d).await;
@@ -109,7 +126,10 @@ async fn readiness_follows_the_mirror_pod_and_a_failed_trial_rolls_back() {
     let good_hash = good["contentHash"].as_str().unwrap().to_owned();
     let pods: Api<Pod> = Api::namespaced(cp.admin().await, &ns);
     let mirror = pods.get(&format!("kube-scheduler-{}", node.name)).await.unwrap();
-    assert_eq!(mirror.metadata.annotations.unwrap()["kube-anchor.io/content-hash"], good_hash);
+    assert_eq!(
+        mirror.metadata.annotations.unwrap()["kube-anchor.io/content-hash"],
+        good_hash
+    );
     assert_eq!(d.metric("kube_anchor_converged"), 1.0);
 
     // It survives its trial and becomes last-known-good.
@@ -131,14 +151,29 @@ async fn readiness_follows_the_mirror_pod_and_a_failed_trial_rolls_back() {
         if s["badVersions"].as_array().is_some_and(|b| !b.is_empty()) {
             break s;
         }
-        assert!(std::time::Instant::now() < deadline, "no rollback; log:\n{}", d.log_text());
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no rollback; log:\n{}",
+            d.log_text()
+        );
         tokio::time::sleep(Duration::from_millis(250)).await;
     };
     let bad_hash = bad["badVersions"][0]["hash"].as_str().unwrap().to_owned();
     assert_ne!(bad_hash, good_hash);
-    assert_eq!(bad["contentHash"].as_str(), Some(bad_hash.as_str()), "the inputs still name the bad version");
-    assert!(bad["badVersions"][0]["reason"].as_str().unwrap().contains("HTTP 500"), "{bad}");
-    assert_eq!(fs::read_to_string(&manifest).unwrap(), good_manifest, "last-known-good manifest restored");
+    assert_eq!(
+        bad["contentHash"].as_str(),
+        Some(bad_hash.as_str()),
+        "the inputs still name the bad version"
+    );
+    assert!(
+        bad["badVersions"][0]["reason"].as_str().unwrap().contains("HTTP 500"),
+        "{bad}"
+    );
+    assert_eq!(
+        fs::read_to_string(&manifest).unwrap(),
+        good_manifest,
+        "last-known-good manifest restored"
+    );
     assert_eq!(d.metric("kube_anchor_rollbacks_total"), 1.0);
     let (code, body) = d.get("/readyz").unwrap();
     assert_eq!(code, 503);
@@ -148,14 +183,21 @@ async fn readiness_follows_the_mirror_pod_and_a_failed_trial_rolls_back() {
     let events: Api<Event> = Api::namespaced(cp.admin().await, &ns);
     let found = loop {
         let list = events.list(&ListParams::default()).await.unwrap();
-        if let Some(e) = list.items.into_iter().find(|e| e.reason.as_deref() == Some("RolledBack")) {
+        if let Some(e) = list
+            .items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("RolledBack"))
+        {
             break e;
         }
         assert!(std::time::Instant::now() < deadline, "no RolledBack event");
         tokio::time::sleep(Duration::from_millis(250)).await;
     };
     assert_eq!(found.type_.as_deref(), Some("Warning"));
-    assert_eq!(found.regarding.unwrap().name.as_deref(), Some("kube-scheduler-anchor-test"));
+    assert_eq!(
+        found.regarding.unwrap().name.as_deref(),
+        Some("kube-scheduler-anchor-test")
+    );
 
     // The known-bad version is not written again; new inputs are tried.
     tokio::time::sleep(Duration::from_secs(1)).await;

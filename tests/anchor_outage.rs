@@ -22,16 +22,44 @@ async fn api_outage_keeps_files_in_sync_and_deletes_nothing() {
     let pod = format!(
         "apiVersion: v1\nkind: Pod\nmetadata: {{name: kube-controller-manager, namespace: {ns}}}\nspec:\n  hostNetwork: true\n  containers: [{{name: c, image: 'registry.k8s.io/kube-controller-manager:v1.36.3'}}]\n"
     );
-    let config = anchor_config("kube-controller-manager", &[("kcm.conf", "/etc/kubernetes/controller-manager.conf", "0600")], "/etc/kubernetes/manifests/kube-controller-manager.yaml");
-    let volume = ConfigVolume::new(&work.path().join("config"), &[("anchor.yaml", config.as_bytes()), ("pod.yaml", pod.as_bytes()), ("kcm.conf", b"kubeconfig")]);
-    let args: Vec<String> = ["--kubeconfig", cp.admin_kubeconfig.to_str().unwrap(), "--trial-period", "1h"].iter().map(|s| s.to_string()).collect();
-    let d = Daemon::start(&volume.config(), &node.host_root(), &node.name, &args, &work.path().join("daemon.log"));
+    let config = anchor_config(
+        "kube-controller-manager",
+        &[("kcm.conf", "/etc/kubernetes/controller-manager.conf", "0600")],
+        "/etc/kubernetes/manifests/kube-controller-manager.yaml",
+    );
+    let volume = ConfigVolume::new(
+        &work.path().join("config"),
+        &[
+            ("anchor.yaml", config.as_bytes()),
+            ("pod.yaml", pod.as_bytes()),
+            ("kcm.conf", b"kubeconfig"),
+        ],
+    );
+    let args: Vec<String> = [
+        "--kubeconfig",
+        cp.admin_kubeconfig.to_str().unwrap(),
+        "--trial-period",
+        "1h",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let d = Daemon::start(
+        &volume.config(),
+        &node.host_root(),
+        &node.name,
+        &args,
+        &work.path().join("daemon.log"),
+    );
     let host = |p: &str| node.host_root().join(p);
-    wait_until(Duration::from_secs(90), "ready before the outage", &d, || d.get("/readyz").is_some_and(|(c, _)| c == 200));
+    wait_until(Duration::from_secs(90), "ready before the outage", &d, || {
+        d.get("/readyz").is_some_and(|(c, _)| c == 200)
+    });
 
     cp.stop_apiserver();
     wait_until(Duration::from_secs(60), "readiness to report the outage", &d, || {
-        d.get("/readyz").is_some_and(|(c, body)| c == 503 && body.contains("API unreachable"))
+        d.get("/readyz")
+            .is_some_and(|(c, body)| c == 503 && body.contains("API unreachable"))
     });
     // Drift is still repaired with no API...
     fs::remove_file(host(KUBECONFIG)).unwrap();
@@ -48,6 +76,44 @@ async fn api_outage_keeps_files_in_sync_and_deletes_nothing() {
     }
     assert_eq!(d.metric("kube_anchor_rollbacks_total"), 0.0);
 
+    // The preStop hook in an outage keeps everything, and returns within its timeout: with the
+    // API server stopped (connection refused), and with one that accepts but never answers.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_kubeconfig = work.path().join("silent.kubeconfig");
+    cluster::write_kubeconfig(
+        &silent_kubeconfig,
+        &format!("https://{}", silent.local_addr().unwrap()),
+        &cp.pki.ca(),
+        &cluster::Identity::Token("x".into()),
+    );
+    for kubeconfig in [cp.admin_kubeconfig.clone(), silent_kubeconfig] {
+        let start = Instant::now();
+        let out = std::process::Command::new(support::fixture::BIN)
+            .args(["pre-stop", "--output", "json", "--timeout", "4s", "--config"])
+            .arg(volume.config())
+            .arg("--host-root")
+            .arg(node.host_root())
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .env("POD_NAME", "anchor-pod")
+            .env("POD_NAMESPACE", &ns)
+            .env("NODE_NAME", &node.name)
+            .output()
+            .unwrap();
+        let took = start.elapsed();
+        assert!(took < Duration::from_secs(6), "pre-stop took {took:?}");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("\"decision\":\"keep\""),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(host(MANIFEST).exists() && host(KUBECONFIG).exists());
+    }
+    drop(silent);
+
     cp.restart_apiserver().await;
-    wait_until(Duration::from_secs(90), "ready again after the outage", &d, || d.get("/readyz").is_some_and(|(c, _)| c == 200));
+    wait_until(Duration::from_secs(90), "ready again after the outage", &d, || {
+        d.get("/readyz").is_some_and(|(c, _)| c == 200)
+    });
 }

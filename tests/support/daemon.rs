@@ -202,7 +202,10 @@ pub fn health_server(decide: impl Fn() -> u16 + Send + 'static) -> u16 {
             let mut buf = [0u8; 1024];
             let _ = stream.read(&mut buf);
             let code = decide();
-            let _ = write!(stream, "HTTP/1.1 {code} X\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {code} X\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
+            );
         }
     });
     port
