@@ -543,6 +543,22 @@ impl ControlPlane {
         };
         self.nodes.lock().unwrap().insert(name.into(), node);
         self.wait_node_ready(name, Duration::from_secs(60)).await;
+        // The kubelet refuses to report a loopback node IP, and a pod's status.hostIP (the
+        // downward API's NODE_IP) comes from the Node's addresses: set them as a cloud
+        // provider would.
+        let nodes: Api<Node> = Api::all(self.admin().await);
+        let status = serde_json::json!({"status": {"addresses": [
+            {"type": "InternalIP", "address": "127.0.0.1"},
+            {"type": "Hostname", "address": name}
+        ]}});
+        nodes
+            .patch_status(
+                name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&status),
+            )
+            .await
+            .unwrap();
         NodeHandle {
             name: name.into(),
             static_pod_dir,

@@ -82,6 +82,18 @@ impl Daemon {
     /// Starts `kube-anchor run --config CONFIG --host-root HOST --listen 127.0.0.1:<free>` plus
     /// `extra`, with `NODE_NAME` in its environment as the downward API would set it.
     pub fn start(config: &Path, host_root: &Path, node_name: &str, extra: &[String], log: &Path) -> Self {
+        Self::start_with_env(config, host_root, node_name, extra, &[], log)
+    }
+
+    /// [`Daemon::start`] with more environment (e.g. what a chart sets on the container).
+    pub fn start_with_env(
+        config: &Path,
+        host_root: &Path,
+        node_name: &str,
+        extra: &[String],
+        env: &[(String, String)],
+        log: &Path,
+    ) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -98,6 +110,7 @@ impl Daemon {
             .arg(format!("127.0.0.1:{port}"))
             .args(extra)
             .env("NO_COLOR", "1")
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .env("NODE_NAME", node_name)
             .env_remove("KUBERNETES_SERVICE_HOST")
             .env_remove("KUBECONFIG")

@@ -1,0 +1,56 @@
+{{/* The static pod manifest the anchor renders (${NODE_NAME}, ${NODE_IP}) and writes. */}}
+{{- define "etcd.pod" -}}
+{{- $c := .Values.component -}}
+apiVersion: v1
+kind: Pod
+metadata:
+  name: {{ $c.name }}
+  namespace: {{ $c.namespace }}
+  labels: {component: etcd, tier: control-plane}
+spec:
+  hostNetwork: true
+  priorityClassName: system-node-critical
+  securityContext: {seccompProfile: {type: RuntimeDefault}}
+  containers:
+    - name: etcd
+      image: {{ printf "%s:%s" $c.image (trimPrefix "v" $c.version) }}
+      command:
+        - etcd
+        - --name=${NODE_NAME}
+        - --data-dir={{ $c.dataDir }}
+        - --advertise-client-urls=https://${NODE_IP}:2379
+        - --listen-client-urls=https://127.0.0.1:2379,https://${NODE_IP}:2379
+        - --initial-advertise-peer-urls=https://${NODE_IP}:2380
+        - --listen-peer-urls=https://${NODE_IP}:2380
+        - --listen-metrics-urls=http://127.0.0.1:2381
+        - --initial-cluster={{ default "${NODE_NAME}=https://${NODE_IP}:2380" $c.initialCluster }}
+        - --initial-cluster-state={{ $c.initialClusterState }}
+        - --client-cert-auth=true
+        - --trusted-ca-file=/etc/kubernetes/pki/etcd/ca.crt
+        - --cert-file=/etc/kubernetes/pki/etcd/server.crt
+        - --key-file=/etc/kubernetes/pki/etcd/server.key
+        - --peer-client-cert-auth=true
+        - --peer-trusted-ca-file=/etc/kubernetes/pki/etcd/ca.crt
+        - --peer-cert-file=/etc/kubernetes/pki/etcd/peer.crt
+        - --peer-key-file=/etc/kubernetes/pki/etcd/peer.key
+        {{- range $k, $v := $c.extraArgs }}
+        - --{{ $k }}={{ $v }}
+        {{- end }}
+      livenessProbe:
+        httpGet: {host: 127.0.0.1, path: /livez, port: 2381, scheme: HTTP}
+        initialDelaySeconds: 10
+        failureThreshold: 8
+      readinessProbe:
+        httpGet: {host: 127.0.0.1, path: /readyz, port: 2381, scheme: HTTP}
+        periodSeconds: 1
+      resources:
+        {{- toYaml $c.resources | nindent 8 }}
+      volumeMounts:
+        - {name: data, mountPath: {{ $c.dataDir }}}
+        - {name: pki, mountPath: /etc/kubernetes/pki/etcd, readOnly: true}
+  volumes:
+    - name: data
+      hostPath: {path: {{ $c.dataDir }}, type: DirectoryOrCreate}
+    - name: pki
+      hostPath: {path: /etc/kubernetes/pki/etcd, type: DirectoryOrCreate}
+{{- end -}}

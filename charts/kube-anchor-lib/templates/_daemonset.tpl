@@ -1,0 +1,150 @@
+{{/*
+The anchor DaemonSet, written once for every component chart. With .Values.perNode set, one
+DaemonSet per listed node (pinned by kubernetes.io/hostname), each mounting only that node's
+credentials next to the shared ones.
+*/}}
+
+{{- define "kube-anchor-lib.daemonset" -}}
+{{- if .Values.perNode }}
+{{- range $nodeName, $node := .Values.perNode }}
+---
+{{ include "kube-anchor-lib.daemonsetFor" (dict "root" $ "nodeName" $nodeName "node" $node) }}
+{{- end }}
+{{- else }}
+{{ include "kube-anchor-lib.daemonsetFor" (dict "root" . "nodeName" "" "node" (dict)) }}
+{{- end }}
+{{- end -}}
+
+{{- define "kube-anchor-lib.daemonsetFor" -}}
+{{- $r := .root -}}
+{{- $v := $r.Values -}}
+{{- $full := include "kube-anchor-lib.fullname" $r -}}
+{{- $name := $full -}}
+{{- if .nodeName }}{{ $name = printf "%s-%s" $full .nodeName | trunc 63 | trimSuffix "-" }}{{ end -}}
+apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: {{ $name }}
+  namespace: {{ $r.Release.Namespace }}
+  labels:
+    {{- include "kube-anchor-lib.labels" $r | nindent 4 }}
+spec:
+  selector:
+    matchLabels:
+      {{- include "kube-anchor-lib.selectorLabels" $r | nindent 6 }}
+      kube-anchor.io/daemonset: {{ $name }}
+  updateStrategy:
+    type: RollingUpdate
+    rollingUpdate:
+      # One node at a time, and only once its new static pod really runs (readiness).
+      maxUnavailable: 1
+      maxSurge: 0
+  template:
+    metadata:
+      labels:
+        {{- include "kube-anchor-lib.labels" $r | nindent 8 }}
+        kube-anchor.io/daemonset: {{ $name }}
+      annotations:
+        # Any input change rolls the DaemonSet.
+        checksum/config: {{ include "kube-anchor-lib.configData" $r | sha256sum }}
+        checksum/secret: {{ include "kube-anchor-lib.secretData" $r | sha256sum }}
+        {{- if .nodeName }}
+        checksum/node-secret: {{ include "kube-anchor-lib.nodeSecretData" (dict "node" .node) | sha256sum }}
+        {{- end }}
+    spec:
+      serviceAccountName: {{ include "kube-anchor-lib.serviceAccountName" $r }}
+      # Works before any CNI is up, and reaches the component's loopback health endpoint.
+      hostNetwork: true
+      dnsPolicy: ClusterFirstWithHostNet
+      priorityClassName: system-node-critical
+      terminationGracePeriodSeconds: {{ $v.anchor.terminationGracePeriodSeconds }}
+      nodeSelector:
+        {{- with $v.nodeSelector }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
+        {{- if .nodeName }}
+        kubernetes.io/hostname: {{ .nodeName }}
+        {{- end }}
+      {{- with $v.affinity }}
+      affinity:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      tolerations:
+        {{- toYaml $v.tolerations | nindent 8 }}
+      containers:
+        - name: anchor
+          image: {{ printf "%s:%s" $v.image.repository $v.image.tag | quote }}
+          imagePullPolicy: {{ $v.image.pullPolicy }}
+          command: [kube-anchor]
+          args: [run]
+          env:
+            - {name: NODE_NAME, valueFrom: {fieldRef: {fieldPath: spec.nodeName}}}
+            - {name: NODE_IP, valueFrom: {fieldRef: {fieldPath: status.hostIP}}}
+            - {name: POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}
+            - {name: POD_NAMESPACE, valueFrom: {fieldRef: {fieldPath: metadata.namespace}}}
+            - {name: KUBE_ANCHOR_CONFIG, value: {{ printf "%s/anchor.yaml" (include "kube-anchor-lib.configDir" $r) | quote }}}
+            - {name: KUBE_ANCHOR_HOST_ROOT, value: /host}
+            - {name: KUBE_ANCHOR_STATE_DIR, value: {{ $v.anchor.stateDir | quote }}}
+            - {name: KUBE_ANCHOR_ALLOWED_ROOTS, value: {{ join "," $v.anchor.allowedRoots | quote }}}
+            - {name: KUBE_ANCHOR_LISTEN, value: {{ printf "127.0.0.1:%d" (int $v.anchor.port) | quote }}}
+            - {name: KUBE_ANCHOR_RESYNC_PERIOD, value: {{ $v.anchor.resyncPeriod | quote }}}
+            - {name: KUBE_ANCHOR_TRIAL_PERIOD, value: {{ $v.anchor.trialPeriod | quote }}}
+            - {name: KUBE_ANCHOR_CRASH_LOOP_THRESHOLD, value: {{ $v.anchor.crashLoopThreshold | quote }}}
+            - {name: KUBE_ANCHOR_CLEANUP, value: {{ $v.anchor.cleanup | quote }}}
+            - {name: KUBE_ANCHOR_PRESTOP_TIMEOUT, value: {{ $v.anchor.preStopTimeout | quote }}}
+            - {name: KUBE_ANCHOR_LOG_FORMAT, value: {{ $v.anchor.logFormat | quote }}}
+            {{- with $v.anchor.healthURL }}
+            - {name: KUBE_ANCHOR_HEALTH_URL, value: {{ . | quote }}}
+            {{- end }}
+            {{- with $v.anchor.healthCAFile }}
+            - {name: KUBE_ANCHOR_HEALTH_CA_FILE, value: {{ printf "%s/%s" (include "kube-anchor-lib.secretDir" $r) . | quote }}}
+            {{- end }}
+            {{- with $v.anchor.beforeRemove }}
+            - {name: KUBE_ANCHOR_BEFORE_REMOVE, value: {{ . | quote }}}
+            {{- end }}
+          lifecycle:
+            preStop:
+              exec:
+                # Removes the component only on a real decommission (see kube-anchor pre-stop).
+                command: [kube-anchor, pre-stop]
+          readinessProbe:
+            httpGet: {host: 127.0.0.1, path: /readyz, port: {{ $v.anchor.port }}}
+            periodSeconds: 5
+            failureThreshold: 2
+          livenessProbe:
+            httpGet: {host: 127.0.0.1, path: /healthz, port: {{ $v.anchor.port }}}
+            initialDelaySeconds: 10
+            periodSeconds: 10
+            failureThreshold: 6
+          securityContext:
+            # Root to write root-owned files; CHOWN only to set configured owners.
+            runAsUser: 0
+            readOnlyRootFilesystem: true
+            allowPrivilegeEscalation: false
+            capabilities:
+              drop: [ALL]
+              add: [CHOWN]
+          resources:
+            {{- toYaml $v.anchor.resources | nindent 12 }}
+          volumeMounts:
+            - {name: config, mountPath: {{ include "kube-anchor-lib.configDir" $r }}, readOnly: true}
+            - {name: credentials, mountPath: {{ include "kube-anchor-lib.secretDir" $r }}, readOnly: true}
+            {{- range $i, $dir := include "kube-anchor-lib.hostDirs" $r | fromJsonArray }}
+            - {name: host-{{ $i }}, mountPath: {{ printf "/host%s" $dir }}}
+            {{- end }}
+      volumes:
+        - name: config
+          configMap: {name: {{ $full }}}
+        - name: credentials
+          projected:
+            defaultMode: 0400
+            sources:
+              - secret: {name: {{ $full }}}
+              {{- if .nodeName }}
+              - secret: {name: {{ printf "%s-%s" $full .nodeName | trunc 63 | trimSuffix "-" }}}
+              {{- end }}
+        {{- range $i, $dir := include "kube-anchor-lib.hostDirs" $r | fromJsonArray }}
+        - name: host-{{ $i }}
+          hostPath: {path: {{ $dir }}, type: DirectoryOrCreate}
+        {{- end }}
+{{- end -}}

@@ -1,0 +1,52 @@
+{{/* Names and labels shared by every kube-anchor chart. */}}
+
+{{- define "kube-anchor-lib.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 50 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-anchor" .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "kube-anchor-lib.labels" -}}
+app.kubernetes.io/name: kube-anchor
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: {{ .Values.component.name }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "kube-anchor-lib.selectorLabels" -}}
+app.kubernetes.io/name: kube-anchor
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "kube-anchor-lib.serviceAccountName" -}}
+{{- default (include "kube-anchor-lib.fullname" .) .Values.serviceAccount.name -}}
+{{- end -}}
+
+{{/* Where the pod sees its inputs. */}}
+{{- define "kube-anchor-lib.configDir" -}}/etc/kube-anchor/config{{- end -}}
+{{- define "kube-anchor-lib.secretDir" -}}/etc/kube-anchor/secrets{{- end -}}
+
+{{/*
+The host directories the anchor writes to: the parent of every file, of the manifest, and the
+state dir. Each becomes one narrow hostPath mount under /host.
+*/}}
+{{- define "kube-anchor-lib.hostDirs" -}}
+{{- $dirs := list (dir .Values.component.manifestPath) .Values.anchor.stateDir -}}
+{{- range .Values.files -}}
+{{- $dirs = append $dirs (dir .path) -}}
+{{- end -}}
+{{- $dirs = $dirs | uniq | sortAlpha -}}
+{{- /* A directory below another mounted one is already there. */ -}}
+{{- $mounts := list -}}
+{{- range $d := $dirs -}}
+{{- $covered := false -}}
+{{- range $other := $dirs -}}
+{{- if and (ne $d $other) (hasPrefix (printf "%s/" $other) $d) -}}{{- $covered = true -}}{{- end -}}
+{{- end -}}
+{{- if not $covered -}}{{- $mounts = append $mounts $d -}}{{- end -}}
+{{- end -}}
+{{- $mounts | toJson -}}
+{{- end -}}

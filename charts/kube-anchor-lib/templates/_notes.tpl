@@ -1,0 +1,35 @@
+{{- define "kube-anchor-lib.notes" -}}
+{{- $full := include "kube-anchor-lib.fullname" . -}}
+kube-anchor keeps {{ .Values.component.name }} on every selected node as a static pod
+({{ .Values.component.manifestPath }}).
+
+Watch the rollout; it advances one node at a time, and only once that node's new static pod
+runs the version written (the anchor's readiness):
+
+  kubectl -n {{ .Release.Namespace }} rollout status daemonset/{{ $full }}{{ if .Values.perNode }}-<node>{{ end }}
+
+Why a node is not ready, and what each anchor wrote:
+
+  kubectl -n {{ .Release.Namespace }} get pods -l app.kubernetes.io/instance={{ .Release.Name }} -o wide
+  kubectl -n {{ .Release.Namespace }} describe pod <anchor pod>      # readiness message, RolledBack events
+  kubectl -n {{ .Release.Namespace }} exec <anchor pod> -- kube-anchor status
+
+`helm uninstall` removes the static pod and its files from the nodes (the anchors' preStop hook
+sees the DaemonSet go); an upgrade, a reboot or an API outage never does. The anchors'
+ServiceAccount and RBAC outlive the release (the hooks need them to prove the decommission);
+once the anchor pods are gone:
+
+  kubectl -n {{ .Release.Namespace }} delete serviceaccount {{ include "kube-anchor-lib.serviceAccountName" . }}
+  kubectl delete clusterrolebinding,clusterrole {{ $full }}
+{{- $missing := list -}}
+{{- range .Values.files -}}
+{{- if and (not (hasKey $.Values.credentials .name)) (not $.Values.perNode) -}}
+{{- $missing = append $missing .name -}}
+{{- end -}}
+{{- end -}}
+{{- if $missing }}
+
+WARNING: no content given for {{ join ", " $missing }} (values `credentials`): the anchors will
+report not ready until it is.
+{{- end }}
+{{- end -}}

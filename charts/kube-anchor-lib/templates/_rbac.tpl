@@ -1,0 +1,60 @@
+{{/* Exactly what the anchor calls: its pod, DaemonSet and Node (pre-stop), mirror pods (run),
+Events on its pod. No secrets, no configmaps, no writes but Events.
+
+Kept on `helm uninstall` (resource-policy keep): the anchors' preStop hooks run after Helm has
+deleted the release's objects, and need this identity to prove the decommission; a deleted
+ServiceAccount's tokens are refused, which the hook must treat as "no evidence" and keep the
+static pod. Remove these three objects once the anchor pods are gone (see NOTES). */}}
+{{- define "kube-anchor-lib.rbac" -}}
+{{- $full := include "kube-anchor-lib.fullname" . -}}
+{{- if .Values.serviceAccount.create }}
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: {{ include "kube-anchor-lib.serviceAccountName" . }}
+  namespace: {{ .Release.Namespace }}
+  annotations:
+    helm.sh/resource-policy: keep
+  labels:
+    {{- include "kube-anchor-lib.labels" . | nindent 4 }}
+---
+{{- end }}
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: {{ $full }}
+  annotations:
+    helm.sh/resource-policy: keep
+  labels:
+    {{- include "kube-anchor-lib.labels" . | nindent 4 }}
+rules:
+  - apiGroups: [""]
+    resources: [pods]
+    verbs: [get, list, watch]
+  - apiGroups: [""]
+    resources: [nodes]
+    verbs: [get]
+  - apiGroups: [apps]
+    resources: [daemonsets]
+    verbs: [get]
+  - apiGroups: ["", events.k8s.io]
+    resources: [events]
+    verbs: [create, patch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: {{ $full }}
+  annotations:
+    helm.sh/resource-policy: keep
+  labels:
+    {{- include "kube-anchor-lib.labels" . | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: {{ $full }}
+subjects:
+  - kind: ServiceAccount
+    name: {{ include "kube-anchor-lib.serviceAccountName" . }}
+    namespace: {{ .Release.Namespace }}
+{{- end -}}

@@ -1,0 +1,48 @@
+{{/* The static pod manifest the anchor renders (${NODE_NAME}, ${NODE_IP}) and writes. */}}
+{{- define "kube-controller-manager.pod" -}}
+{{- $c := .Values.component -}}
+apiVersion: v1
+kind: Pod
+metadata:
+  name: {{ $c.name }}
+  namespace: {{ $c.namespace }}
+  labels: {component: kube-controller-manager, tier: control-plane}
+spec:
+  hostNetwork: true
+  priorityClassName: system-node-critical
+  securityContext: {seccompProfile: {type: RuntimeDefault}}
+  containers:
+    - name: kube-controller-manager
+      image: {{ printf "%s:%s" $c.image $c.version }}
+      command:
+        - kube-controller-manager
+        - --kubeconfig=/etc/kubernetes/controller-manager.conf
+        - --authentication-kubeconfig=/etc/kubernetes/controller-manager.conf
+        - --authorization-kubeconfig=/etc/kubernetes/controller-manager.conf
+        - --bind-address=127.0.0.1
+        - --client-ca-file=/etc/kubernetes/pki/ca.crt
+        - --cluster-name={{ $c.clusterName }}
+        - --cluster-signing-cert-file=/etc/kubernetes/pki/ca.crt
+        - --cluster-signing-key-file=/etc/kubernetes/pki/ca.key
+        - --root-ca-file=/etc/kubernetes/pki/ca.crt
+        - --service-account-private-key-file=/etc/kubernetes/pki/sa.key
+        - --use-service-account-credentials=true
+        - --leader-elect=true
+        {{- range $k, $v := $c.extraArgs }}
+        - --{{ $k }}={{ $v }}
+        {{- end }}
+      livenessProbe:
+        httpGet: {host: 127.0.0.1, path: /healthz, port: 10257, scheme: HTTPS}
+        initialDelaySeconds: 10
+        failureThreshold: 8
+      resources:
+        {{- toYaml $c.resources | nindent 8 }}
+      volumeMounts:
+        - {name: pki, mountPath: /etc/kubernetes/pki, readOnly: true}
+        - {name: kubeconfig, mountPath: /etc/kubernetes/controller-manager.conf, readOnly: true}
+  volumes:
+    - name: pki
+      hostPath: {path: /etc/kubernetes/pki, type: DirectoryOrCreate}
+    - name: kubeconfig
+      hostPath: {path: /etc/kubernetes/controller-manager.conf, type: FileOrCreate}
+{{- end -}}

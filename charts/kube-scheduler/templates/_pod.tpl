@@ -1,0 +1,41 @@
+{{/* The static pod manifest the anchor renders (${NODE_NAME}, ${NODE_IP}) and writes. */}}
+{{- define "kube-scheduler.pod" -}}
+{{- $c := .Values.component -}}
+apiVersion: v1
+kind: Pod
+metadata:
+  name: {{ $c.name }}
+  namespace: {{ $c.namespace }}
+  labels: {component: kube-scheduler, tier: control-plane}
+spec:
+  hostNetwork: true
+  priorityClassName: system-node-critical
+  securityContext: {seccompProfile: {type: RuntimeDefault}}
+  containers:
+    - name: kube-scheduler
+      image: {{ printf "%s:%s" $c.image $c.version }}
+      command:
+        - kube-scheduler
+        - --kubeconfig=/etc/kubernetes/scheduler.conf
+        - --authentication-kubeconfig=/etc/kubernetes/scheduler.conf
+        - --authorization-kubeconfig=/etc/kubernetes/scheduler.conf
+        - --bind-address=127.0.0.1
+        - --leader-elect=true
+        {{- range $k, $v := $c.extraArgs }}
+        - --{{ $k }}={{ $v }}
+        {{- end }}
+      livenessProbe:
+        httpGet: {host: 127.0.0.1, path: /livez, port: 10259, scheme: HTTPS}
+        initialDelaySeconds: 10
+        failureThreshold: 8
+      readinessProbe:
+        httpGet: {host: 127.0.0.1, path: /readyz, port: 10259, scheme: HTTPS}
+        periodSeconds: 1
+      resources:
+        {{- toYaml $c.resources | nindent 8 }}
+      volumeMounts:
+        - {name: kubeconfig, mountPath: /etc/kubernetes/scheduler.conf, readOnly: true}
+  volumes:
+    - name: kubeconfig
+      hostPath: {path: /etc/kubernetes/scheduler.conf, type: FileOrCreate}
+{{- end -}}

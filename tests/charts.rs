@@ -1,0 +1,672 @@
+//! The Helm charts, checked with the real helm (tools/bin/helm) and, where the API is needed,
+//! the real control plane.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use serde_yaml_ng::Value;
+use support::cluster::{self, ControlPlane, NodeHandle, eventually, repo_root, tool};
+use support::daemon::{ConfigVolume, Daemon, wait_until};
+use support::fixture::BIN;
+
+const ANCHOR_CHARTS: &[&str] = &["kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd"];
+const WAIT: Duration = Duration::from_secs(90);
+
+fn helm(args: &[&str]) -> Output {
+    Command::new(tool("helm")).args(args).output().unwrap()
+}
+
+fn ok(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "stderr:\n{}\nstdout:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn chart(name: &str) -> String {
+    let dir = repo_root().join("charts").join(name);
+    ok(&Command::new(tool("helm"))
+        .args(["dependency", "build"])
+        .current_dir(&dir)
+        .output()
+        .unwrap());
+    dir.display().to_string()
+}
+
+fn example(name: &str) -> String {
+    repo_root()
+        .join("examples/values")
+        .join(format!("{name}.yaml"))
+        .display()
+        .to_string()
+}
+
+fn documents(text: &str) -> Vec<Value> {
+    serde_yaml_ng::Deserializer::from_str(text)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .filter(|v: &Value| !v.is_null())
+        .collect()
+}
+
+fn of_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    docs.iter().filter(|d| d["kind"] == kind).collect()
+}
+
+fn render(chart_name: &str, extra: &[&str]) -> Vec<Value> {
+    let dir = chart(chart_name);
+    let mut args = vec!["template", "rel", dir.as_str(), "--namespace", "kube-system"];
+    args.extend(extra);
+    documents(&ok(&helm(&args)))
+}
+
+#[test]
+fn every_chart_lints_strictly_with_default_and_example_values() {
+    for name in ANCHOR_CHARTS {
+        let dir = chart(name);
+        ok(&helm(&["lint", "--strict", &dir]));
+        ok(&helm(&["lint", "--strict", &dir, "-f", &example(name)]));
+    }
+}
+
+#[test]
+fn rendered_daemonsets_are_what_an_anchor_needs() {
+    for name in ANCHOR_CHARTS {
+        for values in [vec![], vec!["-f".to_string(), example(name)]] {
+            let extra: Vec<&str> = values.iter().map(String::as_str).collect();
+            let docs = render(name, &extra);
+            let daemonsets = of_kind(&docs, "DaemonSet");
+            assert!(!daemonsets.is_empty(), "{name}");
+            for ds in daemonsets {
+                let spec = &ds["spec"]["template"]["spec"];
+                let c = &spec["containers"][0];
+                let context = format!("{name} {values:?}");
+                assert_eq!(
+                    ds["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"], 1,
+                    "{context}"
+                );
+                assert_eq!(
+                    ds["spec"]["updateStrategy"]["rollingUpdate"]["maxSurge"], 0,
+                    "{context}"
+                );
+                assert_eq!(spec["priorityClassName"], "system-node-critical", "{context}");
+                assert!(
+                    spec["tolerations"]
+                        .as_sequence()
+                        .unwrap()
+                        .iter()
+                        .any(|t| t["key"] == "node-role.kubernetes.io/control-plane"),
+                    "{context}"
+                );
+                assert_eq!(c["lifecycle"]["preStop"]["exec"]["command"][1], "pre-stop", "{context}");
+                assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz", "{context}");
+                assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz", "{context}");
+                assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true, "{context}");
+                assert_eq!(c["securityContext"]["capabilities"]["drop"][0], "ALL", "{context}");
+                assert!(c["resources"]["limits"]["memory"].is_string(), "{context}");
+                let grace = spec["terminationGracePeriodSeconds"].as_i64().unwrap();
+                let timeout = c["env"]
+                    .as_sequence()
+                    .unwrap()
+                    .iter()
+                    .find(|e| e["name"] == "KUBE_ANCHOR_PRESTOP_TIMEOUT")
+                    .unwrap()["value"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned();
+                assert!(
+                    humantime::parse_duration(&timeout).unwrap() < Duration::from_secs(grace as u64),
+                    "{context}: the hook must end before the grace period"
+                );
+                for env in ["NODE_NAME", "POD_NAME", "POD_NAMESPACE", "NODE_IP"] {
+                    assert!(
+                        c["env"]
+                            .as_sequence()
+                            .unwrap()
+                            .iter()
+                            .any(|e| e["name"] == env && e["valueFrom"]["fieldRef"].is_mapping()),
+                        "{context}: {env}"
+                    );
+                }
+                let annotations = &ds["spec"]["template"]["metadata"]["annotations"];
+                assert!(
+                    annotations["checksum/config"].is_string() && annotations["checksum/secret"].is_string(),
+                    "{context}"
+                );
+                // Narrow host mounts: only below the allowed roots and the state dir.
+                for v in spec["volumes"]
+                    .as_sequence()
+                    .unwrap()
+                    .iter()
+                    .filter(|v| v["hostPath"].is_mapping())
+                {
+                    let path = v["hostPath"]["path"].as_str().unwrap();
+                    assert!(
+                        path.starts_with("/etc/kubernetes") || path == "/var/lib/kube-anchor",
+                        "{context}: hostPath {path}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn credentials_live_only_in_secrets() {
+    for name in ANCHOR_CHARTS {
+        let docs = render(name, &["-f", &example(name)]);
+        for cm in of_kind(&docs, "ConfigMap") {
+            let text = serde_yaml_ng::to_string(&cm["data"]).unwrap();
+            assert!(
+                !text.contains("PLACEHOLDER") && !text.contains("PRIVATE KEY") && !text.contains("client-key-data"),
+                "{name}: a credential in a ConfigMap:\n{text}"
+            );
+        }
+        let secret_keys: Vec<String> = of_kind(&docs, "Secret")
+            .iter()
+            .flat_map(|s| {
+                s["data"]
+                    .as_mapping()
+                    .map(|m| m.keys().map(|k| k.as_str().unwrap().to_owned()).collect::<Vec<_>>())
+                    .unwrap_or_default()
+            })
+            .collect();
+        let values: Value = serde_yaml_ng::from_str(&fs::read_to_string(example(name)).unwrap()).unwrap();
+        for key in values["credentials"].as_mapping().unwrap().keys() {
+            assert!(
+                secret_keys.contains(&key.as_str().unwrap().to_owned()),
+                "{name}: {key:?} missing from the Secrets"
+            );
+        }
+    }
+}
+
+#[test]
+fn per_node_credentials_reach_only_their_node() {
+    let docs = render("etcd", &["-f", &example("etcd")]);
+    let daemonsets = of_kind(&docs, "DaemonSet");
+    assert_eq!(daemonsets.len(), 3);
+    for ds in daemonsets {
+        let spec = &ds["spec"]["template"]["spec"];
+        let node = spec["nodeSelector"]["kubernetes.io/hostname"].as_str().unwrap();
+        let sources = spec["volumes"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == "credentials")
+            .unwrap()["projected"]["sources"]
+            .as_sequence()
+            .unwrap()
+            .clone();
+        let names: Vec<&str> = sources.iter().map(|s| s["secret"]["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["rel-anchor", &format!("rel-anchor-{node}")], "{node}");
+    }
+    for secret in of_kind(&docs, "Secret")
+        .into_iter()
+        .filter(|s| s["metadata"]["labels"]["kube-anchor.io/node"].is_string())
+    {
+        let node = secret["metadata"]["labels"]["kube-anchor.io/node"].as_str().unwrap();
+        for (_, v) in secret["data"].as_mapping().unwrap() {
+            let decoded = String::from_utf8(base64_decode(v.as_str().unwrap())).unwrap();
+            assert!(decoded.contains(&format!("example {node} ")), "{node} got {decoded}");
+        }
+    }
+}
+
+fn base64_decode(s: &str) -> Vec<u8> {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.decode(s).unwrap()
+}
+
+#[test]
+fn any_input_change_changes_the_pod_template() {
+    let checksum = |extra: &[&str]| {
+        let docs = render("kube-scheduler", extra);
+        let ds = of_kind(&docs, "DaemonSet")[0].clone();
+        serde_yaml_ng::to_string(&ds["spec"]["template"]["metadata"]["annotations"]).unwrap()
+    };
+    let base = checksum(&["--set", "credentials.scheduler\\.conf=a"]);
+    assert_eq!(checksum(&["--set", "credentials.scheduler\\.conf=a"]), base);
+    assert_ne!(
+        checksum(&["--set", "credentials.scheduler\\.conf=b"]),
+        base,
+        "a rotated credential rolls the pods"
+    );
+    assert_ne!(
+        checksum(&[
+            "--set",
+            "credentials.scheduler\\.conf=a",
+            "--set",
+            "component.version=v1.36.4"
+        ]),
+        base,
+        "a manifest change rolls the pods"
+    );
+}
+
+#[test]
+fn wrong_values_fail_with_a_clear_message() {
+    let dir = chart("kube-scheduler");
+    for (set, needle) in [
+        ("anchor.cleanup=sometimes", "cleanup"),
+        ("anchor.port=70000", "port"),
+        ("anchor.trialPeriod=five minutes", "trialPeriod"),
+        ("files[0].mode=rw", "mode"),
+        ("component.version=latest", "version"),
+        ("credentials.x=null", "credentials"),
+    ] {
+        let out = helm(&["template", "rel", &dir, "--set", set]);
+        assert!(!out.status.success(), "{set} was accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(needle) && err.contains("values don't meet the specifications of the schema"),
+            "{set}: {err}"
+        );
+    }
+}
+
+#[test]
+fn charts_share_one_values_schema() {
+    let common = fs::read_to_string(repo_root().join("charts/common/values.schema.json")).unwrap();
+    for name in ANCHOR_CHARTS {
+        let copy = fs::read_to_string(repo_root().join("charts").join(name).join("values.schema.json")).unwrap();
+        assert_eq!(
+            copy, common,
+            "charts/{name}/values.schema.json: run charts/sync-schema.sh"
+        );
+    }
+}
+
+#[test]
+fn plain_manifests_match_a_fresh_render() {
+    let out = Command::new(repo_root().join("manifests/generate.sh"))
+        .arg("--check")
+        .env("HELM", tool("helm"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rendered_output_passes_a_server_side_dry_run() {
+    let cp = cluster::shared().await;
+    let ns = cp.namespace("dryrun").await;
+    let work = tempfile::tempdir().unwrap();
+    for name in ANCHOR_CHARTS {
+        let dir = chart(name);
+        let rendered = ok(&helm(&[
+            "template",
+            "rel",
+            &dir,
+            "--namespace",
+            &ns,
+            "-f",
+            &example(name),
+        ]));
+        let file = work.path().join(format!("{name}.yaml"));
+        fs::write(&file, rendered).unwrap();
+        let out = kubectl(cp, &["apply", "--dry-run=server", "-f", file.to_str().unwrap()]);
+        ok(&out);
+    }
+}
+
+fn kubectl(cp: &ControlPlane, args: &[&str]) -> Output {
+    Command::new(tool("kubectl"))
+        .arg(format!("--kubeconfig={}", cp.admin_kubeconfig.display()))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn refs(f: &[(String, Vec<u8>)]) -> Vec<(&str, &[u8])> {
+    f.iter().map(|(k, v)| (k.as_str(), v.as_slice())).collect()
+}
+
+/// What the kubelet would give the anchor container: the ConfigMap and Secret as volumes.
+async fn project_volumes(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    work: &Path,
+    volumes: &mut Option<(ConfigVolume, ConfigVolume)>,
+) -> PathBuf {
+    let cm = Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .get(name)
+        .await
+        .unwrap();
+    let secret = Api::<Secret>::namespaced(client.clone(), ns).get(name).await.unwrap();
+    let config: Vec<(String, Vec<u8>)> = cm
+        .data
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, v.into_bytes()))
+        .collect();
+    let secrets: Vec<(String, Vec<u8>)> = secret
+        .data
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, v.0))
+        .collect();
+    match volumes {
+        Some((c, s)) => {
+            c.update(&refs(&config));
+            s.update(&refs(&secrets));
+        }
+        None => {
+            *volumes = Some((
+                ConfigVolume::new(&work.join("config"), &refs(&config)),
+                ConfigVolume::new(&work.join("secrets"), &refs(&secrets)),
+            ));
+        }
+    }
+    work.join("config/anchor.yaml")
+}
+
+/// The anchor container's KUBE_ANCHOR_* environment from the DaemonSet, minus what only makes
+/// sense inside the pod (paths of its volumes and host mounts, its listen address).
+async fn container_env(client: &kube::Client, ns: &str, ds: &str) -> Vec<(String, String)> {
+    let ds = Api::<DaemonSet>::namespaced(client.clone(), ns).get(ds).await.unwrap();
+    let env = ds.spec.unwrap().template.spec.unwrap().containers[0]
+        .env
+        .clone()
+        .unwrap_or_default();
+    env.into_iter()
+        .filter_map(|e| Some((e.name, e.value?)))
+        .filter(|(k, _)| {
+            k.starts_with("KUBE_ANCHOR_")
+                && !matches!(
+                    k.as_str(),
+                    "KUBE_ANCHOR_CONFIG" | "KUBE_ANCHOR_HOST_ROOT" | "KUBE_ANCHOR_LISTEN"
+                )
+        })
+        .collect()
+}
+
+async fn running_pod(client: &kube::Client, ns: &str, node: &NodeHandle, not: Option<&str>) -> String {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let node = node.name.clone();
+    let not = not.map(str::to_owned);
+    eventually(WAIT, "an anchor pod Running on the node", || {
+        let (pods, node, not) = (pods.clone(), node.clone(), not.clone());
+        async move {
+            let list = pods
+                .list(&ListParams::default().labels("app.kubernetes.io/name=kube-anchor"))
+                .await
+                .ok()?;
+            list.items.into_iter().find_map(|p| {
+                let name = p.metadata.name.clone()?;
+                let ok = p.status.as_ref()?.phase.as_deref() == Some("Running")
+                    && p.spec.as_ref()?.node_name.as_deref() == Some(node.as_str())
+                    && p.metadata.deletion_timestamp.is_none()
+                    && not.as_deref() != Some(&name);
+                ok.then_some(name)
+            })
+        }
+    })
+    .await
+}
+
+/// Keeps a terminating pod in the API while the test plays the kubelet running its preStop hook.
+async fn hold(client: &kube::Client, ns: &str, pod: &str, on: bool) {
+    let finalizers = if on {
+        serde_json::json!(["kube-anchor.io/test-hold"])
+    } else {
+        serde_json::Value::Null
+    };
+    let patch = serde_json::json!({"metadata": {"finalizers": finalizers}});
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+}
+
+fn pre_stop(
+    config: &Path,
+    node: &NodeHandle,
+    ns: &str,
+    pod: &str,
+    kubeconfig: &Path,
+    env: &[(String, String)],
+) -> serde_json::Value {
+    let out = Command::new(BIN)
+        .args(["pre-stop", "--output", "json", "--config"])
+        .arg(config)
+        .arg("--host-root")
+        .arg(node.host_root())
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .env("POD_NAME", pod)
+        .env("POD_NAMESPACE", ns)
+        .env("NODE_NAME", &node.name)
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn install_upgrade_and_uninstall_a_component_chart() {
+    let cp = cluster::shared().await;
+    cp.start_controllers();
+    let node = cp
+        .add_node("charts-node", &[("kube-anchor.io/charts-test", "enabled")])
+        .await;
+    let ns = cp.namespace("charts").await;
+    let admin = cp.admin().await;
+    let work = tempfile::tempdir().unwrap();
+    let values = work.path().join("values.yaml");
+    fs::write(
+        &values,
+        format!(
+            "nodeSelector: {{kube-anchor.io/charts-test: enabled, node-role.kubernetes.io/control-plane: null}}\nanchor: {{healthURL: \"\"}}\ncomponent: {{namespace: {ns}}}\ncredentials: {{scheduler.conf: \"kubeconfig v1\"}}\n"
+        ),
+    )
+    .unwrap();
+    let dir = chart("kube-scheduler");
+    let kubeconfig = cp.admin_kubeconfig.display().to_string();
+    ok(&helm(&[
+        "install",
+        "sched",
+        &dir,
+        "-n",
+        &ns,
+        "-f",
+        values.to_str().unwrap(),
+        "--kubeconfig",
+        &kubeconfig,
+        "--wait=false",
+    ]));
+
+    // The chart's own ServiceAccount, with exactly the chart's RBAC.
+    let sa_kubeconfig = cp.service_account_client(&ns, "sched-anchor").await.1;
+    for (verb, resource, allowed) in [
+        ("list", "pods", true),
+        ("watch", "pods", true),
+        ("get", "nodes", true),
+        ("get", "daemonsets.apps", true),
+        ("create", "events.events.k8s.io", true),
+        ("get", "secrets", false),
+        ("list", "configmaps", false),
+        ("delete", "pods", false),
+        ("create", "pods", false),
+        ("update", "daemonsets.apps", false),
+        ("patch", "nodes", false),
+    ] {
+        let out = kubectl(
+            cp,
+            &[
+                "auth",
+                "can-i",
+                verb,
+                resource,
+                "-n",
+                &ns,
+                &format!("--as=system:serviceaccount:{ns}:sched-anchor"),
+            ],
+        );
+        let answer = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        assert_eq!(answer == "yes", allowed, "{verb} {resource}: {answer}");
+    }
+
+    // The DaemonSet pod runs; its anchor (run here as a process against the node's directories,
+    // the node's runtime being a fake) writes the static pod, and the mirror pod appears.
+    let pod = running_pod(&admin, &ns, &node, None).await;
+    let mut volumes = None;
+    let config = project_volumes(&admin, &ns, "sched-anchor", work.path(), &mut volumes).await;
+    let env = container_env(&admin, &ns, "sched-anchor").await;
+    let start = |pod: &str, log: &str| {
+        let args: Vec<String> = [
+            "--kubeconfig",
+            sa_kubeconfig.to_str().unwrap(),
+            "--pod-name",
+            pod,
+            "--pod-namespace",
+            &ns,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        Daemon::start_with_env(
+            &config,
+            &node.host_root(),
+            &node.name,
+            &args,
+            &env,
+            &work.path().join(log),
+        )
+    };
+    let mut d = start(&pod, "anchor-1.log");
+    wait_until(WAIT, "the first anchor ready", &d, || {
+        d.get("/readyz").is_some_and(|(c, _)| c == 200)
+    });
+    let manifest = node.host_root().join("etc/kubernetes/manifests/kube-scheduler.yaml");
+    assert_eq!(
+        fs::read_to_string(node.host_root().join("etc/kubernetes/scheduler.conf")).unwrap(),
+        "kubeconfig v1"
+    );
+
+    // helm upgrade with a changed value rolls the pods; the static pod is never removed.
+    let gone = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let (gone, manifest) = (gone.clone(), manifest.clone());
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        (
+            std::thread::spawn(move || {
+                while !s.load(Ordering::Relaxed) {
+                    if !manifest.exists() {
+                        gone.store(true, Ordering::Relaxed);
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }),
+            stop,
+        )
+    };
+    hold(&admin, &ns, &pod, true).await;
+    ok(&helm(&[
+        "upgrade",
+        "sched",
+        &dir,
+        "-n",
+        &ns,
+        "-f",
+        values.to_str().unwrap(),
+        "--set",
+        "component.extraArgs.v=2",
+        "--kubeconfig",
+        &kubeconfig,
+        "--wait=false",
+    ]));
+    let new_pod = running_pod(&admin, &ns, &node, Some(&pod)).await;
+    let decision = pre_stop(&config, &node, &ns, &pod, &sa_kubeconfig, &env);
+    assert_eq!(decision["decision"], "keep", "{decision}");
+    d.signal(libc::SIGTERM);
+    assert_eq!(d.child.wait().unwrap().code(), Some(0));
+    hold(&admin, &ns, &pod, false).await;
+    project_volumes(&admin, &ns, "sched-anchor", work.path(), &mut volumes).await;
+    d = start(&new_pod, "anchor-2.log");
+    wait_until(WAIT, "the new version on the node", &d, || {
+        fs::read_to_string(&manifest).is_ok_and(|m| m.contains("--v=2"))
+    });
+    wait_until(WAIT, "the new anchor ready", &d, || {
+        d.get("/readyz").is_some_and(|(c, _)| c == 200)
+    });
+    watcher.1.store(true, Ordering::Relaxed);
+    watcher.0.join().unwrap();
+    assert!(
+        !gone.load(Ordering::Relaxed),
+        "the static pod manifest went missing during the upgrade"
+    );
+
+    // helm uninstall: the hook sees the DaemonSet go and leaves the node clean.
+    hold(&admin, &ns, &new_pod, true).await;
+    let out = ok(&helm(&[
+        "uninstall",
+        "sched",
+        "-n",
+        &ns,
+        "--kubeconfig",
+        &kubeconfig,
+        "--wait=false",
+    ]));
+    assert!(
+        out.contains("kept due to the resource policy") || out.contains("resource policy"),
+        "{out}"
+    );
+    let decision = pre_stop(&config, &node, &ns, &new_pod, &sa_kubeconfig, &env);
+    assert_eq!(decision["decision"], "remove", "{decision}");
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        !manifest.exists(),
+        "the running anchor must not put the manifest back after the decision"
+    );
+    d.signal(libc::SIGTERM);
+    let _ = d.child.wait();
+    hold(&admin, &ns, &new_pod, false).await;
+    let mut left: BTreeMap<String, u64> = BTreeMap::new();
+    for entry in walk(&node.host_root().join("etc/kubernetes")) {
+        left.insert(entry.display().to_string(), 0);
+    }
+    assert!(left.is_empty(), "files left on the node: {left:?}");
+    let state: Vec<String> = walk(&node.host_root().join("var/lib/kube-anchor"))
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect();
+    assert!(
+        state.iter().all(|p| !p.ends_with(".lkg.json")),
+        "the last-known-good snapshot (with keys) must go too: {state:?}"
+    );
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = fs::read_dir(dir) else { return out };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
