@@ -10,6 +10,7 @@
 //!   [`commands`] (the CLI verbs).
 
 pub mod anchor;
+pub mod checkpoint;
 pub mod cli;
 pub mod commands;
 pub mod config;
@@ -25,6 +26,7 @@ pub mod metrics;
 pub mod plan;
 pub mod prestop;
 pub mod render;
+pub mod sanitize;
 pub mod server;
 pub mod shutdown;
 pub mod staticpod;

@@ -1,0 +1,669 @@
+//! From a running parent pod to the static pod the kubelet can start from disk after a reboot
+//! with no API server (a checkpoint), compatible with bootkube's pod-checkpointer. Pure.
+//!
+//! Secret and ConfigMap volumes (plain or projected) become hostPath volumes over files the
+//! checkpointer writes under `checkpoint-secrets/<ns>/<pod>/<volume>` (0600 or stricter, dirs
+//! 0700); the service-account token volume and everything that ties the pod to the API or to
+//! scheduling is dropped; the result must pass the same static-pod validation as `apply`.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::{HostPathVolumeSource, KeyToPath, Pod, PodSpec, Volume};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::hostpath::{HostPath, HostPathError};
+use crate::staticpod;
+
+pub const CHECKPOINT_ANNOTATION: &str = "checkpointer.alpha.coreos.com/checkpoint";
+pub const CHECKPOINT_OF_ANNOTATION: &str = "checkpointer.alpha.coreos.com/checkpoint-of";
+/// `<kind>/<name>/<uid>` of the parent's controller: checkpoints are keyed by owner, not pod name.
+pub const CHECKPOINT_OWNER_ANNOTATION: &str = "kube-anchor.io/checkpoint-owner";
+pub const CONFIG_SOURCE_ANNOTATION: &str = "kubernetes.io/config.source";
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SanitizeError {
+    #[error("pod {pod}: {field}: {problem}")]
+    NotCheckpointable {
+        pod: String,
+        field: String,
+        problem: String,
+    },
+    #[error(transparent)]
+    Path(#[from] HostPathError),
+}
+
+/// Where checkpoint files live on the host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    pub secrets: HostPath,
+    pub configmaps: HostPath,
+}
+
+impl Default for Layout {
+    fn default() -> Self {
+        Self {
+            secrets: HostPath::parse("/etc/kubernetes/checkpoint-secrets").expect("valid"),
+            configmaps: HostPath::parse("/etc/kubernetes/checkpoint-configmaps").expect("valid"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+pub enum SourceKind {
+    Secret,
+    ConfigMap,
+}
+
+/// One Secret or ConfigMap whose keys become files in a checkpoint volume directory.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Source {
+    pub kind: SourceKind,
+    pub name: String,
+    /// `None`: every key, as a file of its own name.
+    pub items: Option<Vec<(String, String)>>,
+    pub optional: bool,
+}
+
+/// A directory of files the checkpoint's hostPath volume points at.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Material {
+    pub volume: String,
+    pub dir: HostPath,
+    pub sources: Vec<Source>,
+    /// Per-file mode: 0600, or the volume's own mode when stricter.
+    pub mode: u32,
+    pub owner: (u32, u32),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checkpoint {
+    pub pod: Pod,
+    pub materials: Vec<Material>,
+}
+
+impl Checkpoint {
+    /// The file name bootkube uses: `<namespace>-<name>.json`.
+    pub fn file_name(&self) -> String {
+        let m = &self.pod.metadata;
+        format!(
+            "{}-{}.json",
+            m.namespace.as_deref().unwrap_or("default"),
+            m.name.as_deref().unwrap_or_default()
+        )
+    }
+
+    pub fn to_json(&self) -> Vec<u8> {
+        let mut out = serde_json::to_vec_pretty(&self.pod).expect("a Pod serializes");
+        out.push(b'\n');
+        out
+    }
+}
+
+/// Is `pod` a parent (asks to be checkpointed, is not static, is not itself a checkpoint)?
+pub fn is_parent(pod: &Pod) -> bool {
+    let a = pod.metadata.annotations.as_ref();
+    let get = |k: &str| a.and_then(|a| a.get(k)).map(String::as_str);
+    get(CHECKPOINT_ANNOTATION) == Some("true")
+        && get(CONFIG_SOURCE_ANNOTATION) != Some("file")
+        && get(CHECKPOINT_OF_ANNOTATION).is_none()
+}
+
+pub fn sanitize(parent: &Pod, layout: &Layout) -> Result<Checkpoint, SanitizeError> {
+    let name = parent.metadata.name.clone().unwrap_or_default();
+    let namespace = parent.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+    let pod_id = format!("{namespace}/{name}");
+    let refuse = |field: String, problem: &str| SanitizeError::NotCheckpointable {
+        pod: pod_id.clone(),
+        field,
+        problem: problem.into(),
+    };
+    let mut spec = parent.spec.clone().ok_or_else(|| refuse("spec".into(), "missing"))?;
+
+    // Everything that binds the copy to the API, to scheduling, or to one incarnation.
+    spec.service_account_name = None;
+    spec.service_account = None;
+    spec.automount_service_account_token = Some(false);
+    spec.node_selector = None;
+    spec.affinity = None;
+    spec.node_name = None;
+    spec.priority = None;
+    spec.scheduling_gates = None;
+    spec.ephemeral_containers = None;
+    spec.image_pull_secrets = None;
+    spec.resource_claims = None;
+
+    let security = spec.security_context.as_ref();
+    let owner = (
+        security.and_then(|s| s.run_as_user).unwrap_or(0).max(0) as u32,
+        security
+            .and_then(|s| s.fs_group)
+            .or_else(|| security.and_then(|s| s.run_as_group))
+            .unwrap_or(0)
+            .max(0) as u32,
+    );
+    let mut dropped = BTreeSet::new();
+    let mut materials = Vec::new();
+    let mut volumes = Vec::new();
+    for (i, v) in spec.volumes.take().unwrap_or_default().into_iter().enumerate() {
+        let field = format!("spec.volumes[{i}]");
+        match convert_volume(v, &namespace, &name, layout, owner, &field).map_err(|p| refuse(field.clone(), &p))? {
+            Converted::Keep(v) => volumes.push(v),
+            Converted::Drop(volume_name) => {
+                dropped.insert(volume_name);
+            }
+            Converted::HostPath(v, material) => {
+                volumes.push(v);
+                materials.push(material);
+            }
+        }
+    }
+    spec.volumes = (!volumes.is_empty()).then_some(volumes);
+    strip_mounts(&mut spec, &dropped);
+
+    let mut annotations = BTreeMap::from([(CHECKPOINT_OF_ANNOTATION.to_string(), name.clone())]);
+    if let Some(owner) = controller_key(parent) {
+        annotations.insert(CHECKPOINT_OWNER_ANNOTATION.into(), owner);
+    }
+    let pod = Pod {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            namespace: Some(namespace),
+            labels: parent.metadata.labels.clone(),
+            annotations: Some(annotations),
+            ..Default::default()
+        },
+        spec: Some(spec),
+        status: None,
+    };
+    if let Some(reference) = staticpod::api_references(&pod).into_iter().next() {
+        return Err(refuse(
+            reference.field,
+            &format!("references {} and cannot run as a static pod", reference.resource),
+        ));
+    }
+    Ok(Checkpoint { pod, materials })
+}
+
+/// `<kind>/<name>/<uid>` of the pod's controller, or `Pod/<name>/<uid>` for a bare pod.
+pub fn controller_key(pod: &Pod) -> Option<String> {
+    let owner = pod
+        .metadata
+        .owner_references
+        .as_ref()
+        .and_then(|o| o.iter().find(|r| r.controller == Some(true)));
+    match owner {
+        Some(o) => Some(format!("{}/{}/{}", o.kind, o.name, o.uid)),
+        None => Some(format!(
+            "Pod/{}/{}",
+            pod.metadata.name.as_deref()?,
+            pod.metadata.uid.as_deref()?
+        )),
+    }
+}
+
+enum Converted {
+    Keep(Volume),
+    Drop(String),
+    HostPath(Volume, Material),
+}
+
+fn items(list: &Option<Vec<KeyToPath>>) -> (Option<Vec<(String, String)>>, Option<i32>) {
+    let strictest = list
+        .iter()
+        .flatten()
+        .filter_map(|k| k.mode)
+        .max_by_key(|m| std::cmp::Reverse(*m));
+    (
+        list.as_ref()
+            .map(|l| l.iter().map(|k| (k.key.clone(), k.path.clone())).collect()),
+        strictest,
+    )
+}
+
+/// 0600, or `mode` when it grants less.
+fn file_mode(mode: Option<i32>) -> u32 {
+    mode.map(|m| (m as u32) & 0o600).unwrap_or(0o600)
+}
+
+fn convert_volume(
+    v: Volume,
+    ns: &str,
+    pod: &str,
+    layout: &Layout,
+    owner: (u32, u32),
+    field: &str,
+) -> Result<Converted, String> {
+    let host = |base: &HostPath, volume: &str| base.join(&format!("{ns}/{pod}/{volume}")).map_err(|e| e.to_string());
+    let hostpath_volume = |name: &str, dir: &HostPath| Volume {
+        name: name.into(),
+        host_path: Some(HostPathVolumeSource {
+            path: dir.to_string(),
+            type_: Some("Directory".into()),
+        }),
+        ..Default::default()
+    };
+    if let Some(secret) = &v.secret {
+        let (items, item_mode) = items(&secret.items);
+        let dir = host(&layout.secrets, secret.secret_name.as_deref().unwrap_or(&v.name))?;
+        let source = Source {
+            kind: SourceKind::Secret,
+            name: secret.secret_name.clone().unwrap_or_default(),
+            items,
+            optional: secret.optional.unwrap_or(false),
+        };
+        let mode = file_mode(item_mode.or(secret.default_mode));
+        return Ok(Converted::HostPath(
+            hostpath_volume(&v.name, &dir),
+            Material {
+                volume: v.name.clone(),
+                dir,
+                sources: vec![source],
+                mode,
+                owner,
+            },
+        ));
+    }
+    if let Some(cm) = &v.config_map {
+        let (items, item_mode) = items(&cm.items);
+        let dir = host(&layout.configmaps, &cm.name)?;
+        let source = Source {
+            kind: SourceKind::ConfigMap,
+            name: cm.name.clone(),
+            items,
+            optional: cm.optional.unwrap_or(false),
+        };
+        let mode = file_mode(item_mode.or(cm.default_mode));
+        return Ok(Converted::HostPath(
+            hostpath_volume(&v.name, &dir),
+            Material {
+                volume: v.name.clone(),
+                dir,
+                sources: vec![source],
+                mode,
+                owner,
+            },
+        ));
+    }
+    if let Some(projected) = &v.projected {
+        let all = projected.sources.clone().unwrap_or_default();
+        let mut sources = Vec::new();
+        let mut strictest = projected.default_mode;
+        let mut has_downward = false;
+        for (k, s) in all.iter().enumerate() {
+            if s.service_account_token.is_some() {
+                continue; // the API token: meaningless without the API
+            } else if let Some(secret) = &s.secret {
+                let (items, m) = items(&secret.items);
+                strictest = min_mode(strictest, m);
+                sources.push(Source {
+                    kind: SourceKind::Secret,
+                    name: secret.name.clone(),
+                    items,
+                    optional: secret.optional.unwrap_or(false),
+                });
+            } else if let Some(cm) = &s.config_map {
+                let (items, m) = items(&cm.items);
+                strictest = min_mode(strictest, m);
+                sources.push(Source {
+                    kind: SourceKind::ConfigMap,
+                    name: cm.name.clone(),
+                    items,
+                    optional: cm.optional.unwrap_or(false),
+                });
+            } else if s.downward_api.is_some() {
+                has_downward = true;
+            } else {
+                return Err(format!("projected.sources[{k}] of {field} has no static equivalent"));
+            }
+        }
+        return Ok(match (sources.is_empty(), has_downward) {
+            // The kube-api-access-* volume: token, CA configmap and namespace. Without the API
+            // none of it means anything.
+            (_, _)
+                if all.iter().any(|s| s.service_account_token.is_some()) && v.name.starts_with("kube-api-access-") =>
+            {
+                Converted::Drop(v.name)
+            }
+            (true, true) => Converted::Keep(v),
+            (true, false) => Converted::Drop(v.name),
+            (false, true) => {
+                return Err(format!(
+                    "{field}: a projected volume mixing downwardAPI with secrets or configmaps has no static equivalent"
+                ));
+            }
+            (false, false) => {
+                let dir = host(&layout.secrets, &v.name)?;
+                let material = Material {
+                    volume: v.name.clone(),
+                    dir: dir.clone(),
+                    sources,
+                    mode: file_mode(strictest),
+                    owner,
+                };
+                Converted::HostPath(hostpath_volume(&v.name, &dir), material)
+            }
+        });
+    }
+    Ok(Converted::Keep(v))
+}
+
+fn min_mode(a: Option<i32>, b: Option<i32>) -> Option<i32> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a & b),
+        (a, b) => a.or(b),
+    }
+}
+
+fn strip_mounts(spec: &mut PodSpec, dropped: &BTreeSet<String>) {
+    let keep = |mounts: &mut Option<Vec<k8s_openapi::api::core::v1::VolumeMount>>| {
+        if let Some(m) = mounts {
+            m.retain(|m| !dropped.contains(&m.name));
+        }
+    };
+    for c in spec
+        .containers
+        .iter_mut()
+        .chain(spec.init_containers.iter_mut().flatten())
+    {
+        keep(&mut c.volume_mounts);
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum MaterializeError {
+    #[error("{kind:?} {name} is needed by volume {volume} and was not found")]
+    Missing {
+        kind: SourceKind,
+        name: String,
+        volume: String,
+    },
+    #[error("{kind:?} {name} has no key {key} (volume {volume})")]
+    MissingKey {
+        kind: SourceKind,
+        name: String,
+        key: String,
+        volume: String,
+    },
+    #[error("volume {volume}: file path {path:?}: {source}")]
+    Path {
+        volume: String,
+        path: String,
+        source: HostPathError,
+    },
+}
+
+/// The files of one checkpoint volume: `fetched` holds the data of each Secret/ConfigMap by
+/// (kind, name); `None` means not found.
+pub fn materialize(
+    material: &Material,
+    fetched: &BTreeMap<(SourceKind, String), Option<BTreeMap<String, Vec<u8>>>>,
+) -> Result<Vec<(HostPath, Vec<u8>)>, MaterializeError> {
+    let mut files = Vec::new();
+    for source in &material.sources {
+        let data = match fetched
+            .get(&(source.kind, source.name.clone()))
+            .and_then(Option::as_ref)
+        {
+            Some(data) => data,
+            None if source.optional => continue,
+            None => {
+                return Err(MaterializeError::Missing {
+                    kind: source.kind,
+                    name: source.name.clone(),
+                    volume: material.volume.clone(),
+                });
+            }
+        };
+        let wanted: Vec<(String, String)> = match &source.items {
+            Some(items) => items.clone(),
+            None => data.keys().map(|k| (k.clone(), k.clone())).collect(),
+        };
+        for (key, path) in wanted {
+            let Some(content) = data.get(&key) else {
+                if source.optional {
+                    continue;
+                }
+                return Err(MaterializeError::MissingKey {
+                    kind: source.kind,
+                    name: source.name.clone(),
+                    key,
+                    volume: material.volume.clone(),
+                });
+            };
+            let host = material.dir.join(&path).map_err(|e| MaterializeError::Path {
+                volume: material.volume.clone(),
+                path: path.clone(),
+                source: e,
+            })?;
+            if !host.starts_with(&material.dir) || host == material.dir {
+                return Err(MaterializeError::Path {
+                    volume: material.volume.clone(),
+                    path: path.clone(),
+                    source: HostPathError::ParentComponent { path },
+                });
+            }
+            files.push((host, content.clone()));
+        }
+    }
+    Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A DaemonSet pod as the API returns it, with the projected token volume every pod has had
+    /// since Kubernetes 1.21, a secret volume with items, a configmap volume and a security context.
+    fn parent() -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": "kube-apiserver-x7k2p", "namespace": "kube-system", "uid": "pod-uid-1",
+                "resourceVersion": "123", "creationTimestamp": "2026-01-01T00:00:00Z",
+                "labels": {"k8s-app": "kube-apiserver"},
+                "annotations": {CHECKPOINT_ANNOTATION: "true", "other": "x"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "kube-apiserver", "uid": "ds-uid", "controller": true}]
+            },
+            "spec": {
+                "nodeName": "cp-1", "serviceAccountName": "kube-apiserver", "serviceAccount": "kube-apiserver",
+                "priority": 2000001000, "priorityClassName": "system-node-critical", "hostNetwork": true,
+                "nodeSelector": {"node-role.kubernetes.io/control-plane": ""},
+                "affinity": {"nodeAffinity": {}},
+                "securityContext": {"runAsUser": 1000, "fsGroup": 2000},
+                "imagePullSecrets": [{"name": "regcred"}],
+                "containers": [{
+                    "name": "kube-apiserver", "image": "registry.k8s.io/kube-apiserver:v1.36.3",
+                    "volumeMounts": [
+                        {"name": "secrets", "mountPath": "/etc/kubernetes/secrets"},
+                        {"name": "config", "mountPath": "/etc/kubernetes/config"},
+                        {"name": "kube-api-access-abcde", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}
+                    ]
+                }],
+                "volumes": [
+                    {"name": "secrets", "secret": {"secretName": "kube-apiserver", "defaultMode": 0o644,
+                        "items": [{"key": "apiserver.key", "path": "apiserver.key", "mode": 0o400}, {"key": "apiserver.crt", "path": "tls/apiserver.crt"}]}},
+                    {"name": "config", "configMap": {"name": "kube-apiserver-config"}},
+                    {"name": "kube-api-access-abcde", "projected": {"sources": [
+                        {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+                        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                        {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]}}
+                    ]}},
+                    {"name": "host", "hostPath": {"path": "/etc/ssl"}}
+                ]
+            },
+            "status": {"phase": "Running"}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn parents_are_recognized() {
+        let mut p = parent();
+        assert!(is_parent(&p));
+        p.metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(CONFIG_SOURCE_ANNOTATION.into(), "file".into());
+        assert!(!is_parent(&p), "static pods are not parents");
+        let mut p = parent();
+        p.metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(CHECKPOINT_OF_ANNOTATION.into(), "x".into());
+        assert!(!is_parent(&p), "checkpoints are not parents");
+        let mut p = parent();
+        p.metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(CHECKPOINT_ANNOTATION.into(), "false".into());
+        assert!(!is_parent(&p));
+    }
+
+    #[test]
+    fn sanitized_pod_is_a_valid_static_pod() {
+        let c = sanitize(&parent(), &Layout::default()).unwrap();
+        assert!(staticpod::api_references(&c.pod).is_empty());
+        let m = &c.pod.metadata;
+        assert_eq!(m.name.as_deref(), Some("kube-apiserver-x7k2p"));
+        assert_eq!(m.labels.as_ref().unwrap()["k8s-app"], "kube-apiserver");
+        let a = m.annotations.as_ref().unwrap();
+        assert_eq!(a[CHECKPOINT_OF_ANNOTATION], "kube-apiserver-x7k2p");
+        assert_eq!(a[CHECKPOINT_OWNER_ANNOTATION], "DaemonSet/kube-apiserver/ds-uid");
+        assert!(!a.contains_key(CHECKPOINT_ANNOTATION) && !a.contains_key("other"));
+        assert!(
+            m.uid.is_none()
+                && m.resource_version.is_none()
+                && m.owner_references.is_none()
+                && m.creation_timestamp.is_none()
+        );
+        assert!(c.pod.status.is_none());
+        let s = c.pod.spec.as_ref().unwrap();
+        assert!(
+            s.service_account_name.is_none()
+                && s.node_selector.is_none()
+                && s.affinity.is_none()
+                && s.node_name.is_none()
+        );
+        assert!(s.priority.is_none() && s.image_pull_secrets.is_none());
+        assert_eq!(s.priority_class_name.as_deref(), Some("system-node-critical"));
+        assert_eq!(c.file_name(), "kube-system-kube-apiserver-x7k2p.json");
+        // Valid for `apply`'s own check too (round trip through JSON text).
+        staticpod::parse(
+            std::path::Path::new("checkpoint.json"),
+            std::str::from_utf8(&c.to_json()).unwrap(),
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn token_volume_and_its_mounts_go_and_secrets_become_host_paths() {
+        let c = sanitize(&parent(), &Layout::default()).unwrap();
+        let s = c.pod.spec.as_ref().unwrap();
+        let volumes: Vec<(String, Option<String>)> = s
+            .volumes
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|v| (v.name.clone(), v.host_path.as_ref().map(|h| h.path.clone())))
+            .collect();
+        assert_eq!(
+            volumes,
+            [
+                (
+                    "secrets".to_string(),
+                    Some(
+                        "/etc/kubernetes/checkpoint-secrets/kube-system/kube-apiserver-x7k2p/kube-apiserver"
+                            .to_string()
+                    )
+                ),
+                (
+                    "config".to_string(),
+                    Some(
+                        "/etc/kubernetes/checkpoint-configmaps/kube-system/kube-apiserver-x7k2p/kube-apiserver-config"
+                            .to_string()
+                    )
+                ),
+                ("host".to_string(), Some("/etc/ssl".to_string())),
+            ]
+        );
+        let mounts: Vec<&str> = s.containers[0]
+            .volume_mounts
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|m| m.name.as_str())
+            .collect();
+        assert_eq!(mounts, ["secrets", "config"]);
+        assert_eq!(c.materials.len(), 2);
+        // Strictest of the items (0400) wins over 0600; owner from runAsUser / fsGroup.
+        assert_eq!((c.materials[0].mode, c.materials[0].owner), (0o400, (1000, 2000)));
+        assert_eq!(c.materials[1].mode, 0o600);
+    }
+
+    #[test]
+    fn materialized_files_follow_items_and_refuse_escapes() {
+        let c = sanitize(&parent(), &Layout::default()).unwrap();
+        let mut fetched = BTreeMap::new();
+        fetched.insert(
+            (SourceKind::Secret, "kube-apiserver".to_string()),
+            Some(BTreeMap::from([
+                ("apiserver.key".to_string(), b"KEY".to_vec()),
+                ("apiserver.crt".to_string(), b"CRT".to_vec()),
+                ("unlisted".to_string(), b"X".to_vec()),
+            ])),
+        );
+        let files = materialize(&c.materials[0], &fetched).unwrap();
+        let paths: Vec<String> = files.iter().map(|(p, _)| p.to_string()).collect();
+        assert_eq!(
+            paths,
+            [
+                "/etc/kubernetes/checkpoint-secrets/kube-system/kube-apiserver-x7k2p/kube-apiserver/apiserver.key",
+                "/etc/kubernetes/checkpoint-secrets/kube-system/kube-apiserver-x7k2p/kube-apiserver/tls/apiserver.crt"
+            ]
+        );
+        assert_eq!(
+            materialize(&c.materials[1], &fetched).unwrap_err(),
+            MaterializeError::Missing {
+                kind: SourceKind::ConfigMap,
+                name: "kube-apiserver-config".into(),
+                volume: "config".into()
+            }
+        );
+        let mut evil = c.materials[0].clone();
+        evil.sources[0].items = Some(vec![("apiserver.key".into(), "../../../../../shadow".into())]);
+        assert!(matches!(
+            materialize(&evil, &fetched),
+            Err(MaterializeError::Path { .. })
+        ));
+    }
+
+    #[test]
+    fn projected_secrets_become_one_directory_and_env_references_are_refused() {
+        let mut p = parent();
+        let spec = p.spec.as_mut().unwrap();
+        spec.volumes.as_mut().unwrap().push(serde_json::from_value(serde_json::json!(
+            {"name": "bundle", "projected": {"defaultMode": 0o440, "sources": [{"secret": {"name": "a"}}, {"configMap": {"name": "b", "items": [{"key": "k", "path": "k"}]}}]}}
+        )).unwrap());
+        let c = sanitize(&p, &Layout::default()).unwrap();
+        let bundle = c.materials.iter().find(|m| m.volume == "bundle").unwrap();
+        assert_eq!(bundle.sources.len(), 2);
+        assert_eq!(bundle.mode, 0o400);
+        assert!(bundle.dir.to_string().ends_with("/kube-apiserver-x7k2p/bundle"));
+
+        let mut p = parent();
+        p.spec.as_mut().unwrap().containers[0].env = Some(vec![
+            serde_json::from_value(serde_json::json!(
+                {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}
+            ))
+            .unwrap(),
+        ]);
+        let err = sanitize(&p, &Layout::default()).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("spec.containers[0].env[0].valueFrom.secretKeyRef"),
+            "{err}"
+        );
+    }
+}
