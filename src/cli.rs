@@ -44,6 +44,10 @@ pub enum Command {
     /// The DaemonSet's preStop hook: remove the component from the node only on a real
     /// decommission (DaemonSet gone, node no longer selected, node deleted).
     PreStop(PreStopArgs),
+    /// Guarded checkpointer mode (bootkube-compatible): keep local copies of annotated pods so
+    /// the kubelet can start them after a reboot with no API server; retire a copy only once its
+    /// replacement runs. `checkpointer sanitize` shows what would be written for a pod.
+    Checkpointer(CheckpointerArgs),
 }
 
 /// Where on the node kube-anchor works.
@@ -166,6 +170,79 @@ pub struct PreStopArgs {
     pub health_ca_file: Option<PathBuf>,
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub output: OutputFormat,
+}
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct CheckpointerArgs {
+    #[command(subcommand)]
+    pub action: Option<CheckpointerAction>,
+    #[command(flatten)]
+    pub run: CheckpointerRunArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CheckpointerAction {
+    /// Print the checkpoint manifest a pod (YAML or JSON, from FILE or stdin) would become,
+    /// touching nothing; the files its secret and configmap volumes become go to stderr.
+    Sanitize {
+        /// The node the checkpoint would run on (names the mirror pod in the summary).
+        #[arg(long)]
+        node: Option<String>,
+        /// The pod; `-` or nothing reads stdin.
+        file: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct CheckpointerRunArgs {
+    #[command(flatten)]
+    pub node: NodeArgs,
+    #[command(flatten)]
+    pub identity: IdentityArgs,
+    /// Inactive checkpoints (kept for the next boot).
+    #[arg(
+        long,
+        env = "KUBE_ANCHOR_INACTIVE_DIR",
+        default_value = "/etc/kubernetes/inactive-manifests"
+    )]
+    pub inactive_dir: String,
+    /// The kubelet's static pod directory (active checkpoints).
+    #[arg(long, env = "KUBE_ANCHOR_MANIFEST_DIR", default_value = "/etc/kubernetes/manifests")]
+    pub manifest_dir: String,
+    #[arg(
+        long,
+        env = "KUBE_ANCHOR_SECRETS_DIR",
+        default_value = "/etc/kubernetes/checkpoint-secrets"
+    )]
+    pub secrets_dir: String,
+    #[arg(
+        long,
+        env = "KUBE_ANCHOR_CONFIGMAPS_DIR",
+        default_value = "/etc/kubernetes/checkpoint-configmaps"
+    )]
+    pub configmaps_dir: String,
+    /// The kubelet's API, for the pods that really run here (`/pods`).
+    #[arg(long, env = "KUBE_ANCHOR_KUBELET_URL", default_value = "https://127.0.0.1:10250")]
+    pub kubelet_url: String,
+    /// CA bundle of the kubelet's serving certificate; without it the certificate is not verified.
+    #[arg(long, env = "KUBE_ANCHOR_KUBELET_CA_FILE")]
+    pub kubelet_ca_file: Option<PathBuf>,
+    /// A parent must be Running and Ready this long before it is checkpointed.
+    #[arg(long, env = "KUBE_ANCHOR_READY_WINDOW", default_value = "30s", value_parser = duration)]
+    pub ready_window: std::time::Duration,
+    /// A replacement must run Ready this long before older checkpoints are retired.
+    #[arg(long, env = "KUBE_ANCHOR_STABLE_WINDOW", default_value = "2m", value_parser = duration)]
+    pub stable_window: std::time::Duration,
+    /// How long a hostNetwork replacement gets to become Ready after its checkpoint steps aside.
+    #[arg(long, env = "KUBE_ANCHOR_HANDOFF_TIMEOUT", default_value = "1m", value_parser = duration)]
+    pub handoff_timeout: std::time::Duration,
+    /// The API must say twice, this far apart, that an owner no longer wants this node.
+    #[arg(long, env = "KUBE_ANCHOR_RETIRE_GRACE", default_value = "5m", value_parser = duration)]
+    pub retire_grace: std::time::Duration,
+    /// How often the node is looked at.
+    #[arg(long, env = "KUBE_ANCHOR_INTERVAL", default_value = "5s", value_parser = duration)]
+    pub interval: std::time::Duration,
 }
 
 /// Who and where this anchor is (downward API), and how it reaches the API.

@@ -52,6 +52,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Apply(args) => apply(args),
         Command::Remove(args) => remove(args),
         Command::Status(args) => status(args),
+        Command::Checkpointer(args) => tokio::runtime::Runtime::new()?.block_on(crate::checkpointer::main(args)),
         Command::PreStop(args) => tokio::runtime::Runtime::new()?.block_on(crate::prestop::run(args)),
         Command::Run(args) => {
             tokio::runtime::Runtime::new()?.block_on(crate::anchor::run(args))?;

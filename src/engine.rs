@@ -176,7 +176,9 @@ impl Engine {
             .map(|f| f.path.clone())
             .chain(ledger.entries().iter().map(|e| e.path.clone()))
             .collect();
-        report.cleaned_temps = self.fs.clean_stale_temps(paths.iter().chain(&self.state_files(&desired.component)?));
+        report.cleaned_temps = self
+            .fs
+            .clean_stale_temps(paths.iter().chain(&self.state_files(&desired.component)?));
         let observations = self.fs.observe_all(&paths)?;
         let plan = plan::plan_apply(desired, &observations, &ledger, prune)?;
         report.notices = plan.notices;
@@ -253,7 +255,8 @@ impl Engine {
         let mut ledger = loaded.ledger;
         let selected = ledger.only_roles(roles);
         let paths: Vec<HostPath> = selected.entries().iter().map(|e| e.path.clone()).collect();
-        self.fs.clean_stale_temps(paths.iter().chain(&self.state_files(component)?));
+        self.fs
+            .clean_stale_temps(paths.iter().chain(&self.state_files(component)?));
         let observations = self.fs.observe_all(&paths)?;
         let plan = plan::plan_remove(&selected, &observations);
         let mut report = RemoveReport {
@@ -317,7 +320,10 @@ impl Engine {
     /// The component's own state files (ledger, last-known-good snapshot), whose crash leftovers
     /// are cleaned like those of the files it writes.
     fn state_files(&self, component: &str) -> Result<Vec<HostPath>, EngineError> {
-        Ok(vec![HostFs::ledger_path(&self.state_dir, component)?, HostFs::snapshot_path(&self.state_dir, component)?])
+        Ok(vec![
+            HostFs::ledger_path(&self.state_dir, component)?,
+            HostFs::snapshot_path(&self.state_dir, component)?,
+        ])
     }
 
     /// Changes the ledger under the component's lock.

@@ -431,6 +431,26 @@ impl HostFs {
         }
     }
 
+    /// Removes a directory tree we own (checkpoint secrets), after the same path checks as a
+    /// write; symlinks inside are removed, never followed. A missing tree is success.
+    pub fn remove_tree(&self, path: &HostPath) -> Result<(), HostFsError> {
+        let real = self.resolve(path)?;
+        match fs::symlink_metadata(&real) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(io_err(path, "inspect")(e)),
+            Ok(m) if !m.is_dir() => {
+                return Err(HostFsError::Io {
+                    path: path.clone(),
+                    op: "remove tree",
+                    source: io::Error::other("not a directory"),
+                });
+            }
+            Ok(_) => {}
+        }
+        fs::remove_dir_all(&real).map_err(io_err(path, "remove tree"))?;
+        sync_dir(path, real.parent().expect("below a root"))
+    }
+
     /// An exclusive lock per component, held while a command changes its files, so that a
     /// one-shot `apply` and the daemon never interleave.
     pub fn lock(&self, state_dir: &HostPath, component: &str) -> Result<File, HostFsError> {

@@ -239,3 +239,71 @@ where
         Err(_) => Lookup::Unavailable(format!("no answer within {}", humantime::format_duration(timeout))),
     }
 }
+
+/// The kubelet's own API: `/pods` lists what the kubelet really runs (the API can lag, and
+/// after a reboot it may be the checkpoint itself that answers).
+#[derive(Clone)]
+pub struct KubeletClient {
+    client: Client,
+    url: String,
+}
+
+impl KubeletClient {
+    /// `token` is the service-account token (the kubelet authorizes `nodes/proxy`); without
+    /// `ca_file` the kubelet's certificate is not verified (it is usually self-signed).
+    pub fn new(url: &str, token: Option<String>, ca_file: Option<&Path>) -> Result<Self, ApiError> {
+        let bad = |reason: String| ApiError::HealthUrl {
+            url: url.into(),
+            reason,
+        };
+        let mut config = Config::new(url.parse().map_err(|e| bad(format!("{e}")))?);
+        match ca_file {
+            Some(ca) => {
+                config.root_cert = Some(pem_certificates(
+                    &std::fs::read(ca).map_err(|e| bad(format!("CA file {}: {e}", ca.display())))?,
+                ))
+            }
+            None => config.accept_invalid_certs = true,
+        }
+        config.connect_timeout = Some(Duration::from_secs(2));
+        config.read_timeout = Some(Duration::from_secs(5));
+        config.auth_info = kube::config::AuthInfo {
+            token: token.map(Into::into),
+            ..Default::default()
+        };
+        Ok(Self {
+            client: Client::try_from(config).map_err(|e| bad(format!("{e}")))?,
+            url: url.into(),
+        })
+    }
+
+    pub async fn pods(&self) -> Result<Vec<Pod>, String> {
+        let request = http::Request::get("/pods").body(Vec::new()).expect("a valid request");
+        match tokio::time::timeout(
+            Duration::from_secs(5),
+            self.client.request::<k8s_openapi::List<Pod>>(request),
+        )
+        .await
+        {
+            Ok(Ok(list)) => Ok(list.items),
+            Ok(Err(e)) => Err(format!("{}/pods: {e}", self.url)),
+            Err(_) => Err(format!("{}/pods: timed out", self.url)),
+        }
+    }
+}
+
+/// The bearer token of a client config (kubeconfig token or the in-cluster token file).
+pub async fn bearer_token(kubeconfig: Option<&Path>) -> Option<String> {
+    match kubeconfig {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(path).ok()?;
+            kc.auth_infos.into_iter().find_map(|a| a.auth_info?.token).map(|t| {
+                use secrecy::ExposeSecret as _;
+                t.expose_secret().to_owned()
+            })
+        }
+        None => std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/token")
+            .ok()
+            .map(|t| t.trim().to_owned()),
+    }
+}

@@ -11,6 +11,7 @@
 
 pub mod anchor;
 pub mod checkpoint;
+pub mod checkpointer;
 pub mod cli;
 pub mod commands;
 pub mod config;

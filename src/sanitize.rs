@@ -16,7 +16,8 @@ use crate::staticpod;
 
 pub const CHECKPOINT_ANNOTATION: &str = "checkpointer.alpha.coreos.com/checkpoint";
 pub const CHECKPOINT_OF_ANNOTATION: &str = "checkpointer.alpha.coreos.com/checkpoint-of";
-/// `<kind>/<name>/<uid>` of the parent's controller: checkpoints are keyed by owner, not pod name.
+/// `<kind>/<namespace>/<name>/<uid>` of the parent's controller: checkpoints are keyed by
+/// owner, not pod name.
 pub const CHECKPOINT_OWNER_ANNOTATION: &str = "kube-anchor.io/checkpoint-owner";
 pub const CONFIG_SOURCE_ANNOTATION: &str = "kubernetes.io/config.source";
 
@@ -184,17 +185,19 @@ pub fn sanitize(parent: &Pod, layout: &Layout) -> Result<Checkpoint, SanitizeErr
     Ok(Checkpoint { pod, materials })
 }
 
-/// `<kind>/<name>/<uid>` of the pod's controller, or `Pod/<name>/<uid>` for a bare pod.
+/// `<kind>/<namespace>/<name>/<uid>` of the pod's controller, or of the pod itself when it has
+/// none.
 pub fn controller_key(pod: &Pod) -> Option<String> {
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
     let owner = pod
         .metadata
         .owner_references
         .as_ref()
         .and_then(|o| o.iter().find(|r| r.controller == Some(true)));
     match owner {
-        Some(o) => Some(format!("{}/{}/{}", o.kind, o.name, o.uid)),
+        Some(o) => Some(format!("{}/{ns}/{}/{}", o.kind, o.name, o.uid)),
         None => Some(format!(
-            "Pod/{}/{}",
+            "Pod/{ns}/{}/{}",
             pod.metadata.name.as_deref()?,
             pod.metadata.uid.as_deref()?
         )),
@@ -530,7 +533,10 @@ mod tests {
         assert_eq!(m.labels.as_ref().unwrap()["k8s-app"], "kube-apiserver");
         let a = m.annotations.as_ref().unwrap();
         assert_eq!(a[CHECKPOINT_OF_ANNOTATION], "kube-apiserver-x7k2p");
-        assert_eq!(a[CHECKPOINT_OWNER_ANNOTATION], "DaemonSet/kube-apiserver/ds-uid");
+        assert_eq!(
+            a[CHECKPOINT_OWNER_ANNOTATION],
+            "DaemonSet/kube-system/kube-apiserver/ds-uid"
+        );
         assert!(!a.contains_key(CHECKPOINT_ANNOTATION) && !a.contains_key("other"));
         assert!(
             m.uid.is_none()
