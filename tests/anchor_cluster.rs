@@ -11,7 +11,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams};
-use support::cluster::{self, ControlPlane, NodeHandle, tool};
+use support::cluster::{self, NodeHandle};
 use support::daemon::*;
 use support::fixture::BIN;
 
@@ -43,17 +43,6 @@ fn refs<'a>(files: &'a [(&'static str, Vec<u8>)]) -> Vec<(&'static str, &'a [u8]
     files.iter().map(|(n, c)| (*n, c.as_slice())).collect()
 }
 
-async fn anchor_kubeconfig(cp: &ControlPlane) -> std::path::PathBuf {
-    let out = Command::new(tool("kubectl"))
-        .arg(format!("--kubeconfig={}", cp.admin_kubeconfig.display()))
-        .args(["apply", "-f"])
-        .arg(cluster::repo_root().join("manifests/rbac.yaml"))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    cp.service_account_client("kube-system", "kube-anchor").await.1
-}
-
 fn status_json(config: &Path, node: &NodeHandle) -> serde_json::Value {
     let out = Command::new(BIN)
         .args(["status", "--output", "json", "--config"])
@@ -82,7 +71,7 @@ async fn readiness_follows_the_mirror_pod_and_a_failed_trial_rolls_back() {
     let cp = cluster::shared().await;
     let node = cp.add_node("anchor-node", &[]).await;
     let ns = cp.namespace("anchor").await;
-    let kubeconfig = anchor_kubeconfig(cp).await;
+    let kubeconfig = cp.anchor_service_account().await;
     let work = tempfile::tempdir().unwrap();
     let mut volume = ConfigVolume::new(&work.path().join("config"), &refs(&volume_files(&ns, "good")));
     // The component's health endpoint: failing while the "bad" version is on the node.

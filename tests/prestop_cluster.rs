@@ -14,7 +14,7 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PropagationPolicy};
-use support::cluster::{self, ControlPlane, NodeHandle, eventually, tool};
+use support::cluster::{self, ControlPlane, NodeHandle, eventually};
 use support::daemon::{Daemon, anchor_config, wait_until};
 use support::fixture::BIN;
 
@@ -38,14 +38,7 @@ impl Scenario {
         let label = format!("kube-anchor.io/{name}");
         let node = cp.add_node(&format!("{name}-node"), &[(&label, "enabled")]).await;
         let ns = cp.namespace(name).await;
-        let out = Command::new(tool("kubectl"))
-            .arg(format!("--kubeconfig={}", cp.admin_kubeconfig.display()))
-            .args(["apply", "-f"])
-            .arg(cluster::repo_root().join("manifests/rbac.yaml"))
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let kubeconfig = cp.service_account_client("kube-system", "kube-anchor").await.1;
+        let kubeconfig = cp.anchor_service_account().await;
         let work = tempfile::tempdir().unwrap();
         let admin = cp.admin().await;
         let s = Self {

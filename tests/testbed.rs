@@ -4,13 +4,12 @@
 mod support;
 
 use std::fs;
-use std::process::Command;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use kube::api::{Api, ListParams, ObjectMeta, PostParams};
-use support::cluster::{self, eventually, tool};
+use support::cluster::{self, eventually};
 
 const WAIT: Duration = Duration::from_secs(90);
 
@@ -106,19 +105,8 @@ async fn daemonset_pod_runs_and_static_pod_mirrors_come_and_go() {
 async fn rbac_in_manifests_grants_the_pod_listing_kube_anchor_needs_and_nothing_to_others() {
     let cp = cluster::shared().await;
     let ns = cp.namespace("rbac").await;
-    let out = Command::new(tool("kubectl"))
-        .arg(format!("--kubeconfig={}", cp.admin_kubeconfig.display()))
-        .args(["apply", "-f"])
-        .arg(cluster::repo_root().join("manifests/rbac.yaml"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl apply: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-
-    let (bound, _) = cp.service_account_client("kube-system", "kube-anchor").await;
+    // Applied with the real kubectl.
+    let bound = cluster::client_from_kubeconfig(&cp.anchor_service_account().await).await;
     let by_node = ListParams::default().fields("spec.nodeName=some-node");
     Api::<Pod>::all(bound.clone())
         .list(&by_node)

@@ -259,6 +259,7 @@ pub struct ControlPlane {
     apiserver: Mutex<Option<Process>>,
     controllers: Mutex<Vec<Process>>,
     nodes: Mutex<BTreeMap<String, TestNode>>,
+    anchor_rbac: tokio::sync::OnceCell<()>,
 }
 
 pub struct TestNode {
@@ -326,6 +327,7 @@ impl ControlPlane {
             apiserver: Mutex::new(None),
             controllers: Mutex::new(Vec::new()),
             nodes: Mutex::new(BTreeMap::new()),
+            anchor_rbac: tokio::sync::OnceCell::new(),
         };
         cp.start_etcd();
         cp.start_apiserver().await;
@@ -446,6 +448,27 @@ impl ControlPlane {
         let path = self.dir.join(format!("sa-{namespace}-{name}.kubeconfig"));
         write_kubeconfig(&path, &self.server, &self.pki.ca(), &Identity::Token(token));
         (client_from_kubeconfig(&path).await, path)
+    }
+
+    /// Applies `manifests/rbac.yaml` with the real kubectl (once per control plane: concurrent
+    /// applies of the same objects race) and returns a kubeconfig for its ServiceAccount.
+    pub async fn anchor_service_account(&self) -> PathBuf {
+        self.anchor_rbac
+            .get_or_init(|| async {
+                let out = Command::new(tool("kubectl"))
+                    .arg(format!("--kubeconfig={}", self.admin_kubeconfig.display()))
+                    .args(["apply", "-f"])
+                    .arg(repo_root().join("manifests/rbac.yaml"))
+                    .output()
+                    .unwrap();
+                assert!(
+                    out.status.success(),
+                    "kubectl apply manifests/rbac.yaml: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            })
+            .await;
+        self.service_account_client("kube-system", "kube-anchor").await.1
     }
 
     /// A fresh namespace for one test.
