@@ -28,6 +28,7 @@ render rbac kube-scheduler kube-anchor --set fullnameOverride=kube-anchor --set 
 for chart in kube-apiserver kube-controller-manager kube-scheduler etcd; do
   render "$chart" "$chart" "$chart" -f "$root/examples/values/$chart.yaml" > "$tmp/$chart.yaml"
 done
+render pod-checkpointer pod-checkpointer pod-checkpointer > "$tmp/pod-checkpointer.yaml"
 
 status=0
 for f in "$tmp"/*.yaml; do

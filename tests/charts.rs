@@ -79,6 +79,45 @@ fn every_chart_lints_strictly_with_default_and_example_values() {
         ok(&helm(&["lint", "--strict", &dir]));
         ok(&helm(&["lint", "--strict", &dir, "-f", &example(name)]));
     }
+    ok(&helm(&["lint", "--strict", &chart("pod-checkpointer")]));
+}
+
+#[test]
+fn the_checkpointer_daemonset_checkpoints_itself_with_narrow_mounts() {
+    let docs = render("pod-checkpointer", &[]);
+    let ds = of_kind(&docs, "DaemonSet")[0];
+    let template = &ds["spec"]["template"];
+    assert_eq!(
+        template["metadata"]["annotations"]["checkpointer.alpha.coreos.com/checkpoint"],
+        "true"
+    );
+    let spec = &template["spec"];
+    assert_eq!(spec["containers"][0]["args"][0], "checkpointer");
+    assert_eq!(spec["containers"][0]["securityContext"]["readOnlyRootFilesystem"], true);
+    let paths: Vec<&str> = spec["volumes"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|v| v["hostPath"]["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        paths,
+        [
+            "/etc/kubernetes/inactive-manifests",
+            "/etc/kubernetes/manifests",
+            "/etc/kubernetes/checkpoint-secrets",
+            "/etc/kubernetes/checkpoint-configmaps",
+            "/var/lib/kube-anchor"
+        ]
+    );
+    let out = helm(&[
+        "template",
+        "rel",
+        &chart("pod-checkpointer"),
+        "--set",
+        "checkpointer.stableWindow=soon",
+    ]);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("stableWindow"));
 }
 
 #[test]
@@ -319,6 +358,58 @@ async fn rendered_output_passes_a_server_side_dry_run() {
         fs::write(&file, rendered).unwrap();
         let out = kubectl(cp, &["apply", "--dry-run=server", "-f", file.to_str().unwrap()]);
         ok(&out);
+    }
+    let rendered = ok(&helm(&[
+        "template",
+        "rel",
+        &chart("pod-checkpointer"),
+        "--namespace",
+        &ns,
+        "--set",
+        &format!("checkpointNamespaces[0]={ns}"),
+    ]));
+    let file = work.path().join("pod-checkpointer.yaml");
+    fs::write(&file, rendered).unwrap();
+    ok(&kubectl(
+        cp,
+        &["apply", "--dry-run=server", "-f", file.to_str().unwrap()],
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_checkpointer_reads_secrets_only_where_parents_may_live() {
+    let cp = cluster::shared().await;
+    let ns = cp.namespace("ckptrbac").await;
+    let other = cp.namespace("ckptother").await;
+    let work = tempfile::tempdir().unwrap();
+    let rendered = ok(&helm(&[
+        "template",
+        "ckpt",
+        &chart("pod-checkpointer"),
+        "--namespace",
+        &ns,
+        "--set",
+        &format!("checkpointNamespaces[0]={ns}"),
+        "--set",
+        &format!("fullnameOverride=ckpt-{ns}"),
+    ]));
+    let file = work.path().join("rbac.yaml");
+    fs::write(&file, rendered).unwrap();
+    ok(&kubectl(cp, &["apply", "-f", file.to_str().unwrap(), "-n", &ns]));
+    let who = format!("--as=system:serviceaccount:{ns}:ckpt-{ns}");
+    for (verb, resource, namespace, allowed) in [
+        ("get", "secrets", &ns, true),
+        ("get", "configmaps", &ns, true),
+        ("list", "secrets", &ns, false),
+        ("get", "secrets", &other, false),
+        ("watch", "pods", &other, true),
+        ("get", "nodes/proxy", &ns, true),
+        ("delete", "pods", &ns, false),
+        ("create", "pods", &ns, false),
+    ] {
+        let out = kubectl(cp, &["auth", "can-i", verb, resource, "-n", namespace, &who]);
+        let answer = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        assert_eq!(answer == "yes", allowed, "{verb} {resource} in {namespace}: {answer}");
     }
 }
 
