@@ -30,6 +30,7 @@ pub mod render;
 pub mod sanitize;
 pub mod server;
 pub mod shutdown;
+pub mod sim;
 pub mod staticpod;
 pub mod trial;
 pub mod watch;

@@ -235,7 +235,10 @@ pub fn write_kubeconfig(path: &Path, server: &str, ca: &Path, identity: &Identit
         "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {server}\n    certificate-authority: {}\ncontexts:\n- name: test\n  context: {{cluster: test, user: test}}\ncurrent-context: test\nusers:\n- name: test\n  user:\n{user}",
         ca.display()
     );
-    fs::write(path, text).unwrap();
+    // Atomically: tests running in parallel may write the same identity's kubeconfig.
+    let mut temp = tempfile::NamedTempFile::new_in(path.parent().unwrap()).unwrap();
+    std::io::Write::write_all(&mut temp, text.as_bytes()).unwrap();
+    temp.persist(path).unwrap();
 }
 
 pub async fn client_from_kubeconfig(path: &Path) -> Client {
