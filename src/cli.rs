@@ -84,14 +84,21 @@ pub struct ApplyArgs {
     pub output: OutputFormat,
 }
 
-#[derive(Debug, Args)]
-pub struct RemoveArgs {
+/// Which component: from a config file (its metadata.name) or by name.
+#[derive(Debug, Clone, Args)]
+pub struct ComponentArgs {
     /// The Anchor config file (only its metadata.name is used).
     #[arg(long, env = "KUBE_ANCHOR_CONFIG", required_unless_present = "component")]
     pub config: Option<PathBuf>,
     /// The component name, instead of --config.
     #[arg(long, conflicts_with = "config")]
     pub component: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct RemoveArgs {
+    #[command(flatten)]
+    pub component: ComponentArgs,
     #[command(flatten)]
     pub node: NodeArgs,
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
@@ -142,12 +149,8 @@ pub struct RunArgs {
 
 #[derive(Debug, Args)]
 pub struct PreStopArgs {
-    /// The Anchor config file (its metadata.name names the component).
-    #[arg(long, env = "KUBE_ANCHOR_CONFIG", required_unless_present = "component")]
-    pub config: Option<PathBuf>,
-    /// The component name, instead of --config.
-    #[arg(long, conflicts_with = "config")]
-    pub component: Option<String>,
+    #[command(flatten)]
+    pub component: ComponentArgs,
     #[command(flatten)]
     pub node: NodeArgs,
     #[command(flatten)]

@@ -9,7 +9,7 @@ use anyhow::Context;
 use clap::Parser;
 use serde_json::json;
 
-use crate::cli::{ApplyArgs, Cli, Command, NodeArgs, OutputFormat, RemoveArgs, StatusArgs};
+use crate::cli::{ApplyArgs, Cli, Command, ComponentArgs, NodeArgs, OutputFormat, RemoveArgs, StatusArgs};
 use crate::config;
 use crate::engine::{ApplyReport, Engine, Inputs, RemoveReport, StatusReport};
 use crate::hostfs::SetAside;
@@ -82,16 +82,19 @@ fn apply(args: ApplyArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn remove(args: RemoveArgs) -> anyhow::Result<ExitCode> {
-    let engine = engine(&args.node)?;
-    let component = match (&args.component, &args.config) {
+/// The component a verb acts on, from `--component` or the config's metadata.name.
+pub fn component_name(args: &ComponentArgs, engine: &Engine) -> anyhow::Result<String> {
+    Ok(match (&args.component, &args.config) {
         (Some(name), _) if config::is_component_name(name) => name.clone(),
-        (Some(name), _) => {
-            anyhow::bail!("--component {name:?} is not a component name (a lowercase DNS label)")
-        }
+        (Some(name), _) => anyhow::bail!("--component {name:?} is not a component name (a lowercase DNS label)"),
         (None, Some(path)) => config::load(path, engine.roots())?.name,
         (None, None) => unreachable!("clap requires one of --config and --component"),
-    };
+    })
+}
+
+fn remove(args: RemoveArgs) -> anyhow::Result<ExitCode> {
+    let engine = engine(&args.node)?;
+    let component = component_name(&args.component, &engine)?;
     let report = engine.remove(&component)?;
     log_notices(&report.notices, report.set_aside.as_ref());
     tracing::info!(component = %report.component, removed = report.removed.len(), "removed");

@@ -170,12 +170,7 @@ impl Engine {
             set_aside: loaded.set_aside,
             ..Default::default()
         };
-        let paths: Vec<HostPath> = desired
-            .files
-            .iter()
-            .map(|f| f.path.clone())
-            .chain(ledger.entries().iter().map(|e| e.path.clone()))
-            .collect();
+        let paths = paths_of(desired, &ledger);
         report.cleaned_temps = self
             .fs
             .clean_stale_temps(paths.iter().chain(&self.state_files(&desired.component)?));
@@ -385,12 +380,7 @@ impl Engine {
                 ),
             },
         };
-        let paths: Vec<HostPath> = desired
-            .files
-            .iter()
-            .map(|f| f.path.clone())
-            .chain(ledger.entries().iter().map(|e| e.path.clone()))
-            .collect();
+        let paths = paths_of(desired, &ledger);
         let observations = self.fs.observe_all(&paths)?;
         Ok(StatusReport {
             component: desired.component.clone(),
@@ -402,6 +392,16 @@ impl Engine {
             set_aside,
         })
     }
+}
+
+/// Every path the config wants or the ledger remembers.
+fn paths_of(desired: &Desired, ledger: &Ledger) -> Vec<HostPath> {
+    desired
+        .files
+        .iter()
+        .map(|f| f.path.clone())
+        .chain(ledger.entries().iter().map(|e| e.path.clone()))
+        .collect()
 }
 
 fn entry_for(

@@ -16,7 +16,7 @@ use kube::api::Api;
 use serde_json::json;
 
 use crate::cli::{OutputFormat, PreStopArgs};
-use crate::config::{self, Role};
+use crate::config::Role;
 use crate::decommission::{self, CleanupMode, Decision, Evidence, Lookup};
 use crate::engine::Engine;
 use crate::hostpath::HostPath;
@@ -43,12 +43,7 @@ fn remaining(deadline: Instant) -> Duration {
 
 async fn run_inner(args: &PreStopArgs, deadline: Instant) -> anyhow::Result<ExitCode> {
     let engine = Engine::new(&args.node.host_root, &args.node.state_dir, &args.node.allowed_roots)?;
-    let component = match (&args.component, &args.config) {
-        (Some(name), _) if config::is_component_name(name) => name.clone(),
-        (Some(name), _) => anyhow::bail!("--component {name:?} is not a component name"),
-        (None, Some(path)) => config::load(path, engine.roots())?.name,
-        (None, None) => unreachable!("clap requires one of --config and --component"),
-    };
+    let component = crate::commands::component_name(&args.component, &engine)?;
     let decision = match args.cleanup {
         CleanupMode::Guarded => decommission::decide(CleanupMode::Guarded, &gather(args, deadline).await),
         mode => decommission::decide(

@@ -245,47 +245,50 @@ fn convert_volume(
         }),
         ..Default::default()
     };
-    if let Some(secret) = &v.secret {
-        let (items, item_mode) = items(&secret.items);
-        let dir = host(&layout.secrets, secret.secret_name.as_deref().unwrap_or(&v.name))?;
+    // A plain Secret or ConfigMap volume: one source, one directory named after it.
+    let single = |kind: SourceKind,
+                  name: &str,
+                  base: &HostPath,
+                  list: &Option<Vec<KeyToPath>>,
+                  optional: Option<bool>,
+                  default_mode: Option<i32>| {
+        let (items, item_mode) = items(list);
+        let dir = host(base, name)?;
         let source = Source {
-            kind: SourceKind::Secret,
-            name: secret.secret_name.clone().unwrap_or_default(),
+            kind,
+            name: name.to_owned(),
             items,
-            optional: secret.optional.unwrap_or(false),
+            optional: optional.unwrap_or(false),
         };
-        let mode = file_mode(item_mode.or(secret.default_mode));
-        return Ok(Converted::HostPath(
-            hostpath_volume(&v.name, &dir),
-            Material {
-                volume: v.name.clone(),
-                dir,
-                sources: vec![source],
-                mode,
-                owner,
-            },
-        ));
+        let material = Material {
+            volume: v.name.clone(),
+            dir: dir.clone(),
+            sources: vec![source],
+            mode: file_mode(item_mode.or(default_mode)),
+            owner,
+        };
+        Ok::<_, String>(Converted::HostPath(hostpath_volume(&v.name, &dir), material))
+    };
+    if let Some(secret) = &v.secret {
+        let name = secret.secret_name.as_deref().unwrap_or(&v.name);
+        return single(
+            SourceKind::Secret,
+            name,
+            &layout.secrets,
+            &secret.items,
+            secret.optional,
+            secret.default_mode,
+        );
     }
     if let Some(cm) = &v.config_map {
-        let (items, item_mode) = items(&cm.items);
-        let dir = host(&layout.configmaps, &cm.name)?;
-        let source = Source {
-            kind: SourceKind::ConfigMap,
-            name: cm.name.clone(),
-            items,
-            optional: cm.optional.unwrap_or(false),
-        };
-        let mode = file_mode(item_mode.or(cm.default_mode));
-        return Ok(Converted::HostPath(
-            hostpath_volume(&v.name, &dir),
-            Material {
-                volume: v.name.clone(),
-                dir,
-                sources: vec![source],
-                mode,
-                owner,
-            },
-        ));
+        return single(
+            SourceKind::ConfigMap,
+            &cm.name,
+            &layout.configmaps,
+            &cm.items,
+            cm.optional,
+            cm.default_mode,
+        );
     }
     if let Some(projected) = &v.projected {
         let all = projected.sources.clone().unwrap_or_default();
