@@ -174,6 +174,7 @@ async fn run(args: CheckpointerRunArgs) -> anyhow::Result<()> {
         states: BTreeMap::new(),
         files: BTreeMap::new(),
         local_ready_since: BTreeMap::new(),
+        refused: BTreeSet::new(),
     };
     machine.load_from_disk(started.elapsed());
     loop {
@@ -220,6 +221,8 @@ struct Machine {
     files: BTreeMap<String, GenerationFiles>,
     /// Pod uid -> when the kubelet was first seen running it Ready.
     local_ready_since: BTreeMap<String, Duration>,
+    /// Parents (file stems) that cannot be made a valid static pod: reported once.
+    refused: BTreeSet<String>,
 }
 
 impl Machine {
@@ -373,7 +376,26 @@ impl Machine {
                             .and_then(|ps| ps.iter().find(|(p, _)| &p.name == name))
                             .map(|(_, pod)| pod.clone());
                         match (parent, client) {
-                            (Some(pod), Some(c)) => self.checkpoint(c, &pod).await,
+                            (Some(_), Some(_)) if self.refused.contains(name) => {
+                                Err(anyhow::anyhow!("parent {name} cannot be checkpointed (reported)"))
+                            }
+                            (Some(pod), Some(c)) => match sanitize::sanitize(&pod, &self.paths.layout) {
+                                Err(e) => {
+                                    // A parent that cannot run as a static pod: tell its owner's
+                                    // operator where they look (an Event on the pod), once.
+                                    tracing::error!(parent = %name, error = %e, "not checkpointable");
+                                    let sink = kubeapi::EventSink::new(
+                                        c.clone(),
+                                        pod.metadata.namespace.as_deref().unwrap_or("default"),
+                                        pod.metadata.name.as_deref().unwrap_or_default(),
+                                    );
+                                    sink.publish(true, "NotCheckpointable", "Checkpoint", e.to_string())
+                                        .await;
+                                    self.refused.insert(name.clone());
+                                    Err(e.into())
+                                }
+                                Ok(_) => self.checkpoint(c, &pod).await,
+                            },
                             _ => Err(anyhow::anyhow!("parent {name} vanished")),
                         }
                     }
@@ -382,7 +404,12 @@ impl Machine {
                     Action::Retire { name } => self.retire(name),
                 };
                 if let Err(e) = result {
-                    tracing::error!(owner = %key, ?action, error = %crate::commands::error_chain(&e), "checkpoint action failed; will retry");
+                    let reported = matches!(&action, Action::Checkpoint { name, .. } if self.refused.contains(name));
+                    if reported {
+                        tracing::debug!(owner = %key, ?action, "parent not checkpointable (already reported)");
+                    } else {
+                        tracing::error!(owner = %key, ?action, error = %crate::commands::error_chain(&e), "checkpoint action failed; will retry");
+                    }
                     // Undo the state machine's belief so the next step tries again.
                     match &action {
                         Action::Checkpoint { name, .. } => next.generations.retain(|g| &g.name != name),

@@ -84,6 +84,23 @@ async fn a_daemonset_parent_is_checkpointed_activated_and_retired_only_after_its
     .unwrap();
     let daemonsets: Api<DaemonSet> = Api::namespaced(admin.clone(), &ns);
     daemonsets.create(&PostParams::default(), &ds).await.unwrap();
+    // A parent that cannot run as a static pod (its env comes from a Secret): reported, not written.
+    let refused: DaemonSet = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "refused"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "refused"}},
+            "template": {
+                "metadata": {"labels": {"app": "refused"}, "annotations": {"checkpointer.alpha.coreos.com/checkpoint": "true"}},
+                "spec": {
+                    "tolerations": [{"operator": "Exists"}],
+                    "containers": [{"name": "app", "image": "registry.example/app:1",
+                        "env": [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "app-secret", "key": "token"}}}]}]
+                }
+            }
+        }
+    }))
+    .unwrap();
+    daemonsets.create(&PostParams::default(), &refused).await.unwrap();
     let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
     let running = |not: Option<String>| {
         let pods = pods.clone();
@@ -186,6 +203,16 @@ async fn a_daemonset_parent_is_checkpointed_activated_and_retired_only_after_its
         "the service-account token volume is gone"
     );
     assert!(!active(&p1).exists());
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(admin.clone(), &ns);
+    let event = eventually(WAIT, "a NotCheckpointable Event", || {
+        let events = events.clone();
+        async move { events.list(&ListParams::default()).await.ok()?.items.into_iter().find(|e| e.reason.as_deref() == Some("NotCheckpointable")) }
+    })
+    .await;
+    assert!(event.note.unwrap_or_default().contains("secretKeyRef"));
+    assert!(event.regarding.unwrap().name.unwrap().starts_with("refused-"));
+    let inactive_dir = host("/etc/kubernetes/inactive-manifests");
+    assert!(fs::read_dir(&inactive_dir).unwrap().all(|e| !e.unwrap().file_name().to_string_lossy().contains("-refused-")));
 
     // The parent gone locally: the checkpoint is activated until the replacement is Ready.
     pods.delete(
