@@ -206,13 +206,25 @@ async fn a_daemonset_parent_is_checkpointed_activated_and_retired_only_after_its
     let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(admin.clone(), &ns);
     let event = eventually(WAIT, "a NotCheckpointable Event", || {
         let events = events.clone();
-        async move { events.list(&ListParams::default()).await.ok()?.items.into_iter().find(|e| e.reason.as_deref() == Some("NotCheckpointable")) }
+        async move {
+            events
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .find(|e| e.reason.as_deref() == Some("NotCheckpointable"))
+        }
     })
     .await;
     assert!(event.note.unwrap_or_default().contains("secretKeyRef"));
     assert!(event.regarding.unwrap().name.unwrap().starts_with("refused-"));
     let inactive_dir = host("/etc/kubernetes/inactive-manifests");
-    assert!(fs::read_dir(&inactive_dir).unwrap().all(|e| !e.unwrap().file_name().to_string_lossy().contains("-refused-")));
+    assert!(
+        fs::read_dir(&inactive_dir)
+            .unwrap()
+            .all(|e| !e.unwrap().file_name().to_string_lossy().contains("-refused-"))
+    );
 
     // The parent gone locally: the checkpoint is activated until the replacement is Ready.
     pods.delete(
