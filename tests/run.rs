@@ -194,3 +194,32 @@ fn sigterm_drains_and_exits_zero_leaving_every_file() {
         "a signal never deletes"
     );
 }
+
+#[test]
+fn the_first_version_on_a_node_is_never_rolled_back_to_nothing() {
+    let s = Setup::new("kubeconfig v1");
+    // The component never becomes healthy, and there is no last-known-good version yet.
+    let port = health_server(|| 500);
+    let url = format!("http://127.0.0.1:{port}/healthz");
+    let d = s.start(&["--trial-period", "1s", "--health-url", &url]);
+    wait_until(WAIT, "the first apply", &d, || s.read(MANIFEST).is_some());
+    let manifest = s.read(MANIFEST).unwrap();
+    wait_until(WAIT, "the trial to end", &d, || {
+        d.log_text().contains("there is no last-known-good version: kept")
+    });
+    assert_eq!(s.read(MANIFEST).unwrap(), manifest, "kept in place");
+    assert_eq!(d.metric("kube_anchor_rollbacks_total"), 0.0);
+    let (code, body) = d.get("/readyz").unwrap();
+    assert_eq!(code, 503);
+    assert!(body.contains("HTTP 500"), "{body}");
+    let out = std::process::Command::new(support::fixture::BIN)
+        .args(["status", "--output", "json", "--config"])
+        .arg(s.volume.config())
+        .arg("--host-root")
+        .arg(s.dir.path().join("node"))
+        .env("NODE_NAME", "cp-1")
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["badVersions"].as_array().is_none_or(|b| b.is_empty()), "{v}");
+}
