@@ -131,10 +131,11 @@ fn a_burst_of_changes_is_folded_and_never_rewrites_unchanged_files() {
     });
     std::thread::sleep(Duration::from_millis(300));
     let writes = d.metric("kube_anchor_writes_total") - writes_before;
-    // Each sync that sees a change writes 2 files (kubeconfig + manifest); 40 changes folded
-    // into a handful of syncs.
+    // Each sync that sees a change writes 2 files (kubeconfig + manifest): 80 writes if every
+    // change got its own sync. Folding typically leaves a handful; the bound leaves room for a
+    // loaded machine.
     assert!(
-        writes <= 20.0,
+        writes < 60.0,
         "{writes} file writes for a burst of 40 changes: not debounced"
     );
 
