@@ -52,6 +52,9 @@ fn report(name: &str, mut samples: Vec<Duration>) {
 }
 
 fn main() {
+    // `cargo test --all-targets` runs benches without `--bench`: a quick smoke run then.
+    let quick = !std::env::args().any(|a| a == "--bench");
+    let (noop_runs, rewrite_runs) = if quick { (5, 2) } else { (200, 40) };
     let base = tempfile::tempdir().unwrap();
     let node = base.path().join("node");
     std::fs::create_dir_all(&node).unwrap();
@@ -70,7 +73,7 @@ fn main() {
         .collect();
 
     engine.apply(&versions[0], false).unwrap();
-    let noop: Vec<Duration> = (0..200)
+    let noop: Vec<Duration> = (0..noop_runs)
         .map(|_| {
             let start = Instant::now();
             let report = engine.apply(&versions[0], false).unwrap();
@@ -79,7 +82,7 @@ fn main() {
         })
         .collect();
 
-    let rewrite: Vec<Duration> = (0..40)
+    let rewrite: Vec<Duration> = (0..rewrite_runs)
         .map(|i| {
             let start = Instant::now();
             let report = engine.apply(&versions[(i + 1) % 2], false).unwrap();

@@ -16,6 +16,8 @@ use support::daemon::{ConfigVolume, Daemon, anchor_config};
 
 const POD: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: kube-scheduler, namespace: kube-system}\nspec: {containers: [{name: s, image: 'i'}]}\n";
 const CHANGES: usize = 100;
+/// Under `cargo test --all-targets` (no `--bench` argument): a quick smoke run.
+const QUICK_CHANGES: usize = 5;
 
 fn percentiles(mut samples: Vec<Duration>) -> (Duration, Duration) {
     samples.sort();
@@ -48,6 +50,8 @@ fn cpu_ticks(pid: u32) -> u64 {
 }
 
 fn main() {
+    let quick = !std::env::args().any(|a| a == "--bench");
+    let changes = if quick { QUICK_CHANGES } else { CHANGES };
     let work = tempfile::tempdir().unwrap();
     let node = work.path().join("node");
     fs::create_dir_all(&node).unwrap();
@@ -78,7 +82,7 @@ fn main() {
     wait_for(|| fs::read(&kubeconfig).is_ok_and(|c| c == b"kubeconfig 0"));
 
     let mut change = Vec::new();
-    for i in 1..=CHANGES {
+    for i in 1..=changes {
         let want = format!("kubeconfig {i}");
         let f = files(&want);
         let f: Vec<(&str, &[u8])> = f.iter().map(|(n, c)| (*n, c.as_slice())).collect();
@@ -89,7 +93,7 @@ fn main() {
         std::thread::sleep(Duration::from_millis(30));
     }
     let mut repair = Vec::new();
-    for _ in 0..CHANGES {
+    for _ in 0..changes {
         let start = Instant::now();
         fs::remove_file(&kubeconfig).unwrap();
         wait_for(|| kubeconfig.exists());
@@ -99,7 +103,7 @@ fn main() {
     let idle: u64 = std::env::var("IDLE_SECONDS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(60);
+        .unwrap_or(if quick { 1 } else { 60 });
     std::thread::sleep(Duration::from_secs(2));
     let pid = d.child.id();
     let ticks_before = cpu_ticks(pid);
@@ -110,7 +114,7 @@ fn main() {
 
     let (c50, c99) = percentiles(change);
     let (r50, r99) = percentiles(repair);
-    println!("kube-anchor run, {CHANGES} changes each (no API server)");
+    println!("kube-anchor run, {changes} changes each (no API server)");
     println!(
         "input change -> host file    median {:>7.2} ms   p99 {:>7.2} ms",
         c50.as_secs_f64() * 1e3,
