@@ -430,3 +430,50 @@ fn log_format_json_emits_json_lines_without_secrets() {
     assert_eq!(v["component"], "kube-apiserver");
     assert!(!err.contains("PRIVATE KEY") && !stdout(&out).contains("PRIVATE KEY"));
 }
+
+#[test]
+fn checkpointer_sanitize_shows_the_checkpoint_and_refuses_what_cannot_be_one() {
+    let pod = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: kube-apiserver-x1\n  namespace: kube-system\n  uid: u1\n  annotations: {checkpointer.alpha.coreos.com/checkpoint: \"true\"}\n  ownerReferences: [{apiVersion: apps/v1, kind: DaemonSet, name: kube-apiserver, uid: ds1, controller: true}]\nspec:\n  serviceAccountName: kube-apiserver\n  containers: [{name: c, image: i, volumeMounts: [{name: certs, mountPath: /certs}]}]\n  volumes: [{name: certs, secret: {secretName: apiserver-certs}}]\n";
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("pod.yaml");
+    fs::write(&file, pod).unwrap();
+    let out = std::process::Command::new(BIN)
+        .args(["checkpointer", "sanitize", "--node", "CP-1"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_success(&out);
+    let checkpoint: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        checkpoint["metadata"]["annotations"]["checkpointer.alpha.coreos.com/checkpoint-of"],
+        "kube-apiserver-x1"
+    );
+    assert!(checkpoint["spec"]["serviceAccountName"].is_null());
+    assert_eq!(
+        checkpoint["spec"]["volumes"][0]["hostPath"]["path"],
+        "/etc/kubernetes/checkpoint-secrets/kube-system/kube-apiserver-x1/apiserver-certs"
+    );
+    let err = stderr(&out);
+    assert!(
+        err.contains("kube-system-kube-apiserver-x1.json") && err.contains("mirror pod kube-apiserver-x1-cp-1"),
+        "{err}"
+    );
+
+    let bad = pod.replace(
+        "volumeMounts",
+        "env: [{name: T, valueFrom: {secretKeyRef: {name: s, key: k}}}], volumeMounts",
+    );
+    fs::write(&file, bad).unwrap();
+    let out = std::process::Command::new(BIN)
+        .args(["checkpointer", "sanitize"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_error(
+        &out,
+        &[
+            "cannot be checkpointed",
+            "spec.containers[0].env[0].valueFrom.secretKeyRef",
+        ],
+    );
+}
