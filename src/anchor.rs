@@ -294,18 +294,12 @@ impl Daemon {
             Some(h) => Some(h.check().await),
             None => None,
         };
-        let assessment = if self.client.is_none() {
-            match &health {
-                Some(Err(e)) => Assessment::NotConverged(format!("health check failing: {e}")),
-                _ => Assessment::Unknown("no API client: cannot see the mirror pod".into()),
-            }
-        } else {
-            assess(
-                &Observation { mirror, health },
-                &written.content_hash,
-                self.args.crash_loop_threshold,
-            )
+        let observation = Observation {
+            api_configured: self.client.is_some(),
+            mirror,
+            health,
         };
+        let assessment = assess(&observation, &written.content_hash, self.args.crash_loop_threshold);
         if let Some(trial) = self.trial.as_mut() {
             match trial.step(&assessment, self.started.elapsed(), self.args.trial_period) {
                 TrialOutcome::Pending => {}

@@ -178,7 +178,7 @@ async fn run(args: CheckpointerRunArgs) -> anyhow::Result<()> {
     };
     machine.load_from_disk(started.elapsed());
     loop {
-        let api_reachable = *api_ok.borrow() && store.wait_until_ready().now_or_never_ready();
+        let api_reachable = *api_ok.borrow() && futures::FutureExt::now_or_never(store.wait_until_ready()).is_some();
         machine
             .step(
                 &cfg,
@@ -198,17 +198,6 @@ async fn run(args: CheckpointerRunArgs) -> anyhow::Result<()> {
                 return Ok(());
             }
         }
-    }
-}
-
-/// `Store::wait_until_ready` as a non-blocking check.
-trait NowOrNever {
-    fn now_or_never_ready(self) -> bool;
-}
-
-impl<F: std::future::Future> NowOrNever for F {
-    fn now_or_never_ready(self) -> bool {
-        futures::FutureExt::now_or_never(self).is_some()
     }
 }
 

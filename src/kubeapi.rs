@@ -179,18 +179,7 @@ impl HealthCheck {
             .path_and_query()
             .map(|p| p.as_str().to_owned())
             .unwrap_or_else(|| "/".into());
-        let mut config = Config::new(base);
-        match ca_file {
-            Some(ca) => {
-                let pem = std::fs::read(ca).map_err(|e| bad(format!("CA file {}: {e}", ca.display())))?;
-                config.root_cert = Some(pem_certificates(&pem));
-            }
-            None => config.accept_invalid_certs = true,
-        }
-        config.connect_timeout = Some(Duration::from_secs(2));
-        config.read_timeout = Some(Duration::from_secs(3));
-        config.auth_info = Default::default();
-        let client = Client::try_from(config).map_err(|e| bad(format!("{e}")))?;
+        let client = direct_client(url, base, ca_file, None, Duration::from_secs(3))?;
         Ok(Self {
             client,
             url: url.into(),
@@ -213,6 +202,37 @@ impl HealthCheck {
             Err(_) => Err(format!("{}: timed out", self.url)),
         }
     }
+}
+
+/// A client for an endpoint that is not the API server (the component's health URL, the
+/// kubelet): no kubeconfig, an optional bearer token, short timeouts; without `ca_file` the
+/// server's certificate is not verified (loopback, usually self-signed).
+fn direct_client(
+    url: &str,
+    base: http::Uri,
+    ca_file: Option<&Path>,
+    token: Option<String>,
+    read_timeout: Duration,
+) -> Result<Client, ApiError> {
+    let bad = |reason: String| ApiError::HealthUrl {
+        url: url.into(),
+        reason,
+    };
+    let mut config = Config::new(base);
+    match ca_file {
+        Some(ca) => {
+            let pem = std::fs::read(ca).map_err(|e| bad(format!("CA file {}: {e}", ca.display())))?;
+            config.root_cert = Some(pem_certificates(&pem));
+        }
+        None => config.accept_invalid_certs = true,
+    }
+    config.connect_timeout = Some(Duration::from_secs(2));
+    config.read_timeout = Some(read_timeout);
+    config.auth_info = kube::config::AuthInfo {
+        token: token.map(Into::into),
+        ..Default::default()
+    };
+    Client::try_from(config).map_err(|e| bad(format!("{e}")))
 }
 
 /// DER certificates from a PEM bundle.
@@ -256,23 +276,10 @@ impl KubeletClient {
             url: url.into(),
             reason,
         };
-        let mut config = Config::new(url.parse().map_err(|e| bad(format!("{e}")))?);
-        match ca_file {
-            Some(ca) => {
-                config.root_cert = Some(pem_certificates(
-                    &std::fs::read(ca).map_err(|e| bad(format!("CA file {}: {e}", ca.display())))?,
-                ))
-            }
-            None => config.accept_invalid_certs = true,
-        }
-        config.connect_timeout = Some(Duration::from_secs(2));
-        config.read_timeout = Some(Duration::from_secs(5));
-        config.auth_info = kube::config::AuthInfo {
-            token: token.map(Into::into),
-            ..Default::default()
-        };
+        let base = url.parse().map_err(|e| bad(format!("{e}")))?;
+        let client = direct_client(url, base, ca_file, token, Duration::from_secs(5))?;
         Ok(Self {
-            client: Client::try_from(config).map_err(|e| bad(format!("{e}")))?,
+            client,
             url: url.into(),
         })
     }

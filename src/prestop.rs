@@ -44,8 +44,21 @@ fn remaining(deadline: Instant) -> Duration {
 async fn run_inner(args: &PreStopArgs, deadline: Instant) -> anyhow::Result<ExitCode> {
     let engine = Engine::new(&args.node.host_root, &args.node.state_dir, &args.node.allowed_roots)?;
     let component = crate::commands::component_name(&args.component, &engine)?;
+    // One client for the evidence and for watching the static pod stop; why there is none is
+    // itself part of the evidence ("no API client" keeps everything).
+    let client: Result<kube::Client, String> = match tokio::time::timeout(
+        remaining(deadline),
+        kubeapi::client(args.identity.kubeconfig.as_deref()),
+    )
+    .await
+    {
+        Ok(Ok(Some(client))) => Ok(client),
+        Ok(Ok(None)) => Err("no API client configured".into()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("timed out building the client".into()),
+    };
     let decision = match args.cleanup {
-        CleanupMode::Guarded => decommission::decide(CleanupMode::Guarded, &gather(args, deadline).await),
+        CleanupMode::Guarded => decommission::decide(CleanupMode::Guarded, &gather(args, &client, deadline).await),
         mode => decommission::decide(
             mode,
             &Evidence {
@@ -72,7 +85,7 @@ async fn run_inner(args: &PreStopArgs, deadline: Instant) -> anyhow::Result<Exit
     }
     let mirror = mirror_of(&engine, &component, args.identity.node_name.as_deref());
     let manifests = engine.remove_roles(&component, &[Role::Manifest])?;
-    wait_stopped(args, mirror, deadline).await;
+    wait_stopped(args, client.as_ref().ok(), mirror, deadline).await;
     let credentials = engine.remove_roles(&component, &[Role::Credential])?;
     let removed: Vec<HostPath> = manifests.removed.into_iter().chain(credentials.removed).collect();
     for notice in manifests.notices.iter().chain(&credentials.notices) {
@@ -84,22 +97,15 @@ async fn run_inner(args: &PreStopArgs, deadline: Instant) -> anyhow::Result<Exit
 }
 
 /// Own pod → its DaemonSet owner → that DaemonSet; and the Node. Each lookup is bounded.
-async fn gather(args: &PreStopArgs, deadline: Instant) -> Evidence {
+async fn gather(args: &PreStopArgs, client: &Result<kube::Client, String>, deadline: Instant) -> Evidence {
     let unavailable = |why: &str| Evidence {
         owner: Lookup::Unavailable(why.into()),
         daemonset: None,
         node: Lookup::Unavailable(why.into()),
     };
-    let client = match tokio::time::timeout(
-        remaining(deadline),
-        kubeapi::client(args.identity.kubeconfig.as_deref()),
-    )
-    .await
-    {
-        Ok(Ok(Some(client))) => client,
-        Ok(Ok(None)) => return unavailable("no API client configured"),
-        Ok(Err(e)) => return unavailable(&e.to_string()),
-        Err(_) => return unavailable("timed out building the client"),
+    let client = match client {
+        Ok(client) => client.clone(),
+        Err(why) => return unavailable(why),
     };
     let budget = || API_TIMEOUT.min(remaining(deadline).saturating_sub(FINAL_STEP));
     let (Some(pod_name), Some(namespace), Some(node_name)) = (
@@ -157,18 +163,17 @@ fn mirror_of(engine: &Engine, component: &str, node: Option<&str>) -> Option<(St
 
 /// Waits (bounded) until the static pod has stopped: its mirror pod is gone, or the health URL
 /// stops answering. With neither to look at, there is nothing to wait for.
-async fn wait_stopped(args: &PreStopArgs, mirror: Option<(String, String)>, deadline: Instant) {
+async fn wait_stopped(
+    args: &PreStopArgs,
+    client: Option<&kube::Client>,
+    mirror: Option<(String, String)>,
+    deadline: Instant,
+) {
     let health = args
         .health_url
         .as_deref()
         .and_then(|u| HealthCheck::new(u, args.health_ca_file.as_deref()).ok());
-    let client = match &mirror {
-        Some(_) => kubeapi::client(args.identity.kubeconfig.as_deref())
-            .await
-            .ok()
-            .flatten(),
-        None => None,
-    };
+    let client = client.filter(|_| mirror.is_some());
     if client.is_none() && health.is_none() {
         return;
     }
@@ -181,7 +186,7 @@ async fn wait_stopped(args: &PreStopArgs, mirror: Option<(String, String)>, dead
             return;
         }
         if let (Some(c), Some((ns, name))) = (&client, &mirror) {
-            let pods: Api<Pod> = Api::namespaced(c.clone(), ns);
+            let pods: Api<Pod> = Api::namespaced((*c).clone(), ns);
             if let Lookup::NotFound = kubeapi::lookup(&pods, name, API_TIMEOUT.min(remaining(deadline))).await {
                 tracing::info!(mirror_pod = %name, "the static pod is gone");
                 return;

@@ -262,7 +262,6 @@ pub fn run_trajectory(policy: Policy, nodes: usize, variant: Variant, seed: u64)
         .unwrap_or(0)
         .max(quorum_at);
 
-    let mut api_up_since: Option<u64> = None;
     let mut api_first_up: Option<u64> = None;
     let mut leader_since = [None::<u64>; 3];
     let mut lost_at = [None::<u64>; 3];
@@ -290,13 +289,8 @@ pub fn run_trajectory(policy: Policy, nodes: usize, variant: Variant, seed: u64)
             next_flap = t + rng.secs(60.0, 180.0);
         }
         let api = etcd_up && t >= flap_until && ns.iter().any(|n| n.returns && running(n, APISERVER));
-        match (api, api_up_since) {
-            (true, None) => {
-                api_up_since = Some(t);
-                api_first_up.get_or_insert(t);
-            }
-            (false, Some(_)) => api_up_since = None,
-            _ => {}
+        if api {
+            api_first_up.get_or_insert(t);
         }
         // Leaders: a candidate running with the API up; the old lease must expire first.
         for c in [KCM, SCHEDULER] {

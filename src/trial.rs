@@ -15,6 +15,8 @@ use crate::staticpod::CONTENT_HASH_ANNOTATION;
 /// What the node shows about the version we wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Observation {
+    /// Whether there is an API client at all (no kubeconfig and not in a cluster: none).
+    pub api_configured: bool,
     /// The mirror pod as the API shows it; `None` when the API cannot be asked.
     pub mirror: Option<MirrorPod>,
     /// The component's own health endpoint; `None` when none is configured.
@@ -86,6 +88,7 @@ pub fn assess(observation: &Observation, hash: &str, crash_loop_threshold: u32) 
         return Assessment::NotConverged(format!("health check failing: {reason}"));
     }
     match &observation.mirror {
+        None if !observation.api_configured => Assessment::Unknown("no API client: cannot see the mirror pod".into()),
         None if observation.health.is_some() => {
             Assessment::Unknown("API unreachable: cannot see the mirror pod (health URL answers)".into())
         }
@@ -181,7 +184,11 @@ mod tests {
     }
 
     fn obs(mirror: Option<MirrorPod>, health: Option<Result<(), String>>) -> Observation {
-        Observation { mirror, health }
+        Observation {
+            api_configured: true,
+            mirror,
+            health,
+        }
     }
 
     #[test]
@@ -225,7 +232,23 @@ mod tests {
             }),
             (obs(None, None), |a| matches!(a, Assessment::Unknown(_))),
             (obs(None, ok), |a| matches!(a, Assessment::Unknown(_))),
-            (obs(None, bad), |a| matches!(a, Assessment::NotConverged(_))),
+            (obs(None, bad.clone()), |a| matches!(a, Assessment::NotConverged(_))),
+            (
+                Observation {
+                    api_configured: false,
+                    mirror: None,
+                    health: None,
+                },
+                |a| matches!(a, Assessment::Unknown(r) if r.contains("no API client")),
+            ),
+            (
+                Observation {
+                    api_configured: false,
+                    mirror: None,
+                    health: bad,
+                },
+                |a| matches!(a, Assessment::NotConverged(_)),
+            ),
         ];
         for (i, (o, check)) in cases.iter().enumerate() {
             let a = assess(o, H, 3);
