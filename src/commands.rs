@@ -9,7 +9,10 @@ use anyhow::Context;
 use clap::Parser;
 use serde_json::json;
 
-use crate::cli::{ApplyArgs, Cli, Command, ComponentArgs, NodeArgs, OutputFormat, RemoveArgs, StatusArgs};
+use crate::cli::{
+    ApplyArgs, Cli, Command, ComponentArgs, NodeArgs, OutputFormat, ProbeArgs, ProbeEndpoint, RemoveArgs, RetryArgs,
+    StatusArgs,
+};
 use crate::config;
 use crate::engine::{ApplyReport, Engine, Inputs, RemoveReport, StatusReport};
 use crate::hostfs::SetAside;
@@ -54,11 +57,28 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Status(args) => status(args),
         Command::Checkpointer(args) => tokio::runtime::Runtime::new()?.block_on(crate::checkpointer::main(args)),
         Command::PreStop(args) => tokio::runtime::Runtime::new()?.block_on(crate::prestop::run(args)),
+        Command::Probe(args) => probe(args),
+        Command::Retry(args) => retry(args),
         Command::Run(args) => {
             tokio::runtime::Runtime::new()?.block_on(crate::anchor::run(args))?;
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+fn probe(args: ProbeArgs) -> anyhow::Result<ExitCode> {
+    let path = match args.endpoint {
+        ProbeEndpoint::Healthz => "/healthz",
+        ProbeEndpoint::Readyz => "/readyz",
+    };
+    let answer = crate::server::probe(&args.socket, path, args.timeout)
+        .with_context(|| format!("{}: GET {path}", args.socket.display()))?;
+    print!("{}", answer.body);
+    Ok(if (200..300).contains(&answer.status) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_ERROR)
+    })
 }
 
 fn engine(node: &NodeArgs) -> anyhow::Result<Engine> {
@@ -99,6 +119,29 @@ fn remove(args: RemoveArgs) -> anyhow::Result<ExitCode> {
     log_notices(&report.notices, report.set_aside.as_ref());
     tracing::info!(component = %report.component, removed = report.removed.len(), "removed");
     print_remove(&report, args.output);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn retry(args: RetryArgs) -> anyhow::Result<ExitCode> {
+    let engine = engine(&args.node)?;
+    let component = component_name(&args.component, &engine)?;
+    let forgotten = engine.update_ledger(&component, |ledger| {
+        let (forget, keep) = std::mem::take(&mut ledger.bad)
+            .into_iter()
+            .partition::<Vec<_>, _>(|b| args.hash.as_deref().is_none_or(|h| h == b.hash));
+        ledger.bad = keep;
+        forget
+    })?;
+    if forgotten.is_empty() {
+        let which = args.hash.as_deref().unwrap_or("any version");
+        anyhow::bail!("{component}: {which} is not recorded as bad; nothing to retry");
+    }
+    for bad in &forgotten {
+        println!(
+            "{component}: {} will be tried again (failed its trial at {}: {})",
+            bad.hash, bad.at, bad.reason
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 
