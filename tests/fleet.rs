@@ -141,27 +141,24 @@ async fn wait_ready(node: &Node) {
     }
 }
 
-/// Samples the fleet: how many nodes hold each marker, and whether any anchor is not Ready
-/// while two or more nodes run something other than `baseline`.
+/// Samples the fleet: a node "in transition" has left `baseline` and its anchor is not Ready
+/// (the new version is not proven there yet). A rollout has at most one at a time; a push that
+/// reaches every node at once has several.
 #[derive(Default)]
 struct Violations(Vec<String>);
 
 fn sample(nodes: &[Node], baseline: &str, seen: &Arc<Mutex<Violations>>) {
-    let changed: Vec<&str> = nodes
+    let in_transition: Vec<&str> = nodes
         .iter()
-        .filter(|n| !n.manifest().contains(baseline))
+        .filter(|n| !n.manifest().contains(baseline) && !n.ready())
         .map(|n| n.handle.name.as_str())
         .collect();
-    let unready: Vec<&str> = nodes
-        .iter()
-        .filter(|n| !n.ready())
-        .map(|n| n.handle.name.as_str())
-        .collect();
-    if changed.len() >= 2 && !unready.is_empty() {
-        seen.lock()
-            .unwrap()
-            .0
-            .push(format!("{changed:?} left {baseline} while {unready:?} not Ready"));
+    if in_transition.len() >= 2 {
+        let mut seen = seen.lock().unwrap();
+        let v = format!("{in_transition:?} left {baseline} and are not Ready at once");
+        if !seen.0.contains(&v) {
+            seen.0.push(v);
+        }
     }
 }
 
