@@ -347,3 +347,83 @@ fn probes_use_the_pod_socket_and_a_taken_port_is_not_fatal() {
         "{dead:?}"
     );
 }
+
+/// A missing kubeconfig (a Secret not mounted yet, a typo) means no API, which is no evidence:
+/// the files are still kept in sync, and the client is tried again at every sync.
+#[test]
+fn an_unreadable_kubeconfig_does_not_stop_the_file_sync() {
+    let s = Setup::new("kubeconfig v1");
+    let missing = s.dir.path().join("missing.kubeconfig");
+    let d = s.start(&["--kubeconfig", missing.to_str().unwrap(), "--resync-period", "1s"]);
+    wait_until(WAIT, "the first apply", &d, || s.read(MANIFEST).is_some());
+    let manifest = s.read(MANIFEST).unwrap();
+    fs::remove_file(s.host(MANIFEST)).unwrap();
+    wait_until(WAIT, "the deleted manifest restored", &d, || {
+        s.read(MANIFEST).as_deref() == Some(manifest.as_str())
+    });
+    let (code, body) = d.get("/readyz").unwrap();
+    assert_eq!(code, 503);
+    assert!(body.contains("API unreachable"), "{body}");
+    assert!(d.log_text().contains("missing.kubeconfig"), "{}", d.log_text());
+    assert!(d.child_running(), "{}", d.log_text());
+}
+
+/// `retry` drops a version from the bad list; the daemon then applies it again.
+#[test]
+fn retry_lets_the_daemon_try_a_bad_version_again() {
+    use kube_anchor::engine::{Engine, Inputs};
+    use kube_anchor::ledger::BadVersion;
+    let mut s = Setup::new("kubeconfig v1");
+    let node = s.dir.path().join("node");
+    let engine = Engine::new(&node, "/var/lib/kube-anchor", &["/etc/kubernetes".to_string()]).unwrap();
+    let config = s.volume.config();
+    let desired = || {
+        let inputs = Inputs::load(&config, engine.roots()).unwrap();
+        let vars = kube_anchor::render::Variables::new(["NODE_NAME"], |_| Some("cp-1".into()));
+        inputs.desired(&vars).unwrap()
+    };
+    // v1 ran and became last-known-good; v2 failed its trial.
+    let v1 = desired();
+    engine.apply(&v1, false).unwrap();
+    engine.promote(&v1).unwrap();
+    s.update("kubeconfig v2");
+    let v2 = desired();
+    engine
+        .update_ledger("kube-scheduler", |l| {
+            l.mark_bad(BadVersion {
+                hash: v2.content_hash.clone(),
+                at: "2026-11-23T00:00:00Z".into(),
+                reason: "crash loop".into(),
+            })
+        })
+        .unwrap();
+
+    let d = s.start(&["--resync-period", "1s"]);
+    wait_until(WAIT, "the bad version held back", &d, || {
+        d.get("/readyz").is_some_and(|(_, b)| b.contains("failed its trial"))
+    });
+    assert_eq!(s.read(KUBECONFIG).as_deref(), Some("kubeconfig v1"));
+
+    let retry = |hash: Option<&str>| {
+        let mut cmd = std::process::Command::new(support::fixture::BIN);
+        cmd.args(["retry", "--component", "kube-scheduler", "--host-root"])
+            .arg(&node);
+        if let Some(h) = hash {
+            cmd.args(["--hash", h]);
+        }
+        cmd.output().unwrap()
+    };
+    let other = retry(Some("sha256:0000"));
+    assert_eq!(other.status.code(), Some(1), "{other:?}");
+    assert!(String::from_utf8_lossy(&other.stderr).contains("not recorded as bad"));
+    let out = retry(Some(&v2.content_hash));
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("will be tried again"),
+        "{out:?}"
+    );
+    wait_until(WAIT, "the forgiven version applied", &d, || {
+        s.read(KUBECONFIG).as_deref() == Some("kubeconfig v2")
+    });
+    assert_eq!(retry(None).status.code(), Some(1), "nothing left to retry");
+}
