@@ -4,10 +4,18 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+/// `kube-anchor --version`: the crate version and the commit it was built from.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("KUBE_ANCHOR_GIT_COMMIT"),
+    ")"
+);
+
 #[derive(Debug, Parser)]
 #[command(
     name = "kube-anchor",
-    version,
+    version = VERSION,
     about = "Keeps control-plane static pods, and their credentials, on the node"
 )]
 pub struct Cli {
@@ -41,6 +49,17 @@ pub enum Command {
     /// Forget that a version failed its trial, so `run` tries it again at its next sync (after
     /// fixing what made it fail outside its inputs, e.g. a missing host directory).
     Retry(RetryArgs),
+    /// Print a shell completion script (e.g. `source <(kube-anchor completion bash)`).
+    Completion {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write man pages (kube-anchor.1 and one per verb) into a directory.
+    #[command(hide = true)]
+    Man {
+        #[arg(long, default_value = ".")]
+        out_dir: PathBuf,
+    },
     /// Anchor mode (the DaemonSet container): keep the node in sync, prove the static pod runs
     /// what was written, roll back versions that fail their trial.
     Run(RunArgs),

@@ -6,7 +6,7 @@
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use serde_json::json;
 
 use crate::cli::{
@@ -58,12 +58,40 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Checkpointer(args) => tokio::runtime::Runtime::new()?.block_on(crate::checkpointer::main(args)),
         Command::PreStop(args) => tokio::runtime::Runtime::new()?.block_on(crate::prestop::run(args)),
         Command::Probe(args) => probe(args),
+        Command::Completion { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "kube-anchor", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man { out_dir } => {
+            write_man_pages(&out_dir)?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Retry(args) => retry(args),
         Command::Run(args) => {
             tokio::runtime::Runtime::new()?.block_on(crate::anchor::run(args))?;
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// kube-anchor.1 and kube-anchor-<verb>.1 for every visible verb.
+fn write_man_pages(dir: &std::path::Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create", dir.display()))?;
+    let command = Cli::command();
+    let mut pages = vec![("kube-anchor".to_owned(), command.clone())];
+    for sub in command.get_subcommands().filter(|s| !s.is_hide_set()) {
+        pages.push((format!("kube-anchor-{}", sub.get_name()), sub.clone()));
+    }
+    for (name, page) in pages {
+        let path = dir.join(format!("{name}.1"));
+        let mut out = Vec::new();
+        clap_mangen::Man::new(page)
+            .title(name.to_uppercase())
+            .render(&mut out)?;
+        std::fs::write(&path, out).with_context(|| format!("{}: cannot write", path.display()))?;
+        println!("{}", path.display());
+    }
+    Ok(())
 }
 
 fn probe(args: ProbeArgs) -> anyhow::Result<ExitCode> {

@@ -70,7 +70,7 @@ spec:
         {{- toYaml $v.tolerations | nindent 8 }}
       containers:
         - name: anchor
-          image: {{ printf "%s:%s" $v.image.repository $v.image.tag | quote }}
+          image: {{ include "kube-anchor-lib.image" $v.image | quote }}
           imagePullPolicy: {{ $v.image.pullPolicy }}
           command: [kube-anchor]
           args: [run]
