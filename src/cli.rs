@@ -22,6 +22,10 @@ pub struct Cli {
     /// Log line format (logs go to stderr; results to stdout).
     #[arg(long, global = true, env = "KUBE_ANCHOR_LOG_FORMAT", value_enum, default_value_t = LogFormat::Plain)]
     pub log_format: LogFormat,
+    /// More logs on stderr: -v info, -vv debug (one-shot verbs log only warnings by default;
+    /// daemons and --log-format json log info).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -36,6 +40,17 @@ pub enum LogFormat {
 pub enum OutputFormat {
     Text,
     Json,
+}
+
+impl Command {
+    /// Runs until stopped, or runs where only a log will ever show what it did.
+    pub fn is_daemon(&self) -> bool {
+        match self {
+            Command::Run(_) | Command::PreStop(_) => true,
+            Command::Checkpointer(args) => args.action.is_none(),
+            _ => false,
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]

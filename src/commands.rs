@@ -24,7 +24,10 @@ pub const EXIT_OUT_OF_SYNC: u8 = 3;
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    logging::init(cli.log_format);
+    logging::init(
+        cli.log_format,
+        logging::default_level(cli.log_format, cli.verbose, cli.command.is_daemon()),
+    );
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
