@@ -311,9 +311,71 @@ impl StaticPod {
             .as_mapping_mut()
             .expect("just made a mapping")
             .insert(CONTENT_HASH_ANNOTATION.into(), content_hash.into());
-        serde_yaml_ng::to_string(&document)
-            .expect("a Value always serializes")
-            .into_bytes()
+        // Strings serde_yaml_ng would write plain but the kubelet's YAML 1.1 decoder would read
+        // as booleans or numbers are written single-quoted: stand-ins first, quoted after.
+        let tag = &crate::desired::sha256_hex(content_hash.as_bytes())[..16];
+        let mut quoted = Vec::new();
+        quote_yaml11_scalars(&mut document, tag, &mut quoted);
+        let mut text = serde_yaml_ng::to_string(&document).expect("a Value always serializes");
+        for (stand_in, original) in quoted.iter().rev() {
+            text = text.replacen(stand_in.as_str(), &format!("'{original}'"), 1);
+        }
+        text.into_bytes()
+    }
+}
+
+/// True when go-yaml v2 (sigs.k8s.io/yaml, the kubelet's manifest decoder) resolves the plain
+/// scalar `s` to something other than a string while serde_yaml_ng writes `s` plain: the YAML
+/// 1.1 booleans (`yes`, `on`, `n`…) and numbers with `_` or a `0b` prefix
+/// (go.yaml.in/yaml/v2 resolve.go: resolveMapList, ParseInt of the text without `_`).
+fn yaml11_reads_as_non_string(s: &str) -> bool {
+    const BOOLS: [&str; 16] = [
+        "y", "Y", "yes", "Yes", "YES", "on", "On", "ON", "n", "N", "no", "No", "NO", "off", "Off", "OFF",
+    ];
+    let numeric = || {
+        let plain: String = s.chars().filter(|c| *c != '_').collect();
+        let digits = plain.trim_start_matches(['-', '+']);
+        let (radix, body) = match digits.get(..2) {
+            Some("0x" | "0X") => (16, &digits[2..]),
+            Some("0o" | "0O") => (8, &digits[2..]),
+            Some("0b" | "0B") => (2, &digits[2..]),
+            _ => (10, digits),
+        };
+        let int = !body.is_empty() && body.chars().all(|c| c.is_digit(radix));
+        int || (radix == 10 && plain.parse::<f64>().is_ok() && plain.chars().any(|c| c.is_ascii_digit()))
+    };
+    let plain_when_written = || serde_yaml_ng::to_string(s).is_ok_and(|out| !out.starts_with(['\'', '"']));
+    (BOOLS.contains(&s) || (s.contains('_') || s.contains("0b") || s.contains("0B")) && numeric())
+        && plain_when_written()
+}
+
+/// Replaces every string (key or value) that [`yaml11_reads_as_non_string`] with a plain stand-in
+/// unique to this document, remembering the original.
+fn quote_yaml11_scalars(value: &mut Value, tag: &str, quoted: &mut Vec<(String, String)>) {
+    let mut stand_in = |original: &str, quoted: &mut Vec<(String, String)>| {
+        let token = format!("kube-anchor-quoted-{tag}-{}", quoted.len());
+        quoted.push((token.clone(), original.to_owned()));
+        token
+    };
+    match value {
+        Value::String(s) if yaml11_reads_as_non_string(s) => *s = stand_in(s, quoted),
+        Value::Sequence(items) => items.iter_mut().for_each(|v| quote_yaml11_scalars(v, tag, quoted)),
+        Value::Mapping(map) => {
+            let entries: Vec<(Value, Value)> = std::mem::take(map).into_iter().collect();
+            for (mut k, mut v) in entries {
+                if let Value::String(key) = &mut k {
+                    if yaml11_reads_as_non_string(key) {
+                        *key = stand_in(key, quoted);
+                    }
+                } else {
+                    quote_yaml11_scalars(&mut k, tag, quoted);
+                }
+                quote_yaml11_scalars(&mut v, tag, quoted);
+                map.insert(k, v);
+            }
+        }
+        Value::Tagged(tagged) => quote_yaml11_scalars(&mut tagged.value, tag, quoted),
+        _ => {}
     }
 }
 
@@ -641,6 +703,32 @@ mod tests {
             p(&base.replace("name: kube-scheduler", "name: kube-scheduler.v2")).is_ok(),
             "a subdomain"
         );
+    }
+
+    /// What the kubelet's go-yaml v2 reads as a boolean or number stays a string on disk.
+    #[test]
+    fn yaml11_booleans_and_numbers_are_written_quoted() {
+        let text = "apiVersion: v1\nkind: Pod\nmetadata: {name: a, labels: {on: 'yes', n: x}}\nspec:\n  containers: [{name: c, image: 'on', env: [{name: A, value: 'NO'}, {name: B, value: '1_000'}, {name: C, value: '0b101'}, {name: D, value: '0644'}, {name: E, value: 'yes sir'}, {name: F, value: kube-anchor-quoted-x}]}]\n";
+        let out = String::from_utf8(p(text).unwrap().to_yaml_with_hash("sha256:1")).unwrap();
+        for quoted in [
+            "image: 'on'",
+            "value: 'NO'",
+            "value: '1_000'",
+            "value: '0b101'",
+            "value: '0644'",
+            "'on': 'yes'",
+            "'n': x",
+        ] {
+            assert!(out.contains(quoted), "{quoted} in\n{out}");
+        }
+        assert!(
+            out.contains("value: yes sir") && out.contains("value: kube-anchor-quoted-x"),
+            "{out}"
+        );
+        // Read back by our own parser: the same document.
+        let back: Value = serde_yaml_ng::from_str(&out).unwrap();
+        assert_eq!(back["spec"]["containers"][0]["image"], "on");
+        assert_eq!(back["metadata"]["labels"]["on"], "yes");
     }
 
     #[test]
