@@ -184,19 +184,24 @@ fn merge_key(value: &Value, path: String) -> Option<String> {
     }
 }
 
-/// RFC 1123 label: what the API calls a DNS label (`IsDNS1123Label`).
-fn is_dns1123_label(s: &str) -> bool {
+/// `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, the part both of the API's name rules share.
+fn is_label_shaped(s: &str) -> bool {
     !s.is_empty()
-        && s.len() <= 63
         && s.bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-')
 }
 
-/// RFC 1123 subdomain (`IsDNS1123Subdomain`): dot-separated labels, at most 253 characters.
+/// RFC 1123 label: what the API calls a DNS label (`IsDNS1123Label`), at most 63 characters.
+fn is_dns1123_label(s: &str) -> bool {
+    s.len() <= 63 && is_label_shaped(s)
+}
+
+/// RFC 1123 subdomain (`IsDNS1123Subdomain`): dot-separated label-shaped parts (the API puts
+/// no 63-character limit on each), at most 253 characters.
 fn is_dns1123_subdomain(s: &str) -> bool {
-    s.len() <= 253 && s.split('.').all(is_dns1123_label)
+    s.len() <= 253 && s.split('.').all(is_label_shaped)
 }
 
 /// The kubelet appends `-<node name>` to a static pod's name before validating it.
@@ -352,7 +357,7 @@ fn yaml11_reads_as_non_string(s: &str) -> bool {
 /// Replaces every string (key or value) that [`yaml11_reads_as_non_string`] with a plain stand-in
 /// unique to this document, remembering the original.
 fn quote_yaml11_scalars(value: &mut Value, tag: &str, quoted: &mut Vec<(String, String)>) {
-    let mut stand_in = |original: &str, quoted: &mut Vec<(String, String)>| {
+    let stand_in = |original: &str, quoted: &mut Vec<(String, String)>| {
         let token = format!("kube-anchor-quoted-{tag}-{}", quoted.len());
         quoted.push((token.clone(), original.to_owned()));
         token
