@@ -102,7 +102,7 @@ pub struct Owner {
 
 impl Owner {
     pub fn parse(raw: &str) -> Result<Self, String> {
-        let bad = || format!("{raw:?} is not a numeric \"uid:gid\" such as \"0:0\"");
+        let bad = || format!("owner {raw:?} is not a numeric \"uid:gid\" such as \"0:0\"");
         let (uid, gid) = raw.split_once(':').ok_or_else(bad)?;
         let owner = Self {
             uid: uid.parse().map_err(|_| bad())?,
@@ -110,7 +110,7 @@ impl Owner {
         };
         // chown(2) reads (uid_t)-1 as "leave unchanged": such an owner could never take effect.
         if owner.uid == u32::MAX || owner.gid == u32::MAX {
-            return Err(format!("{raw:?}: {} is not a usable uid or gid", u32::MAX));
+            return Err(format!("owner {raw:?}: {} is not a usable uid or gid", u32::MAX));
         }
         Ok(owner)
     }
@@ -430,7 +430,10 @@ spec:
         let e = problem(&GOOD.replace("restartOnChange", "restartOnChagne"));
         assert!(e.contains("restartOnChagne"), "{e}");
         let e = problem(&GOOD.replace("owner: \"0:0\"", "owner: root"));
-        assert!(e.contains("uid:gid"), "{e}");
+        assert!(
+            e.contains("spec.files[1]: owner \"root\" is not a numeric \"uid:gid\""),
+            "{e}"
+        );
         let e = problem(&GOOD.replace("owner: \"0:0\"", "owner: \"4294967295:0\""));
         assert!(e.contains("4294967295 is not a usable uid or gid"), "{e}");
         let e = problem(&GOOD.replace("  name: kube-apiserver\n", "  name: kube-apiserver\n  labels: {a: b}\n"));

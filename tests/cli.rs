@@ -578,6 +578,20 @@ fn fifos_never_hang_a_verb() {
     let out = output_within(f.command("apply"), QUICK);
     assert_success(&out);
     assert!(fs::symlink_metadata(&ledger).unwrap().is_file());
+
+    // A directory where the ledger belongs: the same for every verb.
+    fs::remove_file(&ledger).unwrap();
+    fs::create_dir(&ledger).unwrap();
+    let out = f.run("status", &[]);
+    assert!(
+        stdout(&out).contains("is unusable (unreadable: is a directory, not a regular file)"),
+        "{}",
+        stdout(&out)
+    );
+    assert_ne!(out.status.code(), Some(1), "status recovers like the other verbs");
+    let out = f.apply();
+    assert!(stdout(&out).contains("is a directory"), "{}", stdout(&out));
+    assert!(fs::symlink_metadata(&ledger).unwrap().is_file());
 }
 
 /// Devices and oversized sources are refused while reading, fast and with the file named:
