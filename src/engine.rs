@@ -213,7 +213,7 @@ impl Engine {
             })
             .collect();
         let now = now_rfc3339();
-        report.adopted = plan::adopt(&mut ledger, desired, &report.unchanged, &now);
+        report.adopted = plan::adopt(&mut ledger, desired, &observations, &report.unchanged, &now);
         // The intent is on disk before the first rename, so no crash strands a file we wrote.
         let intent = plan::intent(&ledger, &plan.ops, &observations, &now);
         let result = self.fs.execute_with_intent(&plan.ops, || {

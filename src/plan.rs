@@ -223,15 +223,24 @@ pub fn plan_remove(ledger: &Ledger, roles: &[Role], observations: &Observations)
 /// lacks them, corrected when its entry is stale (a crash or a failed ledger write after the
 /// rename left the record of the content before).
 /// Returns the paths recorded anew.
-pub fn adopt(ledger: &mut Ledger, desired: &Desired, unchanged: &[HostPath], now: &str) -> Vec<HostPath> {
+pub fn adopt(
+    ledger: &mut Ledger,
+    desired: &Desired,
+    observations: &Observations,
+    unchanged: &[HostPath],
+    now: &str,
+) -> Vec<HostPath> {
     let mut adopted = Vec::new();
     for file in desired.files.iter().filter(|f| unchanged.contains(&f.path)) {
-        let entry = LedgerEntry::written(file, crate::desired::sha256_hex(&file.content), now);
+        // Unchanged means the node holds the wanted bytes: their hash is already known.
+        let Observed::File { sha256, .. } = observed(observations, &file.path) else {
+            continue;
+        };
         let current = ledger.get(&file.path).is_some_and(|e| {
-            (&e.sha256, e.mode, e.owner, &e.previous_sha256) == (&entry.sha256, entry.mode, entry.owner, &None)
+            e.sha256 == *sha256 && e.mode == file.mode && e.owner == file.owner && e.previous_sha256.is_none()
         });
         if !current {
-            ledger.record(entry);
+            ledger.record(LedgerEntry::written(file, sha256.clone(), now));
             adopted.push(file.path.clone());
         }
     }
@@ -556,7 +565,7 @@ mod tests {
         let obs = Observations::from([(hp("/k/key"), on_disk("KEY")), (hp("/k/m.yaml"), on_disk("POD"))]);
         let plan = plan_apply(&desired(), &obs, &ledger, false).unwrap();
         assert!(plan.ops.is_empty());
-        let adopted = adopt(&mut ledger, &desired(), &plan.unchanged, "now");
+        let adopted = adopt(&mut ledger, &desired(), &obs, &plan.unchanged, "now");
         assert_eq!(
             adopted,
             [hp("/k/key"), hp("/k/m.yaml")],
@@ -567,7 +576,7 @@ mod tests {
             crate::desired::sha256_hex(b"KEY")
         );
         // Once current, nothing is recorded again (the no-op apply writes nothing).
-        assert!(adopt(&mut ledger, &desired(), &plan.unchanged, "later").is_empty());
+        assert!(adopt(&mut ledger, &desired(), &obs, &plan.unchanged, "later").is_empty());
     }
 
     #[test]
