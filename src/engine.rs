@@ -6,7 +6,9 @@ use std::time::SystemTime;
 
 use crate::config::{self, Anchor, ConfigError, Role};
 use crate::desired::{self, Desired, DesiredError};
-use crate::hostfs::{Done, Follow, HostFs, HostFsError, MAX_INPUT_BYTES, SetAside, read_regular};
+use crate::hostfs::{
+    Done, Follow, HostFs, HostFsError, MAX_INPUT_BYTES, MAX_TOTAL_INPUT_BYTES, SetAside, read_regular,
+};
 use crate::hostpath::{AllowedRoots, HostPath, HostPathError};
 use crate::ledger::{Ledger, LedgerEntry, Snapshot};
 use crate::plan::{self, FileStatus, Notice, Op, PlanError, WriteReason};
@@ -116,19 +118,33 @@ impl Inputs {
         let anchor = load_config(config_path, roots)?;
         let mut sources = Vec::with_capacity(anchor.files.len());
         let credentials = anchor.files.iter().filter(|f| f.role == Role::Credential).count();
+        let mut total = 0u64;
         for (i, spec) in anchor.files.iter().enumerate() {
+            let unreadable = |source| EngineError::Source {
+                path: spec.source.clone(),
+                field: if i < credentials {
+                    format!("spec.files[{i}].source")
+                } else {
+                    "spec.manifest.source".into()
+                },
+                config: config_path.into(),
+                source,
+            };
             // Mounted ConfigMap and Secret files are symlinks into `..data`: followed.
-            let bytes =
-                read_regular(&spec.source, MAX_INPUT_BYTES, Follow::Yes).map_err(|source| EngineError::Source {
-                    path: spec.source.clone(),
-                    field: if i < credentials {
-                        format!("spec.files[{i}].source")
+            let left = MAX_INPUT_BYTES.min(MAX_TOTAL_INPUT_BYTES - total);
+            let bytes = read_regular(&spec.source, left, Follow::Yes).map_err(|e| {
+                unreadable(
+                    if left < MAX_INPUT_BYTES && e.kind() == std::io::ErrorKind::InvalidData {
+                        std::io::Error::new(
+                            e.kind(),
+                            format!("the sources together are larger than the limit of {MAX_TOTAL_INPUT_BYTES} bytes"),
+                        )
                     } else {
-                        "spec.manifest.source".into()
+                        e
                     },
-                    config: config_path.into(),
-                    source,
-                })?;
+                )
+            })?;
+            total += bytes.len() as u64;
             sources.push(bytes);
         }
         Ok(Self { anchor, sources })

@@ -28,6 +28,9 @@ const LEDGER_MODE: FileMode = FileMode(0o600);
 /// The most bytes read from one input: the config file and each `source:`. Checked while
 /// reading, so a device or a growing file costs no more than this.
 pub const MAX_INPUT_BYTES: u64 = 16 * 1024 * 1024;
+/// The most bytes all sources of one config may hold together, so that the last-known-good
+/// snapshot (base64 of every file) stays readable within [`MAX_STATE_BYTES`].
+pub const MAX_TOTAL_INPUT_BYTES: u64 = 32 * 1024 * 1024;
 /// The most bytes read from one state file (ledger, last-known-good snapshot) or host file.
 pub const MAX_STATE_BYTES: u64 = 64 * 1024 * 1024;
 
@@ -297,7 +300,15 @@ impl HostFs {
             let real = self.resolve(&file.path)?;
             let dir = real.parent().expect("resolved file has a parent");
             self.create_dirs(&file.path, dir, created_dirs)?;
-            let temp = stage(&file.path, &real, &file.content, file.mode, file.owner)?;
+            let temp = match stage(&file.path, &real, &file.content, file.mode, file.owner) {
+                // A concurrent run that failed removed the (empty) directory it had created
+                // just after we found it: create it again, once.
+                Err(HostFsError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
+                    self.create_dirs(&file.path, dir, created_dirs)?;
+                    stage(&file.path, &real, &file.content, file.mode, file.owner)?
+                }
+                result => result?,
+            };
             staged.push((temp, real));
         }
         Ok(staged)

@@ -617,6 +617,18 @@ fn devices_and_oversized_sources_are_refused() {
     // Exactly at the limit is fine.
     f.source("apiserver.key", vec![b'k'; 16 * 1024 * 1024]);
     f.apply();
+    // Together the sources may hold 32 MiB (the last-known-good snapshot keeps them all).
+    f.source("ca.crt", vec![b'c'; 16 * 1024 * 1024]);
+    let before = f.snapshot();
+    let out = output_within(f.command("apply"), QUICK);
+    assert_error(
+        &out,
+        &[
+            "kube-apiserver.yaml",
+            "the sources together are larger than the limit of 33554432 bytes",
+        ],
+    );
+    assert_eq!(f.snapshot(), before);
 }
 
 /// Two components, and the same component twice, applied at once on an empty node: directory
