@@ -138,7 +138,7 @@ pub fn component_name(args: &ComponentArgs, engine: &Engine) -> anyhow::Result<S
     Ok(match (&args.component, &args.config) {
         (Some(name), _) if config::is_component_name(name) => name.clone(),
         (Some(name), _) => anyhow::bail!("--component {name:?} is not a component name (a lowercase DNS label)"),
-        (None, Some(path)) => config::load(path, engine.roots())?.name,
+        (None, Some(path)) => crate::engine::load_config(path, engine.roots())?.name,
         (None, None) => unreachable!("clap requires one of --config and --component"),
     })
 }
@@ -197,13 +197,16 @@ fn notice_text(notice: &Notice) -> String {
         Notice::Orphaned { path } => {
             format!("{path}: written earlier, no longer in the config; kept (use --prune to remove it)")
         }
+        Notice::KeptForManifest { path, manifest } => {
+            format!("{path}: kept, because {manifest} was changed by hand and stays, and may need it")
+        }
     }
 }
 
 fn set_aside_text(s: &SetAside) -> String {
     match &s.moved_to {
         Some(to) => format!(
-            "ledger {} was unusable ({}); moved to {to}; starting a fresh ledger",
+            "ledger {} was unusable ({}); moved to {to}; nothing it named is trusted as written by kube-anchor",
             s.path, s.reason
         ),
         None => format!("ledger {} is unusable ({}); ignoring it", s.path, s.reason),
@@ -237,7 +240,10 @@ fn print_apply(r: &ApplyReport, format: OutputFormat) {
                     .map(|(p, why)| json!({"path": p, "action": "written", "reason": why})),
             );
             files.extend(r.removed.iter().map(|p| json!({"path": p, "action": "removed"})));
-            files.extend(r.unchanged.iter().map(|p| json!({"path": p, "action": "unchanged"})));
+            files.extend(r.unchanged.iter().map(|p| {
+                let action = if r.adopted.contains(p) { "adopted" } else { "unchanged" };
+                json!({"path": p, "action": action})
+            }));
             let out = json!({
                 "component": r.component,
                 "contentHash": r.content_hash,
@@ -248,12 +254,12 @@ fn print_apply(r: &ApplyReport, format: OutputFormat) {
             println!("{out}");
         }
         OutputFormat::Text => {
-            println!(
-                "{}: {} ({})",
-                r.component,
-                if r.changed() { "applied" } else { "unchanged" },
-                r.content_hash
-            );
+            let outcome = match (r.changed(), r.adopted.is_empty()) {
+                (true, _) => "applied",
+                (false, false) => "adopted",
+                (false, true) => "unchanged",
+            };
+            println!("{}: {outcome} ({})", r.component, r.content_hash);
             for (p, why) in &r.written {
                 println!(
                     "  written    {p} ({})",
@@ -264,7 +270,11 @@ fn print_apply(r: &ApplyReport, format: OutputFormat) {
                 println!("  removed    {p}");
             }
             for p in &r.unchanged {
-                println!("  unchanged  {p}");
+                if r.adopted.contains(p) {
+                    println!("  adopted    {p} (already held what the config wants; now in the ledger)");
+                } else {
+                    println!("  unchanged  {p}");
+                }
             }
             for w in warnings(&r.notices, r.set_aside.as_ref()) {
                 println!("  warning    {w}");
