@@ -306,7 +306,9 @@ fn print_status(r: &StatusReport, format: OutputFormat) {
     let warnings = warnings(&[], r.set_aside.as_ref());
     match format {
         OutputFormat::Json => {
+            // The document schemas/status.v1.json describes (checked by tests/schema.rs).
             let out = json!({
+                "schemaVersion": 1,
                 "component": r.component,
                 "inSync": r.in_sync(),
                 "contentHash": r.content_hash,
