@@ -9,7 +9,7 @@
 //!    no need for a writable root filesystem), run `--before-remove`, remove the manifest, wait
 //!    until the mirror pod is gone or the health URL stops answering, remove the credentials.
 //!
-//! Time: every lookup ends by `deadline - REMOVAL_RESERVE` (an unanswered one is no evidence),
+//! Time: every lookup ends `REMOVAL_RESERVE` before the deadline (an unanswered one is no evidence),
 //! and every later probe ends `FINAL_STEP` before the deadline, so a slow API never leaves the
 //! credentials behind once the manifest is gone.
 //!
@@ -34,8 +34,8 @@ use crate::staticpod;
 
 /// Kept free at the end of --timeout for removing the credentials.
 const FINAL_STEP: Duration = Duration::from_secs(2);
-/// Kept free after the evidence for the removal: the manifest, a short wait for the static pod
-/// to stop, the credentials.
+/// Kept free after the evidence for the removal (at most half of --timeout): the manifest, a
+/// short wait for the static pod to stop, the credentials.
 const REMOVAL_RESERVE: Duration = Duration::from_secs(5);
 
 pub async fn run(args: PreStopArgs) -> anyhow::Result<ExitCode> {
@@ -56,7 +56,9 @@ fn remaining(deadline: Instant) -> Duration {
 async fn run_inner(args: &PreStopArgs, deadline: Instant) -> anyhow::Result<ExitCode> {
     let engine = Engine::new(&args.node.host_root, &args.node.state_dir, &args.node.allowed_roots)?;
     let component = crate::commands::component_name(&args.component, &engine)?;
-    let evidence_until = deadline.checked_sub(REMOVAL_RESERVE).unwrap_or_else(Instant::now);
+    let evidence_until = deadline
+        .checked_sub(REMOVAL_RESERVE.min(args.timeout / 2))
+        .unwrap_or_else(Instant::now);
     // One client for the evidence and for watching the static pod stop; why there is none is
     // itself part of the evidence ("no API client" keeps everything).
     let client: Result<kube::Client, String> = match tokio::time::timeout(
