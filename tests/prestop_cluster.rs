@@ -835,3 +835,237 @@ async fn an_api_that_hangs_after_the_manifest_is_gone_still_lets_the_credentials
     );
     s.release_pods().await;
 }
+
+fn helm(args: &[&str]) -> String {
+    let out = Command::new(cluster::tool("helm")).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "helm {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The real chart, as an operator uses it: `helm upgrade` toggling `perNode` (a new DaemonSet
+/// per node, the shared one deleted), then the release renamed (`helm install` under the new
+/// name, `helm uninstall` of the old one). At every step the old anchor's hook runs on its
+/// terminating pod and must keep the component; only the last anchor's uninstall removes it.
+#[tokio::test(flavor = "multi_thread")]
+async fn helm_per_node_toggle_and_release_rename_keep_the_component() {
+    let cp = cluster::shared().await;
+    cp.start_controllers();
+    let label = "kube-anchor.io/helm-rename";
+    let node = cp.add_node("helm-rename-node", &[(label, "enabled")]).await;
+    let ns = cp.namespace("helm-rename").await;
+    let admin = cp.admin().await;
+    let work = tempfile::tempdir().unwrap();
+    let kubeconfig = cp.admin_kubeconfig.display().to_string();
+    let chart = cluster::repo_root().join("charts/kube-scheduler");
+    helm(&["dependency", "build", chart.to_str().unwrap()]);
+    let chart = chart.display().to_string();
+    let hostname = Api::<Node>::all(admin.clone())
+        .get(&node.name)
+        .await
+        .unwrap()
+        .metadata
+        .labels
+        .unwrap()["kubernetes.io/hostname"]
+        .clone();
+    let shared = work.path().join("shared.yaml");
+    fs::write(
+        &shared,
+        format!(
+            "nodeSelector: {{{label}: enabled, node-role.kubernetes.io/control-plane: null}}\nanchor: {{healthURL: \"\"}}\ncomponent: {{namespace: {ns}}}\ncredentials: {{scheduler.conf: \"kubeconfig v1\"}}\n"
+        ),
+    )
+    .unwrap();
+    let per_node = work.path().join("per-node.yaml");
+    fs::write(&per_node, format!("perNode: {{{hostname}: {{credentials: {{}}}}}}\n")).unwrap();
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+    let hold = |pod: String, on: bool| {
+        let pods = pods.clone();
+        async move {
+            let finalizers = if on {
+                serde_json::json!([HOLD])
+            } else {
+                serde_json::Value::Null
+            };
+            let patch = serde_json::json!({"metadata": {"finalizers": finalizers}});
+            pods.patch(&pod, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .unwrap();
+        }
+    };
+    let pod_of = |ds: String| {
+        let pods = pods.clone();
+        let node = node.name.clone();
+        async move {
+            eventually(WAIT, "the DaemonSet's pod Running on the node", || {
+                let (pods, node) = (pods.clone(), node.clone());
+                let selector = format!("kube-anchor.io/daemonset={ds}");
+                async move {
+                    let list = pods.list(&ListParams::default().labels(&selector)).await.ok()?;
+                    list.items.into_iter().find_map(|p| {
+                        let running = p.status.as_ref()?.phase.as_deref() == Some("Running");
+                        let on_node = p.spec.as_ref()?.node_name.as_deref() == Some(node.as_str());
+                        (running && on_node && p.metadata.deletion_timestamp.is_none()).then_some(p.metadata.name?)
+                    })
+                }
+            })
+            .await
+        }
+    };
+    let terminating = |pod: String| {
+        let pods = pods.clone();
+        async move {
+            eventually(WAIT, "the old anchor pod terminating", || {
+                let (pods, pod) = (pods.clone(), pod.clone());
+                async move { pods.get(&pod).await.ok()?.metadata.deletion_timestamp.map(|_| ()) }
+            })
+            .await
+        }
+    };
+    let manifest = node.host_root().join("etc/kubernetes/manifests/kube-scheduler.yaml");
+    let credential = node.host_root().join("etc/kubernetes/scheduler.conf");
+    // The hook as the kubelet runs it in the pod, with the release's own ServiceAccount.
+    let pre_stop = |pod: &str, release: &str, config: &std::path::Path| {
+        let account = format!("{release}-anchor");
+        let (ns, node) = (ns.clone(), node.clone());
+        let (pod, config) = (pod.to_owned(), config.to_owned());
+        async move {
+            let sa = cp.service_account_client(&ns, &account).await.1;
+            let out = Command::new(BIN)
+                .args(["pre-stop", "--output", "json", "--config"])
+                .arg(&config)
+                .arg("--host-root")
+                .arg(node.host_root())
+                .arg("--kubeconfig")
+                .arg(&sa)
+                .env("POD_NAME", &pod)
+                .env("POD_NAMESPACE", &ns)
+                .env("NODE_NAME", &node.name)
+                .env("NODE_IP", "127.0.0.1")
+                .output()
+                .unwrap();
+            parse_output(out).1
+        }
+    };
+
+    // Install; the anchor writes the component (as `apply` with the release's config).
+    helm(&[
+        "install",
+        "sched",
+        &chart,
+        "-n",
+        &ns,
+        "-f",
+        shared.to_str().unwrap(),
+        "--kubeconfig",
+        &kubeconfig,
+        "--wait=false",
+    ]);
+    let first = pod_of("sched-anchor".into()).await;
+    hold(first.clone(), true).await;
+    let config = project(&admin, &ns, "sched-anchor", &work.path().join("sched")).await;
+    let out = Command::new(BIN)
+        .arg("apply")
+        .arg("--config")
+        .arg(&config)
+        .arg("--host-root")
+        .arg(node.host_root())
+        .env("NODE_NAME", &node.name)
+        .env("NODE_IP", "127.0.0.1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(manifest.exists() && credential.exists());
+
+    // perNode on: Helm creates sched-anchor-<node> and deletes sched-anchor.
+    helm(&[
+        "upgrade",
+        "sched",
+        &chart,
+        "-n",
+        &ns,
+        "-f",
+        shared.to_str().unwrap(),
+        "-f",
+        per_node.to_str().unwrap(),
+        "--kubeconfig",
+        &kubeconfig,
+        "--wait=false",
+    ]);
+    let second = pod_of(format!("sched-anchor-{hostname}")).await;
+    hold(second.clone(), true).await;
+    terminating(first.clone()).await;
+    let json = pre_stop(&first, "sched", &config).await;
+    assert_eq!(json["decision"], "keep", "perNode toggle: {json}");
+    assert!(manifest.exists() && credential.exists());
+
+    // The release renamed: install sched2 (shared DaemonSet), uninstall sched.
+    helm(&[
+        "install",
+        "sched2",
+        &chart,
+        "-n",
+        &ns,
+        "-f",
+        shared.to_str().unwrap(),
+        "--kubeconfig",
+        &kubeconfig,
+        "--wait=false",
+    ]);
+    let third = pod_of("sched2-anchor".into()).await;
+    hold(third.clone(), true).await;
+    helm(&[
+        "uninstall",
+        "sched",
+        "-n",
+        &ns,
+        "--kubeconfig",
+        &kubeconfig,
+        "--wait=false",
+    ]);
+    terminating(second.clone()).await;
+    let json = pre_stop(&second, "sched", &config).await;
+    assert_eq!(json["decision"], "keep", "release renamed: {json}");
+    assert!(manifest.exists() && credential.exists());
+
+    // The last anchor goes: now the component leaves the node.
+    helm(&[
+        "uninstall",
+        "sched2",
+        "-n",
+        &ns,
+        "--kubeconfig",
+        &kubeconfig,
+        "--wait=false",
+    ]);
+    terminating(third.clone()).await;
+    let json = pre_stop(&third, "sched2", &config).await;
+    assert_eq!(json["decision"], "remove", "last anchor uninstalled: {json}");
+    assert!(!manifest.exists() && !credential.exists());
+    for pod in [first, second, third] {
+        hold(pod, false).await;
+    }
+}
+
+/// The release's ConfigMap and Secret written out as the kubelet projects them (`config/`,
+/// `secrets/` side by side); returns the anchor config's path.
+async fn project(client: &kube::Client, ns: &str, name: &str, dir: &std::path::Path) -> PathBuf {
+    use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    let cm = Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .get(name)
+        .await
+        .unwrap();
+    let secret = Api::<Secret>::namespaced(client.clone(), ns).get(name).await.unwrap();
+    fs::create_dir_all(dir.join("config")).unwrap();
+    fs::create_dir_all(dir.join("secrets")).unwrap();
+    for (k, v) in cm.data.unwrap_or_default() {
+        fs::write(dir.join("config").join(k), v).unwrap();
+    }
+    for (k, v) in secret.data.unwrap_or_default() {
+        fs::write(dir.join("secrets").join(k), v.0).unwrap();
+    }
+    dir.join("config/anchor.yaml")
+}
