@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::checkpoint::{self, Action, Generation, Local, Observation, Parent, State};
 use crate::decommission::{
     self, Anchors, CleanupMode, DaemonSetFacts, Decision, Evidence, Lookup, NodeFacts, NodeSelection, Owner, PodFacts,
-    ThisPod,
+    QuorumGuard, ThisPod,
 };
 
 /// The control-plane components that are DaemonSet pods (with checkpoints) or static pods
@@ -392,9 +392,12 @@ pub fn run_trajectory(policy: Policy, nodes: usize, variant: Variant, seed: u64)
                                 }),
                                 anchors: Some(Lookup::Found(Anchors::default())),
                             };
-                            if let Decision::Remove(_) =
-                                decommission::decide(CleanupMode::Guarded, false, &this, &evidence)
-                            {
+                            if let Decision::Remove(_) = decommission::decide(
+                                CleanupMode::Guarded,
+                                QuorumGuard::Auto.applies_to(COMPONENTS[c]),
+                                &this,
+                                &evidence,
+                            ) {
                                 s.copy_wanted = false;
                             }
                         }
