@@ -199,20 +199,17 @@ pub fn decide(mode: CleanupMode, quorum_guard: bool, this: &ThisPod, evidence: &
         Ok(proof) => proof,
         Err(keep) => return Decision::Keep(keep),
     };
-    if let Some(keep) = other_anchor_wants_node(this, evidence) {
-        return Decision::Keep(format!("{proof}, but {keep}"));
-    }
-    if quorum_guard {
-        let Some(Lookup::Found(anchors)) = &evidence.anchors else {
-            unreachable!("other_anchor_wants_node keeps unless the anchors were listed")
-        };
-        if let Err(short) = quorum(this, &anchors.pods)
-            && !consented(evidence)
-        {
-            return Decision::Held(format!(
-                "{proof}, but {short}; set {DECOMMISSION_ANNOTATION}=\"true\" on the Node or the DaemonSet to remove anyway"
-            ));
-        }
+    let anchors = match no_other_anchor_wants_node(this, evidence) {
+        Ok(anchors) => anchors,
+        Err(keep) => return Decision::Keep(format!("{proof}, but {keep}")),
+    };
+    if quorum_guard
+        && let Err(short) = quorum(this, &anchors.pods)
+        && !consented(evidence)
+    {
+        return Decision::Held(format!(
+            "{proof}, but {short}; set {DECOMMISSION_ANNOTATION}=\"true\" on the Node or the DaemonSet to remove anyway"
+        ));
     }
     Decision::Remove(proof)
 }
@@ -281,15 +278,15 @@ fn proof(evidence: &Evidence) -> Result<String, String> {
     ))
 }
 
-/// Some(why) when another anchor of the component wants or holds this node, or when that
-/// cannot be ruled out.
-fn other_anchor_wants_node(this: &ThisPod, evidence: &Evidence) -> Option<String> {
+/// Ok(every anchor of the component) when none but this one wants this node; Err(why) when
+/// another anchor wants or holds it, or when that cannot be ruled out.
+fn no_other_anchor_wants_node<'e>(this: &ThisPod, evidence: &'e Evidence) -> Result<&'e Anchors, String> {
     let anchors = match &evidence.anchors {
-        None => return Some("the other anchors of the component were not listed".into()),
+        None => return Err("the other anchors of the component were not listed".into()),
         Some(Lookup::Found(anchors)) => anchors,
-        Some(Lookup::NotFound) => return Some("the other anchors of the component could not be listed".into()),
+        Some(Lookup::NotFound) => return Err("the other anchors of the component could not be listed".into()),
         Some(Lookup::Unavailable(why)) => {
-            return Some(format!(
+            return Err(format!(
                 "cannot list the other anchors of the component ({why}): not evidence"
             ));
         }
@@ -300,14 +297,14 @@ fn other_anchor_wants_node(this: &ThisPod, evidence: &Evidence) -> Option<String
         .iter()
         .find(|p| !is_this(p) && !p.terminating && p.node.as_deref() == Some(this.node.as_str()))
     {
-        return Some(format!(
+        return Err(format!(
             "anchor pod {}/{} of the same component runs on this node",
             p.namespace, p.name
         ));
     }
     let node = match &evidence.node {
         // No DaemonSet will run pods on a node that is going away.
-        Lookup::Found(node) if node.deleting => return None,
+        Lookup::Found(node) if node.deleting => return Ok(anchors),
         Lookup::Found(node) => Some(node),
         _ => None,
     };
@@ -322,20 +319,20 @@ fn other_anchor_wants_node(this: &ThisPod, evidence: &Evidence) -> Option<String
         match node {
             Some(node) if !matches_node(&ds.selection, &node.labels, &node.name) => {}
             Some(node) => {
-                return Some(format!(
+                return Err(format!(
                     "anchor DaemonSet {}/{} of the same component selects node {}",
                     ds.namespace, ds.name, node.name
                 ));
             }
             None => {
-                return Some(format!(
+                return Err(format!(
                     "anchor DaemonSet {}/{} of the same component may select this node (its labels are unknown)",
                     ds.namespace, ds.name
                 ));
             }
         }
     }
-    None
+    Ok(anchors)
 }
 
 /// The quorum rule. The copies are the nodes with an anchor pod of the component (any state),
