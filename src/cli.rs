@@ -259,6 +259,14 @@ pub struct PreStopArgs {
     pub health_url: Option<String>,
     #[arg(long, env = "KUBE_ANCHOR_HEALTH_CA_FILE")]
     pub health_ca_file: Option<PathBuf>,
+    /// Refuse to remove while fewer than a quorum of other Ready copies would remain, unless the
+    /// Node or the DaemonSet is annotated `kube-anchor.io/decommission: "true"`. auto: on for
+    /// etcd and kube-apiserver.
+    #[arg(long, env = "KUBE_ANCHOR_QUORUM_GUARD", value_enum, default_value_t = crate::decommission::QuorumGuard::Auto)]
+    pub quorum_guard: crate::decommission::QuorumGuard,
+    /// Evidence of a decommission must hold twice, this far apart.
+    #[arg(long, env = "KUBE_ANCHOR_PRESTOP_CONFIRM_INTERVAL", default_value = "2s", value_parser = duration)]
+    pub confirm_interval: std::time::Duration,
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub output: OutputFormat,
 }

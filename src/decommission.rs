@@ -1,14 +1,40 @@
 //! Is this pod's termination a real decommission of the component on this node? Pure.
 //!
-//! Removal needs positive evidence: the owning DaemonSet is gone (a 404, nothing else) or being
-//! deleted, the Node is being deleted, or the Node no longer matches the DaemonSet's node
-//! selection. Everything else — a rolling update, an eviction, a reboot, an API that cannot be
-//! reached, times out or refuses us — keeps the files.
+//! Removal needs positive evidence, all of it:
+//! - this anchor pod is being deleted in the API (a container restart — a liveness kill runs the
+//!   preStop hook too — an eviction by the kubelet or a node shutdown leave it undeleted);
+//! - the owning DaemonSet is gone (a `NotFound` Status for it, nothing else) or being deleted,
+//!   the Node is being deleted, or the Node no longer matches the DaemonSet's node selection;
+//! - no other anchor of the same component wants this node: no other non-deleting anchor
+//!   DaemonSet of the component selects it, and no other live anchor pod of the component runs
+//!   on it (a renamed release or a `perNode` toggle creates the new DaemonSet, then deletes the
+//!   old one);
+//! - with the quorum guard, enough other Ready copies remain (see [`quorum`]), or the Node or
+//!   the DaemonSet carries [`DECOMMISSION_ANNOTATION`].
+//!
+//! Everything else — a rolling update, an eviction, a reboot, an API that cannot be reached,
+//! times out or refuses us — keeps the files. The executor asks twice, a short interval apart,
+//! and removes only when both answers are `Remove` ([`confirm`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, NodeSelectorRequirement, NodeSelectorTerm, Pod};
+
+/// The labels every anchor DaemonSet and pod carries (the charts' `kube-anchor-lib.labels`):
+/// `app.kubernetes.io/name=kube-anchor` and the component's name under [`COMPONENT_LABEL`].
+pub const ANCHOR_NAME_LABEL: (&str, &str) = ("app.kubernetes.io/name", "kube-anchor");
+pub const COMPONENT_LABEL: &str = "app.kubernetes.io/component";
+/// On a Node or an anchor DaemonSet, `"true"` lets the quorum guard remove the last copies.
+pub const DECOMMISSION_ANNOTATION: &str = "kube-anchor.io/decommission";
+
+/// The label selector of every anchor of `component`.
+pub fn anchor_selector(component: &str) -> String {
+    format!(
+        "{}={},{COMPONENT_LABEL}={component}",
+        ANCHOR_NAME_LABEL.0, ANCHOR_NAME_LABEL.1
+    )
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum CleanupMode {
@@ -20,13 +46,37 @@ pub enum CleanupMode {
     Always,
 }
 
+/// Whether removal also needs a quorum of other Ready copies to remain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum QuorumGuard {
+    /// On for the components that need a quorum (`etcd`, `kube-apiserver`), off otherwise.
+    Auto,
+    On,
+    Off,
+}
+
+impl QuorumGuard {
+    /// The components whose copies form a quorum (etcd members; API servers behind one
+    /// endpoint, where losing most of them at once is an outage).
+    pub const QUORUM_COMPONENTS: [&str; 2] = ["etcd", "kube-apiserver"];
+
+    pub fn applies_to(self, component: &str) -> bool {
+        match self {
+            QuorumGuard::On => true,
+            QuorumGuard::Off => false,
+            QuorumGuard::Auto => Self::QUORUM_COMPONENTS.contains(&component),
+        }
+    }
+}
+
 /// The answer to one API lookup.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Lookup<T> {
     Found(T),
-    /// The API answered 404.
+    /// The API answered with a `NotFound` Status for exactly this object.
     NotFound,
-    /// Anything else: unreachable, timeout, 403, 5xx... never evidence.
+    /// Anything else: unreachable, timeout, 403, 5xx, a 404 that is not the API's... never
+    /// evidence.
     Unavailable(String),
 }
 
@@ -46,6 +96,15 @@ pub struct Owner {
     pub uid: String,
 }
 
+/// This anchor's own pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodFacts {
+    /// Its controlling DaemonSet.
+    pub owner: Option<Owner>,
+    /// It has a deletionTimestamp.
+    pub deleting: bool,
+}
+
 /// Node selection of a DaemonSet's pods: `nodeSelector` AND any one of the required
 /// node-affinity terms (when there are terms).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -56,9 +115,13 @@ pub struct NodeSelection {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct DaemonSetFacts {
+    pub namespace: String,
+    pub name: String,
     pub uid: String,
     pub deleting: bool,
     pub selection: NodeSelection,
+    /// Carries [`DECOMMISSION_ANNOTATION`]`: "true"`.
+    pub decommission: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,56 +129,130 @@ pub struct NodeFacts {
     pub name: String,
     pub labels: BTreeMap<String, String>,
     pub deleting: bool,
+    /// Carries [`DECOMMISSION_ANNOTATION`]`: "true"`.
+    pub decommission: bool,
+}
+
+/// Another anchor pod of the same component, anywhere in the cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AnchorPod {
+    pub namespace: String,
+    pub name: String,
+    pub node: Option<String>,
+    /// Being deleted, or finished (Succeeded/Failed, e.g. evicted by the kubelet).
+    pub terminating: bool,
+    /// Its Ready condition is True: the anchor's `/readyz` answers, i.e. its static pod runs
+    /// what was written.
+    pub ready: bool,
+}
+
+/// Every anchor of the component the API lists (by [`anchor_selector`], all namespaces),
+/// this pod and its DaemonSet included: [`decide`] sets them apart.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Anchors {
+    pub daemonsets: Vec<DaemonSetFacts>,
+    pub pods: Vec<AnchorPod>,
 }
 
 /// What the API said, lookup by lookup. `daemonset` is `None` when it was not looked up (the
-/// pod could not be read or has no DaemonSet owner).
+/// pod could not be read or has no DaemonSet owner); `anchors` is `None` when not listed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Evidence {
-    pub owner: Lookup<Option<Owner>>,
+    pub pod: Lookup<PodFacts>,
     pub daemonset: Option<Lookup<DaemonSetFacts>>,
     pub node: Lookup<NodeFacts>,
+    pub anchors: Option<Lookup<Anchors>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
     Remove(String),
     Keep(String),
+    /// A decommission is proved, but removing would leave fewer than a quorum of Ready copies:
+    /// kept, and said loudly (a Warning Event).
+    Held(String),
 }
 
-pub fn decide(mode: CleanupMode, evidence: &Evidence) -> Decision {
+impl Decision {
+    pub fn reason(&self) -> &str {
+        match self {
+            Decision::Remove(r) | Decision::Keep(r) | Decision::Held(r) => r,
+        }
+    }
+}
+
+/// This anchor pod, as the downward API names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThisPod {
+    pub namespace: String,
+    pub name: String,
+    pub node: String,
+}
+
+pub fn decide(mode: CleanupMode, quorum_guard: bool, this: &ThisPod, evidence: &Evidence) -> Decision {
     match mode {
         CleanupMode::Never => return Decision::Keep("--cleanup never".into()),
         CleanupMode::Always => return Decision::Remove("--cleanup always".into()),
         CleanupMode::Guarded => {}
     }
+    let proof = match proof(evidence) {
+        Ok(proof) => proof,
+        Err(keep) => return Decision::Keep(keep),
+    };
+    let anchors = match no_other_anchor_wants_node(this, evidence) {
+        Ok(anchors) => anchors,
+        Err(keep) => return Decision::Keep(format!("{proof}, but {keep}")),
+    };
+    if quorum_guard
+        && let Err(short) = quorum(this, &anchors.pods)
+        && !consented(evidence)
+    {
+        return Decision::Held(format!(
+            "{proof}, but {short}; set {DECOMMISSION_ANNOTATION}=\"true\" on the Node or the DaemonSet to remove anyway"
+        ));
+    }
+    Decision::Remove(proof)
+}
+
+/// Ok(why this is a decommission) or Err(why it is not proved).
+fn proof(evidence: &Evidence) -> Result<String, String> {
+    let pod = match &evidence.pod {
+        Lookup::Found(pod) => Some(pod),
+        Lookup::NotFound => None,
+        Lookup::Unavailable(why) => return Err(format!("cannot read this pod ({why}): not evidence")),
+    };
+    // The hook also runs on a container restart (a liveness kill) in a pod that stays: only a
+    // pod on its way out may take the component with it.
+    if pod.is_some_and(|p| !p.deleting) {
+        return Err("this pod is not being deleted: a container restart, a kubelet eviction or a node shutdown".into());
+    }
     // The node itself going away is evidence on its own.
     if let Lookup::Found(node) = &evidence.node
         && node.deleting
     {
-        return Decision::Remove(format!("node {} is being deleted", node.name));
+        return Ok(format!("node {} is being deleted", node.name));
     }
-    let owner = match &evidence.owner {
-        Lookup::Found(Some(owner)) => owner,
-        Lookup::Found(None) => return Decision::Keep("this pod has no DaemonSet owner".into()),
-        Lookup::NotFound => return Decision::Keep("this pod is not found; cannot tell its owner".into()),
-        Lookup::Unavailable(why) => return Decision::Keep(format!("cannot read this pod ({why}): not evidence")),
+    let Some(pod) = pod else {
+        return Err("this pod is not found; cannot tell its owner".into());
+    };
+    let Some(owner) = &pod.owner else {
+        return Err("this pod has no DaemonSet owner".into());
     };
     let ds = match &evidence.daemonset {
-        None => return Decision::Keep("the owning DaemonSet was not looked up".into()),
-        Some(Lookup::NotFound) => return Decision::Remove(format!("DaemonSet {} is gone", owner.name)),
+        None => return Err("the owning DaemonSet was not looked up".into()),
+        Some(Lookup::NotFound) => return Ok(format!("DaemonSet {} is gone", owner.name)),
         Some(Lookup::Unavailable(why)) => {
-            return Decision::Keep(format!("cannot read DaemonSet {} ({why}): not evidence", owner.name));
+            return Err(format!("cannot read DaemonSet {} ({why}): not evidence", owner.name));
         }
         Some(Lookup::Found(ds)) => ds,
     };
     if ds.deleting && ds.uid == owner.uid {
-        return Decision::Remove(format!("DaemonSet {} is being deleted", owner.name));
+        return Ok(format!("DaemonSet {} is being deleted", owner.name));
     }
     let node = match &evidence.node {
         Lookup::Found(node) => node,
-        Lookup::NotFound => return Decision::Keep("this node is not found in the API: not evidence".into()),
-        Lookup::Unavailable(why) => return Decision::Keep(format!("cannot read this node ({why}): not evidence")),
+        Lookup::NotFound => return Err("this node is not found in the API: not evidence".into()),
+        Lookup::Unavailable(why) => return Err(format!("cannot read this node ({why}): not evidence")),
     };
     // A DaemonSet of the same name but another UID replaced ours: it decides by its selection.
     let replaced = if ds.uid == owner.uid {
@@ -124,21 +261,132 @@ pub fn decide(mode: CleanupMode, evidence: &Evidence) -> Decision {
         " (a new DaemonSet of that name)"
     };
     if ds.deleting {
-        return Decision::Keep(format!(
+        return Err(format!(
             "DaemonSet {}{replaced} is being deleted, but it is not this pod's owner",
             owner.name
         ));
     }
     if !matches_node(&ds.selection, &node.labels, &node.name) {
-        return Decision::Remove(format!(
+        return Ok(format!(
             "node {} is no longer selected by DaemonSet {}{replaced}",
             node.name, owner.name
         ));
     }
-    Decision::Keep(format!(
+    Err(format!(
         "DaemonSet {}{replaced} still selects node {}: an update, eviction, reboot or restart",
         owner.name, node.name
     ))
+}
+
+/// Ok(every anchor of the component) when none but this one wants this node; Err(why) when
+/// another anchor wants or holds it, or when that cannot be ruled out.
+fn no_other_anchor_wants_node<'e>(this: &ThisPod, evidence: &'e Evidence) -> Result<&'e Anchors, String> {
+    let anchors = match &evidence.anchors {
+        None => return Err("the other anchors of the component were not listed".into()),
+        Some(Lookup::Found(anchors)) => anchors,
+        Some(Lookup::NotFound) => return Err("the other anchors of the component could not be listed".into()),
+        Some(Lookup::Unavailable(why)) => {
+            return Err(format!(
+                "cannot list the other anchors of the component ({why}): not evidence"
+            ));
+        }
+    };
+    let is_this = |p: &AnchorPod| p.namespace == this.namespace && p.name == this.name;
+    if let Some(p) = anchors
+        .pods
+        .iter()
+        .find(|p| !is_this(p) && !p.terminating && p.node.as_deref() == Some(this.node.as_str()))
+    {
+        return Err(format!(
+            "anchor pod {}/{} of the same component runs on this node",
+            p.namespace, p.name
+        ));
+    }
+    let node = match &evidence.node {
+        // No DaemonSet will run pods on a node that is going away.
+        Lookup::Found(node) if node.deleting => return Ok(anchors),
+        Lookup::Found(node) => Some(node),
+        _ => None,
+    };
+    let own_uid = match &evidence.pod {
+        Lookup::Found(PodFacts { owner: Some(o), .. }) => Some(o.uid.as_str()),
+        _ => None,
+    };
+    for ds in &anchors.daemonsets {
+        if ds.deleting || Some(ds.uid.as_str()) == own_uid {
+            continue;
+        }
+        match node {
+            Some(node) if !matches_node(&ds.selection, &node.labels, &node.name) => {}
+            Some(node) => {
+                return Err(format!(
+                    "anchor DaemonSet {}/{} of the same component selects node {}",
+                    ds.namespace, ds.name, node.name
+                ));
+            }
+            None => {
+                return Err(format!(
+                    "anchor DaemonSet {}/{} of the same component may select this node (its labels are unknown)",
+                    ds.namespace, ds.name
+                ));
+            }
+        }
+    }
+    Ok(anchors)
+}
+
+/// The quorum rule. The copies are the nodes with an anchor pod of the component (any state),
+/// this node included; the copies that remain are the *other* nodes with a live (not
+/// terminating) Ready anchor pod of the component. Removal needs the remaining copies to be a
+/// majority of all copies: a DaemonSet deletion or a deselection of every node terminates every
+/// anchor at once, so none counts, and nothing is removed without consent.
+pub fn quorum(this: &ThisPod, pods: &[AnchorPod]) -> Result<(), String> {
+    let elsewhere = || {
+        pods.iter()
+            .filter(|p| p.node.as_deref().is_some_and(|n| n != this.node))
+    };
+    let copies = elsewhere()
+        .filter_map(|p| p.node.as_deref())
+        .collect::<BTreeSet<_>>()
+        .len()
+        + 1;
+    let remaining = elsewhere()
+        .filter(|p| p.ready && !p.terminating)
+        .filter_map(|p| p.node.as_deref())
+        .collect::<BTreeSet<_>>()
+        .len();
+    let quorum = copies / 2 + 1;
+    if remaining >= quorum {
+        Ok(())
+    } else {
+        Err(format!(
+            "only {remaining} other Ready copies of {copies} would remain, fewer than a quorum of {quorum}"
+        ))
+    }
+}
+
+/// An explicit decommission annotation on the Node or on this pod's own DaemonSet.
+fn consented(evidence: &Evidence) -> bool {
+    let node = matches!(&evidence.node, Lookup::Found(n) if n.decommission);
+    let own_uid = match &evidence.pod {
+        Lookup::Found(PodFacts { owner: Some(o), .. }) => Some(o.uid.as_str()),
+        _ => None,
+    };
+    let ds = matches!(&evidence.daemonset, Some(Lookup::Found(d)) if d.decommission && Some(d.uid.as_str()) == own_uid);
+    node || ds
+}
+
+/// The second look, a short interval after a first `Remove`: removal stands only when the
+/// evidence still proves it (a `kubectl replace --force` passes through a 404 window).
+pub fn confirm(first: &Decision, second: Decision) -> Decision {
+    match (first, second) {
+        (Decision::Remove(_), Decision::Remove(reason)) => Decision::Remove(reason),
+        (Decision::Remove(_), Decision::Keep(reason)) => {
+            Decision::Keep(format!("the evidence did not hold when looked at again: {reason}"))
+        }
+        (Decision::Remove(_), held @ Decision::Held(_)) => held,
+        (first, _) => first.clone(),
+    }
 }
 
 /// Whether a node with `labels` and `name` satisfies `selection` (the scheduler's rules for
@@ -189,6 +437,35 @@ pub fn daemonset_owner(pod: &Pod) -> Option<Owner> {
     })
 }
 
+fn annotated(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> bool {
+    meta.annotations
+        .as_ref()
+        .and_then(|a| a.get(DECOMMISSION_ANNOTATION))
+        .is_some_and(|v| v == "true")
+}
+
+pub fn pod_facts(pod: &Pod) -> PodFacts {
+    PodFacts {
+        owner: daemonset_owner(pod),
+        deleting: pod.metadata.deletion_timestamp.is_some(),
+    }
+}
+
+pub fn anchor_pod(pod: &Pod) -> AnchorPod {
+    let status = pod.status.as_ref();
+    let finished = matches!(status.and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"));
+    let ready = status
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    AnchorPod {
+        namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+        name: pod.metadata.name.clone().unwrap_or_default(),
+        node: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
+        terminating: finished || pod.metadata.deletion_timestamp.is_some(),
+        ready,
+    }
+}
+
 pub fn daemonset_facts(ds: &DaemonSet) -> DaemonSetFacts {
     let pod_spec = ds.spec.as_ref().and_then(|s| s.template.spec.as_ref());
     let node_selector = pod_spec
@@ -203,12 +480,15 @@ pub fn daemonset_facts(ds: &DaemonSet) -> DaemonSetFacts {
         .map(|r| r.node_selector_terms.clone())
         .unwrap_or_default();
     DaemonSetFacts {
+        namespace: ds.metadata.namespace.clone().unwrap_or_default(),
+        name: ds.metadata.name.clone().unwrap_or_default(),
         uid: ds.metadata.uid.clone().unwrap_or_default(),
         deleting: ds.metadata.deletion_timestamp.is_some(),
         selection: NodeSelection {
             node_selector,
             required_terms,
         },
+        decommission: annotated(&ds.metadata),
     }
 }
 
@@ -217,6 +497,7 @@ pub fn node_facts(node: &Node) -> NodeFacts {
         name: node.metadata.name.clone().unwrap_or_default(),
         labels: node.metadata.labels.clone().unwrap_or_default().into_iter().collect(),
         deleting: node.metadata.deletion_timestamp.is_some(),
+        decommission: annotated(&node.metadata),
     }
 }
 
@@ -224,56 +505,106 @@ pub fn node_facts(node: &Node) -> NodeFacts {
 mod tests {
     use super::*;
 
-    fn owner() -> Lookup<Option<Owner>> {
-        Lookup::Found(Some(Owner {
-            name: "kube-apiserver".into(),
-            uid: "ds-1".into(),
-        }))
+    const SEL: &[(&str, &str)] = &[("kubernetes-apiserver", "enabled")];
+
+    fn this() -> ThisPod {
+        ThisPod {
+            namespace: "kube-system".into(),
+            name: "anchor-a".into(),
+            node: "cp-1".into(),
+        }
     }
 
-    fn ds(uid: &str, deleting: bool, selector: &[(&str, &str)]) -> Option<Lookup<DaemonSetFacts>> {
-        Some(Lookup::Found(DaemonSetFacts {
+    fn pod(owned: bool, deleting: bool) -> Lookup<PodFacts> {
+        Lookup::Found(PodFacts {
+            owner: owned.then(|| Owner {
+                name: "kube-apiserver".into(),
+                uid: "ds-1".into(),
+            }),
+            deleting,
+        })
+    }
+
+    fn ds_facts(uid: &str, deleting: bool, selector: &[(&str, &str)], decommission: bool) -> DaemonSetFacts {
+        DaemonSetFacts {
+            namespace: "kube-system".into(),
+            name: format!("anchor-{uid}"),
             uid: uid.into(),
             deleting,
             selection: NodeSelection {
                 node_selector: selector.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
                 required_terms: vec![],
             },
-        }))
+            decommission,
+        }
     }
 
-    fn node(labels: &[(&str, &str)], deleting: bool) -> Lookup<NodeFacts> {
+    fn ds(uid: &str, deleting: bool, selector: &[(&str, &str)]) -> Option<Lookup<DaemonSetFacts>> {
+        Some(Lookup::Found(ds_facts(uid, deleting, selector, false)))
+    }
+
+    fn node(labels: &[(&str, &str)], deleting: bool, decommission: bool) -> Lookup<NodeFacts> {
         Lookup::Found(NodeFacts {
             name: "cp-1".into(),
             labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             deleting,
+            decommission,
         })
+    }
+
+    fn anchor(name: &str, node: &str, terminating: bool, ready: bool) -> AnchorPod {
+        AnchorPod {
+            namespace: "kube-system".into(),
+            name: name.into(),
+            node: Some(node.into()),
+            terminating,
+            ready,
+        }
+    }
+
+    /// This pod (terminating) and its own DaemonSet, plus `pods` and `daemonsets`.
+    fn anchors(pods: Vec<AnchorPod>, daemonsets: Vec<DaemonSetFacts>) -> Option<Lookup<Anchors>> {
+        let mut all = vec![anchor("anchor-a", "cp-1", true, true)];
+        all.extend(pods);
+        let mut sets = vec![ds_facts("ds-1", true, SEL, false)];
+        sets.extend(daemonsets);
+        Some(Lookup::Found(Anchors {
+            daemonsets: sets,
+            pods: all,
+        }))
     }
 
     fn unavailable<T>() -> Lookup<T> {
         Lookup::Unavailable("connection refused".into())
     }
 
-    const SEL: &[(&str, &str)] = &[("kubernetes-apiserver", "enabled")];
-
     fn ev(
-        owner: Lookup<Option<Owner>>,
+        pod: Lookup<PodFacts>,
         daemonset: Option<Lookup<DaemonSetFacts>>,
         node: Lookup<NodeFacts>,
+        anchors: Option<Lookup<Anchors>>,
     ) -> Evidence {
-        Evidence { owner, daemonset, node }
+        Evidence {
+            pod,
+            daemonset,
+            node,
+            anchors,
+        }
     }
 
     fn is_remove(d: &Decision) -> bool {
         matches!(d, Decision::Remove(_))
     }
 
-    /// Every combination of the inputs: removal exactly when there is positive evidence.
+    /// Every combination of the inputs: removal exactly when there is positive evidence, no
+    /// other anchor wants the node, and (with the quorum guard) a quorum remains or the
+    /// decommission is explicit. The expectation is written independently of `decide`.
     #[test]
     fn exhaustive_guarded_table() {
-        let owners = vec![
-            ("owned", owner()),
-            ("no owner", Lookup::Found(None)),
+        let pods = vec![
+            ("owned, deleting", pod(true, true)),
+            ("owned, alive", pod(true, false)),
+            ("no owner, deleting", pod(false, true)),
             ("pod 404", Lookup::NotFound),
             ("pod unreadable", unavailable()),
         ];
@@ -281,6 +612,10 @@ mod tests {
             ("ds present, selects", ds("ds-1", false, SEL)),
             ("ds present, other selector", ds("ds-1", false, &[("other", "x")])),
             ("ds deleting", ds("ds-1", true, SEL)),
+            (
+                "ds deleting, annotated",
+                Some(Lookup::Found(ds_facts("ds-1", true, SEL, true))),
+            ),
             ("ds replaced, selects", ds("ds-2", false, SEL)),
             ("ds replaced, other selector", ds("ds-2", false, &[("other", "x")])),
             ("ds replaced and deleting", ds("ds-2", true, SEL)),
@@ -289,55 +624,227 @@ mod tests {
             ("ds not looked up", None),
         ];
         let nodes = vec![
-            ("node labelled", node(SEL, false)),
-            ("node unlabelled", node(&[], false)),
-            ("node deleting", node(SEL, true)),
+            ("node labelled", node(SEL, false, false)),
+            ("node labelled, annotated", node(SEL, false, true)),
+            ("node unlabelled", node(&[], false, false)),
+            ("node deleting", node(SEL, true, false)),
             ("node 404", Lookup::NotFound),
             ("node unreadable", unavailable()),
         ];
+        let others = vec![
+            ("alone", anchors(vec![], vec![])),
+            (
+                "two Ready elsewhere",
+                anchors(
+                    vec![anchor("b", "cp-2", false, true), anchor("c", "cp-3", false, true)],
+                    vec![],
+                ),
+            ),
+            (
+                "one Ready of three",
+                anchors(
+                    vec![anchor("b", "cp-2", false, true), anchor("c", "cp-3", true, true)],
+                    vec![],
+                ),
+            ),
+            (
+                "live anchor here",
+                anchors(vec![anchor("x", "cp-1", false, false)], vec![]),
+            ),
+            (
+                "terminating anchor here",
+                anchors(vec![anchor("x", "cp-1", true, true)], vec![]),
+            ),
+            (
+                "other ds selects",
+                anchors(vec![], vec![ds_facts("ds-9", false, SEL, false)]),
+            ),
+            (
+                "other ds deleting",
+                anchors(vec![], vec![ds_facts("ds-9", true, SEL, false)]),
+            ),
+            ("anchors unreadable", Some(unavailable())),
+            ("anchors not listed", None),
+        ];
         let mut removals = 0;
-        for (o_name, o) in &owners {
+        let mut held = 0;
+        let mut total = 0;
+        for (p_name, p) in &pods {
             for (d_name, d) in &daemonsets {
                 for (n_name, n) in &nodes {
-                    let decision = decide(CleanupMode::Guarded, &ev(o.clone(), d.clone(), n.clone()));
-                    let owned = *o_name == "owned";
-                    let expected = *n_name == "node deleting"
-                        || (owned && (*d_name == "ds 404" || *d_name == "ds deleting"))
-                        || (owned
-                            && matches!(
-                                *d_name,
-                                "ds present, selects"
-                                    | "ds present, other selector"
-                                    | "ds replaced, selects"
-                                    | "ds replaced, other selector"
-                            )
-                            && matches!(*n_name, "node labelled" | "node unlabelled")
-                            && (d_name.ends_with("other selector") || *n_name == "node unlabelled"));
-                    assert_eq!(
-                        is_remove(&decision),
-                        expected,
-                        "{o_name} / {d_name} / {n_name}: {decision:?}"
-                    );
-                    removals += usize::from(expected);
+                    for (a_name, a) in &others {
+                        for guard in [false, true] {
+                            let e = ev(p.clone(), d.clone(), n.clone(), a.clone());
+                            let decision = decide(CleanupMode::Guarded, guard, &this(), &e);
+                            let node_deleting = *n_name == "node deleting";
+                            let node_selected = n_name.starts_with("node labelled");
+                            let pod_may_go = matches!(*p_name, "owned, deleting" | "no owner, deleting" | "pod 404");
+                            let by_owner = *p_name == "owned, deleting"
+                                && (matches!(*d_name, "ds 404" | "ds deleting" | "ds deleting, annotated")
+                                    || (matches!(
+                                        *d_name,
+                                        "ds present, selects"
+                                            | "ds present, other selector"
+                                            | "ds replaced, selects"
+                                            | "ds replaced, other selector"
+                                    ) && (node_selected || *n_name == "node unlabelled")
+                                        && (d_name.ends_with("other selector") || *n_name == "node unlabelled")));
+                            let proved = pod_may_go && (node_deleting || by_owner);
+                            let wanted = match *a_name {
+                                "live anchor here" | "anchors unreadable" | "anchors not listed" => true,
+                                "other ds selects" => {
+                                    node_selected || matches!(*n_name, "node 404" | "node unreadable")
+                                }
+                                _ => false,
+                            };
+                            let quorum = *a_name == "two Ready elsewhere";
+                            let consent = *n_name == "node labelled, annotated"
+                                || (*d_name == "ds deleting, annotated" && *p_name == "owned, deleting");
+                            let expected_remove = proved && !wanted && (!guard || quorum || consent);
+                            let expected_held = proved && !wanted && guard && !quorum && !consent;
+                            let case =
+                                format!("{p_name} / {d_name} / {n_name} / {a_name} / guard {guard}: {decision:?}");
+                            assert_eq!(is_remove(&decision), expected_remove, "{case}");
+                            assert_eq!(matches!(decision, Decision::Held(_)), expected_held, "{case}");
+                            removals += usize::from(expected_remove);
+                            held += usize::from(expected_held);
+                            total += 1;
+                        }
+                    }
                 }
             }
         }
-        assert!(removals > 0 && removals < owners.len() * daemonsets.len() * nodes.len());
+        assert!(removals > 0 && held > 0 && removals + held < total);
     }
 
     #[test]
     fn an_unreachable_api_is_never_evidence() {
-        let d = decide(CleanupMode::Guarded, &ev(unavailable(), None, unavailable()));
+        let d = decide(
+            CleanupMode::Guarded,
+            false,
+            &this(),
+            &ev(unavailable(), None, unavailable(), Some(unavailable())),
+        );
         assert!(matches!(&d, Decision::Keep(r) if r.contains("not evidence")), "{d:?}");
     }
 
     #[test]
+    fn a_container_restart_is_not_a_decommission() {
+        // The owning DaemonSet is gone, but this pod is not being deleted: a liveness kill.
+        let e = ev(
+            pod(true, false),
+            Some(Lookup::NotFound),
+            node(SEL, false, false),
+            anchors(vec![], vec![]),
+        );
+        let d = decide(CleanupMode::Guarded, false, &this(), &e);
+        assert!(
+            matches!(&d, Decision::Keep(r) if r.contains("not being deleted")),
+            "{d:?}"
+        );
+    }
+
+    #[test]
+    fn a_renamed_anchor_keeps_the_component() {
+        let e = ev(
+            pod(true, true),
+            Some(Lookup::NotFound),
+            node(SEL, false, false),
+            anchors(vec![], vec![ds_facts("ds-new", false, SEL, false)]),
+        );
+        let d = decide(CleanupMode::Guarded, false, &this(), &e);
+        assert!(matches!(&d, Decision::Keep(r) if r.contains("anchor-ds-new")), "{d:?}");
+    }
+
+    #[test]
     fn modes_override() {
-        let e = ev(owner(), ds("ds-1", false, SEL), node(SEL, false));
-        assert!(!is_remove(&decide(CleanupMode::Guarded, &e)));
-        assert!(is_remove(&decide(CleanupMode::Always, &e)));
-        let gone = ev(owner(), Some(Lookup::NotFound), node(SEL, false));
-        assert!(!is_remove(&decide(CleanupMode::Never, &gone)));
+        let e = ev(
+            pod(true, true),
+            ds("ds-1", false, SEL),
+            node(SEL, false, false),
+            anchors(vec![], vec![]),
+        );
+        assert!(!is_remove(&decide(CleanupMode::Guarded, false, &this(), &e)));
+        assert!(is_remove(&decide(CleanupMode::Always, true, &this(), &e)));
+        let gone = ev(
+            pod(true, true),
+            Some(Lookup::NotFound),
+            node(SEL, false, false),
+            anchors(vec![], vec![]),
+        );
+        assert!(is_remove(&decide(CleanupMode::Guarded, false, &this(), &gone)));
+        assert!(!is_remove(&decide(CleanupMode::Never, false, &this(), &gone)));
+    }
+
+    #[test]
+    fn quorum_counts_other_nodes_with_a_live_ready_anchor() {
+        let me = this();
+        let cases: Vec<(Vec<AnchorPod>, bool)> = vec![
+            // Alone: one copy, none would remain.
+            (vec![], false),
+            (vec![anchor("b", "cp-2", false, true)], false),
+            (
+                vec![anchor("b", "cp-2", false, true), anchor("c", "cp-3", false, true)],
+                true,
+            ),
+            // Not Ready, or on its way out: does not count as remaining, counts as a copy.
+            (
+                vec![anchor("b", "cp-2", false, true), anchor("c", "cp-3", false, false)],
+                false,
+            ),
+            (
+                vec![anchor("b", "cp-2", true, true), anchor("c", "cp-3", true, true)],
+                false,
+            ),
+            // Two pods on one node (a rollout of two DaemonSets) are one copy.
+            (
+                vec![
+                    anchor("b", "cp-2", false, true),
+                    anchor("b2", "cp-2", false, true),
+                    anchor("c", "cp-3", false, true),
+                ],
+                true,
+            ),
+            // Five copies: three must remain.
+            (
+                vec![
+                    anchor("b", "cp-2", false, true),
+                    anchor("c", "cp-3", false, true),
+                    anchor("d", "cp-4", false, true),
+                    anchor("e", "cp-5", true, true),
+                ],
+                true,
+            ),
+            (
+                vec![
+                    anchor("b", "cp-2", false, true),
+                    anchor("c", "cp-3", false, true),
+                    anchor("d", "cp-4", false, false),
+                    anchor("e", "cp-5", true, true),
+                ],
+                false,
+            ),
+            // Anchors on this node never count.
+            (
+                vec![anchor("x", "cp-1", false, true), anchor("b", "cp-2", false, true)],
+                false,
+            ),
+        ];
+        for (pods, ok) in cases {
+            assert_eq!(quorum(&me, &pods).is_ok(), ok, "{pods:?}");
+        }
+    }
+
+    #[test]
+    fn confirm_needs_two_removes() {
+        let remove = Decision::Remove("DaemonSet x is gone".into());
+        let keep = Decision::Keep("DaemonSet x still selects node cp-1".into());
+        let held = Decision::Held("quorum".into());
+        assert_eq!(confirm(&remove, remove.clone()), remove);
+        assert!(matches!(confirm(&remove, keep.clone()), Decision::Keep(r) if r.contains("did not hold")));
+        assert_eq!(confirm(&remove, held.clone()), held);
+        assert_eq!(confirm(&keep, remove.clone()), keep);
+        assert_eq!(confirm(&held, remove), held);
     }
 
     fn req(key: &str, op: &str, values: &[&str]) -> NodeSelectorRequirement {
@@ -400,28 +907,67 @@ mod tests {
     #[test]
     fn facts_from_real_objects() {
         let pod: Pod = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "p", "ownerReferences": [
+            "metadata": {"name": "p", "namespace": "kube-system", "deletionTimestamp": "2026-01-01T00:00:00Z", "ownerReferences": [
                 {"apiVersion": "v1", "kind": "Node", "name": "n", "uid": "x"},
                 {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "kube-apiserver", "uid": "ds-1", "controller": true}
-            ]}
+            ]},
+            "spec": {"nodeName": "cp-1", "containers": []},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
         }))
         .unwrap();
         assert_eq!(
-            daemonset_owner(&pod),
-            Some(Owner {
-                name: "kube-apiserver".into(),
-                uid: "ds-1".into()
-            })
+            pod_facts(&pod),
+            PodFacts {
+                owner: Some(Owner {
+                    name: "kube-apiserver".into(),
+                    uid: "ds-1".into()
+                }),
+                deleting: true
+            }
         );
+        assert_eq!(
+            anchor_pod(&pod),
+            AnchorPod {
+                namespace: "kube-system".into(),
+                name: "p".into(),
+                node: Some("cp-1".into()),
+                terminating: true,
+                ready: true
+            }
+        );
+        let evicted: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "e"}, "status": {"phase": "Failed"}
+        }))
+        .unwrap();
+        assert!(anchor_pod(&evicted).terminating && !anchor_pod(&evicted).ready);
         let d: DaemonSet = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "kube-apiserver", "uid": "ds-1", "deletionTimestamp": "2026-01-01T00:00:00Z"},
+            "metadata": {"name": "kube-apiserver", "namespace": "kube-system", "uid": "ds-1", "deletionTimestamp": "2026-01-01T00:00:00Z",
+                "annotations": {"kube-anchor.io/decommission": "true"}},
             "spec": {"selector": {}, "template": {"spec": {"containers": [], "nodeSelector": {"a": "b"},
                 "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "k", "operator": "Exists"}]}]}}}}}}
         }))
         .unwrap();
         let f = daemonset_facts(&d);
-        assert!(f.deleting);
+        assert!(f.deleting && f.decommission);
+        assert_eq!(
+            (f.namespace.as_str(), f.name.as_str()),
+            ("kube-system", "kube-apiserver")
+        );
         assert_eq!(f.selection.node_selector.get("a").map(String::as_str), Some("b"));
         assert_eq!(f.selection.required_terms.len(), 1);
+        let n: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "cp-1", "annotations": {"kube-anchor.io/decommission": "yes"}}
+        }))
+        .unwrap();
+        assert!(!node_facts(&n).decommission, "only \"true\" consents");
+    }
+
+    #[test]
+    fn quorum_guard_defaults_by_component() {
+        assert!(QuorumGuard::Auto.applies_to("etcd"));
+        assert!(QuorumGuard::Auto.applies_to("kube-apiserver"));
+        assert!(!QuorumGuard::Auto.applies_to("kube-scheduler"));
+        assert!(QuorumGuard::On.applies_to("kube-scheduler"));
+        assert!(!QuorumGuard::Off.applies_to("etcd"));
     }
 }

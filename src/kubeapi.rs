@@ -250,16 +250,60 @@ fn pem_certificates(pem: &[u8]) -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// GET one object, as evidence: only a 404 is `NotFound`; every other failure, a timeout
-/// included, is `Unavailable` (never evidence of anything).
+/// GET one object, as evidence: only the API server's own answer that this very object does
+/// not exist — a `Status` with reason `NotFound` whose details, when given, name this object —
+/// is `NotFound`. Every other failure, a 404 with another body (a proxy, an unserved path) or a
+/// timeout included, is `Unavailable` (never evidence of anything).
 pub async fn lookup<K>(api: &Api<K>, name: &str, timeout: Duration) -> crate::decommission::Lookup<K>
 where
-    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
     use crate::decommission::Lookup;
     match tokio::time::timeout(timeout, api.get(name)).await {
         Ok(Ok(object)) => Lookup::Found(object),
-        Ok(Err(kube::Error::Api(status))) if status.code == 404 => Lookup::NotFound,
+        Ok(Err(kube::Error::Api(status))) if status.code == 404 => match not_found_of::<K>(&status, name) {
+            Ok(()) => Lookup::NotFound,
+            Err(why) => Lookup::Unavailable(why),
+        },
+        Ok(Err(e)) => Lookup::Unavailable(e.to_string()),
+        Err(_) => Lookup::Unavailable(format!("no answer within {}", humantime::format_duration(timeout))),
+    }
+}
+
+/// Whether a 404 `status` is the API server saying that object `name` of kind `K` does not
+/// exist.
+fn not_found_of<K: kube::Resource<DynamicType = ()>>(status: &kube::core::Status, name: &str) -> Result<(), String> {
+    let plural = K::plural(&());
+    if status.reason != "NotFound" {
+        return Err(format!(
+            "HTTP 404 without a NotFound Status for {plural}/{name} (reason {:?}, {:?}): not the API's answer",
+            status.reason, status.message
+        ));
+    }
+    if let Some(details) = &status.details {
+        let name_ok = details.name.is_empty() || details.name == name;
+        let kind_ok =
+            details.kind.is_empty() || details.kind == plural.as_ref() || details.kind == K::kind(&()).as_ref();
+        if !(name_ok && kind_ok) {
+            return Err(format!(
+                "HTTP 404 NotFound for {}/{}, not {plural}/{name}",
+                details.kind, details.name
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// LIST objects by label selector in every namespace, as evidence: `Found` with the items, or
+/// `Unavailable` (a list never proves anything by failing).
+pub async fn list_all<K>(api: &Api<K>, label_selector: &str, timeout: Duration) -> crate::decommission::Lookup<Vec<K>>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    use crate::decommission::Lookup;
+    let params = kube::api::ListParams::default().labels(label_selector);
+    match tokio::time::timeout(timeout, api.list(&params)).await {
+        Ok(Ok(list)) => Lookup::Found(list.items),
         Ok(Err(e)) => Lookup::Unavailable(e.to_string()),
         Err(_) => Lookup::Unavailable(format!("no answer within {}", humantime::format_duration(timeout))),
     }
@@ -317,5 +361,76 @@ pub async fn bearer_token(kubeconfig: Option<&Path>) -> Option<String> {
         None => std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/token")
             .ok()
             .map(|t| t.trim().to_owned()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! A real kube-apiserver always answers a GET of a missing object with a `NotFound` Status
+    //! naming it; it cannot be made to answer 404 with another body. A proxy in front of it, or
+    //! a path it does not serve, can: this tiny local HTTP server plays that part.
+    use super::*;
+    use crate::decommission::Lookup;
+    use k8s_openapi::api::apps::v1::DaemonSet;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// Serves every request with HTTP `code` and `body`; returns a client for it.
+    async fn serve(code: u16, body: &'static str) -> Client {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut conn, _)) = listener.accept().await else {
+                    return;
+                };
+                tokio::spawn(async move {
+                    let mut request = Vec::new();
+                    let mut buf = [0u8; 1024];
+                    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match conn.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => request.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let response = format!(
+                        "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = conn.write_all(response.as_bytes()).await;
+                });
+            }
+        });
+        let config = Config::new(format!("http://{addr}").parse().unwrap());
+        Client::try_from(config).unwrap()
+    }
+
+    async fn lookup_daemonset(code: u16, body: &'static str) -> Lookup<DaemonSet> {
+        let api: Api<DaemonSet> = Api::namespaced(serve(code, body).await, "kube-system");
+        lookup(&api, "kube-apiserver-anchor", Duration::from_secs(5)).await
+    }
+
+    #[tokio::test]
+    async fn only_the_apis_not_found_status_for_this_object_is_not_found() {
+        let status = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"daemonsets.apps \"kube-apiserver-anchor\" not found","reason":"NotFound","details":{"name":"kube-apiserver-anchor","group":"apps","kind":"daemonsets"},"code":404}"#;
+        assert_eq!(lookup_daemonset(404, status).await, Lookup::NotFound);
+
+        // A proxy's page, an empty body, a JSON object that is not a NotFound Status, a Status
+        // about another object: 404, but not evidence that this DaemonSet is gone.
+        let not_evidence = [
+            "<html><body>404 page not found</body></html>",
+            "404 page not found",
+            "",
+            r#"{"error":"no route"}"#,
+            r#"{"kind":"Status","status":"Failure","reason":"NotFound","details":{"name":"other","kind":"daemonsets"},"code":404}"#,
+            r#"{"kind":"Status","status":"Failure","reason":"NotFound","details":{"name":"kube-apiserver-anchor","kind":"configmaps"},"code":404}"#,
+        ];
+        for body in not_evidence {
+            let answer = lookup_daemonset(404, body).await;
+            assert!(matches!(answer, Lookup::Unavailable(_)), "{body:?}: {answer:?}");
+        }
+        assert!(matches!(
+            lookup_daemonset(503, "unavailable").await,
+            Lookup::Unavailable(_)
+        ));
     }
 }

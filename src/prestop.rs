@@ -1,11 +1,20 @@
 //! `kube-anchor pre-stop`, the anchor DaemonSet's preStop hook: remove the component from the
 //! node only on a real decommission, in a safe order, within a bounded time.
 //!
-//! 1. Gather evidence (own pod → owning DaemonSet, Node) and [`decide`].
-//! 2. Keep: log why and exit 0 — the files stay for the next pod or the next boot.
+//! 1. Gather evidence (own pod → owning DaemonSet, Node, every anchor of the component) and
+//!    [`decide`]; on `Remove`, look again after `--confirm-interval` and [`confirm`].
+//! 2. Keep: log why and exit 0 — the files stay for the next pod or the next boot. Held (the
+//!    quorum guard): the same, plus a Warning Event on this pod.
 //! 3. Remove: mark the ledger decommissioned (the daemon in this pod then refuses to write, with
 //!    no need for a writable root filesystem), run `--before-remove`, remove the manifest, wait
 //!    until the mirror pod is gone or the health URL stops answering, remove the credentials.
+//!
+//! Time: every lookup ends `REMOVAL_RESERVE` before the deadline (an unanswered one is no evidence),
+//! and every later probe ends `FINAL_STEP` before the deadline, so a slow API never leaves the
+//! credentials behind once the manifest is gone.
+//!
+//! [`decide`]: decommission::decide
+//! [`confirm`]: decommission::confirm
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -17,14 +26,17 @@ use serde_json::json;
 
 use crate::cli::{OutputFormat, PreStopArgs};
 use crate::config::Role;
-use crate::decommission::{self, CleanupMode, Decision, Evidence, Lookup};
+use crate::decommission::{self, Anchors, CleanupMode, Decision, Evidence, Lookup, ThisPod};
 use crate::engine::Engine;
 use crate::hostpath::HostPath;
-use crate::kubeapi::{self, API_TIMEOUT, HealthCheck};
+use crate::kubeapi::{self, API_TIMEOUT, EventSink, HealthCheck};
 use crate::staticpod;
 
 /// Kept free at the end of --timeout for removing the credentials.
 const FINAL_STEP: Duration = Duration::from_secs(2);
+/// Kept free after the evidence for the removal (at most half of --timeout): the manifest, a
+/// short wait for the static pod to stop, the credentials.
+const REMOVAL_RESERVE: Duration = Duration::from_secs(5);
 
 pub async fn run(args: PreStopArgs) -> anyhow::Result<ExitCode> {
     let deadline = Instant::now() + args.timeout;
@@ -44,10 +56,13 @@ fn remaining(deadline: Instant) -> Duration {
 async fn run_inner(args: &PreStopArgs, deadline: Instant) -> anyhow::Result<ExitCode> {
     let engine = Engine::new(&args.node.host_root, &args.node.state_dir, &args.node.allowed_roots)?;
     let component = crate::commands::component_name(&args.component, &engine)?;
+    let evidence_until = deadline
+        .checked_sub(REMOVAL_RESERVE.min(args.timeout / 2))
+        .unwrap_or_else(Instant::now);
     // One client for the evidence and for watching the static pod stop; why there is none is
     // itself part of the evidence ("no API client" keeps everything).
     let client: Result<kube::Client, String> = match tokio::time::timeout(
-        remaining(deadline),
+        remaining(evidence_until),
         kubeapi::client(args.identity.kubeconfig.as_deref()),
     )
     .await
@@ -57,21 +72,63 @@ async fn run_inner(args: &PreStopArgs, deadline: Instant) -> anyhow::Result<Exit
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err("timed out building the client".into()),
     };
-    let decision = match args.cleanup {
-        CleanupMode::Guarded => decommission::decide(CleanupMode::Guarded, &gather(args, &client, deadline).await),
-        mode => decommission::decide(
-            mode,
-            &Evidence {
-                owner: Lookup::NotFound,
-                daemonset: None,
-                node: Lookup::NotFound,
-            },
-        ),
+    let this = match (
+        &args.identity.pod_name,
+        &args.identity.pod_namespace,
+        &args.identity.node_name,
+    ) {
+        (Some(name), Some(namespace), Some(node)) => Some(ThisPod {
+            namespace: namespace.clone(),
+            name: name.clone(),
+            node: node.clone(),
+        }),
+        _ => None,
+    };
+    let decision = match (args.cleanup, &this, &client) {
+        (CleanupMode::Guarded, None, _) => {
+            Decision::Keep("POD_NAME, POD_NAMESPACE and NODE_NAME are needed to look anything up".into())
+        }
+        (CleanupMode::Guarded, Some(_), Err(why)) => Decision::Keep(format!("{why}: no evidence")),
+        (CleanupMode::Guarded, Some(this), Ok(client)) => {
+            let guard = args.quorum_guard.applies_to(&component);
+            let look = || async {
+                let evidence = gather(client, this, &component, evidence_until).await;
+                tracing::debug!(?evidence, "pre-stop evidence");
+                decommission::decide(CleanupMode::Guarded, guard, this, &evidence)
+            };
+            let first = look().await;
+            if !matches!(first, Decision::Remove(_)) {
+                first
+            } else if remaining(evidence_until) < args.confirm_interval {
+                Decision::Keep(format!("{}, but no time is left to confirm it", first.reason()))
+            } else {
+                tracing::info!(reason = first.reason(), "pre-stop: looking again before removing");
+                tokio::time::sleep(args.confirm_interval).await;
+                decommission::confirm(&first, look().await)
+            }
+        }
+        (mode, _, _) => match mode {
+            CleanupMode::Never => Decision::Keep("--cleanup never".into()),
+            _ => Decision::Remove("--cleanup always".into()),
+        },
     };
     let reason = match &decision {
         Decision::Keep(reason) => {
             tracing::info!(%component, decision = "keep", %reason, "pre-stop: keeping the component on this node");
             report(args.output, &component, "keep", reason, &[]);
+            return Ok(ExitCode::SUCCESS);
+        }
+        Decision::Held(reason) => {
+            tracing::warn!(%component, decision = "held", %reason, "pre-stop: quorum guard keeps the component on this node");
+            if let (Ok(client), Some(this)) = (&client, &this) {
+                let events = EventSink::new(client.clone(), &this.namespace, &this.name);
+                let note = format!("{component} kept on node {}: {reason}", this.node);
+                let publish = events.publish(true, "DecommissionHeld", "PreStop", note);
+                if tokio::time::timeout(remaining(deadline), publish).await.is_err() {
+                    tracing::warn!("could not publish the Event in time");
+                }
+            }
+            report(args.output, &component, "held", reason, &[]);
             return Ok(ExitCode::SUCCESS);
         }
         Decision::Remove(reason) => reason.clone(),
@@ -96,42 +153,50 @@ async fn run_inner(args: &PreStopArgs, deadline: Instant) -> anyhow::Result<Exit
     Ok(ExitCode::SUCCESS)
 }
 
-/// Own pod → its DaemonSet owner → that DaemonSet; and the Node. Each lookup is bounded.
-async fn gather(args: &PreStopArgs, client: &Result<kube::Client, String>, deadline: Instant) -> Evidence {
-    let unavailable = |why: &str| Evidence {
-        owner: Lookup::Unavailable(why.into()),
-        daemonset: None,
-        node: Lookup::Unavailable(why.into()),
+/// Own pod → its DaemonSet owner → that DaemonSet; the Node; every anchor DaemonSet and pod of
+/// the component. Every lookup ends by `until`.
+async fn gather(client: &kube::Client, this: &ThisPod, component: &str, until: Instant) -> Evidence {
+    let budget = || API_TIMEOUT.min(remaining(until));
+    let selector = decommission::anchor_selector(component);
+    let (nodes, own_pods) = (
+        Api::<Node>::all(client.clone()),
+        Api::<Pod>::namespaced(client.clone(), &this.namespace),
+    );
+    let (all_daemonsets, all_pods) = (Api::<DaemonSet>::all(client.clone()), Api::<Pod>::all(client.clone()));
+    let (node, pod, daemonsets, pods) = futures::join!(
+        kubeapi::lookup(&nodes, &this.node, budget()),
+        kubeapi::lookup(&own_pods, &this.name, budget()),
+        kubeapi::list_all(&all_daemonsets, &selector, budget()),
+        kubeapi::list_all(&all_pods, &selector, budget()),
+    );
+    let node = node.map(|n| decommission::node_facts(&n));
+    let pod = pod.map(|p| decommission::pod_facts(&p));
+    let anchors = match (daemonsets, pods) {
+        (Lookup::Found(daemonsets), Lookup::Found(pods)) => Lookup::Found(Anchors {
+            daemonsets: daemonsets.iter().map(decommission::daemonset_facts).collect(),
+            pods: pods.iter().map(decommission::anchor_pod).collect(),
+        }),
+        (Lookup::Unavailable(why), _) | (_, Lookup::Unavailable(why)) => Lookup::Unavailable(why),
+        _ => Lookup::Unavailable("a list answered 404".into()),
     };
-    let client = match client {
-        Ok(client) => client.clone(),
-        Err(why) => return unavailable(why),
-    };
-    let budget = || API_TIMEOUT.min(remaining(deadline).saturating_sub(FINAL_STEP));
-    let (Some(pod_name), Some(namespace), Some(node_name)) = (
-        &args.identity.pod_name,
-        &args.identity.pod_namespace,
-        &args.identity.node_name,
-    ) else {
-        return unavailable("POD_NAME, POD_NAMESPACE and NODE_NAME are needed to look anything up");
-    };
-    let node = kubeapi::lookup(&Api::<Node>::all(client.clone()), node_name, budget())
-        .await
-        .map(|n| decommission::node_facts(&n));
-    let owner = kubeapi::lookup(&Api::<Pod>::namespaced(client.clone(), namespace), pod_name, budget())
-        .await
-        .map(|p| decommission::daemonset_owner(&p));
-    let daemonset = match &owner {
-        Lookup::Found(Some(owner)) => Some(
-            kubeapi::lookup(&Api::<DaemonSet>::namespaced(client, namespace), &owner.name, budget())
-                .await
-                .map(|d| decommission::daemonset_facts(&d)),
+    let daemonset = match &pod {
+        Lookup::Found(decommission::PodFacts { owner: Some(owner), .. }) => Some(
+            kubeapi::lookup(
+                &Api::<DaemonSet>::namespaced(client.clone(), &this.namespace),
+                &owner.name,
+                budget(),
+            )
+            .await
+            .map(|d| decommission::daemonset_facts(&d)),
         ),
         _ => None,
     };
-    let evidence = Evidence { owner, daemonset, node };
-    tracing::debug!(?evidence, "pre-stop evidence");
-    evidence
+    Evidence {
+        pod,
+        daemonset,
+        node,
+        anchors: Some(anchors),
+    }
 }
 
 async fn run_hook(command: &str, budget: Duration) -> anyhow::Result<()> {
@@ -179,20 +244,24 @@ async fn wait_stopped(
     }
     let until = deadline - FINAL_STEP.min(remaining(deadline));
     while Instant::now() < until {
+        // Each probe ends by `until`: the credentials go after it, whatever the API does.
         if let Some(h) = &health
-            && h.check().await.is_err()
+            && !matches!(tokio::time::timeout(remaining(until), h.check()).await, Ok(Ok(())))
         {
-            tracing::info!(url = h.url(), "the component stopped answering");
-            return;
+            if Instant::now() < until {
+                tracing::info!(url = h.url(), "the component stopped answering");
+                return;
+            }
+            break;
         }
         if let (Some(c), Some((ns, name))) = (&client, &mirror) {
             let pods: Api<Pod> = Api::namespaced((*c).clone(), ns);
-            if let Lookup::NotFound = kubeapi::lookup(&pods, name, API_TIMEOUT.min(remaining(deadline))).await {
+            if let Lookup::NotFound = kubeapi::lookup(&pods, name, API_TIMEOUT.min(remaining(until))).await {
                 tracing::info!(mirror_pod = %name, "the static pod is gone");
                 return;
             }
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        tokio::time::sleep(Duration::from_millis(250).min(remaining(until))).await;
     }
     tracing::warn!("the static pod did not stop in time; removing the credentials anyway");
 }

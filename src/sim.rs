@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use crate::checkpoint::{self, Action, Generation, Local, Observation, Parent, State};
 use crate::decommission::{
-    self, CleanupMode, DaemonSetFacts, Decision, Evidence, Lookup, NodeFacts, NodeSelection, Owner,
+    self, Anchors, CleanupMode, DaemonSetFacts, Decision, Evidence, Lookup, NodeFacts, NodeSelection, Owner, PodFacts,
+    QuorumGuard, ThisPod,
 };
 
 /// The control-plane components that are DaemonSet pods (with checkpoints) or static pods
@@ -362,23 +363,41 @@ pub fn run_trajectory(policy: Policy, nodes: usize, variant: Variant, seed: u64)
                         // The anchor pods are deleted and replaced like any DaemonSet pod; their
                         // pre-stop hook decides with the real decision function.
                         if s.pods.first().is_some_and(|p| p.deleted == Some(t)) {
+                            let this = ThisPod {
+                                namespace: "kube-system".into(),
+                                name: format!("{}-anchor-n{i}", COMPONENTS[c]),
+                                node: format!("n{i}"),
+                            };
                             let evidence = Evidence {
-                                owner: Lookup::Found(Some(Owner {
-                                    name: COMPONENTS[c].into(),
-                                    uid: "ds".into(),
-                                })),
+                                pod: Lookup::Found(PodFacts {
+                                    owner: Some(Owner {
+                                        name: COMPONENTS[c].into(),
+                                        uid: "ds".into(),
+                                    }),
+                                    deleting: true,
+                                }),
                                 daemonset: Some(Lookup::Found(DaemonSetFacts {
+                                    namespace: "kube-system".into(),
+                                    name: COMPONENTS[c].into(),
                                     uid: "ds".into(),
                                     deleting: false,
                                     selection: NodeSelection::default(),
+                                    decommission: false,
                                 })),
                                 node: Lookup::Found(NodeFacts {
                                     name: format!("n{i}"),
                                     labels: Default::default(),
                                     deleting: false,
+                                    decommission: false,
                                 }),
+                                anchors: Some(Lookup::Found(Anchors::default())),
                             };
-                            if let Decision::Remove(_) = decommission::decide(CleanupMode::Guarded, &evidence) {
+                            if let Decision::Remove(_) = decommission::decide(
+                                CleanupMode::Guarded,
+                                QuorumGuard::Auto.applies_to(COMPONENTS[c]),
+                                &this,
+                                &evidence,
+                            ) {
                                 s.copy_wanted = false;
                             }
                         }

@@ -613,6 +613,8 @@ async fn install_upgrade_and_uninstall_a_component_chart() {
         ("watch", "pods", true),
         ("get", "nodes", true),
         ("get", "daemonsets.apps", true),
+        // pre-stop: the other anchors of the component.
+        ("list", "daemonsets.apps", true),
         ("create", "events.events.k8s.io", true),
         ("get", "secrets", false),
         ("list", "configmaps", false),
@@ -743,6 +745,14 @@ async fn install_upgrade_and_uninstall_a_component_chart() {
         out.contains("kept due to the resource policy") || out.contains("resource policy"),
         "{out}"
     );
+    // The kubelet runs the hook once garbage collection deletes the pod.
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+    eventually(WAIT, "the anchor pod terminating", || {
+        let pods = pods.clone();
+        let new_pod = new_pod.clone();
+        async move { pods.get(&new_pod).await.ok()?.metadata.deletion_timestamp.map(|_| ()) }
+    })
+    .await;
     let decision = pre_stop(&config, &node, &ns, &new_pod, &sa_kubeconfig, &env);
     assert_eq!(decision["decision"], "remove", "{decision}");
     std::thread::sleep(Duration::from_millis(500));

@@ -2,7 +2,8 @@
 //! exec hooks, so each test does what the kubelet would: it starts the hook (as a process, with
 //! the downward-API environment of the anchor pod) while the pod is terminating. A finalizer in
 //! the pod template keeps terminating pods visible in the API for as long as a real preStop
-//! hook would run.
+//! hook would run. Anchor DaemonSets carry the charts' labels (`app.kubernetes.io/name`,
+//! `app.kubernetes.io/component`): pre-stop finds the other anchors of a component by them.
 
 mod support;
 
@@ -23,6 +24,7 @@ const HOLD: &str = "kube-anchor.io/test-hold";
 
 struct Scenario {
     cp: &'static ControlPlane,
+    component: String,
     admin: kube::Client,
     ns: String,
     node: NodeHandle,
@@ -33,6 +35,11 @@ struct Scenario {
 
 impl Scenario {
     async fn new(name: &str) -> Self {
+        Self::with_component(name, "kube-scheduler").await
+    }
+
+    /// A scenario whose anchor keeps `component` (its static pod is named after it).
+    async fn with_component(name: &str, component: &str) -> Self {
         let cp = cluster::shared().await;
         cp.start_controllers();
         let label = format!("kube-anchor.io/{name}");
@@ -43,6 +50,7 @@ impl Scenario {
         let admin = cp.admin().await;
         let s = Self {
             cp,
+            component: component.into(),
             admin,
             ns,
             node,
@@ -63,16 +71,16 @@ impl Scenario {
         fs::write(
             dir.join("anchor.yaml"),
             anchor_config(
-                "kube-scheduler",
+                &self.component,
                 &[("scheduler.conf", "/etc/kubernetes/scheduler.conf", "0600")],
-                "/etc/kubernetes/manifests/kube-scheduler.yaml",
+                &format!("/etc/kubernetes/manifests/{}.yaml", self.component),
             ),
         )
         .unwrap();
         fs::write(dir.join("scheduler.conf"), "kubeconfig").unwrap();
         let pod = format!(
-            "apiVersion: v1\nkind: Pod\nmetadata: {{name: kube-scheduler, namespace: {}}}\nspec:\n  hostNetwork: true\n  containers: [{{name: s, image: 'registry.k8s.io/kube-scheduler:v1.36.3'}}]\n",
-            self.ns
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {}, namespace: {}}}\nspec:\n  hostNetwork: true\n  containers: [{{name: s, image: 'registry.k8s.io/kube-scheduler:v1.36.3'}}]\n",
+            self.component, self.ns
         );
         fs::write(dir.join("pod.yaml"), pod).unwrap();
     }
@@ -82,23 +90,46 @@ impl Scenario {
     }
 
     fn files_present(&self) -> (bool, bool) {
+        self.files_present_on(&self.node)
+    }
+
+    fn files_present_on(&self, node: &NodeHandle) -> (bool, bool) {
+        let host = |path: &str| node.host_root().join(path.trim_start_matches('/'));
         (
-            self.host("/etc/kubernetes/manifests/kube-scheduler.yaml").exists(),
-            self.host("/etc/kubernetes/scheduler.conf").exists(),
+            host(&format!("/etc/kubernetes/manifests/{}.yaml", self.component)).exists(),
+            host("/etc/kubernetes/scheduler.conf").exists(),
         )
     }
 
     /// The anchor DaemonSet (a stand-in image: the kubelet's runtime is a fake).
     async fn create_daemonset(&self) -> String {
+        self.create_anchor_daemonset(
+            "kube-scheduler-anchor",
+            serde_json::json!({&self.label: "enabled"}),
+            &[],
+        )
+        .await;
+        self.running_pod(None).await
+    }
+
+    /// An anchor DaemonSet `name` of the scenario's component, as the charts label it, its pods
+    /// held by the [`HOLD`] finalizer; `finalizers` on the DaemonSet itself.
+    async fn create_anchor_daemonset(&self, name: &str, node_selector: serde_json::Value, finalizers: &[&str]) {
+        let labels = serde_json::json!({
+            "app": "anchor",
+            "app.kubernetes.io/name": "kube-anchor",
+            "app.kubernetes.io/component": self.component,
+            "kube-anchor.io/daemonset": name,
+        });
         let ds: DaemonSet = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "kube-scheduler-anchor"},
+            "metadata": {"name": name, "labels": labels, "finalizers": finalizers},
             "spec": {
-                "selector": {"matchLabels": {"app": "anchor"}},
+                "selector": {"matchLabels": {"kube-anchor.io/daemonset": name}},
                 "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}},
                 "template": {
-                    "metadata": {"labels": {"app": "anchor"}, "finalizers": [HOLD]},
+                    "metadata": {"labels": labels, "finalizers": [HOLD]},
                     "spec": {
-                        "nodeSelector": {&self.label: "enabled"},
+                        "nodeSelector": node_selector,
                         "automountServiceAccountToken": false,
                         "tolerations": [{"operator": "Exists"}],
                         "containers": [{"name": "anchor", "image": "registry.example/kube-anchor:test"}]
@@ -108,7 +139,39 @@ impl Scenario {
         }))
         .unwrap();
         self.daemonsets().create(&Default::default(), &ds).await.unwrap();
-        self.running_pod(None).await
+    }
+
+    /// The name of the pod of DaemonSet `ds` on `node` once it runs.
+    async fn pod_of(&self, ds: &str, node: &str) -> String {
+        let pods: Api<Pod> = Api::namespaced(self.admin.clone(), &self.ns);
+        let selector = format!("kube-anchor.io/daemonset={ds}");
+        eventually(WAIT, "the DaemonSet's pod Running on the node", || {
+            let pods = pods.clone();
+            let selector = selector.clone();
+            async move {
+                let list = pods.list(&ListParams::default().labels(&selector)).await.ok()?;
+                list.items.into_iter().find_map(|p| {
+                    let running = p.status.as_ref()?.phase.as_deref() == Some("Running");
+                    let on_node = p.spec.as_ref()?.node_name.as_deref() == Some(node);
+                    (running && on_node && p.metadata.deletion_timestamp.is_none()).then_some(p.metadata.name?)
+                })
+            }
+        })
+        .await
+    }
+
+    /// Waits until `pod` is terminating: the kubelet runs the preStop hook only then (or on a
+    /// container restart, in a pod that stays).
+    async fn wait_terminating(&self, pod: &str) {
+        let pods: Api<Pod> = Api::namespaced(self.admin.clone(), &self.ns);
+        eventually(WAIT, "the anchor pod terminating", || {
+            let pods = pods.clone();
+            async move {
+                let p = pods.get_opt(pod).await.ok()??;
+                p.metadata.deletion_timestamp.map(|_| ())
+            }
+        })
+        .await;
     }
 
     fn daemonsets(&self) -> Api<DaemonSet> {
@@ -140,22 +203,30 @@ impl Scenario {
 
     /// What the anchor daemon would have done: the files on the node and the mirror pod up.
     async fn anchor_the_component(&self) {
+        self.anchor_on(&self.node).await;
+    }
+
+    async fn anchor_on(&self, node: &NodeHandle) {
         let out = Command::new(BIN)
             .arg("apply")
             .arg("--config")
             .arg(self.config())
             .arg("--host-root")
-            .arg(self.node.host_root())
-            .env("NODE_NAME", &self.node.name)
+            .arg(node.host_root())
+            .env("NODE_NAME", &node.name)
             .output()
             .unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        self.wait_mirror(true).await;
+        self.wait_mirror_on(&node.name, true).await;
     }
 
     async fn wait_mirror(&self, present: bool) {
+        self.wait_mirror_on(&self.node.name, present).await;
+    }
+
+    async fn wait_mirror_on(&self, node: &str, present: bool) {
         let pods: Api<Pod> = Api::namespaced(self.admin.clone(), &self.ns);
-        let name = format!("kube-scheduler-{}", self.node.name);
+        let name = format!("{}-{node}", self.component);
         eventually(WAIT, "the mirror pod", || {
             let pods = pods.clone();
             let name = name.clone();
@@ -166,28 +237,38 @@ impl Scenario {
 
     /// Runs the hook for `pod` as the kubelet would, with the chart's RBAC.
     fn pre_stop(&self, pod: &str, kubeconfig: &std::path::Path, extra: &[&str]) -> (Output, serde_json::Value) {
-        let out = Command::new(BIN)
-            .args(["pre-stop", "--output", "json", "--timeout", "20s", "--config"])
+        self.pre_stop_on(&self.node, pod, kubeconfig, extra)
+    }
+
+    fn pre_stop_command(&self, node: &NodeHandle, pod: &str, kubeconfig: &std::path::Path, extra: &[&str]) -> Command {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["pre-stop", "--output", "json", "--config"])
             .arg(self.config())
             .arg("--host-root")
-            .arg(self.node.host_root())
+            .arg(node.host_root())
             .arg("--kubeconfig")
             .arg(kubeconfig)
             .args(extra)
+            .args(if extra.contains(&"--timeout") {
+                &[][..]
+            } else {
+                &["--timeout", "20s"][..]
+            })
             .env("POD_NAME", pod)
             .env("POD_NAMESPACE", &self.ns)
-            .env("NODE_NAME", &self.node.name)
-            .env("NO_COLOR", "1")
-            .output()
-            .unwrap();
-        let json = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-            panic!(
-                "{e}\nstdout: {}\nstderr: {}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            )
-        });
-        (out, json)
+            .env("NODE_NAME", &node.name)
+            .env("NO_COLOR", "1");
+        cmd
+    }
+
+    fn pre_stop_on(
+        &self,
+        node: &NodeHandle,
+        pod: &str,
+        kubeconfig: &std::path::Path,
+        extra: &[&str],
+    ) -> (Output, serde_json::Value) {
+        parse_output(self.pre_stop_command(node, pod, kubeconfig, extra).output().unwrap())
     }
 
     async fn release_pods(&self) {
@@ -203,6 +284,17 @@ impl Scenario {
                 .await;
         }
     }
+}
+
+fn parse_output(out: Output) -> (Output, serde_json::Value) {
+    let json = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}\nstdout: {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out, json)
 }
 
 fn removed(json: &serde_json::Value) -> Vec<String> {
@@ -223,6 +315,7 @@ async fn delete_daemonset_and_check_removal(name: &str, propagation: Propagation
         ..Default::default()
     };
     s.daemonsets().delete("kube-scheduler-anchor", &dp).await.unwrap();
+    s.wait_terminating(&pod).await;
     let (out, json) = s.pre_stop(&pod, &s.kubeconfig, &[]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(json["decision"], "remove", "{json}");
@@ -272,6 +365,7 @@ async fn node_no_longer_selected_removes_the_files() {
         .patch(&s.node.name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap();
+    s.wait_terminating(&pod).await;
     let (out, json) = s.pre_stop(&pod, &s.kubeconfig, &[]);
     assert!(out.status.success());
     assert_eq!(json["decision"], "remove", "{json}");
@@ -300,6 +394,7 @@ async fn rolling_update_keeps_the_files_and_the_new_pod_adopts_them_without_a_re
         .patch("kube-scheduler-anchor", &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap();
+    s.wait_terminating(&old_pod).await;
     let (out, json) = s.pre_stop(&old_pod, &s.kubeconfig, &[]);
     assert!(out.status.success());
     assert_eq!(json["decision"], "keep", "{json}");
@@ -372,4 +467,605 @@ async fn pod_deleted_or_evicted_keeps_the_files() {
     assert!(json["reason"].as_str().unwrap().contains("not evidence"), "{json}");
     assert_eq!(s.files_present(), (true, true));
     s.release_pods().await;
+}
+
+async fn delete_daemonset(s: &Scenario, name: &str) {
+    s.daemonsets().delete(name, &DeleteParams::default()).await.unwrap();
+}
+
+/// A renamed release or a `perNode` toggle: Helm creates the new DaemonSet of the component,
+/// then deletes the old one. The old pod's hook sees its DaemonSet gone, but the component is
+/// wanted by the new anchor on this node: the files stay. The last anchor, deleted alone,
+/// still removes them.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_new_daemonset_of_the_component_keeps_the_files_when_the_old_one_is_deleted() {
+    let s = Scenario::new("rename").await;
+    let old_pod = s.create_daemonset().await;
+    s.anchor_the_component().await;
+
+    // perNode: one DaemonSet per node, pinned by hostname.
+    let nodes: Api<Node> = Api::all(s.admin.clone());
+    let hostname = nodes.get(&s.node.name).await.unwrap().metadata.labels.unwrap()["kubernetes.io/hostname"].clone();
+    let new_ds = format!("sched-{}", s.node.name);
+    s.create_anchor_daemonset(&new_ds, serde_json::json!({"kubernetes.io/hostname": hostname}), &[])
+        .await;
+    let new_pod = s.pod_of(&new_ds, &s.node.name).await;
+    delete_daemonset(&s, "kube-scheduler-anchor").await;
+    s.wait_terminating(&old_pod).await;
+    let (out, json) = s.pre_stop(&old_pod, &s.kubeconfig, &[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(json["decision"], "keep", "{json}");
+    assert!(
+        json["reason"].as_str().unwrap().contains(&new_pod) || json["reason"].as_str().unwrap().contains(&new_ds),
+        "{json}"
+    );
+    assert_eq!(s.files_present(), (true, true));
+
+    // The new anchor is now the last one: deleted alone, it removes the component (the old pod,
+    // still terminating, wants nothing).
+    delete_daemonset(&s, &new_ds).await;
+    s.wait_terminating(&new_pod).await;
+    let (out, json) = s.pre_stop(&new_pod, &s.kubeconfig, &[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(json["decision"], "remove", "{json}");
+    assert_eq!(s.files_present(), (false, false));
+    s.release_pods().await;
+}
+
+/// A liveness kill restarts the anchor container and runs the preStop hook in a pod that stays.
+/// Here the owning DaemonSet is being deleted (a finalizer holds it; its pods are deleted only
+/// once it is gone): the hook must not decommission, and the restarted container (same pod
+/// name) must keep the component. Once the pod itself is deleted, the hook removes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_container_restart_never_decommissions_and_the_restarted_anchor_is_not_blocked() {
+    const DS_HOLD: &str = "kube-anchor.io/test-hold-daemonset";
+    let s = Scenario::new("restart").await;
+    s.create_anchor_daemonset(
+        "kube-scheduler-anchor",
+        serde_json::json!({&s.label: "enabled"}),
+        &[DS_HOLD],
+    )
+    .await;
+    let pod = s.running_pod(None).await;
+    s.anchor_the_component().await;
+    delete_daemonset(&s, "kube-scheduler-anchor").await;
+
+    let (out, json) = s.pre_stop(&pod, &s.kubeconfig, &[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(json["decision"], "keep", "{json}");
+    assert!(json["reason"].as_str().unwrap().contains("not being deleted"), "{json}");
+    assert_eq!(s.files_present(), (true, true));
+
+    // The restarted container of the same pod runs its anchor: nothing blocks it.
+    let args: Vec<String> = [
+        "--kubeconfig",
+        s.kubeconfig.to_str().unwrap(),
+        "--pod-name",
+        &pod,
+        "--pod-namespace",
+        &s.ns,
+    ]
+    .iter()
+    .map(|x| x.to_string())
+    .collect();
+    let d = Daemon::start(
+        &s.config(),
+        &s.node.host_root(),
+        &s.node.name,
+        &args,
+        &s.work.path().join("daemon.log"),
+    );
+    wait_until(WAIT, "the restarted anchor ready", &d, || {
+        d.get("/readyz").is_some_and(|(c, _)| c == 200)
+    });
+    drop(d);
+
+    // The DaemonSet goes; garbage collection deletes the pod: now it is a decommission.
+    let release = serde_json::json!({"metadata": {"finalizers": null}});
+    s.daemonsets()
+        .patch(
+            "kube-scheduler-anchor",
+            &PatchParams::default(),
+            &Patch::Merge(&release),
+        )
+        .await
+        .unwrap();
+    s.wait_terminating(&pod).await;
+    let (out, json) = s.pre_stop(&pod, &s.kubeconfig, &[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(json["decision"], "remove", "{json}");
+    assert_eq!(s.files_present(), (false, false));
+    s.release_pods().await;
+}
+
+/// `kubectl replace --force` deletes the DaemonSet and creates it again: a hook that looks
+/// only once, inside that window, sees a 404. The second look, after the confirm interval,
+/// sees the new DaemonSet and keeps.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_daemonset_replaced_within_the_confirm_interval_keeps_the_files() {
+    let s = Scenario::new("replace").await;
+    let pod = s.create_daemonset().await;
+    s.anchor_the_component().await;
+    delete_daemonset(&s, "kube-scheduler-anchor").await;
+    s.wait_terminating(&pod).await;
+
+    let mut child = s
+        .pre_stop_command(&s.node, &pod, &s.kubeconfig, &["--confirm-interval", "5s"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (looked, first_look) = std::sync::mpsc::channel();
+    let log = std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut all = String::new();
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            if line.contains("looking again") {
+                let _ = looked.send(());
+            }
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    first_look
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the hook saw the DaemonSet gone and waits to look again");
+    s.create_daemonset().await;
+    let out = child.wait_with_output().unwrap();
+    let log = log.join().unwrap();
+    let (_, json) = parse_output(out);
+    assert_eq!(json["decision"], "keep", "{json}\n{log}");
+    assert!(json["reason"].as_str().unwrap().contains("did not hold"), "{json}");
+    assert_eq!(s.files_present(), (true, true));
+    s.release_pods().await;
+}
+
+/// etcd on three nodes (the quorum guard is on for it by default). One node deselected: two
+/// other Ready copies remain, it is removed. The DaemonSet deleted: every anchor terminates at
+/// once, no copy would remain Ready, nothing is removed and a Warning Event says why — until
+/// the Node carries the decommission annotation.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_quorum_guard_holds_the_last_copies_until_the_decommission_is_explicit() {
+    let s = Scenario::with_component("quorum", "etcd").await;
+    let n2 = s.cp.add_node("quorum-node-2", &[(&s.label, "enabled")]).await;
+    let n3 = s.cp.add_node("quorum-node-3", &[(&s.label, "enabled")]).await;
+    s.create_anchor_daemonset("etcd-anchor", serde_json::json!({&s.label: "enabled"}), &[])
+        .await;
+    let p1 = s.pod_of("etcd-anchor", &s.node.name).await;
+    let p2 = s.pod_of("etcd-anchor", &n2.name).await;
+    let p3 = s.pod_of("etcd-anchor", &n3.name).await;
+    for n in [&s.node, &n2, &n3] {
+        s.anchor_on(n).await;
+    }
+    let pods: Api<Pod> = Api::namespaced(s.admin.clone(), &s.ns);
+    for p in [&p1, &p2, &p3] {
+        eventually(WAIT, "the anchor pod Ready", || {
+            let pods = pods.clone();
+            async move {
+                let pod = pods.get(p).await.ok()?;
+                let conditions = pod.status?.conditions?;
+                conditions
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True")
+                    .then_some(())
+            }
+        })
+        .await;
+    }
+    let nodes: Api<Node> = Api::all(s.admin.clone());
+
+    // One node leaves: two of three copies stay Ready.
+    let unlabel = serde_json::json!({"metadata": {"labels": {&s.label: null}}});
+    nodes
+        .patch(&s.node.name, &PatchParams::default(), &Patch::Merge(&unlabel))
+        .await
+        .unwrap();
+    s.wait_terminating(&p1).await;
+    let (out, json) = s.pre_stop_on(&s.node, &p1, &s.kubeconfig, &[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(json["decision"], "remove", "{json}");
+    assert_eq!(s.files_present_on(&s.node), (false, false));
+
+    // The DaemonSet goes: every other anchor is terminating too.
+    delete_daemonset(&s, "etcd-anchor").await;
+    s.wait_terminating(&p2).await;
+    s.wait_terminating(&p3).await;
+    let (out, json) = s.pre_stop_on(&n2, &p2, &s.kubeconfig, &[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(json["decision"], "held", "{json}");
+    assert!(json["reason"].as_str().unwrap().contains("quorum"), "{json}");
+    assert_eq!(s.files_present_on(&n2), (true, true));
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(s.admin.clone(), &s.ns);
+    let event = eventually(WAIT, "the DecommissionHeld Event", || {
+        let events = events.clone();
+        let p2 = p2.clone();
+        async move {
+            events
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some("DecommissionHeld")
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(p2.as_str())
+                })
+        }
+    })
+    .await;
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    assert!(event.note.unwrap_or_default().contains("quorum"));
+
+    // The operator says so for node 2; node 3 still holds.
+    let consent = serde_json::json!({"metadata": {"annotations": {"kube-anchor.io/decommission": "true"}}});
+    nodes
+        .patch(&n2.name, &PatchParams::default(), &Patch::Merge(&consent))
+        .await
+        .unwrap();
+    let (_, json) = s.pre_stop_on(&n2, &p2, &s.kubeconfig, &[]);
+    assert_eq!(json["decision"], "remove", "{json}");
+    assert_eq!(s.files_present_on(&n2), (false, false));
+    let (_, json) = s.pre_stop_on(&n3, &p3, &s.kubeconfig, &[]);
+    assert_eq!(json["decision"], "held", "{json}");
+    assert_eq!(s.files_present_on(&n3), (true, true));
+    s.release_pods().await;
+}
+
+/// A TCP proxy in front of the API server that can be made to hold every byte from then on: the
+/// API turning slow in the middle of the hook (a real server cannot be slowed on demand).
+struct StallingProxy {
+    port: u16,
+    stalled: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl StallingProxy {
+    async fn start(upstream: String) -> Self {
+        use std::sync::atomic::Ordering;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let stalled = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stalled.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((client, _)) = listener.accept().await else {
+                    return;
+                };
+                let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
+                    continue;
+                };
+                let (client_r, client_w) = client.into_split();
+                let (server_r, server_w) = server.into_split();
+                for (mut from, mut to) in [(client_r, server_w), (server_r, client_w)] {
+                    let flag = flag.clone();
+                    tokio::spawn(async move {
+                        let mut buf = vec![0u8; 16 * 1024];
+                        loop {
+                            let n = match from.read(&mut buf).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => n,
+                            };
+                            while flag.load(Ordering::SeqCst) {
+                                tokio::time::sleep(Duration::from_millis(100)).await;
+                            }
+                            if to.write_all(&buf[..n]).await.is_err() {
+                                return;
+                            }
+                        }
+                    });
+                }
+            }
+        });
+        Self { port, stalled }
+    }
+
+    fn stall(&self) {
+        self.stalled.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// A copy of `kubeconfig` that reaches the server through this proxy.
+    fn kubeconfig(&self, kubeconfig: &std::path::Path, dir: &std::path::Path) -> PathBuf {
+        let text = fs::read_to_string(kubeconfig).unwrap();
+        let server = server_of(&text);
+        let proxied = text.replace(
+            &format!("https://{server}"),
+            &format!("https://127.0.0.1:{}", self.port),
+        );
+        let path = dir.join("proxied.kubeconfig");
+        fs::write(&path, proxied).unwrap();
+        path
+    }
+}
+
+/// host:port of the server a kubeconfig names.
+fn server_of(kubeconfig: &str) -> String {
+    kubeconfig
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix("server:"))
+        .unwrap()
+        .trim()
+        .trim_start_matches("https://")
+        .to_owned()
+}
+
+/// The API answers the evidence, then hangs once the manifest is gone: the credentials still go
+/// before the hook's deadline (each probe of the wait is bounded by what is left).
+#[tokio::test(flavor = "multi_thread")]
+async fn an_api_that_hangs_after_the_manifest_is_gone_still_lets_the_credentials_go() {
+    let s = Scenario::new("hang").await;
+    let pod = s.create_daemonset().await;
+    s.anchor_the_component().await;
+    delete_daemonset(&s, "kube-scheduler-anchor").await;
+    s.wait_terminating(&pod).await;
+
+    let proxy = StallingProxy::start(server_of(&fs::read_to_string(&s.kubeconfig).unwrap())).await;
+    let kubeconfig = proxy.kubeconfig(&s.kubeconfig, s.work.path());
+    let started = std::time::Instant::now();
+    let child = s
+        .pre_stop_command(
+            &s.node,
+            &pod,
+            &kubeconfig,
+            &["--confirm-interval", "1s", "--timeout", "16s"],
+        )
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let manifest = s.host("/etc/kubernetes/manifests/kube-scheduler.yaml");
+    while manifest.exists() && started.elapsed() < Duration::from_secs(16) {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    proxy.stall();
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{log}");
+    let (_, json) = parse_output(out);
+    assert_eq!(json["decision"], "remove", "{json}\n{log}");
+    assert_eq!(s.files_present(), (false, false), "{log}");
+    assert!(log.contains("did not stop in time"), "{log}");
+    assert!(
+        started.elapsed() < Duration::from_secs(16),
+        "the hook ended within its timeout"
+    );
+    s.release_pods().await;
+}
+
+fn helm(args: &[&str]) -> String {
+    let out = Command::new(cluster::tool("helm")).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "helm {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The real chart, as an operator uses it: `helm upgrade` toggling `perNode` (a new DaemonSet
+/// per node, the shared one deleted), then the release renamed (`helm install` under the new
+/// name, `helm uninstall` of the old one). At every step the old anchor's hook runs on its
+/// terminating pod and must keep the component; only the last anchor's uninstall removes it.
+#[tokio::test(flavor = "multi_thread")]
+async fn helm_per_node_toggle_and_release_rename_keep_the_component() {
+    let cp = cluster::shared().await;
+    cp.start_controllers();
+    let label = "kube-anchor.io/helm-rename";
+    let node = cp.add_node("helm-rename-node", &[(label, "enabled")]).await;
+    let ns = cp.namespace("helm-rename").await;
+    let admin = cp.admin().await;
+    let work = tempfile::tempdir().unwrap();
+    let kubeconfig = cp.admin_kubeconfig.display().to_string();
+    let chart = cluster::repo_root().join("charts/kube-scheduler");
+    helm(&["dependency", "build", chart.to_str().unwrap()]);
+    let chart = chart.display().to_string();
+    let hostname = Api::<Node>::all(admin.clone())
+        .get(&node.name)
+        .await
+        .unwrap()
+        .metadata
+        .labels
+        .unwrap()["kubernetes.io/hostname"]
+        .clone();
+    let shared = work.path().join("shared.yaml");
+    fs::write(
+        &shared,
+        format!(
+            "nodeSelector: {{{label}: enabled, node-role.kubernetes.io/control-plane: null}}\nanchor: {{healthURL: \"\"}}\ncomponent: {{namespace: {ns}}}\ncredentials: {{scheduler.conf: \"kubeconfig v1\"}}\n"
+        ),
+    )
+    .unwrap();
+    let per_node = work.path().join("per-node.yaml");
+    fs::write(&per_node, format!("perNode: {{{hostname}: {{credentials: {{}}}}}}\n")).unwrap();
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+    let hold = |pod: String, on: bool| {
+        let pods = pods.clone();
+        async move {
+            let finalizers = if on {
+                serde_json::json!([HOLD])
+            } else {
+                serde_json::Value::Null
+            };
+            let patch = serde_json::json!({"metadata": {"finalizers": finalizers}});
+            pods.patch(&pod, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .unwrap();
+        }
+    };
+    let pod_of = |ds: String| {
+        let pods = pods.clone();
+        let node = node.name.clone();
+        async move {
+            eventually(WAIT, "the DaemonSet's pod Running on the node", || {
+                let (pods, node) = (pods.clone(), node.clone());
+                let selector = format!("kube-anchor.io/daemonset={ds}");
+                async move {
+                    let list = pods.list(&ListParams::default().labels(&selector)).await.ok()?;
+                    list.items.into_iter().find_map(|p| {
+                        let running = p.status.as_ref()?.phase.as_deref() == Some("Running");
+                        let on_node = p.spec.as_ref()?.node_name.as_deref() == Some(node.as_str());
+                        (running && on_node && p.metadata.deletion_timestamp.is_none()).then_some(p.metadata.name?)
+                    })
+                }
+            })
+            .await
+        }
+    };
+    let terminating = |pod: String| {
+        let pods = pods.clone();
+        async move {
+            eventually(WAIT, "the old anchor pod terminating", || {
+                let (pods, pod) = (pods.clone(), pod.clone());
+                async move { pods.get(&pod).await.ok()?.metadata.deletion_timestamp.map(|_| ()) }
+            })
+            .await
+        }
+    };
+    let manifest = node.host_root().join("etc/kubernetes/manifests/kube-scheduler.yaml");
+    let credential = node.host_root().join("etc/kubernetes/scheduler.conf");
+    // The hook as the kubelet runs it in the pod, with the release's own ServiceAccount.
+    let pre_stop = |pod: &str, release: &str, config: &std::path::Path| {
+        let account = format!("{release}-anchor");
+        let (ns, node) = (ns.clone(), node.clone());
+        let (pod, config) = (pod.to_owned(), config.to_owned());
+        async move {
+            let sa = cp.service_account_client(&ns, &account).await.1;
+            let out = Command::new(BIN)
+                .args(["pre-stop", "--output", "json", "--config"])
+                .arg(&config)
+                .arg("--host-root")
+                .arg(node.host_root())
+                .arg("--kubeconfig")
+                .arg(&sa)
+                .env("POD_NAME", &pod)
+                .env("POD_NAMESPACE", &ns)
+                .env("NODE_NAME", &node.name)
+                .env("NODE_IP", "127.0.0.1")
+                .output()
+                .unwrap();
+            parse_output(out).1
+        }
+    };
+
+    // Install; the anchor writes the component (as `apply` with the release's config).
+    helm(&[
+        "install",
+        "sched",
+        &chart,
+        "-n",
+        &ns,
+        "-f",
+        shared.to_str().unwrap(),
+        "--kubeconfig",
+        &kubeconfig,
+        "--wait=false",
+    ]);
+    let first = pod_of("sched-anchor".into()).await;
+    hold(first.clone(), true).await;
+    let config = project(&admin, &ns, "sched-anchor", &work.path().join("sched")).await;
+    let out = Command::new(BIN)
+        .arg("apply")
+        .arg("--config")
+        .arg(&config)
+        .arg("--host-root")
+        .arg(node.host_root())
+        .env("NODE_NAME", &node.name)
+        .env("NODE_IP", "127.0.0.1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(manifest.exists() && credential.exists());
+
+    // perNode on: Helm creates sched-anchor-<node> and deletes sched-anchor.
+    helm(&[
+        "upgrade",
+        "sched",
+        &chart,
+        "-n",
+        &ns,
+        "-f",
+        shared.to_str().unwrap(),
+        "-f",
+        per_node.to_str().unwrap(),
+        "--kubeconfig",
+        &kubeconfig,
+        "--wait=false",
+    ]);
+    let second = pod_of(format!("sched-anchor-{hostname}")).await;
+    hold(second.clone(), true).await;
+    terminating(first.clone()).await;
+    let json = pre_stop(&first, "sched", &config).await;
+    assert_eq!(json["decision"], "keep", "perNode toggle: {json}");
+    assert!(manifest.exists() && credential.exists());
+
+    // The release renamed: install sched2 (shared DaemonSet), uninstall sched.
+    helm(&[
+        "install",
+        "sched2",
+        &chart,
+        "-n",
+        &ns,
+        "-f",
+        shared.to_str().unwrap(),
+        "--kubeconfig",
+        &kubeconfig,
+        "--wait=false",
+    ]);
+    let third = pod_of("sched2-anchor".into()).await;
+    hold(third.clone(), true).await;
+    helm(&[
+        "uninstall",
+        "sched",
+        "-n",
+        &ns,
+        "--kubeconfig",
+        &kubeconfig,
+        "--wait=false",
+    ]);
+    terminating(second.clone()).await;
+    let json = pre_stop(&second, "sched", &config).await;
+    assert_eq!(json["decision"], "keep", "release renamed: {json}");
+    assert!(manifest.exists() && credential.exists());
+
+    // The last anchor goes: now the component leaves the node.
+    helm(&[
+        "uninstall",
+        "sched2",
+        "-n",
+        &ns,
+        "--kubeconfig",
+        &kubeconfig,
+        "--wait=false",
+    ]);
+    terminating(third.clone()).await;
+    let json = pre_stop(&third, "sched2", &config).await;
+    assert_eq!(json["decision"], "remove", "last anchor uninstalled: {json}");
+    assert!(!manifest.exists() && !credential.exists());
+    for pod in [first, second, third] {
+        hold(pod, false).await;
+    }
+}
+
+/// The release's ConfigMap and Secret written out as the kubelet projects them (`config/`,
+/// `secrets/` side by side); returns the anchor config's path.
+async fn project(client: &kube::Client, ns: &str, name: &str, dir: &std::path::Path) -> PathBuf {
+    use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    let cm = Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .get(name)
+        .await
+        .unwrap();
+    let secret = Api::<Secret>::namespaced(client.clone(), ns).get(name).await.unwrap();
+    fs::create_dir_all(dir.join("config")).unwrap();
+    fs::create_dir_all(dir.join("secrets")).unwrap();
+    for (k, v) in cm.data.unwrap_or_default() {
+        fs::write(dir.join("config").join(k), v).unwrap();
+    }
+    for (k, v) in secret.data.unwrap_or_default() {
+        fs::write(dir.join("secrets").join(k), v.0).unwrap();
+    }
+    dir.join("config/anchor.yaml")
 }

@@ -1,5 +1,7 @@
-{{/* Exactly what the anchor calls: its pod, DaemonSet and Node (pre-stop), mirror pods (run),
-Events on its pod. No secrets, no configmaps, no writes but Events.
+{{/* Exactly what the anchor calls: its pod, DaemonSet and Node, and the list of every anchor pod
+and DaemonSet of its component in any namespace (pre-stop: is another anchor still here, does a
+quorum remain); mirror pods (run); Events on its pod. No secrets, no configmaps, no writes but
+Events.
 
 Kept on `helm uninstall` (resource-policy keep): the anchors' preStop hooks run after Helm has
 deleted the release's objects, and need this identity to prove the decommission; a deleted
@@ -36,7 +38,7 @@ rules:
     verbs: [get]
   - apiGroups: [apps]
     resources: [daemonsets]
-    verbs: [get]
+    verbs: [get, list]
   - apiGroups: ["", events.k8s.io]
     resources: [events]
     verbs: [create, patch]
