@@ -93,6 +93,7 @@ spec:
             - {name: KUBE_ANCHOR_CRASH_LOOP_THRESHOLD, value: {{ $v.anchor.crashLoopThreshold | quote }}}
             - {name: KUBE_ANCHOR_CLEANUP, value: {{ $v.anchor.cleanup | quote }}}
             - {name: KUBE_ANCHOR_PRESTOP_TIMEOUT, value: {{ $v.anchor.preStopTimeout | quote }}}
+            - {name: KUBE_ANCHOR_QUORUM_GUARD, value: {{ $v.anchor.quorumGuard | default "auto" | quote }}}
             - {name: KUBE_ANCHOR_LOG_FORMAT, value: {{ $v.anchor.logFormat | quote }}}
             {{- with $v.anchor.healthURL }}
             - {name: KUBE_ANCHOR_HEALTH_URL, value: {{ . | quote }}}

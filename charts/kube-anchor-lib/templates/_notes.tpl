@@ -21,6 +21,18 @@ once the anchor pods are gone:
 
   kubectl -n {{ .Release.Namespace }} delete serviceaccount {{ include "kube-anchor-lib.serviceAccountName" . }}
   kubectl delete clusterrolebinding,clusterrole {{ $full }}
+{{- if or (eq (toString .Values.anchor.quorumGuard) "on") (and (eq (toString .Values.anchor.quorumGuard) "auto") (has .Values.component.name (list "etcd" "kube-apiserver"))) }}
+
+{{ .Values.component.name }} needs a quorum: the hooks keep it on a node while removing it would
+leave fewer than a quorum of Ready copies (a Warning Event DecommissionHeld says so). To really
+take it off every node, annotate first:
+
+  kubectl annotate daemonset -n {{ .Release.Namespace }} -l app.kubernetes.io/instance={{ .Release.Name }} kube-anchor.io/decommission=true
+{{- end }}
+
+A version that failed its trial is not written again; after fixing the cause elsewhere:
+
+  kubectl -n {{ .Release.Namespace }} exec <anchor pod> -- kube-anchor retry
 {{- $missing := list -}}
 {{- range .Values.files -}}
 {{- if and (not (hasKey $.Values.credentials .name)) (not $.Values.perNode) -}}
