@@ -227,3 +227,25 @@ fn the_release_script_packages_charts_completions_and_man_pages() {
     let index = fs::read_to_string(out.path().join("charts/index.yaml")).unwrap();
     assert!(index.contains(&format!("appVersion: {version}")), "{index}");
 }
+
+/// On a terminal a one-shot verb prints one summary (stdout) and no info log repeating it;
+/// `-v` or JSON logs add the info line (kubectl's convention).
+#[test]
+fn one_shot_verbs_print_a_summary_and_log_info_only_when_asked() {
+    let f = support::fixture::Fixture::new();
+    let quiet = f.run("apply", &[]);
+    assert!(quiet.status.success());
+    assert!(stdout(&quiet).starts_with("kube-apiserver: applied"), "{quiet:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&quiet.stderr),
+        "",
+        "no log line repeats the summary"
+    );
+    let verbose = f.run("apply", &["-v"]);
+    let err = String::from_utf8_lossy(&verbose.stderr);
+    assert!(err.contains("INFO") && err.contains("applied"), "{err}");
+    let json = f.run("apply", &["--log-format", "json"]);
+    let line: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&json.stderr).lines().next().unwrap()).unwrap();
+    assert_eq!(line["level"], "INFO");
+}
