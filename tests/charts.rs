@@ -18,33 +18,10 @@ use serde_yaml_ng::Value;
 use support::cluster::{self, ControlPlane, NodeHandle, eventually, repo_root, tool};
 use support::daemon::{ConfigVolume, Daemon, wait_until};
 use support::fixture::BIN;
+use support::helm::*;
 
 const ANCHOR_CHARTS: &[&str] = &["kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd"];
 const WAIT: Duration = Duration::from_secs(90);
-
-fn helm(args: &[&str]) -> Output {
-    Command::new(tool("helm")).args(args).output().unwrap()
-}
-
-fn ok(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "stderr:\n{}\nstdout:\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn chart(name: &str) -> String {
-    let dir = repo_root().join("charts").join(name);
-    ok(&Command::new(tool("helm"))
-        .args(["dependency", "build"])
-        .current_dir(&dir)
-        .output()
-        .unwrap());
-    dir.display().to_string()
-}
 
 fn example(name: &str) -> String {
     repo_root()
@@ -54,22 +31,8 @@ fn example(name: &str) -> String {
         .to_string()
 }
 
-fn documents(text: &str) -> Vec<Value> {
-    serde_yaml_ng::Deserializer::from_str(text)
-        .map(|d| serde::Deserialize::deserialize(d).unwrap())
-        .filter(|v: &Value| !v.is_null())
-        .collect()
-}
-
-fn of_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
-    docs.iter().filter(|d| d["kind"] == kind).collect()
-}
-
 fn render(chart_name: &str, extra: &[&str]) -> Vec<Value> {
-    let dir = chart(chart_name);
-    let mut args = vec!["template", "rel", dir.as_str(), "--namespace", "kube-system"];
-    args.extend(extra);
-    documents(&ok(&helm(&args)))
+    template("rel", chart_name, extra)
 }
 
 #[test]
@@ -282,11 +245,6 @@ fn per_node_credentials_reach_only_their_node() {
             assert!(decoded.contains(&format!("example {node} ")), "{node} got {decoded}");
         }
     }
-}
-
-fn base64_decode(s: &str) -> Vec<u8> {
-    use base64::Engine as _;
-    base64::engine::general_purpose::STANDARD.decode(s).unwrap()
 }
 
 #[test]

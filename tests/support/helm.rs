@@ -54,7 +54,7 @@ pub fn template(release: &str, chart_name: &str, extra: &[&str]) -> Vec<Value> {
     documents(&ok(&helm(&args)))
 }
 
-fn base64_decode(s: &str) -> Vec<u8> {
+pub fn base64_decode(s: &str) -> Vec<u8> {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.decode(s).unwrap()
 }
