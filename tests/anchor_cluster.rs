@@ -55,6 +55,45 @@ fn status_json(config: &Path, node: &NodeHandle) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
 }
 
+/// `kube-anchor run` for `node` as the anchor pod `pod` would run it, judged by the mirror pod
+/// and the health server on `health_port`.
+#[allow(clippy::too_many_arguments)]
+fn start_anchor(
+    node: &NodeHandle,
+    ns: &str,
+    kubeconfig: &Path,
+    pod: &str,
+    trial: &str,
+    health_port: u16,
+    volume: &ConfigVolume,
+    work: &Path,
+) -> Daemon {
+    let args: Vec<String> = [
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "--pod-name",
+        pod,
+        "--pod-namespace",
+        ns,
+        "--trial-period",
+        trial,
+        "--health-interval",
+        "1s",
+        "--health-url",
+        &format!("http://127.0.0.1:{health_port}/readyz"),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    Daemon::start(
+        &volume.config(),
+        &node.host_root(),
+        &node.name,
+        &args,
+        &work.join("daemon.log"),
+    )
+}
+
 async fn wait_ready(d: &Daemon) {
     let deadline = std::time::Instant::now() + WAIT;
     loop {
@@ -85,28 +124,16 @@ async fn readiness_follows_the_mirror_pod_and_a_failed_trial_rolls_back() {
         }
     });
 
-    let args: Vec<String> = [
-        "--kubeconfig",
-        kubeconfig.to_str().unwrap(),
-        "--pod-name",
-        "kube-scheduler-anchor-test",
-        "--pod-namespace",
+    // The kubelet's status manager reports a new static pod within ~10 s (its batch period).
+    let d = start_anchor(
+        &node,
         &ns,
-        // The kubelet's status manager reports a new static pod within ~10 s (its batch period).
-        "--trial-period",
+        &kubeconfig,
+        "kube-scheduler-anchor-test",
         "25s",
-        "--health-url",
-        &format!("http://127.0.0.1:{health_port}/readyz"),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let d = Daemon::start(
-        &volume.config(),
-        &node.host_root(),
-        &node.name,
-        &args,
-        &work.path().join("daemon.log"),
+        health_port,
+        &volume,
+        work.path(),
     );
 
     // Written -> mirror pod with our hash, Running and Ready -> /readyz 200.
@@ -215,29 +242,15 @@ async fn a_failing_last_known_good_is_reported_loudly() {
         let bad = fs::read_to_string(&watched).unwrap_or_default().contains("marker=bad");
         if bad || down.load(Ordering::SeqCst) { 500 } else { 200 }
     });
-    let args: Vec<String> = [
-        "--kubeconfig",
-        kubeconfig.to_str().unwrap(),
-        "--pod-name",
-        "lkg-anchor",
-        "--pod-namespace",
+    let d = start_anchor(
+        &node,
         &ns,
-        "--trial-period",
+        &kubeconfig,
+        "lkg-anchor",
         "15s",
-        "--health-interval",
-        "1s",
-        "--health-url",
-        &format!("http://127.0.0.1:{health_port}/readyz"),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let d = Daemon::start(
-        &volume.config(),
-        &node.host_root(),
-        &node.name,
-        &args,
-        &work.path().join("daemon.log"),
+        health_port,
+        &volume,
+        work.path(),
     );
     wait_ready(&d).await;
     let good_hash = status_json(&volume.config(), &node)["contentHash"]
