@@ -259,6 +259,17 @@ fn kubelet_refusal(pod: &Pod) -> Option<(String, String)> {
         );
     }
     let spec = pod.spec.as_ref()?;
+    // ValidatePodCreate: ephemeral containers only through their subresource.
+    if spec.ephemeral_containers.as_ref().is_some_and(|c| !c.is_empty()) {
+        return refuse("spec.ephemeralContainers", "cannot be set on create".into());
+    }
+    // ValidatePodCreate: no scheduling gates once nodeName is set, and applyDefaults sets it.
+    if spec.scheduling_gates.as_ref().is_some_and(|g| !g.is_empty()) {
+        return refuse(
+            "spec.schedulingGates",
+            "cannot be set: the kubelet binds a static pod to its node".into(),
+        );
+    }
     // validateContainers: `containers` Required.
     if spec.containers.is_empty() {
         return refuse("spec.containers", "at least one container is required".into());
