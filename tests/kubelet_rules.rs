@@ -1,8 +1,9 @@
 //! The static-pod checks of `staticpod::parse` against the real decision: the kubelet validates
 //! a manifest with `validation.ValidatePodCreate` after naming it `<name>-<node>` and setting
-//! `spec.nodeName` (`applyDefaults`); the test
-//! control plane's kube-apiserver (same pinned release) runs the same function on create, so a
-//! server-side dry run of the pod as the kubelet would name it gives the kubelet's verdict.
+//! `spec.nodeName` (`applyDefaults`); the test control plane's kube-apiserver (same pinned
+//! release) runs the same function on create, so a server-side dry run of the pod as the kubelet
+//! would make it gives the kubelet's verdict. (YAML merge keys are a decoding question, not a
+//! validation one: `staticpod` refuses them and its unit tests cover that.)
 
 mod support;
 
