@@ -231,9 +231,9 @@ impl Engine {
         let now = now_rfc3339();
         report.adopted = plan::adopt(&mut ledger, desired, &observations, &report.unchanged, &now);
         // The intent is on disk before the first rename, so no crash strands a file we wrote.
-        let intent = plan::intent(&ledger, &plan.ops, &observations, &now);
         let result = self.fs.execute_with_intent(&plan.ops, || {
             if plan.ops.iter().any(|op| matches!(op, Op::Write { .. })) {
+                let intent = plan::intent(&ledger, &plan.ops, &observations, &now);
                 self.fs.store_ledger(&self.state_dir, &intent)
             } else {
                 Ok(())

@@ -407,15 +407,19 @@ impl HostFs {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or_default();
-        let aside = path.parent().and_then(|dir| {
-            dir.join(&format!("{}.corrupt-{stamp}", Ledger::file_name(component)))
-                .ok()
-        });
-        let moved_to = aside.filter(|aside| {
-            let (Ok(from), Ok(to)) = (self.resolve(&path), self.resolve(aside)) else {
-                return false;
-            };
-            fs::rename(from, to).is_ok()
+        // A fresh name, never over an earlier one set aside in the same second (this runs
+        // under the component's lock).
+        let moved_to = (0..100).find_map(|n| {
+            let suffix = if n == 0 { String::new() } else { format!("-{n}") };
+            let aside = path
+                .parent()?
+                .join(&format!("{}.corrupt-{stamp}{suffix}", Ledger::file_name(component)))
+                .ok()?;
+            let (from, to) = (self.resolve(&path).ok()?, self.resolve(&aside).ok()?);
+            if fs::symlink_metadata(&to).is_ok() {
+                return None;
+            }
+            fs::rename(from, to).ok().map(|()| aside)
         });
         Ok(LoadedLedger {
             ledger: Ledger::new(component),
@@ -882,6 +886,30 @@ mod tests {
                 .to_string()
                 .starts_with("/var/lib/kube-anchor/v1/c.json.corrupt-")
         );
+        assert!(!file.exists());
+        // Another one set aside in the same second keeps the first, and a directory there too.
+        fs::write(&file, "{more garbage").unwrap();
+        let second =
+            n.fs.load_ledger(&state, "c")
+                .unwrap()
+                .set_aside
+                .unwrap()
+                .moved_to
+                .unwrap();
+        fs::create_dir(&file).unwrap();
+        let third =
+            n.fs.load_ledger(&state, "c")
+                .unwrap()
+                .set_aside
+                .unwrap()
+                .moved_to
+                .unwrap();
+        let names: BTreeSet<String> = fs::read_dir(n.real("/var/lib/kube-anchor/v1"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.starts_with("c.json.corrupt-"))
+            .collect();
+        assert_eq!(names.len(), 3, "{names:?} ({second}, {third})");
         assert!(!file.exists());
     }
 }

@@ -237,13 +237,6 @@ impl Ledger {
         self.files.is_empty() && self.decommissioned.is_none()
     }
 
-    /// A copy holding only the entries of `roles`.
-    pub fn only_roles(&self, roles: &[Role]) -> Ledger {
-        let mut copy = self.clone();
-        copy.files.retain(|e| roles.contains(&e.role));
-        copy
-    }
-
     pub fn has_files(&self) -> bool {
         !self.files.is_empty()
     }

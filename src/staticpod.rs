@@ -119,8 +119,12 @@ pub fn parse(file: &Path, text: &str) -> Result<StaticPod, ManifestError> {
                 .into(),
         ));
     }
-    let pod: Pod = serde_yaml_ng::from_value(document.clone())
-        .map_err(|e| invalid("(Pod)", format!("does not decode as a v1 Pod: {e}")))?;
+    let pod: Pod = serde_yaml_ng::from_value(document.clone()).map_err(|e| {
+        invalid(
+            "(Pod)",
+            format!("does not decode as a v1 Pod: {e}{}", yaml11_hint(&e.to_string())),
+        )
+    })?;
     let name = pod.metadata.name.clone().filter(|n| !n.is_empty());
     let name = name.ok_or_else(|| invalid("metadata.name", "required".into()))?;
     if pod.spec.is_none() {
@@ -160,6 +164,22 @@ pub fn check_flow_depth(text: &str) -> Result<(), usize> {
         }
     }
     Ok(())
+}
+
+/// Why a YAML 1.1 habit failed to decode: the kubelet's decoder reads `0644` as octal and `yes`
+/// as true, the YAML 1.2 reader here keeps both as strings.
+fn yaml11_hint(error: &str) -> &'static str {
+    let Some(rest) = error.split("invalid type: string \"").nth(1) else {
+        return "";
+    };
+    let value = rest.split('"').next().unwrap_or_default();
+    if value.len() > 1 && value.starts_with('0') && value.bytes().all(|b| b.is_ascii_digit()) {
+        "; a number with a leading 0 is octal only in YAML 1.1: write it in decimal (420 for 0644) or as 0o644"
+    } else if ["yes", "no", "on", "off", "y", "n"].contains(&value.to_ascii_lowercase().as_str()) {
+        "; write booleans as true or false"
+    } else {
+        ""
+    }
 }
 
 /// The path of the first `<<` key. The kubelet decodes manifests with sigs.k8s.io/yaml
@@ -239,6 +259,17 @@ fn kubelet_refusal(pod: &Pod) -> Option<(String, String)> {
         );
     }
     let spec = pod.spec.as_ref()?;
+    // ValidatePodCreate: ephemeral containers only through their subresource.
+    if spec.ephemeral_containers.as_ref().is_some_and(|c| !c.is_empty()) {
+        return refuse("spec.ephemeralContainers", "cannot be set on create".into());
+    }
+    // ValidatePodCreate: no scheduling gates once nodeName is set, and applyDefaults sets it.
+    if spec.scheduling_gates.as_ref().is_some_and(|g| !g.is_empty()) {
+        return refuse(
+            "spec.schedulingGates",
+            "cannot be set: the kubelet binds a static pod to its node".into(),
+        );
+    }
     // validateContainers: `containers` Required.
     if spec.containers.is_empty() {
         return refuse("spec.containers", "at least one container is required".into());
@@ -734,6 +765,21 @@ mod tests {
         let back: Value = serde_yaml_ng::from_str(&out).unwrap();
         assert_eq!(back["spec"]["containers"][0]["image"], "on");
         assert_eq!(back["metadata"]["labels"]["on"], "yes");
+    }
+
+    #[test]
+    fn yaml11_habits_get_a_hint() {
+        let base = "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec:\n  containers: [{name: c, image: i}]\n";
+        let octal = p(&format!(
+            "{base}  volumes: [{{name: v, projected: {{defaultMode: 0644, sources: []}}}}]\n"
+        ))
+        .unwrap_err();
+        assert!(octal.to_string().contains("420 for 0644"), "{octal}");
+        let boolean = p(&format!("{base}  hostNetwork: yes\n")).unwrap_err();
+        assert!(
+            boolean.to_string().contains("write booleans as true or false"),
+            "{boolean}"
+        );
     }
 
     #[test]

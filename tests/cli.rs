@@ -737,6 +737,34 @@ fn apply_reports_a_ledger_it_set_aside_and_the_files_it_adopted() {
     assert_eq!(text.matches("  adopted    ").count(), 3, "{text}");
 }
 
+/// `status` reads the ledger as `apply` and `remove` do: another component's ledger at this
+/// component's path proves nothing.
+#[test]
+fn status_does_not_trust_another_components_ledger() {
+    let f = Fixture::new();
+    let other = f.config_dir().join("other.yaml");
+    let text = fs::read_to_string(f.config()).unwrap();
+    fs::write(&other, text.replace("  name: kube-apiserver\n", "  name: other\n")).unwrap();
+    let out = std::process::Command::new(BIN)
+        .args(["apply", "--config"])
+        .arg(&other)
+        .arg("--host-root")
+        .arg(f.node())
+        .env("NODE_IP", "10.0.0.10")
+        .output()
+        .unwrap();
+    assert_success(&out);
+    let state = f.host("/var/lib/kube-anchor/v1");
+    fs::copy(state.join("other.json"), state.join("kube-apiserver.json")).unwrap();
+    let out = f.run("status", &[]);
+    assert_eq!(out.status.code(), Some(3), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("belongs to component \"other\""),
+        "{}",
+        stdout(&out)
+    );
+}
+
 /// A manifest edited by hand is kept by `remove`, and so are the credentials its pod may read;
 /// once the operator removes the manifest, `remove` takes the credentials.
 #[test]

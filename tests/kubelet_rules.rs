@@ -1,7 +1,9 @@
 //! The static-pod checks of `staticpod::parse` against the real decision: the kubelet validates
-//! a manifest with `validation.ValidatePodCreate` after naming it `<name>-<node>`; the test
-//! control plane's kube-apiserver (same pinned release) runs the same function on create, so a
-//! server-side dry run of the pod as the kubelet would name it gives the kubelet's verdict.
+//! a manifest with `validation.ValidatePodCreate` after naming it `<name>-<node>` and setting
+//! `spec.nodeName` (`applyDefaults`); the test control plane's kube-apiserver (same pinned
+//! release) runs the same function on create, so a server-side dry run of the pod as the kubelet
+//! would make it gives the kubelet's verdict. (YAML merge keys are a decoding question, not a
+//! validation one: `staticpod` refuses them and its unit tests cover that.)
 
 mod support;
 
@@ -57,6 +59,14 @@ fn cases() -> Vec<(&'static str, String)> {
             format!("{base}  volumes: [{{name: V_1, emptyDir: {{}}}}]\n"),
         ),
         (
+            "scheduling gates",
+            format!("{base}  schedulingGates: [{{name: wait}}]\n"),
+        ),
+        (
+            "ephemeral container",
+            format!("{base}  ephemeralContainers: [{{name: debug, image: i}}]\n"),
+        ),
+        (
             "mount of a missing volume",
             with(
                 "{name: c, image: i}",
@@ -105,6 +115,8 @@ async fn static_pod_checks_agree_with_the_pinned_validation() {
         let name = pod["metadata"]["name"].as_str().unwrap().to_owned();
         pod["metadata"]["name"] = format!("{name}-{NODE}").into();
         pod["metadata"]["namespace"] = ns.clone().into();
+        // applyDefaults binds the pod to its node.
+        pod["spec"]["nodeName"] = NODE.into();
         let object: DynamicObject = serde_json::from_value(pod).unwrap();
         let theirs = match pods.create(&dry_run, &object).await {
             Ok(_) => Ok(()),
