@@ -99,7 +99,8 @@ pub struct NodeArgs {
     /// Host path of the state dir (ledgers); resolved under --host-root like every host path.
     #[arg(long, env = "KUBE_ANCHOR_STATE_DIR", default_value = "/var/lib/kube-anchor")]
     pub state_dir: String,
-    /// Host directories files may be written below (the state dir is always allowed).
+    /// Host directories files may be written below (the state dir, kube-anchor's own, is not one
+    /// of them: config paths there are refused).
     #[arg(
         long = "allowed-root",
         env = "KUBE_ANCHOR_ALLOWED_ROOTS",

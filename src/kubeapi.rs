@@ -250,6 +250,16 @@ fn pem_certificates(pem: &[u8]) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// What a timed-out request says: how long it really waited (a budget already spent is 0 s).
+fn no_answer(started: std::time::Instant, timeout: Duration) -> String {
+    let waited = Duration::from_millis(started.elapsed().as_millis() as u64);
+    if timeout.is_zero() {
+        "not asked: the hook's time was used up".into()
+    } else {
+        format!("no answer within {}", humantime::format_duration(waited))
+    }
+}
+
 /// GET one object, as evidence: only the API server's own answer that this very object does
 /// not exist — a `Status` with reason `NotFound` whose details, when given, name this object —
 /// is `NotFound`. Every other failure, a 404 with another body (a proxy, an unserved path) or a
@@ -259,6 +269,7 @@ where
     K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
     use crate::decommission::Lookup;
+    let started = std::time::Instant::now();
     match tokio::time::timeout(timeout, api.get(name)).await {
         Ok(Ok(object)) => Lookup::Found(object),
         Ok(Err(kube::Error::Api(status))) if status.code == 404 => match not_found_of::<K>(&status, name) {
@@ -266,7 +277,7 @@ where
             Err(why) => Lookup::Unavailable(why),
         },
         Ok(Err(e)) => Lookup::Unavailable(e.to_string()),
-        Err(_) => Lookup::Unavailable(format!("no answer within {}", humantime::format_duration(timeout))),
+        Err(_) => Lookup::Unavailable(no_answer(started, timeout)),
     }
 }
 
@@ -302,10 +313,11 @@ where
 {
     use crate::decommission::Lookup;
     let params = kube::api::ListParams::default().labels(label_selector);
+    let started = std::time::Instant::now();
     match tokio::time::timeout(timeout, api.list(&params)).await {
         Ok(Ok(list)) => Lookup::Found(list.items),
         Ok(Err(e)) => Lookup::Unavailable(e.to_string()),
-        Err(_) => Lookup::Unavailable(format!("no answer within {}", humantime::format_duration(timeout))),
+        Err(_) => Lookup::Unavailable(no_answer(started, timeout)),
     }
 }
 
