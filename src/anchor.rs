@@ -72,6 +72,8 @@ struct Daemon {
     lkg_check: Option<Trial>,
     /// Set when the held last-known-good version fails as well.
     lkg_failing: Option<String>,
+    /// Whether the ledger's record of a failing last-known-good has been brought in line.
+    lkg_recorded: bool,
     input_error: Option<String>,
     converged: bool,
     started: Instant,
@@ -126,6 +128,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         held_back: None,
         lkg_check: None,
         lkg_failing: None,
+        lkg_recorded: false,
         input_error: None,
         converged: false,
         started: Instant::now(),
@@ -482,16 +485,34 @@ impl Daemon {
                     );
                     tracing::error!(component = %self.component, "{note}");
                     self.publish(true, "LastKnownGoodFailing", note.clone()).await;
-                    self.set_lkg_failing(Some(note));
+                    self.set_lkg_failing(Some((written.content_hash.clone(), note)));
                 }
             }
         }
     }
 
-    fn set_lkg_failing(&mut self, failing: Option<String>) {
+    fn set_lkg_failing(&mut self, failing: Option<(String, String)>) {
+        // The first call also clears a record an earlier process left.
+        let changed = failing.is_some() != self.lkg_failing.is_some() || !self.lkg_recorded;
+        self.lkg_recorded = true;
         if failing.is_none() && self.lkg_failing.is_some() {
             tracing::info!(component = %self.component, "last-known-good runs converged again");
         }
+        if changed {
+            // Recorded so `status` shows it too; a failure to record is logged, not fatal.
+            let record = failing.as_ref().map(|(hash, note)| BadVersion {
+                hash: hash.clone(),
+                at: now_rfc3339(),
+                reason: note.clone(),
+            });
+            if let Err(e) = self
+                .engine
+                .update_ledger(&self.component, |l| l.last_known_good_failing = record)
+            {
+                tracing::error!(component = %self.component, error = %e, "could not record the last-known-good state");
+            }
+        }
+        let failing = failing.map(|(_, note)| note);
         self.shared
             .metrics
             .last_known_good_failing

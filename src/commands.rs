@@ -315,6 +315,7 @@ fn print_status(r: &StatusReport, format: OutputFormat) {
                 "appliedHash": r.recorded_hash,
                 "lastKnownGoodHash": r.last_known_good,
                 "badVersions": r.bad,
+                "lastKnownGoodFailing": r.last_known_good_failing,
                 "files": r.files,
                 "warnings": warnings,
             });
@@ -331,6 +332,12 @@ fn print_status(r: &StatusReport, format: OutputFormat) {
                 "  applied hash  {}",
                 r.recorded_hash.as_deref().unwrap_or("(never applied)")
             );
+            if let Some(failing) = &r.last_known_good_failing {
+                println!(
+                    "  LAST-KNOWN-GOOD FAILING {} since {}: {}",
+                    failing.hash, failing.at, failing.reason
+                );
+            }
             for f in &r.files {
                 match &f.detail {
                     Some(d) => println!("  {:<10} {} ({d})", f.state.as_str(), f.path),

@@ -96,6 +96,7 @@ pub struct StatusReport {
     pub recorded_hash: Option<String>,
     pub last_known_good: Option<String>,
     pub bad: Vec<crate::ledger::BadVersion>,
+    pub last_known_good_failing: Option<crate::ledger::BadVersion>,
     pub files: Vec<FileStatus>,
     pub set_aside: Option<SetAside>,
 }
@@ -439,6 +440,7 @@ impl Engine {
             recorded_hash: ledger.content_hash.clone(),
             last_known_good: ledger.last_known_good.clone(),
             bad: ledger.bad.clone(),
+            last_known_good_failing: ledger.last_known_good_failing.clone(),
             files: plan::status(desired, &observations, &ledger),
             set_aside,
         })

@@ -80,6 +80,10 @@ pub struct Ledger {
     /// new anchor pod (or an explicit `apply`) takes it back.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decommissioned: Option<Decommissioned>,
+    /// Set by `run` while the last-known-good version, held in place of a bad one, fails as
+    /// well (so `status` can say so); cleared once it runs converged again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_known_good_failing: Option<BadVersion>,
     /// Sorted by path.
     files: Vec<LedgerEntry>,
 }
@@ -211,6 +215,7 @@ impl Ledger {
             last_known_good: None,
             bad: Vec::new(),
             decommissioned: None,
+            last_known_good_failing: None,
             files: Vec::new(),
         }
     }

@@ -287,6 +287,8 @@ async fn a_failing_last_known_good_is_reported_loudly() {
         fs::read_to_string(&manifest).unwrap().contains("marker=good"),
         "kept, not rolled back further"
     );
+    let failing = status_json(&volume.config(), &node)["lastKnownGoodFailing"].clone();
+    assert_eq!(failing["hash"], good_hash.as_str(), "status shows it: {failing}");
     let events: Api<Event> = Api::namespaced(cp.admin().await, &ns);
     loop {
         let list = events.list(&ListParams::default()).await.unwrap();
@@ -312,4 +314,5 @@ async fn a_failing_last_known_good_is_reported_loudly() {
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+    assert!(status_json(&volume.config(), &node)["lastKnownGoodFailing"].is_null());
 }
