@@ -6,7 +6,8 @@
 //! files are still kept in sync; only the proof waits. A signal drains; it never deletes.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::io::Read;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -20,6 +21,7 @@ use crate::engine::{Engine, EngineError, Inputs, now_rfc3339};
 use crate::kubeapi::{self, EventSink, HealthCheck};
 use crate::ledger::BadVersion;
 use crate::metrics::Metrics;
+use crate::pinned::{MAX_MARKER_BYTES, PinnedInputs};
 use crate::server::{self, Shared};
 use crate::shutdown;
 use crate::trial::{Assessment, MirrorPod, Observation, Trial, TrialOutcome, assess};
@@ -48,16 +50,28 @@ struct Daemon {
     engine: Engine,
     component: String,
     shared: Arc<Shared>,
+    /// A kubeconfig was given or this runs in a cluster.
+    api_wanted: bool,
     client: Option<Client>,
+    /// Why no client could be built yet (an unreadable kubeconfig is retried at every sync).
+    client_error: Option<String>,
     events: Option<EventSink>,
     health: Option<HealthCheck>,
     watcher: DirWatcher,
     mirror: Option<MirrorWatch>,
     /// What is on the node now, as far as this process wrote or adopted it.
     written: Option<Desired>,
+    /// The last version built from inputs that belong to this pod (see [`crate::pinned`]).
+    accepted: Option<Desired>,
+    /// Set while the inputs belong to another revision of the pod template.
+    awaiting_rollout: Option<String>,
     trial: Option<Trial>,
     /// Set while the inputs name a known-bad version and the last-known-good one is kept.
     held_back: Option<String>,
+    /// Judges the last-known-good version while it is held in place of a bad one.
+    lkg_check: Option<Trial>,
+    /// Set when the held last-known-good version fails as well.
+    lkg_failing: Option<String>,
     input_error: Option<String>,
     converged: bool,
     started: Instant,
@@ -75,47 +89,49 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     let draining = shutdown::install().context("installing signal handlers")?;
     let shared = Shared::new(Metrics::new(&component));
-    if let Some(addr) = args.listen {
-        let listener = server::bind(addr)
-            .await
-            .with_context(|| format!("listening on {addr}"))?;
-        tracing::info!(%addr, "serving /healthz, /readyz, /metrics");
-        tokio::spawn(server::serve(listener, shared.clone()));
-    }
-    let client = kubeapi::client(args.identity.kubeconfig.as_deref()).await?;
-    if client.is_none() {
+    server::start(
+        args.endpoints.health_socket.as_deref(),
+        args.endpoints.listen,
+        shared.clone(),
+    )
+    .await?;
+    let api_wanted = args.identity.kubeconfig.is_some() || std::env::var_os("KUBERNETES_SERVICE_HOST").is_some();
+    if !api_wanted {
         tracing::warn!(
             "no kubeconfig and not in a cluster: keeping files in sync, but nothing can prove the static pod runs"
         );
     }
-    let events = match (&client, &args.identity.pod_name, &args.identity.pod_namespace) {
-        (Some(c), Some(name), Some(ns)) => Some(EventSink::new(c.clone(), ns, name)),
-        _ => None,
-    };
     let health = args
         .health_url
         .as_deref()
         .map(|url| HealthCheck::new(url, args.health_ca_file.as_deref()))
         .transpose()?;
     let (watcher, changes) = DirWatcher::new().context("starting inotify")?;
-    let daemon = Daemon {
+    let mut daemon = Daemon {
         args,
         engine,
         component,
         shared,
-        client,
-        events,
+        api_wanted,
+        client: None,
+        client_error: None,
+        events: None,
         health,
         watcher,
         mirror: None,
         written: None,
+        accepted: None,
+        awaiting_rollout: None,
         trial: None,
         held_back: None,
+        lkg_check: None,
+        lkg_failing: None,
         input_error: None,
         converged: false,
         started: Instant::now(),
         input_dirs: BTreeSet::new(),
     };
+    daemon.connect().await;
     daemon.run(changes, draining).await;
     Ok(())
 }
@@ -168,9 +184,60 @@ impl Daemon {
         self.started.elapsed()
     }
 
+    /// Builds the API client if there is none yet. A kubeconfig that is missing or unreadable
+    /// (or in-cluster files not mounted yet) must not stop the file sync: no API is no
+    /// evidence, and the next sync tries again.
+    async fn connect(&mut self) {
+        if self.client.is_some() || !self.api_wanted {
+            return;
+        }
+        match kubeapi::client(self.args.identity.kubeconfig.as_deref()).await {
+            Ok(client) => {
+                if self.client_error.take().is_some() {
+                    tracing::info!(component = %self.component, "API client ready");
+                }
+                self.events = match (&client, &self.args.identity.pod_name, &self.args.identity.pod_namespace) {
+                    (Some(c), Some(name), Some(ns)) => Some(EventSink::new(c.clone(), ns, name)),
+                    _ => None,
+                };
+                self.client = client;
+            }
+            Err(e) => {
+                let message = e.to_string();
+                if self.client_error.as_deref() != Some(message.as_str()) {
+                    tracing::warn!(component = %self.component, error = %message, "no API client (keeping files in sync; retrying at every sync)");
+                }
+                self.client_error = Some(message);
+            }
+        }
+    }
+
     async fn sync(&mut self) {
+        self.connect().await;
+        self.sync_pass();
+        // A change that landed between reading a directory and watching it went unseen.
+        if self.watch_dirs() {
+            self.sync_pass();
+            self.watch_dirs();
+        }
+        self.evaluate().await;
+    }
+
+    fn sync_pass(&mut self) {
         self.shared.update(|s| s.sync_started = Some(Instant::now()));
-        let result = self.sync_files();
+        let mut result = self.sync_files();
+        if let (Err(EngineError::Decommissioned { .. }), Some(pod)) = (&result, &self.args.identity.pod_name) {
+            // Another anchor pod of this component (an old DaemonSet of a renamed release, say)
+            // decommissioned it; this pod is alive and still wants it. Our own pod's marker stays.
+            match self.engine.recommission(&self.component, Some(pod)) {
+                Ok(true) => {
+                    tracing::warn!(component = %self.component, "lifted a decommission marker another anchor pod set; keeping the component on the node");
+                    result = self.sync_files();
+                }
+                Ok(false) => {}
+                Err(e) => result = Err(e),
+            }
+        }
         self.shared.update(|s| s.sync_started = None);
         match result {
             Ok(()) => {
@@ -191,25 +258,65 @@ impl Daemon {
                 self.input_error = Some(format!("sync failed: {message}"));
             }
         }
-        self.watch_dirs();
-        self.evaluate().await;
+    }
+
+    /// The version this pod's inputs describe, or `None` while they belong to another pod
+    /// template revision (see [`crate::pinned`]); the markers are read before and after the
+    /// inputs, so a volume refreshed in between is never half taken.
+    fn load_desired(&mut self) -> Result<Option<Desired>, EngineError> {
+        let pinned_ok = |pinned: &Option<PinnedInputs>| match pinned {
+            Some(p) => p.check(read_marker),
+            None => Ok(()),
+        };
+        let pinned = self.args.expect_inputs.clone();
+        let mismatch = match pinned_ok(&pinned) {
+            Ok(()) => {
+                let inputs = Inputs::load(&self.args.config, self.engine.roots())?;
+                self.input_dirs = input_dirs(&self.args.config, &inputs, &pinned);
+                let desired = inputs.desired(&inputs.environment_variables())?;
+                match pinned_ok(&pinned) {
+                    Ok(()) => {
+                        if self.awaiting_rollout.take().is_some() {
+                            tracing::info!(component = %self.component, "the inputs match this pod's template again");
+                        }
+                        return Ok(Some(desired));
+                    }
+                    Err(m) => m,
+                }
+            }
+            Err(m) => m,
+        };
+        if let Some(p) = &pinned {
+            // Watch the marker directories even when the config cannot be read yet.
+            self.input_dirs
+                .extend(p.markers.iter().filter_map(|m| m.path.parent().map(Path::to_path_buf)));
+        }
+        let why = format!(
+            "the inputs belong to another revision of this anchor ({mismatch}); they reach this node when the rollout replaces this pod"
+        );
+        if self.awaiting_rollout.as_deref() != Some(why.as_str()) {
+            tracing::info!(component = %self.component, reason = %mismatch, "inputs changed under a running pod: keeping the version this pod applied until the rollout replaces it");
+        }
+        self.awaiting_rollout = Some(why);
+        Ok(None)
     }
 
     fn sync_files(&mut self) -> Result<(), EngineError> {
-        let inputs = Inputs::load(&self.args.config, self.engine.roots())?;
-        self.input_dirs = std::iter::once(&self.args.config)
-            .chain(inputs.anchor.files.iter().map(|f| &f.source))
-            .filter_map(|p| {
-                p.parent().map(|d| {
-                    if d.as_os_str().is_empty() {
-                        PathBuf::from(".")
-                    } else {
-                        d.to_path_buf()
-                    }
-                })
-            })
-            .collect();
-        let desired = inputs.desired(&inputs.environment_variables())?;
+        let desired = match self.load_desired()? {
+            Some(desired) => {
+                self.accepted = Some(desired.clone());
+                desired
+            }
+            // Keep what this pod applied (drift is still repaired); after a container restart
+            // only the last-known-good snapshot is at hand, and only if it is what the node runs.
+            None => match &self.accepted {
+                Some(accepted) => accepted.clone(),
+                None => match self.current_last_known_good()? {
+                    Some(lkg) => lkg,
+                    None => return Ok(()),
+                },
+            },
+        };
         let ledger = self.engine.ledger(&self.component)?;
         let (target, held_back) = match ledger.bad_version(&desired.content_hash) {
             Some(bad) => match self.engine.last_known_good(&self.component)? {
@@ -248,7 +355,17 @@ impl Daemon {
         Ok(())
     }
 
-    fn watch_dirs(&mut self) {
+    /// The last-known-good version, when it is also what the ledger says the node holds.
+    fn current_last_known_good(&self) -> Result<Option<Desired>, EngineError> {
+        let ledger = self.engine.ledger(&self.component)?;
+        match self.engine.last_known_good(&self.component)? {
+            Some(lkg) if ledger.content_hash.as_deref() == Some(lkg.content_hash.as_str()) => Ok(Some(lkg)),
+            _ => Ok(None),
+        }
+    }
+
+    /// Returns whether a directory is watched now that was not before.
+    fn watch_dirs(&mut self) -> bool {
         let mut dirs: BTreeSet<PathBuf> = self.input_dirs.clone();
         if let Some(written) = &self.written {
             for file in &written.files {
@@ -259,7 +376,7 @@ impl Daemon {
                 }
             }
         }
-        self.watcher.ensure(dirs.iter().map(PathBuf::as_path));
+        self.watcher.ensure(dirs.iter().map(PathBuf::as_path))
     }
 
     fn ensure_mirror_watch(&mut self, target: &Desired) {
@@ -285,7 +402,11 @@ impl Daemon {
 
     async fn evaluate(&mut self) {
         let Some(written) = self.written.clone() else {
-            let reason = self.input_error.clone().unwrap_or_else(|| "nothing written yet".into());
+            let reason = self
+                .input_error
+                .clone()
+                .or_else(|| self.awaiting_rollout.clone())
+                .unwrap_or_else(|| "nothing written yet".into());
             self.shared.update(|s| (s.ready, s.reason) = (false, reason));
             return;
         };
@@ -295,7 +416,7 @@ impl Daemon {
             None => None,
         };
         let observation = Observation {
-            api_configured: self.client.is_some(),
+            api_configured: self.api_wanted,
             mirror,
             health,
         };
@@ -307,15 +428,75 @@ impl Daemon {
                 TrialOutcome::Failed(reason) => self.rollback(&written, reason).await,
             }
         }
+        self.check_last_known_good(&written, &assessment).await;
         self.converged = assessment == Assessment::Converged;
         self.shared.metrics.converged.set(i64::from(self.converged));
-        let (ready, reason) = match (&self.input_error, &self.held_back, assessment.reason()) {
+        let held_back = match (&self.held_back, &self.lkg_failing) {
+            (Some(h), Some(failing)) => Some(format!("{failing}; {h}")),
+            (h, _) => h.clone(),
+        };
+        // A process that never saw its own inputs cannot tell whether it is an old pod whose
+        // inputs moved on (restarted container) or a new one whose inputs have not arrived yet;
+        // being Ready as the latter would let the rollout move on before this node is updated.
+        let unproven = match (&self.accepted, &self.awaiting_rollout) {
+            (None, Some(why)) => Some(why.clone()),
+            _ => None,
+        };
+        let (ready, reason) = match (
+            self.input_error.as_ref().or(unproven.as_ref()),
+            &held_back,
+            assessment.reason(),
+        ) {
             (Some(e), _, _) => (false, e.clone()),
             (_, Some(h), _) => (false, h.clone()),
             (_, _, Some(r)) => (false, r.to_owned()),
             (None, None, None) => (true, String::new()),
         };
         self.shared.update(|s| (s.ready, s.reason) = (ready, reason));
+    }
+
+    /// While the last-known-good version is kept in place of the inputs' bad one, it is judged
+    /// like a version on trial; one that fails too is reported loudly (Warning Event, metric,
+    /// `/readyz` reason) rather than kept silently. It is not rolled back further: there is
+    /// nothing older known to be good.
+    async fn check_last_known_good(&mut self, written: &Desired, assessment: &Assessment) {
+        if self.trial.is_some() || self.held_back.is_none() {
+            self.lkg_check = None;
+            self.set_lkg_failing(None);
+            return;
+        }
+        let now = self.monotonic();
+        let check = match &mut self.lkg_check {
+            Some(check) if check.hash == written.content_hash => check,
+            slot => slot.insert(Trial::start(&written.content_hash, now)),
+        };
+        match check.step(assessment, now, self.args.trial_period) {
+            TrialOutcome::Pending => {}
+            TrialOutcome::Passed => self.set_lkg_failing(None),
+            TrialOutcome::Failed(reason) => {
+                *check = Trial::start(&written.content_hash, now);
+                if self.lkg_failing.is_none() {
+                    let note = format!(
+                        "last-known-good {} is failing too ({reason}); kept, as nothing older is known to be good: the node needs an operator",
+                        written.content_hash
+                    );
+                    tracing::error!(component = %self.component, "{note}");
+                    self.publish(true, "LastKnownGoodFailing", note.clone()).await;
+                    self.set_lkg_failing(Some(note));
+                }
+            }
+        }
+    }
+
+    fn set_lkg_failing(&mut self, failing: Option<String>) {
+        if failing.is_none() && self.lkg_failing.is_some() {
+            tracing::info!(component = %self.component, "last-known-good runs converged again");
+        }
+        self.shared
+            .metrics
+            .last_known_good_failing
+            .set(i64::from(failing.is_some()));
+        self.lkg_failing = failing;
     }
 
     async fn promote(&mut self, written: &Desired) {
@@ -380,6 +561,40 @@ impl Daemon {
             events.publish(warning, reason, "Sync", note).await;
         }
     }
+}
+
+/// The directories whose changes mean the inputs may have changed: the config's, every
+/// source's and every revision marker's (a ConfigMap/Secret volume swaps `..data` there).
+fn input_dirs(config: &Path, inputs: &Inputs, pinned: &Option<PinnedInputs>) -> BTreeSet<PathBuf> {
+    std::iter::once(config)
+        .chain(inputs.anchor.files.iter().map(|f| f.source.as_path()))
+        .chain(pinned.iter().flat_map(|p| p.markers.iter().map(|m| m.path.as_path())))
+        .filter_map(|p| {
+            p.parent().map(|d| {
+                if d.as_os_str().is_empty() {
+                    PathBuf::from(".")
+                } else {
+                    d.to_path_buf()
+                }
+            })
+        })
+        .collect()
+}
+
+/// A revision marker's content: a regular file of at most [`MAX_MARKER_BYTES`].
+fn read_marker(path: &Path) -> Result<String, String> {
+    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("not a regular file".into());
+    }
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_MARKER_BYTES + 1).read_to_string(&mut text))
+        .map_err(|e| e.to_string())?;
+    if text.len() as u64 > MAX_MARKER_BYTES {
+        return Err(format!("larger than {MAX_MARKER_BYTES} bytes"));
+    }
+    Ok(text)
 }
 
 async fn sleep_opt(d: Option<Duration>) {

@@ -4,16 +4,28 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+/// `kube-anchor --version`: the crate version and the commit it was built from.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("KUBE_ANCHOR_GIT_COMMIT"),
+    ")"
+);
+
 #[derive(Debug, Parser)]
 #[command(
     name = "kube-anchor",
-    version,
+    version = VERSION,
     about = "Keeps control-plane static pods, and their credentials, on the node"
 )]
 pub struct Cli {
     /// Log line format (logs go to stderr; results to stdout).
     #[arg(long, global = true, env = "KUBE_ANCHOR_LOG_FORMAT", value_enum, default_value_t = LogFormat::Plain)]
     pub log_format: LogFormat,
+    /// More logs on stderr: -v info, -vv debug (one-shot verbs log only warnings by default;
+    /// daemons and --log-format json log info).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -30,6 +42,17 @@ pub enum OutputFormat {
     Json,
 }
 
+impl Command {
+    /// Runs until stopped, or runs where only a log will ever show what it did.
+    pub fn is_daemon(&self) -> bool {
+        match self {
+            Command::Run(_) | Command::PreStop(_) => true,
+            Command::Checkpointer(args) => args.action.is_none(),
+            _ => false,
+        }
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Render the config and write its files and manifest onto the node, once.
@@ -38,12 +61,29 @@ pub enum Command {
     Remove(RemoveArgs),
     /// Compare the node with the config; exit 0 when everything is in sync, 3 otherwise.
     Status(StatusArgs),
+    /// Forget that a version failed its trial, so `run` tries it again at its next sync (after
+    /// fixing what made it fail outside its inputs, e.g. a missing host directory).
+    Retry(RetryArgs),
+    /// Print a shell completion script (e.g. `source <(kube-anchor completion bash)`).
+    Completion {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write man pages (kube-anchor.1 and one per verb) into a directory.
+    #[command(hide = true)]
+    Man {
+        #[arg(long, default_value = ".")]
+        out_dir: PathBuf,
+    },
     /// Anchor mode (the DaemonSet container): keep the node in sync, prove the static pod runs
     /// what was written, roll back versions that fail their trial.
     Run(RunArgs),
     /// The DaemonSet's preStop hook: remove the component from the node only on a real
     /// decommission (DaemonSet gone, node no longer selected, node deleted).
     PreStop(PreStopArgs),
+    /// Ask a running `run` or `checkpointer` over its --health-socket (the chart's exec probes):
+    /// exit 0 on 2xx, 1 otherwise, printing the answer.
+    Probe(ProbeArgs),
     /// Guarded checkpointer mode (bootkube-compatible): keep local copies of annotated pods so
     /// the kubelet can start them after a reboot with no API server; retire a copy only once its
     /// replacement runs. `checkpointer sanitize` shows what would be written for a pod.
@@ -96,6 +136,17 @@ pub struct ComponentArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct RetryArgs {
+    #[command(flatten)]
+    pub component: ComponentArgs,
+    #[command(flatten)]
+    pub node: NodeArgs,
+    /// Only this content hash (default: every version recorded as bad).
+    #[arg(long)]
+    pub hash: Option<String>,
+}
+
+#[derive(Debug, Args)]
 pub struct RemoveArgs {
     #[command(flatten)]
     pub component: ComponentArgs,
@@ -109,6 +160,38 @@ fn duration(raw: &str) -> Result<std::time::Duration, humantime::DurationError> 
     humantime::parse_duration(raw)
 }
 
+/// Where a daemon serves /healthz, /readyz and /metrics.
+#[derive(Debug, Clone, Args)]
+pub struct EndpointArgs {
+    /// Unix socket for the probes (`kube-anchor probe`), in the pod's own emptyDir so that two
+    /// daemons on one host network never share it.
+    #[arg(long, env = "KUBE_ANCHOR_HEALTH_SOCKET")]
+    pub health_socket: Option<PathBuf>,
+    /// Also serve on this TCP address (e.g. 127.0.0.1:9090, for metrics scraping); a port
+    /// another process holds is retried in the background, never fatal.
+    #[arg(long, env = "KUBE_ANCHOR_LISTEN")]
+    pub listen: Option<std::net::SocketAddr>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ProbeEndpoint {
+    Healthz,
+    Readyz,
+}
+
+#[derive(Debug, Args)]
+pub struct ProbeArgs {
+    /// Which endpoint to ask.
+    #[arg(value_enum)]
+    pub endpoint: ProbeEndpoint,
+    /// The daemon's --health-socket.
+    #[arg(long, env = "KUBE_ANCHOR_HEALTH_SOCKET")]
+    pub socket: PathBuf,
+    /// Give up (and fail) after this long.
+    #[arg(long, default_value = "5s", value_parser = duration)]
+    pub timeout: std::time::Duration,
+}
+
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// The Anchor config file (from a mounted ConfigMap).
@@ -118,9 +201,14 @@ pub struct RunArgs {
     pub node: NodeArgs,
     #[command(flatten)]
     pub identity: IdentityArgs,
-    /// Serve /healthz, /readyz and /metrics on this address (e.g. 127.0.0.1:9090).
-    #[arg(long, env = "KUBE_ANCHOR_LISTEN")]
-    pub listen: Option<std::net::SocketAddr>,
+    #[command(flatten)]
+    pub endpoints: EndpointArgs,
+    /// Apply only inputs whose revision markers hold these hashes (`PATH=HASH,…`; the chart
+    /// passes its pod template's `kube-anchor.io/expect-inputs` annotation through the downward
+    /// API). Inputs refreshed under a running pod are then left for its replacement, so a new
+    /// version reaches nodes only as fast as the DaemonSet rollout replaces anchor pods.
+    #[arg(long, env = "KUBE_ANCHOR_EXPECT_INPUTS")]
+    pub expect_inputs: Option<crate::pinned::PinnedInputs>,
     /// Full resync as a backstop to change notification.
     #[arg(long, env = "KUBE_ANCHOR_RESYNC_PERIOD", default_value = "1m", value_parser = duration)]
     pub resync_period: std::time::Duration,

@@ -6,10 +6,13 @@
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use serde_json::json;
 
-use crate::cli::{ApplyArgs, Cli, Command, ComponentArgs, NodeArgs, OutputFormat, RemoveArgs, StatusArgs};
+use crate::cli::{
+    ApplyArgs, Cli, Command, ComponentArgs, NodeArgs, OutputFormat, ProbeArgs, ProbeEndpoint, RemoveArgs, RetryArgs,
+    StatusArgs,
+};
 use crate::config;
 use crate::engine::{ApplyReport, Engine, Inputs, RemoveReport, StatusReport};
 use crate::hostfs::SetAside;
@@ -21,7 +24,10 @@ pub const EXIT_OUT_OF_SYNC: u8 = 3;
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    logging::init(cli.log_format);
+    logging::init(
+        cli.log_format,
+        logging::default_level(cli.log_format, cli.verbose, cli.command.is_daemon()),
+    );
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
@@ -54,11 +60,56 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Status(args) => status(args),
         Command::Checkpointer(args) => tokio::runtime::Runtime::new()?.block_on(crate::checkpointer::main(args)),
         Command::PreStop(args) => tokio::runtime::Runtime::new()?.block_on(crate::prestop::run(args)),
+        Command::Probe(args) => probe(args),
+        Command::Completion { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "kube-anchor", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man { out_dir } => {
+            write_man_pages(&out_dir)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Retry(args) => retry(args),
         Command::Run(args) => {
             tokio::runtime::Runtime::new()?.block_on(crate::anchor::run(args))?;
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// kube-anchor.1 and kube-anchor-<verb>.1 for every visible verb.
+fn write_man_pages(dir: &std::path::Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create", dir.display()))?;
+    let command = Cli::command();
+    let mut pages = vec![("kube-anchor".to_owned(), command.clone())];
+    for sub in command.get_subcommands().filter(|s| !s.is_hide_set()) {
+        pages.push((format!("kube-anchor-{}", sub.get_name()), sub.clone()));
+    }
+    for (name, page) in pages {
+        let path = dir.join(format!("{name}.1"));
+        let mut out = Vec::new();
+        clap_mangen::Man::new(page)
+            .title(name.to_uppercase())
+            .render(&mut out)?;
+        std::fs::write(&path, out).with_context(|| format!("{}: cannot write", path.display()))?;
+        println!("{}", path.display());
+    }
+    Ok(())
+}
+
+fn probe(args: ProbeArgs) -> anyhow::Result<ExitCode> {
+    let path = match args.endpoint {
+        ProbeEndpoint::Healthz => "/healthz",
+        ProbeEndpoint::Readyz => "/readyz",
+    };
+    let answer = crate::server::probe(&args.socket, path, args.timeout)
+        .with_context(|| format!("{}: GET {path}", args.socket.display()))?;
+    print!("{}", answer.body);
+    Ok(if (200..300).contains(&answer.status) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_ERROR)
+    })
 }
 
 fn engine(node: &NodeArgs) -> anyhow::Result<Engine> {
@@ -87,7 +138,7 @@ pub fn component_name(args: &ComponentArgs, engine: &Engine) -> anyhow::Result<S
     Ok(match (&args.component, &args.config) {
         (Some(name), _) if config::is_component_name(name) => name.clone(),
         (Some(name), _) => anyhow::bail!("--component {name:?} is not a component name (a lowercase DNS label)"),
-        (None, Some(path)) => config::load(path, engine.roots())?.name,
+        (None, Some(path)) => crate::engine::load_config(path, engine.roots())?.name,
         (None, None) => unreachable!("clap requires one of --config and --component"),
     })
 }
@@ -99,6 +150,29 @@ fn remove(args: RemoveArgs) -> anyhow::Result<ExitCode> {
     log_notices(&report.notices, report.set_aside.as_ref());
     tracing::info!(component = %report.component, removed = report.removed.len(), "removed");
     print_remove(&report, args.output);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn retry(args: RetryArgs) -> anyhow::Result<ExitCode> {
+    let engine = engine(&args.node)?;
+    let component = component_name(&args.component, &engine)?;
+    let forgotten = engine.update_ledger(&component, |ledger| {
+        let (forget, keep) = std::mem::take(&mut ledger.bad)
+            .into_iter()
+            .partition::<Vec<_>, _>(|b| args.hash.as_deref().is_none_or(|h| h == b.hash));
+        ledger.bad = keep;
+        forget
+    })?;
+    if forgotten.is_empty() {
+        let which = args.hash.as_deref().unwrap_or("any version");
+        anyhow::bail!("{component}: {which} is not recorded as bad; nothing to retry");
+    }
+    for bad in &forgotten {
+        println!(
+            "{component}: {} will be tried again (failed its trial at {}: {})",
+            bad.hash, bad.at, bad.reason
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -123,13 +197,16 @@ fn notice_text(notice: &Notice) -> String {
         Notice::Orphaned { path } => {
             format!("{path}: written earlier, no longer in the config; kept (use --prune to remove it)")
         }
+        Notice::KeptForManifest { path, manifest } => {
+            format!("{path}: kept, because {manifest} was changed by hand and stays, and may need it")
+        }
     }
 }
 
 fn set_aside_text(s: &SetAside) -> String {
     match &s.moved_to {
         Some(to) => format!(
-            "ledger {} was unusable ({}); moved to {to}; starting a fresh ledger",
+            "ledger {} was unusable ({}); moved to {to}; nothing it named is trusted as written by kube-anchor",
             s.path, s.reason
         ),
         None => format!("ledger {} is unusable ({}); ignoring it", s.path, s.reason),
@@ -163,7 +240,10 @@ fn print_apply(r: &ApplyReport, format: OutputFormat) {
                     .map(|(p, why)| json!({"path": p, "action": "written", "reason": why})),
             );
             files.extend(r.removed.iter().map(|p| json!({"path": p, "action": "removed"})));
-            files.extend(r.unchanged.iter().map(|p| json!({"path": p, "action": "unchanged"})));
+            files.extend(r.unchanged.iter().map(|p| {
+                let action = if r.adopted.contains(p) { "adopted" } else { "unchanged" };
+                json!({"path": p, "action": action})
+            }));
             let out = json!({
                 "component": r.component,
                 "contentHash": r.content_hash,
@@ -174,12 +254,12 @@ fn print_apply(r: &ApplyReport, format: OutputFormat) {
             println!("{out}");
         }
         OutputFormat::Text => {
-            println!(
-                "{}: {} ({})",
-                r.component,
-                if r.changed() { "applied" } else { "unchanged" },
-                r.content_hash
-            );
+            let outcome = match (r.changed(), r.adopted.is_empty()) {
+                (true, _) => "applied",
+                (false, false) => "adopted",
+                (false, true) => "unchanged",
+            };
+            println!("{}: {outcome} ({})", r.component, r.content_hash);
             for (p, why) in &r.written {
                 println!(
                     "  written    {p} ({})",
@@ -190,7 +270,11 @@ fn print_apply(r: &ApplyReport, format: OutputFormat) {
                 println!("  removed    {p}");
             }
             for p in &r.unchanged {
-                println!("  unchanged  {p}");
+                if r.adopted.contains(p) {
+                    println!("  adopted    {p} (already held what the config wants; now in the ledger)");
+                } else {
+                    println!("  unchanged  {p}");
+                }
             }
             for w in warnings(&r.notices, r.set_aside.as_ref()) {
                 println!("  warning    {w}");

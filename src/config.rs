@@ -1,4 +1,4 @@
-//! The `Anchor` config file: what to write where. [`parse`] is pure; [`load`] reads the file.
+//! The `Anchor` config file: what to write where. Pure; `engine::load_config` reads the file.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -78,7 +78,9 @@ impl<'de> Deserialize<'de> for FileMode {
                 )))
             }
             fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<FileMode, E> {
-                self.visit_u64(v.unsigned_abs())
+                Err(E::custom(format!(
+                    "mode {v} must be a quoted octal string such as \"0600\""
+                )))
             }
         }
         d.deserialize_any(Visitor)
@@ -100,12 +102,17 @@ pub struct Owner {
 
 impl Owner {
     pub fn parse(raw: &str) -> Result<Self, String> {
-        let bad = || format!("{raw:?} is not a numeric \"uid:gid\" such as \"0:0\"");
+        let bad = || format!("owner {raw:?} is not a numeric \"uid:gid\" such as \"0:0\"");
         let (uid, gid) = raw.split_once(':').ok_or_else(bad)?;
-        Ok(Self {
+        let owner = Self {
             uid: uid.parse().map_err(|_| bad())?,
             gid: gid.parse().map_err(|_| bad())?,
-        })
+        };
+        // chown(2) reads (uid_t)-1 as "leave unchanged": such an owner could never take effect.
+        if owner.uid == u32::MAX || owner.gid == u32::MAX {
+            return Err(format!("owner {raw:?}: {} is not a usable uid or gid", u32::MAX));
+        }
+        Ok(owner)
     }
 }
 
@@ -174,6 +181,7 @@ struct RawConfig {
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct RawMetadata {
     name: String,
 }
@@ -217,15 +225,6 @@ fn yes() -> bool {
     true
 }
 
-/// Reads and validates the config at `path`; relative sources resolve against its directory.
-pub fn load(path: &Path, roots: &AllowedRoots) -> Result<Anchor, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-        path: path.into(),
-        source,
-    })?;
-    parse(path, &text, roots)
-}
-
 /// A DNS-1123 label: the component name also names the ledger file.
 pub fn is_component_name(name: &str) -> bool {
     !name.is_empty()
@@ -238,6 +237,15 @@ pub fn is_component_name(name: &str) -> bool {
 }
 
 pub fn parse(path: &Path, text: &str, roots: &AllowedRoots) -> Result<Anchor, ConfigError> {
+    if let Err(offset) = crate::staticpod::check_flow_depth(text) {
+        return Err(ConfigError::Yaml {
+            path: path.into(),
+            reason: format!(
+                "nests deeper than {} levels of [ and {{ (the bracket at byte {offset})",
+                crate::staticpod::MAX_FLOW_DEPTH
+            ),
+        });
+    }
     let raw: RawConfig = serde_yaml_ng::from_str(text).map_err(|e| ConfigError::Yaml {
         path: path.into(),
         reason: e.to_string(),
@@ -422,7 +430,18 @@ spec:
         let e = problem(&GOOD.replace("restartOnChange", "restartOnChagne"));
         assert!(e.contains("restartOnChagne"), "{e}");
         let e = problem(&GOOD.replace("owner: \"0:0\"", "owner: root"));
-        assert!(e.contains("uid:gid"), "{e}");
+        assert!(
+            e.contains("spec.files[1]: owner \"root\" is not a numeric \"uid:gid\""),
+            "{e}"
+        );
+        let e = problem(&GOOD.replace("owner: \"0:0\"", "owner: \"4294967295:0\""));
+        assert!(e.contains("4294967295 is not a usable uid or gid"), "{e}");
+        let e = problem(&GOOD.replace("  name: kube-apiserver\n", "  name: kube-apiserver\n  labels: {a: b}\n"));
+        assert!(e.contains("labels"), "{e}");
+        let e = problem(&GOOD.replace("\"0644\"", "-1"));
+        assert!(e.contains("mode -1 must be a quoted octal string"), "{e}");
+        let e = problem(&format!("{GOOD}x: {}", "{".repeat(5000)));
+        assert!(e.contains("nests deeper than 1000"), "{e}");
     }
 
     #[test]

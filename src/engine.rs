@@ -6,7 +6,9 @@ use std::time::SystemTime;
 
 use crate::config::{self, Anchor, ConfigError, Role};
 use crate::desired::{self, Desired, DesiredError};
-use crate::hostfs::{Done, HostFs, HostFsError, SetAside};
+use crate::hostfs::{
+    Done, Follow, HostFs, HostFsError, MAX_INPUT_BYTES, MAX_TOTAL_INPUT_BYTES, SetAside, read_regular,
+};
 use crate::hostpath::{AllowedRoots, HostPath, HostPathError};
 use crate::ledger::{Ledger, LedgerEntry, Snapshot};
 use crate::plan::{self, FileStatus, Notice, Op, PlanError, WriteReason};
@@ -31,6 +33,14 @@ pub enum EngineError {
     HostFs(#[from] HostFsError),
     #[error(transparent)]
     Path(#[from] HostPathError),
+    /// The files are in place and the intent record covers them (`remove` takes them), but the
+    /// final record could not be stored; the next apply completes it.
+    #[error("{component}: {written} file(s) were written, but the ledger could not be updated: {source}")]
+    LedgerAfterWrite {
+        component: String,
+        written: usize,
+        source: HostFsError,
+    },
     #[error("{component} was decommissioned on this node at {at} ({reason}); not writing it again")]
     Decommissioned {
         component: String,
@@ -55,6 +65,9 @@ pub struct ApplyReport {
     pub written: Vec<(HostPath, WriteReason)>,
     pub removed: Vec<HostPath>,
     pub unchanged: Vec<HostPath>,
+    /// Among `unchanged`: files that already held what the config wants and are now recorded
+    /// as written by kube-anchor (no ledger entry, or a stale one).
+    pub adopted: Vec<HostPath>,
     #[serde(skip)]
     pub notices: Vec<Notice>,
     #[serde(skip)]
@@ -102,11 +115,12 @@ pub struct Inputs {
 
 impl Inputs {
     pub fn load(config_path: &Path, roots: &AllowedRoots) -> Result<Self, EngineError> {
-        let anchor = config::load(config_path, roots)?;
+        let anchor = load_config(config_path, roots)?;
         let mut sources = Vec::with_capacity(anchor.files.len());
         let credentials = anchor.files.iter().filter(|f| f.role == Role::Credential).count();
+        let mut total = 0u64;
         for (i, spec) in anchor.files.iter().enumerate() {
-            let bytes = std::fs::read(&spec.source).map_err(|source| EngineError::Source {
+            let unreadable = |source| EngineError::Source {
                 path: spec.source.clone(),
                 field: if i < credentials {
                     format!("spec.files[{i}].source")
@@ -115,7 +129,22 @@ impl Inputs {
                 },
                 config: config_path.into(),
                 source,
+            };
+            // Mounted ConfigMap and Secret files are symlinks into `..data`: followed.
+            let left = MAX_INPUT_BYTES.min(MAX_TOTAL_INPUT_BYTES - total);
+            let bytes = read_regular(&spec.source, left, Follow::Yes).map_err(|e| {
+                unreadable(
+                    if left < MAX_INPUT_BYTES && e.kind() == std::io::ErrorKind::InvalidData {
+                        std::io::Error::new(
+                            e.kind(),
+                            format!("the sources together are larger than the limit of {MAX_TOTAL_INPUT_BYTES} bytes"),
+                        )
+                    } else {
+                        e
+                    },
+                )
             })?;
+            total += bytes.len() as u64;
             sources.push(bytes);
         }
         Ok(Self { anchor, sources })
@@ -131,19 +160,32 @@ impl Inputs {
     }
 }
 
+/// Reads and validates the config at `path`: a regular file of at most [`MAX_INPUT_BYTES`];
+/// relative sources resolve against its directory.
+pub fn load_config(path: &Path, roots: &AllowedRoots) -> Result<Anchor, ConfigError> {
+    let unreadable = |source| ConfigError::Read {
+        path: path.into(),
+        source,
+    };
+    let bytes = read_regular(path, MAX_INPUT_BYTES, Follow::Yes).map_err(unreadable)?;
+    let text = String::from_utf8(bytes)
+        .map_err(|e| unreadable(std::io::Error::new(std::io::ErrorKind::InvalidData, e.utf8_error())))?;
+    config::parse(path, &text, roots)
+}
+
 pub fn now_rfc3339() -> String {
     humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
 }
 
 impl Engine {
-    /// `--allowed-root`s plus the state dir, which is always writable.
+    /// `--allowed-root`s plus the state dir, which only kube-anchor itself writes.
     pub fn new(host_root: &Path, state_dir: &str, allowed: &[String]) -> Result<Self, EngineError> {
         let state_dir = HostPath::parse(state_dir)?;
-        let mut roots = vec![state_dir.clone()];
-        for raw in allowed {
-            roots.push(HostPath::parse(raw)?);
-        }
-        let fs = HostFs::new(host_root, AllowedRoots::new(roots))?;
+        let roots = allowed
+            .iter()
+            .map(|raw| HostPath::parse(raw))
+            .collect::<Result<Vec<_>, _>>()?;
+        let fs = HostFs::new(host_root, AllowedRoots::with_state_dir(state_dir.clone(), roots)?)?;
         Ok(Self { fs, state_dir })
     }
 
@@ -187,24 +229,21 @@ impl Engine {
             })
             .collect();
         let now = now_rfc3339();
-        // Files that already held the wanted content are adopted: recorded, not rewritten.
-        for file in desired.files.iter().filter(|f| report.unchanged.contains(&f.path)) {
-            if ledger.get(&file.path).is_none() {
-                ledger.record(entry_for(
-                    file.path.clone(),
-                    desired::sha256_hex(&file.content),
-                    file.mode,
-                    file.owner,
-                    file.role,
-                    &now,
-                ));
+        report.adopted = plan::adopt(&mut ledger, desired, &observations, &report.unchanged, &now);
+        // The intent is on disk before the first rename, so no crash strands a file we wrote.
+        let intent = plan::intent(&ledger, &plan.ops, &observations, &now);
+        let result = self.fs.execute_with_intent(&plan.ops, || {
+            if plan.ops.iter().any(|op| matches!(op, Op::Write { .. })) {
+                self.fs.store_ledger(&self.state_dir, &intent)
+            } else {
+                Ok(())
             }
-        }
-        let result = self.fs.execute(&plan.ops);
+        });
         let (done, error) = match result {
             Ok(done) => (done, None),
             Err((e, done)) => (done, Some(e)),
         };
+        let wrote = done.iter().filter(|d| matches!(d, Done::Wrote { .. })).count();
         for (d, reason) in done.into_iter().zip(reasons) {
             match d {
                 Done::Wrote {
@@ -230,9 +269,14 @@ impl Engine {
         }
         // Record what was done even when a later step failed: `remove` relies on it.
         let stored = self.fs.store_ledger(&self.state_dir, &ledger);
-        match error {
-            Some(e) => Err(e.into()),
-            None => stored.map(|()| report).map_err(Into::into),
+        match (error, stored) {
+            (Some(e), _) => Err(e.into()),
+            (None, Err(source)) if wrote > 0 => Err(EngineError::LedgerAfterWrite {
+                component: desired.component.clone(),
+                written: wrote,
+                source,
+            }),
+            (None, stored) => stored.map(|()| report).map_err(Into::into),
         }
     }
 
@@ -248,12 +292,12 @@ impl Engine {
         let _lock = self.fs.lock(&self.state_dir, component)?;
         let loaded = self.fs.load_ledger(&self.state_dir, component)?;
         let mut ledger = loaded.ledger;
-        let selected = ledger.only_roles(roles);
-        let paths: Vec<HostPath> = selected.entries().iter().map(|e| e.path.clone()).collect();
+        // Every entry is observed, not only those of `roles`: a kept manifest keeps credentials.
+        let paths: Vec<HostPath> = ledger.entries().iter().map(|e| e.path.clone()).collect();
         self.fs
             .clean_stale_temps(paths.iter().chain(&self.state_files(component)?));
         let observations = self.fs.observe_all(&paths)?;
-        let plan = plan::plan_remove(&selected, &observations);
+        let plan::RemovePlan { plan, keep } = plan::plan_remove(&ledger, roles, &observations);
         let mut report = RemoveReport {
             component: component.into(),
             notices: plan.notices,
@@ -272,7 +316,13 @@ impl Engine {
         }
         if error.is_none() {
             // What is left was missing already or changed by someone else: no longer ours.
-            for path in paths {
+            let selected: Vec<HostPath> = ledger
+                .entries()
+                .iter()
+                .filter(|e| roles.contains(&e.role) && !keep.contains(&e.path))
+                .map(|e| e.path.clone())
+                .collect();
+            for path in selected {
                 ledger.forget(&path);
             }
         }
@@ -330,8 +380,13 @@ impl Engine {
         Ok(out)
     }
 
+    /// The ledger, read only: an unusable one reads as empty and stays where it is, for the
+    /// next `apply` or `remove` to set aside and report.
     pub fn ledger(&self, component: &str) -> Result<Ledger, EngineError> {
-        Ok(self.fs.load_ledger(&self.state_dir, component)?.ledger)
+        Ok(self
+            .fs
+            .read_ledger(&self.state_dir, component)?
+            .unwrap_or_else(|_| Ledger::new(component)))
     }
 
     /// `desired` survived its trial: keep its files as the last-known-good.
@@ -364,21 +419,17 @@ impl Engine {
     }
 
     pub fn status(&self, desired: &Desired) -> Result<StatusReport, EngineError> {
-        // Read-only: a corrupt ledger is reported but left where it is.
-        let ledger_path = HostFs::ledger_path(&self.state_dir, &desired.component)?;
-        let (ledger, set_aside) = match self.fs.read(&ledger_path)? {
-            None => (Ledger::new(&desired.component), None),
-            Some(bytes) => match Ledger::decode(&bytes) {
-                Ok(l) => (l, None),
-                Err(e) => (
-                    Ledger::new(&desired.component),
-                    Some(SetAside {
-                        path: ledger_path,
-                        moved_to: None,
-                        reason: e.reason,
-                    }),
-                ),
-            },
+        // Read-only: an unusable ledger is reported but left where it is.
+        let (ledger, set_aside) = match self.fs.read_ledger(&self.state_dir, &desired.component)? {
+            Ok(ledger) => (ledger, None),
+            Err(reason) => (
+                Ledger::new(&desired.component),
+                Some(SetAside {
+                    path: HostFs::ledger_path(&self.state_dir, &desired.component)?,
+                    moved_to: None,
+                    reason,
+                }),
+            ),
         };
         let paths = paths_of(desired, &ledger);
         let observations = self.fs.observe_all(&paths)?;
@@ -419,5 +470,6 @@ fn entry_for(
         owner,
         role,
         written_at: now.into(),
+        previous_sha256: None,
     }
 }

@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
@@ -25,6 +25,14 @@ use crate::plan::{Observations, Observed, Op};
 /// Every temp file we create ends with this, so leftovers from a crash are recognizable.
 pub const TEMP_SUFFIX: &str = ".kube-anchor.tmp";
 const LEDGER_MODE: FileMode = FileMode(0o600);
+/// The most bytes read from one input: the config file and each `source:`. Checked while
+/// reading, so a device or a growing file costs no more than this.
+pub const MAX_INPUT_BYTES: u64 = 16 * 1024 * 1024;
+/// The most bytes all sources of one config may hold together, so that the last-known-good
+/// snapshot (base64 of every file) stays readable within [`MAX_STATE_BYTES`].
+pub const MAX_TOTAL_INPUT_BYTES: u64 = 32 * 1024 * 1024;
+/// The most bytes read from one state file (ledger, last-known-good snapshot) or host file.
+pub const MAX_STATE_BYTES: u64 = 64 * 1024 * 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum HostFsError {
@@ -151,9 +159,11 @@ impl HostFs {
         paths.into_iter().map(|p| Ok((p.clone(), self.observe(p)?))).collect()
     }
 
+    /// The bytes of a regular file at `path` (a symlink there is not followed), at most
+    /// [`MAX_STATE_BYTES`]; `None` when nothing is there.
     pub fn read(&self, path: &HostPath) -> Result<Option<Vec<u8>>, HostFsError> {
         let real = self.resolve(path)?;
-        match fs::read(&real) {
+        match read_regular(&real, MAX_STATE_BYTES, Follow::No) {
             Ok(bytes) => Ok(Some(bytes)),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(io_err(path, "read")(e)),
@@ -199,8 +209,21 @@ impl HostFs {
     /// the content they expect just before unlinking. Stops at the first error; what was done
     /// before it is returned in the error's companion list.
     pub fn execute(&self, ops: &[Op]) -> Result<Vec<Done>, (HostFsError, Vec<Done>)> {
+        self.execute_with_intent(ops, || Ok(()))
+    }
+
+    /// [`HostFs::execute`], calling `record_intent` once every write is staged and before the
+    /// first rename; when it fails, nothing is renamed and the node is as it was.
+    pub fn execute_with_intent(
+        &self,
+        ops: &[Op],
+        record_intent: impl FnOnce() -> Result<(), HostFsError>,
+    ) -> Result<Vec<Done>, (HostFsError, Vec<Done>)> {
         let mut created_dirs = Vec::new();
-        let staged = match self.stage_writes(ops, &mut created_dirs) {
+        let staged = match self
+            .stage_writes(ops, &mut created_dirs)
+            .and_then(|staged| record_intent().map(|()| staged))
+        {
             Ok(staged) => staged,
             Err(e) => {
                 // Nothing was renamed yet: dropping the temps and our new dirs restores the node.
@@ -277,7 +300,15 @@ impl HostFs {
             let real = self.resolve(&file.path)?;
             let dir = real.parent().expect("resolved file has a parent");
             self.create_dirs(&file.path, dir, created_dirs)?;
-            let temp = stage(&file.path, &real, &file.content, file.mode, file.owner)?;
+            let temp = match stage(&file.path, &real, &file.content, file.mode, file.owner) {
+                // A concurrent run that failed removed the (empty) directory it had created
+                // just after we found it: create it again, once.
+                Err(HostFsError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
+                    self.create_dirs(&file.path, dir, created_dirs)?;
+                    stage(&file.path, &real, &file.content, file.mode, file.owner)?
+                }
+                result => result?,
+            };
             staged.push((temp, real));
         }
         Ok(staged)
@@ -291,10 +322,18 @@ impl HostFs {
             cursor = cursor.parent().expect("the host root exists");
         }
         for d in missing.into_iter().rev() {
-            fs::DirBuilder::new()
-                .mode(self.dir_mode)
-                .create(&d)
-                .map_err(io_err(path, "create parent directory"))?;
+            match fs::DirBuilder::new().mode(self.dir_mode).create(&d) {
+                Ok(()) => {}
+                // Another run (another component, or the daemon) created it first: fine when it
+                // is a directory, and not ours to set a mode on or to remove on failure.
+                Err(e)
+                    if e.kind() == io::ErrorKind::AlreadyExists
+                        && fs::symlink_metadata(&d).is_ok_and(|m| m.is_dir()) =>
+                {
+                    continue;
+                }
+                Err(e) => return Err(io_err(path, "create parent directory")(e)),
+            }
             fs::set_permissions(&d, fs::Permissions::from_mode(self.dir_mode))
                 .map_err(io_err(path, "set directory mode"))?;
             created.push(d);
@@ -336,28 +375,33 @@ impl HostFs {
         state_dir.join(&format!("{STATE_SUBDIR}/{}", Ledger::file_name(component)))
     }
 
-    /// Reads the ledger; a corrupt or unreadable one is moved aside and reported, never fatal.
+    /// The one ledger reader for every verb: the ledger, or why the file there is unusable
+    /// (corrupt, another component's, not a regular file, unreadable). Moves nothing.
+    pub fn read_ledger(&self, state_dir: &HostPath, component: &str) -> Result<Result<Ledger, String>, HostFsError> {
+        let path = Self::ledger_path(state_dir, component)?;
+        Ok(match self.read(&path) {
+            Ok(None) => Ok(Ledger::new(component)),
+            Ok(Some(bytes)) => match Ledger::decode(&bytes) {
+                Ok(ledger) if ledger.component == component => Ok(ledger),
+                Ok(ledger) => Err(format!("belongs to component {:?}", ledger.component)),
+                Err(CorruptLedger { reason }) => Err(reason),
+            },
+            Err(HostFsError::Io { source, .. }) => Err(format!("unreadable: {source}")),
+            Err(e) => return Err(e),
+        })
+    }
+
+    /// Reads the ledger; an unusable one is moved aside and reported, never fatal.
     pub fn load_ledger(&self, state_dir: &HostPath, component: &str) -> Result<LoadedLedger, HostFsError> {
         let path = Self::ledger_path(state_dir, component)?;
-        let problem = match self.read(&path) {
-            Ok(None) => {
+        let problem = match self.read_ledger(state_dir, component)? {
+            Ok(ledger) => {
                 return Ok(LoadedLedger {
-                    ledger: Ledger::new(component),
+                    ledger,
                     set_aside: None,
                 });
             }
-            Ok(Some(bytes)) => match Ledger::decode(&bytes) {
-                Ok(ledger) if ledger.component == component => {
-                    return Ok(LoadedLedger {
-                        ledger,
-                        set_aside: None,
-                    });
-                }
-                Ok(ledger) => format!("belongs to component {:?}", ledger.component),
-                Err(CorruptLedger { reason }) => reason,
-            },
-            Err(HostFsError::Io { source, .. }) => format!("unreadable: {source}"),
-            Err(e) => return Err(e),
+            Err(problem) => problem,
         };
         let stamp = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -457,12 +501,21 @@ impl HostFs {
         let path = state_dir.join(&format!("{STATE_SUBDIR}/{component}.lock"))?;
         let real = self.resolve(&path)?;
         self.create_dirs(&path, real.parent().expect("has a parent"), &mut Vec::new())?;
+        // Never through a symlink: that would create a file wherever it points.
         let file = fs::OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(&real)
             .map_err(io_err(&path, "open lock file"))?;
+        match file.metadata() {
+            Ok(m) if m.is_file() => {}
+            Ok(_) => {
+                return Err(io_err(&path, "open lock file")(io::Error::other("not a regular file")));
+            }
+            Err(e) => return Err(io_err(&path, "inspect lock file")(e)),
+        }
         file.lock().map_err(io_err(&path, "lock"))?;
         Ok(file)
     }
@@ -511,7 +564,8 @@ fn observe_real(path: &HostPath, real: &Path) -> Result<Observed, HostFsError> {
             kind: if kind.is_dir() { "directory" } else { "special file" },
         });
     }
-    let mut file = File::open(real).map_err(io_err(path, "open"))?;
+    // Checked again on the open file: whatever was swapped in since is never read through.
+    let mut file = open_regular(real, Follow::No).map_err(io_err(path, "open"))?;
     let mut hasher = Sha256::new();
     let mut buf = [0u8; 64 * 1024];
     loop {
@@ -530,6 +584,69 @@ fn observe_real(path: &HostPath, real: &Path) -> Result<Observed, HostFsError> {
             gid: meta.gid(),
         },
     })
+}
+
+/// Whether the last component of a path may be a symlink.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Follow {
+    /// Inputs from mounted ConfigMaps and Secrets are symlinks into `..data`.
+    Yes,
+    /// Host files and state are never read through a symlink.
+    No,
+}
+
+/// Opens a file for reading only when it is a regular file. Non-blocking, so a FIFO with no
+/// writer never hangs the open; `fstat` on the open file refuses FIFOs, devices, sockets and
+/// directories, naming what was found.
+pub fn open_regular(path: &Path, follow: Follow) -> io::Result<File> {
+    let mut flags = libc::O_NONBLOCK;
+    if follow == Follow::No {
+        flags |= libc::O_NOFOLLOW;
+    }
+    let file = fs::OpenOptions::new().read(true).custom_flags(flags).open(path)?;
+    let kind = file.metadata()?.file_type();
+    if kind.is_file() {
+        return Ok(file);
+    }
+    let what = if kind.is_dir() {
+        "a directory"
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else if kind.is_socket() {
+        "a socket"
+    } else {
+        "a special file"
+    };
+    Err(io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("is {what}, not a regular file"),
+    ))
+}
+
+/// Reads a regular file (see [`open_regular`]) of at most `limit` bytes. The bound holds while
+/// reading, so a file that grows is refused as soon as it passes the limit.
+pub fn read_regular(path: &Path, limit: u64, follow: Follow) -> io::Result<Vec<u8>> {
+    let file = open_regular(path, follow)?;
+    let too_large = || {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("larger than the limit of {limit} bytes"),
+        )
+    };
+    let size = file.metadata()?.len();
+    if size > limit {
+        return Err(too_large());
+    }
+    let mut bytes = Vec::with_capacity(size as usize);
+    file.take(limit + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limit {
+        return Err(too_large());
+    }
+    Ok(bytes)
 }
 
 fn sync_dir(path: &HostPath, dir: &Path) -> Result<(), HostFsError> {
@@ -748,6 +865,7 @@ mod tests {
             owner: None,
             role: Role::Credential,
             written_at: "t".into(),
+            previous_sha256: None,
         });
         n.fs.store_ledger(&state, &l).unwrap();
         assert_eq!(n.fs.load_ledger(&state, "c").unwrap().ledger, l);

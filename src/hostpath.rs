@@ -14,6 +14,10 @@ pub enum HostPathError {
     Root { path: String },
     #[error("{path}: outside the allowed roots ({roots})")]
     OutsideAllowedRoots { path: HostPath, roots: String },
+    #[error("{path}: inside kube-anchor's state dir {state_dir}; a config may not write there")]
+    InStateDir { path: HostPath, state_dir: HostPath },
+    #[error("state dir {state_dir}: {problem}")]
+    StateDir { state_dir: HostPath, problem: String },
 }
 
 /// An absolute, normalized host path with no `..` components.
@@ -102,26 +106,62 @@ impl fmt::Display for HostPath {
 
 /// The directories kube-anchor may write below (default `/etc/kubernetes` and the state dir).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AllowedRoots(Vec<HostPath>);
+pub struct AllowedRoots {
+    roots: Vec<HostPath>,
+    /// kube-anchor's own state dir: written by kube-anchor, never by a config's paths.
+    state_dir: Option<HostPath>,
+}
 
 impl AllowedRoots {
     pub fn new(roots: impl IntoIterator<Item = HostPath>) -> Self {
         let mut roots: Vec<_> = roots.into_iter().collect();
         roots.sort();
         roots.dedup();
-        Self(roots)
+        Self { roots, state_dir: None }
+    }
+
+    /// `roots` plus the state dir, which config paths may not reach. A state dir of `/`, or one
+    /// at or above an allowed root, would let a config overwrite the state (or the state dir
+    /// allow every path): refused.
+    pub fn with_state_dir(
+        state_dir: HostPath,
+        roots: impl IntoIterator<Item = HostPath>,
+    ) -> Result<Self, HostPathError> {
+        let problem = |problem: String| HostPathError::StateDir {
+            state_dir: state_dir.clone(),
+            problem,
+        };
+        if state_dir.as_path() == Path::new("/") {
+            return Err(problem("must not be / (it would allow every path on the node)".into()));
+        }
+        let roots: Vec<HostPath> = roots.into_iter().collect();
+        if let Some(root) = roots.iter().find(|r| r.starts_with(&state_dir)) {
+            return Err(problem(format!(
+                "contains the allowed root {root}; choose a state dir outside every allowed root's tree"
+            )));
+        }
+        let mut allowed = Self::new(roots.into_iter().chain([state_dir.clone()]));
+        allowed.state_dir = Some(state_dir);
+        Ok(allowed)
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &HostPath> {
-        self.0.iter()
+        self.roots.iter()
     }
 
     /// The allowed root `path` lies strictly below, if any.
     pub fn root_of(&self, path: &HostPath) -> Option<&HostPath> {
-        self.0.iter().find(|root| path.starts_with(root) && *root != path)
+        self.roots.iter().find(|root| path.starts_with(root) && *root != path)
     }
 
+    /// May a config name `path`: below an allowed root and outside the state dir.
     pub fn check(&self, path: &HostPath) -> Result<(), HostPathError> {
+        if let Some(state_dir) = self.state_dir.as_ref().filter(|s| path.starts_with(s)) {
+            return Err(HostPathError::InStateDir {
+                path: path.clone(),
+                state_dir: state_dir.clone(),
+            });
+        }
         match self.root_of(path) {
             Some(_) => Ok(()),
             None => Err(HostPathError::OutsideAllowedRoots {
@@ -134,7 +174,7 @@ impl AllowedRoots {
 
 impl fmt::Display for AllowedRoots {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let names: Vec<String> = self.0.iter().map(ToString::to_string).collect();
+        let names: Vec<String> = self.roots.iter().map(ToString::to_string).collect();
         f.write_str(&names.join(", "))
     }
 }
@@ -195,6 +235,35 @@ mod tests {
             err.to_string(),
             "/etc/shadow: outside the allowed roots (/etc/kubernetes, /var/lib/kube-anchor)"
         );
+    }
+
+    #[test]
+    fn config_paths_may_not_reach_the_state_dir() {
+        let state = HostPath::parse("/var/lib/kube-anchor").unwrap();
+        let r = AllowedRoots::with_state_dir(state.clone(), [HostPath::parse("/etc/kubernetes").unwrap()]).unwrap();
+        for bad in ["/var/lib/kube-anchor/v1/etcd.json", "/var/lib/kube-anchor/v1/etcd.lock"] {
+            let err = HostPath::parse_allowed(bad, &r).unwrap_err();
+            assert!(matches!(err, HostPathError::InStateDir { .. }), "{bad}: {err}");
+        }
+        assert!(HostPath::parse_allowed("/etc/kubernetes/a", &r).is_ok());
+        // kube-anchor itself still writes there.
+        assert!(
+            r.root_of(&HostPath::parse("/var/lib/kube-anchor/v1/etcd.json").unwrap())
+                .is_some()
+        );
+        // A state dir inside an allowed root is fine; config paths still stay out of it.
+        let inner = HostPath::parse("/etc/kubernetes/anchor-state").unwrap();
+        let r = AllowedRoots::with_state_dir(inner, [HostPath::parse("/etc/kubernetes").unwrap()]).unwrap();
+        assert!(HostPath::parse_allowed("/etc/kubernetes/anchor-state/v1/x.json", &r).is_err());
+    }
+
+    #[test]
+    fn a_state_dir_of_slash_or_above_an_allowed_root_is_refused() {
+        let k = || HostPath::parse("/etc/kubernetes").unwrap();
+        for bad in ["/", "/etc", "/etc/kubernetes"] {
+            let err = AllowedRoots::with_state_dir(HostPath::parse(bad).unwrap(), [k()]).unwrap_err();
+            assert!(matches!(err, HostPathError::StateDir { .. }), "{bad}: {err}");
+        }
     }
 
     #[test]

@@ -197,7 +197,12 @@ impl HealthCheck {
             .expect("a valid request");
         match tokio::time::timeout(Duration::from_secs(5), self.client.request_text(request)).await {
             Ok(Ok(_)) => Ok(()),
-            Ok(Err(kube::Error::Api(status))) => Err(format!("HTTP {} from {}", status.code, self.url)),
+            Ok(Err(kube::Error::Api(status))) => {
+                // The body names the failing checks (`[-]etcd failed`, `RAFT NO LEADER`), which
+                // tells a broken version from a missing quorum; it holds no secrets.
+                let body: String = status.message.chars().take(512).collect();
+                Err(format!("HTTP {} from {}: {}", status.code, self.url, body.trim()))
+            }
             Ok(Err(e)) => Err(format!("{}: {e}", self.url)),
             Err(_) => Err(format!("{}: timed out", self.url)),
         }

@@ -27,6 +27,31 @@ pub struct LedgerEntry {
     pub role: Role,
     /// RFC 3339, UTC.
     pub written_at: String,
+    /// Set only in the intent record stored just before a write is renamed into place: the
+    /// content (also ours) the path held before. A crash between that record and the final one
+    /// leaves either content on disk, and both count as ours.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_sha256: Option<String>,
+}
+
+impl LedgerEntry {
+    /// The record of `file` holding `sha256`, written (or adopted) at `now`.
+    pub fn written(file: &crate::desired::DesiredFile, sha256: String, now: &str) -> Self {
+        Self {
+            path: file.path.clone(),
+            sha256,
+            mode: file.mode,
+            owner: file.owner,
+            role: file.role,
+            written_at: now.into(),
+            previous_sha256: None,
+        }
+    }
+
+    /// True when `sha256` is content this entry says we wrote.
+    pub fn is_ours(&self, sha256: &str) -> bool {
+        self.sha256 == sha256 || self.previous_sha256.as_deref() == Some(sha256)
+    }
 }
 
 /// A version that failed its trial: not written again until the inputs change.
@@ -317,6 +342,7 @@ mod tests {
                 owner: Some(Owner { uid: 0, gid: 0 }),
                 role,
                 written_at: "2026-11-22T13:00:00Z".into(),
+                previous_sha256: None,
             });
         }
         l

@@ -2,7 +2,7 @@
 //!
 //! Layers, by dependency (nothing imports upward):
 //! - pure decisions: [`render`], [`staticpod`], [`config`], [`hostpath`], [`desired`], [`plan`],
-//!   [`ledger`], [`trial`], [`decommission`] — no filesystem, no Kubernetes client;
+//!   [`ledger`], [`trial`], [`decommission`], [`pinned`] — no filesystem, no Kubernetes client;
 //! - adapters: [`hostfs`] (the node's filesystem and the one executor), [`kubeapi`] (the API,
 //!   Events, the health URL), [`watch`] (inotify), [`server`] (HTTP endpoints), [`metrics`],
 //!   [`shutdown`] (signals);
@@ -24,6 +24,7 @@ pub mod kubeapi;
 pub mod ledger;
 pub mod logging;
 pub mod metrics;
+pub mod pinned;
 pub mod plan;
 pub mod prestop;
 pub mod render;

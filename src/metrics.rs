@@ -17,6 +17,7 @@ pub struct Metrics {
     pub sync_errors: Counter,
     pub last_sync: Gauge<f64, AtomicU64>,
     pub converged: Gauge,
+    pub last_known_good_failing: Gauge,
 }
 
 impl Metrics {
@@ -33,6 +34,7 @@ impl Metrics {
             sync_errors: Counter::default(),
             last_sync: Gauge::default(),
             converged: Gauge::default(),
+            last_known_good_failing: Gauge::default(),
         };
         registry.register("writes", "Files written because the inputs changed", m.writes.clone());
         registry.register("repairs", "Files rewritten because the node drifted", m.repairs.clone());
@@ -51,6 +53,11 @@ impl Metrics {
             "converged",
             "1 when the static pod runs what was written",
             m.converged.clone(),
+        );
+        registry.register(
+            "last_known_good_failing",
+            "1 when the last-known-good version, held in place of a bad one, fails as well",
+            m.last_known_good_failing.clone(),
         );
         Self { registry, ..m }
     }

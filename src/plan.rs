@@ -39,7 +39,15 @@ impl Observed {
     }
 
     fn holds_recorded(&self, entry: &LedgerEntry) -> bool {
-        matches!(self, Observed::File { sha256, .. } if *sha256 == entry.sha256)
+        self.recorded_sha256(entry).is_some()
+    }
+
+    /// The content this path holds when the ledger entry says we wrote it.
+    fn recorded_sha256(&self, entry: &LedgerEntry) -> Option<&str> {
+        match self {
+            Observed::File { sha256, .. } if entry.is_ours(sha256) => Some(sha256),
+            _ => None,
+        }
     }
 }
 
@@ -84,6 +92,8 @@ pub enum Notice {
     LeftModified { path: HostPath },
     /// The ledger has it, the config no longer does (see `--prune`).
     Orphaned { path: HostPath },
+    /// Not removed: `manifest` was changed by hand and stays, and may need it.
+    KeptForManifest { path: HostPath, manifest: HostPath },
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -151,7 +161,7 @@ pub fn plan_apply(
                 path: entry.path.clone(),
             });
         } else if have.holds_recorded(entry) {
-            plan.ops.push(remove(entry));
+            plan.ops.push(remove(entry, have));
         } else if *have != Observed::Missing {
             plan.notices.push(Notice::LeftModified {
                 path: entry.path.clone(),
@@ -161,28 +171,98 @@ pub fn plan_apply(
     Ok(plan)
 }
 
-fn remove(entry: &LedgerEntry) -> Op {
+fn remove(entry: &LedgerEntry, have: &Observed) -> Op {
     Op::Remove {
         path: entry.path.clone(),
         role: entry.role,
-        expected_sha256: entry.sha256.clone(),
+        expected_sha256: have.recorded_sha256(entry).unwrap_or(&entry.sha256).to_owned(),
     }
 }
 
-/// Removes what the ledger says we wrote and what still holds it: the manifest first.
-pub fn plan_remove(ledger: &Ledger, observations: &Observations) -> Plan {
-    let mut plan = Plan::default();
-    for entry in ledger.entries_in_removal_order() {
+/// What `remove` does, and which ledger entries stay ours afterwards.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RemovePlan {
+    pub plan: Plan,
+    /// Entries kept in the ledger although not removed: a hand-edited manifest that stays, and
+    /// the credentials kept for it, so a later `remove` (once the manifest is gone) takes them.
+    pub keep: Vec<HostPath>,
+}
+
+/// Removes what the ledger says we wrote and what still holds it, for the entries of `roles`:
+/// the manifest first. A manifest changed by hand stays, and so does every credential of the
+/// component: the pod it describes may read them.
+pub fn plan_remove(ledger: &Ledger, roles: &[Role], observations: &Observations) -> RemovePlan {
+    let mut out = RemovePlan::default();
+    let kept_manifest = ledger.entries().iter().filter(|e| e.role == Role::Manifest).find(|e| {
+        let have = observed(observations, &e.path);
+        *have != Observed::Missing && !have.holds_recorded(e)
+    });
+    if let Some(manifest) = kept_manifest.filter(|_| ledger.entries().iter().any(|e| e.role == Role::Credential)) {
+        out.keep.push(manifest.path.clone());
+    }
+    for entry in ledger.entries_in_removal_order().filter(|e| roles.contains(&e.role)) {
         let have = observed(observations, &entry.path);
-        if have.holds_recorded(entry) {
-            plan.ops.push(remove(entry));
+        if let (Some(manifest), Role::Credential, true) = (kept_manifest, entry.role, have.holds_recorded(entry)) {
+            out.keep.push(entry.path.clone());
+            out.plan.notices.push(Notice::KeptForManifest {
+                path: entry.path.clone(),
+                manifest: manifest.path.clone(),
+            });
+        } else if have.holds_recorded(entry) {
+            out.plan.ops.push(remove(entry, have));
         } else if *have != Observed::Missing {
-            plan.notices.push(Notice::LeftModified {
+            out.plan.notices.push(Notice::LeftModified {
                 path: entry.path.clone(),
             });
         }
     }
-    plan
+    out
+}
+
+/// Files that already hold what the config wants become ours in the ledger: adopted when it
+/// lacks them, corrected when its entry is stale (a crash or a failed ledger write after the
+/// rename left the record of the content before).
+/// Returns the paths recorded anew.
+pub fn adopt(
+    ledger: &mut Ledger,
+    desired: &Desired,
+    observations: &Observations,
+    unchanged: &[HostPath],
+    now: &str,
+) -> Vec<HostPath> {
+    let mut adopted = Vec::new();
+    for file in desired.files.iter().filter(|f| unchanged.contains(&f.path)) {
+        // Unchanged means the node holds the wanted bytes: their hash is already known.
+        let Observed::File { sha256, .. } = observed(observations, &file.path) else {
+            continue;
+        };
+        let current = ledger.get(&file.path).is_some_and(|e| {
+            e.sha256 == *sha256 && e.mode == file.mode && e.owner == file.owner && e.previous_sha256.is_none()
+        });
+        if !current {
+            ledger.record(LedgerEntry::written(file, sha256.clone(), now));
+            adopted.push(file.path.clone());
+        }
+    }
+    adopted
+}
+
+/// The ledger stored before the first rename: every write recorded with its new content, and
+/// with the content it replaces when that was ours too. Whatever a crash leaves, the ledger
+/// then covers it, so `remove` never strands a file we wrote.
+pub fn intent(ledger: &Ledger, ops: &[Op], observations: &Observations, now: &str) -> Ledger {
+    let mut intent = ledger.clone();
+    for op in ops {
+        let Op::Write { file, sha256, .. } = op else { continue };
+        let mut entry = LedgerEntry::written(file, sha256.clone(), now);
+        entry.previous_sha256 = ledger
+            .get(&file.path)
+            .and_then(|e| observed(observations, &file.path).recorded_sha256(e))
+            .filter(|previous| *previous != sha256)
+            .map(str::to_owned);
+        intent.record(entry);
+    }
+    intent
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -336,6 +416,7 @@ mod tests {
                 owner: None,
                 role: *role,
                 written_at: "2026-01-01T00:00:00Z".into(),
+                previous_sha256: None,
             });
         }
         l
@@ -465,12 +546,104 @@ mod tests {
             (hp("/k/m.yaml"), on_disk("POD")),
             (hp("/k/b"), on_disk("CHANGED")),
         ]);
-        let plan = plan_remove(&ledger, &obs);
+        let plan = plan_remove(&ledger, &[Role::Manifest, Role::Credential], &obs).plan;
         assert_eq!(
             plan.ops.iter().map(|o| o.path().to_string()).collect::<Vec<_>>(),
             ["/k/m.yaml", "/k/a"]
         );
         assert_eq!(plan.notices, [Notice::LeftModified { path: hp("/k/b") }]);
+    }
+
+    #[test]
+    fn a_stale_entry_is_corrected_when_the_file_holds_what_is_wanted() {
+        // The ledger still has the key written before; the node holds the new one (a crash or a
+        // failed ledger write came between the rename and the record).
+        let mut ledger = ledger_of(&[
+            ("/k/key", "OLD KEY", Role::Credential),
+            ("/k/m.yaml", "POD", Role::Manifest),
+        ]);
+        let obs = Observations::from([(hp("/k/key"), on_disk("KEY")), (hp("/k/m.yaml"), on_disk("POD"))]);
+        let plan = plan_apply(&desired(), &obs, &ledger, false).unwrap();
+        assert!(plan.ops.is_empty());
+        let adopted = adopt(&mut ledger, &desired(), &obs, &plan.unchanged, "now");
+        assert_eq!(
+            adopted,
+            [hp("/k/key"), hp("/k/m.yaml")],
+            "mode/owner of the manifest entry differ too"
+        );
+        assert_eq!(
+            ledger.get(&hp("/k/key")).unwrap().sha256,
+            crate::desired::sha256_hex(b"KEY")
+        );
+        // Once current, nothing is recorded again (the no-op apply writes nothing).
+        assert!(adopt(&mut ledger, &desired(), &obs, &plan.unchanged, "later").is_empty());
+    }
+
+    #[test]
+    fn the_intent_covers_old_and_new_content_until_the_final_record() {
+        let ledger = ledger_of(&[("/k/key", "OLD KEY", Role::Credential)]);
+        let obs = Observations::from([
+            (hp("/k/key"), on_disk("OLD KEY")),
+            (hp("/k/m.yaml"), on_disk("FOREIGN")),
+        ]);
+        let plan = plan_apply(&desired(), &obs, &ledger, false).unwrap();
+        let intent = intent(&ledger, &plan.ops, &obs, "now");
+        let key = intent.get(&hp("/k/key")).unwrap();
+        assert_eq!(key.sha256, crate::desired::sha256_hex(b"KEY"));
+        assert_eq!(key.previous_sha256, Some(crate::desired::sha256_hex(b"OLD KEY")));
+        // What the manifest held was not ours: only the new content will be.
+        assert_eq!(intent.get(&hp("/k/m.yaml")).unwrap().previous_sha256, None);
+        // Whichever content a crash leaves, remove takes it.
+        for (key_on_disk, manifest_on_disk) in [("OLD KEY", Observed::Missing), ("KEY", on_disk("POD"))] {
+            let obs = Observations::from([
+                (hp("/k/key"), on_disk(key_on_disk)),
+                (hp("/k/m.yaml"), manifest_on_disk),
+            ]);
+            let removed: Vec<String> = plan_remove(&intent, &[Role::Credential], &obs)
+                .plan
+                .ops
+                .iter()
+                .map(|o| o.path().to_string())
+                .collect();
+            assert_eq!(removed, ["/k/key"], "{key_on_disk}");
+            let Op::Remove { expected_sha256, .. } = &plan_remove(&intent, &[Role::Credential], &obs).plan.ops[0]
+            else {
+                unreachable!()
+            };
+            assert_eq!(*expected_sha256, crate::desired::sha256_hex(key_on_disk.as_bytes()));
+        }
+    }
+
+    #[test]
+    fn a_hand_edited_manifest_keeps_the_credentials() {
+        let ledger = ledger_of(&[
+            ("/k/key", "KEY", Role::Credential),
+            ("/k/m.yaml", "POD", Role::Manifest),
+            ("/k/edited", "E", Role::Credential),
+        ]);
+        let obs = Observations::from([
+            (hp("/k/key"), on_disk("KEY")),
+            (hp("/k/m.yaml"), on_disk("EDITED POD")),
+            (hp("/k/edited"), on_disk("CHANGED")),
+        ]);
+        for roles in [&[Role::Manifest, Role::Credential][..], &[Role::Credential]] {
+            let RemovePlan { plan, keep } = plan_remove(&ledger, roles, &obs);
+            assert!(plan.ops.is_empty(), "{roles:?}");
+            assert!(plan.notices.contains(&Notice::KeptForManifest {
+                path: hp("/k/key"),
+                manifest: hp("/k/m.yaml")
+            }));
+            assert!(plan.notices.contains(&Notice::LeftModified { path: hp("/k/edited") }));
+            assert!(keep.contains(&hp("/k/key")) && keep.contains(&hp("/k/m.yaml")));
+        }
+        // Once the manifest is gone, the credentials go too.
+        let obs = Observations::from([(hp("/k/key"), on_disk("KEY"))]);
+        let plan = plan_remove(&ledger, &[Role::Manifest, Role::Credential], &obs);
+        assert_eq!(
+            plan.plan.ops.iter().map(|o| o.path().to_string()).collect::<Vec<_>>(),
+            ["/k/key"]
+        );
+        assert!(plan.keep.is_empty());
     }
 
     #[test]

@@ -1,7 +1,16 @@
 //! The daemon's HTTP endpoints: `/healthz` (the loop is alive), `/readyz` (the static pod runs
 //! what was written; 503 with the reason otherwise), `/metrics` (Prometheus text).
+//!
+//! The probes reach them over a unix socket in the pod's own emptyDir (`kube-anchor probe`):
+//! two anchors of one component on a node (a renamed release, a `perNode` toggle) or a
+//! checkpointer and its static copy run side by side on the host network, and a TCP port would
+//! let the second one crash-loop, or answer the first one's probes. TCP (`--listen`) is for
+//! metrics scraping, and, with a socket, a port already taken is retried, never fatal.
 
+use std::io::{Read, Write};
 use std::net::SocketAddr;
+use std::os::unix::fs::FileTypeExt;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -52,17 +61,122 @@ impl Shared {
     }
 }
 
-pub async fn serve(listener: tokio::net::TcpListener, shared: Arc<Shared>) -> std::io::Result<()> {
-    let app = Router::new()
+/// How often a TCP address that is taken is tried again.
+const REBIND_INTERVAL: Duration = Duration::from_secs(30);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("{}: cannot serve the health endpoints: {source}", .path.display())]
+    Socket { path: PathBuf, source: std::io::Error },
+    #[error("{}: exists and is not a socket; refusing to replace it", .path.display())]
+    NotASocket { path: PathBuf },
+    #[error("listening on {addr}: {source}")]
+    Listen { addr: SocketAddr, source: std::io::Error },
+}
+
+fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
-        .with_state(shared);
-    axum::serve(listener, app).await
+        .with_state(shared)
 }
 
-pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
-    tokio::net::TcpListener::bind(addr).await
+/// Starts serving on `socket` and on `listen`. With a socket, the probes use it and a TCP port
+/// another process holds is retried in the background; without one, `listen` is the probe
+/// endpoint and must be ours, so failing to bind it is an error (else the probes would ask
+/// whoever holds it).
+pub async fn start(socket: Option<&Path>, listen: Option<SocketAddr>, shared: Arc<Shared>) -> Result<(), ServerError> {
+    if let Some(path) = socket {
+        let listener = bind_socket(path)?;
+        tracing::info!(socket = %path.display(), "serving /healthz, /readyz, /metrics");
+        let app = router(shared.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+    }
+    match (listen, socket) {
+        (Some(addr), Some(_)) => {
+            tokio::spawn(serve_tcp(addr, router(shared)));
+        }
+        (Some(addr), None) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| ServerError::Listen { addr, source })?;
+            let bound = listener.local_addr().unwrap_or(addr);
+            tracing::info!(addr = %bound, "serving /healthz, /readyz, /metrics");
+            let app = router(shared);
+            tokio::spawn(async move { axum::serve(listener, app).await });
+        }
+        (None, _) => {}
+    }
+    Ok(())
+}
+
+/// Binds `path`, replacing a socket left by an earlier container of the same pod.
+fn bind_socket(path: &Path) -> Result<tokio::net::UnixListener, ServerError> {
+    let err = |source| ServerError::Socket {
+        path: path.to_owned(),
+        source,
+    };
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_socket() => std::fs::remove_file(path).map_err(err)?,
+        Ok(_) => return Err(ServerError::NotASocket { path: path.to_owned() }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(err(e)),
+    }
+    tokio::net::UnixListener::bind(path).map_err(err)
+}
+
+async fn serve_tcp(addr: SocketAddr, app: Router) {
+    let mut warned = false;
+    loop {
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(listener) => {
+                let bound = listener.local_addr().unwrap_or(addr);
+                tracing::info!(addr = %bound, "serving /healthz, /readyz, /metrics");
+                if let Err(e) = axum::serve(listener, app.clone()).await {
+                    tracing::warn!(addr = %bound, error = %e, "HTTP server stopped");
+                }
+            }
+            Err(e) if !warned => {
+                tracing::warn!(%addr, error = %e, "cannot listen (another process holds the port?); the probes use the socket; retrying every {}s", REBIND_INTERVAL.as_secs());
+                warned = true;
+            }
+            Err(_) => {}
+        }
+        tokio::time::sleep(REBIND_INTERVAL).await;
+    }
+}
+
+/// What a probe got: the HTTP status and the body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeAnswer {
+    pub status: u16,
+    pub body: String,
+}
+
+/// `GET <path>` over the unix socket, bounded by `timeout` (the kubelet's exec probe has its
+/// own timeout, but a hung daemon must fail the probe, not hang it).
+pub fn probe(socket: &Path, path: &str, timeout: Duration) -> std::io::Result<ProbeAnswer> {
+    let mut stream = std::os::unix::net::UnixStream::connect(socket)?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    // HTTP/1.0: the answer ends with the connection, never chunked.
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
+    let mut response = Vec::new();
+    // The answers are a few lines; a bound keeps a confused peer from growing the probe.
+    stream.take(64 * 1024).read_to_end(&mut response)?;
+    let text = String::from_utf8_lossy(&response);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .lines()
+        .next()
+        .and_then(|line| line.split_whitespace().nth(1))
+        .and_then(|code| code.parse().ok())
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "not an HTTP answer"))?;
+    Ok(ProbeAnswer {
+        status,
+        body: body.to_owned(),
+    })
 }
 
 async fn healthz(State(shared): State<Arc<Shared>>) -> impl IntoResponse {

@@ -12,6 +12,10 @@ use serde_yaml_ng::{Mapping, Value};
 
 pub const CONTENT_HASH_ANNOTATION: &str = "kube-anchor.io/content-hash";
 pub const MAX_MANIFEST_BYTES: usize = 10 * 1024 * 1024;
+/// More open `[`/`{` than this refuse a YAML text before it is parsed: libyaml (under
+/// serde_yaml_ng) spends time quadratic in the flow depth before any recursion limit applies,
+/// and nothing a static pod needs nests a tenth as deep.
+pub const MAX_FLOW_DEPTH: usize = 1000;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ManifestError {
@@ -19,6 +23,8 @@ pub enum ManifestError {
     TooLarge { file: PathBuf, size: usize },
     #[error("{}: not valid YAML: {reason}", .file.display())]
     Yaml { file: PathBuf, reason: String },
+    #[error("{}: nests deeper than {max} levels of [ and {{ (the bracket at byte {offset})", .file.display(), max = MAX_FLOW_DEPTH)]
+    TooDeep { file: PathBuf, offset: usize },
     #[error("{}: holds {count} YAML documents; a static pod manifest holds exactly one Pod", .file.display())]
     DocumentCount { file: PathBuf, count: usize },
     #[error("{}: {field}: {problem}", .file.display())]
@@ -61,6 +67,12 @@ pub fn parse(file: &Path, text: &str) -> Result<StaticPod, ManifestError> {
             size: text.len(),
         });
     }
+    if let Err(offset) = check_flow_depth(text) {
+        return Err(ManifestError::TooDeep {
+            file: file.into(),
+            offset,
+        });
+    }
     let yaml_error = |e: serde_yaml_ng::Error| ManifestError::Yaml {
         file: file.into(),
         reason: e.to_string(),
@@ -99,13 +111,23 @@ pub fn parse(file: &Path, text: &str) -> Result<StaticPod, ManifestError> {
             return Err(invalid("kind", format!("expected \"Pod\", found {other:?}")));
         }
     }
+    if let Some(field) = merge_key(&document, String::new()) {
+        return Err(invalid(
+            &field,
+            "a YAML merge key (<<); the kubelet's decoder merges it and this validation would not \
+             see the result: write the fields out"
+                .into(),
+        ));
+    }
     let pod: Pod = serde_yaml_ng::from_value(document.clone())
         .map_err(|e| invalid("(Pod)", format!("does not decode as a v1 Pod: {e}")))?;
     let name = pod.metadata.name.clone().filter(|n| !n.is_empty());
     let name = name.ok_or_else(|| invalid("metadata.name", "required".into()))?;
-    let spec = pod.spec.as_ref().ok_or_else(|| invalid("spec", "required".into()))?;
-    if spec.containers.is_empty() {
-        return Err(invalid("spec.containers", "at least one container is required".into()));
+    if pod.spec.is_none() {
+        return Err(invalid("spec", "required".into()));
+    }
+    if let Some((field, problem)) = kubelet_refusal(&pod) {
+        return Err(invalid(&field, problem));
     }
     if let Some(reference) = api_references(&pod).into_iter().next() {
         return Err(invalid(
@@ -118,6 +140,160 @@ pub fn parse(file: &Path, text: &str) -> Result<StaticPod, ManifestError> {
         namespace: pod.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
         document,
     })
+}
+
+/// `Err(byte offset)` of the first bracket past [`MAX_FLOW_DEPTH`]. Every `[`/`{` counts,
+/// quoted or not (a scanner that skips quotes can be fooled into skipping real brackets); a
+/// real manifest never comes close.
+pub fn check_flow_depth(text: &str) -> Result<(), usize> {
+    let mut depth = 0usize;
+    for (offset, byte) in text.bytes().enumerate() {
+        match byte {
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > MAX_FLOW_DEPTH {
+                    return Err(offset);
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The path of the first `<<` key. The kubelet decodes manifests with sigs.k8s.io/yaml
+/// (go-yaml), which applies YAML merge keys; serde_yaml_ng keeps `<<` as a literal key.
+fn merge_key(value: &Value, path: String) -> Option<String> {
+    match value {
+        Value::Mapping(map) => map.iter().find_map(|(k, v)| {
+            let key = k.as_str().map_or_else(|| format!("{k:?}"), str::to_owned);
+            let here = if path.is_empty() {
+                key.clone()
+            } else {
+                format!("{path}.{key}")
+            };
+            if key == "<<" { Some(here) } else { merge_key(v, here) }
+        }),
+        Value::Sequence(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, v)| merge_key(v, format!("{path}[{i}]"))),
+        Value::Tagged(tagged) => merge_key(&tagged.value, path),
+        _ => None,
+    }
+}
+
+/// `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, the part both of the API's name rules share.
+fn is_label_shaped(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// RFC 1123 label: what the API calls a DNS label (`IsDNS1123Label`), at most 63 characters.
+fn is_dns1123_label(s: &str) -> bool {
+    s.len() <= 63 && is_label_shaped(s)
+}
+
+/// RFC 1123 subdomain (`IsDNS1123Subdomain`): dot-separated label-shaped parts (the API puts
+/// no 63-character limit on each), at most 253 characters.
+fn is_dns1123_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(is_label_shaped)
+}
+
+/// The kubelet appends `-<node name>` to a static pod's name before validating it.
+const NODE_SUFFIX_ROOM: usize = 2;
+
+/// The first reason the kubelet of the pinned release would refuse this pod, as (field,
+/// problem). The kubelet decodes a manifest (`tryDecodeSinglePod`, pkg/kubelet/config/common.go)
+/// and runs `validation.ValidatePodCreate` (pkg/apis/core/validation/validation.go) on it; the
+/// rules below are the ones a hand-written manifest breaks, each naming the rule it mirrors.
+fn kubelet_refusal(pod: &Pod) -> Option<(String, String)> {
+    let refuse = |field: &str, problem: String| Some((field.to_owned(), problem));
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    // ValidateObjectMeta(..., ValidatePodName = NameIsDNSSubdomain), after applyDefaults made
+    // the name `<name>-<node>`.
+    if !is_dns1123_subdomain(name) || name.len() > 253 - NODE_SUFFIX_ROOM {
+        return refuse(
+            "metadata.name",
+            format!(
+                "{name:?} is not a lowercase RFC 1123 subdomain (a-z, 0-9, '-', '.') of at most {} \
+                 characters (the kubelet appends -<node name>)",
+                253 - NODE_SUFFIX_ROOM
+            ),
+        );
+    }
+    // ValidateObjectMeta: ValidateNamespaceName (NameIsDNSLabel); empty becomes "default".
+    if let Some(ns) = pod
+        .metadata
+        .namespace
+        .as_deref()
+        .filter(|ns| !ns.is_empty() && !is_dns1123_label(ns))
+    {
+        return refuse(
+            "metadata.namespace",
+            format!("{ns:?} is not a lowercase RFC 1123 label (a-z, 0-9, '-', at most 63)"),
+        );
+    }
+    let spec = pod.spec.as_ref()?;
+    // validateContainers: `containers` Required.
+    if spec.containers.is_empty() {
+        return refuse("spec.containers", "at least one container is required".into());
+    }
+    // ValidateVolumes: name Required, ValidateDNS1123Label, Duplicate.
+    let mut volumes = std::collections::BTreeSet::new();
+    for (i, v) in spec.volumes.iter().flatten().enumerate() {
+        if !is_dns1123_label(&v.name) {
+            return refuse(
+                &format!("spec.volumes[{i}].name"),
+                format!("{:?} is not a lowercase RFC 1123 label", v.name),
+            );
+        }
+        if !volumes.insert(v.name.as_str()) {
+            return refuse(
+                &format!("spec.volumes[{i}].name"),
+                format!("duplicate volume name {:?}", v.name),
+            );
+        }
+    }
+    // Init containers first, as validateInitContainers checks them against the regular ones.
+    let lists = [
+        ("initContainers", spec.init_containers.as_deref().unwrap_or_default()),
+        ("containers", &spec.containers[..]),
+    ];
+    let mut names = std::collections::BTreeSet::new();
+    for (list, containers) in lists {
+        for (i, c) in containers.iter().enumerate() {
+            let at = |field: &str| format!("spec.{list}[{i}].{field}");
+            // validateContainerCommon: name Required + ValidateDNS1123Label; image Required.
+            if c.name.is_empty() {
+                return refuse(&at("name"), "required".into());
+            }
+            if !is_dns1123_label(&c.name) {
+                return refuse(&at("name"), format!("{:?} is not a lowercase RFC 1123 label", c.name));
+            }
+            if c.image.as_deref().is_none_or(str::is_empty) {
+                return refuse(&at("image"), "required".into());
+            }
+            // validateContainers / validateInitContainers: Duplicate across both lists.
+            if !names.insert(c.name.as_str()) {
+                return refuse(&at("name"), format!("duplicate container name {:?}", c.name));
+            }
+            // ValidateVolumeMounts: a mount's name must be a volume of the pod (NotFound).
+            for (j, m) in c.volume_mounts.iter().flatten().enumerate() {
+                if !volumes.contains(m.name.as_str()) {
+                    return refuse(
+                        &at(&format!("volumeMounts[{j}].name")),
+                        format!("{:?} names no volume of the pod", m.name),
+                    );
+                }
+            }
+        }
+    }
+    None
 }
 
 impl StaticPod {
@@ -140,9 +316,71 @@ impl StaticPod {
             .as_mapping_mut()
             .expect("just made a mapping")
             .insert(CONTENT_HASH_ANNOTATION.into(), content_hash.into());
-        serde_yaml_ng::to_string(&document)
-            .expect("a Value always serializes")
-            .into_bytes()
+        // Strings serde_yaml_ng would write plain but the kubelet's YAML 1.1 decoder would read
+        // as booleans or numbers are written single-quoted: stand-ins first, quoted after.
+        let tag = &crate::desired::sha256_hex(content_hash.as_bytes())[..16];
+        let mut quoted = Vec::new();
+        quote_yaml11_scalars(&mut document, tag, &mut quoted);
+        let mut text = serde_yaml_ng::to_string(&document).expect("a Value always serializes");
+        for (stand_in, original) in quoted.iter().rev() {
+            text = text.replacen(stand_in.as_str(), &format!("'{original}'"), 1);
+        }
+        text.into_bytes()
+    }
+}
+
+/// True when go-yaml v2 (sigs.k8s.io/yaml, the kubelet's manifest decoder) resolves the plain
+/// scalar `s` to something other than a string while serde_yaml_ng writes `s` plain: the YAML
+/// 1.1 booleans (`yes`, `on`, `n`…) and numbers with `_` or a `0b` prefix
+/// (go.yaml.in/yaml/v2 resolve.go: resolveMapList, ParseInt of the text without `_`).
+fn yaml11_reads_as_non_string(s: &str) -> bool {
+    const BOOLS: [&str; 16] = [
+        "y", "Y", "yes", "Yes", "YES", "on", "On", "ON", "n", "N", "no", "No", "NO", "off", "Off", "OFF",
+    ];
+    let numeric = || {
+        let plain: String = s.chars().filter(|c| *c != '_').collect();
+        let digits = plain.trim_start_matches(['-', '+']);
+        let (radix, body) = match digits.get(..2) {
+            Some("0x" | "0X") => (16, &digits[2..]),
+            Some("0o" | "0O") => (8, &digits[2..]),
+            Some("0b" | "0B") => (2, &digits[2..]),
+            _ => (10, digits),
+        };
+        let int = !body.is_empty() && body.chars().all(|c| c.is_digit(radix));
+        int || (radix == 10 && plain.parse::<f64>().is_ok() && plain.chars().any(|c| c.is_ascii_digit()))
+    };
+    let plain_when_written = || serde_yaml_ng::to_string(s).is_ok_and(|out| !out.starts_with(['\'', '"']));
+    (BOOLS.contains(&s) || (s.contains('_') || s.contains("0b") || s.contains("0B")) && numeric())
+        && plain_when_written()
+}
+
+/// Replaces every string (key or value) that [`yaml11_reads_as_non_string`] with a plain stand-in
+/// unique to this document, remembering the original.
+fn quote_yaml11_scalars(value: &mut Value, tag: &str, quoted: &mut Vec<(String, String)>) {
+    let stand_in = |original: &str, quoted: &mut Vec<(String, String)>| {
+        let token = format!("kube-anchor-quoted-{tag}-{}", quoted.len());
+        quoted.push((token.clone(), original.to_owned()));
+        token
+    };
+    match value {
+        Value::String(s) if yaml11_reads_as_non_string(s) => *s = stand_in(s, quoted),
+        Value::Sequence(items) => items.iter_mut().for_each(|v| quote_yaml11_scalars(v, tag, quoted)),
+        Value::Mapping(map) => {
+            let entries: Vec<(Value, Value)> = std::mem::take(map).into_iter().collect();
+            for (mut k, mut v) in entries {
+                if let Value::String(key) = &mut k {
+                    if yaml11_reads_as_non_string(key) {
+                        *key = stand_in(key, quoted);
+                    }
+                } else {
+                    quote_yaml11_scalars(&mut k, tag, quoted);
+                }
+                quote_yaml11_scalars(&mut v, tag, quoted);
+                map.insert(k, v);
+            }
+        }
+        Value::Tagged(tagged) => quote_yaml11_scalars(&mut tagged.value, tag, quoted),
+        _ => {}
     }
 }
 
@@ -399,6 +637,118 @@ mod tests {
         }
         let env_from = "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec:\n  containers: [{name: c, image: i, envFrom: [{configMapRef: {name: x}}]}]\n";
         assert_eq!(field_of(env_from), "spec.containers[0].envFrom[0].configMapRef");
+    }
+
+    /// Each case breaks one rule `ValidatePodCreate` enforces in the kubelet of the pinned
+    /// release (the test control plane's API server runs the same function; see
+    /// tests/cli.rs for the command-line view).
+    #[test]
+    fn what_the_kubelet_refuses_is_refused_with_its_field() {
+        let base = "apiVersion: v1\nkind: Pod\nmetadata: {name: kube-scheduler, namespace: kube-system}\nspec:\n  containers: [{name: c, image: i}]\n";
+        let long_name = format!("name: {}", "a".repeat(300));
+        let cases = [
+            (
+                base.replace("name: kube-scheduler", "name: Kube_Scheduler!!"),
+                "metadata.name",
+            ),
+            (base.replace("name: kube-scheduler", &long_name), "metadata.name"),
+            (base.replace("kube-system", "'NOT VALID'"), "metadata.namespace"),
+            (
+                base.replace("{name: c, image: i}", "{name: BAD NAME, image: i}"),
+                "spec.containers[0].name",
+            ),
+            (
+                base.replace("{name: c, image: i}", "{name: c}"),
+                "spec.containers[0].image",
+            ),
+            (
+                base.replace("{name: c, image: i}", "{name: c, image: ''}"),
+                "spec.containers[0].image",
+            ),
+            (
+                base.replace("{name: c, image: i}", "{image: i}"),
+                "spec.containers[0].name",
+            ),
+            (
+                base.replace("{name: c, image: i}", "{name: c, image: i}, {name: c, image: j}"),
+                "spec.containers[1].name",
+            ),
+            (
+                format!("{base}  initContainers: [{{name: c, image: i}}]\n"),
+                "spec.containers[0].name",
+            ),
+            (
+                format!("{base}  volumes: [{{name: v, emptyDir: {{}}}}, {{name: v, emptyDir: {{}}}}]\n"),
+                "spec.volumes[1].name",
+            ),
+            (
+                format!("{base}  volumes: [{{name: V_1, emptyDir: {{}}}}]\n"),
+                "spec.volumes[0].name",
+            ),
+            (
+                base.replace(
+                    "{name: c, image: i}",
+                    "{name: c, image: i, volumeMounts: [{name: nope, mountPath: /x}]}",
+                ),
+                "spec.containers[0].volumeMounts[0].name",
+            ),
+            (
+                base.replace(
+                    "spec:\n",
+                    "spec:\n  <<: {serviceAccountName: foo, volumes: [{name: s, secret: {secretName: x}}]}\n",
+                ),
+                "spec.<<",
+            ),
+        ];
+        for (text, field) in cases {
+            assert_eq!(field_of(&text), field, "{text}");
+        }
+        assert!(p(base).is_ok());
+        assert!(
+            p(&base.replace("name: kube-scheduler", "name: kube-scheduler.v2")).is_ok(),
+            "a subdomain"
+        );
+    }
+
+    /// What the kubelet's go-yaml v2 reads as a boolean or number stays a string on disk.
+    #[test]
+    fn yaml11_booleans_and_numbers_are_written_quoted() {
+        let text = "apiVersion: v1\nkind: Pod\nmetadata: {name: a, labels: {on: 'yes', n: x}}\nspec:\n  containers: [{name: c, image: 'on', env: [{name: A, value: 'NO'}, {name: B, value: '1_000'}, {name: C, value: '0b101'}, {name: D, value: '0644'}, {name: E, value: 'yes sir'}, {name: F, value: kube-anchor-quoted-x}]}]\n";
+        let out = String::from_utf8(p(text).unwrap().to_yaml_with_hash("sha256:1")).unwrap();
+        for quoted in [
+            "image: 'on'",
+            "value: 'NO'",
+            "value: '1_000'",
+            "value: '0b101'",
+            "value: '0644'",
+            "'on': 'yes'",
+            "'n': x",
+        ] {
+            assert!(out.contains(quoted), "{quoted} in\n{out}");
+        }
+        assert!(
+            out.contains("value: yes sir") && out.contains("value: kube-anchor-quoted-x"),
+            "{out}"
+        );
+        // Read back by our own parser: the same document.
+        let back: Value = serde_yaml_ng::from_str(&out).unwrap();
+        assert_eq!(back["spec"]["containers"][0]["image"], "on");
+        assert_eq!(back["metadata"]["labels"]["on"], "yes");
+    }
+
+    #[test]
+    fn deep_flow_nesting_is_refused_before_parsing() {
+        let deep = format!("{GOOD}x: {}", "[".repeat(100_000));
+        let start = std::time::Instant::now();
+        assert!(matches!(p(&deep), Err(ManifestError::TooDeep { offset, .. }) if offset > GOOD.len()));
+        assert!(
+            start.elapsed() < std::time::Duration::from_millis(500),
+            "{:?}",
+            start.elapsed()
+        );
+        // Closed brackets do not add up; nesting up to the limit is for the parser to judge.
+        assert!(check_flow_depth(&"[]".repeat(100_000)).is_ok());
+        assert!(check_flow_depth(&format!("{}{}", "[".repeat(MAX_FLOW_DEPTH), "]".repeat(MAX_FLOW_DEPTH))).is_ok());
     }
 
     #[test]

@@ -83,9 +83,28 @@ impl Assessment {
     }
 }
 
+/// A failing health check counts against a version only when it cannot be blamed on the rest of
+/// the control plane: with the API unreachable, or with the component saying it lacks etcd (or
+/// etcd saying it lacks a leader), a perfectly good version fails its health check too.
+fn health_failure_is_evidence(observation: &Observation, reason: &str) -> Result<(), String> {
+    if observation.api_configured && observation.mirror.is_none() {
+        return Err(format!(
+            "API unreachable, health check failing ({reason}): not evidence against the version"
+        ));
+    }
+    const QUORUM_SIGNS: [&str; 3] = ["[-]etcd", "NO LEADER", "etcdserver: request timed out"];
+    if QUORUM_SIGNS.iter().any(|sign| reason.contains(sign)) {
+        return Err(format!("etcd unavailable ({reason}): not evidence against the version"));
+    }
+    Ok(())
+}
+
 pub fn assess(observation: &Observation, hash: &str, crash_loop_threshold: u32) -> Assessment {
     if let Some(Err(reason)) = &observation.health {
-        return Assessment::NotConverged(format!("health check failing: {reason}"));
+        return match health_failure_is_evidence(observation, reason) {
+            Ok(()) => Assessment::NotConverged(format!("health check failing: {reason}")),
+            Err(why) => Assessment::Unknown(why),
+        };
     }
     match &observation.mirror {
         None if !observation.api_configured => Assessment::Unknown("no API client: cannot see the mirror pod".into()),
@@ -118,11 +137,19 @@ pub fn assess(observation: &Observation, hash: &str, crash_loop_threshold: u32) 
     }
 }
 
-/// A version on trial. `observed` counts only time with evidence.
+/// A version on trial, judged over the whole trial rather than by one sample at its end: it
+/// passes after running converged without a break for the trial period, and fails on a crash
+/// loop or once it has spent a whole trial period (in total) not converged. Only time with
+/// evidence counts; time without (API unreachable, etcd down) pauses both clocks.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Trial {
     pub hash: String,
+    /// Time with evidence, converged or not.
     pub observed: Duration,
+    /// Converged time since the last evidence of not being converged.
+    pub converged_streak: Duration,
+    /// Time with evidence of not being converged, in total.
+    pub not_converged: Duration,
     last_step: Duration,
 }
 
@@ -140,28 +167,39 @@ impl Trial {
         Self {
             hash: hash.into(),
             observed: Duration::ZERO,
+            converged_streak: Duration::ZERO,
+            not_converged: Duration::ZERO,
             last_step: now,
         }
     }
 
+    /// Counts the time since the last step as what `assessment` shows now.
     pub fn step(&mut self, assessment: &Assessment, now: Duration, period: Duration) -> TrialOutcome {
         let elapsed = now.saturating_sub(self.last_step);
         self.last_step = now;
         match assessment {
             Assessment::CrashLooping(reason) => TrialOutcome::Failed(reason.clone()),
             Assessment::Unknown(_) => TrialOutcome::Pending,
-            Assessment::Converged | Assessment::NotConverged(_) => {
+            Assessment::Converged => {
                 self.observed += elapsed;
-                if self.observed < period {
-                    return TrialOutcome::Pending;
+                self.converged_streak += elapsed;
+                if self.converged_streak >= period {
+                    TrialOutcome::Passed
+                } else {
+                    TrialOutcome::Pending
                 }
-                match assessment {
-                    Assessment::Converged => TrialOutcome::Passed,
-                    other => TrialOutcome::Failed(format!(
-                        "not converged after a {} trial: {}",
-                        humantime::format_duration(period),
-                        other.reason().unwrap_or_default()
-                    )),
+            }
+            Assessment::NotConverged(reason) => {
+                self.observed += elapsed;
+                self.converged_streak = Duration::ZERO;
+                self.not_converged += elapsed;
+                if self.not_converged >= period {
+                    TrialOutcome::Failed(format!(
+                        "not converged for {} of its trial: {reason}",
+                        humantime::format_duration(period)
+                    ))
+                } else {
+                    TrialOutcome::Pending
                 }
             }
         }
@@ -232,7 +270,7 @@ mod tests {
             }),
             (obs(None, None), |a| matches!(a, Assessment::Unknown(_))),
             (obs(None, ok), |a| matches!(a, Assessment::Unknown(_))),
-            (obs(None, bad.clone()), |a| matches!(a, Assessment::NotConverged(_))),
+            (obs(None, bad.clone()), |a| matches!(a, Assessment::Unknown(_))),
             (
                 Observation {
                     api_configured: false,
@@ -261,29 +299,98 @@ mod tests {
     }
 
     #[test]
-    fn passes_only_after_a_full_period_converged_at_its_end() {
-        let mut t = Trial::start(H, secs(0));
+    fn passes_only_after_a_full_period_converged_without_a_break() {
         let period = secs(300);
+        let mut t = Trial::start(H, secs(0));
         assert_eq!(
             t.step(&Assessment::NotConverged("starting".into()), secs(10), period),
             TrialOutcome::Pending
         );
-        assert_eq!(t.step(&Assessment::Converged, secs(299), period), TrialOutcome::Pending);
-        assert_eq!(t.step(&Assessment::Converged, secs(300), period), TrialOutcome::Passed);
+        assert_eq!(t.step(&Assessment::Converged, secs(309), period), TrialOutcome::Pending);
+        assert_eq!(t.step(&Assessment::Converged, secs(310), period), TrialOutcome::Passed);
     }
 
     #[test]
-    fn fails_when_the_period_ends_unconverged_or_at_once_on_a_crash_loop() {
+    fn one_converged_sample_at_the_end_does_not_pass_a_version() {
+        // Not converged for most of the trial, converged at the moment it ends.
+        let period = secs(300);
+        let mut t = Trial::start(H, secs(0));
+        assert_eq!(
+            t.step(&Assessment::NotConverged("not Ready".into()), secs(290), period),
+            TrialOutcome::Pending
+        );
+        assert_eq!(t.step(&Assessment::Converged, secs(300), period), TrialOutcome::Pending);
+        assert_eq!(t.step(&Assessment::Converged, secs(301), period), TrialOutcome::Pending);
+        // A break in the streak starts it over.
+        assert!(matches!(
+            t.step(&Assessment::NotConverged("not Ready".into()), secs(311), period),
+            TrialOutcome::Failed(r) if r.contains("not converged for 5m")
+        ));
+    }
+
+    #[test]
+    fn a_flapping_version_fails_once_a_period_not_converged_adds_up() {
+        let period = secs(300);
+        let mut t = Trial::start(H, secs(0));
+        let mut now = 0;
+        let mut outcome = TrialOutcome::Pending;
+        while outcome == TrialOutcome::Pending {
+            now += 60;
+            outcome = t.step(&Assessment::Converged, secs(now), period);
+            assert_eq!(
+                outcome,
+                TrialOutcome::Pending,
+                "a minute converged never passes a 5m trial"
+            );
+            now += 60;
+            outcome = t.step(&Assessment::NotConverged("x".into()), secs(now), period);
+        }
+        assert!(matches!(outcome, TrialOutcome::Failed(_)));
+        assert_eq!(t.not_converged, period);
+    }
+
+    #[test]
+    fn fails_when_a_period_is_spent_unconverged_or_at_once_on_a_crash_loop() {
         let period = secs(300);
         let mut t = Trial::start(H, secs(0));
         assert_eq!(t.step(&Assessment::Converged, secs(100), period), TrialOutcome::Pending);
+        assert_eq!(
+            t.step(&Assessment::NotConverged("x".into()), secs(399), period),
+            TrialOutcome::Pending
+        );
         assert!(
-            matches!(t.step(&Assessment::NotConverged("x".into()), secs(301), period), TrialOutcome::Failed(r) if r.contains("5m"))
+            matches!(t.step(&Assessment::NotConverged("x".into()), secs(400), period), TrialOutcome::Failed(r) if r.contains("5m"))
         );
         let mut t = Trial::start(H, secs(0));
         assert!(matches!(
             t.step(&Assessment::CrashLooping("r".into()), secs(1), period),
             TrialOutcome::Failed(_)
+        ));
+    }
+
+    #[test]
+    fn a_health_failure_blamed_on_the_control_plane_is_no_evidence() {
+        let running = || present(H, "Running", true, 0);
+        let failing = |body: &str| Some(Err(format!("HTTP 500 from https://127.0.0.1:6443/readyz: {body}")));
+        // API unreachable: whatever the health URL says is not held against the version.
+        assert!(
+            matches!(assess(&obs(None, failing("readyz check failed")), H, 3), Assessment::Unknown(r) if r.contains("API unreachable"))
+        );
+        // The API answers, but the component says etcd is what fails; or etcd has no leader.
+        let etcd_down = "[+]ping ok\n[-]etcd failed: reason withheld\nreadyz check failed";
+        assert!(
+            matches!(assess(&obs(running(), failing(etcd_down)), H, 3), Assessment::Unknown(r) if r.contains("etcd"))
+        );
+        let no_leader = r#"{"health":"false","reason":"RAFT NO LEADER"}"#;
+        assert!(matches!(
+            assess(&obs(running(), failing(no_leader)), H, 3),
+            Assessment::Unknown(_)
+        ));
+        // Anything else is evidence.
+        let own = "[-]poststarthook/start-apiextensions-controllers failed: reason withheld";
+        assert!(matches!(
+            assess(&obs(running(), failing(own)), H, 3),
+            Assessment::NotConverged(_)
         ));
     }
 

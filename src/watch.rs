@@ -37,7 +37,9 @@ impl DirWatcher {
 
     /// Watches each of `dirs` not watched yet (non-recursively). Missing directories are skipped
     /// and tried again on the next call; a directory deleted and recreated is watched again too.
-    pub fn ensure<'a>(&mut self, dirs: impl IntoIterator<Item = &'a Path>) {
+    /// Returns whether a watch was added: a change there before this call went unseen.
+    pub fn ensure<'a>(&mut self, dirs: impl IntoIterator<Item = &'a Path>) -> bool {
+        let mut added = false;
         for dir in dirs {
             if self.watched.contains(dir) && dir.is_dir() {
                 continue;
@@ -46,6 +48,7 @@ impl DirWatcher {
             match self.watcher.watch(dir, RecursiveMode::NonRecursive) {
                 Ok(()) => {
                     self.watched.insert(dir.to_path_buf());
+                    added = true;
                 }
                 Err(e) => {
                     self.watched.remove(dir);
@@ -53,6 +56,7 @@ impl DirWatcher {
                 }
             }
         }
+        added
     }
 }
 

@@ -195,3 +195,108 @@ async fn readiness_follows_the_mirror_pod_and_a_failed_trial_rolls_back() {
     wait_ready(&d).await;
     assert!(fs::read_to_string(&manifest).unwrap().contains("marker=fixed"));
 }
+
+/// A last-known-good version that fails as well, while it is held in place of a bad one, is
+/// reported (Warning Event, metric, `/readyz` reason) rather than kept silently.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failing_last_known_good_is_reported_loudly() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let cp = cluster::shared().await;
+    let node = cp.add_node("lkg-node", &[]).await;
+    let ns = cp.namespace("lkg").await;
+    let kubeconfig = cp.anchor_service_account().await;
+    let work = tempfile::tempdir().unwrap();
+    let mut volume = ConfigVolume::new(&work.path().join("config"), &refs(&volume_files(&ns, "good")));
+    let manifest = node.host_root().join("etc/kubernetes/manifests/kube-scheduler.yaml");
+    let everything_down = Arc::new(AtomicBool::new(false));
+    let (watched, down) = (manifest.clone(), everything_down.clone());
+    let health_port = health_server(move || {
+        let bad = fs::read_to_string(&watched).unwrap_or_default().contains("marker=bad");
+        if bad || down.load(Ordering::SeqCst) { 500 } else { 200 }
+    });
+    let args: Vec<String> = [
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "--pod-name",
+        "lkg-anchor",
+        "--pod-namespace",
+        &ns,
+        "--trial-period",
+        "15s",
+        "--health-interval",
+        "1s",
+        "--health-url",
+        &format!("http://127.0.0.1:{health_port}/readyz"),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let d = Daemon::start(
+        &volume.config(),
+        &node.host_root(),
+        &node.name,
+        &args,
+        &work.path().join("daemon.log"),
+    );
+    wait_ready(&d).await;
+    let good_hash = status_json(&volume.config(), &node)["contentHash"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let deadline = std::time::Instant::now() + WAIT;
+    while status_json(&volume.config(), &node)["lastKnownGoodHash"] != good_hash {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never last-known-good: {}",
+            d.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    volume.update(&refs(&volume_files(&ns, "bad")));
+    while d.metric("kube_anchor_rollbacks_total") < 1.0 {
+        assert!(std::time::Instant::now() < deadline, "no rollback: {}", d.log_text());
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(d.metric("kube_anchor_last_known_good_failing"), 0.0);
+
+    // Now the last-known-good version fails too (its health endpoint answers 500).
+    everything_down.store(true, Ordering::SeqCst);
+    let deadline = std::time::Instant::now() + WAIT;
+    while d.metric("kube_anchor_last_known_good_failing") < 1.0 {
+        assert!(std::time::Instant::now() < deadline, "not reported: {}", d.log_text());
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let (code, body) = d.get("/readyz").unwrap();
+    assert_eq!(code, 503);
+    assert!(body.contains("failing too") && body.contains(&good_hash), "{body}");
+    assert!(
+        fs::read_to_string(&manifest).unwrap().contains("marker=good"),
+        "kept, not rolled back further"
+    );
+    let events: Api<Event> = Api::namespaced(cp.admin().await, &ns);
+    loop {
+        let list = events.list(&ListParams::default()).await.unwrap();
+        if let Some(e) = list
+            .items
+            .iter()
+            .find(|e| e.reason.as_deref() == Some("LastKnownGoodFailing"))
+        {
+            assert_eq!(e.type_.as_deref(), Some("Warning"));
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no LastKnownGoodFailing event");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+
+    // It recovers: after a full period converged the alarm is cleared.
+    everything_down.store(false, Ordering::SeqCst);
+    while d.metric("kube_anchor_last_known_good_failing") > 0.0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "alarm never cleared: {}",
+            d.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}

@@ -150,8 +150,11 @@ fn rendered_daemonsets_are_what_an_anchor_needs() {
                     "{context}"
                 );
                 assert_eq!(c["lifecycle"]["preStop"]["exec"]["command"][1], "pre-stop", "{context}");
-                assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz", "{context}");
-                assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz", "{context}");
+                // Probes over the pod's own socket: no host port two anchors could fight over.
+                assert_eq!(c["readinessProbe"]["exec"]["command"][1], "probe", "{context}");
+                assert_eq!(c["readinessProbe"]["exec"]["command"][2], "readyz", "{context}");
+                assert_eq!(c["livenessProbe"]["exec"]["command"][2], "healthz", "{context}");
+                assert!(c["readinessProbe"]["httpGet"].is_null(), "{context}");
                 assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true, "{context}");
                 assert_eq!(c["securityContext"]["capabilities"]["drop"][0], "ALL", "{context}");
                 assert!(c["resources"]["limits"]["memory"].is_string(), "{context}");
@@ -179,9 +182,23 @@ fn rendered_daemonsets_are_what_an_anchor_needs() {
                         "{context}: {env}"
                     );
                 }
-                let annotations = &ds["spec"]["template"]["metadata"]["annotations"];
+                // The pod applies only the inputs its own template was rendered with.
+                let expect = ds["spec"]["template"]["metadata"]["annotations"]["kube-anchor.io/expect-inputs"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("{context}: no expect-inputs annotation"));
                 assert!(
-                    annotations["checksum/config"].is_string() && annotations["checksum/secret"].is_string(),
+                    expect.starts_with("/etc/kube-anchor/config/.inputs-config=")
+                        && expect.contains(",/etc/kube-anchor/secrets/.inputs-secret="),
+                    "{context}: {expect}"
+                );
+                assert!(
+                    c["env"]
+                        .as_sequence()
+                        .unwrap()
+                        .iter()
+                        .any(|e| e["name"] == "KUBE_ANCHOR_EXPECT_INPUTS"
+                            && e["valueFrom"]["fieldRef"]["fieldPath"]
+                                == "metadata.annotations['kube-anchor.io/expect-inputs']"),
                     "{context}"
                 );
                 // Narrow host mounts: only below the allowed roots and the state dir.
@@ -257,7 +274,10 @@ fn per_node_credentials_reach_only_their_node() {
         .filter(|s| s["metadata"]["labels"]["kube-anchor.io/node"].is_string())
     {
         let node = secret["metadata"]["labels"]["kube-anchor.io/node"].as_str().unwrap();
-        for (_, v) in secret["data"].as_mapping().unwrap() {
+        for (k, v) in secret["data"].as_mapping().unwrap() {
+            if k.as_str().unwrap().starts_with('.') {
+                continue; // the input revision marker
+            }
             let decoded = String::from_utf8(base64_decode(v.as_str().unwrap())).unwrap();
             assert!(decoded.contains(&format!("example {node} ")), "{node} got {decoded}");
         }
@@ -466,7 +486,7 @@ async fn project_volumes(
 }
 
 /// The anchor container's KUBE_ANCHOR_* environment from the DaemonSet, minus what only makes
-/// sense inside the pod (paths of its volumes and host mounts, its listen address).
+/// sense inside the pod (paths of its volumes, host mounts and socket, its listen address).
 async fn container_env(client: &kube::Client, ns: &str, ds: &str) -> Vec<(String, String)> {
     let ds = Api::<DaemonSet>::namespaced(client.clone(), ns).get(ds).await.unwrap();
     let env = ds.spec.unwrap().template.spec.unwrap().containers[0]
@@ -479,7 +499,7 @@ async fn container_env(client: &kube::Client, ns: &str, ds: &str) -> Vec<(String
             k.starts_with("KUBE_ANCHOR_")
                 && !matches!(
                     k.as_str(),
-                    "KUBE_ANCHOR_CONFIG" | "KUBE_ANCHOR_HOST_ROOT" | "KUBE_ANCHOR_LISTEN"
+                    "KUBE_ANCHOR_CONFIG" | "KUBE_ANCHOR_HOST_ROOT" | "KUBE_ANCHOR_LISTEN" | "KUBE_ANCHOR_HEALTH_SOCKET"
                 )
         })
         .collect()

@@ -320,7 +320,7 @@ fn corrupt_ledger_is_moved_aside_reported_and_not_fatal() {
     assert_eq!(aside.len(), 1);
     // Apply adopts the files that match and writes a fresh ledger.
     let out = f.apply();
-    assert!(stdout(&out).contains("kube-apiserver: unchanged"), "{}", stdout(&out));
+    assert!(stdout(&out).contains("kube-apiserver: adopted"), "{}", stdout(&out));
     assert!(ledger.exists());
     assert_success(&f.run("status", &[]));
 }
@@ -476,4 +476,345 @@ fn checkpointer_sanitize_shows_the_checkpoint_and_refuses_what_cannot_be_one() {
             "spec.containers[0].env[0].valueFrom.secretKeyRef",
         ],
     );
+}
+
+/// Runs `cmd` and fails the test (killing it) when it does not finish within `limit`.
+fn output_within(mut cmd: std::process::Command, limit: std::time::Duration) -> std::process::Output {
+    use std::process::Stdio;
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let start = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "still running after {limit:?}; killed\nstdout:\n{}\nstderr:\n{}",
+                stdout(&out),
+                stderr(&out)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+const QUICK: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The state a crash (or a failed ledger write) between the renames and the ledger record left
+/// behind before the ledger recorded its intent first: new content on disk, the old record in
+/// the ledger. The next apply must correct the ledger, and `remove` must then take everything.
+#[test]
+fn a_stale_ledger_left_by_a_crash_is_corrected_and_remove_takes_everything() {
+    let f = Fixture::new();
+    f.apply();
+    let ledger = f.host("/var/lib/kube-anchor/v1/kube-apiserver.json");
+    let old_ledger = fs::read(&ledger).unwrap();
+    f.source("apiserver.key", "ROTATED KEY\n");
+    f.apply();
+    fs::write(&ledger, &old_ledger).unwrap();
+
+    let out = f.apply();
+    let text = stdout(&out);
+    assert!(text.contains("kube-apiserver: adopted"), "{text}");
+    assert!(text.contains("adopted    /etc/kubernetes/pki/apiserver.key"), "{text}");
+    assert_success(&f.run("status", &[]));
+    let out = f.run("remove", &[]);
+    assert_success(&out);
+    assert_eq!(
+        visible_files(&f.host("/etc/kubernetes/pki")),
+        Vec::<String>::new(),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(
+        visible_files(&f.host("/etc/kubernetes/manifests")),
+        Vec::<String>::new()
+    );
+}
+
+/// A FIFO (no writer) as a source, as the config or as the ledger never hangs a verb: sources
+/// and the config are refused naming the file; the ledger is set aside like any unusable one.
+#[test]
+fn fifos_never_hang_a_verb() {
+    let mkfifo = |p: &std::path::Path| {
+        let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    };
+    let f = Fixture::new();
+    f.apply();
+    let before = f.snapshot();
+    let key = f.config_dir().join("apiserver.key");
+    fs::remove_file(&key).unwrap();
+    mkfifo(&key);
+    for verb in ["apply", "status"] {
+        let out = output_within(f.command(verb), QUICK);
+        assert_error(
+            &out,
+            &["apiserver.key", "spec.files[1].source", "is a FIFO, not a regular file"],
+        );
+    }
+    assert_eq!(f.snapshot(), before);
+    fs::remove_file(&key).unwrap();
+    f.source("apiserver.key", "PRIVATE KEY\n");
+
+    let config = f.config();
+    let text = fs::read_to_string(&config).unwrap();
+    fs::remove_file(&config).unwrap();
+    mkfifo(&config);
+    let out = output_within(f.command("remove"), QUICK);
+    assert_error(&out, &["anchor.yaml", "is a FIFO"]);
+    fs::remove_file(&config).unwrap();
+    f.set_config(&text);
+
+    let ledger = f.host("/var/lib/kube-anchor/v1/kube-apiserver.json");
+    fs::remove_file(&ledger).unwrap();
+    mkfifo(&ledger);
+    let out = output_within(f.command("status"), QUICK);
+    assert!(stdout(&out).contains("is a FIFO"), "{}", stdout(&out));
+    let out = output_within(f.command("remove"), QUICK);
+    assert_success(&out);
+    assert!(stdout(&out).contains("is a FIFO"), "{}", stdout(&out));
+    assert!(f.manifest_path().exists(), "an unusable ledger proves nothing");
+    let out = output_within(f.command("apply"), QUICK);
+    assert_success(&out);
+    assert!(fs::symlink_metadata(&ledger).unwrap().is_file());
+
+    // A directory where the ledger belongs: the same for every verb.
+    fs::remove_file(&ledger).unwrap();
+    fs::create_dir(&ledger).unwrap();
+    let out = f.run("status", &[]);
+    assert!(
+        stdout(&out).contains("is unusable (unreadable: is a directory, not a regular file)"),
+        "{}",
+        stdout(&out)
+    );
+    assert_ne!(out.status.code(), Some(1), "status recovers like the other verbs");
+    let out = f.apply();
+    assert!(stdout(&out).contains("is a directory"), "{}", stdout(&out));
+    assert!(fs::symlink_metadata(&ledger).unwrap().is_file());
+}
+
+/// Devices and oversized sources are refused while reading, fast and with the file named:
+/// `/dev/zero` never fills memory, `/dev/null` never writes an empty credential.
+#[test]
+fn devices_and_oversized_sources_are_refused() {
+    let f = Fixture::new();
+    f.apply();
+    let before = f.snapshot();
+    let key = f.config_dir().join("apiserver.key");
+    for device in ["/dev/zero", "/dev/null"] {
+        fs::remove_file(&key).unwrap();
+        symlink(device, &key).unwrap();
+        let out = output_within(f.command("apply"), QUICK);
+        assert_error(&out, &["apiserver.key", "is a character device, not a regular file"]);
+        assert_eq!(f.snapshot(), before, "{device}");
+    }
+    fs::remove_file(&key).unwrap();
+    f.source("apiserver.key", vec![b'k'; 16 * 1024 * 1024 + 1]);
+    let out = output_within(f.command("apply"), QUICK);
+    assert_error(&out, &["apiserver.key", "larger than the limit of 16777216 bytes"]);
+    assert_eq!(f.snapshot(), before);
+    // Exactly at the limit is fine.
+    f.source("apiserver.key", vec![b'k'; 16 * 1024 * 1024]);
+    f.apply();
+    // Together the sources may hold 32 MiB (the last-known-good snapshot keeps them all).
+    f.source("ca.crt", vec![b'c'; 16 * 1024 * 1024]);
+    let before = f.snapshot();
+    let out = output_within(f.command("apply"), QUICK);
+    assert_error(
+        &out,
+        &[
+            "kube-apiserver.yaml",
+            "the sources together are larger than the limit of 33554432 bytes",
+        ],
+    );
+    assert_eq!(f.snapshot(), before);
+}
+
+/// Two components, and the same component twice, applied at once on an empty node: directory
+/// creation tolerates the other creator (the lock file's directory too).
+#[test]
+fn concurrent_first_runs_on_a_fresh_node_both_succeed() {
+    for round in 0..15 {
+        let f = Fixture::new();
+        // A second component sharing every directory.
+        let scheduler = f.config_dir().join("scheduler");
+        fs::create_dir_all(&scheduler).unwrap();
+        fs::write(scheduler.join("kc"), "KUBECONFIG\n").unwrap();
+        fs::write(
+            scheduler.join("pod.yaml"),
+            MANIFEST.replace("kube-apiserver", "kube-scheduler"),
+        )
+        .unwrap();
+        fs::write(
+            scheduler.join("anchor.yaml"),
+            "apiVersion: kube-anchor.io/v1alpha1\nkind: Anchor\nmetadata: {name: kube-scheduler}\nspec:\n  variables: [NODE_IP]\n  files:\n  - {source: kc, path: /etc/kubernetes/pki/scheduler.conf, mode: \"0600\"}\n  manifest: {source: pod.yaml, path: /etc/kubernetes/manifests/kube-scheduler.yaml}\n",
+        )
+        .unwrap();
+        let mut other = std::process::Command::new(BIN);
+        other
+            .arg("apply")
+            .arg("--config")
+            .arg(scheduler.join("anchor.yaml"))
+            .arg("--host-root")
+            .arg(f.node())
+            .env("NODE_IP", "10.0.0.10");
+        let runs: Vec<_> = [f.command("apply"), other, f.command("apply")]
+            .into_iter()
+            .map(|mut c| {
+                c.stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for run in runs {
+            let out = run.wait_with_output().unwrap();
+            assert!(out.status.success(), "round {round}: {}", stderr(&out));
+        }
+        assert_eq!(
+            visible_files(&f.host("/etc/kubernetes/manifests")),
+            ["kube-apiserver.yaml", "kube-scheduler.yaml"]
+        );
+    }
+}
+
+/// The state dir is kube-anchor's alone: config paths may not reach it, and a state dir of `/`
+/// or above an allowed root is refused.
+#[test]
+fn the_state_dir_is_out_of_reach_of_configs() {
+    let f = Fixture::new();
+    f.apply();
+    let before = f.snapshot();
+    let good = fs::read_to_string(f.config()).unwrap();
+    for target in [
+        "/var/lib/kube-anchor/v1/kube-apiserver.json",
+        "/var/lib/kube-anchor/v1/etcd.json",
+    ] {
+        f.set_config(&good.replace("/etc/kubernetes/pki/ca.crt", target));
+        let out = f.run("apply", &[]);
+        assert_error(&out, &["anchor.yaml", "spec.files[0].path", target, "state dir"]);
+        assert_eq!(f.snapshot(), before);
+    }
+    f.set_config(&good);
+    for state_dir in ["/", "/etc", "/etc/kubernetes"] {
+        let out = f.run("apply", &["--state-dir", state_dir]);
+        assert_error(&out, &["state dir", state_dir]);
+        assert_eq!(f.snapshot(), before);
+    }
+}
+
+/// The lock file is never opened through a symlink (that would create a file wherever it
+/// points, outside the host root).
+#[test]
+fn a_symlinked_lock_file_is_refused() {
+    let f = Fixture::new();
+    f.apply();
+    let outside = tempfile::tempdir().unwrap();
+    let lock = f.host("/var/lib/kube-anchor/v1/kube-apiserver.lock");
+    fs::remove_file(&lock).unwrap();
+    symlink(outside.path().join("created"), &lock).unwrap();
+    let out = f.run("apply", &[]);
+    assert_error(&out, &["/var/lib/kube-anchor/v1/kube-apiserver.lock", "lock file"]);
+    assert!(!outside.path().join("created").exists());
+}
+
+/// An unusable ledger found by `apply` is reported: where it went, and which files were adopted.
+#[test]
+fn apply_reports_a_ledger_it_set_aside_and_the_files_it_adopted() {
+    let f = Fixture::new();
+    f.apply();
+    let ledger = f.host("/var/lib/kube-anchor/v1/kube-apiserver.json");
+    fs::write(&ledger, "{garbage").unwrap();
+    let out = f.apply();
+    let text = stdout(&out);
+    assert!(text.contains("kube-apiserver: adopted"), "{text}");
+    assert!(
+        text.contains("ledger /var/lib/kube-anchor/v1/kube-apiserver.json was unusable")
+            && text.contains("moved to /var/lib/kube-anchor/v1/kube-apiserver.json.corrupt-"),
+        "{text}"
+    );
+    assert_eq!(text.matches("  adopted    ").count(), 3, "{text}");
+}
+
+/// A manifest edited by hand is kept by `remove`, and so are the credentials its pod may read;
+/// once the operator removes the manifest, `remove` takes the credentials.
+#[test]
+fn remove_keeps_the_credentials_of_a_hand_edited_manifest() {
+    let f = Fixture::new();
+    f.apply();
+    let edited = f.read("/etc/kubernetes/manifests/kube-apiserver.yaml") + "# tuned by hand\n";
+    fs::write(f.manifest_path(), &edited).unwrap();
+    let out = f.run("remove", &[]);
+    assert_success(&out);
+    let text = stdout(&out);
+    assert!(text.contains("0 file(s) removed"), "{text}");
+    assert!(text.contains("/etc/kubernetes/pki/apiserver.key: kept, because /etc/kubernetes/manifests/kube-apiserver.yaml was changed by hand"), "{text}");
+    assert_eq!(f.read("/etc/kubernetes/pki/apiserver.key"), "PRIVATE KEY\n");
+    assert_eq!(f.read("/etc/kubernetes/manifests/kube-apiserver.yaml"), edited);
+    fs::remove_file(f.manifest_path()).unwrap();
+    let out = f.run("remove", &[]);
+    assert_success(&out);
+    assert_eq!(
+        visible_files(&f.host("/etc/kubernetes/pki")),
+        Vec::<String>::new(),
+        "{}",
+        stdout(&out)
+    );
+}
+
+/// A deeply nested manifest is refused before parsing, in well under a second.
+#[test]
+fn deep_nesting_is_refused_fast() {
+    let f = Fixture::new();
+    f.source(
+        "kube-apiserver.yaml",
+        format!("{MANIFEST}  x: {}\n", "[".repeat(100_000)),
+    );
+    let start = std::time::Instant::now();
+    let out = output_within(f.command("apply"), QUICK);
+    assert_error(&out, &["kube-apiserver.yaml", "nests deeper than 1000 levels"]);
+    assert!(
+        start.elapsed() < std::time::Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+/// Manifests the kubelet refuses are refused before they replace a good one.
+#[test]
+fn manifests_the_kubelet_refuses_are_not_written() {
+    let f = Fixture::new();
+    f.apply();
+    let before = f.snapshot();
+    let cases = [
+        (
+            MANIFEST.replace(
+                "name: kube-apiserver\n  namespace",
+                "name: Kube_Apiserver!!\n  namespace",
+            ),
+            "metadata.name",
+        ),
+        (
+            MANIFEST.replace("namespace: kube-system", "namespace: NOT VALID"),
+            "metadata.namespace",
+        ),
+        (
+            MANIFEST.replace("  - name: kube-apiserver\n", "  - name: BAD NAME\n"),
+            "spec.containers[0].name",
+        ),
+        (
+            MANIFEST.replace("    image: registry.k8s.io/kube-apiserver:v1.36.3\n", ""),
+            "spec.containers[0].image",
+        ),
+        (
+            MANIFEST.replace("spec:\n", "spec:\n  <<: {serviceAccountName: foo}\n"),
+            "spec.<<",
+        ),
+    ];
+    for (manifest, field) in cases {
+        f.source("kube-apiserver.yaml", &manifest);
+        assert_error(&f.run("apply", &[]), &["kube-apiserver.yaml", field]);
+        assert_eq!(f.snapshot(), before, "{field}");
+    }
 }

@@ -247,3 +247,140 @@ fn permission_denied_is_reported_and_changes_nothing() {
     assert_error(&out, &["/etc/kubernetes/pki/", "Permission denied"]);
     assert_eq!(f.snapshot_files(), before);
 }
+
+/// The state dir on a full filesystem of its own (a tiny tmpfs) while the node's files have room:
+/// the apply of a changed key fails before any rename (its intent cannot be recorded), the node
+/// is exactly as it was, and once there is room again apply and `remove` leave nothing behind.
+#[test]
+fn a_full_state_dir_changes_nothing_and_remove_still_takes_everything() {
+    if unsafe { libc::geteuid() } != 0 {
+        panic!("this test mounts a tmpfs and needs root (CI runs as root)");
+    }
+    let f = Fixture::new();
+    let node = f.node();
+    let check = f.dir.path().join("after");
+    fs::create_dir_all(&check).unwrap();
+    let script = r#"set -eu
+mkdir -p "$NODE/var/lib/kube-anchor"
+mount -t tmpfs -o size=64k tmpfs "$NODE/var/lib/kube-anchor"
+"$BIN" apply --config "$CONFIG" --host-root "$NODE" >/dev/null 2>&1
+cp -a "$NODE/." "$CHECK/before"
+dd if=/dev/zero of="$NODE/var/lib/kube-anchor/fill" bs=4096 >/dev/null 2>&1 || true
+printf 'ROTATED KEY\n' > "$KEY"
+set +e
+"$BIN" apply --config "$CONFIG" --host-root "$NODE" 2>"$CHECK/stderr"
+echo $? > "$CHECK/code"
+rm "$NODE/var/lib/kube-anchor/fill"
+cp -a "$NODE/." "$CHECK/after"
+"$BIN" apply --config "$CONFIG" --host-root "$NODE" >"$CHECK/apply.out" 2>&1
+echo $? >> "$CHECK/code"
+"$BIN" remove --config "$CONFIG" --host-root "$NODE" >"$CHECK/remove.out" 2>&1
+echo $? >> "$CHECK/code"
+cp -a "$NODE/." "$CHECK/removed"
+"#;
+    let status = std::process::Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", script])
+        .env("NODE", &node)
+        .env("BIN", BIN)
+        .env("CONFIG", f.config())
+        .env("CHECK", &check)
+        .env("KEY", f.config_dir().join("apiserver.key"))
+        .env("NODE_NAME", "cp-1")
+        .env("NODE_IP", "10.0.0.10")
+        .status()
+        .expect("unshare(1) from util-linux");
+    assert!(status.success(), "the namespace script failed: {status:?}");
+    let code = fs::read_to_string(check.join("code")).unwrap();
+    let stderr = fs::read_to_string(check.join("stderr")).unwrap();
+    let codes: Vec<&str> = code.lines().collect();
+    assert_eq!(codes[0], "1", "{stderr}");
+    assert!(
+        stderr.contains("/var/lib/kube-anchor/v1/kube-apiserver.json") && stderr.contains("No space left on device"),
+        "{stderr}"
+    );
+    let strip = |m: std::collections::BTreeMap<std::path::PathBuf, (Vec<u8>, u32, u64, i64, i64)>| {
+        m.into_iter()
+            .map(|(p, (c, mode, _, s, ns))| (p, (c, mode, s, ns)))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        strip(snapshot_files(&check.join("after"))),
+        strip(snapshot_files(&check.join("before"))),
+        "exit 1 promises the node as it was"
+    );
+    let remove_out = fs::read_to_string(check.join("remove.out")).unwrap();
+    assert_eq!(
+        codes[1..],
+        ["0", "0"],
+        "{}",
+        fs::read_to_string(check.join("apply.out")).unwrap()
+    );
+    for dir in ["etc/kubernetes/pki", "etc/kubernetes/manifests"] {
+        assert_eq!(
+            visible_files(&check.join("removed").join(dir)),
+            Vec::<String>::new(),
+            "{remove_out}"
+        );
+    }
+}
+
+/// SIGKILL at random moments of an apply of 100 changed files, then `remove` straight away
+/// (no repairing apply in between): whatever the kill left, everything kube-anchor wrote goes.
+#[test]
+fn remove_after_a_killed_apply_takes_everything() {
+    let mut f = Fixture::new();
+    for i in 0..97 {
+        f.files
+            .push((format!("f{i}"), format!("/etc/kubernetes/pki/f{i}"), "0600".into()));
+    }
+    f.write_config();
+    let version = |v: u8| {
+        for i in 0..97 {
+            f.source(&format!("f{i}"), format!("file {i} version {v}\n"));
+        }
+    };
+    version(0);
+    let mut durations = Vec::new();
+    for v in 1..6u8 {
+        version(v);
+        let start = Instant::now();
+        f.apply();
+        durations.push(start.elapsed());
+    }
+    durations.sort();
+    let window = durations[2].mul_f64(1.3);
+    let mut rng = fastrand::Rng::with_seed(0xdead);
+    let trials = 20;
+    let mut killed = 0;
+    for trial in 0..trials {
+        version(0);
+        f.apply();
+        version(1);
+        let mut child = f
+            .command("apply")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(window.mul_f64(rng.f64()));
+        let _ = child.kill();
+        if child.wait().unwrap().signal() == Some(libc::SIGKILL) {
+            killed += 1;
+        }
+        let out = f.run("remove", &[]);
+        assert_success(&out);
+        for dir in ["/etc/kubernetes/pki", "/etc/kubernetes/manifests"] {
+            assert_eq!(
+                visible_files(&f.host(dir)),
+                Vec::<String>::new(),
+                "trial {trial}: {}",
+                stdout(&out)
+            );
+        }
+    }
+    eprintln!("{trials} trials, {killed} killed mid-apply (window {window:?})");
+    assert!(
+        killed >= trials / 5,
+        "too few kills landed inside an apply: {killed}/{trials}"
+    );
+}

@@ -82,7 +82,10 @@ fn applies_at_start_and_follows_a_configmap_data_swap() {
     wait_until(WAIT, "the manifest hash to follow the credential", &d, || {
         s.read(MANIFEST).is_some_and(|m| m != manifest_v1)
     });
-    assert!(d.metric("kube_anchor_writes_total") >= 4.0);
+    // The files are visible before the sync that wrote them has recorded and counted them.
+    wait_until(WAIT, "the writes to be counted", &d, || {
+        d.metric("kube_anchor_writes_total") >= 4.0
+    });
     assert_eq!(d.metric("kube_anchor_repairs_total"), 0.0);
     // Without an API nothing can prove the pod runs: not ready, and says why.
     let (code, body) = d.get("/readyz").unwrap();
@@ -114,7 +117,9 @@ fn repairs_deleted_and_edited_files_and_counts_them() {
             .map(|m| m.mode() & 0o777 == 0o600)
             .unwrap_or(false)
     });
-    assert!(d.metric("kube_anchor_repairs_total") >= 3.0);
+    wait_until(WAIT, "the repairs to be counted", &d, || {
+        d.metric("kube_anchor_repairs_total") >= 3.0
+    });
 }
 
 #[test]
@@ -223,4 +228,202 @@ fn the_first_version_on_a_node_is_never_rolled_back_to_nothing() {
         .unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(v["badVersions"].as_array().is_none_or(|b| b.is_empty()), "{v}");
+}
+
+/// The kubelet refreshes the volumes of a running pod on `helm upgrade`; a pod pinned to its own
+/// template's inputs keeps the version it applied until the rollout replaces it.
+#[test]
+fn inputs_of_another_revision_wait_for_the_pod_to_be_replaced() {
+    let mut s = Setup::new("kubeconfig v1");
+    let with_marker = |kubeconfig: &str, marker: &str| {
+        let mut files = Setup::files(kubeconfig);
+        files.push((".inputs-config", marker.as_bytes().to_vec()));
+        files
+    };
+    let refs = |files: &[(&'static str, Vec<u8>)]| -> Vec<(&'static str, Vec<u8>)> { files.to_vec() };
+    let update = |s: &mut Setup, files: Vec<(&'static str, Vec<u8>)>| {
+        let r: Vec<(&str, &[u8])> = files.iter().map(|(n, c)| (*n, c.as_slice())).collect();
+        s.volume.update(&r);
+    };
+    update(&mut s, refs(&with_marker("kubeconfig v1", "rev1")));
+    let marker = s.volume.dir.join(".inputs-config");
+    let pin = |rev: &str| format!("{}={rev}", marker.display());
+    let d = s.start(&["--expect-inputs", &pin("rev1")]);
+    wait_until(WAIT, "the first apply", &d, || {
+        s.read(KUBECONFIG).as_deref() == Some("kubeconfig v1") && s.read(MANIFEST).is_some()
+    });
+    let manifest_v1 = s.read(MANIFEST).unwrap();
+
+    // helm upgrade: new content, new marker, under the running pod.
+    update(&mut s, refs(&with_marker("kubeconfig v2", "rev2")));
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(s.read(KUBECONFIG).as_deref(), Some("kubeconfig v1"), "{}", d.log_text());
+    assert_eq!(s.read(MANIFEST).as_deref(), Some(manifest_v1.as_str()));
+    assert_eq!(d.metric("kube_anchor_sync_errors_total"), 0.0);
+    // Drift is repaired with the version the pod applied.
+    fs::remove_file(s.host(KUBECONFIG)).unwrap();
+    wait_until(WAIT, "the deleted kubeconfig restored at the pod's version", &d, || {
+        s.read(KUBECONFIG).as_deref() == Some("kubeconfig v1")
+    });
+    drop(d);
+
+    // A container restart of the old pod: nothing of the new revision is written, and the
+    // readiness says why.
+    let d = s.start(&["--expect-inputs", &pin("rev1")]);
+    wait_until(WAIT, "the restarted container to explain itself", &d, || {
+        d.get("/readyz")
+            .is_some_and(|(_, body)| body.contains("another revision"))
+    });
+    assert_eq!(s.read(KUBECONFIG).as_deref(), Some("kubeconfig v1"));
+    drop(d);
+
+    // The rollout replaces the pod: the new one applies its own inputs.
+    let d = s.start(&["--expect-inputs", &pin("rev2")]);
+    wait_until(WAIT, "the replacement pod to apply rev2", &d, || {
+        s.read(KUBECONFIG).as_deref() == Some("kubeconfig v2") && s.read(MANIFEST).is_some_and(|m| m != manifest_v1)
+    });
+}
+
+/// Two anchors of one component on a node (a renamed release, a `perNode` toggle) share the
+/// host network: the probes go over each pod's own socket, and a TCP port the other holds is
+/// not fatal.
+#[test]
+fn probes_use_the_pod_socket_and_a_taken_port_is_not_fatal() {
+    let s = Setup::new("kubeconfig v1");
+    let first = s.start(&[]);
+    let socket = s.dir.path().join("health.sock");
+    let log = s.dir.path().join("second.log");
+    let mut second = std::process::Command::new(support::fixture::BIN)
+        .arg("run")
+        .arg("--config")
+        .arg(s.volume.config())
+        .arg("--host-root")
+        .arg(s.dir.path().join("node"))
+        .arg("--health-socket")
+        .arg(&socket)
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{}", first.port))
+        .env("NODE_NAME", "cp-1")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("KUBECONFIG")
+        .stdout(fs::File::create(&log).unwrap())
+        .stderr(fs::File::create(s.dir.path().join("second.err")).unwrap())
+        .spawn()
+        .unwrap();
+    let probe = |endpoint: &str| {
+        std::process::Command::new(support::fixture::BIN)
+            .args(["probe", endpoint, "--socket"])
+            .arg(&socket)
+            .output()
+            .unwrap()
+    };
+    wait_until(WAIT, "the socket to answer", &first, || {
+        probe("healthz").status.success()
+    });
+    assert_eq!(String::from_utf8_lossy(&probe("healthz").stdout), "ok\n");
+    // Not ready without an API, and the probe prints why.
+    let ready = probe("readyz");
+    assert_eq!(ready.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&ready.stdout).contains("no API client"),
+        "{ready:?}"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let stderr = fs::read_to_string(s.dir.path().join("second.err")).unwrap();
+    assert!(
+        second.try_wait().unwrap().is_none(),
+        "a taken port must not stop the daemon:\n{stderr}"
+    );
+    assert!(stderr.contains("cannot listen"), "{stderr}");
+    // The port still answers for the first anchor, which keeps running too.
+    assert_eq!(first.get("/healthz").unwrap().0, 200);
+    // No daemon behind the socket: the probe fails, naming the socket.
+    second.kill().unwrap();
+    second.wait().unwrap();
+    let dead = probe("healthz");
+    assert_eq!(dead.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&dead.stderr).contains("health.sock"),
+        "{dead:?}"
+    );
+}
+
+/// A missing kubeconfig (a Secret not mounted yet, a typo) means no API, which is no evidence:
+/// the files are still kept in sync, and the client is tried again at every sync.
+#[test]
+fn an_unreadable_kubeconfig_does_not_stop_the_file_sync() {
+    let s = Setup::new("kubeconfig v1");
+    let missing = s.dir.path().join("missing.kubeconfig");
+    let d = s.start(&["--kubeconfig", missing.to_str().unwrap(), "--resync-period", "1s"]);
+    wait_until(WAIT, "the first apply", &d, || s.read(MANIFEST).is_some());
+    let manifest = s.read(MANIFEST).unwrap();
+    fs::remove_file(s.host(MANIFEST)).unwrap();
+    wait_until(WAIT, "the deleted manifest restored", &d, || {
+        s.read(MANIFEST).as_deref() == Some(manifest.as_str())
+    });
+    let (code, body) = d.get("/readyz").unwrap();
+    assert_eq!(code, 503);
+    assert!(body.contains("API unreachable"), "{body}");
+    assert!(d.log_text().contains("missing.kubeconfig"), "{}", d.log_text());
+    assert!(d.child_running(), "{}", d.log_text());
+}
+
+/// `retry` drops a version from the bad list; the daemon then applies it again.
+#[test]
+fn retry_lets_the_daemon_try_a_bad_version_again() {
+    use kube_anchor::engine::{Engine, Inputs};
+    use kube_anchor::ledger::BadVersion;
+    let mut s = Setup::new("kubeconfig v1");
+    let node = s.dir.path().join("node");
+    let engine = Engine::new(&node, "/var/lib/kube-anchor", &["/etc/kubernetes".to_string()]).unwrap();
+    let config = s.volume.config();
+    let desired = || {
+        let inputs = Inputs::load(&config, engine.roots()).unwrap();
+        let vars = kube_anchor::render::Variables::new(["NODE_NAME"], |_| Some("cp-1".into()));
+        inputs.desired(&vars).unwrap()
+    };
+    // v1 ran and became last-known-good; v2 failed its trial.
+    let v1 = desired();
+    engine.apply(&v1, false).unwrap();
+    engine.promote(&v1).unwrap();
+    s.update("kubeconfig v2");
+    let v2 = desired();
+    engine
+        .update_ledger("kube-scheduler", |l| {
+            l.mark_bad(BadVersion {
+                hash: v2.content_hash.clone(),
+                at: "2026-11-23T00:00:00Z".into(),
+                reason: "crash loop".into(),
+            })
+        })
+        .unwrap();
+
+    let d = s.start(&["--resync-period", "1s"]);
+    wait_until(WAIT, "the bad version held back", &d, || {
+        d.get("/readyz").is_some_and(|(_, b)| b.contains("failed its trial"))
+    });
+    assert_eq!(s.read(KUBECONFIG).as_deref(), Some("kubeconfig v1"));
+
+    let retry = |hash: Option<&str>| {
+        let mut cmd = std::process::Command::new(support::fixture::BIN);
+        cmd.args(["retry", "--component", "kube-scheduler", "--host-root"])
+            .arg(&node);
+        if let Some(h) = hash {
+            cmd.args(["--hash", h]);
+        }
+        cmd.output().unwrap()
+    };
+    let other = retry(Some("sha256:0000"));
+    assert_eq!(other.status.code(), Some(1), "{other:?}");
+    assert!(String::from_utf8_lossy(&other.stderr).contains("not recorded as bad"));
+    let out = retry(Some(&v2.content_hash));
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("will be tried again"),
+        "{out:?}"
+    );
+    wait_until(WAIT, "the forgiven version applied", &d, || {
+        s.read(KUBECONFIG).as_deref() == Some("kubeconfig v2")
+    });
+    assert_eq!(retry(None).status.code(), Some(1), "nothing left to retry");
 }

@@ -154,6 +154,11 @@ impl Daemon {
             .unwrap_or_else(|| panic!("no metric {name} in:\n{body}"))
     }
 
+    pub fn child_running(&self) -> bool {
+        // SAFETY: signal 0 only checks that the process exists.
+        unsafe { libc::kill(self.child.id() as i32, 0) == 0 }
+    }
+
     pub fn log_text(&self) -> String {
         fs::read_to_string(&self.log).unwrap_or_default()
     }

@@ -3,3 +3,4 @@
 pub mod cluster;
 pub mod daemon;
 pub mod fixture;
+pub mod helm;

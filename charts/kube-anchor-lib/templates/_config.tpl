@@ -48,6 +48,28 @@ pod.yaml: |
 {{- end }}
 {{- end -}}
 
+{{/*
+Input revision markers (see kube-anchor's `--expect-inputs`): each input object carries the hash
+of its own data under a dot-key, and the pod template names the markers it was rendered with.
+An anchor applies only inputs whose markers match its own pod's, so the kubelet refreshing the
+volumes of running pods on `helm upgrade` does not reach every node at once: a node's inputs
+change only when the DaemonSet rollout replaces its anchor pod.
+*/}}
+{{- define "kube-anchor-lib.configHash" -}}{{ include "kube-anchor-lib.configData" . | sha256sum }}{{- end -}}
+{{- define "kube-anchor-lib.secretHash" -}}{{ include "kube-anchor-lib.secretData" . | sha256sum }}{{- end -}}
+{{- define "kube-anchor-lib.nodeSecretHash" -}}{{ include "kube-anchor-lib.nodeSecretData" . | sha256sum }}{{- end -}}
+
+{{/* The pod's expectation: PATH=HASH of each marker its volumes carry. Takes the daemonsetFor dict. */}}
+{{- define "kube-anchor-lib.expectInputs" -}}
+{{- $r := .root -}}
+{{- $markers := list (printf "%s/.inputs-config=%s" (include "kube-anchor-lib.configDir" $r) (include "kube-anchor-lib.configHash" $r)) -}}
+{{- $markers = append $markers (printf "%s/.inputs-secret=%s" (include "kube-anchor-lib.secretDir" $r) (include "kube-anchor-lib.secretHash" $r)) -}}
+{{- if .nodeName -}}
+{{- $markers = append $markers (printf "%s/.inputs-node-secret=%s" (include "kube-anchor-lib.secretDir" $r) (include "kube-anchor-lib.nodeSecretHash" (dict "node" .node))) -}}
+{{- end -}}
+{{- join "," $markers -}}
+{{- end -}}
+
 {{- define "kube-anchor-lib.configmap" -}}
 apiVersion: v1
 kind: ConfigMap
@@ -58,6 +80,7 @@ metadata:
     {{- include "kube-anchor-lib.labels" . | nindent 4 }}
 data:
   {{- include "kube-anchor-lib.configData" . | nindent 2 }}
+  .inputs-config: {{ include "kube-anchor-lib.configHash" . }}
 {{- end -}}
 
 {{- define "kube-anchor-lib.secrets" -}}
@@ -71,6 +94,7 @@ metadata:
 type: Opaque
 data:
   {{- include "kube-anchor-lib.secretData" . | nindent 2 }}
+  .inputs-secret: {{ include "kube-anchor-lib.secretHash" . | b64enc }}
 {{- range $nodeName, $node := .Values.perNode }}
 ---
 apiVersion: v1
@@ -84,5 +108,6 @@ metadata:
 type: Opaque
 data:
   {{- include "kube-anchor-lib.nodeSecretData" (dict "node" $node) | nindent 2 }}
+  .inputs-node-secret: {{ include "kube-anchor-lib.nodeSecretHash" (dict "node" $node) | b64enc }}
 {{- end }}
 {{- end -}}

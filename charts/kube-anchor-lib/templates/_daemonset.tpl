@@ -45,12 +45,9 @@ spec:
         {{- include "kube-anchor-lib.labels" $r | nindent 8 }}
         kube-anchor.io/daemonset: {{ $name }}
       annotations:
-        # Any input change rolls the DaemonSet.
-        checksum/config: {{ include "kube-anchor-lib.configData" $r | sha256sum }}
-        checksum/secret: {{ include "kube-anchor-lib.secretData" $r | sha256sum }}
-        {{- if .nodeName }}
-        checksum/node-secret: {{ include "kube-anchor-lib.nodeSecretData" (dict "node" .node) | sha256sum }}
-        {{- end }}
+        # The inputs this pod may apply (any input change rolls the DaemonSet; inputs refreshed
+        # under a running pod wait for its replacement).
+        kube-anchor.io/expect-inputs: {{ include "kube-anchor-lib.expectInputs" . | quote }}
     spec:
       serviceAccountName: {{ include "kube-anchor-lib.serviceAccountName" $r }}
       # Works before any CNI is up, and reaches the component's loopback health endpoint.
@@ -73,7 +70,7 @@ spec:
         {{- toYaml $v.tolerations | nindent 8 }}
       containers:
         - name: anchor
-          image: {{ printf "%s:%s" $v.image.repository $v.image.tag | quote }}
+          image: {{ include "kube-anchor-lib.image" $v.image | quote }}
           imagePullPolicy: {{ $v.image.pullPolicy }}
           command: [kube-anchor]
           args: [run]
@@ -86,7 +83,11 @@ spec:
             - {name: KUBE_ANCHOR_HOST_ROOT, value: /host}
             - {name: KUBE_ANCHOR_STATE_DIR, value: {{ $v.anchor.stateDir | quote }}}
             - {name: KUBE_ANCHOR_ALLOWED_ROOTS, value: {{ join "," $v.anchor.allowedRoots | quote }}}
+            - {name: KUBE_ANCHOR_EXPECT_INPUTS, valueFrom: {fieldRef: {fieldPath: "metadata.annotations['kube-anchor.io/expect-inputs']"}}}
+            - {name: KUBE_ANCHOR_HEALTH_SOCKET, value: /run/kube-anchor/health.sock}
+            {{- if $v.anchor.port }}
             - {name: KUBE_ANCHOR_LISTEN, value: {{ printf "127.0.0.1:%d" (int $v.anchor.port) | quote }}}
+            {{- end }}
             - {name: KUBE_ANCHOR_RESYNC_PERIOD, value: {{ $v.anchor.resyncPeriod | quote }}}
             - {name: KUBE_ANCHOR_TRIAL_PERIOD, value: {{ $v.anchor.trialPeriod | quote }}}
             - {name: KUBE_ANCHOR_CRASH_LOOP_THRESHOLD, value: {{ $v.anchor.crashLoopThreshold | quote }}}
@@ -107,12 +108,16 @@ spec:
               exec:
                 # Removes the component only on a real decommission (see kube-anchor pre-stop).
                 command: [kube-anchor, pre-stop]
+          # Over a socket in the pod's own emptyDir: two anchors of one component on a node (a
+          # renamed release, a perNode toggle) never fight over a host port.
           readinessProbe:
-            httpGet: {host: 127.0.0.1, path: /readyz, port: {{ $v.anchor.port }}}
+            exec: {command: [kube-anchor, probe, readyz, --timeout, 4s]}
+            timeoutSeconds: 5
             periodSeconds: 5
             failureThreshold: 2
           livenessProbe:
-            httpGet: {host: 127.0.0.1, path: /healthz, port: {{ $v.anchor.port }}}
+            exec: {command: [kube-anchor, probe, healthz, --timeout, 4s]}
+            timeoutSeconds: 5
             initialDelaySeconds: 10
             periodSeconds: 10
             failureThreshold: 6
@@ -127,12 +132,15 @@ spec:
           resources:
             {{- toYaml $v.anchor.resources | nindent 12 }}
           volumeMounts:
+            - {name: run, mountPath: /run/kube-anchor}
             - {name: config, mountPath: {{ include "kube-anchor-lib.configDir" $r }}, readOnly: true}
             - {name: credentials, mountPath: {{ include "kube-anchor-lib.secretDir" $r }}, readOnly: true}
             {{- range $i, $dir := include "kube-anchor-lib.hostDirs" $r | fromJsonArray }}
             - {name: host-{{ $i }}, mountPath: {{ printf "/host%s" $dir }}}
             {{- end }}
       volumes:
+        - name: run
+          emptyDir: {medium: Memory, sizeLimit: 1Mi}
         - name: config
           configMap: {name: {{ $full }}}
         - name: credentials

@@ -50,3 +50,12 @@ state dir. Each becomes one narrow hostPath mount under /host.
 {{- end -}}
 {{- $mounts | toJson -}}
 {{- end -}}
+
+{{/* The image reference: pinned by digest when one is given (tools/image.sh prints it). */}}
+{{- define "kube-anchor-lib.image" -}}
+{{- if .digest -}}
+{{- printf "%s@%s" .repository .digest -}}
+{{- else -}}
+{{- printf "%s:%s" .repository .tag -}}
+{{- end -}}
+{{- end -}}

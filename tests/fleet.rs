@@ -1,0 +1,292 @@
+//! `helm upgrade` against a three-node fleet: the kubelet refreshes the ConfigMap and Secret
+//! volumes of every *running* anchor pod within a minute, so without a pin every node would
+//! apply the new version at once. Here every node's anchor runs as a process over volumes laid
+//! out from the chart's real `helm template` output, against the real control plane and a
+//! kubemark kubelet per node (mirror pods). The test refreshes every node's volumes at once, as
+//! the kubelet does, then replaces the anchors one node at a time, each only once the previous
+//! one is Ready, as the DaemonSet controller does with `maxUnavailable: 1`. (The kubemark kubelet
+//! fakes its probes, so the DaemonSet controller itself cannot be gated by an anchor's readiness
+//! on this test bed.)
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_yaml_ng::Value;
+use support::cluster::{self, NodeHandle};
+use support::daemon::*;
+use support::helm::*;
+
+const WAIT: Duration = Duration::from_secs(90);
+const MANIFEST: &str = "etc/kubernetes/manifests/kube-scheduler.yaml";
+
+/// One chart revision as an anchor pod would see it.
+struct Revision {
+    config: BTreeMap<String, Vec<u8>>,
+    secrets: BTreeMap<String, Vec<u8>>,
+    expect_inputs: String,
+}
+
+fn revision(ns: &str, values: &Path, flag: &str) -> Revision {
+    let docs = template(
+        "fleet",
+        "kube-scheduler",
+        &[
+            "-f",
+            values.to_str().unwrap(),
+            "--set",
+            &format!("component.namespace={ns}"),
+            "--set",
+            &format!("component.extraArgs.marker={flag}"),
+        ],
+    );
+    let ds = of_kind(&docs, "DaemonSet")[0];
+    Revision {
+        config: configmap_files(of_kind(&docs, "ConfigMap")[0]),
+        secrets: secret_files(of_kind(&docs, "Secret").into_iter().collect::<Vec<&Value>>()),
+        expect_inputs: template_annotation(ds, "kube-anchor.io/expect-inputs"),
+    }
+}
+
+fn refs(files: &BTreeMap<String, Vec<u8>>) -> Vec<(&str, &[u8])> {
+    files.iter().map(|(k, v)| (k.as_str(), v.as_slice())).collect()
+}
+
+/// A node's anchor pod: its volumes, and the `kube-anchor run` process standing for its container.
+struct Node {
+    handle: NodeHandle,
+    work: PathBuf,
+    config: ConfigVolume,
+    secrets: ConfigVolume,
+    health_port: u16,
+    anchor: Option<Daemon>,
+    pods: u32,
+}
+
+impl Node {
+    fn manifest(&self) -> String {
+        fs::read_to_string(self.handle.host_root().join(MANIFEST)).unwrap_or_default()
+    }
+
+    /// The kubelet refreshing the volumes of the running pod.
+    fn refresh(&mut self, rev: &Revision) {
+        self.config.update(&refs(&rev.config));
+        self.secrets.update(&refs(&rev.secrets));
+    }
+
+    /// The DaemonSet controller replacing the anchor pod with one of `rev`'s template.
+    fn replace_pod(&mut self, rev: &Revision, kubeconfig: &Path, ns: &str) {
+        self.anchor = None; // the old container is killed (its pre-stop keeps everything)
+        self.refresh(rev);
+        self.pods += 1;
+        // The pod's paths /etc/kube-anchor/{config,secrets} are this node's work dirs.
+        let expect = rev
+            .expect_inputs
+            .replace("/etc/kube-anchor/", &format!("{}/", self.work.display()));
+        let args: Vec<String> = [
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--pod-namespace",
+            ns,
+            "--pod-name",
+            &format!("fleet-anchor-{}-{}", self.handle.name, self.pods),
+            "--trial-period",
+            "20s",
+            "--health-url",
+            &format!("http://127.0.0.1:{}/healthz", self.health_port),
+            "--health-interval",
+            "1s",
+            "--expect-inputs",
+            &expect,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        self.anchor = Some(Daemon::start_with_env(
+            &self.config.config(),
+            &self.handle.host_root(),
+            &self.handle.name,
+            &args,
+            &[("NODE_IP".into(), "127.0.0.1".into())],
+            &self.work.join(format!("anchor-{}.log", self.pods)),
+        ));
+    }
+
+    fn ready(&self) -> bool {
+        self.anchor
+            .as_ref()
+            .is_some_and(|d| matches!(d.get("/readyz"), Some((200, _))))
+    }
+
+    fn log(&self) -> String {
+        self.anchor.as_ref().map(Daemon::log_text).unwrap_or_default()
+    }
+}
+
+async fn wait_ready(node: &Node) {
+    let deadline = Instant::now() + WAIT;
+    while !node.ready() {
+        assert!(
+            Instant::now() < deadline,
+            "{}: anchor never Ready: {:?}\n{}",
+            node.handle.name,
+            node.anchor.as_ref().and_then(|d| d.get("/readyz")),
+            node.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Samples the fleet: a node "in transition" has left `baseline` and its anchor is not Ready
+/// (the new version is not proven there yet). A rollout has at most one at a time; a push that
+/// reaches every node at once has several.
+#[derive(Default)]
+struct Violations(Vec<String>);
+
+fn sample(nodes: &[Node], baseline: &str, seen: &Arc<Mutex<Violations>>) {
+    let in_transition: Vec<&str> = nodes
+        .iter()
+        .filter(|n| !n.manifest().contains(baseline) && !n.ready())
+        .map(|n| n.handle.name.as_str())
+        .collect();
+    if in_transition.len() >= 2 {
+        let mut seen = seen.lock().unwrap();
+        let v = format!("{in_transition:?} left {baseline} and are not Ready at once");
+        if !seen.0.contains(&v) {
+            seen.0.push(v);
+        }
+    }
+}
+
+/// Samples the fleet every 50 ms for `period`.
+async fn hold_for(nodes: &[Node], period: Duration, baseline: &str, seen: &Arc<Mutex<Violations>>) {
+    let end = Instant::now() + period;
+    while Instant::now() < end {
+        sample(nodes, baseline, seen);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_upgrade_reaches_nodes_only_through_the_rollout_and_a_bad_push_stops_at_the_first() {
+    let cp = cluster::shared().await;
+    let ns = cp.namespace("fleet").await;
+    let kubeconfig = cp.anchor_service_account().await;
+    let work = tempfile::tempdir().unwrap();
+    let values = work.path().join("values.yaml");
+    fs::write(&values, "credentials: {scheduler.conf: \"kubeconfig v1\"}\n").unwrap();
+    let rev1 = revision(&ns, &values, "one");
+    let rev2 = revision(&ns, &values, "two");
+    let bad = revision(&ns, &values, "crash");
+    assert_ne!(
+        rev1.expect_inputs, rev2.expect_inputs,
+        "a new flag changes the pod template"
+    );
+
+    let mut nodes = Vec::new();
+    for i in 1..=3 {
+        let handle = cp.add_node(&format!("fleet-{i}"), &[]).await;
+        let dir = work.path().join(&handle.name);
+        // The component's health endpoint: failing while the node runs the "crash" version.
+        let manifest = handle.host_root().join(MANIFEST);
+        let health_port = health_server(move || {
+            if fs::read_to_string(&manifest)
+                .unwrap_or_default()
+                .contains("--marker=crash")
+            {
+                500
+            } else {
+                200
+            }
+        });
+        nodes.push(Node {
+            config: ConfigVolume::new(&dir.join("config"), &refs(&rev1.config)),
+            secrets: ConfigVolume::new(&dir.join("secrets"), &refs(&rev1.secrets)),
+            handle,
+            work: dir,
+            health_port,
+            anchor: None,
+            pods: 0,
+        });
+    }
+    // helm install: every node gets its pod at once.
+    for node in &mut nodes {
+        node.replace_pod(&rev1, &kubeconfig, &ns);
+    }
+    for node in &nodes {
+        wait_ready(node).await;
+        assert!(node.manifest().contains("--marker=one"), "{}", node.manifest());
+    }
+    // Let rev1 become last-known-good everywhere (the trial is 20 s of evidence).
+    tokio::time::sleep(Duration::from_secs(22)).await;
+
+    // helm upgrade: the kubelet refreshes every running pod's volumes within the same minute.
+    let seen = Arc::new(Mutex::new(Violations::default()));
+    for node in &mut nodes {
+        node.refresh(&rev2);
+    }
+    hold_for(&nodes, Duration::from_secs(3), "--marker=one", &seen).await;
+    for node in &nodes {
+        assert!(
+            node.manifest().contains("--marker=one"),
+            "{}: the refreshed volume reached the node without its pod being replaced:\n{}\n{}",
+            node.handle.name,
+            node.manifest(),
+            node.log()
+        );
+        assert!(
+            node.ready(),
+            "{}: a pod waiting for its replacement stays Ready",
+            node.handle.name
+        );
+    }
+    // Drift is still repaired, with the version the pod applied.
+    fs::remove_file(nodes[1].handle.host_root().join(MANIFEST)).unwrap();
+    hold_for(&nodes, Duration::from_secs(2), "--marker=one", &seen).await;
+    assert!(nodes[1].manifest().contains("--marker=one"), "{}", nodes[1].log());
+
+    // The rollout: one node at a time, the next only once the previous anchor is Ready.
+    for i in 0..nodes.len() {
+        nodes[i].replace_pod(&rev2, &kubeconfig, &ns);
+        let deadline = Instant::now() + WAIT;
+        while !nodes[i].ready() {
+            assert!(Instant::now() < deadline, "{}", nodes[i].log());
+            sample(&nodes, "--marker=one", &seen);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(nodes[i].manifest().contains("--marker=two"));
+        for later in &nodes[i + 1..] {
+            assert!(later.manifest().contains("--marker=one"), "{}", later.handle.name);
+        }
+    }
+    assert_eq!(seen.lock().unwrap().0, Vec::<String>::new());
+    tokio::time::sleep(Duration::from_secs(22)).await; // rev2 becomes last-known-good
+
+    // A bad push: every volume refreshed, the rollout starts at the first node and stops there.
+    for node in &mut nodes {
+        node.refresh(&bad);
+    }
+    nodes[0].replace_pod(&bad, &kubeconfig, &ns);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !nodes[0].manifest().contains("--marker=two") || !nodes[0].log().contains("rolled back") {
+        assert!(
+            Instant::now() < deadline,
+            "the bad version was not rolled back: {}",
+            nodes[0].log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // It stays unready, so the rollout goes no further; the others never saw the bad version.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(!nodes[0].ready());
+    let (_, reason) = nodes[0].anchor.as_ref().unwrap().get("/readyz").unwrap();
+    assert!(reason.contains("failed its trial"), "{reason}");
+    for node in &nodes[1..] {
+        assert!(node.manifest().contains("--marker=two"), "{}", node.handle.name);
+        assert!(node.ready(), "{}", node.handle.name);
+    }
+}
