@@ -24,6 +24,12 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use std::sync::atomic::AtomicU64;
+
 use crate::checkpoint::{self, Action, Generation, Local, LocalView, Observation, Parent, State};
 use crate::cli::{CheckpointerAction, CheckpointerArgs, CheckpointerPreStopArgs, CheckpointerRunArgs};
 use crate::config::{FileMode, Owner, Role};
@@ -32,8 +38,10 @@ use crate::desired::{DesiredFile, sha256_hex};
 use crate::hostfs::HostFs;
 use crate::hostpath::{AllowedRoots, HostPath};
 use crate::kubeapi::{self, API_TIMEOUT, KubeletClient};
+use crate::metrics::Metrics;
 use crate::plan::{Op, WriteReason};
 use crate::sanitize::{self, CHECKPOINT_OF_ANNOTATION, Layout, SourceKind};
+use crate::server::{self, Shared};
 
 /// Checkpoint data is private: 0700 directories.
 const DIR_MODE: u32 = 0o700;
@@ -233,6 +241,69 @@ async fn gather(client: &kube::Client, identity: &crate::cli::IdentityArgs, budg
     Evidence { owner, daemonset, node }
 }
 
+/// The checkpointer's own metrics (prefix `kube_anchor_`, label `component`).
+#[derive(Clone, Default)]
+struct CheckpointerMetrics {
+    lock_held: Gauge,
+    passes: Counter,
+    failed_actions: Counter,
+    last_pass: Gauge<f64, AtomicU64>,
+    kubelet_unknown: Gauge,
+    checkpoints: Gauge,
+    active: Gauge,
+    actions: Family<ActionLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ActionLabels {
+    action: &'static str,
+}
+
+impl CheckpointerMetrics {
+    fn register(&self, into: &mut Metrics) {
+        into.register(
+            "checkpointer_lock_held",
+            "1 while this copy holds the checkpointer lock and acts",
+            self.lock_held.clone(),
+        );
+        into.register(
+            "checkpointer_passes",
+            "Passes over this node's checkpoints",
+            self.passes.clone(),
+        );
+        into.register(
+            "checkpointer_failed_actions",
+            "Checkpoint actions that failed (retried)",
+            self.failed_actions.clone(),
+        );
+        into.register(
+            "checkpointer_last_pass_timestamp_seconds",
+            "Unix time of the last pass",
+            self.last_pass.clone(),
+        );
+        into.register(
+            "checkpointer_kubelet_unknown",
+            "1 when the last kubelet /pods query failed (what runs here is unknown)",
+            self.kubelet_unknown.clone(),
+        );
+        into.register(
+            "checkpoints",
+            "Checkpoint generations on disk",
+            self.checkpoints.clone(),
+        );
+        into.register(
+            "checkpoints_active",
+            "Checkpoints in the kubelet's manifest directory",
+            self.active.clone(),
+        );
+        into.register(
+            "checkpoint_actions",
+            "Checkpoint actions carried out, by action",
+            self.actions.clone(),
+        );
+    }
+}
+
 /// Which copy of the checkpointer this process is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum CopyRole {
@@ -260,6 +331,8 @@ struct Setup {
     boot_id: String,
     pod: Option<(String, String)>,
     checkpoint_of: Option<String>,
+    shared: std::sync::Arc<Shared>,
+    metrics: CheckpointerMetrics,
 }
 
 /// The node side both verbs work on: the writer, the state dir and the checkpoint paths.
@@ -311,6 +384,7 @@ async fn run(args: CheckpointerRunArgs) -> anyhow::Result<()> {
             String::new()
         }
     };
+    let metrics = CheckpointerMetrics::default();
     let setup = Setup {
         node,
         role,
@@ -327,7 +401,21 @@ async fn run(args: CheckpointerRunArgs) -> anyhow::Result<()> {
         boot_id,
         pod: args.identity.pod_name.clone().zip(args.identity.pod_namespace.clone()),
         checkpoint_of,
+        shared: {
+            let mut registry = Metrics::unregistered("pod-checkpointer");
+            metrics.register(&mut registry);
+            Shared::new(registry)
+        },
+        metrics,
     };
+    // Over a socket in the pod's own emptyDir: the DaemonSet copy and its static copy share the
+    // host network and must never fight over a port.
+    server::start(
+        args.endpoints.health_socket.as_deref(),
+        args.endpoints.listen,
+        setup.shared.clone(),
+    )
+    .await?;
     let mut draining = crate::shutdown::install()?;
     let mut api = ApiLink::new(args.identity.kubeconfig.clone(), setup.node.clone());
     let kubelet = KubeletClient::new(
@@ -343,14 +431,25 @@ async fn run(args: CheckpointerRunArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     loop {
         tracing::info!(role = ?setup.role, "waiting for the checkpointer lock");
+        // Ready while standing by: the copy holding the lock does the work.
+        setup
+            .shared
+            .update(|s| (s.ready, s.reason) = (true, "standby: the other copy holds the lock".into()));
+        setup.metrics.lock_held.set(0);
         let Some(lock) = wait_lock(&setup, MAIN_LOCK, &mut draining).await? else {
             return Ok(());
         };
         tracing::info!(node = %setup.node, role = ?setup.role, "checkpointer lock held; starting");
+        setup.metrics.lock_held.set(1);
+        setup
+            .shared
+            .update(|s| (s.ready, s.reason) = (false, "first pass running".into()));
         let end = turn(&setup, &mut api, &kubelet, &mut draining, started, &args).await;
+        setup.metrics.lock_held.set(0);
         drop(lock);
         match end {
             TurnEnd::Drain => {
+                setup.shared.update(|s| s.draining = true);
                 tracing::info!("checkpointer draining; checkpoints stay on disk");
                 return Ok(());
             }
@@ -467,13 +566,45 @@ async fn turn(
         }
         api.ensure().await;
         let decommissioned = Marker::load(&setup.fs, &setup.state_dir).is_some();
-        machine
+        setup.shared.update(|s| s.sync_started = Some(Instant::now()));
+        let failed = machine
             .step(setup, started.elapsed(), api, kubelet, decommissioned)
             .await;
+        let m = &setup.metrics;
+        m.passes.inc();
+        m.last_pass.set(
+            SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_secs_f64(),
+        );
+        m.checkpoints
+            .set(machine.states.values().map(|s| s.generations.len() as i64).sum());
+        m.active.set(
+            machine
+                .states
+                .values()
+                .flat_map(|s| &s.generations)
+                .filter(|g| g.active)
+                .count() as i64,
+        );
+        setup.shared.update(|s| {
+            s.sync_started = None;
+            (s.ready, s.reason) = match failed {
+                0 => (true, String::new()),
+                n => (
+                    false,
+                    format!("{n} checkpoint action(s) failed in the last pass; retrying"),
+                ),
+            };
+        });
         tokio::select! {
             _ = tokio::time::sleep(args.interval) => {}
             Some(()) = api.wake.recv() => {}
-            _ = draining.changed() => return TurnEnd::Drain,
+            _ = draining.changed() => {
+                setup.shared.update(|s| s.draining = true);
+                return TurnEnd::Drain;
+            }
         }
     }
 }
@@ -723,6 +854,7 @@ impl Machine {
             .map(|(_, owner, ..)| owner)
     }
 
+    /// One pass; returns how many actions failed.
     async fn step(
         &mut self,
         setup: &Setup,
@@ -730,15 +862,20 @@ impl Machine {
         api: &ApiLink,
         kubelet: &KubeletClient,
         decommissioned: bool,
-    ) {
+    ) -> u64 {
+        let mut failed = 0;
         let api_reachable = api.reachable();
         let client = api.client.as_ref();
         let node = setup.node.as_str();
         // What the kubelet really runs: pods of an owner, never checkpoint copies. A failed
         // query is "unknown", never "nothing runs".
         let local_pods = match kubelet.pods().await {
-            Ok(pods) => Some(pods),
+            Ok(pods) => {
+                setup.metrics.kubelet_unknown.set(0);
+                Some(pods)
+            }
             Err(e) => {
+                setup.metrics.kubelet_unknown.set(1);
                 tracing::warn!(error = %e, "kubelet /pods unavailable; what runs here is unknown");
                 None
             }
@@ -884,11 +1021,26 @@ impl Machine {
                     Action::Deactivate { name } => self.remove_file(&self.paths.active_file(name)),
                     Action::Retire { name } => self.retire(name),
                 };
+                let kind = match &action {
+                    Action::Checkpoint { .. } => "checkpoint",
+                    Action::Activate { .. } => "activate",
+                    Action::Deactivate { .. } => "deactivate",
+                    Action::Retire { .. } => "retire",
+                };
+                if result.is_ok() {
+                    setup
+                        .metrics
+                        .actions
+                        .get_or_create(&ActionLabels { action: kind })
+                        .inc();
+                }
                 if let Err(e) = result {
                     let reported = matches!(&action, Action::Checkpoint { name, .. } if self.refused.contains(name));
                     if reported {
                         tracing::debug!(owner = %key, ?action, "parent not checkpointable (already reported)");
                     } else {
+                        failed += 1;
+                        setup.metrics.failed_actions.inc();
                         tracing::error!(owner = %key, ?action, error = %crate::commands::error_chain(&e), "checkpoint action failed; will retry");
                     }
                     // Undo the state machine's belief so the next step tries again.
@@ -921,6 +1073,7 @@ impl Machine {
                 self.states.insert(key, next);
             }
         }
+        failed
     }
 
     /// Writes a new generation: the secret and configmap files first, the inactive manifest last.

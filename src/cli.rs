@@ -309,6 +309,8 @@ pub struct CheckpointerRunArgs {
     pub node: NodeArgs,
     #[command(flatten)]
     pub identity: IdentityArgs,
+    #[command(flatten)]
+    pub endpoints: EndpointArgs,
     /// Inactive checkpoints (kept for the next boot).
     #[arg(
         long,

@@ -826,4 +826,38 @@ mod tests {
         let plain = pod_with("x", serde_json::json!({}), None, serde_json::json!({}));
         assert_eq!(checkpoint_owner(&plain), None);
     }
+
+    #[test]
+    fn an_emptydir_survives_for_the_health_socket_of_the_static_copy() {
+        let mut p = parent();
+        let spec = p.spec.as_mut().unwrap();
+        spec.volumes.as_mut().unwrap().push(
+            serde_json::from_value(
+                serde_json::json!({"name": "run", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}),
+            )
+            .unwrap(),
+        );
+        spec.containers[0]
+            .volume_mounts
+            .as_mut()
+            .unwrap()
+            .push(serde_json::from_value(serde_json::json!({"name": "run", "mountPath": "/run/kube-anchor"})).unwrap());
+        let c = sanitize(&p, &Layout::default()).unwrap();
+        let s = c.pod.spec.as_ref().unwrap();
+        assert!(
+            s.volumes
+                .as_ref()
+                .unwrap()
+                .iter()
+                .any(|v| v.name == "run" && v.empty_dir.is_some())
+        );
+        assert!(
+            s.containers[0]
+                .volume_mounts
+                .as_ref()
+                .unwrap()
+                .iter()
+                .any(|m| m.name == "run")
+        );
+    }
 }

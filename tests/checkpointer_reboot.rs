@@ -204,6 +204,8 @@ async fn after_a_cold_reboot_the_checkpointer_starts_from_disk_and_hands_over_to
         .unwrap();
 
     let work = tempfile::tempdir().unwrap();
+    // Both copies are given the same metrics port, as on one host network.
+    let listen = format!("127.0.0.1:{}", cluster::free_port());
     let boot_id = work.path().join("boot_id");
     fs::write(&boot_id, "boot-1\n").unwrap();
     let daemonset_copy = |log: &str| {
@@ -218,6 +220,9 @@ async fn after_a_cold_reboot_the_checkpointer_starts_from_disk_and_hands_over_to
             .args(["--kubelet-url", &format!("http://127.0.0.1:{}", node.kubelet_port)])
             .arg("--boot-id-file")
             .arg(&boot_id)
+            .arg("--health-socket")
+            .arg(work.path().join("daemonset-copy.sock"))
+            .args(["--listen", &listen])
             .env("POD_NAME", &me)
             .env("POD_NAMESPACE", &ns)
             .env_remove("KUBE_ANCHOR_CHECKPOINT_OF")
@@ -263,6 +268,11 @@ async fn after_a_cold_reboot_the_checkpointer_starts_from_disk_and_hands_over_to
         &[
             ("KUBE_ANCHOR_HOST_ROOT", node.host_root().display().to_string()),
             ("KUBE_ANCHOR_BOOT_ID_FILE", boot_id.display().to_string()),
+            (
+                "KUBE_ANCHOR_HEALTH_SOCKET",
+                work.path().join("static-copy.sock").display().to_string(),
+            ),
+            ("KUBE_ANCHOR_LISTEN", listen.clone()),
         ],
         work.path().join("static-copy.log"),
     );
@@ -306,4 +316,33 @@ async fn after_a_cold_reboot_the_checkpointer_starts_from_disk_and_hands_over_to
         "the static copy stands by:\n{}",
         static_copy.log()
     );
+
+    // Both serve their probes over their own sockets and never fight over the TCP port: the
+    // lock holder is ready after a clean pass, the standby copy is ready while it waits.
+    let probe = |socket: &str| {
+        Command::new(BIN)
+            .args(["probe", "readyz", "--socket"])
+            .arg(work.path().join(socket))
+            .output()
+            .unwrap()
+    };
+    for socket in ["daemonset-copy.sock", "static-copy.sock"] {
+        let out = probe(socket);
+        assert!(
+            out.status.success(),
+            "{socket}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let metrics = {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(&listen).unwrap();
+        write!(stream, "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n").unwrap();
+        let mut text = String::new();
+        stream.read_to_string(&mut text).unwrap();
+        text
+    };
+    assert!(metrics.contains("kube_anchor_checkpointer_lock_held"), "{metrics}");
+    assert!(static_copy.running(), "{}", static_copy.log());
 }
