@@ -183,6 +183,8 @@ pub fn run_trajectory(policy: Policy, nodes: usize, variant: Variant, seed: u64)
     } else {
         None
     };
+    // A stream of its own, so that the other policies' trajectories stay those of the same seed.
+    let mut checkpointer_rng = Rng::new(seed ^ 0x00C4_EC4B_0117_E5ED);
     let mut ns: Vec<NodeSim> = (0..nodes)
         .map(|i| {
             let boot = rng.secs(20.0, 120.0);
@@ -219,7 +221,7 @@ pub fn run_trajectory(policy: Policy, nodes: usize, variant: Variant, seed: u64)
                 kubelet_at,
                 etcd_at,
                 checkpointer_at: kubelet_at + rng.secs(1.0, 3.0),
-                checkpointer_pod_delay: start_delay(&mut rng),
+                checkpointer_pod_delay: start_delay(&mut checkpointer_rng),
                 tick_phase: rng.next_u64() % TICK,
                 slots,
             }
