@@ -984,6 +984,7 @@ impl Machine {
                 others_left,
             };
             let state = self.states.get(&key).cloned().unwrap_or_default();
+            tracing::debug!(owner = %key, ?state, ?obs, "deciding");
             let (mut next, actions) = checkpoint::decide(&state, &obs, &setup.cfg);
             for action in actions {
                 tracing::info!(owner = %key, ?action, "checkpoint action");

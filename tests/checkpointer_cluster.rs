@@ -712,3 +712,90 @@ async fn a_decommissioned_checkpointer_retires_what_it_manages_then_itself() {
     assert!(matches!(c.0.try_wait(), Ok(None)));
     set_finalizer(&pods, &names["self"], false).await;
 }
+
+/// A checkpoint in bootkube's format (no owner annotation) of a DaemonSet pod that no longer
+/// exists: attributed to its DaemonSet from the labels, so the DaemonSet's running pod is its
+/// replacement. It is never activated beside that pod, and retires as an older generation —
+/// not as an unknown bare pod whose name left the API.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bootkube_checkpoint_belongs_to_its_daemonset() {
+    let cp = cluster::shared().await;
+    cp.start_controllers();
+    let node = cp.add_node("ckpt-bootkube", &[]).await;
+    let ns = cp.namespace("ckptbootkube").await;
+    let admin = cp.admin().await;
+    let daemonsets: Api<DaemonSet> = Api::namespaced(admin.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+    let ds: DaemonSet = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "legacy"},
+        "spec": {"selector": {"matchLabels": {"app": "legacy"}}, "template": annotated_template("legacy", serde_json::json!({}))}
+    }))
+    .unwrap();
+    daemonsets.create(&PostParams::default(), &ds).await.unwrap();
+    let running = eventually(WAIT, "the DaemonSet's pod", || {
+        ready_pod(&pods, "legacy", &node.name, &[])
+    })
+    .await
+    .metadata
+    .name
+    .unwrap();
+    let host = |p: String| node.host_root().join(p.trim_start_matches('/'));
+    let inactive = |pod: &str| host(format!("/etc/kubernetes/inactive-manifests/{ns}-{pod}.json"));
+    let active = |pod: &str| host(format!("/etc/kubernetes/manifests/{ns}-{pod}.json"));
+    let old = "legacy-b00tk";
+    let checkpoint = serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": old, "namespace": ns,
+            "labels": {"app": "legacy", "controller-revision-hash": "5f7c9", "pod-template-generation": "1"},
+            "annotations": {"checkpointer.alpha.coreos.com/checkpoint-of": old}},
+        "spec": {"containers": [{"name": "app", "image": "registry.example/app:0"}]}
+    });
+    fs::create_dir_all(inactive(old).parent().unwrap()).unwrap();
+    fs::write(inactive(old), serde_json::to_vec(&checkpoint).unwrap()).unwrap();
+
+    // The kubelet's own list lags the API a little: start once it shows the pod Ready too.
+    let kubelet_ready = || {
+        use std::io::{Read, Write};
+        let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", node.kubelet_port)) else {
+            return false;
+        };
+        let _ = write!(stream, "GET /pods HTTP/1.0\r\nHost: localhost\r\n\r\n");
+        let mut text = String::new();
+        let _ = stream.read_to_string(&mut text);
+        let Some((_, body)) = text.split_once("\r\n\r\n") else {
+            return false;
+        };
+        let Ok(list) = serde_json::from_str::<k8s_openapi::List<Pod>>(body) else {
+            return false;
+        };
+        list.items.iter().any(|p| {
+            p.metadata.name.as_deref() == Some(running.as_str())
+                && ready(p)
+                && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+        })
+    };
+    let deadline = Instant::now() + WAIT;
+    while !kubelet_ready() {
+        assert!(Instant::now() < deadline, "the kubelet never showed {running} Ready");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let work = tempfile::tempdir().unwrap();
+    fs::write(work.path().join("boot_id"), "b1").unwrap();
+    let c = start_checkpointer(
+        cp,
+        &node,
+        work.path(),
+        &["--stable-window", "2s", "--retire-grace", "2s"],
+    );
+    let deadline = Instant::now() + WAIT;
+    while inactive(old).exists() || !inactive(&running).exists() {
+        assert!(
+            !active(old).exists(),
+            "bootkube's checkpoint activated beside its DaemonSet's Ready pod; log:\n{}",
+            c.log()
+        );
+        assert!(Instant::now() < deadline, "timed out; log:\n{}", c.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(c.log().contains(&format!("DaemonSet/{ns}/legacy")), "log:\n{}", c.log());
+}
