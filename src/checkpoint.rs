@@ -1,19 +1,28 @@
-//! The guarded checkpoint state machine, one instance per owner (controller kind/name/uid) on
-//! this node. Pure: `decide(state, observation, config) -> (state, actions)`.
+//! The guarded checkpoint state machine, one instance per owner (the workload: DaemonSet,
+//! Deployment, StatefulSet or bare pod, by kind/namespace/name) on this node. Pure:
+//! `decide(state, observation, config) -> (state, actions)`.
 //!
 //! A generation is the checkpoint of one parent pod (bootkube names its files after the pod).
 //! Rules:
 //! - Checkpoint a parent only once the API shows it Running and Ready for `ready_window`; older
 //!   generations stay until the new one is proven.
-//! - Activate the newest generation when no pod of the owner runs locally.
+//! - Activate the newest generation when no pod of the owner runs locally. When the kubelet
+//!   cannot be asked, what runs is unknown, never "nothing": activate only when no pod of the
+//!   owner has been seen running on this node since it booted (after a cold reboot nothing but
+//!   static pods runs until the API is back), otherwise change nothing.
 //! - Deactivate it once a replacement runs and is Ready locally; for a hostNetwork pod (which
 //!   cannot start while its checkpoint holds the ports) hand off: deactivate, give the
 //!   replacement `handoff_timeout`, re-activate if it is not Ready, and retry with backoff.
+//! - The checkpointer's own checkpoint is always active: it is the copy that runs after a cold
+//!   reboot, and it stands by (through the lock) while its DaemonSet copy runs.
 //! - Retire an older generation only when a replacement has been Running and Ready locally for
 //!   `stable_window` and the API is reachable; retire everything only when the API has said
 //!   twice, `retire_grace` apart, that the owner no longer wants a pod on this node.
-//! - Never remove anything while the API is unreachable; never take "the API answers" as proof
-//!   of anything local.
+//! - When the checkpointer itself is decommissioned on this node: retire inactive checkpoints at
+//!   once, an active one only once a replacement runs Ready here or its owner no longer wants the
+//!   node, and the checkpointer's own checkpoint last, when nothing else is left.
+//! - Never remove anything while the API is unreachable (but for the inactive checkpoints of a
+//!   decommissioned checkpointer); never take "the API answers" as proof of anything local.
 
 use std::time::Duration;
 
@@ -49,6 +58,25 @@ pub struct Parent {
     pub host_network: bool,
 }
 
+/// What runs on this node, from the kubelet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LocalView {
+    /// The kubelet answered: the pods of this owner it runs here (never a checkpoint copy).
+    Known(Vec<Local>),
+    /// The kubelet could not be asked. `seen_since_boot`: a pod of this owner was seen running
+    /// here since the node booted, so one may well run now.
+    Unknown { seen_since_boot: bool },
+}
+
+impl LocalView {
+    fn known(&self) -> Option<&[Local]> {
+        match self {
+            LocalView::Known(l) => Some(l),
+            LocalView::Unknown { .. } => None,
+        }
+    }
+}
+
 /// A pod of this owner that the kubelet runs on this node (never a checkpoint copy).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Local {
@@ -63,10 +91,16 @@ pub struct Observation {
     pub api_reachable: bool,
     /// Meaningful only when `api_reachable`.
     pub parents: Vec<Parent>,
-    pub local: Vec<Local>,
+    pub local: LocalView,
     /// Does the owner still want a pod on this node? `None`: unknown (API unreachable, or an
     /// owner kind whose placement cannot be judged).
     pub owner_wants_node: Option<bool>,
+    /// The owner is the checkpointer's own DaemonSet.
+    pub is_self: bool,
+    /// The checkpointer is decommissioned on this node (proved by its pre-stop hook).
+    pub decommissioned: bool,
+    /// For the checkpointer's own owner while decommissioned: other owners still have checkpoints.
+    pub others_left: bool,
 }
 
 /// One checkpoint on disk.
@@ -106,10 +140,22 @@ pub fn decide(state: &State, obs: &Observation, cfg: &Config) -> (State, Vec<Act
     let mut s = state.clone();
     let mut actions = Vec::new();
     let now = obs.now;
+    let local = obs.local.known();
+    let replacement_ready_for = local
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|l| l.ready_since)
+        .map(|t| now.saturating_sub(t))
+        .max();
+
+    if obs.decommissioned {
+        return decommission(s, obs, replacement_ready_for.is_some());
+    }
 
     // The owner gone (or this node deselected): retire everything, but only on two API
-    // confirmations `retire_grace` apart. Unknown or unreachable changes nothing.
-    if obs.api_reachable {
+    // confirmations `retire_grace` apart. Unknown or unreachable changes nothing. The
+    // checkpointer's own owner goes only through its decommission (everything else first).
+    if obs.api_reachable && !obs.is_self {
         match obs.owner_wants_node {
             Some(false) => {
                 let since = *s.unwanted_since.get_or_insert(now);
@@ -151,49 +197,44 @@ pub fn decide(state: &State, obs: &Observation, cfg: &Config) -> (State, Vec<Act
         }
     }
 
-    let replacement_ready_for = obs
-        .local
-        .iter()
-        .filter_map(|l| l.ready_since)
-        .map(|t| now.saturating_sub(t))
-        .max();
-    let replacement_present = !obs.local.is_empty();
     let Some(newest) = s.generations.len().checked_sub(1) else {
         return (s, actions);
     };
 
-    if replacement_ready_for.is_some() {
-        // A replacement runs and is Ready here: no copy needs to be active.
-        for g in s.generations.iter_mut().filter(|g| g.active) {
-            g.active = false;
-            actions.push(Action::Deactivate { name: g.name.clone() });
-        }
+    if obs.is_self {
+        // The copy that takes over after a cold reboot: always on disk and active. Its DaemonSet
+        // copy and it share the work through the lock, never through the manifest directory.
         s.handoff_started = None;
-        s.handoff_attempts = 0;
-        s.next_handoff = None;
-    } else if let Some(started) = s.handoff_started {
-        if now.saturating_sub(started) >= cfg.handoff_timeout {
-            // The replacement did not become Ready in time: bring the checkpoint back, retry later.
-            s.handoff_started = None;
-            s.handoff_attempts += 1;
-            let backoff = cfg
-                .handoff_timeout
-                .saturating_mul(1 << s.handoff_attempts.min(16))
-                .min(cfg.max_backoff);
-            s.next_handoff = Some(now + backoff);
-            activate(&mut s, newest, &mut actions);
-        }
-    } else {
-        let g = &s.generations[newest];
-        let may_hand_off = g.host_network && replacement_present && s.next_handoff.is_none_or(|t| now >= t);
-        if may_hand_off {
-            // The replacement needs the ports: step aside for a bounded time.
+        activate(&mut s, newest, &mut actions);
+    } else if let Some(local) = local {
+        if replacement_ready_for.is_some() {
+            // A replacement runs and is Ready here: no copy needs to be active.
             for g in s.generations.iter_mut().filter(|g| g.active) {
                 g.active = false;
                 actions.push(Action::Deactivate { name: g.name.clone() });
             }
-            s.handoff_started = Some(now);
-        } else if !g.active {
+            s.handoff_started = None;
+            s.handoff_attempts = 0;
+            s.next_handoff = None;
+        } else if !handoff_expired(&mut s, now, cfg, newest, &mut actions) && s.handoff_started.is_none() {
+            let g = &s.generations[newest];
+            let may_hand_off = g.host_network && !local.is_empty() && s.next_handoff.is_none_or(|t| now >= t);
+            if may_hand_off {
+                // The replacement needs the ports: step aside for a bounded time.
+                for g in s.generations.iter_mut().filter(|g| g.active) {
+                    g.active = false;
+                    actions.push(Action::Deactivate { name: g.name.clone() });
+                }
+                s.handoff_started = Some(now);
+            } else if !g.active {
+                activate(&mut s, newest, &mut actions);
+            }
+        }
+    } else if let LocalView::Unknown { seen_since_boot } = obs.local {
+        // Nothing is known about what runs: never step aside. A hand-off that ran out comes
+        // back; and after a boot in which no pod of the owner was ever seen here, the checkpoint
+        // is what must run.
+        if !handoff_expired(&mut s, now, cfg, newest, &mut actions) && s.handoff_started.is_none() && !seen_since_boot {
             activate(&mut s, newest, &mut actions);
         }
     }
@@ -208,6 +249,67 @@ pub fn decide(state: &State, obs: &Observation, cfg: &Config) -> (State, Vec<Act
             actions.push(Action::Retire { name: g.name });
         }
         s.generations = keep;
+    }
+    (s, actions)
+}
+
+/// A hand-off whose replacement did not become Ready in time: bring the checkpoint back and
+/// retry later. True when it ran out now.
+fn handoff_expired(s: &mut State, now: Duration, cfg: &Config, newest: usize, actions: &mut Vec<Action>) -> bool {
+    let Some(started) = s.handoff_started else {
+        return false;
+    };
+    if now.saturating_sub(started) < cfg.handoff_timeout {
+        return false;
+    }
+    s.handoff_started = None;
+    s.handoff_attempts += 1;
+    let backoff = cfg
+        .handoff_timeout
+        .saturating_mul(1 << s.handoff_attempts.min(16))
+        .min(cfg.max_backoff);
+    s.next_handoff = Some(now + backoff);
+    activate(s, newest, actions);
+    true
+}
+
+/// The checkpointer leaves the node: nothing will manage a checkpoint after it. Inactive ones go
+/// at once (with their secrets); an active one only when a replacement runs Ready here or the
+/// owner no longer wants the node (else it would take the component down); its own last.
+fn decommission(mut s: State, obs: &Observation, replacement_ready: bool) -> (State, Vec<Action>) {
+    let mut actions = Vec::new();
+    if obs.is_self {
+        if !obs.others_left {
+            for g in s.generations.drain(..) {
+                actions.push(Action::Retire { name: g.name });
+            }
+        } else if let Some(newest) = s.generations.len().checked_sub(1) {
+            // Still needed to finish the work after its DaemonSet pod is gone.
+            activate(&mut s, newest, &mut actions);
+        }
+        return (s, actions);
+    }
+    let may_stop = replacement_ready || (obs.api_reachable && obs.owner_wants_node == Some(false));
+    // A newest generation that stepped aside for a hand-off still counts as the running copy.
+    let handing_off = s
+        .handoff_started
+        .is_some()
+        .then(|| s.generations.len().saturating_sub(1));
+    type Indexed = Vec<(usize, Generation)>;
+    let (retire, keep): (Indexed, Indexed) = s
+        .generations
+        .drain(..)
+        .enumerate()
+        .partition(|(i, g)| may_stop || (!g.active && handing_off != Some(*i)));
+    for (_, g) in retire {
+        actions.push(Action::Retire { name: g.name });
+    }
+    s.generations = keep.into_iter().map(|(_, g)| g).collect();
+    s.handoff_started = None;
+    if let Some(i) = s.generations.len().checked_sub(1)
+        && !s.generations[i].active
+    {
+        activate(&mut s, i, &mut actions);
     }
     (s, actions)
 }
@@ -266,8 +368,18 @@ mod tests {
             now: secs(now),
             api_reachable: api,
             parents,
-            local,
+            local: LocalView::Known(local),
             owner_wants_node: wants,
+            is_self: false,
+            decommissioned: false,
+            others_left: false,
+        }
+    }
+
+    fn unknown(now: u64, api: bool, seen_since_boot: bool) -> Observation {
+        Observation {
+            local: LocalView::Unknown { seen_since_boot },
+            ..obs(now, api, vec![], vec![], None)
         }
     }
 
@@ -445,6 +557,183 @@ mod tests {
         let (_, a) = decide(&s, &obs(300, true, vec![], vec![], Some(false)), &cfg());
         assert_eq!(a, [Action::Retire { name: "pod-a".into() }]);
     }
+    #[test]
+    fn a_failed_kubelet_query_is_unknown_never_nothing_runs() {
+        // Something of the owner was seen running since boot: change nothing, either way.
+        for active in [false, true] {
+            let s = with(vec![generation("a", active, true)]);
+            for api in [false, true] {
+                let (next, a) = decide(&s, &unknown(100, api, true), &cfg());
+                assert!(a.is_empty(), "active {active}, api {api}: {a:?}");
+                assert_eq!(next.generations, s.generations);
+            }
+        }
+        // A hand-off that runs out while the kubelet cannot be asked comes back.
+        let s = State {
+            handoff_started: Some(secs(0)),
+            ..with(vec![generation("a", false, true)])
+        };
+        let (_, a) = decide(&s, &unknown(30, true, true), &cfg());
+        assert!(a.is_empty(), "{a:?}");
+        let (_, a) = decide(&s, &unknown(61, true, true), &cfg());
+        assert_eq!(a, [Action::Activate { name: "pod-a".into() }]);
+    }
+
+    #[test]
+    fn after_a_cold_boot_with_no_kubelet_view_the_checkpoint_runs() {
+        let s = with(vec![generation("a", false, true)]);
+        for api in [false, true] {
+            let (next, a) = decide(&s, &unknown(5, api, false), &cfg());
+            assert_eq!(a, [Action::Activate { name: "pod-a".into() }], "api {api}");
+            assert!(next.generations[0].active);
+        }
+    }
+
+    fn own(o: Observation) -> Observation {
+        Observation { is_self: true, ..o }
+    }
+
+    #[test]
+    fn the_checkpointers_own_checkpoint_stays_active_beside_its_daemonset_copy() {
+        // Its DaemonSet copy runs Ready here: the checkpoint is still activated and kept.
+        let s = with(vec![generation("a", false, true)]);
+        let ds_copy = || vec![local("a", Some(0))];
+        let (s, a) = decide(&s, &own(obs(500, true, vec![], ds_copy(), Some(true))), &cfg());
+        assert_eq!(a, [Action::Activate { name: "pod-a".into() }]);
+        for t in [505, 1000, 5000] {
+            let (_, a) = decide(&s, &own(obs(t, true, vec![], ds_copy(), Some(true))), &cfg());
+            assert!(a.is_empty(), "t={t}: {a:?}");
+        }
+        // Even an unwanted verdict does not retire it: only the checkpointer's decommission does.
+        let (s2, _) = decide(&s, &own(obs(0, true, vec![], ds_copy(), Some(false))), &cfg());
+        let (_, a) = decide(&s2, &own(obs(1000, true, vec![], ds_copy(), Some(false))), &cfg());
+        assert!(a.is_empty(), "{a:?}");
+        // A new generation of the checkpointer takes over the active slot; the old one retires
+        // once the new DaemonSet copy is stable.
+        let s = with(vec![generation("a", true, true), generation("b", false, true)]);
+        let (s, a) = decide(
+            &s,
+            &own(obs(100, true, vec![], vec![local("b", Some(90))], Some(true))),
+            &cfg(),
+        );
+        assert_eq!(
+            a,
+            [
+                Action::Deactivate { name: "pod-a".into() },
+                Action::Activate { name: "pod-b".into() }
+            ]
+        );
+        let (s, a) = decide(
+            &s,
+            &own(obs(300, true, vec![], vec![local("b", Some(90))], Some(true))),
+            &cfg(),
+        );
+        assert_eq!(a, [Action::Retire { name: "pod-a".into() }]);
+        assert_eq!(s.generations, [generation("b", true, true)]);
+    }
+
+    #[test]
+    fn the_cold_reboot_sequence() {
+        // Steady state: the app's pod runs Ready here, its checkpoint inactive; the
+        // checkpointer's own checkpoint active.
+        let app = with(vec![generation("a", false, true)]);
+        let me = with(vec![generation("c", true, true)]);
+        // Power back: the static copy has neither API nor kubelet view, and nothing was seen
+        // running since this boot.
+        let (app, a) = decide(&app, &unknown(10, false, false), &cfg());
+        assert_eq!(a, [Action::Activate { name: "pod-a".into() }]);
+        let (me, a) = decide(&me, &own(unknown(10, false, false)), &cfg());
+        assert!(a.is_empty(), "{a:?}");
+        // The API is back; the static copy still cannot ask the kubelet: nothing changes.
+        let (app, a) = decide(&app, &unknown(200, true, false), &cfg());
+        assert!(a.is_empty(), "{a:?}");
+        // The DaemonSet copy takes the lock and sees the app's new pod: the hand-off.
+        let (app, a) = decide(
+            &app,
+            &obs(300, true, vec![], vec![local("b", None)], Some(true)),
+            &cfg(),
+        );
+        assert_eq!(a, [Action::Deactivate { name: "pod-a".into() }]);
+        let (app, a) = decide(
+            &app,
+            &obs(310, true, vec![], vec![local("b", Some(305))], Some(true)),
+            &cfg(),
+        );
+        assert!(a.is_empty(), "{a:?}");
+        assert!(app.handoff_started.is_none() && !app.generations[0].active);
+        let (me, a) = decide(
+            &me,
+            &own(obs(300, true, vec![], vec![local("d", Some(290))], Some(true))),
+            &cfg(),
+        );
+        assert!(a.is_empty() && me.generations[0].active, "{a:?}");
+    }
+
+    fn decommissioned(o: Observation, others_left: bool) -> Observation {
+        Observation {
+            decommissioned: true,
+            others_left,
+            ..o
+        }
+    }
+
+    #[test]
+    fn a_decommissioned_checkpointer_retires_what_it_manages_then_itself() {
+        // Inactive: at once, with or without an API.
+        let s = with(vec![generation("a", false, true), generation("b", false, true)]);
+        let (next, a) = decide(&s, &decommissioned(unknown(0, false, true), false), &cfg());
+        assert_eq!(
+            a,
+            [
+                Action::Retire { name: "pod-a".into() },
+                Action::Retire { name: "pod-b".into() }
+            ]
+        );
+        assert!(next.generations.is_empty());
+        // Active: kept while nothing replaces it and the owner still wants the node...
+        let s = with(vec![generation("a", false, true), generation("b", true, true)]);
+        let (next, a) = decide(
+            &s,
+            &decommissioned(obs(0, true, vec![], vec![local("r", None)], Some(true)), false),
+            &cfg(),
+        );
+        assert_eq!(a, [Action::Retire { name: "pod-a".into() }]);
+        assert_eq!(next.generations, [generation("b", true, true)]);
+        let (_, a) = decide(&next, &decommissioned(unknown(5, false, true), false), &cfg());
+        assert!(a.is_empty(), "{a:?}");
+        // ...and goes once a replacement runs Ready, or the owner no longer wants the node.
+        let (_, a) = decide(
+            &next,
+            &decommissioned(obs(10, true, vec![], vec![local("r", Some(9))], Some(true)), false),
+            &cfg(),
+        );
+        assert_eq!(a, [Action::Retire { name: "pod-b".into() }]);
+        let (_, a) = decide(
+            &next,
+            &decommissioned(obs(10, true, vec![], vec![], Some(false)), false),
+            &cfg(),
+        );
+        assert_eq!(a, [Action::Retire { name: "pod-b".into() }]);
+        // A checkpoint that stepped aside for a hand-off is the running copy: kept and back.
+        let s = State {
+            handoff_started: Some(secs(0)),
+            ..with(vec![generation("a", false, true)])
+        };
+        let (next, a) = decide(
+            &s,
+            &decommissioned(obs(10, true, vec![], vec![local("r", None)], Some(true)), false),
+            &cfg(),
+        );
+        assert_eq!(a, [Action::Activate { name: "pod-a".into() }]);
+        assert_eq!(next.generations, [generation("a", true, true)]);
+        // Its own checkpoint: only when nothing else is left.
+        let me = with(vec![generation("c", true, true)]);
+        let (_, a) = decide(&me, &own(decommissioned(unknown(0, false, true), true)), &cfg());
+        assert!(a.is_empty(), "{a:?}");
+        let (next, a) = decide(&me, &own(decommissioned(unknown(0, false, true), false)), &cfg());
+        assert_eq!(a, [Action::Retire { name: "pod-c".into() }]);
+        assert!(next.generations.is_empty());
+    }
 }
 
 #[cfg(test)]
@@ -459,109 +748,70 @@ mod exhaustive {
         let now = Duration::from_secs(10_000);
         let ago = |s: u64| Some(now - Duration::from_secs(s));
         let mut cases = 0;
-        for api in [false, true] {
-            for wants in [None, Some(true), Some(false)] {
-                for unwanted_since in [None, ago(10), ago(1_000)] {
-                    for gens in 0..=2usize {
-                        for active in [None, Some(0usize), Some(1)] {
-                            for host_network in [false, true] {
-                                for handoff in [None, ago(10), ago(1_000)] {
-                                    for next_handoff in [None, ago(0).map(|t| t + Duration::from_secs(100))] {
-                                        // replacement: none, present, ready briefly, ready and stable
-                                        for replacement in 0..4 {
-                                            for parent in [None, ago(5), ago(100)] {
-                                                if active.is_some_and(|a| a >= gens) {
-                                                    continue;
-                                                }
-                                                cases += 1;
-                                                let generations: Vec<Generation> = (0..gens)
-                                                    .map(|i| Generation {
-                                                        uid: format!("g{i}"),
-                                                        name: format!("p{i}"),
-                                                        active: active == Some(i),
-                                                        host_network,
-                                                    })
-                                                    .collect();
-                                                let state = State {
-                                                    generations,
-                                                    handoff_started: handoff,
-                                                    handoff_attempts: 0,
-                                                    next_handoff,
-                                                    unwanted_since,
-                                                };
-                                                let local = match replacement {
-                                                    0 => vec![],
-                                                    1 => vec![Local {
-                                                        uid: "r".into(),
-                                                        ready_since: None,
-                                                    }],
-                                                    2 => vec![Local {
-                                                        uid: "r".into(),
-                                                        ready_since: ago(10),
-                                                    }],
-                                                    _ => vec![Local {
-                                                        uid: "r".into(),
-                                                        ready_since: ago(1_000),
-                                                    }],
-                                                };
-                                                let parents = parent
-                                                    .map(|t| Parent {
-                                                        uid: "r".into(),
-                                                        name: "pr".into(),
-                                                        ready_since: Some(t),
-                                                        host_network,
-                                                    })
-                                                    .into_iter()
-                                                    .collect();
-                                                let obs = Observation {
-                                                    now,
-                                                    api_reachable: api,
-                                                    parents,
-                                                    local,
-                                                    owner_wants_node: wants,
-                                                };
-                                                let (next, actions) = decide(&state, &obs, &cfg);
-                                                let context = format!("{state:?} / {obs:?} -> {actions:?}");
-                                                let retires =
-                                                    actions.iter().any(|a| matches!(a, Action::Retire { .. }));
-                                                if retires {
-                                                    assert!(api, "retired with the API unreachable: {context}");
-                                                    let confirmed = wants == Some(false)
-                                                        && unwanted_since.is_some_and(|t| now - t >= cfg.retire_grace);
-                                                    assert!(
-                                                        replacement == 3 || confirmed,
-                                                        "retired without proof: {context}"
-                                                    );
-                                                }
-                                                if actions.iter().any(|a| matches!(a, Action::Checkpoint { .. })) {
-                                                    assert!(
-                                                        api && parent == ago(100),
-                                                        "checkpointed an unproven parent: {context}"
-                                                    );
-                                                }
-                                                let ready = replacement >= 2;
-                                                if !next.generations.is_empty() && !ready {
-                                                    let in_handoff = next
-                                                        .handoff_started
-                                                        .is_some_and(|t| now - t < cfg.handoff_timeout);
-                                                    assert!(
-                                                        next.generations.iter().any(|g| g.active) || in_handoff,
-                                                        "node left bare: {context}"
-                                                    );
-                                                }
-                                                if ready {
-                                                    assert!(
-                                                        next.generations.iter().all(|g| !g.active),
-                                                        "a checkpoint active beside a Ready replacement: {context}"
-                                                    );
-                                                }
-                                                assert!(
-                                                    next.generations.iter().filter(|g| g.active).count() <= 1,
-                                                    "{context}"
-                                                );
-                                            }
-                                        }
+        let combos = itertools_product();
+        for (api, wants, unwanted_since, gens, active, host_network) in combos {
+            for handoff in [None, ago(10), ago(1_000)] {
+                for next_handoff in [None, ago(0).map(|t| t + Duration::from_secs(100))] {
+                    // replacement: none, present, ready briefly, ready and stable (the kubelet
+                    // answered); unknown with nothing / something seen since boot.
+                    for replacement in 0..6 {
+                        for parent in [None, ago(5), ago(100)] {
+                            for is_self in [false, true] {
+                                // 0: running; 1: decommissioned, nothing else left; 2: others left
+                                for decommission in 0..3 {
+                                    if active.is_some_and(|a| a >= gens) {
+                                        continue;
                                     }
+                                    cases += 1;
+                                    let generations: Vec<Generation> = (0..gens)
+                                        .map(|i| Generation {
+                                            uid: format!("g{i}"),
+                                            name: format!("p{i}"),
+                                            active: active == Some(i),
+                                            host_network,
+                                        })
+                                        .collect();
+                                    let state = State {
+                                        generations,
+                                        handoff_started: handoff,
+                                        handoff_attempts: 0,
+                                        next_handoff,
+                                        unwanted_since,
+                                    };
+                                    let one = |ready_since| {
+                                        LocalView::Known(vec![Local {
+                                            uid: "r".into(),
+                                            ready_since,
+                                        }])
+                                    };
+                                    let local = match replacement {
+                                        0 => LocalView::Known(vec![]),
+                                        1 => one(None),
+                                        2 => one(ago(10)),
+                                        3 => one(ago(1_000)),
+                                        4 => LocalView::Unknown { seen_since_boot: false },
+                                        _ => LocalView::Unknown { seen_since_boot: true },
+                                    };
+                                    let parents = parent
+                                        .map(|t| Parent {
+                                            uid: "r".into(),
+                                            name: "pr".into(),
+                                            ready_since: Some(t),
+                                            host_network,
+                                        })
+                                        .into_iter()
+                                        .collect();
+                                    let obs = Observation {
+                                        now,
+                                        api_reachable: api,
+                                        parents,
+                                        local,
+                                        owner_wants_node: wants,
+                                        is_self,
+                                        decommissioned: decommission > 0,
+                                        others_left: decommission == 2,
+                                    };
+                                    check(&cfg, now, &state, &obs, replacement, parent == ago(100));
                                 }
                             }
                         }
@@ -569,7 +819,99 @@ mod exhaustive {
                 }
             }
         }
-        assert!(cases > 10_000, "{cases}");
+        assert!(cases > 100_000, "{cases}");
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn itertools_product() -> Vec<(bool, Option<bool>, Option<Duration>, usize, Option<usize>, bool)> {
+        let now = Duration::from_secs(10_000);
+        let ago = |s: u64| Some(now - Duration::from_secs(s));
+        let mut out = Vec::new();
+        for api in [false, true] {
+            for wants in [None, Some(true), Some(false)] {
+                for unwanted_since in [None, ago(10), ago(1_000)] {
+                    for gens in 0..=2usize {
+                        for active in [None, Some(0usize), Some(1)] {
+                            for host_network in [false, true] {
+                                out.push((api, wants, unwanted_since, gens, active, host_network));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn check(cfg: &Config, now: Duration, state: &State, obs: &Observation, replacement: u8, proven_parent: bool) {
+        let (next, actions) = decide(state, obs, cfg);
+        let context = format!("{state:?} / {obs:?} -> {actions:?}");
+        let api = obs.api_reachable;
+        let known = replacement < 4;
+        let ready = (2..4).contains(&replacement);
+        let stable = replacement == 3;
+        let was_active = |name: &str| state.generations.iter().any(|g| g.name == name && g.active);
+        let newest = state.generations.last().map(|g| g.name.clone());
+        for a in &actions {
+            if let Action::Retire { name } = a {
+                if obs.decommissioned {
+                    if obs.is_self {
+                        assert!(!obs.others_left, "retired itself before the rest: {context}");
+                    } else {
+                        let in_handoff = state.handoff_started.is_some() && newest.as_deref() == Some(name);
+                        let running_copy = was_active(name) || in_handoff;
+                        assert!(
+                            !running_copy || ready || (api && obs.owner_wants_node == Some(false)),
+                            "retired the running copy with nothing to take over: {context}"
+                        );
+                    }
+                    continue;
+                }
+                assert!(api, "retired with the API unreachable: {context}");
+                assert!(
+                    !obs.is_self || !next.generations.is_empty(),
+                    "retired its own last checkpoint outside a decommission: {context}"
+                );
+                let confirmed = obs.owner_wants_node == Some(false)
+                    && state.unwanted_since.is_some_and(|t| now - t >= cfg.retire_grace);
+                assert!(stable || confirmed, "retired without proof: {context}");
+            }
+        }
+        if actions.iter().any(|a| matches!(a, Action::Checkpoint { .. })) {
+            assert!(
+                api && proven_parent && !obs.decommissioned,
+                "checkpointed an unproven parent: {context}"
+            );
+        }
+        let any_active = next.generations.iter().any(|g| g.active);
+        if !known {
+            // Nothing is known about what runs: never step aside.
+            let was = state.generations.iter().any(|g| g.active);
+            assert!(
+                !was || any_active || next.generations.is_empty(),
+                "stepped aside blind: {context}"
+            );
+            assert!(
+                !actions.iter().any(|a| matches!(a, Action::Deactivate { name } if !next.generations.iter().any(|g| g.active && &g.name != name) && next.generations.iter().any(|g| &g.name == name))),
+                "deactivated with no view of the node: {context}"
+            );
+        }
+        let blind_but_seen = replacement == 5;
+        let exempt = ready || blind_but_seen || (obs.decommissioned && obs.is_self);
+        if !next.generations.is_empty() && !exempt {
+            let in_handoff = next.handoff_started.is_some_and(|t| now - t < cfg.handoff_timeout);
+            assert!(any_active || in_handoff, "node left bare: {context}");
+        }
+        if obs.is_self && !next.generations.is_empty() {
+            assert!(
+                next.generations.last().unwrap().active,
+                "own checkpoint not active: {context}"
+            );
+        }
+        if ready && !obs.is_self {
+            assert!(!any_active, "a checkpoint active beside a Ready replacement: {context}");
+        }
+        assert!(next.generations.iter().filter(|g| g.active).count() <= 1, "{context}");
     }
 }
 
@@ -585,6 +927,8 @@ mod properties {
         api: bool,
         parent: Option<(u8, bool)>,
         local: Option<(u8, bool)>,
+        /// The kubelet could not be asked.
+        blind: bool,
         wants: Option<bool>,
         host_network: bool,
     }
@@ -597,12 +941,14 @@ mod properties {
             proptest::option::of((0u8..3, any::<bool>())),
             proptest::option::of(any::<bool>()),
             any::<bool>(),
+            proptest::bool::weighted(0.2),
         )
-            .prop_map(|(dt, api, parent, local, wants, host_network)| Step {
+            .prop_map(|(dt, api, parent, local, wants, host_network, blind)| Step {
                 dt,
                 api,
                 parent,
                 local,
+                blind,
                 wants,
                 host_network,
             })
@@ -621,6 +967,7 @@ mod properties {
             let mut state = State::default();
             let mut now = 0u64;
             let mut ready_since: std::collections::BTreeMap<String, u64> = Default::default();
+            let mut seen = false;
             for st in steps {
                 now += st.dt;
                 let local: Vec<Local> = st.local.iter().map(|(id, ready)| {
@@ -633,19 +980,27 @@ mod properties {
                     ready_since: ready.then(|| Duration::from_secs(now.saturating_sub(40))),
                     host_network: st.host_network,
                 }).collect();
-                let obs = Observation { now: Duration::from_secs(now), api_reachable: st.api, parents, local: local.clone(), owner_wants_node: if st.api { st.wants } else { None } };
+                // Seen since boot: every sequence starts at a boot.
+                seen |= !st.blind && !local.is_empty();
+                let view = if st.blind { LocalView::Unknown { seen_since_boot: seen } } else { LocalView::Known(local.clone()) };
+                let obs = Observation { now: Duration::from_secs(now), api_reachable: st.api, parents, local: view, owner_wants_node: if st.api { st.wants } else { None }, is_self: false, decommissioned: false, others_left: false };
                 let (next, actions) = decide(&state, &obs, &cfg);
                 for a in &actions {
                     if let Action::Retire { .. } = a {
                         prop_assert!(st.api, "removed while the API was unreachable: {actions:?}");
-                        let stable = local.iter().filter_map(|l| l.ready_since).any(|t| Duration::from_secs(now) - t >= cfg.stable_window);
+                        let stable = !st.blind && local.iter().filter_map(|l| l.ready_since).any(|t| Duration::from_secs(now) - t >= cfg.stable_window);
                         let unwanted = st.wants == Some(false) && state.unwanted_since.is_some_and(|t| Duration::from_secs(now) - t >= cfg.retire_grace);
                         prop_assert!(stable || unwanted, "retired without a stable replacement or a confirmed decommission: {actions:?}");
                     }
                 }
-                let replacement_ready = local.iter().any(|l| l.ready_since.is_some());
+                let replacement_ready = !st.blind && local.iter().any(|l| l.ready_since.is_some());
                 let any_active = next.generations.iter().any(|g| g.active);
-                if !next.generations.is_empty() && !replacement_ready {
+                if st.blind {
+                    let retired = actions.iter().any(|a| matches!(a, Action::Retire { .. }));
+                    prop_assert!(!state.generations.iter().any(|g| g.active) || any_active || retired, "stepped aside blind: {actions:?}");
+                }
+                let exempt = replacement_ready || (st.blind && seen);
+                if !next.generations.is_empty() && !exempt {
                     let handoff_ok = next.handoff_started.is_some_and(|t| Duration::from_secs(now) - t <= cfg.handoff_timeout);
                     prop_assert!(any_active || handoff_ok, "neither a checkpoint nor a Ready replacement: {next:?} after {actions:?}");
                 }

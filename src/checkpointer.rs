@@ -2,9 +2,16 @@
 //!
 //! Every `--interval` (and on pod changes) it observes, per owner of annotated parent pods on
 //! this node: the parents in the API (one watch, `spec.nodeName=<node>`), the pods the kubelet
-//! really runs (`/pods`), whether the owner still wants this node, and the checkpoints on disk;
-//! feeds them to [`checkpoint::decide`]; and carries out the actions with the same atomic
-//! writer as every other mode. One process at a time acts: an exclusive lock on the host.
+//! really runs (`/pods`; a failed query is "unknown", never "nothing runs"), whether the owner
+//! still wants this node, and the checkpoints on disk; feeds them to [`checkpoint::decide`]; and
+//! carries out the actions with the same atomic writer as every other mode.
+//!
+//! Two copies run on a node: the DaemonSet pod, and its own checkpoint (a static pod, always
+//! active, so that after a cold reboot a checkpointer starts from disk with no API). One acts at
+//! a time, through an exclusive lock in the state dir. The DaemonSet copy holds a second lock,
+//! `checkpointer-daemonset`, for as long as it lives; the static copy, while it holds the main
+//! lock, hands it over as soon as it sees that one taken, and waits for the DaemonSet copy to be
+//! gone before it competes again.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::ExitCode;
@@ -12,21 +19,29 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context;
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 
-use crate::checkpoint::{self, Action, Generation, Local, Observation, Parent, State};
-use crate::cli::{CheckpointerAction, CheckpointerArgs, CheckpointerRunArgs};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use std::sync::atomic::AtomicU64;
+
+use crate::checkpoint::{self, Action, Generation, Local, LocalView, Observation, Parent, State};
+use crate::cli::{CheckpointerAction, CheckpointerArgs, CheckpointerPreStopArgs, CheckpointerRunArgs};
 use crate::config::{FileMode, Owner, Role};
-use crate::decommission::{self, Lookup};
+use crate::decommission::{self, CleanupMode, Decision, Evidence, Lookup};
 use crate::desired::{DesiredFile, sha256_hex};
 use crate::hostfs::HostFs;
 use crate::hostpath::{AllowedRoots, HostPath};
 use crate::kubeapi::{self, API_TIMEOUT, KubeletClient};
+use crate::metrics::Metrics;
 use crate::plan::{Op, WriteReason};
-use crate::sanitize::{self, CHECKPOINT_OF_ANNOTATION, CHECKPOINT_OWNER_ANNOTATION, Layout, SourceKind};
+use crate::sanitize::{self, CHECKPOINT_OF_ANNOTATION, Layout, SourceKind};
+use crate::server::{self, Shared};
 
 /// Checkpoint data is private: 0700 directories.
 const DIR_MODE: u32 = 0o700;
@@ -35,6 +50,7 @@ const MANIFEST_MODE: FileMode = FileMode(0o600);
 pub async fn main(args: CheckpointerArgs) -> anyhow::Result<ExitCode> {
     match args.action {
         Some(CheckpointerAction::Sanitize { node, file }) => sanitize_command(node.as_deref(), file.as_deref()),
+        Some(CheckpointerAction::PreStop(args)) => pre_stop(*args).await,
         None => run(args.run).await.map(|()| ExitCode::SUCCESS),
     }
 }
@@ -74,6 +90,7 @@ fn sanitize_command(node: Option<&str>, file: Option<&std::path::Path>) -> anyho
     Ok(ExitCode::SUCCESS)
 }
 
+#[derive(Clone)]
 struct Paths {
     inactive: HostPath,
     manifests: HostPath,
@@ -100,12 +117,226 @@ struct GenerationFiles {
     pod: String,
 }
 
-async fn run(args: CheckpointerRunArgs) -> anyhow::Result<()> {
-    let node = args
-        .identity
-        .node_name
-        .clone()
-        .context("--node-name (NODE_NAME) is required")?;
+/// The preStop hook of the DaemonSet copy: the same evidence as the anchors' pre-stop (own pod
+/// -> its DaemonSet -> that DaemonSet, and the Node); on a decommission, the marker, then a
+/// bounded wait while the copy holding the lock retires what the checkpointer manages.
+async fn pre_stop(args: CheckpointerPreStopArgs) -> anyhow::Result<ExitCode> {
+    let deadline = Instant::now() + args.timeout;
+    let remaining = || deadline.saturating_duration_since(Instant::now());
+    let (fs, state_dir, paths) = host(&args.run)?;
+    let identity = &args.run.identity;
+    let client = match tokio::time::timeout(remaining(), kubeapi::client(identity.kubeconfig.as_deref())).await {
+        Ok(Ok(Some(client))) => Ok(client),
+        Ok(Ok(None)) => Err("no API client configured".to_owned()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("timed out building the client".to_owned()),
+    };
+    let evidence = match (args.cleanup, &client) {
+        (CleanupMode::Guarded, Ok(client)) => gather(client, identity, remaining()).await,
+        (CleanupMode::Guarded, Err(why)) => Evidence {
+            owner: Lookup::Unavailable(why.clone()),
+            daemonset: None,
+            node: Lookup::Unavailable(why.clone()),
+        },
+        _ => Evidence {
+            owner: Lookup::NotFound,
+            daemonset: None,
+            node: Lookup::NotFound,
+        },
+    };
+    let reason = match decommission::decide(args.cleanup, &evidence) {
+        Decision::Keep(reason) => {
+            tracing::info!(decision = "keep", %reason, "checkpointer pre-stop: the checkpoints stay");
+            return Ok(ExitCode::SUCCESS);
+        }
+        Decision::Remove(reason) => reason,
+    };
+    tracing::warn!(decision = "remove", %reason, "checkpointer pre-stop: the checkpointer leaves this node; retiring what it manages");
+    let marker = Marker {
+        reason: reason.clone(),
+        at: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
+        pod: identity.pod_name.clone(),
+    };
+    marker.store(&fs, &state_dir)?;
+    // The copy holding the lock does the work; wait for it, keeping time to report.
+    let mut left = remaining_checkpoints(&fs, &paths);
+    while !left.is_empty() && remaining() > REPORT_TIME {
+        tokio::time::sleep(args.run.interval.min(Duration::from_secs(1))).await;
+        left = remaining_checkpoints(&fs, &paths);
+    }
+    if left.is_empty() {
+        tracing::info!("checkpointer pre-stop: every checkpoint retired");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let note = format!(
+        "the checkpointer left this node ({reason}) but could not retire {} yet (an active copy waits for its owner's pod to run Ready here, or for its owner to leave the node): {}",
+        left.len(),
+        left.join(", ")
+    );
+    tracing::warn!(left = ?left, "{note}");
+    if let (Ok(client), Some(pod), Some(namespace)) = (&client, &identity.pod_name, &identity.pod_namespace) {
+        kubeapi::EventSink::new(client.clone(), namespace, pod)
+            .publish(true, "CheckpointsLeft", "Decommission", note)
+            .await;
+    }
+    Ok(ExitCode::from(1))
+}
+
+/// Kept free at the end of the pre-stop timeout for the report.
+const REPORT_TIME: Duration = Duration::from_secs(3);
+
+/// Checkpoint file stems still in the inactive directory.
+fn remaining_checkpoints(fs: &HostFs, paths: &Paths) -> Vec<String> {
+    let Ok(dir) = fs
+        .resolve(&paths.inactive_file("x"))
+        .map(|p| p.parent().expect("dir").to_path_buf())
+    else {
+        return Vec::new();
+    };
+    let mut left: Vec<String> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            (!name.starts_with('.'))
+                .then(|| name.strip_suffix(".json").map(str::to_owned))
+                .flatten()
+        })
+        .collect();
+    left.sort();
+    left
+}
+
+async fn gather(client: &kube::Client, identity: &crate::cli::IdentityArgs, budget: Duration) -> Evidence {
+    let budget = API_TIMEOUT.min(budget.saturating_sub(REPORT_TIME));
+    let (Some(pod_name), Some(namespace), Some(node_name)) =
+        (&identity.pod_name, &identity.pod_namespace, &identity.node_name)
+    else {
+        let why = "POD_NAME, POD_NAMESPACE and NODE_NAME are needed to look anything up";
+        return Evidence {
+            owner: Lookup::Unavailable(why.into()),
+            daemonset: None,
+            node: Lookup::Unavailable(why.into()),
+        };
+    };
+    let node = kubeapi::lookup(&Api::<Node>::all(client.clone()), node_name, budget)
+        .await
+        .map(|n| decommission::node_facts(&n));
+    let owner = kubeapi::lookup(&Api::<Pod>::namespaced(client.clone(), namespace), pod_name, budget)
+        .await
+        .map(|p| decommission::daemonset_owner(&p));
+    let daemonset = match &owner {
+        Lookup::Found(Some(owner)) => Some(
+            kubeapi::lookup(
+                &Api::<DaemonSet>::namespaced(client.clone(), namespace),
+                &owner.name,
+                budget,
+            )
+            .await
+            .map(|d| decommission::daemonset_facts(&d)),
+        ),
+        _ => None,
+    };
+    Evidence { owner, daemonset, node }
+}
+
+/// The checkpointer's own metrics (prefix `kube_anchor_`, label `component`).
+#[derive(Clone, Default)]
+struct CheckpointerMetrics {
+    lock_held: Gauge,
+    passes: Counter,
+    failed_actions: Counter,
+    last_pass: Gauge<f64, AtomicU64>,
+    kubelet_unknown: Gauge,
+    checkpoints: Gauge,
+    active: Gauge,
+    actions: Family<ActionLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ActionLabels {
+    action: &'static str,
+}
+
+impl CheckpointerMetrics {
+    fn register(&self, into: &mut Metrics) {
+        into.register(
+            "checkpointer_lock_held",
+            "1 while this copy holds the checkpointer lock and acts",
+            self.lock_held.clone(),
+        );
+        into.register(
+            "checkpointer_passes",
+            "Passes over this node's checkpoints",
+            self.passes.clone(),
+        );
+        into.register(
+            "checkpointer_failed_actions",
+            "Checkpoint actions that failed (retried)",
+            self.failed_actions.clone(),
+        );
+        into.register(
+            "checkpointer_last_pass_timestamp_seconds",
+            "Unix time of the last pass",
+            self.last_pass.clone(),
+        );
+        into.register(
+            "checkpointer_kubelet_unknown",
+            "1 when the last kubelet /pods query failed (what runs here is unknown)",
+            self.kubelet_unknown.clone(),
+        );
+        into.register(
+            "checkpoints",
+            "Checkpoint generations on disk",
+            self.checkpoints.clone(),
+        );
+        into.register(
+            "checkpoints_active",
+            "Checkpoints in the kubelet's manifest directory",
+            self.active.clone(),
+        );
+        into.register(
+            "checkpoint_actions",
+            "Checkpoint actions carried out, by action",
+            self.actions.clone(),
+        );
+    }
+}
+
+/// Which copy of the checkpointer this process is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CopyRole {
+    /// The DaemonSet pod.
+    DaemonSet,
+    /// Its checkpoint, run by the kubelet from the manifest directory.
+    Static,
+}
+
+/// Why a turn with the lock ended.
+enum TurnEnd {
+    Drain,
+    /// The static copy saw its DaemonSet copy alive and gave it the lock.
+    HandOver,
+}
+
+/// Everything a turn needs, set up once.
+struct Setup {
+    node: String,
+    role: CopyRole,
+    fs: HostFs,
+    state_dir: HostPath,
+    paths: Paths,
+    cfg: checkpoint::Config,
+    boot_id: String,
+    pod: Option<(String, String)>,
+    checkpoint_of: Option<String>,
+    shared: std::sync::Arc<Shared>,
+    metrics: CheckpointerMetrics,
+}
+
+/// The node side both verbs work on: the writer, the state dir and the checkpoint paths.
+fn host(args: &CheckpointerRunArgs) -> anyhow::Result<(HostFs, HostPath, Paths)> {
     let state_dir = HostPath::parse(&args.node.state_dir)?;
     let paths = Paths {
         inactive: HostPath::parse(&args.inactive_dir)?,
@@ -128,36 +359,309 @@ async fn run(args: CheckpointerRunArgs) -> anyhow::Result<()> {
     ] {
         fs.roots().check(&dir.join("x")?)?;
     }
-    // The DaemonSet copy and the static copy of the checkpointer never act at the same time.
-    let lock_fs = fs.clone();
-    let lock_dir = state_dir.clone();
-    tracing::info!("waiting for the checkpointer lock");
-    let _lock = tokio::task::spawn_blocking(move || lock_fs.lock(&lock_dir, "checkpointer")).await??;
-    tracing::info!(%node, "checkpointer lock held; starting");
+    Ok((fs, state_dir, paths))
+}
 
+async fn run(args: CheckpointerRunArgs) -> anyhow::Result<()> {
+    let node = args
+        .identity
+        .node_name
+        .clone()
+        .context("--node-name (NODE_NAME) is required")?;
+    let (fs, state_dir, paths) = host(&args)?;
+    let checkpoint_of = args.checkpoint_of.clone().filter(|s| !s.is_empty());
+    let role = if checkpoint_of.is_some() {
+        CopyRole::Static
+    } else {
+        CopyRole::DaemonSet
+    };
+    let boot_id = match std::fs::read_to_string(&args.boot_id_file) {
+        Ok(id) => id.trim().to_owned(),
+        Err(e) => {
+            // Without a boot id every start looks like a new boot: a blind copy then activates
+            // checkpoints, the safe direction.
+            tracing::warn!(file = %args.boot_id_file.display(), error = %e, "cannot read the boot id");
+            String::new()
+        }
+    };
+    let metrics = CheckpointerMetrics::default();
+    let setup = Setup {
+        node,
+        role,
+        fs,
+        state_dir,
+        paths,
+        cfg: checkpoint::Config {
+            ready_window: args.ready_window,
+            stable_window: args.stable_window,
+            handoff_timeout: args.handoff_timeout,
+            retire_grace: args.retire_grace,
+            max_backoff: args.handoff_timeout.saturating_mul(10),
+        },
+        boot_id,
+        pod: args.identity.pod_name.clone().zip(args.identity.pod_namespace.clone()),
+        checkpoint_of,
+        shared: {
+            let mut registry = Metrics::unregistered("pod-checkpointer");
+            metrics.register(&mut registry);
+            Shared::new(registry)
+        },
+        metrics,
+    };
+    // Over a socket in the pod's own emptyDir: the DaemonSet copy and its static copy share the
+    // host network and must never fight over a port.
+    server::start(
+        args.endpoints.health_socket.as_deref(),
+        args.endpoints.listen,
+        setup.shared.clone(),
+    )
+    .await?;
     let mut draining = crate::shutdown::install()?;
-    let client = kubeapi::client(args.identity.kubeconfig.as_deref()).await?;
+    let mut api = ApiLink::new(args.identity.kubeconfig.clone(), setup.node.clone());
     let kubelet = KubeletClient::new(
         &args.kubelet_url,
         kubeapi::bearer_token(args.identity.kubeconfig.as_deref()).await,
         args.kubelet_ca_file.as_deref(),
     )?;
-    let cfg = checkpoint::Config {
-        ready_window: args.ready_window,
-        stable_window: args.stable_window,
-        handoff_timeout: args.handoff_timeout,
-        retire_grace: args.retire_grace,
-        max_backoff: args.handoff_timeout.saturating_mul(10),
+    // The DaemonSet copy says it is alive for as long as it runs.
+    let _alive = match role {
+        CopyRole::DaemonSet => Some(blocking_lock(&setup, DAEMONSET_LOCK, &mut draining).await?),
+        CopyRole::Static => None,
     };
+    let started = Instant::now();
+    loop {
+        tracing::info!(role = ?setup.role, "waiting for the checkpointer lock");
+        // Ready while standing by: the copy holding the lock does the work.
+        setup
+            .shared
+            .update(|s| (s.ready, s.reason) = (true, "standby: the other copy holds the lock".into()));
+        setup.metrics.lock_held.set(0);
+        let Some(lock) = wait_lock(&setup, MAIN_LOCK, &mut draining).await? else {
+            return Ok(());
+        };
+        tracing::info!(node = %setup.node, role = ?setup.role, "checkpointer lock held; starting");
+        setup.metrics.lock_held.set(1);
+        setup
+            .shared
+            .update(|s| (s.ready, s.reason) = (false, "first pass running".into()));
+        let end = turn(&setup, &mut api, &kubelet, &mut draining, started, &args).await;
+        setup.metrics.lock_held.set(0);
+        drop(lock);
+        match end {
+            TurnEnd::Drain => {
+                setup.shared.update(|s| s.draining = true);
+                tracing::info!("checkpointer draining; checkpoints stay on disk");
+                return Ok(());
+            }
+            TurnEnd::HandOver => {
+                tracing::info!("the DaemonSet copy runs: lock handed over; standing by until it is gone");
+                // Wait until the DaemonSet copy is gone before competing for the lock again.
+                let Some(gone) = wait_lock(&setup, DAEMONSET_LOCK, &mut draining).await? else {
+                    return Ok(());
+                };
+                drop(gone);
+            }
+        }
+    }
+}
 
-    // The watch on this node's pods, as a reflector store; `api_ok` follows the stream.
-    let (store, writer) = reflector::store::<Pod>();
-    let (api_ok_tx, api_ok) = tokio::sync::watch::channel(false);
-    let (wake_tx, mut wake) = tokio::sync::mpsc::channel::<()>(1);
-    if let Some(client) = &client {
+const MAIN_LOCK: &str = "checkpointer";
+const DAEMONSET_LOCK: &str = "checkpointer-daemonset";
+
+async fn blocking_lock(
+    setup: &Setup,
+    name: &'static str,
+    draining: &mut tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<std::fs::File> {
+    wait_lock(setup, name, draining)
+        .await?
+        .context("draining before the checkpointer started")
+}
+
+/// The lock file `<state-dir>/v1/<name>.lock`, opened (created when missing).
+fn lock_file(setup: &Setup, name: &str) -> anyhow::Result<std::fs::File> {
+    let path = setup.state_dir.join(&format!("v1/{name}.lock"))?;
+    let real = setup.fs.resolve(&path)?;
+    if let Some(dir) = real.parent() {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(DIR_MODE)
+            .create(dir)
+            .with_context(|| format!("{path}: cannot create its directory"))?;
+    }
+    std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&real)
+        .with_context(|| format!("{path}: cannot open the lock file"))
+}
+
+/// Waits for an exclusive lock (polled, so that a drain never waits on a blocked thread);
+/// `None` when asked to drain meanwhile.
+async fn wait_lock(
+    setup: &Setup,
+    name: &'static str,
+    draining: &mut tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<Option<std::fs::File>> {
+    let file = lock_file(setup, name)?;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(Some(file)),
+            Err(std::fs::TryLockError::WouldBlock) => {}
+            Err(std::fs::TryLockError::Error(e)) => return Err(e).context(format!("locking {name}.lock")),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(LOCK_POLL) => {}
+            _ = draining.changed() => return Ok(None),
+        }
+    }
+}
+
+const LOCK_POLL: Duration = Duration::from_millis(200);
+
+/// Is the DaemonSet copy alive (its lock taken)? Errors read as "no" (keep working).
+fn daemonset_copy_alive(setup: &Setup) -> bool {
+    lock_file(setup, DAEMONSET_LOCK).is_ok_and(|file| matches!(file.try_lock(), Err(std::fs::TryLockError::WouldBlock)))
+}
+
+/// One stretch of work with the lock held.
+async fn turn(
+    setup: &Setup,
+    api: &mut ApiLink,
+    kubelet: &KubeletClient,
+    draining: &mut tokio::sync::watch::Receiver<bool>,
+    started: Instant,
+    args: &CheckpointerRunArgs,
+) -> TurnEnd {
+    let mut machine = Machine {
+        fs: setup.fs.clone(),
+        paths: setup.paths.clone(),
+        states: BTreeMap::new(),
+        files: BTreeMap::new(),
+        local_ready_since: BTreeMap::new(),
+        refused: BTreeSet::new(),
+        memory: Memory::load(&setup.fs, &setup.state_dir, &setup.boot_id),
+        self_owner: None,
+        left_reported: BTreeSet::new(),
+    };
+    machine.load_from_disk(started.elapsed());
+    if let Some(of) = &setup.checkpoint_of {
+        machine.self_owner = machine.owner_of_checkpoint(of);
+    }
+    if setup.role == CopyRole::DaemonSet
+        && let Some(marker) = Marker::load(&setup.fs, &setup.state_dir)
+        && marker.pod.as_deref() != setup.pod.as_ref().map(|p| p.0.as_str())
+    {
+        // A new DaemonSet pod: the checkpointer is back on this node.
+        tracing::info!(reason = %marker.reason, pod = ?marker.pod, "lifting the decommission marker of an earlier pod");
+        if let Err(e) = Marker::remove(&setup.fs, &setup.state_dir) {
+            tracing::error!(error = %e, "cannot lift the decommission marker");
+        }
+    }
+    loop {
+        if setup.role == CopyRole::Static && daemonset_copy_alive(setup) {
+            return TurnEnd::HandOver;
+        }
+        api.ensure().await;
+        let decommissioned = Marker::load(&setup.fs, &setup.state_dir).is_some();
+        setup.shared.update(|s| s.sync_started = Some(Instant::now()));
+        let failed = machine
+            .step(setup, started.elapsed(), api, kubelet, decommissioned)
+            .await;
+        let m = &setup.metrics;
+        m.passes.inc();
+        m.last_pass.set(
+            SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_secs_f64(),
+        );
+        m.checkpoints
+            .set(machine.states.values().map(|s| s.generations.len() as i64).sum());
+        m.active.set(
+            machine
+                .states
+                .values()
+                .flat_map(|s| &s.generations)
+                .filter(|g| g.active)
+                .count() as i64,
+        );
+        setup.shared.update(|s| {
+            s.sync_started = None;
+            (s.ready, s.reason) = match failed {
+                0 => (true, String::new()),
+                n => (
+                    false,
+                    format!("{n} checkpoint action(s) failed in the last pass; retrying"),
+                ),
+            };
+        });
+        tokio::select! {
+            _ = tokio::time::sleep(args.interval) => {}
+            Some(()) = api.wake.recv() => {}
+            _ = draining.changed() => {
+                setup.shared.update(|s| s.draining = true);
+                return TurnEnd::Drain;
+            }
+        }
+    }
+}
+
+/// The API, when there is a client: a reflector on this node's pods whose stream tells whether
+/// the API is reachable. A client that cannot be built (no kubeconfig, an in-cluster config
+/// without its service-account files — as in the static copy) is no API, retried now and then.
+struct ApiLink {
+    kubeconfig: Option<std::path::PathBuf>,
+    node: String,
+    client: Option<kube::Client>,
+    store: Option<reflector::Store<Pod>>,
+    api_ok: Option<tokio::sync::watch::Receiver<bool>>,
+    wake: tokio::sync::mpsc::Receiver<()>,
+    wake_tx: tokio::sync::mpsc::Sender<()>,
+    next_attempt: Instant,
+}
+
+const CLIENT_RETRY: Duration = Duration::from_secs(30);
+
+impl ApiLink {
+    fn new(kubeconfig: Option<std::path::PathBuf>, node: String) -> Self {
+        let (wake_tx, wake) = tokio::sync::mpsc::channel(1);
+        Self {
+            kubeconfig,
+            node,
+            client: None,
+            store: None,
+            api_ok: None,
+            wake,
+            wake_tx,
+            next_attempt: Instant::now(),
+        }
+    }
+
+    async fn ensure(&mut self) {
+        if self.client.is_some() || Instant::now() < self.next_attempt {
+            return;
+        }
+        self.next_attempt = Instant::now() + CLIENT_RETRY;
+        let client = match kubeapi::client(self.kubeconfig.as_deref()).await {
+            Ok(Some(client)) => client,
+            Ok(None) => {
+                tracing::debug!("no API client configured; working from the node alone");
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "no API client; working from the node alone, retrying later");
+                return;
+            }
+        };
+        let (store, writer) = reflector::store::<Pod>();
+        let (api_ok_tx, api_ok) = tokio::sync::watch::channel(false);
         let pods: Api<Pod> = Api::all(client.clone());
-        let config = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
+        let config = watcher::Config::default().fields(&format!("spec.nodeName={}", self.node));
         let stream = reflector(writer, watcher(pods, config).default_backoff());
+        let wake_tx = self.wake_tx.clone();
         tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);
             while let Some(event) = stream.next().await {
@@ -165,39 +669,92 @@ async fn run(args: CheckpointerRunArgs) -> anyhow::Result<()> {
                 let _ = wake_tx.try_send(());
             }
         });
+        self.client = Some(client);
+        self.store = Some(store);
+        self.api_ok = Some(api_ok);
     }
 
-    let started = Instant::now();
-    let mut machine = Machine {
-        fs,
-        paths,
-        states: BTreeMap::new(),
-        files: BTreeMap::new(),
-        local_ready_since: BTreeMap::new(),
-        refused: BTreeSet::new(),
-    };
-    machine.load_from_disk(started.elapsed());
-    loop {
-        let api_reachable = *api_ok.borrow() && futures::FutureExt::now_or_never(store.wait_until_ready()).is_some();
-        machine
-            .step(
-                &cfg,
-                started.elapsed(),
-                api_reachable,
-                &store,
-                client.as_ref(),
-                &kubelet,
-                &node,
-            )
-            .await;
-        tokio::select! {
-            _ = tokio::time::sleep(args.interval) => {}
-            Some(()) = wake.recv() => {}
-            _ = draining.changed() => {
-                tracing::info!("checkpointer draining; checkpoints stay on disk");
-                return Ok(());
+    fn reachable(&self) -> bool {
+        match (&self.api_ok, &self.store) {
+            (Some(ok), Some(store)) => {
+                *ok.borrow() && futures::FutureExt::now_or_never(store.wait_until_ready()).is_some()
             }
+            _ => false,
         }
+    }
+
+    fn pods(&self) -> Vec<std::sync::Arc<Pod>> {
+        self.store.as_ref().map(|s| s.state()).unwrap_or_default()
+    }
+}
+
+/// What the checkpointer remembers across restarts in `<state-dir>/v1/checkpointer-memory.json`
+/// (0600): the owners seen running on this node since it booted (so that a copy that cannot ask
+/// the kubelet knows whether one may run), and its own owner.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Memory {
+    boot_id: String,
+    seen: BTreeSet<String>,
+    self_owner: Option<String>,
+}
+
+impl Memory {
+    fn path(state_dir: &HostPath) -> HostPath {
+        state_dir.join("v1/checkpointer-memory.json").expect("a valid name")
+    }
+
+    /// The seen set only counts within the same boot.
+    fn load(fs: &HostFs, state_dir: &HostPath, boot_id: &str) -> Self {
+        let stored: Option<Memory> = fs
+            .read(&Self::path(state_dir))
+            .ok()
+            .flatten()
+            .and_then(|b| serde_json::from_slice(&b).ok());
+        let mut memory = stored.unwrap_or_default();
+        if memory.boot_id != boot_id || boot_id.is_empty() {
+            memory.seen.clear();
+            memory.boot_id = boot_id.to_owned();
+        }
+        memory
+    }
+
+    fn store(&self, fs: &HostFs, state_dir: &HostPath) {
+        let bytes = serde_json::to_vec(self).expect("serializes");
+        if let Err(e) = fs.write_file(&Self::path(state_dir), &bytes, MANIFEST_MODE, Role::Manifest) {
+            tracing::warn!(error = %e, "cannot record what runs on this node");
+        }
+    }
+}
+
+/// `<state-dir>/v1/checkpointer.decommissioned`: written by the pre-stop hook on a proved
+/// decommission; whichever copy holds the lock then retires what the checkpointer manages.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct Marker {
+    reason: String,
+    at: String,
+    pod: Option<String>,
+}
+
+impl Marker {
+    fn path(state_dir: &HostPath) -> HostPath {
+        state_dir.join("v1/checkpointer.decommissioned").expect("a valid name")
+    }
+
+    fn load(fs: &HostFs, state_dir: &HostPath) -> Option<Self> {
+        fs.read(&Self::path(state_dir))
+            .ok()
+            .flatten()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+    }
+
+    fn store(&self, fs: &HostFs, state_dir: &HostPath) -> Result<(), crate::hostfs::HostFsError> {
+        let bytes = serde_json::to_vec(self).expect("serializes");
+        fs.write_file(&Self::path(state_dir), &bytes, MANIFEST_MODE, Role::Manifest)
+    }
+
+    fn remove(fs: &HostFs, state_dir: &HostPath) -> anyhow::Result<()> {
+        remove_file(fs, &Self::path(state_dir))
     }
 }
 
@@ -212,55 +769,17 @@ struct Machine {
     local_ready_since: BTreeMap<String, Duration>,
     /// Parents (file stems) that cannot be made a valid static pod: reported once.
     refused: BTreeSet<String>,
+    memory: Memory,
+    /// The checkpointer's own owner, once known.
+    self_owner: Option<String>,
+    /// Checkpoints a decommission had to leave, reported once.
+    left_reported: BTreeSet<String>,
 }
 
 impl Machine {
     /// Rebuilds the per-owner state from the checkpoints on disk (after a restart or a reboot).
     fn load_from_disk(&mut self, now: Duration) {
-        let Ok(dir) = self
-            .fs
-            .resolve(&self.paths.inactive_file("x"))
-            .map(|p| p.parent().expect("dir").to_path_buf())
-        else {
-            return;
-        };
-        let Ok(entries) = std::fs::read_dir(&dir) else { return };
-        let mut found: Vec<(SystemTime, String, String, GenerationFiles, bool)> = Vec::new();
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let Some(stem) = name.strip_suffix(".json").filter(|_| !name.starts_with('.')) else {
-                continue;
-            };
-            let Ok(pod) = std::fs::read(entry.path())
-                .map_err(|_| ())
-                .and_then(|b| serde_json::from_slice::<Pod>(&b).map_err(|_| ()))
-            else {
-                tracing::warn!(file = %entry.path().display(), "unreadable checkpoint left alone");
-                continue;
-            };
-            let annotations = pod.metadata.annotations.clone().unwrap_or_default();
-            let Some(of) = annotations.get(CHECKPOINT_OF_ANNOTATION) else {
-                continue;
-            };
-            let namespace = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
-            // A bootkube checkpoint has no owner annotation: keyed as a bare pod of that name.
-            let owner = annotations
-                .get(CHECKPOINT_OWNER_ANNOTATION)
-                .cloned()
-                .unwrap_or_else(|| format!("Pod/{namespace}/{of}/unknown"));
-            let host_network = pod.spec.as_ref().and_then(|s| s.host_network).unwrap_or(false);
-            let mtime = entry
-                .metadata()
-                .and_then(|m| m.modified())
-                .unwrap_or(SystemTime::UNIX_EPOCH);
-            let files = GenerationFiles {
-                namespace: pod.metadata.namespace.clone().unwrap_or_default(),
-                pod: of.clone(),
-            };
-            found.push((mtime, owner, stem.to_owned(), files, host_network));
-        }
-        found.sort_by_key(|f| f.0);
-        for (_, owner, stem, files, host_network) in found {
+        for (_, owner, stem, files, host_network) in self.read_checkpoints() {
             let active = self
                 .fs
                 .observe(&self.paths.active_file(&stem))
@@ -276,31 +795,107 @@ impl Machine {
         tracing::info!(owners = self.states.len(), generations = self.files.len(), at = ?now, "checkpoints found on disk");
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// The checkpoints in the inactive directory, oldest first: (mtime, owner, stem, files,
+    /// hostNetwork).
+    fn read_checkpoints(&self) -> Vec<(SystemTime, String, String, GenerationFiles, bool)> {
+        let Ok(dir) = self
+            .fs
+            .resolve(&self.paths.inactive_file("x"))
+            .map(|p| p.parent().expect("dir").to_path_buf())
+        else {
+            return Vec::new();
+        };
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return Vec::new();
+        };
+        let mut found = Vec::new();
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(stem) = name.strip_suffix(".json").filter(|_| !name.starts_with('.')) else {
+                continue;
+            };
+            let Ok(pod) = std::fs::read(entry.path())
+                .map_err(|_| ())
+                .and_then(|b| serde_json::from_slice::<Pod>(&b).map_err(|_| ()))
+            else {
+                tracing::warn!(file = %entry.path().display(), "unreadable checkpoint left alone");
+                continue;
+            };
+            let Some(owner) = sanitize::checkpoint_owner(&pod) else {
+                continue;
+            };
+            let of = pod
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(CHECKPOINT_OF_ANNOTATION))
+                .cloned()
+                .unwrap_or_default();
+            let host_network = pod.spec.as_ref().and_then(|s| s.host_network).unwrap_or(false);
+            let mtime = entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .unwrap_or(SystemTime::UNIX_EPOCH);
+            let files = GenerationFiles {
+                namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+                pod: of,
+            };
+            found.push((mtime, owner, stem.to_owned(), files, host_network));
+        }
+        found.sort_by_key(|f| f.0);
+        found
+    }
+
+    /// The owner of the checkpoint of parent pod `of`.
+    fn owner_of_checkpoint(&self, of: &str) -> Option<String> {
+        self.read_checkpoints()
+            .into_iter()
+            .find(|(_, _, _, files, _)| files.pod == of)
+            .map(|(_, owner, ..)| owner)
+    }
+
+    /// One pass; returns how many actions failed.
     async fn step(
         &mut self,
-        cfg: &checkpoint::Config,
+        setup: &Setup,
         now: Duration,
-        api_reachable: bool,
-        store: &reflector::Store<Pod>,
-        client: Option<&kube::Client>,
+        api: &ApiLink,
         kubelet: &KubeletClient,
-        node: &str,
-    ) {
-        // What the kubelet really runs: pods of an owner, never checkpoint copies.
+        decommissioned: bool,
+    ) -> u64 {
+        let mut failed = 0;
+        let api_reachable = api.reachable();
+        let client = api.client.as_ref();
+        let node = setup.node.as_str();
+        // What the kubelet really runs: pods of an owner, never checkpoint copies. A failed
+        // query is "unknown", never "nothing runs".
         let local_pods = match kubelet.pods().await {
-            Ok(pods) => pods,
+            Ok(pods) => {
+                setup.metrics.kubelet_unknown.set(0);
+                Some(pods)
+            }
             Err(e) => {
-                tracing::warn!(error = %e, "kubelet /pods unavailable; assuming nothing of ours runs here");
-                Vec::new()
+                setup.metrics.kubelet_unknown.set(1);
+                tracing::warn!(error = %e, "kubelet /pods unavailable; what runs here is unknown");
+                None
             }
         };
         let mut local: BTreeMap<String, Vec<Local>> = BTreeMap::new();
         let mut seen = BTreeSet::new();
-        for pod in local_pods.iter().filter(|p| !is_checkpoint_or_static(p)) {
+        let mut memory = self.memory.clone();
+        for pod in local_pods.iter().flatten().filter(|p| !is_checkpoint_or_static(p)) {
             let (Some(key), Some(uid)) = (sanitize::controller_key(pod), pod.metadata.uid.clone()) else {
                 continue;
             };
+            if let Some((name, namespace)) = &setup.pod
+                && pod.metadata.name.as_ref() == Some(name)
+                && pod.metadata.namespace.as_ref() == Some(namespace)
+            {
+                memory.self_owner = Some(key.clone());
+            }
+            if pod_phase(pod) == Some("Running") {
+                memory.seen.insert(key.clone());
+            }
             seen.insert(uid.clone());
             let ready_since = running_ready(pod).then(|| *self.local_ready_since.entry(uid.clone()).or_insert(now));
             if ready_since.is_none() {
@@ -309,10 +904,25 @@ impl Machine {
             local.entry(key).or_default().push(Local { uid, ready_since });
         }
         self.local_ready_since.retain(|uid, _| seen.contains(uid));
+        if let Some((name, namespace)) = &setup.pod
+            && let Some(own) = api
+                .pods()
+                .iter()
+                .find(|p| p.metadata.name.as_ref() == Some(name) && p.metadata.namespace.as_ref() == Some(namespace))
+        {
+            memory.self_owner = sanitize::controller_key(own);
+        }
+        if memory != self.memory {
+            memory.store(&self.fs, &setup.state_dir);
+            self.memory = memory;
+        }
+        if self.self_owner.is_none() {
+            self.self_owner = self.memory.self_owner.clone();
+        }
 
         let mut parents: BTreeMap<String, Vec<(Parent, Pod)>> = BTreeMap::new();
         if api_reachable {
-            for pod in store.state().iter().filter(|p| sanitize::is_parent(p)) {
+            for pod in api.pods().iter().filter(|p| sanitize::is_parent(p)) {
                 let Some(key) = sanitize::controller_key(pod) else {
                     continue;
                 };
@@ -338,12 +948,23 @@ impl Machine {
             _ => None,
         };
 
-        let keys: BTreeSet<String> = self.states.keys().chain(parents.keys()).cloned().collect();
+        // The checkpointer's own owner last: in a decommission it goes when nothing else is left.
+        let mut keys: Vec<String> = self
+            .states
+            .keys()
+            .chain(parents.keys())
+            .cloned()
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        keys.sort_by_key(|k| Some(k) == self.self_owner.as_ref());
         for key in keys {
+            let is_self = Some(&key) == self.self_owner.as_ref();
             let wants = match (api_reachable, client) {
-                (true, Some(c)) => owner_wants_node(c, &key, node_facts.as_ref(), store).await,
+                (true, Some(c)) => owner_wants_node(c, &key, node_facts.as_ref(), &api.pods()).await,
                 _ => None,
             };
+            let others_left = self.states.iter().any(|(k, s)| k != &key && !s.generations.is_empty());
             let obs = Observation {
                 now,
                 api_reachable,
@@ -351,11 +972,20 @@ impl Machine {
                     .get(&key)
                     .map(|p| p.iter().map(|(p, _)| p.clone()).collect())
                     .unwrap_or_default(),
-                local: local.get(&key).cloned().unwrap_or_default(),
+                local: match &local_pods {
+                    Some(_) => LocalView::Known(local.get(&key).cloned().unwrap_or_default()),
+                    None => LocalView::Unknown {
+                        seen_since_boot: self.memory.seen.contains(&key),
+                    },
+                },
                 owner_wants_node: wants,
+                is_self,
+                decommissioned,
+                others_left,
             };
             let state = self.states.get(&key).cloned().unwrap_or_default();
-            let (mut next, actions) = checkpoint::decide(&state, &obs, cfg);
+            tracing::debug!(owner = %key, ?state, ?obs, "deciding");
+            let (mut next, actions) = checkpoint::decide(&state, &obs, &setup.cfg);
             for action in actions {
                 tracing::info!(owner = %key, ?action, "checkpoint action");
                 let result = match &action {
@@ -392,11 +1022,26 @@ impl Machine {
                     Action::Deactivate { name } => self.remove_file(&self.paths.active_file(name)),
                     Action::Retire { name } => self.retire(name),
                 };
+                let kind = match &action {
+                    Action::Checkpoint { .. } => "checkpoint",
+                    Action::Activate { .. } => "activate",
+                    Action::Deactivate { .. } => "deactivate",
+                    Action::Retire { .. } => "retire",
+                };
+                if result.is_ok() {
+                    setup
+                        .metrics
+                        .actions
+                        .get_or_create(&ActionLabels { action: kind })
+                        .inc();
+                }
                 if let Err(e) = result {
                     let reported = matches!(&action, Action::Checkpoint { name, .. } if self.refused.contains(name));
                     if reported {
                         tracing::debug!(owner = %key, ?action, "parent not checkpointable (already reported)");
                     } else {
+                        failed += 1;
+                        setup.metrics.failed_actions.inc();
                         tracing::error!(owner = %key, ?action, error = %crate::commands::error_chain(&e), "checkpoint action failed; will retry");
                     }
                     // Undo the state machine's belief so the next step tries again.
@@ -416,12 +1061,20 @@ impl Machine {
                     }
                 }
             }
+            if decommissioned {
+                for g in &next.generations {
+                    if self.left_reported.insert(g.name.clone()) {
+                        tracing::warn!(owner = %key, checkpoint = %g.name, active = g.active, "decommissioned checkpointer: checkpoint left until its owner's pod runs Ready here or the owner no longer wants this node");
+                    }
+                }
+            }
             if next.generations.is_empty() && next.unwanted_since.is_none() {
                 self.states.remove(&key);
             } else {
                 self.states.insert(key, next);
             }
         }
+        failed
     }
 
     /// Writes a new generation: the secret and configmap files first, the inactive manifest last.
@@ -521,18 +1174,7 @@ impl Machine {
     }
 
     fn remove_file(&self, path: &HostPath) -> anyhow::Result<()> {
-        let sha256 = match self.fs.observe(path)? {
-            crate::plan::Observed::File { sha256, .. } => sha256,
-            crate::plan::Observed::Missing => return Ok(()),
-            other => anyhow::bail!("{path}: {other:?} where a checkpoint was expected"),
-        };
-        let op = Op::Remove {
-            path: path.clone(),
-            role: Role::Manifest,
-            expected_sha256: sha256,
-        };
-        self.fs.execute(std::slice::from_ref(&op)).map_err(|(e, _)| e)?;
-        Ok(())
+        remove_file(&self.fs, path)
     }
 
     /// The manifest first, then the inactive copy, then its secrets and configmaps.
@@ -547,6 +1189,22 @@ impl Machine {
         }
         Ok(())
     }
+}
+
+/// Removes one file we wrote (re-checked just before `unlink`); a missing file is success.
+fn remove_file(fs: &HostFs, path: &HostPath) -> anyhow::Result<()> {
+    let sha256 = match fs.observe(path)? {
+        crate::plan::Observed::File { sha256, .. } => sha256,
+        crate::plan::Observed::Missing => return Ok(()),
+        other => anyhow::bail!("{path}: {other:?} where a file of ours was expected"),
+    };
+    let op = Op::Remove {
+        path: path.clone(),
+        role: Role::Manifest,
+        expected_sha256: sha256,
+    };
+    fs.execute(std::slice::from_ref(&op)).map_err(|(e, _)| e)?;
+    Ok(())
 }
 
 fn write_op(path: HostPath, content: Vec<u8>, mode: FileMode, owner: Option<Owner>, role: Role) -> Op {
@@ -606,41 +1264,132 @@ fn ready_for(pod: &Pod) -> Option<Duration> {
     Some(SystemTime::now().duration_since(since).unwrap_or_default())
 }
 
-/// Does the owner still want a pod on this node? Only DaemonSets (by their node selection) and
-/// bare pods (by existing) can be judged; anything else is unknown and never retired this way.
+fn pod_phase(pod: &Pod) -> Option<&str> {
+    pod.status.as_ref()?.phase.as_deref()
+}
+
+/// Does the owner still want a pod on this node? `Some(false)` only on positive evidence:
+/// - a DaemonSet (whatever its UID: one recreated under the same name is the same owner): gone
+///   (404), being deleted, or no longer selecting this node (the rule pre-stop uses);
+/// - a Deployment or StatefulSet: gone, being deleted, its template no longer selecting this
+///   node, or all its replicas updated and Ready with none of its pods on this node (it placed
+///   them elsewhere);
+/// - a bare pod: no pod of that name on this node.
+///
+/// Anything else — another kind, an unreadable owner, an unreachable API — is unknown, and an
+/// unknown owner is never retired this way.
 async fn owner_wants_node(
     client: &kube::Client,
     key: &str,
     node: Option<&decommission::NodeFacts>,
-    store: &reflector::Store<Pod>,
+    pods_here: &[std::sync::Arc<Pod>],
 ) -> Option<bool> {
-    let mut parts = key.splitn(4, '/');
-    let (kind, namespace, name, uid) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let mut parts = key.splitn(3, '/');
+    let (kind, namespace, name) = (parts.next()?, parts.next()?, parts.next()?);
+    let has_pod_here = || {
+        pods_here.iter().any(|p| {
+            p.metadata.deletion_timestamp.is_none()
+                && !is_checkpoint_or_static(p)
+                && sanitize::controller_key(p).as_deref() == Some(key)
+        })
+    };
+    let selects = |template: Option<&k8s_openapi::api::core::v1::PodSpec>| -> Option<bool> {
+        let node = node?;
+        let selection = decommission::NodeSelection {
+            node_selector: template
+                .and_then(|s| s.node_selector.clone())
+                .unwrap_or_default()
+                .into_iter()
+                .collect(),
+            required_terms: template
+                .and_then(|s| s.affinity.as_ref())
+                .and_then(|a| a.node_affinity.as_ref())
+                .and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref())
+                .map(|r| r.node_selector_terms.clone())
+                .unwrap_or_default(),
+        };
+        Some(decommission::matches_node(&selection, &node.labels, &node.name))
+    };
+    // Every replica updated and Ready, as the controller last observed.
+    let complete =
+        |generation: Option<i64>, observed: Option<i64>, replicas: i32, updated: Option<i32>, ready: Option<i32>| {
+            observed.is_some_and(|o| Some(o) >= generation)
+                && updated.unwrap_or(0) >= replicas
+                && ready.unwrap_or(0) >= replicas
+        };
     match kind {
-        "DaemonSet" => {
-            match kubeapi::lookup(
-                &Api::<DaemonSet>::namespaced(client.clone(), namespace),
-                name,
-                API_TIMEOUT,
-            )
-            .await
-            {
-                Lookup::NotFound => Some(false),
-                Lookup::Found(ds) if ds.metadata.uid.as_deref() != Some(uid) => Some(false),
-                Lookup::Found(ds) => {
-                    let facts = decommission::daemonset_facts(&ds);
-                    let node = node?;
-                    Some(!facts.deleting && decommission::matches_node(&facts.selection, &node.labels, &node.name))
-                }
-                Lookup::Unavailable(_) => None,
+        "DaemonSet" => match kubeapi::lookup(
+            &Api::<DaemonSet>::namespaced(client.clone(), namespace),
+            name,
+            API_TIMEOUT,
+        )
+        .await
+        {
+            Lookup::NotFound => Some(false),
+            Lookup::Found(ds) => {
+                let facts = decommission::daemonset_facts(&ds);
+                let node = node?;
+                Some(!facts.deleting && decommission::matches_node(&facts.selection, &node.labels, &node.name))
             }
-        }
-        "Pod" => Some(store.state().iter().any(|p| {
-            p.metadata.uid.as_deref() == Some(uid)
-                || (uid == "unknown"
-                    && p.metadata.name.as_deref() == Some(name)
-                    && p.metadata.namespace.as_deref() == Some(namespace))
-        })),
+            Lookup::Unavailable(_) => None,
+        },
+        "Deployment" => match kubeapi::lookup(
+            &Api::<Deployment>::namespaced(client.clone(), namespace),
+            name,
+            API_TIMEOUT,
+        )
+        .await
+        {
+            Lookup::NotFound => Some(false),
+            Lookup::Found(d) => {
+                if d.metadata.deletion_timestamp.is_some() {
+                    return Some(false);
+                }
+                let spec = d.spec.as_ref()?;
+                if !selects(spec.template.spec.as_ref())? {
+                    return Some(false);
+                }
+                let status = d.status.clone().unwrap_or_default();
+                let done = complete(
+                    d.metadata.generation,
+                    status.observed_generation,
+                    spec.replicas.unwrap_or(1),
+                    status.updated_replicas,
+                    status.ready_replicas,
+                );
+                Some(!done || has_pod_here())
+            }
+            Lookup::Unavailable(_) => None,
+        },
+        "StatefulSet" => match kubeapi::lookup(
+            &Api::<StatefulSet>::namespaced(client.clone(), namespace),
+            name,
+            API_TIMEOUT,
+        )
+        .await
+        {
+            Lookup::NotFound => Some(false),
+            Lookup::Found(ss) => {
+                if ss.metadata.deletion_timestamp.is_some() {
+                    return Some(false);
+                }
+                let spec = ss.spec.as_ref()?;
+                if !selects(spec.template.spec.as_ref())? {
+                    return Some(false);
+                }
+                let status = ss.status.clone().unwrap_or_default();
+                let done = complete(
+                    ss.metadata.generation,
+                    status.observed_generation,
+                    spec.replicas.unwrap_or(1),
+                    status.updated_replicas,
+                    status.ready_replicas,
+                );
+                Some(!done || has_pod_here())
+            }
+            Lookup::Unavailable(_) => None,
+        },
+        "Pod" => Some(has_pod_here()),
         _ => None,
     }
 }

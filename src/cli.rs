@@ -292,6 +292,24 @@ pub enum CheckpointerAction {
         /// The pod; `-` or nothing reads stdin.
         file: Option<PathBuf>,
     },
+    /// The checkpointer DaemonSet's preStop hook: on a proved decommission of the checkpointer
+    /// on this node (its DaemonSet gone, the node deselected or deleted), mark it decommissioned
+    /// and wait while the running copy retires what it manages, its own checkpoint last. Exits
+    /// 0 when everything is gone or nothing is decommissioned, 1 when checkpoints had to be left
+    /// (each named in the log and in a Warning Event `CheckpointsLeft`).
+    PreStop(Box<CheckpointerPreStopArgs>),
+}
+
+#[derive(Debug, Args)]
+pub struct CheckpointerPreStopArgs {
+    #[command(flatten)]
+    pub run: CheckpointerRunArgs,
+    /// guarded: only on evidence of a decommission; never; always.
+    #[arg(long, env = "KUBE_ANCHOR_CLEANUP", value_enum, default_value_t = crate::decommission::CleanupMode::Guarded)]
+    pub cleanup: crate::decommission::CleanupMode,
+    /// The whole hook finishes within this (keep it below terminationGracePeriodSeconds).
+    #[arg(long, env = "KUBE_ANCHOR_PRESTOP_TIMEOUT", default_value = "30s", value_parser = duration)]
+    pub timeout: std::time::Duration,
 }
 
 #[derive(Debug, Args)]
@@ -300,6 +318,8 @@ pub struct CheckpointerRunArgs {
     pub node: NodeArgs,
     #[command(flatten)]
     pub identity: IdentityArgs,
+    #[command(flatten)]
+    pub endpoints: EndpointArgs,
     /// Inactive checkpoints (kept for the next boot).
     #[arg(
         long,
@@ -343,6 +363,18 @@ pub struct CheckpointerRunArgs {
     /// How often the node is looked at.
     #[arg(long, env = "KUBE_ANCHOR_INTERVAL", default_value = "5s", value_parser = duration)]
     pub interval: std::time::Duration,
+    /// Set only in the checkpoint copy (through the downward API, from its `checkpoint-of`
+    /// annotation, which only the copy has): the parent it was made from. That copy stands by
+    /// while its DaemonSet copy runs.
+    #[arg(long, env = "KUBE_ANCHOR_CHECKPOINT_OF")]
+    pub checkpoint_of: Option<String>,
+    /// Changes at every boot (what has run on the node since it booted).
+    #[arg(
+        long,
+        env = "KUBE_ANCHOR_BOOT_ID_FILE",
+        default_value = "/proc/sys/kernel/random/boot_id"
+    )]
+    pub boot_id_file: PathBuf,
 }
 
 /// Who and where this anchor is (downward API), and how it reaches the API.

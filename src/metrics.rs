@@ -62,6 +62,28 @@ impl Metrics {
         Self { registry, ..m }
     }
 
+    /// The same prefix and labels with nothing registered: for a daemon with metrics of its own
+    /// (the checkpointer), added with [`Metrics::register`].
+    pub fn unregistered(component: &str) -> Self {
+        Self {
+            registry: Registry::with_prefix_and_labels(
+                "kube_anchor",
+                [("component".into(), component.to_owned().into())].into_iter(),
+            ),
+            writes: Counter::default(),
+            repairs: Counter::default(),
+            rollbacks: Counter::default(),
+            sync_errors: Counter::default(),
+            last_sync: Gauge::default(),
+            converged: Gauge::default(),
+            last_known_good_failing: Gauge::default(),
+        }
+    }
+
+    pub fn register(&mut self, name: &str, help: &str, metric: impl prometheus_client::registry::Metric) {
+        self.registry.register(name, help, metric);
+    }
+
     pub fn encode(&self) -> String {
         let mut out = String::new();
         encode(&mut out, &self.registry).expect("writing to a String");

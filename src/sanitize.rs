@@ -185,8 +185,13 @@ pub fn sanitize(parent: &Pod, layout: &Layout) -> Result<Checkpoint, SanitizeErr
     Ok(Checkpoint { pod, materials })
 }
 
-/// `<kind>/<namespace>/<name>/<uid>` of the pod's controller, or of the pod itself when it has
-/// none.
+/// The owner a checkpoint belongs to: `<kind>/<namespace>/<name>` of the workload that keeps a
+/// pod on this node. No UID: a DaemonSet recreated under the same name (`kubectl replace
+/// --force`, orphan delete and create, uninstall and install) is the same owner, whose new pods
+/// replace the old ones. A ReplicaSet is resolved to its Deployment (a rollout creates a new
+/// ReplicaSet): a ReplicaSet whose pods carry `pod-template-hash=<h>` and whose name is
+/// `<deployment>-<h>` belongs to that Deployment, which is how the Deployment controller names
+/// them. A pod without a controller is its own owner.
 pub fn controller_key(pod: &Pod) -> Option<String> {
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
     let owner = pod
@@ -195,13 +200,63 @@ pub fn controller_key(pod: &Pod) -> Option<String> {
         .as_ref()
         .and_then(|o| o.iter().find(|r| r.controller == Some(true)));
     match owner {
-        Some(o) => Some(format!("{}/{ns}/{}/{}", o.kind, o.name, o.uid)),
-        None => Some(format!(
-            "Pod/{ns}/{}/{}",
-            pod.metadata.name.as_deref()?,
-            pod.metadata.uid.as_deref()?
-        )),
+        Some(o) => Some(owner_key(&o.kind, ns, &o.name, pod.metadata.labels.as_ref())),
+        None => Some(format!("Pod/{ns}/{}", pod.metadata.name.as_deref()?)),
     }
+}
+
+/// `<kind>/<namespace>/<name>`, a ReplicaSet of a Deployment resolved to the Deployment.
+pub fn owner_key(kind: &str, namespace: &str, name: &str, labels: Option<&BTreeMap<String, String>>) -> String {
+    let hash = labels.and_then(|l| l.get("pod-template-hash"));
+    if kind == "ReplicaSet"
+        && let Some(deployment) = hash.and_then(|h| name.strip_suffix(&format!("-{h}")))
+        && !deployment.is_empty()
+    {
+        return format!("Deployment/{namespace}/{deployment}");
+    }
+    format!("{kind}/{namespace}/{name}")
+}
+
+/// The owner of a checkpoint read from disk. Ours carry the owner annotation (older ones with a
+/// `/<uid>` suffix, dropped here). bootkube's carry none: the owner is inferred from the labels
+/// its controller puts on every pod — a DaemonSet pod has `controller-revision-hash` and
+/// `pod-template-generation` and is named `<daemonset>-<5 chars>`; a Deployment pod has
+/// `pod-template-hash=<h>` and is named `<deployment>-<h>-<5 chars>`. Anything else is keyed
+/// as a bare pod of its name: never judged unwanted, so never retired on a timer.
+pub fn checkpoint_owner(checkpoint: &Pod) -> Option<String> {
+    let m = &checkpoint.metadata;
+    let annotations = m.annotations.as_ref()?;
+    let of = annotations.get(CHECKPOINT_OF_ANNOTATION)?;
+    let ns = m.namespace.as_deref().unwrap_or("default");
+    let labels = m.labels.as_ref();
+    if let Some(owner) = annotations.get(CHECKPOINT_OWNER_ANNOTATION) {
+        let mut parts = owner.splitn(4, '/');
+        if let (Some(kind), Some(ns), Some(name)) = (parts.next(), parts.next(), parts.next())
+            && !kind.is_empty()
+            && !name.is_empty()
+        {
+            return Some(owner_key(kind, ns, name, labels));
+        }
+    }
+    let generated_prefix = |name: &str| {
+        let (prefix, suffix) = name.rsplit_once('-')?;
+        (suffix.len() == 5 && suffix.bytes().all(|b| b.is_ascii_alphanumeric()) && !prefix.is_empty())
+            .then(|| prefix.to_owned())
+    };
+    let label = |k: &str| labels.and_then(|l| l.get(k));
+    if let Some(hash) = label("pod-template-hash")
+        && let Some(rs) = generated_prefix(of)
+        && rs.ends_with(&format!("-{hash}"))
+    {
+        return Some(owner_key("ReplicaSet", ns, &rs, labels));
+    }
+    if label("controller-revision-hash").is_some()
+        && label("pod-template-generation").is_some()
+        && let Some(ds) = generated_prefix(of)
+    {
+        return Some(format!("DaemonSet/{ns}/{ds}"));
+    }
+    Some(format!("Pod/{ns}/{of}"))
 }
 
 enum Converted {
@@ -536,10 +591,7 @@ mod tests {
         assert_eq!(m.labels.as_ref().unwrap()["k8s-app"], "kube-apiserver");
         let a = m.annotations.as_ref().unwrap();
         assert_eq!(a[CHECKPOINT_OF_ANNOTATION], "kube-apiserver-x7k2p");
-        assert_eq!(
-            a[CHECKPOINT_OWNER_ANNOTATION],
-            "DaemonSet/kube-system/kube-apiserver/ds-uid"
-        );
+        assert_eq!(a[CHECKPOINT_OWNER_ANNOTATION], "DaemonSet/kube-system/kube-apiserver");
         assert!(!a.contains_key(CHECKPOINT_ANNOTATION) && !a.contains_key("other"));
         assert!(
             m.uid.is_none()
@@ -673,6 +725,139 @@ mod tests {
             err.to_string()
                 .contains("spec.containers[0].env[0].valueFrom.secretKeyRef"),
             "{err}"
+        );
+    }
+    fn pod_with(
+        name: &str,
+        labels: serde_json::Value,
+        owner: Option<(&str, &str)>,
+        annotations: serde_json::Value,
+    ) -> Pod {
+        let owners: Vec<serde_json::Value> = owner
+            .map(|(kind, name)| serde_json::json!({"apiVersion": "apps/v1", "kind": kind, "name": name, "uid": "u1", "controller": true}))
+            .into_iter()
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "ns", "uid": "pod-uid", "labels": labels,
+                "annotations": annotations, "ownerReferences": owners},
+            "spec": {"containers": [{"name": "c", "image": "i"}]}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn owners_are_workloads_by_name_a_replicaset_resolved_to_its_deployment() {
+        let key = |p: &Pod| controller_key(p).unwrap();
+        let rs = pod_with(
+            "web-7d9f8c6b5d-x2x9q",
+            serde_json::json!({"pod-template-hash": "7d9f8c6b5d"}),
+            Some(("ReplicaSet", "web-7d9f8c6b5d")),
+            serde_json::json!({}),
+        );
+        assert_eq!(key(&rs), "Deployment/ns/web");
+        // The next rollout's ReplicaSet is the same owner.
+        let rs2 = pod_with(
+            "web-55b6f7c7d8-abcde",
+            serde_json::json!({"pod-template-hash": "55b6f7c7d8"}),
+            Some(("ReplicaSet", "web-55b6f7c7d8")),
+            serde_json::json!({}),
+        );
+        assert_eq!(key(&rs2), key(&rs));
+        // A ReplicaSet of its own (no matching hash label) stays a ReplicaSet.
+        let bare_rs = pod_with(
+            "batch-abcde",
+            serde_json::json!({}),
+            Some(("ReplicaSet", "batch")),
+            serde_json::json!({}),
+        );
+        assert_eq!(key(&bare_rs), "ReplicaSet/ns/batch");
+        // A DaemonSet by name: a recreated one (another UID) is the same owner.
+        let ds = pod_with(
+            "agent-abcde",
+            serde_json::json!({}),
+            Some(("DaemonSet", "agent")),
+            serde_json::json!({}),
+        );
+        assert_eq!(key(&ds), "DaemonSet/ns/agent");
+        let bare = pod_with("solo", serde_json::json!({}), None, serde_json::json!({}));
+        assert_eq!(key(&bare), "Pod/ns/solo");
+        // The checkpoint carries it.
+        let mut parent = rs.clone();
+        parent.metadata.annotations = Some([(CHECKPOINT_ANNOTATION.to_string(), "true".to_string())].into());
+        let c = sanitize(&parent, &Layout::default()).unwrap();
+        assert_eq!(checkpoint_owner(&c.pod).as_deref(), Some("Deployment/ns/web"));
+    }
+
+    #[test]
+    fn owners_of_checkpoints_on_disk_older_formats_included() {
+        let of = |name: &str| serde_json::json!({CHECKPOINT_OF_ANNOTATION: name});
+        // Ours, from before owners were keyed by name: the UID is dropped.
+        let mut a = of("agent-abcde");
+        a[CHECKPOINT_OWNER_ANNOTATION] = "DaemonSet/ns/agent/0b5c".into();
+        let old = pod_with("agent-abcde", serde_json::json!({}), None, a);
+        assert_eq!(checkpoint_owner(&old).as_deref(), Some("DaemonSet/ns/agent"));
+        let mut a = of("web-7d9f8c6b5d-x2x9q");
+        a[CHECKPOINT_OWNER_ANNOTATION] = "ReplicaSet/ns/web-7d9f8c6b5d/0b5c".into();
+        let old_rs = pod_with(
+            "web-7d9f8c6b5d-x2x9q",
+            serde_json::json!({"pod-template-hash": "7d9f8c6b5d"}),
+            None,
+            a,
+        );
+        assert_eq!(checkpoint_owner(&old_rs).as_deref(), Some("Deployment/ns/web"));
+        // bootkube's: inferred from the labels its controller sets and the generated name.
+        let ds = pod_with(
+            "kube-apiserver-7hx2p",
+            serde_json::json!({"controller-revision-hash": "5f7", "pod-template-generation": "3"}),
+            None,
+            of("kube-apiserver-7hx2p"),
+        );
+        assert_eq!(checkpoint_owner(&ds).as_deref(), Some("DaemonSet/ns/kube-apiserver"));
+        let deploy = pod_with(
+            "web-7d9f8c6b5d-x2x9q",
+            serde_json::json!({"pod-template-hash": "7d9f8c6b5d"}),
+            None,
+            of("web-7d9f8c6b5d-x2x9q"),
+        );
+        assert_eq!(checkpoint_owner(&deploy).as_deref(), Some("Deployment/ns/web"));
+        let unknown = pod_with("thing", serde_json::json!({}), None, of("thing"));
+        assert_eq!(checkpoint_owner(&unknown).as_deref(), Some("Pod/ns/thing"));
+        // Not a checkpoint.
+        let plain = pod_with("x", serde_json::json!({}), None, serde_json::json!({}));
+        assert_eq!(checkpoint_owner(&plain), None);
+    }
+
+    #[test]
+    fn an_emptydir_survives_for_the_health_socket_of_the_static_copy() {
+        let mut p = parent();
+        let spec = p.spec.as_mut().unwrap();
+        spec.volumes.as_mut().unwrap().push(
+            serde_json::from_value(
+                serde_json::json!({"name": "run", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}),
+            )
+            .unwrap(),
+        );
+        spec.containers[0]
+            .volume_mounts
+            .as_mut()
+            .unwrap()
+            .push(serde_json::from_value(serde_json::json!({"name": "run", "mountPath": "/run/kube-anchor"})).unwrap());
+        let c = sanitize(&p, &Layout::default()).unwrap();
+        let s = c.pod.spec.as_ref().unwrap();
+        assert!(
+            s.volumes
+                .as_ref()
+                .unwrap()
+                .iter()
+                .any(|v| v.name == "run" && v.empty_dir.is_some())
+        );
+        assert!(
+            s.containers[0]
+                .volume_mounts
+                .as_ref()
+                .unwrap()
+                .iter()
+                .any(|m| m.name == "run")
         );
     }
 }

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use crate::checkpoint::{self, Action, Generation, Local, Observation, Parent, State};
+use crate::checkpoint::{self, Action, Generation, Local, LocalView, Observation, Parent, State};
 use crate::decommission::{
     self, Anchors, CleanupMode, DaemonSetFacts, Decision, Evidence, Lookup, NodeFacts, NodeSelection, Owner, PodFacts,
     QuorumGuard, ThisPod,
@@ -161,6 +161,10 @@ struct NodeSim {
     kubelet_at: u64,
     etcd_at: u64,
     checkpointer_at: u64,
+    /// guarded: the checkpointer's DaemonSet pod starts this long after the API is first back
+    /// (the kubelet restarts the pods bound to it; nothing holds its ports); until then its
+    /// static copy acts, with no API and no view of the kubelet.
+    checkpointer_pod_delay: u64,
     tick_phase: u64,
     slots: Vec<Slot>,
 }
@@ -180,6 +184,8 @@ pub fn run_trajectory(policy: Policy, nodes: usize, variant: Variant, seed: u64)
     } else {
         None
     };
+    // A stream of its own, so that the other policies' trajectories stay those of the same seed.
+    let mut checkpointer_rng = Rng::new(seed ^ 0x00C4_EC4B_0117_E5ED);
     let mut ns: Vec<NodeSim> = (0..nodes)
         .map(|i| {
             let boot = rng.secs(20.0, 120.0);
@@ -216,6 +222,7 @@ pub fn run_trajectory(policy: Policy, nodes: usize, variant: Variant, seed: u64)
                 kubelet_at,
                 etcd_at,
                 checkpointer_at: kubelet_at + rng.secs(1.0, 3.0),
+                checkpointer_pod_delay: start_delay(&mut checkpointer_rng),
                 tick_phase: rng.next_u64() % TICK,
                 slots,
             }
@@ -447,12 +454,31 @@ pub fn run_trajectory(policy: Policy, nodes: usize, variant: Variant, seed: u64)
                                         ready_since: p.ready_since.filter(|r| t >= *r).map(Duration::from_secs),
                                     })
                                     .collect();
-                                let obs = Observation {
-                                    now: Duration::from_secs(t),
-                                    api_reachable: api,
-                                    parents: if api { parents } else { Vec::new() },
-                                    local,
-                                    owner_wants_node: api.then_some(true),
+                                // The static copy (no credentials) until the DaemonSet copy runs.
+                                let daemonset_copy = api_first_up.is_some_and(|up| t >= up + n.checkpointer_pod_delay);
+                                let obs = if daemonset_copy {
+                                    Observation {
+                                        now: Duration::from_secs(t),
+                                        api_reachable: api,
+                                        parents: if api { parents } else { Vec::new() },
+                                        local: LocalView::Known(local),
+                                        owner_wants_node: api.then_some(true),
+                                        is_self: false,
+                                        decommissioned: false,
+                                        others_left: false,
+                                    }
+                                } else {
+                                    Observation {
+                                        now: Duration::from_secs(t),
+                                        api_reachable: false,
+                                        parents: Vec::new(),
+                                        // After the reboot nothing was seen running yet.
+                                        local: LocalView::Unknown { seen_since_boot: false },
+                                        owner_wants_node: None,
+                                        is_self: false,
+                                        decommissioned: false,
+                                        others_left: false,
+                                    }
                                 };
                                 let (next, actions) = checkpoint::decide(&s.state, &obs, &cfg);
                                 s.state = next;

@@ -57,11 +57,19 @@ fn the_checkpointer_daemonset_checkpoints_itself_with_narrow_mounts() {
     let spec = &template["spec"];
     assert_eq!(spec["containers"][0]["args"][0], "checkpointer");
     assert_eq!(spec["containers"][0]["securityContext"]["readOnlyRootFilesystem"], true);
+    let container = &spec["containers"][0];
+    // Probes over a socket in the pod's own emptyDir (its static copy shares the host network);
+    // the preStop hook retires what the checkpointer manages on a decommission.
+    assert_eq!(container["readinessProbe"]["exec"]["command"][2], "readyz");
+    assert_eq!(container["livenessProbe"]["exec"]["command"][2], "healthz");
+    assert_eq!(container["lifecycle"]["preStop"]["exec"]["command"][2], "pre-stop");
+    assert_eq!(spec["volumes"][0]["name"], "run");
+    assert!(spec["volumes"][0]["emptyDir"].is_mapping());
     let paths: Vec<&str> = spec["volumes"]
         .as_sequence()
         .unwrap()
         .iter()
-        .map(|v| v["hostPath"]["path"].as_str().unwrap())
+        .filter_map(|v| v["hostPath"]["path"].as_str())
         .collect();
     assert_eq!(
         paths,

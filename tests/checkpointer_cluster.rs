@@ -5,6 +5,7 @@
 
 mod support;
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
@@ -287,4 +288,514 @@ async fn a_daemonset_parent_is_checkpointed_activated_and_retired_only_after_its
     );
     assert!(!secret_file(&p2).exists());
     assert!(!active(&p2).exists());
+}
+
+/// Starts the checkpointer (the DaemonSet copy) for `node` with the test's short windows.
+fn start_checkpointer(
+    cp: &cluster::ControlPlane,
+    node: &cluster::NodeHandle,
+    work: &std::path::Path,
+    extra: &[&str],
+) -> Checkpointer {
+    let log = work.join("checkpointer.log");
+    let child = Command::new(BIN)
+        .args(["checkpointer", "--host-root"])
+        .arg(node.host_root())
+        .args(["--node-name", &node.name, "--kubeconfig"])
+        .arg(&cp.admin_kubeconfig)
+        .args(["--kubelet-url", &format!("http://127.0.0.1:{}", node.kubelet_port)])
+        .arg("--boot-id-file")
+        .arg(work.join("boot_id"))
+        .args([
+            "--ready-window",
+            "1s",
+            "--handoff-timeout",
+            "20s",
+            "--interval",
+            "300ms",
+        ])
+        .args(extra)
+        .env("NO_COLOR", "1")
+        .env_remove("KUBE_ANCHOR_CHECKPOINT_OF")
+        .stdout(Stdio::null())
+        .stderr(fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    Checkpointer(child, log)
+}
+
+fn annotated_template(label: &str, extra_spec: serde_json::Value) -> serde_json::Value {
+    let mut spec = serde_json::json!({
+        "tolerations": [{"operator": "Exists"}],
+        "containers": [{"name": "app", "image": "registry.example/app:1"}]
+    });
+    for (k, v) in extra_spec.as_object().unwrap() {
+        spec[k] = v.clone();
+    }
+    serde_json::json!({
+        "metadata": {"labels": {"app": label}, "annotations": {"checkpointer.alpha.coreos.com/checkpoint": "true"}},
+        "spec": spec
+    })
+}
+
+/// The Ready pod with `label` on `node`, other than `not`.
+async fn ready_pod(pods: &Api<Pod>, label: &str, node: &str, not: &[String]) -> Option<Pod> {
+    let list = pods
+        .list(&ListParams::default().labels(&format!("app={label}")))
+        .await
+        .ok()?;
+    list.items.into_iter().find(|p| {
+        p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node)
+            && ready(p)
+            && p.metadata.deletion_timestamp.is_none()
+            && !not.iter().any(|n| Some(n) == p.metadata.name.as_ref())
+    })
+}
+
+fn ready_at(pod: &Pod) -> std::time::SystemTime {
+    pod.status
+        .as_ref()
+        .unwrap()
+        .conditions
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap()
+        .last_transition_time
+        .as_ref()
+        .unwrap()
+        .0
+        .into()
+}
+
+/// `kubectl replace --force` of a DaemonSet: deleted and created again under the same name (a
+/// new UID). Its new pod is the same owner's replacement: the old checkpoint steps aside for
+/// it and is retired after the stable window, not kept active beside it until a timer ends.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_daemonset_recreated_under_the_same_name_is_the_same_owner() {
+    let cp = cluster::shared().await;
+    cp.start_controllers();
+    let node = cp.add_node("ckpt-replace", &[]).await;
+    let ns = cp.namespace("ckptreplace").await;
+    let admin = cp.admin().await;
+    let daemonsets: Api<DaemonSet> = Api::namespaced(admin.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+    let ds: DaemonSet = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "agent"},
+        "spec": {"selector": {"matchLabels": {"app": "agent"}}, "template": annotated_template("agent", serde_json::json!({}))}
+    }))
+    .unwrap();
+    daemonsets.create(&PostParams::default(), &ds).await.unwrap();
+    let p1 = eventually(WAIT, "the first pod", || ready_pod(&pods, "agent", &node.name, &[]))
+        .await
+        .metadata
+        .name
+        .unwrap();
+    let work = tempfile::tempdir().unwrap();
+    fs::write(work.path().join("boot_id"), "b1").unwrap();
+    let c = start_checkpointer(
+        cp,
+        &node,
+        work.path(),
+        &["--stable-window", "6s", "--retire-grace", "60s"],
+    );
+    let host = |p: String| node.host_root().join(p.trim_start_matches('/'));
+    let inactive = |pod: &str| host(format!("/etc/kubernetes/inactive-manifests/{ns}-{pod}.json"));
+    let active = |pod: &str| host(format!("/etc/kubernetes/manifests/{ns}-{pod}.json"));
+    let wait = |what: &str, check: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + WAIT;
+        while !check() {
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}; log:\n{}",
+                c.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    wait("the first checkpoint", &|| inactive(&p1).exists());
+
+    daemonsets.delete("agent", &DeleteParams::foreground()).await.unwrap();
+    eventually(WAIT, "the old DaemonSet gone", || {
+        let daemonsets = daemonsets.clone();
+        async move { daemonsets.get_opt("agent").await.ok()?.is_none().then_some(()) }
+    })
+    .await;
+    daemonsets.create(&PostParams::default(), &ds).await.unwrap();
+    let p2_pod = eventually(WAIT, "the new DaemonSet's pod", || {
+        ready_pod(&pods, "agent", &node.name, std::slice::from_ref(&p1))
+    })
+    .await;
+    let p2 = p2_pod.metadata.name.clone().unwrap();
+    // Ready by the API's clock; give the checkpointer a few passes.
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        !active(&p1).exists(),
+        "the old checkpoint is active beside the new DaemonSet's Ready pod; log:\n{}",
+        c.log()
+    );
+    wait("the old generation retired", &|| !inactive(&p1).exists());
+    let ready_for = std::time::SystemTime::now()
+        .duration_since(ready_at(&p2_pod))
+        .unwrap_or_default();
+    assert!(
+        ready_for >= Duration::from_secs(4),
+        "retired {ready_for:?} after the replacement became Ready"
+    );
+    // The DaemonSet controller may have replaced its first pod meanwhile: the one running now.
+    let current = ready_pod(&pods, "agent", &node.name, std::slice::from_ref(&p1))
+        .await
+        .and_then(|p| p.metadata.name)
+        .unwrap_or(p2);
+    wait("the new pod checkpointed", &|| inactive(&current).exists());
+}
+
+/// A Deployment rollout creates a new ReplicaSet: its pod on this node replaces the old one.
+/// The old ReplicaSet's checkpoint is never left active beside it, and is retired once the new
+/// pod has run Ready for the stable window.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deployment_rollout_retires_the_old_replicasets_checkpoint() {
+    let cp = cluster::shared().await;
+    cp.start_controllers();
+    let node = cp.add_node("ckpt-deploy", &[]).await;
+    let ns = cp.namespace("ckptdeploy").await;
+    let admin = cp.admin().await;
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(admin.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+    let template = |version: &str| {
+        let mut t = annotated_template(
+            "web",
+            serde_json::json!({"nodeSelector": {"kubernetes.io/hostname": node.name}}),
+        );
+        t["metadata"]["annotations"]["version"] = version.into();
+        t
+    };
+    let deployment = serde_json::json!({
+        "metadata": {"name": "web"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}}, "template": template("1")}
+    });
+    deployments
+        .create(&PostParams::default(), &serde_json::from_value(deployment).unwrap())
+        .await
+        .unwrap();
+    let p1 = eventually(WAIT, "the first pod", || ready_pod(&pods, "web", &node.name, &[]))
+        .await
+        .metadata
+        .name
+        .unwrap();
+    let work = tempfile::tempdir().unwrap();
+    fs::write(work.path().join("boot_id"), "b1").unwrap();
+    let c = start_checkpointer(
+        cp,
+        &node,
+        work.path(),
+        &["--stable-window", "4s", "--retire-grace", "60s"],
+    );
+    let host = |p: String| node.host_root().join(p.trim_start_matches('/'));
+    let inactive = |pod: &str| host(format!("/etc/kubernetes/inactive-manifests/{ns}-{pod}.json"));
+    let active = |pod: &str| host(format!("/etc/kubernetes/manifests/{ns}-{pod}.json"));
+    let wait = |what: &str, check: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + WAIT;
+        while !check() {
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}; log:\n{}",
+                c.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    wait("the first checkpoint", &|| inactive(&p1).exists());
+
+    let patch = serde_json::json!({"spec": {"template": template("2")}});
+    deployments
+        .patch(
+            "web",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+    let p2 = eventually(WAIT, "the new ReplicaSet's pod", || {
+        ready_pod(&pods, "web", &node.name, std::slice::from_ref(&p1))
+    })
+    .await
+    .metadata
+    .name
+    .unwrap();
+    wait("the new pod checkpointed", &|| inactive(&p2).exists());
+    wait("the old ReplicaSet's checkpoint retired", &|| !inactive(&p1).exists());
+    assert!(!active(&p1).exists() && !active(&p2).exists(), "log:\n{}", c.log());
+}
+
+async fn set_finalizer(pods: &Api<Pod>, name: &str, on: bool) {
+    let finalizers: Vec<&str> = if on { vec!["kube-anchor.io/test-hold"] } else { vec![] };
+    let patch = serde_json::json!({"metadata": {"finalizers": finalizers}});
+    pods.patch(
+        name,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&patch),
+    )
+    .await
+    .unwrap();
+}
+
+/// The checkpointer's DaemonSet deleted: its pre-stop hook proves the decommission, the copy
+/// holding the lock retires inactive checkpoints and their copies at once, keeps an active one
+/// until its owner's pod runs Ready here (the hook reports it: exit 1 and an Event), and retires
+/// its own checkpoint last.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_decommissioned_checkpointer_retires_what_it_manages_then_itself() {
+    let cp = cluster::shared().await;
+    cp.start_controllers();
+    let node = cp.add_node("ckpt-decom", &[]).await;
+    let ns = cp.namespace("ckptdecom").await;
+    let admin = cp.admin().await;
+    let daemonsets: Api<DaemonSet> = Api::namespaced(admin.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+    let cm: ConfigMap =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "kept-config"}, "data": {"a.conf": "x"}}))
+            .unwrap();
+    Api::<ConfigMap>::namespaced(admin.clone(), &ns)
+        .create(&PostParams::default(), &cm)
+        .await
+        .unwrap();
+    for (name, extra) in [
+        ("self", serde_json::json!({})),
+        (
+            "kept",
+            serde_json::json!({"volumes": [{"name": "config", "configMap": {"name": "kept-config"}}]}),
+        ),
+        ("held", serde_json::json!({})),
+    ] {
+        let ds: DaemonSet = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name},
+            "spec": {"selector": {"matchLabels": {"app": name}}, "template": annotated_template(name, extra),
+                "updateStrategy": {"type": "OnDelete"}}
+        }))
+        .unwrap();
+        daemonsets.create(&PostParams::default(), &ds).await.unwrap();
+    }
+    let mut names = BTreeMap::new();
+    for name in ["self", "kept", "held"] {
+        let pod = eventually(WAIT, "the pods", || ready_pod(&pods, name, &node.name, &[])).await;
+        names.insert(name, pod.metadata.name.unwrap());
+    }
+    let work = tempfile::tempdir().unwrap();
+    fs::write(work.path().join("boot_id"), "b1").unwrap();
+    let identity = [("POD_NAME", names["self"].clone()), ("POD_NAMESPACE", ns.clone())];
+    let mut c = {
+        let log = work.path().join("checkpointer.log");
+        let mut cmd = Command::new(BIN);
+        cmd.args(["checkpointer", "--host-root"])
+            .arg(node.host_root())
+            .args(["--node-name", &node.name, "--kubeconfig"])
+            .arg(&cp.admin_kubeconfig)
+            .args(["--kubelet-url", &format!("http://127.0.0.1:{}", node.kubelet_port)])
+            .arg("--boot-id-file")
+            .arg(work.path().join("boot_id"))
+            .args(["--ready-window", "1s", "--stable-window", "3s", "--interval", "300ms"])
+            .env("NO_COLOR", "1")
+            .env_remove("KUBE_ANCHOR_CHECKPOINT_OF")
+            .envs(identity.clone())
+            .stdout(Stdio::null())
+            .stderr(fs::File::create(&log).unwrap());
+        Checkpointer(cmd.spawn().unwrap(), log)
+    };
+    let host = |p: String| node.host_root().join(p.trim_start_matches('/'));
+    let inactive = |pod: &str| host(format!("/etc/kubernetes/inactive-manifests/{ns}-{pod}.json"));
+    let active = |pod: &str| host(format!("/etc/kubernetes/manifests/{ns}-{pod}.json"));
+    let config_dir = |pod: &str| host(format!("/etc/kubernetes/checkpoint-configmaps/{ns}/{pod}"));
+    let wait = |c: &Checkpointer, what: &str, check: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + WAIT;
+        while !check() {
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}; log:\n{}",
+                c.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    wait(&c, "the checkpoints", &|| names.values().all(|p| inactive(p).exists()));
+    wait(&c, "the checkpointer's own checkpoint active", &|| {
+        active(&names["self"]).exists()
+    });
+    assert!(config_dir(&names["kept"]).exists());
+
+    // "held" loses its pod here, and its replacement cannot be placed (it asks for more than
+    // the node has): the owner still wants the node, nothing of it runs Ready here.
+    let requests = |cpu: &str| {
+        serde_json::json!({"spec": {"template": {"spec": {"containers": [
+            {"name": "app", "image": "registry.example/app:1", "resources": {"requests": {"cpu": cpu}}}
+        ]}}}})
+    };
+    daemonsets
+        .patch(
+            "held",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Strategic(&requests("1000")),
+        )
+        .await
+        .unwrap();
+    pods.delete(&names["held"], &DeleteParams::default()).await.unwrap();
+    wait(&c, "the held owner's checkpoint active", &|| {
+        active(&names["held"]).exists()
+    });
+
+    // The checkpointer's DaemonSet is deleted; its pod stays visible while its hook runs.
+    set_finalizer(&pods, &names["self"], true).await;
+    daemonsets.delete("self", &DeleteParams::background()).await.unwrap();
+    let out = Command::new(BIN)
+        .args(["checkpointer", "pre-stop", "--timeout", "6s", "--host-root"])
+        .arg(node.host_root())
+        .args(["--node-name", &node.name, "--kubeconfig"])
+        .arg(&cp.admin_kubeconfig)
+        .envs(identity.clone())
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let hook_log = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "checkpoints had to be left:\n{hook_log}\n{}",
+        c.log()
+    );
+    assert!(hook_log.contains(&format!("{ns}-{}", names["held"])), "{hook_log}");
+    assert!(!inactive(&names["kept"]).exists(), "inactive: at once");
+    assert!(!config_dir(&names["kept"]).exists(), "with its copies");
+    assert!(
+        active(&names["held"]).exists(),
+        "active: kept while nothing replaces it"
+    );
+    assert!(active(&names["self"]).exists(), "its own: last");
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(admin.clone(), &ns);
+    let event = eventually(WAIT, "a CheckpointsLeft Event", || {
+        let events = events.clone();
+        async move {
+            events
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .find(|e| e.reason.as_deref() == Some("CheckpointsLeft"))
+        }
+    })
+    .await;
+    assert!(event.note.unwrap_or_default().contains(&names["held"]));
+
+    // The held owner's pod runs Ready again: its checkpoint goes, then the checkpointer's own.
+    daemonsets
+        .patch(
+            "held",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Strategic(&requests("10m")),
+        )
+        .await
+        .unwrap();
+    pods.delete_collection(&DeleteParams::default(), &ListParams::default().labels("app=held"))
+        .await
+        .unwrap();
+    wait(&c, "the held owner's checkpoint retired", &|| {
+        !inactive(&names["held"]).exists()
+    });
+    wait(&c, "the checkpointer's own checkpoint retired last", &|| {
+        !inactive(&names["self"]).exists() && !active(&names["self"]).exists()
+    });
+    let leftovers = fs::read_dir(host("/etc/kubernetes/inactive-manifests".into()))
+        .unwrap()
+        .count();
+    assert_eq!(leftovers, 0);
+    assert!(matches!(c.0.try_wait(), Ok(None)));
+    set_finalizer(&pods, &names["self"], false).await;
+}
+
+/// A checkpoint in bootkube's format (no owner annotation) of a DaemonSet pod that no longer
+/// exists: attributed to its DaemonSet from the labels, so the DaemonSet's running pod is its
+/// replacement. It is never activated beside that pod, and retires as an older generation —
+/// not as an unknown bare pod whose name left the API.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bootkube_checkpoint_belongs_to_its_daemonset() {
+    let cp = cluster::shared().await;
+    cp.start_controllers();
+    let node = cp.add_node("ckpt-bootkube", &[]).await;
+    let ns = cp.namespace("ckptbootkube").await;
+    let admin = cp.admin().await;
+    let daemonsets: Api<DaemonSet> = Api::namespaced(admin.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+    let ds: DaemonSet = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "legacy"},
+        "spec": {"selector": {"matchLabels": {"app": "legacy"}}, "template": annotated_template("legacy", serde_json::json!({}))}
+    }))
+    .unwrap();
+    daemonsets.create(&PostParams::default(), &ds).await.unwrap();
+    let running = eventually(WAIT, "the DaemonSet's pod", || {
+        ready_pod(&pods, "legacy", &node.name, &[])
+    })
+    .await
+    .metadata
+    .name
+    .unwrap();
+    let host = |p: String| node.host_root().join(p.trim_start_matches('/'));
+    let inactive = |pod: &str| host(format!("/etc/kubernetes/inactive-manifests/{ns}-{pod}.json"));
+    let active = |pod: &str| host(format!("/etc/kubernetes/manifests/{ns}-{pod}.json"));
+    let old = "legacy-b00tk";
+    let checkpoint = serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": old, "namespace": ns,
+            "labels": {"app": "legacy", "controller-revision-hash": "5f7c9", "pod-template-generation": "1"},
+            "annotations": {"checkpointer.alpha.coreos.com/checkpoint-of": old}},
+        "spec": {"containers": [{"name": "app", "image": "registry.example/app:0"}]}
+    });
+    fs::create_dir_all(inactive(old).parent().unwrap()).unwrap();
+    fs::write(inactive(old), serde_json::to_vec(&checkpoint).unwrap()).unwrap();
+
+    // The kubelet's own list lags the API a little: start once it shows the pod Ready too.
+    let kubelet_ready = || {
+        use std::io::{Read, Write};
+        let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", node.kubelet_port)) else {
+            return false;
+        };
+        let _ = write!(stream, "GET /pods HTTP/1.0\r\nHost: localhost\r\n\r\n");
+        let mut text = String::new();
+        let _ = stream.read_to_string(&mut text);
+        let Some((_, body)) = text.split_once("\r\n\r\n") else {
+            return false;
+        };
+        let Ok(list) = serde_json::from_str::<k8s_openapi::List<Pod>>(body) else {
+            return false;
+        };
+        list.items.iter().any(|p| {
+            p.metadata.name.as_deref() == Some(running.as_str())
+                && ready(p)
+                && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+        })
+    };
+    let deadline = Instant::now() + WAIT;
+    while !kubelet_ready() {
+        assert!(Instant::now() < deadline, "the kubelet never showed {running} Ready");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let work = tempfile::tempdir().unwrap();
+    fs::write(work.path().join("boot_id"), "b1").unwrap();
+    let c = start_checkpointer(
+        cp,
+        &node,
+        work.path(),
+        &["--stable-window", "2s", "--retire-grace", "2s"],
+    );
+    let deadline = Instant::now() + WAIT;
+    while inactive(old).exists() || !inactive(&running).exists() {
+        assert!(
+            !active(old).exists(),
+            "bootkube's checkpoint activated beside its DaemonSet's Ready pod; log:\n{}",
+            c.log()
+        );
+        assert!(Instant::now() < deadline, "timed out; log:\n{}", c.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(c.log().contains(&format!("DaemonSet/{ns}/legacy")), "log:\n{}", c.log());
 }

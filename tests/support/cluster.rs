@@ -270,7 +270,9 @@ pub struct TestNode {
     pub static_pod_dir: PathBuf,
     pub root: PathBuf,
     pub kubelet_port: u16,
-    process: Process,
+    /// `None` while stopped ([`ControlPlane::stop_kubelet`]).
+    process: Option<Process>,
+    command: Vec<String>,
 }
 
 /// The control plane of this test binary, started on first use.
@@ -559,13 +561,15 @@ impl ControlPlane {
             let labels: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
             cmd.arg(format!("--node-labels={}", labels.join(",")));
         }
+        let command: Vec<String> = cmd.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
         let process = Process::start(&format!("kubelet-{name}"), cmd, &self.dir);
         let node = TestNode {
             name: name.into(),
             static_pod_dir: static_pod_dir.clone(),
             root: root.clone(),
             kubelet_port,
-            process,
+            process: Some(process),
+            command,
         };
         self.nodes.lock().unwrap().insert(name.into(), node);
         self.wait_node_ready(name, Duration::from_secs(60)).await;
@@ -614,12 +618,35 @@ impl ControlPlane {
                     .lock()
                     .unwrap()
                     .get(name)
-                    .map(|n| n.process.log_tail(40))
+                    .and_then(|n| n.process.as_ref().map(|p| p.log_tail(40)))
                     .unwrap_or_default();
                 panic!("node {name} not Ready after {timeout:?}; kubelet log tail:\n{tail}");
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
+    }
+
+    /// Kills a node's kubelet, as a power loss would (its fake runtime's containers go with it).
+    pub fn stop_kubelet(&self, name: &str) {
+        let process = self.nodes.lock().unwrap().get_mut(name).and_then(|n| n.process.take());
+        if let Some(p) = process {
+            p.stop();
+        }
+    }
+
+    /// Starts a stopped kubelet again with its first command line; does not wait for the API.
+    pub fn start_kubelet(&self, name: &str) {
+        let mut nodes = self.nodes.lock().unwrap();
+        let node = nodes.get_mut(name).expect("a node of this control plane");
+        assert!(node.process.is_none(), "kubelet {name} is running");
+        let mut cmd = Command::new(tool("kubelet"));
+        cmd.args(&node.command);
+        node.process = Some(Process::start(&format!("kubelet-{name}"), cmd, &self.dir));
+    }
+
+    /// Starts kube-apiserver again after [`ControlPlane::stop_apiserver`].
+    pub async fn start_apiserver_again(&self) {
+        self.start_apiserver().await;
     }
 
     pub fn log_of(&self, process: &str) -> PathBuf {
