@@ -33,7 +33,7 @@ use std::sync::atomic::AtomicU64;
 use crate::checkpoint::{self, Action, Generation, Local, LocalView, Observation, Parent, State};
 use crate::cli::{CheckpointerAction, CheckpointerArgs, CheckpointerPreStopArgs, CheckpointerRunArgs};
 use crate::config::{FileMode, Owner, Role};
-use crate::decommission::{self, CleanupMode, Decision, Evidence, Lookup};
+use crate::decommission::{self, Decision, Lookup};
 use crate::desired::{DesiredFile, sha256_hex};
 use crate::hostfs::HostFs;
 use crate::hostpath::{AllowedRoots, HostPath};
@@ -131,21 +131,21 @@ async fn pre_stop(args: CheckpointerPreStopArgs) -> anyhow::Result<ExitCode> {
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err("timed out building the client".to_owned()),
     };
-    let evidence = match (args.cleanup, &client) {
-        (CleanupMode::Guarded, Ok(client)) => gather(client, identity, remaining()).await,
-        (CleanupMode::Guarded, Err(why)) => Evidence {
-            owner: Lookup::Unavailable(why.clone()),
-            daemonset: None,
-            node: Lookup::Unavailable(why.clone()),
-        },
-        _ => Evidence {
-            owner: Lookup::NotFound,
-            daemonset: None,
-            node: Lookup::NotFound,
-        },
-    };
-    let reason = match decommission::decide(args.cleanup, &evidence) {
-        Decision::Keep(reason) => {
+    // The anchors' rule, with the same double look; the checkpointer has no quorum.
+    let this = crate::prestop::this_pod(identity);
+    let evidence_until = deadline.checked_sub(REPORT_TIME).unwrap_or_else(Instant::now);
+    let decision = crate::prestop::decide_with_evidence(
+        args.cleanup,
+        false,
+        args.confirm_interval,
+        this.as_ref(),
+        &client,
+        CHECKPOINTER_COMPONENT,
+        evidence_until,
+    )
+    .await;
+    let reason = match decision {
+        Decision::Keep(reason) | Decision::Held(reason) => {
             tracing::info!(decision = "keep", %reason, "checkpointer pre-stop: the checkpoints stay");
             return Ok(ExitCode::SUCCESS);
         }
@@ -208,38 +208,10 @@ fn remaining_checkpoints(fs: &HostFs, paths: &Paths) -> Vec<String> {
     left
 }
 
-async fn gather(client: &kube::Client, identity: &crate::cli::IdentityArgs, budget: Duration) -> Evidence {
-    let budget = API_TIMEOUT.min(budget.saturating_sub(REPORT_TIME));
-    let (Some(pod_name), Some(namespace), Some(node_name)) =
-        (&identity.pod_name, &identity.pod_namespace, &identity.node_name)
-    else {
-        let why = "POD_NAME, POD_NAMESPACE and NODE_NAME are needed to look anything up";
-        return Evidence {
-            owner: Lookup::Unavailable(why.into()),
-            daemonset: None,
-            node: Lookup::Unavailable(why.into()),
-        };
-    };
-    let node = kubeapi::lookup(&Api::<Node>::all(client.clone()), node_name, budget)
-        .await
-        .map(|n| decommission::node_facts(&n));
-    let owner = kubeapi::lookup(&Api::<Pod>::namespaced(client.clone(), namespace), pod_name, budget)
-        .await
-        .map(|p| decommission::daemonset_owner(&p));
-    let daemonset = match &owner {
-        Lookup::Found(Some(owner)) => Some(
-            kubeapi::lookup(
-                &Api::<DaemonSet>::namespaced(client.clone(), namespace),
-                &owner.name,
-                budget,
-            )
-            .await
-            .map(|d| decommission::daemonset_facts(&d)),
-        ),
-        _ => None,
-    };
-    Evidence { owner, daemonset, node }
-}
+/// The component name the pod-checkpointer chart labels its pods with
+/// (`app.kubernetes.io/component`): another checkpointer DaemonSet that wants this node (a
+/// renamed release) keeps the checkpoints, as another anchor keeps a component.
+const CHECKPOINTER_COMPONENT: &str = "pod-checkpointer";
 
 /// The checkpointer's own metrics (prefix `kube_anchor_`, label `component`).
 #[derive(Clone, Default)]
@@ -402,7 +374,7 @@ async fn run(args: CheckpointerRunArgs) -> anyhow::Result<()> {
         pod: args.identity.pod_name.clone().zip(args.identity.pod_namespace.clone()),
         checkpoint_of,
         shared: {
-            let mut registry = Metrics::unregistered("pod-checkpointer");
+            let mut registry = Metrics::unregistered(CHECKPOINTER_COMPONENT);
             metrics.register(&mut registry);
             Shared::new(registry)
         },

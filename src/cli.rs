@@ -310,6 +310,9 @@ pub struct CheckpointerPreStopArgs {
     /// The whole hook finishes within this (keep it below terminationGracePeriodSeconds).
     #[arg(long, env = "KUBE_ANCHOR_PRESTOP_TIMEOUT", default_value = "30s", value_parser = duration)]
     pub timeout: std::time::Duration,
+    /// Evidence of a decommission must hold twice, this far apart.
+    #[arg(long, env = "KUBE_ANCHOR_PRESTOP_CONFIRM_INTERVAL", default_value = "2s", value_parser = duration)]
+    pub confirm_interval: std::time::Duration,
 }
 
 #[derive(Debug, Args)]

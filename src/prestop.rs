@@ -72,46 +72,18 @@ async fn run_inner(args: &PreStopArgs, deadline: Instant) -> anyhow::Result<Exit
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err("timed out building the client".into()),
     };
-    let this = match (
-        &args.identity.pod_name,
-        &args.identity.pod_namespace,
-        &args.identity.node_name,
-    ) {
-        (Some(name), Some(namespace), Some(node)) => Some(ThisPod {
-            namespace: namespace.clone(),
-            name: name.clone(),
-            node: node.clone(),
-        }),
-        _ => None,
-    };
-    let decision = match (args.cleanup, &this, &client) {
-        (CleanupMode::Guarded, None, _) => {
-            Decision::Keep("POD_NAME, POD_NAMESPACE and NODE_NAME are needed to look anything up".into())
-        }
-        (CleanupMode::Guarded, Some(_), Err(why)) => Decision::Keep(format!("{why}: no evidence")),
-        (CleanupMode::Guarded, Some(this), Ok(client)) => {
-            let guard = args.quorum_guard.applies_to(&component);
-            let look = || async {
-                let evidence = gather(client, this, &component, evidence_until).await;
-                tracing::debug!(?evidence, "pre-stop evidence");
-                decommission::decide(CleanupMode::Guarded, guard, this, &evidence)
-            };
-            let first = look().await;
-            if !matches!(first, Decision::Remove(_)) {
-                first
-            } else if remaining(evidence_until) < args.confirm_interval {
-                Decision::Keep(format!("{}, but no time is left to confirm it", first.reason()))
-            } else {
-                tracing::info!(reason = first.reason(), "pre-stop: looking again before removing");
-                tokio::time::sleep(args.confirm_interval).await;
-                decommission::confirm(&first, look().await)
-            }
-        }
-        (mode, _, _) => match mode {
-            CleanupMode::Never => Decision::Keep("--cleanup never".into()),
-            _ => Decision::Remove("--cleanup always".into()),
-        },
-    };
+    let this = this_pod(&args.identity);
+    let guard = args.quorum_guard.applies_to(&component);
+    let decision = decide_with_evidence(
+        args.cleanup,
+        guard,
+        args.confirm_interval,
+        this.as_ref(),
+        &client,
+        &component,
+        evidence_until,
+    )
+    .await;
     let reason = match &decision {
         Decision::Keep(reason) => {
             tracing::info!(%component, decision = "keep", %reason, "pre-stop: keeping the component on this node");
@@ -151,6 +123,57 @@ async fn run_inner(args: &PreStopArgs, deadline: Instant) -> anyhow::Result<Exit
     tracing::info!(%component, removed = removed.len(), "pre-stop: removed");
     report(args.output, &component, "remove", &reason, &removed);
     Ok(ExitCode::SUCCESS)
+}
+
+/// This pod, as the downward API names it (all three are needed to look anything up).
+pub fn this_pod(identity: &crate::cli::IdentityArgs) -> Option<ThisPod> {
+    match (&identity.pod_name, &identity.pod_namespace, &identity.node_name) {
+        (Some(name), Some(namespace), Some(node)) => Some(ThisPod {
+            namespace: namespace.clone(),
+            name: name.clone(),
+            node: node.clone(),
+        }),
+        _ => None,
+    }
+}
+
+/// The decision of a preStop hook (the anchors' and the checkpointer's): under `guarded`, the
+/// evidence gathered by `evidence_until` and, when it says remove, gathered again
+/// `confirm_interval` later and confirmed.
+pub async fn decide_with_evidence(
+    cleanup: CleanupMode,
+    quorum_guard: bool,
+    confirm_interval: Duration,
+    this: Option<&ThisPod>,
+    client: &Result<kube::Client, String>,
+    component: &str,
+    evidence_until: Instant,
+) -> Decision {
+    match (cleanup, this, client) {
+        (CleanupMode::Guarded, None, _) => {
+            Decision::Keep("POD_NAME, POD_NAMESPACE and NODE_NAME are needed to look anything up".into())
+        }
+        (CleanupMode::Guarded, Some(_), Err(why)) => Decision::Keep(format!("{why}: no evidence")),
+        (CleanupMode::Guarded, Some(this), Ok(client)) => {
+            let look = || async {
+                let evidence = gather(client, this, component, evidence_until).await;
+                tracing::debug!(?evidence, "pre-stop evidence");
+                decommission::decide(CleanupMode::Guarded, quorum_guard, this, &evidence)
+            };
+            let first = look().await;
+            if !matches!(first, Decision::Remove(_)) {
+                first
+            } else if remaining(evidence_until) < confirm_interval {
+                Decision::Keep(format!("{}, but no time is left to confirm it", first.reason()))
+            } else {
+                tracing::info!(reason = first.reason(), "pre-stop: looking again before removing");
+                tokio::time::sleep(confirm_interval).await;
+                decommission::confirm(&first, look().await)
+            }
+        }
+        (CleanupMode::Never, _, _) => Decision::Keep("--cleanup never".into()),
+        (CleanupMode::Always, _, _) => Decision::Remove("--cleanup always".into()),
+    }
 }
 
 /// Own pod → its DaemonSet owner → that DaemonSet; the Node; every anchor DaemonSet and pod of
