@@ -318,11 +318,18 @@ fn host(args: &CheckpointerRunArgs) -> anyhow::Result<(HostFs, HostPath, Paths)>
             configmaps: HostPath::parse(&args.configmaps_dir)?,
         },
     };
-    let mut roots = vec![state_dir.clone()];
-    for r in &args.node.allowed_roots {
-        roots.push(HostPath::parse(r)?);
-    }
-    let fs = HostFs::new(&args.node.host_root, AllowedRoots::new(roots))?.with_dir_mode(DIR_MODE);
+    // The same rule as the anchors': the state dir is not `/` and holds no allowed root.
+    let roots = args
+        .node
+        .allowed_roots
+        .iter()
+        .map(|r| HostPath::parse(r))
+        .collect::<Result<Vec<_>, _>>()?;
+    let fs = HostFs::new(
+        &args.node.host_root,
+        AllowedRoots::with_state_dir(state_dir.clone(), roots)?,
+    )?
+    .with_dir_mode(DIR_MODE);
     for dir in [
         &paths.inactive,
         &paths.manifests,

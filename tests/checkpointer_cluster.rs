@@ -647,6 +647,22 @@ async fn a_decommissioned_checkpointer_retires_what_it_manages_then_itself() {
     // The checkpointer's DaemonSet is deleted; its pod stays visible while its hook runs.
     set_finalizer(&pods, &names["self"], true).await;
     daemonsets.delete("self", &DeleteParams::background()).await.unwrap();
+    // The kubelet runs the hook once the pod is terminating (the garbage collector deletes it).
+    let deadline = Instant::now() + WAIT;
+    while pods
+        .get(&names["self"])
+        .await
+        .unwrap()
+        .metadata
+        .deletion_timestamp
+        .is_none()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the checkpointer pod never started terminating"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let out = Command::new(BIN)
         .args(["checkpointer", "pre-stop", "--timeout", "6s", "--host-root"])
         .arg(node.host_root())
