@@ -26,19 +26,32 @@ fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
-fn git_commit() -> String {
-    stdout(&run(Command::new("git")
-        .args(["rev-parse", "--short=12", "HEAD"])
-        .current_dir(repo_root())))
+/// Checks a `--version` line: the crate version and a commit of this repository that HEAD
+/// contains (HEAD itself, unless a commit landed after the binary was built).
+fn assert_version_line(line: &str) {
+    let prefix = format!("kube-anchor {} (commit ", env!("CARGO_PKG_VERSION"));
+    let commit = line
+        .strip_prefix(&prefix)
+        .and_then(|rest| rest.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("{line:?} is not \"{prefix}<commit>)\""));
+    assert!(
+        commit.len() == 12 && commit.chars().all(|c| c.is_ascii_hexdigit()),
+        "{line:?}: not a commit"
+    );
+    let ancestor = Command::new("git")
+        .args(["merge-base", "--is-ancestor", commit, "HEAD"])
+        .current_dir(repo_root())
+        .status()
+        .unwrap();
+    assert!(
+        ancestor.success(),
+        "{line:?}: {commit} is not in this checkout's history"
+    );
 }
 
 #[test]
 fn version_names_the_crate_version_and_the_commit() {
-    let version = stdout(&run(Command::new(BIN).arg("--version")));
-    assert_eq!(
-        version,
-        format!("kube-anchor {} (commit {})", env!("CARGO_PKG_VERSION"), git_commit())
-    );
+    assert_version_line(&stdout(&run(Command::new(BIN).arg("--version"))));
 }
 
 #[test]
@@ -127,11 +140,7 @@ fn the_image_is_reproducible_and_runs_its_binary_in_its_own_root() {
             .env("NODE_IP", "10.0.0.10");
         cmd
     };
-    let version = stdout(&run(&mut chroot(&["--version"])));
-    assert_eq!(
-        version,
-        format!("kube-anchor {} (commit {})", env!("CARGO_PKG_VERSION"), git_commit())
-    );
+    assert_version_line(&stdout(&run(&mut chroot(&["--version"]))));
 
     // Nothing but the binary, its libraries, CA certificates and the user database.
     let example = rootfs.join("tmp/example");
