@@ -9,38 +9,17 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use support::checkpointer::{CheckpointFiles, CheckpointerProcess, ready};
 use support::cluster::{self, eventually};
 use support::fixture::BIN;
 
 const WAIT: Duration = Duration::from_secs(90);
-
-struct Checkpointer(Child, PathBuf);
-
-impl Drop for Checkpointer {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Checkpointer {
-    fn log(&self) -> String {
-        fs::read_to_string(&self.1).unwrap_or_default()
-    }
-}
-
-fn ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_daemonset_parent_is_checkpointed_activated_and_retired_only_after_its_replacement_runs() {
@@ -150,10 +129,10 @@ async fn a_daemonset_parent_is_checkpointed_activated_and_retired_only_after_its
         .stderr(fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
-    let c = Checkpointer(child, log);
-    let host = |p: &str| node.host_root().join(p.trim_start_matches('/'));
-    let inactive = |pod: &str| host(&format!("/etc/kubernetes/inactive-manifests/{ns}-{pod}.json"));
-    let active = |pod: &str| host(&format!("/etc/kubernetes/manifests/{ns}-{pod}.json"));
+    let c = CheckpointerProcess { child, log };
+    let files = CheckpointFiles::new(&node, &ns);
+    let host = |p: &str| files.host(p);
+    let (inactive, active) = (|pod: &str| files.inactive(pod), |pod: &str| files.active(pod));
     let secret_file = |pod: &str| {
         host(&format!(
             "/etc/kubernetes/checkpoint-secrets/{ns}/{pod}/app-secret/token"
@@ -296,7 +275,7 @@ fn start_checkpointer(
     node: &cluster::NodeHandle,
     work: &std::path::Path,
     extra: &[&str],
-) -> Checkpointer {
+) -> CheckpointerProcess {
     let log = work.join("checkpointer.log");
     let child = Command::new(BIN)
         .args(["checkpointer", "--host-root"])
@@ -321,7 +300,7 @@ fn start_checkpointer(
         .stderr(fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
-    Checkpointer(child, log)
+    CheckpointerProcess { child, log }
 }
 
 fn annotated_template(label: &str, extra_spec: serde_json::Value) -> serde_json::Value {
@@ -400,21 +379,9 @@ async fn a_daemonset_recreated_under_the_same_name_is_the_same_owner() {
         work.path(),
         &["--stable-window", "6s", "--retire-grace", "60s"],
     );
-    let host = |p: String| node.host_root().join(p.trim_start_matches('/'));
-    let inactive = |pod: &str| host(format!("/etc/kubernetes/inactive-manifests/{ns}-{pod}.json"));
-    let active = |pod: &str| host(format!("/etc/kubernetes/manifests/{ns}-{pod}.json"));
-    let wait = |what: &str, check: &dyn Fn() -> bool| {
-        let deadline = Instant::now() + WAIT;
-        while !check() {
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {what}; log:\n{}",
-                c.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    };
-    wait("the first checkpoint", &|| inactive(&p1).exists());
+    let files = CheckpointFiles::new(&node, &ns);
+    let (inactive, active) = (|pod: &str| files.inactive(pod), |pod: &str| files.active(pod));
+    c.wait_for(WAIT, "the first checkpoint", &|| inactive(&p1).exists());
 
     daemonsets.delete("agent", &DeleteParams::foreground()).await.unwrap();
     eventually(WAIT, "the old DaemonSet gone", || {
@@ -435,7 +402,7 @@ async fn a_daemonset_recreated_under_the_same_name_is_the_same_owner() {
         "the old checkpoint is active beside the new DaemonSet's Ready pod; log:\n{}",
         c.log()
     );
-    wait("the old generation retired", &|| !inactive(&p1).exists());
+    c.wait_for(WAIT, "the old generation retired", &|| !inactive(&p1).exists());
     let ready_for = std::time::SystemTime::now()
         .duration_since(ready_at(&p2_pod))
         .unwrap_or_default();
@@ -448,7 +415,7 @@ async fn a_daemonset_recreated_under_the_same_name_is_the_same_owner() {
         .await
         .and_then(|p| p.metadata.name)
         .unwrap_or(p2);
-    wait("the new pod checkpointed", &|| inactive(&current).exists());
+    c.wait_for(WAIT, "the new pod checkpointed", &|| inactive(&current).exists());
 }
 
 /// A Deployment rollout creates a new ReplicaSet: its pod on this node replaces the old one.
@@ -492,21 +459,9 @@ async fn a_deployment_rollout_retires_the_old_replicasets_checkpoint() {
         work.path(),
         &["--stable-window", "4s", "--retire-grace", "60s"],
     );
-    let host = |p: String| node.host_root().join(p.trim_start_matches('/'));
-    let inactive = |pod: &str| host(format!("/etc/kubernetes/inactive-manifests/{ns}-{pod}.json"));
-    let active = |pod: &str| host(format!("/etc/kubernetes/manifests/{ns}-{pod}.json"));
-    let wait = |what: &str, check: &dyn Fn() -> bool| {
-        let deadline = Instant::now() + WAIT;
-        while !check() {
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {what}; log:\n{}",
-                c.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    };
-    wait("the first checkpoint", &|| inactive(&p1).exists());
+    let files = CheckpointFiles::new(&node, &ns);
+    let (inactive, active) = (|pod: &str| files.inactive(pod), |pod: &str| files.active(pod));
+    c.wait_for(WAIT, "the first checkpoint", &|| inactive(&p1).exists());
 
     let patch = serde_json::json!({"spec": {"template": template("2")}});
     deployments
@@ -524,8 +479,10 @@ async fn a_deployment_rollout_retires_the_old_replicasets_checkpoint() {
     .metadata
     .name
     .unwrap();
-    wait("the new pod checkpointed", &|| inactive(&p2).exists());
-    wait("the old ReplicaSet's checkpoint retired", &|| !inactive(&p1).exists());
+    c.wait_for(WAIT, "the new pod checkpointed", &|| inactive(&p2).exists());
+    c.wait_for(WAIT, "the old ReplicaSet's checkpoint retired", &|| {
+        !inactive(&p1).exists()
+    });
     assert!(!active(&p1).exists() && !active(&p2).exists(), "log:\n{}", c.log());
 }
 
@@ -601,25 +558,19 @@ async fn a_decommissioned_checkpointer_retires_what_it_manages_then_itself() {
             .envs(identity.clone())
             .stdout(Stdio::null())
             .stderr(fs::File::create(&log).unwrap());
-        Checkpointer(cmd.spawn().unwrap(), log)
-    };
-    let host = |p: String| node.host_root().join(p.trim_start_matches('/'));
-    let inactive = |pod: &str| host(format!("/etc/kubernetes/inactive-manifests/{ns}-{pod}.json"));
-    let active = |pod: &str| host(format!("/etc/kubernetes/manifests/{ns}-{pod}.json"));
-    let config_dir = |pod: &str| host(format!("/etc/kubernetes/checkpoint-configmaps/{ns}/{pod}"));
-    let wait = |c: &Checkpointer, what: &str, check: &dyn Fn() -> bool| {
-        let deadline = Instant::now() + WAIT;
-        while !check() {
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {what}; log:\n{}",
-                c.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
+        CheckpointerProcess {
+            child: cmd.spawn().unwrap(),
+            log,
         }
     };
-    wait(&c, "the checkpoints", &|| names.values().all(|p| inactive(p).exists()));
-    wait(&c, "the checkpointer's own checkpoint active", &|| {
+    let files = CheckpointFiles::new(&node, &ns);
+    let host = |p: &str| files.host(p);
+    let (inactive, active) = (|pod: &str| files.inactive(pod), |pod: &str| files.active(pod));
+    let config_dir = |pod: &str| host(&format!("/etc/kubernetes/checkpoint-configmaps/{ns}/{pod}"));
+    c.wait_for(WAIT, "the checkpoints", &|| {
+        names.values().all(|p| inactive(p).exists())
+    });
+    c.wait_for(WAIT, "the checkpointer's own checkpoint active", &|| {
         active(&names["self"]).exists()
     });
     assert!(config_dir(&names["kept"]).exists());
@@ -640,7 +591,7 @@ async fn a_decommissioned_checkpointer_retires_what_it_manages_then_itself() {
         .await
         .unwrap();
     pods.delete(&names["held"], &DeleteParams::default()).await.unwrap();
-    wait(&c, "the held owner's checkpoint active", &|| {
+    c.wait_for(WAIT, "the held owner's checkpoint active", &|| {
         active(&names["held"]).exists()
     });
 
@@ -715,17 +666,17 @@ async fn a_decommissioned_checkpointer_retires_what_it_manages_then_itself() {
     pods.delete_collection(&DeleteParams::default(), &ListParams::default().labels("app=held"))
         .await
         .unwrap();
-    wait(&c, "the held owner's checkpoint retired", &|| {
+    c.wait_for(WAIT, "the held owner's checkpoint retired", &|| {
         !inactive(&names["held"]).exists()
     });
-    wait(&c, "the checkpointer's own checkpoint retired last", &|| {
+    c.wait_for(WAIT, "the checkpointer's own checkpoint retired last", &|| {
         !inactive(&names["self"]).exists() && !active(&names["self"]).exists()
     });
-    let leftovers = fs::read_dir(host("/etc/kubernetes/inactive-manifests".into()))
+    let leftovers = fs::read_dir(host("/etc/kubernetes/inactive-manifests"))
         .unwrap()
         .count();
     assert_eq!(leftovers, 0);
-    assert!(matches!(c.0.try_wait(), Ok(None)));
+    assert!(matches!(c.child.try_wait(), Ok(None)));
     set_finalizer(&pods, &names["self"], false).await;
 }
 
@@ -755,9 +706,8 @@ async fn a_bootkube_checkpoint_belongs_to_its_daemonset() {
     .metadata
     .name
     .unwrap();
-    let host = |p: String| node.host_root().join(p.trim_start_matches('/'));
-    let inactive = |pod: &str| host(format!("/etc/kubernetes/inactive-manifests/{ns}-{pod}.json"));
-    let active = |pod: &str| host(format!("/etc/kubernetes/manifests/{ns}-{pod}.json"));
+    let files = CheckpointFiles::new(&node, &ns);
+    let (inactive, active) = (|pod: &str| files.inactive(pod), |pod: &str| files.active(pod));
     let old = "legacy-b00tk";
     let checkpoint = serde_json::json!({
         "apiVersion": "v1", "kind": "Pod",

@@ -14,44 +14,17 @@ mod support;
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, PostParams};
+use support::checkpointer::{CheckpointFiles, CheckpointerProcess, ready};
 use support::cluster::{self, eventually};
 use support::fixture::BIN;
 
 const WAIT: Duration = Duration::from_secs(120);
-
-struct Copy {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Drop for Copy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Copy {
-    fn log(&self) -> String {
-        fs::read_to_string(&self.log).unwrap_or_default()
-    }
-    fn running(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
-    }
-}
-
-fn ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
 
 const WINDOWS: [&str; 10] = [
     "--ready-window",
@@ -66,7 +39,7 @@ const WINDOWS: [&str; 10] = [
     "300ms",
 ];
 
-fn wait_until(what: &str, logs: &[&Copy], mut check: impl FnMut() -> bool) {
+fn wait_until(what: &str, logs: &[&CheckpointerProcess], mut check: impl FnMut() -> bool) {
     let deadline = Instant::now() + WAIT;
     while !check() {
         if Instant::now() > deadline {
@@ -83,7 +56,7 @@ fn wait_until(what: &str, logs: &[&Copy], mut check: impl FnMut() -> bool) {
 /// Runs the container of a checkpoint on disk as the kubelet would: its args, its literal env,
 /// its downward-API env resolved from the static pod (annotations from the file, the name as
 /// the kubelet names a static pod), plus the given overrides (the host root, the boot id).
-fn run_static_copy(file: &Path, node: &str, overrides: &[(&str, String)], log: PathBuf) -> Copy {
+fn run_static_copy(file: &Path, node: &str, overrides: &[(&str, String)], log: PathBuf) -> CheckpointerProcess {
     let pod: Pod = serde_json::from_slice(&fs::read(file).unwrap()).unwrap();
     let container = &pod.spec.as_ref().unwrap().containers[0];
     let mut cmd = Command::new(BIN);
@@ -122,7 +95,7 @@ fn run_static_copy(file: &Path, node: &str, overrides: &[(&str, String)], log: P
         .stderr(fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
-    Copy { child, log }
+    CheckpointerProcess { child, log }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -231,11 +204,10 @@ async fn after_a_cold_reboot_the_checkpointer_starts_from_disk_and_hands_over_to
             .stderr(fs::File::create(&log).unwrap())
             .spawn()
             .unwrap();
-        Copy { child, log }
+        CheckpointerProcess { child, log }
     };
-    let host = |p: &str| node.host_root().join(p.trim_start_matches('/'));
-    let inactive = |pod: &str| host(&format!("/etc/kubernetes/inactive-manifests/{ns}-{pod}.json"));
-    let active = |pod: &str| host(&format!("/etc/kubernetes/manifests/{ns}-{pod}.json"));
+    let files = CheckpointFiles::new(&node, &ns);
+    let (inactive, active) = (|pod: &str| files.inactive(pod), |pod: &str| files.active(pod));
 
     // Steady state: both checkpointed; the app's inactive beside its pod, the checkpointer's own
     // active beside its DaemonSet copy (the copy that will take over after a reboot).

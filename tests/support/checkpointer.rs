@@ -1,0 +1,83 @@
+//! A `kube-anchor checkpointer` process, a node's checkpoint files, and pod readiness, for the
+//! checkpointer tests.
+
+#![allow(dead_code)]
+
+use std::fs;
+use std::path::PathBuf;
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+
+use super::cluster::NodeHandle;
+
+/// A checkpointer process (killed on drop) and its log file.
+pub struct CheckpointerProcess {
+    pub child: Child,
+    pub log: PathBuf,
+}
+
+impl Drop for CheckpointerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl CheckpointerProcess {
+    pub fn log(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Polls `check` every 50 ms until it holds, or panics after `timeout` with `what` and the log.
+    pub fn wait_for(&self, timeout: Duration, what: &str, check: &dyn Fn() -> bool) {
+        let deadline = Instant::now() + timeout;
+        while !check() {
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}; log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// A node's checkpoint files of the pods of namespace `ns`, as paths under its host root.
+pub struct CheckpointFiles {
+    root: PathBuf,
+    ns: String,
+}
+
+impl CheckpointFiles {
+    pub fn new(node: &NodeHandle, ns: &str) -> Self {
+        Self {
+            root: node.host_root(),
+            ns: ns.into(),
+        }
+    }
+
+    pub fn host(&self, path: &str) -> PathBuf {
+        self.root.join(path.trim_start_matches('/'))
+    }
+
+    pub fn inactive(&self, pod: &str) -> PathBuf {
+        self.host(&format!("/etc/kubernetes/inactive-manifests/{}-{pod}.json", self.ns))
+    }
+
+    pub fn active(&self, pod: &str) -> PathBuf {
+        self.host(&format!("/etc/kubernetes/manifests/{}-{pod}.json", self.ns))
+    }
+}
+
+pub fn ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
