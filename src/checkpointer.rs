@@ -1247,6 +1247,17 @@ fn pod_phase(pod: &Pod) -> Option<&str> {
     pod.status.as_ref()?.phase.as_deref()
 }
 
+/// The fields of a Deployment or StatefulSet that say whether it still wants a node.
+struct Rollout<'a> {
+    deleting: bool,
+    template: Option<&'a k8s_openapi::api::core::v1::PodSpec>,
+    generation: Option<i64>,
+    observed: Option<i64>,
+    replicas: i32,
+    updated: Option<i32>,
+    ready: Option<i32>,
+}
+
 /// Does the owner still want a pod on this node? `Some(false)` only on positive evidence:
 /// - a DaemonSet (whatever its UID: one recreated under the same name is the same owner): gone
 ///   (404), being deleted, or no longer selecting this node (the rule pre-stop uses);
@@ -1272,30 +1283,23 @@ async fn owner_wants_node(
                 && sanitize::controller_key(p).as_deref() == Some(key)
         })
     };
-    let selects = |template: Option<&k8s_openapi::api::core::v1::PodSpec>| -> Option<bool> {
+    // A Deployment or StatefulSet wants the node while it selects it and its rollout is not
+    // complete (every replica updated and Ready, as the controller last observed), or while it
+    // has a pod here.
+    let rollout_wants = |rollout: Rollout| -> Option<bool> {
+        if rollout.deleting {
+            return Some(false);
+        }
         let node = node?;
-        let selection = decommission::NodeSelection {
-            node_selector: template
-                .and_then(|s| s.node_selector.clone())
-                .unwrap_or_default()
-                .into_iter()
-                .collect(),
-            required_terms: template
-                .and_then(|s| s.affinity.as_ref())
-                .and_then(|a| a.node_affinity.as_ref())
-                .and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref())
-                .map(|r| r.node_selector_terms.clone())
-                .unwrap_or_default(),
-        };
-        Some(decommission::matches_node(&selection, &node.labels, &node.name))
+        let selection = decommission::NodeSelection::of(rollout.template);
+        if !decommission::matches_node(&selection, &node.labels, &node.name) {
+            return Some(false);
+        }
+        let complete = rollout.observed.is_some_and(|o| Some(o) >= rollout.generation)
+            && rollout.updated.unwrap_or(0) >= rollout.replicas
+            && rollout.ready.unwrap_or(0) >= rollout.replicas;
+        Some(!complete || has_pod_here())
     };
-    // Every replica updated and Ready, as the controller last observed.
-    let complete =
-        |generation: Option<i64>, observed: Option<i64>, replicas: i32, updated: Option<i32>, ready: Option<i32>| {
-            observed.is_some_and(|o| Some(o) >= generation)
-                && updated.unwrap_or(0) >= replicas
-                && ready.unwrap_or(0) >= replicas
-        };
     match kind {
         "DaemonSet" => match kubeapi::lookup(
             &Api::<DaemonSet>::namespaced(client.clone(), namespace),
@@ -1321,22 +1325,16 @@ async fn owner_wants_node(
         {
             Lookup::NotFound => Some(false),
             Lookup::Found(d) => {
-                if d.metadata.deletion_timestamp.is_some() {
-                    return Some(false);
-                }
-                let spec = d.spec.as_ref()?;
-                if !selects(spec.template.spec.as_ref())? {
-                    return Some(false);
-                }
-                let status = d.status.clone().unwrap_or_default();
-                let done = complete(
-                    d.metadata.generation,
-                    status.observed_generation,
-                    spec.replicas.unwrap_or(1),
-                    status.updated_replicas,
-                    status.ready_replicas,
-                );
-                Some(!done || has_pod_here())
+                let (spec, status) = (d.spec.as_ref()?, d.status.clone().unwrap_or_default());
+                rollout_wants(Rollout {
+                    deleting: d.metadata.deletion_timestamp.is_some(),
+                    template: spec.template.spec.as_ref(),
+                    generation: d.metadata.generation,
+                    observed: status.observed_generation,
+                    replicas: spec.replicas.unwrap_or(1),
+                    updated: status.updated_replicas,
+                    ready: status.ready_replicas,
+                })
             }
             Lookup::Unavailable(_) => None,
         },
@@ -1349,22 +1347,16 @@ async fn owner_wants_node(
         {
             Lookup::NotFound => Some(false),
             Lookup::Found(ss) => {
-                if ss.metadata.deletion_timestamp.is_some() {
-                    return Some(false);
-                }
-                let spec = ss.spec.as_ref()?;
-                if !selects(spec.template.spec.as_ref())? {
-                    return Some(false);
-                }
-                let status = ss.status.clone().unwrap_or_default();
-                let done = complete(
-                    ss.metadata.generation,
-                    status.observed_generation,
-                    spec.replicas.unwrap_or(1),
-                    status.updated_replicas,
-                    status.ready_replicas,
-                );
-                Some(!done || has_pod_here())
+                let (spec, status) = (ss.spec.as_ref()?, ss.status.clone().unwrap_or_default());
+                rollout_wants(Rollout {
+                    deleting: ss.metadata.deletion_timestamp.is_some(),
+                    template: spec.template.spec.as_ref(),
+                    generation: ss.metadata.generation,
+                    observed: status.observed_generation,
+                    replicas: spec.replicas.unwrap_or(1),
+                    updated: status.updated_replicas,
+                    ready: status.ready_replicas,
+                })
             }
             Lookup::Unavailable(_) => None,
         },

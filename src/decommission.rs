@@ -466,28 +466,32 @@ pub fn anchor_pod(pod: &Pod) -> AnchorPod {
     }
 }
 
+impl NodeSelection {
+    /// The selection a pod template asks for (none: every node).
+    pub fn of(pod_spec: Option<&k8s_openapi::api::core::v1::PodSpec>) -> Self {
+        Self {
+            node_selector: pod_spec
+                .and_then(|s| s.node_selector.clone())
+                .unwrap_or_default()
+                .into_iter()
+                .collect(),
+            required_terms: pod_spec
+                .and_then(|s| s.affinity.as_ref())
+                .and_then(|a| a.node_affinity.as_ref())
+                .and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref())
+                .map(|r| r.node_selector_terms.clone())
+                .unwrap_or_default(),
+        }
+    }
+}
+
 pub fn daemonset_facts(ds: &DaemonSet) -> DaemonSetFacts {
-    let pod_spec = ds.spec.as_ref().and_then(|s| s.template.spec.as_ref());
-    let node_selector = pod_spec
-        .and_then(|s| s.node_selector.clone())
-        .unwrap_or_default()
-        .into_iter()
-        .collect();
-    let required_terms = pod_spec
-        .and_then(|s| s.affinity.as_ref())
-        .and_then(|a| a.node_affinity.as_ref())
-        .and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref())
-        .map(|r| r.node_selector_terms.clone())
-        .unwrap_or_default();
     DaemonSetFacts {
         namespace: ds.metadata.namespace.clone().unwrap_or_default(),
         name: ds.metadata.name.clone().unwrap_or_default(),
         uid: ds.metadata.uid.clone().unwrap_or_default(),
         deleting: ds.metadata.deletion_timestamp.is_some(),
-        selection: NodeSelection {
-            node_selector,
-            required_terms,
-        },
+        selection: NodeSelection::of(ds.spec.as_ref().and_then(|s| s.template.spec.as_ref())),
         decommission: annotated(&ds.metadata),
     }
 }

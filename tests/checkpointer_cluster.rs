@@ -265,7 +265,8 @@ async fn a_daemonset_parent_is_checkpointed_activated_and_retired_only_after_its
         "retired before the grace: {:?}",
         deleted_at.elapsed()
     );
-    assert!(!secret_file(&p2).exists());
+    // Retirement removes the manifests, then the secret and configmap trees.
+    wait_file(secret_file(&p2), false, "its secrets retired after its manifests");
     assert!(!active(&p2).exists());
 }
 
