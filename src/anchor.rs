@@ -492,9 +492,19 @@ impl Daemon {
     }
 
     fn set_lkg_failing(&mut self, failing: Option<(String, String)>) {
-        // The first call also clears a record an earlier process left.
-        let changed = failing.is_some() != self.lkg_failing.is_some() || !self.lkg_recorded;
-        self.lkg_recorded = true;
+        // The first call also clears a record an earlier process left (read first: no ledger
+        // write at every start).
+        let changed = if self.lkg_recorded {
+            failing.is_some() != self.lkg_failing.is_some()
+        } else {
+            self.lkg_recorded = true;
+            let recorded = self
+                .engine
+                .ledger(&self.component)
+                .ok()
+                .and_then(|l| l.last_known_good_failing);
+            recorded.map(|r| r.hash) != failing.as_ref().map(|(hash, _)| hash.clone())
+        };
         if failing.is_none() && self.lkg_failing.is_some() {
             tracing::info!(component = %self.component, "last-known-good runs converged again");
         }

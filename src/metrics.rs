@@ -22,20 +22,8 @@ pub struct Metrics {
 
 impl Metrics {
     pub fn new(component: &str) -> Self {
-        let mut registry = Registry::with_prefix_and_labels(
-            "kube_anchor",
-            [("component".into(), component.to_owned().into())].into_iter(),
-        );
-        let m = Self {
-            registry: Registry::default(),
-            writes: Counter::default(),
-            repairs: Counter::default(),
-            rollbacks: Counter::default(),
-            sync_errors: Counter::default(),
-            last_sync: Gauge::default(),
-            converged: Gauge::default(),
-            last_known_good_failing: Gauge::default(),
-        };
+        let mut m = Self::unregistered(component);
+        let registry = &mut m.registry;
         registry.register("writes", "Files written because the inputs changed", m.writes.clone());
         registry.register("repairs", "Files rewritten because the node drifted", m.repairs.clone());
         registry.register(
@@ -59,7 +47,7 @@ impl Metrics {
             "1 when the last-known-good version, held in place of a bad one, fails as well",
             m.last_known_good_failing.clone(),
         );
-        Self { registry, ..m }
+        m
     }
 
     /// The same prefix and labels with nothing registered: for a daemon with metrics of its own

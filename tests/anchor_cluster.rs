@@ -289,20 +289,8 @@ async fn a_failing_last_known_good_is_reported_loudly() {
     );
     let failing = status_json(&volume.config(), &node)["lastKnownGoodFailing"].clone();
     assert_eq!(failing["hash"], good_hash.as_str(), "status shows it: {failing}");
-    let events: Api<Event> = Api::namespaced(cp.admin().await, &ns);
-    loop {
-        let list = events.list(&ListParams::default()).await.unwrap();
-        if let Some(e) = list
-            .items
-            .iter()
-            .find(|e| e.reason.as_deref() == Some("LastKnownGoodFailing"))
-        {
-            assert_eq!(e.type_.as_deref(), Some("Warning"));
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "no LastKnownGoodFailing event");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    let event = cluster::event(&cp.admin().await, &ns, "LastKnownGoodFailing", Some("lkg-anchor"), WAIT).await;
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
 
     // It recovers: after a full period converged the alarm is cleared.
     everything_down.store(false, Ordering::SeqCst);

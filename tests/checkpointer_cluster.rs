@@ -183,20 +183,7 @@ async fn a_daemonset_parent_is_checkpointed_activated_and_retired_only_after_its
         "the service-account token volume is gone"
     );
     assert!(!active(&p1).exists());
-    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(admin.clone(), &ns);
-    let event = eventually(WAIT, "a NotCheckpointable Event", || {
-        let events = events.clone();
-        async move {
-            events
-                .list(&ListParams::default())
-                .await
-                .ok()?
-                .items
-                .into_iter()
-                .find(|e| e.reason.as_deref() == Some("NotCheckpointable"))
-        }
-    })
-    .await;
+    let event = cluster::event(&admin, &ns, "NotCheckpointable", None, WAIT).await;
     assert!(event.note.unwrap_or_default().contains("secretKeyRef"));
     assert!(event.regarding.unwrap().name.unwrap().starts_with("refused-"));
     let inactive_dir = host("/etc/kubernetes/inactive-manifests");
@@ -639,20 +626,7 @@ async fn a_decommissioned_checkpointer_retires_what_it_manages_then_itself() {
         "active: kept while nothing replaces it"
     );
     assert!(active(&names["self"]).exists(), "its own: last");
-    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(admin.clone(), &ns);
-    let event = eventually(WAIT, "a CheckpointsLeft Event", || {
-        let events = events.clone();
-        async move {
-            events
-                .list(&ListParams::default())
-                .await
-                .ok()?
-                .items
-                .into_iter()
-                .find(|e| e.reason.as_deref() == Some("CheckpointsLeft"))
-        }
-    })
-    .await;
+    let event = cluster::event(&admin, &ns, "CheckpointsLeft", None, WAIT).await;
     assert!(event.note.unwrap_or_default().contains(&names["held"]));
 
     // The held owner's pod runs Ready again: its checkpoint goes, then the checkpointer's own.

@@ -66,6 +66,28 @@ impl Scenario {
         self.work.path().join("anchor.yaml")
     }
 
+    /// `kube-anchor run` as the anchor container of `pod` runs it.
+    fn start_anchor(&self, pod: &str) -> Daemon {
+        let args: Vec<String> = [
+            "--kubeconfig",
+            self.kubeconfig.to_str().unwrap(),
+            "--pod-name",
+            pod,
+            "--pod-namespace",
+            &self.ns,
+        ]
+        .iter()
+        .map(|x| x.to_string())
+        .collect();
+        Daemon::start(
+            &self.config(),
+            &self.node.host_root(),
+            &self.node.name,
+            &args,
+            &self.work.path().join("daemon.log"),
+        )
+    }
+
     fn write_config(&self) {
         let dir = self.work.path();
         fs::write(
@@ -403,24 +425,7 @@ async fn rolling_update_keeps_the_files_and_the_new_pod_adopts_them_without_a_re
 
     // The new pod's anchor finds everything in place: no write, no static pod restart.
     let new_pod = s.running_pod(Some(&old_pod)).await;
-    let args: Vec<String> = [
-        "--kubeconfig",
-        s.kubeconfig.to_str().unwrap(),
-        "--pod-name",
-        &new_pod,
-        "--pod-namespace",
-        &s.ns,
-    ]
-    .iter()
-    .map(|x| x.to_string())
-    .collect();
-    let d = Daemon::start(
-        &s.config(),
-        &s.node.host_root(),
-        &s.node.name,
-        &args,
-        &s.work.path().join("daemon.log"),
-    );
+    let d = s.start_anchor(&new_pod);
     wait_until(WAIT, "the new anchor ready", &d, || {
         d.get("/readyz").is_some_and(|(c, _)| c == 200)
     });
@@ -537,24 +542,7 @@ async fn a_container_restart_never_decommissions_and_the_restarted_anchor_is_not
     assert_eq!(s.files_present(), (true, true));
 
     // The restarted container of the same pod runs its anchor: nothing blocks it.
-    let args: Vec<String> = [
-        "--kubeconfig",
-        s.kubeconfig.to_str().unwrap(),
-        "--pod-name",
-        &pod,
-        "--pod-namespace",
-        &s.ns,
-    ]
-    .iter()
-    .map(|x| x.to_string())
-    .collect();
-    let d = Daemon::start(
-        &s.config(),
-        &s.node.host_root(),
-        &s.node.name,
-        &args,
-        &s.work.path().join("daemon.log"),
-    );
+    let d = s.start_anchor(&pod);
     wait_until(WAIT, "the restarted anchor ready", &d, || {
         d.get("/readyz").is_some_and(|(c, _)| c == 200)
     });
@@ -677,24 +665,7 @@ async fn the_quorum_guard_holds_the_last_copies_until_the_decommission_is_explic
     assert_eq!(json["decision"], "held", "{json}");
     assert!(json["reason"].as_str().unwrap().contains("quorum"), "{json}");
     assert_eq!(s.files_present_on(&n2), (true, true));
-    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(s.admin.clone(), &s.ns);
-    let event = eventually(WAIT, "the DecommissionHeld Event", || {
-        let events = events.clone();
-        let p2 = p2.clone();
-        async move {
-            events
-                .list(&ListParams::default())
-                .await
-                .ok()?
-                .items
-                .into_iter()
-                .find(|e| {
-                    e.reason.as_deref() == Some("DecommissionHeld")
-                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(p2.as_str())
-                })
-        }
-    })
-    .await;
+    let event = cluster::event(&s.admin, &s.ns, "DecommissionHeld", Some(&p2), WAIT).await;
     assert_eq!(event.type_.as_deref(), Some("Warning"));
     assert!(event.note.unwrap_or_default().contains("quorum"));
 

@@ -706,3 +706,32 @@ where
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// Waits for an Event in `namespace` with `reason` (and, when given, regarding the object
+/// named `regarding`), as kube-anchor publishes them.
+pub async fn event(
+    client: &Client,
+    namespace: &str,
+    reason: &str,
+    regarding: Option<&str>,
+    timeout: Duration,
+) -> k8s_openapi::api::events::v1::Event {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), namespace);
+    eventually(timeout, &format!("a {reason} Event"), || {
+        let events = events.clone();
+        async move {
+            events
+                .list(&kube::api::ListParams::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some(reason)
+                        && regarding
+                            .is_none_or(|name| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+                })
+        }
+    })
+    .await
+}
