@@ -256,7 +256,7 @@ impl Daemon {
             }
             Err(e) => {
                 self.shared.metrics.sync_errors.inc();
-                let message = crate::commands::error_chain(&anyhow::Error::from(e));
+                let message = crate::logging::error_chain(&anyhow::Error::from(e));
                 tracing::error!(component = %self.component, error = %message, "sync failed; the node keeps what it has");
                 self.input_error = Some(format!("sync failed: {message}"));
             }

@@ -1021,7 +1021,7 @@ impl Machine {
                     } else {
                         failed += 1;
                         setup.metrics.failed_actions.inc();
-                        tracing::error!(owner = %key, ?action, error = %crate::commands::error_chain(&e), "checkpoint action failed; will retry");
+                        tracing::error!(owner = %key, ?action, error = %crate::logging::error_chain(&e), "checkpoint action failed; will retry");
                     }
                     // Undo the state machine's belief so the next step tries again.
                     match &action {
