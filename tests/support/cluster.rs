@@ -1,6 +1,9 @@
 //! A real Kubernetes control plane for integration tests: etcd, kube-apiserver (Node,RBAC
 //! authorization, NodeRestriction), and on demand kube-controller-manager, kube-scheduler and
-//! kubelets (kubemark's fake runtime, each with its own static pod directory).
+//! kubelets, each with its own static pod directory. A node runs kubemark's fake runtime
+//! ([`ControlPlane::add_node`]) or the process runtime of `tools/kube`, whose containers are real
+//! processes ([`ControlPlane::add_process_node`]): such a node has an address of its own
+//! (127.0.1.N), lives in a PID namespace of its own, and can be hard-killed and started again.
 //!
 //! The binaries come from `tools/build.sh`. One control plane is shared per test binary
 //! ([`shared`]); each test takes a namespace of its own ([`ControlPlane::namespace`]).
@@ -272,7 +275,17 @@ pub struct TestNode {
     pub kubelet_port: u16,
     /// `None` while stopped ([`ControlPlane::stop_kubelet`]).
     process: Option<Process>,
+    program: PathBuf,
     command: Vec<String>,
+}
+
+/// How a node runs its containers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Runtime {
+    /// kubemark's fake runtime: every container "runs" and reports Running; no process starts.
+    Fake,
+    /// `tools/kube`'s process runtime: containers are real processes (see procruntime.go).
+    Process,
 }
 
 /// The control plane of this test binary, started on first use.
@@ -310,6 +323,13 @@ impl ControlPlane {
             &["127.0.0.1", "localhost", "kubernetes.default.svc"],
         );
         let (admin_crt, admin_key) = pki.issue("admin", "kube-anchor-test-admin", Some("system:masters"), &[]);
+        // The API server's identity toward kubelets (logs, exec), as kubeadm issues it.
+        pki.issue(
+            "apiserver-kubelet-client",
+            "kube-apiserver-kubelet-client",
+            Some("system:masters"),
+            &[],
+        );
         let apiserver_port = free_port();
         let server = format!("https://127.0.0.1:{apiserver_port}");
         let admin_kubeconfig = dir.join("admin.kubeconfig");
@@ -378,6 +398,16 @@ impl ControlPlane {
             "--authorization-mode=Node,RBAC".into(),
             "--enable-admission-plugins=NodeRestriction".into(),
             "--allow-privileged=true".into(),
+            format!(
+                "--kubelet-client-certificate={}",
+                pki.join("apiserver-kubelet-client.crt").display()
+            ),
+            format!(
+                "--kubelet-client-key={}",
+                pki.join("apiserver-kubelet-client.key").display()
+            ),
+            // Node names do not resolve here; `kubectl logs` reaches a kubelet by its address.
+            "--kubelet-preferred-address-types=InternalIP,Hostname".into(),
             "--profiling=false".into(),
             "--v=1".into(),
         ]);
@@ -528,8 +558,42 @@ impl ControlPlane {
         controllers.push(Process::start("kube-scheduler", scheduler, &self.dir));
     }
 
-    /// Starts a kubelet registering Node `name` with `labels`; waits until the Node is Ready.
+    /// Starts a kubelet with kubemark's fake runtime registering Node `name` with `labels`;
+    /// waits until the Node is Ready.
     pub async fn add_node(&self, name: &str, labels: &[(&str, &str)]) -> NodeHandle {
+        self.start_node(name, labels, Runtime::Fake, "127.0.0.1").await
+    }
+
+    /// Starts a node whose containers are real processes: a kubelet with the process runtime in
+    /// a PID namespace of its own (everything of the node dies at once with its first process,
+    /// as at a power cut), with the next free address 127.0.1.N. Images are the binaries in
+    /// [`ControlPlane::image_dir`]. Waits until the Node is Ready.
+    pub async fn add_process_node(&self, name: &str, labels: &[(&str, &str)]) -> NodeHandle {
+        static NEXT: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(1);
+        let ip = format!("127.0.1.{}", NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst));
+        self.start_node(name, labels, Runtime::Process, &ip).await
+    }
+
+    /// The "registry" of process nodes: an image is the binary named like the last element of
+    /// its repository (`registry.k8s.io/etcd:3.6.8-0` runs `etcd`).
+    pub fn image_dir(&self) -> PathBuf {
+        let dir = self.dir.join("images");
+        static MADE: OnceLock<()> = OnceLock::new();
+        MADE.get_or_init(|| {
+            fs::create_dir_all(&dir).unwrap();
+            let kube_anchor = PathBuf::from(env!("CARGO_BIN_EXE_kube-anchor"));
+            let mut images = vec![("kube-anchor".to_owned(), kube_anchor)];
+            for name in ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl"] {
+                images.push((name.to_owned(), fs::canonicalize(tool(name)).unwrap()));
+            }
+            for (name, target) in images {
+                std::os::unix::fs::symlink(target, dir.join(name)).unwrap();
+            }
+        });
+        dir
+    }
+
+    async fn start_node(&self, name: &str, labels: &[(&str, &str)], runtime: Runtime, ip: &str) -> NodeHandle {
         let root = self.dir.join("nodes").join(name);
         // The node's `/` for kube-anchor's --host-root: the kubelet reads /etc/kubernetes/manifests.
         let static_pod_dir = root.join("host/etc/kubernetes/manifests");
@@ -548,20 +612,45 @@ impl ControlPlane {
             &Identity::Cert { cert: crt, key },
         );
         let kubelet_port = free_port();
-        let mut cmd = Command::new(tool("kubelet"));
-        cmd.args([
+        let mut args: Vec<String> = Vec::new();
+        let program = match runtime {
+            Runtime::Fake => tool("kubelet"),
+            Runtime::Process => {
+                // PID 1 of the namespace is the kubelet: when it dies the kernel kills every
+                // process of the node; --kill-child makes it die with unshare, which dies with
+                // this test binary.
+                args.extend(
+                    ["--pid", "--fork", "--kill-child", "--mount-proc"]
+                        .map(String::from)
+                        .into_iter()
+                        .chain([tool("kubelet").display().to_string()]),
+                );
+                PathBuf::from("unshare")
+            }
+        };
+        args.extend([
             format!("--kubeconfig={}", kubeconfig.display()),
             format!("--node-name={name}"),
             format!("--root-dir={}", root.join("kubelet").display()),
             format!("--pod-manifest-path={}", static_pod_dir.display()),
             format!("--port={kubelet_port}"),
+            format!("--node-ip={ip}"),
             "--v=1".into(),
         ]);
+        if runtime == Runtime::Process {
+            args.extend([
+                "--runtime=process".into(),
+                format!("--image-dir={}", self.image_dir().display()),
+                format!("--host-root={}", root.join("host").display()),
+                format!("--client-ca-file={}", self.pki.ca().display()),
+            ]);
+        }
         if !labels.is_empty() {
             let labels: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
-            cmd.arg(format!("--node-labels={}", labels.join(",")));
+            args.push(format!("--node-labels={}", labels.join(",")));
         }
-        let command: Vec<String> = cmd.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+        let mut cmd = Command::new(&program);
+        cmd.args(&args);
         let process = Process::start(&format!("kubelet-{name}"), cmd, &self.dir);
         let node = TestNode {
             name: name.into(),
@@ -569,16 +658,17 @@ impl ControlPlane {
             root: root.clone(),
             kubelet_port,
             process: Some(process),
-            command,
+            program,
+            command: args,
         };
         self.nodes.lock().unwrap().insert(name.into(), node);
         self.wait_node_ready(name, Duration::from_secs(60)).await;
         // The kubelet refuses to report a loopback node IP, and a pod's status.hostIP (the
-        // downward API's NODE_IP) comes from the Node's addresses: set them as a cloud
-        // provider would.
+        // downward API's NODE_IP, and a hostNetwork pod's IP) comes from the Node's addresses:
+        // set them as a cloud provider would.
         let nodes: Api<Node> = Api::all(self.admin().await);
         let status = serde_json::json!({"status": {"addresses": [
-            {"type": "InternalIP", "address": "127.0.0.1"},
+            {"type": "InternalIP", "address": ip},
             {"type": "Hostname", "address": name}
         ]}});
         nodes
@@ -594,6 +684,7 @@ impl ControlPlane {
             static_pod_dir,
             root,
             kubelet_port,
+            ip: ip.into(),
         }
     }
 
@@ -626,21 +717,55 @@ impl ControlPlane {
         }
     }
 
-    /// Kills a node's kubelet, as a power loss would (its fake runtime's containers go with it).
+    /// Kills a node's kubelet, as a power loss would. On a process node every process of the
+    /// node dies with it; returns once they all have.
     pub fn stop_kubelet(&self, name: &str) {
         let process = self.nodes.lock().unwrap().get_mut(name).and_then(|n| n.process.take());
         if let Some(p) = process {
+            // unshare's child is PID 1 of the node's namespace; it is gone only after every
+            // other process of the namespace is.
+            let init = fs::read_to_string(format!("/proc/{0}/task/{0}/children", p.pid())).unwrap_or_default();
             p.stop();
+            for pid in init.split_whitespace() {
+                let deadline = Instant::now() + Duration::from_secs(30);
+                while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
         }
     }
 
     /// Starts a stopped kubelet again with its first command line; does not wait for the API.
     pub fn start_kubelet(&self, name: &str) {
+        self.start_kubelet_with(name, None);
+    }
+
+    /// Starts a stopped kubelet again with a kubeconfig that points at an address where no API
+    /// server answers: the node comes back on its own, as after a reboot with the control plane
+    /// down (its containers see the same dead address).
+    pub fn start_kubelet_without_api(&self, name: &str) {
+        let root = self.nodes.lock().unwrap()[name].root.clone();
+        let kubeconfig = root.join("kubelet.kubeconfig");
+        let text = fs::read_to_string(&kubeconfig).unwrap();
+        let dead = format!("https://127.0.0.1:{}", free_port());
+        let offline = root.join("kubelet-offline.kubeconfig");
+        fs::write(&offline, text.replace(&self.server, &dead)).unwrap();
+        self.start_kubelet_with(name, Some(&offline));
+    }
+
+    fn start_kubelet_with(&self, name: &str, kubeconfig: Option<&Path>) {
         let mut nodes = self.nodes.lock().unwrap();
         let node = nodes.get_mut(name).expect("a node of this control plane");
         assert!(node.process.is_none(), "kubelet {name} is running");
-        let mut cmd = Command::new(tool("kubelet"));
-        cmd.args(&node.command);
+        let mut cmd = Command::new(&node.program);
+        for arg in &node.command {
+            match kubeconfig {
+                Some(path) if arg.starts_with("--kubeconfig=") => {
+                    cmd.arg(format!("--kubeconfig={}", path.display()))
+                }
+                _ => cmd.arg(arg),
+            };
+        }
         node.process = Some(Process::start(&format!("kubelet-{name}"), cmd, &self.dir));
     }
 
@@ -661,6 +786,8 @@ pub struct NodeHandle {
     pub static_pod_dir: PathBuf,
     pub root: PathBuf,
     pub kubelet_port: u16,
+    /// The Node's InternalIP: 127.0.0.1 for fake-runtime nodes, 127.0.1.N for process nodes.
+    pub ip: String,
 }
 
 impl NodeHandle {

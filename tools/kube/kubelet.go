@@ -1,11 +1,15 @@
 package main
 
-// A real kubelet over the fake CRI runtime of kubemark's hollow node: it registers a Node,
-// reads static pod manifests from a directory the test chooses, creates mirror pods, and
-// "runs" the pods scheduled to it (containers are fakes that report Running).
+// A real kubelet built as kubemark's hollow node is: it registers a Node, reads static pod
+// manifests from a directory the test chooses, creates mirror pods and runs the pods scheduled
+// to it. Its container runtime is chosen with --runtime:
+//
+//   - fake: kubemark's fake CRI runtime; containers are fakes that report Running;
+//   - process: procruntime.go; containers are real processes, and the kubelet's real prober
+//     runs their probes (kubemark's prober is a fake that reports every container Ready).
 //
 // Differences from cmd/kubemark: the static pod path, root directory and ports are flags, the
-// fake image service is always used (there is no containerd here), and the healthz and
+// image service is the runtime's own (there is no containerd here), and the healthz and
 // read-only ports are off so that several kubelets can share one machine.
 
 import (
@@ -16,13 +20,17 @@ import (
 
 	"github.com/spf13/cobra"
 	"go.opentelemetry.io/otel/trace/noop"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	cliflag "k8s.io/component-base/cli/flag"
 	remote "k8s.io/cri-client/pkg"
 	fakeremote "k8s.io/cri-client/pkg/fake"
+	kubeletapp "k8s.io/kubernetes/cmd/kubelet/app"
+	kubeletconfig "k8s.io/kubernetes/pkg/kubelet/apis/config"
 	cadvisortest "k8s.io/kubernetes/pkg/kubelet/cadvisor/testing"
 	"k8s.io/kubernetes/pkg/kubelet/cm"
+	kubecontainer "k8s.io/kubernetes/pkg/kubelet/container"
 	"k8s.io/kubernetes/pkg/kubemark"
 	utilflag "k8s.io/kubernetes/pkg/util/flag"
 
@@ -39,6 +47,10 @@ type kubeletOptions struct {
 	fileCheckInterval time.Duration
 	nodeLabels        map[string]string
 	taints            []v1.Taint
+	runtime           string
+	imageDir          string
+	hostRoot          string
+	clientCAFile      string
 }
 
 func newKubeletCommand() *cobra.Command {
@@ -61,6 +73,10 @@ func newKubeletCommand() *cobra.Command {
 	labels := cliflag.ConfigurationMap(o.nodeLabels)
 	fs.Var(&labels, "node-labels", "labels to register the Node with (k=v,...)")
 	fs.Var(utilflag.RegisterWithTaintsVar{Value: &o.taints}, "register-with-taints", "taints to register the Node with (k=v:Effect,...)")
+	fs.StringVar(&o.runtime, "runtime", "fake", "container runtime: fake (kubemark's) or process (containers are real processes)")
+	fs.StringVar(&o.imageDir, "image-dir", "", "process runtime: directory of the binaries that stand for images (required with --runtime=process)")
+	fs.StringVar(&o.hostRoot, "host-root", "", "process runtime: the directory hostPath volumes resolve under (required with --runtime=process)")
+	fs.StringVar(&o.clientCAFile, "client-ca-file", "", "process runtime: CA of the clients of the kubelet API (the API server's kubelet client certificate); the API is served over TLS with webhook authorization")
 	return cmd
 }
 
@@ -111,20 +127,92 @@ func runKubelet(cmd *cobra.Command, o *kubeletOptions) error {
 		return err
 	}
 
-	endpoint := "unix://" + filepath.Join(o.rootDir, "fake-cri.sock")
-	fakeRuntime := fakeremote.NewFakeRemoteRuntime()
-	if err := fakeRuntime.Start(endpoint); err != nil {
-		return fmt.Errorf("starting the fake runtime on %s: %w", endpoint, err)
+	var kubelet *kubemark.HollowKubelet
+	switch o.runtime {
+	case "fake":
+		endpoint := "unix://" + filepath.Join(o.rootDir, "fake-cri.sock")
+		fakeRuntime := fakeremote.NewFakeRemoteRuntime()
+		if err := fakeRuntime.Start(endpoint); err != nil {
+			return fmt.Errorf("starting the fake runtime on %s: %w", endpoint, err)
+		}
+		defer fakeRuntime.Stop()
+		runtimeService, err := remote.NewRemoteRuntimeService(ctx, endpoint, 15*time.Second, noop.NewTracerProvider(), false)
+		if err != nil {
+			return err
+		}
+		kubelet = kubemark.NewHollowKubelet(flags, config, client, heartbeatClient,
+			&cadvisortest.Fake{NodeName: o.nodeName}, fakeRuntime.ImageService, runtimeService,
+			cm.NewStubContainerManager())
+	case "process":
+		if o.imageDir == "" || o.hostRoot == "" {
+			return fmt.Errorf("--runtime=process needs --image-dir and --host-root")
+		}
+		endpoint := "unix://" + filepath.Join(o.rootDir, "process-cri.sock")
+		apiHost, apiPort := apiAddress(clientConfig.Host)
+		runtime, err := newProcessRuntime(processRuntimeOptions{
+			nodeIP:     o.nodeIP,
+			imageDir:   o.imageDir,
+			hostRoot:   o.hostRoot,
+			kubeletDir: o.rootDir,
+			stateDir:   filepath.Join(o.rootDir, "process-runtime"),
+			apiHost:    apiHost,
+			apiPort:    apiPort,
+		})
+		if err != nil {
+			return err
+		}
+		// Containers of an earlier run of this node died with it; their state goes too.
+		_ = os.RemoveAll(filepath.Join(o.rootDir, "process-runtime"))
+		if err := runtime.Start(endpoint); err != nil {
+			return err
+		}
+		defer runtime.Stop()
+		runtimeService, err := remote.NewRemoteRuntimeService(ctx, endpoint, 15*time.Second, noop.NewTracerProvider(), false)
+		if err != nil {
+			return err
+		}
+		imageService, err := remote.NewRemoteImageService(ctx, endpoint, 15*time.Second, noop.NewTracerProvider(), false)
+		if err != nil {
+			return err
+		}
+		kubelet = kubemark.NewHollowKubelet(flags, config, client, heartbeatClient,
+			&cadvisortest.Fake{NodeName: o.nodeName}, imageService, runtimeService,
+			cm.NewStubContainerManager())
+		// nil: the kubelet builds its real prober (exec probes through the runtime's ExecSync,
+		// HTTP and TCP probes against the pod's address).
+		kubelet.KubeletDeps.ProbeManager = nil
+		// The kubelet's own files (termination-message files, pod log dirs, log GC) are real,
+		// but for the legacy /var/log/containers links, which would be shared by every node
+		// of the machine.
+		kubelet.KubeletDeps.OSInterface = nodeOS{}
+		// The kubelet API as a real node serves it (kubectl logs goes through it): TLS with a
+		// self-signed serving certificate, x509 client certificates, webhook authorization.
+		if o.clientCAFile != "" {
+			flags.CertDirectory = filepath.Join(o.rootDir, "pki")
+			config.Authentication.X509.ClientCAFile = o.clientCAFile
+			config.Authentication.Webhook.Enabled = true
+			config.Authentication.Anonymous.Enabled = false
+			config.Authorization.Mode = kubeletconfig.KubeletAuthorizationModeWebhook
+			tls, err := kubeletapp.InitializeTLS(ctx, flags, config)
+			if err != nil {
+				return err
+			}
+			auth, reload, err := kubeletapp.BuildAuth(types.NodeName(o.nodeName), client, *config)
+			if err != nil {
+				return err
+			}
+			reload(ctx.Done())
+			kubelet.KubeletDeps.TLSOptions = tls
+			kubelet.KubeletDeps.Auth = auth
+		}
+	default:
+		return fmt.Errorf("--runtime must be fake or process, not %q", o.runtime)
 	}
-	defer fakeRuntime.Stop()
-	runtimeService, err := remote.NewRemoteRuntimeService(ctx, endpoint, 15*time.Second, noop.NewTracerProvider(), false)
-	if err != nil {
-		return err
-	}
-
-	kubelet := kubemark.NewHollowKubelet(flags, config, client, heartbeatClient,
-		&cadvisortest.Fake{NodeName: o.nodeName}, fakeRuntime.ImageService, runtimeService,
-		cm.NewStubContainerManager())
 	kubelet.Run(ctx)
 	return nil
 }
+
+// nodeOS is the real OS interface, without the kubelet's /var/log/containers symlinks.
+type nodeOS struct{ kubecontainer.RealOS }
+
+func (nodeOS) Symlink(string, string) error { return nil }

@@ -1,6 +1,7 @@
 // Command kube is a multi-call binary holding the real Kubernetes components kube-anchor's
 // tests run against: kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and a
-// kubelet backed by the fake CRI runtime of Kubernetes' own scale tests (kubemark).
+// kubelet whose container runtime is either the fake CRI runtime of Kubernetes' own scale tests
+// (kubemark) or a runtime whose containers are real processes (procruntime.go).
 //
 // The component is chosen from the name the binary is called by (tools/bin/kube-apiserver is
 // a link to it) or, failing that, from the first argument.
@@ -32,6 +33,12 @@ var commands = map[string]func() *cobra.Command{
 }
 
 func main() {
+	// The first process of a process-runtime container: no cobra, no flags, as little as can be
+	// between the fork and the container's exec.
+	if len(os.Args) > 1 && os.Args[1] == "container-init" {
+		containerInit(os.Args[2:])
+		return
+	}
 	name := filepath.Base(os.Args[0])
 	if _, ok := commands[name]; !ok && name != "kubectl" && len(os.Args) > 1 {
 		name = os.Args[1]

@@ -1,0 +1,279 @@
+//! Nodes whose containers are real processes (the process runtime of `tools/kube`): a static
+//! pod written by `kube-anchor apply` really runs and turns Ready through a real probe, a
+//! command that exits crash-loops under the kubelet's own back-off, two hostNetwork processes
+//! on one node really fight for a port while the same port on another node is free, a node
+//! hard-killed and started again with no API server brings its static pods back from disk, and
+//! the project's chart installed with helm runs `kube-anchor run` as a real DaemonSet pod that
+//! writes its component, which then runs too.
+
+mod support;
+
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use kube::api::{Api, ListParams};
+use support::cluster::{self, NodeHandle, eventually, free_port};
+use support::fixture::BIN;
+use support::helm::{chart, helm, ok};
+
+const WAIT: Duration = Duration::from_secs(120);
+
+/// Writes `manifest` as the static pod `name` on `node` with `kube-anchor apply`.
+fn apply(node: &NodeHandle, name: &str, manifest: &str) {
+    let dir = node.root.join("anchors").join(name);
+    fs::create_dir_all(&dir).unwrap();
+    fs::write(dir.join("pod.yaml"), manifest).unwrap();
+    fs::write(
+        dir.join("anchor.yaml"),
+        format!(
+            "apiVersion: kube-anchor.io/v1alpha1\nkind: Anchor\nmetadata:\n  name: {name}\nspec:\n  variables: [NODE_NAME, NODE_IP]\n  manifest:\n    source: pod.yaml\n    path: /etc/kubernetes/manifests/{name}.yaml\n"
+        ),
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .arg("apply")
+        .arg("--config")
+        .arg(dir.join("anchor.yaml"))
+        .arg("--host-root")
+        .arg(node.host_root())
+        .env("NODE_NAME", &node.name)
+        .env("NODE_IP", &node.ip)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "apply {name}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A single-member etcd on the node's address, with a real HTTP readiness probe.
+fn etcd_manifest(name: &str, client: u16, peer: u16) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: kube-system
+spec:
+  hostNetwork: true
+  containers:
+  - name: etcd
+    image: registry.k8s.io/etcd:3.6.8-0
+    command:
+    - etcd
+    - --name=${{NODE_NAME}}
+    - --data-dir=/var/lib/{name}
+    - --listen-client-urls=http://${{NODE_IP}}:{client}
+    - --advertise-client-urls=http://${{NODE_IP}}:{client}
+    - --listen-peer-urls=http://${{NODE_IP}}:{peer}
+    - --initial-advertise-peer-urls=http://${{NODE_IP}}:{peer}
+    - --initial-cluster=${{NODE_NAME}}=http://${{NODE_IP}}:{peer}
+    - --unsafe-no-fsync=true
+    - --log-level=info
+    readinessProbe:
+      httpGet: {{host: "${{NODE_IP}}", port: {client}, path: /health}}
+      periodSeconds: 1
+    volumeMounts:
+    - {{name: data, mountPath: /var/lib/{name}}}
+  volumes:
+  - {{name: data, hostPath: {{path: /var/lib/{name}, type: DirectoryOrCreate}}}}
+"#
+    )
+}
+
+fn container(pod: &Pod) -> Option<ContainerStatus> {
+    pod.status.as_ref()?.container_statuses.as_ref()?.first().cloned()
+}
+
+fn ready(pod: &Pod) -> bool {
+    let status = pod.status.as_ref();
+    status.and_then(|s| s.phase.as_deref()) == Some("Running")
+        && status
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+async fn wait_ready(pods: &Api<Pod>, name: &str) -> Pod {
+    eventually(WAIT, &format!("{name} Running and Ready"), || async move {
+        pods.get_opt(name).await.ok().flatten().filter(ready)
+    })
+    .await
+}
+
+/// GET http://<addr>/health from the test: the real process answering, not the API's view.
+fn etcd_health(addr: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect_timeout(&addr.parse().ok()?, Duration::from_secs(1)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(stream, "GET /health HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut body = String::new();
+    stream.read_to_string(&mut body).ok()?;
+    body.contains("\"health\":\"true\"").then_some(body)
+}
+
+/// `kubectl logs --previous`: through the API server and the kubelet, from the runtime's log file.
+fn previous_log(kubeconfig: &Path, pod: &Pod) -> String {
+    let out = Command::new(cluster::tool("kubectl"))
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["logs", "-n", "kube-system"])
+        .arg(pod.metadata.name.as_deref().unwrap())
+        .arg("--previous")
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn static_pods_run_fight_for_ports_crash_loop_and_survive_a_hard_kill() {
+    let cp = cluster::shared().await;
+    let n1 = cp.add_process_node("pn-1", &[]).await;
+    let n2 = cp.add_process_node("pn-2", &[]).await;
+    let pods: Api<Pod> = Api::namespaced(cp.admin().await, "kube-system");
+    let (client, peer) = (free_port(), free_port());
+
+    // The same ports on two nodes: both run, each on its own address.
+    apply(&n1, "etcd", &etcd_manifest("etcd", client, peer));
+    apply(&n2, "etcd", &etcd_manifest("etcd", client, peer));
+    // A command that exits 2 at once.
+    apply(
+        &n2,
+        "crasher",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: crasher\n  namespace: kube-system\nspec:\n  hostNetwork: true\n  containers:\n  - name: main\n    image: kube-anchor/kube-anchor:0.1.0\n    command: [kube-anchor, no-such-verb]\n",
+    );
+
+    for node in [&n1, &n2] {
+        let pod = wait_ready(&pods, &format!("etcd-{}", node.name)).await;
+        assert_eq!(pod.status.as_ref().unwrap().pod_ip.as_deref(), Some(node.ip.as_str()));
+        let addr = format!("{}:{client}", node.ip);
+        assert!(etcd_health(&addr).is_some(), "etcd of {} does not answer on {addr}", node.name);
+        assert!(node.host_root().join("var/lib/etcd/member").is_dir(), "etcd's data dir is the node's hostPath");
+    }
+    apply(&n1, "etcd-twin", &etcd_manifest("etcd-twin", client, peer));
+    // A second etcd on the same node and ports: it really fails to bind, and the kubelet
+    // restarts it, its last run ended in a bind error.
+    let twin = eventually(WAIT, "etcd-twin restarted after a failed bind", || {
+        let pods = pods.clone();
+        async move {
+            let pod = pods.get_opt("etcd-twin-pn-1").await.ok()??;
+            let c = container(&pod)?;
+            let last = c.last_state.as_ref()?.terminated.as_ref()?;
+            (c.restart_count >= 1 && last.exit_code != 0 && !c.ready).then_some(pod)
+        }
+    })
+    .await;
+    let log = previous_log(&cp.admin_kubeconfig, &twin);
+    assert!(log.contains("address already in use"), "etcd-twin's log (kubectl logs --previous):\n{log}");
+
+    // The crasher: restartCount rises and the kubelet backs off (CrashLoopBackOff).
+    let crasher = eventually(WAIT, "crasher in CrashLoopBackOff", || {
+        let pods = pods.clone();
+        async move {
+            let pod = pods.get_opt("crasher-pn-2").await.ok()??;
+            let c = container(&pod)?;
+            let waiting = c.state.as_ref()?.waiting.as_ref()?.reason.clone()?;
+            (c.restart_count >= 2 && waiting == "CrashLoopBackOff").then_some(c)
+        }
+    })
+    .await;
+    let last = crasher.last_state.unwrap().terminated.unwrap();
+    assert_eq!(last.exit_code, 2, "kube-anchor's usage error exit code");
+
+    // Hard kill of pn-1 (kubelet and every container at once), then a start with no API server
+    // reachable: etcd comes back from the manifest on disk.
+    let addr = format!("{}:{client}", n1.ip);
+    cp.stop_kubelet(&n1.name);
+    assert!(etcd_health(&addr).is_none(), "etcd of pn-1 outlived its node");
+    cp.start_kubelet_without_api(&n1.name);
+    eventually(WAIT, "pn-1's etcd back without an API server", || {
+        let addr = addr.clone();
+        async move { etcd_health(&addr) }
+    })
+    .await;
+    assert!(etcd_health(&format!("{}:{client}", n2.ip)).is_some(), "pn-2 was not touched");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_chart_runs_a_real_anchor_pod_that_writes_a_running_component() {
+    let cp = cluster::shared().await;
+    cp.start_controllers();
+    let label = ("kube-anchor.io/process-chart", "yes");
+    let node = cp.add_process_node("pn-chart", &[label]).await;
+    let ns = cp.namespace("pn-chart").await;
+    let pods: Api<Pod> = Api::namespaced(cp.admin().await, &ns);
+    let system: Api<Pod> = Api::namespaced(cp.admin().await, "kube-system");
+
+    // The real kube-scheduler's kubeconfig, with the identity the default RBAC knows.
+    let dir = tempfile::tempdir().unwrap();
+    let (crt, key) = cp.pki.issue("scheduler", "system:kube-scheduler", None, &[]);
+    let kubeconfig = dir.path().join("scheduler.conf");
+    cluster::write_kubeconfig(
+        &kubeconfig,
+        &cp.server,
+        &cp.pki.ca(),
+        &cluster::Identity::Cert { cert: crt, key },
+    );
+    let values = dir.path().join("values.yaml");
+    let indent = |text: String| text.lines().map(|l| format!("    {l}\n")).collect::<String>();
+    fs::write(
+        &values,
+        format!(
+            "nodeSelector:\n  node-role.kubernetes.io/control-plane: null\n  {}: \"{}\"\nanchor:\n  trialPeriod: 20s\n  port: 0\n  logFormat: plain\ncomponent:\n  extraArgs: {{leader-elect: \"false\"}}\ncredentials:\n  scheduler.conf: |\n{}",
+            label.0,
+            label.1,
+            indent(fs::read_to_string(&kubeconfig).unwrap())
+        ),
+    )
+    .unwrap();
+    let chart = chart("kube-scheduler");
+    ok(&helm(&[
+        "install",
+        "sched",
+        &chart,
+        "-n",
+        &ns,
+        "-f",
+        values.to_str().unwrap(),
+        "--kubeconfig",
+        cp.admin_kubeconfig.to_str().unwrap(),
+        "--wait=false",
+    ]));
+
+    // The anchor pod runs kube-anchor as a process with its volumes and in-cluster API access,
+    // writes the manifest, the kubelet runs the real kube-scheduler from it, and the anchor's
+    // exec readiness probe turns true once the mirror pod runs its hash and is Ready.
+    let anchor = eventually(WAIT, "the anchor pod Running and Ready on the process node", || {
+        let pods = pods.clone();
+        async move {
+            let list = pods.list(&ListParams::default()).await.ok()?;
+            list.items.into_iter().find(ready)
+        }
+    })
+    .await;
+    assert_eq!(anchor.spec.as_ref().unwrap().node_name.as_deref(), Some(node.name.as_str()));
+    let manifest = node.host_root().join("etc/kubernetes/manifests/kube-scheduler.yaml");
+    let written = fs::read_to_string(&manifest).expect("the anchor wrote the manifest on its node");
+    let scheduler = wait_ready(&system, &format!("kube-scheduler-{}", node.name)).await;
+    let hash = scheduler.metadata.annotations.as_ref().unwrap()["kubernetes.io/config.hash"].clone();
+    assert!(!hash.is_empty());
+    assert!(written.contains("kube-scheduler"));
+    let mode = fs::metadata(node.host_root().join("etc/kubernetes/scheduler.conf")).unwrap();
+    assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777, 0o600);
+    // Uninstall: the anchor's preStop hook runs in the pod (exec through the runtime) and, the
+    // DaemonSet being gone, removes the component; the real scheduler process stops.
+    ok(&helm(&[
+        "uninstall",
+        "sched",
+        "-n",
+        &ns,
+        "--kubeconfig",
+        cp.admin_kubeconfig.to_str().unwrap(),
+        "--wait=false",
+    ]));
+    eventually(WAIT, "the manifest removed by the anchor's preStop hook", || {
+        let manifest = manifest.clone();
+        async move { (!manifest.exists()).then_some(()) }
+    })
+    .await;
+    assert!(!Path::new(&node.host_root().join("etc/kubernetes/scheduler.conf")).exists());
+}
