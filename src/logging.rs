@@ -5,6 +5,8 @@
 //! machine reads the logs, so it gets info too. The daemons and the preStop hook (whose output
 //! only ever reaches a log) log at info.
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::EnvFilter;
 
 use crate::cli::LogFormat;
@@ -23,8 +25,11 @@ pub fn init(format: LogFormat, level: &str) {
     // context, so its own lines are off unless RUST_LOG asks for them.
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(format!("{level},kube_client=off")));
+    // Colour only on a terminal: a pod's log file (and journald) would keep the escape codes.
+    let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     // A second init (tests) is harmless: the first subscriber stays.
     let _ = match format {

@@ -846,3 +846,14 @@ fn manifests_the_kubelet_refuses_are_not_written() {
         assert_eq!(f.snapshot(), before, "{field}");
     }
 }
+
+#[test]
+fn logs_written_to_a_file_or_pipe_carry_no_colour_codes() {
+    // As in a pod, whose stderr goes to the runtime's log file: no NO_COLOR set.
+    let f = Fixture::new();
+    let out = f.command("apply").env_remove("NO_COLOR").arg("-v").output().unwrap();
+    assert_success(&out);
+    let err = stderr(&out);
+    assert!(err.contains("INFO"), "info logs expected with -v:\n{err}");
+    assert!(!err.contains('\u{1b}'), "escape codes in a piped log:\n{err:?}");
+}
