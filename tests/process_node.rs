@@ -43,7 +43,11 @@ fn apply(node: &NodeHandle, name: &str, manifest: &str) {
         .env("NODE_IP", &node.ip)
         .output()
         .unwrap();
-    assert!(out.status.success(), "apply {name}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "apply {name}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// A single-member etcd on the node's address, with a real HTTP readiness probe.
@@ -146,9 +150,22 @@ async fn static_pods_run_fight_for_ports_crash_loop_and_survive_a_hard_kill() {
         let pod = wait_ready(&pods, &format!("etcd-{}", node.name)).await;
         assert_eq!(pod.status.as_ref().unwrap().pod_ip.as_deref(), Some(node.ip.as_str()));
         let addr = format!("{}:{client}", node.ip);
-        assert!(etcd_health(&addr).is_some(), "etcd of {} does not answer on {addr}", node.name);
-        assert!(node.host_root().join("var/lib/etcd/member").is_dir(), "etcd's data dir is the node's hostPath");
+        assert!(
+            etcd_health(&addr).is_some(),
+            "etcd of {} does not answer on {addr}",
+            node.name
+        );
+        assert!(
+            node.host_root().join("var/lib/etcd/member").is_dir(),
+            "etcd's data dir is the node's hostPath"
+        );
     }
+    eprintln!(
+        "memory: control plane {} MiB; node with a kubelet and etcd: pn-1 {} MiB, pn-2 {} MiB",
+        cp.control_plane_rss_kib() / 1024,
+        cp.node_rss_kib(&n1.name) / 1024,
+        cp.node_rss_kib(&n2.name) / 1024
+    );
     apply(&n1, "etcd-twin", &etcd_manifest("etcd-twin", client, peer));
     // A second etcd on the same node and ports: it really fails to bind, and the kubelet
     // restarts it, its last run ended in a bind error.
@@ -163,7 +180,10 @@ async fn static_pods_run_fight_for_ports_crash_loop_and_survive_a_hard_kill() {
     })
     .await;
     let log = previous_log(&cp.admin_kubeconfig, &twin);
-    assert!(log.contains("address already in use"), "etcd-twin's log (kubectl logs --previous):\n{log}");
+    assert!(
+        log.contains("address already in use"),
+        "etcd-twin's log (kubectl logs --previous):\n{log}"
+    );
 
     // The crasher: restartCount rises and the kubelet backs off (CrashLoopBackOff).
     let crasher = eventually(WAIT, "crasher in CrashLoopBackOff", || {
@@ -190,7 +210,10 @@ async fn static_pods_run_fight_for_ports_crash_loop_and_survive_a_hard_kill() {
         async move { etcd_health(&addr) }
     })
     .await;
-    assert!(etcd_health(&format!("{}:{client}", n2.ip)).is_some(), "pn-2 was not touched");
+    assert!(
+        etcd_health(&format!("{}:{client}", n2.ip)).is_some(),
+        "pn-2 was not touched"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -203,15 +226,20 @@ async fn the_chart_runs_a_real_anchor_pod_that_writes_a_running_component() {
     let pods: Api<Pod> = Api::namespaced(cp.admin().await, &ns);
     let system: Api<Pod> = Api::namespaced(cp.admin().await, "kube-system");
 
-    // The real kube-scheduler's kubeconfig, with the identity the default RBAC knows.
+    // The real kube-scheduler's kubeconfig, with the identity the default RBAC knows and its
+    // certificates inline (the file goes to the node through a Secret).
     let dir = tempfile::tempdir().unwrap();
     let (crt, key) = cp.pki.issue("scheduler", "system:kube-scheduler", None, &[]);
-    let kubeconfig = dir.path().join("scheduler.conf");
-    cluster::write_kubeconfig(
-        &kubeconfig,
-        &cp.server,
-        &cp.pki.ca(),
-        &cluster::Identity::Cert { cert: crt, key },
+    let b64 = |path: &Path| {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(fs::read(path).unwrap())
+    };
+    let scheduler_conf = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster: {{server: \"{}\", certificate-authority-data: {}}}\nusers:\n- name: scheduler\n  user: {{client-certificate-data: {}, client-key-data: {}}}\ncontexts:\n- name: test\n  context: {{cluster: test, user: scheduler}}\ncurrent-context: test\n",
+        cp.server,
+        b64(&cp.pki.ca()),
+        b64(&crt),
+        b64(&key)
     );
     let values = dir.path().join("values.yaml");
     let indent = |text: String| text.lines().map(|l| format!("    {l}\n")).collect::<String>();
@@ -221,7 +249,7 @@ async fn the_chart_runs_a_real_anchor_pod_that_writes_a_running_component() {
             "nodeSelector:\n  node-role.kubernetes.io/control-plane: null\n  {}: \"{}\"\nanchor:\n  trialPeriod: 20s\n  port: 0\n  logFormat: plain\ncomponent:\n  extraArgs: {{leader-elect: \"false\"}}\ncredentials:\n  scheduler.conf: |\n{}",
             label.0,
             label.1,
-            indent(fs::read_to_string(&kubeconfig).unwrap())
+            indent(scheduler_conf)
         ),
     )
     .unwrap();
@@ -250,15 +278,25 @@ async fn the_chart_runs_a_real_anchor_pod_that_writes_a_running_component() {
         }
     })
     .await;
-    assert_eq!(anchor.spec.as_ref().unwrap().node_name.as_deref(), Some(node.name.as_str()));
+    assert_eq!(
+        anchor.spec.as_ref().unwrap().node_name.as_deref(),
+        Some(node.name.as_str())
+    );
     let manifest = node.host_root().join("etc/kubernetes/manifests/kube-scheduler.yaml");
     let written = fs::read_to_string(&manifest).expect("the anchor wrote the manifest on its node");
     let scheduler = wait_ready(&system, &format!("kube-scheduler-{}", node.name)).await;
     let hash = scheduler.metadata.annotations.as_ref().unwrap()["kubernetes.io/config.hash"].clone();
     assert!(!hash.is_empty());
     assert!(written.contains("kube-scheduler"));
+    eprintln!(
+        "memory: node with a kubelet, an anchor and kube-scheduler: {} MiB",
+        cp.node_rss_kib(&node.name) / 1024
+    );
     let mode = fs::metadata(node.host_root().join("etc/kubernetes/scheduler.conf")).unwrap();
-    assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777, 0o600);
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777,
+        0o600
+    );
     // Uninstall: the anchor's preStop hook runs in the pod (exec through the runtime) and, the
     // DaemonSet being gone, removes the component; the real scheduler process stops.
     ok(&helm(&[
@@ -270,10 +308,21 @@ async fn the_chart_runs_a_real_anchor_pod_that_writes_a_running_component() {
         cp.admin_kubeconfig.to_str().unwrap(),
         "--wait=false",
     ]));
-    eventually(WAIT, "the manifest removed by the anchor's preStop hook", || {
-        let manifest = manifest.clone();
-        async move { (!manifest.exists()).then_some(()) }
+    // Manifest first, then (the mirror pod gone) the credentials.
+    let credential = node.host_root().join("etc/kubernetes/scheduler.conf");
+    eventually(
+        WAIT,
+        "the manifest and credentials removed by the anchor's preStop hook",
+        || {
+            let (manifest, credential) = (manifest.clone(), credential.clone());
+            async move { (!manifest.exists() && !credential.exists()).then_some(()) }
+        },
+    )
+    .await;
+    let mirror = format!("kube-scheduler-{}", node.name);
+    eventually(WAIT, "the scheduler's mirror pod gone", || {
+        let (system, mirror) = (system.clone(), mirror.clone());
+        async move { system.get_opt(&mirror).await.ok()?.is_none().then_some(()) }
     })
     .await;
-    assert!(!Path::new(&node.host_root().join("etc/kubernetes/scheduler.conf")).exists());
 }

@@ -583,7 +583,13 @@ impl ControlPlane {
             fs::create_dir_all(&dir).unwrap();
             let kube_anchor = PathBuf::from(env!("CARGO_BIN_EXE_kube-anchor"));
             let mut images = vec![("kube-anchor".to_owned(), kube_anchor)];
-            for name in ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl"] {
+            for name in [
+                "etcd",
+                "kube-apiserver",
+                "kube-controller-manager",
+                "kube-scheduler",
+                "kubectl",
+            ] {
                 images.push((name.to_owned(), fs::canonicalize(tool(name)).unwrap()));
             }
             for (name, target) in images {
@@ -735,6 +741,36 @@ impl ControlPlane {
         }
     }
 
+    /// Resident memory of every process of a process node (kubelet and containers), in KiB.
+    pub fn node_rss_kib(&self, name: &str) -> u64 {
+        let unshare = self.nodes.lock().unwrap()[name].process.as_ref().map(Process::pid);
+        let Some(unshare) = unshare else { return 0 };
+        let init = fs::read_to_string(format!("/proc/{unshare}/task/{unshare}/children")).unwrap_or_default();
+        let Some(ns) = init
+            .split_whitespace()
+            .next()
+            .and_then(|pid| fs::read_link(format!("/proc/{pid}/ns/pid")).ok())
+        else {
+            return 0;
+        };
+        let mut total = 0;
+        for entry in fs::read_dir("/proc").unwrap().flatten() {
+            let pid = entry.file_name();
+            if fs::read_link(entry.path().join("ns/pid")).ok().as_ref() == Some(&ns) {
+                total += rss_kib(&pid.to_string_lossy());
+            }
+        }
+        total
+    }
+
+    /// Resident memory of etcd, kube-apiserver and the controllers of this control plane, in KiB.
+    pub fn control_plane_rss_kib(&self) -> u64 {
+        let mut pids: Vec<u32> = self.controllers.lock().unwrap().iter().map(Process::pid).collect();
+        pids.extend(self.etcd.lock().unwrap().as_ref().map(Process::pid));
+        pids.extend(self.apiserver.lock().unwrap().as_ref().map(Process::pid));
+        pids.iter().map(|p| rss_kib(&p.to_string())).sum()
+    }
+
     /// Starts a stopped kubelet again with its first command line; does not wait for the API.
     pub fn start_kubelet(&self, name: &str) {
         self.start_kubelet_with(name, None);
@@ -760,9 +796,7 @@ impl ControlPlane {
         let mut cmd = Command::new(&node.program);
         for arg in &node.command {
             match kubeconfig {
-                Some(path) if arg.starts_with("--kubeconfig=") => {
-                    cmd.arg(format!("--kubeconfig={}", path.display()))
-                }
+                Some(path) if arg.starts_with("--kubeconfig=") => cmd.arg(format!("--kubeconfig={}", path.display())),
                 _ => cmd.arg(arg),
             };
         }
@@ -795,6 +829,15 @@ impl NodeHandle {
     pub fn host_root(&self) -> PathBuf {
         self.root.join("host")
     }
+}
+
+fn rss_kib(pid: &str) -> u64 {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
 }
 
 /// Removes cluster dirs of test binaries that are no longer running.
