@@ -145,6 +145,12 @@ async fn static_pods_run_fight_for_ports_crash_loop_and_survive_a_hard_kill() {
         "crasher",
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: crasher\n  namespace: kube-system\nspec:\n  hostNetwork: true\n  containers:\n  - name: main\n    image: kube-anchor/kube-anchor:0.1.0\n    command: [kube-anchor, no-such-verb]\n",
     );
+    // An image that is no binary of the node's "registry": the pull fails as a registry's would.
+    apply(
+        &n2,
+        "unknown-image",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: unknown-image\n  namespace: kube-system\nspec:\n  hostNetwork: true\n  containers:\n  - name: main\n    image: registry.example/no-such-image:1\n",
+    );
 
     for node in [&n1, &n2] {
         let pod = wait_ready(&pods, &format!("etcd-{}", node.name)).await;
@@ -198,6 +204,20 @@ async fn static_pods_run_fight_for_ports_crash_loop_and_survive_a_hard_kill() {
     .await;
     let last = crasher.last_state.unwrap().terminated.unwrap();
     assert_eq!(last.exit_code, 2, "kube-anchor's usage error exit code");
+
+    let pull = eventually(WAIT, "unknown-image waiting on its pull", || {
+        let pods = pods.clone();
+        async move {
+            let pod = pods.get_opt("unknown-image-pn-2").await.ok()??;
+            let waiting = container(&pod)?.state?.waiting?;
+            matches!(waiting.reason.as_deref(), Some("ErrImagePull" | "ImagePullBackOff")).then_some(waiting)
+        }
+    })
+    .await;
+    assert!(
+        pull.message.as_deref().unwrap_or_default().contains("no-such-image"),
+        "the pull error names the image: {pull:?}"
+    );
 
     // Hard kill of pn-1 (kubelet and every container at once), then a start with no API server
     // reachable: etcd comes back from the manifest on disk.
