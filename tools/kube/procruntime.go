@@ -393,12 +393,14 @@ func (r *processRuntime) start(c *processContainer) error {
 	streams.Add(2)
 	go func() { defer streams.Done(); log.copy("stdout", stdout) }()
 	go func() { defer streams.Done(); log.copy("stderr", stderr) }()
-	c.done = make(chan struct{})
-	c.pid = cmd.Process.Pid
+	done, pid := make(chan struct{}), cmd.Process.Pid
+	r.mu.Lock()
+	c.done, c.pid = done, pid
+	r.mu.Unlock()
 	if len(report) > 0 {
 		streams.Wait()
 		_ = cmd.Wait()
-		close(c.done)
+		close(done)
 		return errors.New(strings.TrimSpace(string(report)))
 	}
 	r.RuntimeService.Lock()
@@ -407,7 +409,7 @@ func (r *processRuntime) start(c *processContainer) error {
 		fc.StartedAt = time.Now().UnixNano()
 	}
 	r.RuntimeService.Unlock()
-	klog.InfoS("container started", "id", c.id, "pid", c.pid, "args", spec.Args)
+	klog.InfoS("container started", "id", c.id, "pid", pid, "args", spec.Args)
 	go func() {
 		streams.Wait()
 		err := cmd.Wait()
@@ -419,12 +421,12 @@ func (r *processRuntime) start(c *processContainer) error {
 				code = 128 + int(ws.Signal())
 			}
 		}
-		klog.InfoS("container exited", "id", c.id, "pid", c.pid, "exitCode", code)
+		klog.InfoS("container exited", "id", c.id, "pid", pid, "exitCode", code)
 		r.exited(c.id, int32(code), reason, "")
 		if f, ok := logFile.(*os.File); ok {
 			f.Close()
 		}
-		close(c.done)
+		close(done)
 	}()
 	return nil
 }
@@ -444,26 +446,49 @@ func (r *processRuntime) exited(id string, code int32, reason, message string) {
 	}
 }
 
+// process is the container's process: its pid and a channel closed when it has exited, or a
+// nil channel if it never started.
+func (r *processRuntime) process(c *processContainer) (int, chan struct{}) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return c.pid, c.done
+}
+
+// running is the pid of the container's process while it runs.
+func (r *processRuntime) running(c *processContainer) (int, bool) {
+	pid, done := r.process(c)
+	if done == nil {
+		return 0, false
+	}
+	select {
+	case <-done:
+		return 0, false
+	default:
+		return pid, true
+	}
+}
+
 // stop sends SIGTERM to the container's process group, and SIGKILL after `grace` seconds.
 func (r *processRuntime) stop(c *processContainer, grace int64) {
-	if c.done == nil {
+	pid, done := r.process(c)
+	if done == nil {
 		return
 	}
 	select {
-	case <-c.done:
+	case <-done:
 		return
 	default:
 	}
 	if grace > 0 {
-		_ = syscall.Kill(-c.pid, syscall.SIGTERM)
+		_ = syscall.Kill(-pid, syscall.SIGTERM)
 		select {
-		case <-c.done:
+		case <-done:
 			return
 		case <-time.After(time.Duration(grace) * time.Second):
 		}
 	}
-	_ = syscall.Kill(-c.pid, syscall.SIGKILL)
-	<-c.done
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	<-done
 }
 
 func (r *processRuntime) StopContainer(ctx context.Context, req *runtimeapi.StopContainerRequest) (*runtimeapi.StopContainerResponse, error) {
@@ -471,7 +496,7 @@ func (r *processRuntime) StopContainer(ctx context.Context, req *runtimeapi.Stop
 	if err != nil {
 		return nil, err
 	}
-	if c.done == nil {
+	if _, done := r.process(c); done == nil {
 		return r.RemoteRuntime.StopContainer(ctx, req)
 	}
 	r.stop(c, req.Timeout)
@@ -495,20 +520,16 @@ func (r *processRuntime) ExecSync(ctx context.Context, req *runtimeapi.ExecSyncR
 	if err != nil {
 		return nil, err
 	}
-	if c.done == nil {
+	pid, ok := r.running(c)
+	if !ok {
 		return nil, status.Errorf(codes.FailedPrecondition, "container %s is not running", c.id)
-	}
-	select {
-	case <-c.done:
-		return nil, status.Errorf(codes.FailedPrecondition, "container %s is not running", c.id)
-	default:
 	}
 	if req.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, time.Duration(req.Timeout)*time.Second)
 		defer cancel()
 	}
-	args := append([]string{"--target", fmt.Sprint(c.pid), "--mount", "--root", "--wd", "--"}, req.Cmd...)
+	args := append([]string{"--target", fmt.Sprint(pid), "--mount", "--root", "--wd", "--"}, req.Cmd...)
 	cmd := exec.CommandContext(ctx, "nsenter", args...)
 	cmd.Env = c.env
 	var stdout, stderr strings.Builder
