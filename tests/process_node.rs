@@ -4,7 +4,8 @@
 //! on one node really fight for a port while the same port on another node is free, a node
 //! hard-killed and started again with no API server brings its static pods back from disk, and
 //! the project's chart installed with helm runs `kube-anchor run` as a real DaemonSet pod that
-//! writes its component, which then runs too.
+//! writes its component, which then runs too; a bad `helm upgrade` really crash-loops the
+//! component, and the replacement anchor rolls it back and holds the rollout.
 
 mod support;
 
@@ -237,7 +238,7 @@ async fn static_pods_run_fight_for_ports_crash_loop_and_survive_a_hard_kill() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_chart_runs_a_real_anchor_pod_that_writes_a_running_component() {
+async fn the_chart_runs_a_real_anchor_that_writes_its_component_and_rolls_back_a_bad_push() {
     let cp = cluster::shared().await;
     cp.start_controllers();
     let label = ("kube-anchor.io/process-chart", "yes");
@@ -317,6 +318,74 @@ async fn the_chart_runs_a_real_anchor_pod_that_writes_a_running_component() {
         std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777,
         0o600
     );
+
+    // The version runs converged through its trial and becomes last-known-good.
+    let ledger = node.host_root().join("var/lib/kube-anchor/v1/kube-scheduler.json");
+    let read_ledger = move || -> Option<serde_json::Value> {
+        let v: serde_json::Value = serde_json::from_slice(&fs::read(&ledger).ok()?).ok()?;
+        Some(v["ledger"].clone())
+    };
+    let good = eventually(WAIT, "the first version promoted to last-known-good", || {
+        let read_ledger = read_ledger.clone();
+        async move {
+            let l = read_ledger()?;
+            (l["lastKnownGood"] == l["contentHash"]).then(|| l["contentHash"].as_str().map(str::to_owned))?
+        }
+    })
+    .await;
+
+    // A bad push: kube-scheduler refuses an unknown flag and exits. The real DaemonSet
+    // controller replaces the anchor pod, the new anchor writes the version, the kubelet
+    // crash-loops the real process, and the anchor rolls back to the last-known-good.
+    ok(&helm(&[
+        "upgrade",
+        "sched",
+        &chart,
+        "-n",
+        &ns,
+        "-f",
+        values.to_str().unwrap(),
+        "--set",
+        "component.extraArgs.no-such-flag=1",
+        "--kubeconfig",
+        cp.admin_kubeconfig.to_str().unwrap(),
+        "--wait=false",
+    ]));
+    let admin = cp.admin().await;
+    let event = cluster::event(&admin, &ns, "RolledBack", None, WAIT).await;
+    let note = event.note.unwrap_or_default();
+    assert!(
+        note.contains(&good),
+        "rolled back to the last-known-good {good}: {note}"
+    );
+    let back = read_ledger().unwrap();
+    assert_eq!(
+        back["contentHash"].as_str(),
+        Some(good.as_str()),
+        "the node runs the last-known-good again"
+    );
+    assert_eq!(
+        back["bad"].as_array().map(Vec::len),
+        Some(1),
+        "the bad version recorded: {back}"
+    );
+    assert!(!fs::read_to_string(&manifest).unwrap().contains("no-such-flag"));
+    wait_ready(&system, &format!("kube-scheduler-{}", node.name)).await;
+    // The new anchor pod holds the rollout: it stays unready while the component runs.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let list = pods.list(&ListParams::default()).await.unwrap();
+    let current: Vec<&Pod> = list
+        .items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect();
+    assert_eq!(current.len(), 1, "one anchor pod after the rollout step");
+    assert!(!ready(current[0]), "the anchor that rolled back must not turn Ready");
+    assert_ne!(
+        current[0].metadata.uid, anchor.metadata.uid,
+        "the DaemonSet controller replaced the pod"
+    );
+
     // Uninstall: the anchor's preStop hook runs in the pod (exec through the runtime) and, the
     // DaemonSet being gone, removes the component; the real scheduler process stops.
     ok(&helm(&[
