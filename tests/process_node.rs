@@ -415,3 +415,77 @@ async fn the_chart_runs_a_real_anchor_that_writes_its_component_and_rolls_back_a
     })
     .await;
 }
+
+const PANIC_CHILD: &str = "KUBE_ANCHOR_TEST_PANIC_CHILD";
+
+/// Run by [`nothing_outlives_a_panicking_test`] in a child process: a process node with a
+/// running static pod, then a panic.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "the child half of nothing_outlives_a_panicking_test"]
+async fn panic_with_a_process_node_running() {
+    assert!(
+        std::env::var_os(PANIC_CHILD).is_some(),
+        "run by nothing_outlives_a_panicking_test"
+    );
+    let cp = cluster::shared().await;
+    let node = cp.add_process_node("pn-panic", &[]).await;
+    let (client, peer) = (free_port(), free_port());
+    apply(&node, "etcd", &etcd_manifest("etcd", client, peer));
+    let addr = format!("{}:{client}", node.ip);
+    eventually(WAIT, "etcd answering", || {
+        let addr = addr.clone();
+        async move { etcd_health(&addr) }
+    })
+    .await;
+    panic!("etcd-at={addr} (a test failing with a node up)");
+}
+
+#[test]
+fn nothing_outlives_a_panicking_test() {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--ignored",
+            "--exact",
+            "panic_with_a_process_node_running",
+            "--nocapture",
+        ])
+        .env(PANIC_CHILD, "1")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the child test must fail:\n{text}");
+    let addr = text
+        .split("etcd-at=")
+        .nth(1)
+        .and_then(|t| t.split_whitespace().next())
+        .unwrap_or_else(|| panic!("the child did not get its node up:\n{text}"))
+        .to_owned();
+    let dir = text
+        .split("logs and state in ")
+        .nth(1)
+        .and_then(|t| t.lines().next())
+        .unwrap()
+        .trim()
+        .to_owned();
+    // The container (etcd on the node's address) and every process started for the child's
+    // control plane (their command lines name its directory) are gone.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let survivors: Vec<String> = fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| fs::read(e.path().join("cmdline")).ok())
+            .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+            .filter(|c| c.contains(&dir))
+            .collect();
+        let etcd_up = etcd_health(&addr).is_some();
+        if survivors.is_empty() && !etcd_up {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "left running after the test binary exited: etcd up: {etcd_up}; {survivors:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
