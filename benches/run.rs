@@ -1,7 +1,7 @@
 //! `cargo bench --bench run`: the anchor daemon (`kube-anchor run`, release build) on a temp
 //! directory with no API server.
 //!
-//! Prints median and p99 over 100 changes of (a) the latency from an input change (a ConfigMap
+//! Prints p50 and p99 over 100 changes of (a) the latency from an input change (a ConfigMap
 //! `..data` swap) to the new content in place on the host (renamed after fsync), and (b) from a
 //! host-side deletion to the restored file; then the idle RSS and the CPU used while idling
 //! (`IDLE_SECONDS`, default 60).
@@ -116,12 +116,12 @@ fn main() {
     let (r50, r99) = percentiles(repair);
     println!("kube-anchor run, {changes} changes each (no API server)");
     println!(
-        "input change -> host file    median {:>7.2} ms   p99 {:>7.2} ms",
+        "input change -> host file    p50 {:>7.2} ms   p99 {:>7.2} ms",
         c50.as_secs_f64() * 1e3,
         c99.as_secs_f64() * 1e3
     );
     println!(
-        "host deletion -> restored    median {:>7.2} ms   p99 {:>7.2} ms",
+        "host deletion -> restored    p50 {:>7.2} ms   p99 {:>7.2} ms",
         r50.as_secs_f64() * 1e3,
         r99.as_secs_f64() * 1e3
     );

@@ -5,7 +5,7 @@
 //! version that fails its trial back to the last-known-good one. Works with no API at all: the
 //! files are still kept in sync; only the proof waits. A signal drains; it never deletes.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -25,12 +25,12 @@ use crate::pinned::{MAX_MARKER_BYTES, PinnedInputs};
 use crate::server::{self, Shared};
 use crate::shutdown;
 use crate::trial::{Assessment, MirrorPod, Observation, Trial, TrialOutcome, assess};
-use crate::watch::{DirWatcher, debounce};
+use crate::watch::{DATA_LINK, DirRole, DirWatcher};
 
 /// How often the version on trial (or one not converged yet) is looked at.
 const TRIAL_TICK: Duration = Duration::from_secs(1);
-/// Longest a burst of change events may delay a sync.
-const MAX_DEBOUNCE: Duration = Duration::from_millis(200);
+/// How often the inputs are read again when a volume swapped `..data` while they were read.
+const MAX_INPUT_READS: usize = 5;
 
 struct MirrorWatch {
     namespace: String,
@@ -108,7 +108,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         .as_deref()
         .map(|url| HealthCheck::new(url, args.health_ca_file.as_deref()))
         .transpose()?;
-    let (watcher, changes) = DirWatcher::new().context("starting inotify")?;
+    let watcher = DirWatcher::new().context("starting inotify")?;
     let mut daemon = Daemon {
         args,
         engine,
@@ -135,25 +135,31 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         input_dirs: BTreeSet::new(),
     };
     daemon.connect().await;
-    daemon.run(changes, draining).await;
+    daemon.run(draining).await;
     Ok(())
 }
 
 impl Daemon {
-    async fn run(mut self, mut changes: tokio::sync::mpsc::Receiver<()>, mut draining: watch::Receiver<bool>) {
+    async fn run(mut self, mut draining: watch::Receiver<bool>) {
         loop {
             self.sync().await;
             loop {
                 let tick = self.evaluation_interval();
+                let mirror = &mut self.mirror;
                 let mirror_changed = async {
-                    match self.mirror.as_mut() {
+                    match mirror.as_mut() {
                         Some(m) => m.rx.changed().await.is_ok(),
                         None => std::future::pending().await,
                     }
                 };
+                // No debounce: the event that completes an update syncs at once; whatever
+                // arrives during that sync is read in one go afterwards (one more sync at most).
                 tokio::select! {
-                    Some(()) = changes.recv() => {
-                        debounce(&mut changes, self.args.debounce, MAX_DEBOUNCE).await;
+                    changed = self.watcher.changed() => {
+                        if let Err(e) = changed {
+                            tracing::error!(component = %self.component, error = %e, "reading inotify events failed; syncing on the resync period only");
+                            sleep_opt(Some(self.args.resync_period)).await;
+                        }
                         break;
                     }
                     _ = tokio::time::sleep(self.args.resync_period) => break,
@@ -250,6 +256,11 @@ impl Daemon {
                     .unwrap_or_default();
                 self.shared.metrics.last_sync.set(now.as_secs_f64());
             }
+            Err(EngineError::InputsChanging { reads, .. }) => {
+                // Not an error: the swap that interrupted the last read is queued and brings
+                // another sync as soon as this one ends.
+                tracing::debug!(component = %self.component, reads, "inputs changed while being read; waiting for the next swap's event");
+            }
             Err(EngineError::Decommissioned { at, reason, .. }) => {
                 // pre-stop decommissioned the component: this pod is on its way out.
                 self.input_error = Some(format!("decommissioned at {at} ({reason}): not writing"));
@@ -274,8 +285,7 @@ impl Daemon {
         let pinned = self.args.expect_inputs.clone();
         let mismatch = match pinned_ok(&pinned) {
             Ok(()) => {
-                let inputs = Inputs::load(&self.args.config, self.engine.roots())?;
-                self.input_dirs = input_dirs(&self.args.config, &inputs, &pinned);
+                let inputs = self.load_inputs(&pinned)?;
                 let desired = inputs.desired(&inputs.environment_variables())?;
                 match pinned_ok(&pinned) {
                     Ok(()) => {
@@ -302,6 +312,30 @@ impl Daemon {
         }
         self.awaiting_rollout = Some(why);
         Ok(None)
+    }
+
+    /// Reads the config and its sources, all from one generation of every ConfigMap/Secret
+    /// volume: the kubelet swaps `..data` and deletes the old generation at any moment, so a
+    /// read spanning a swap could mix two generations (the config of one, a source of the
+    /// next). Such a read is done again; the swap's own event brings one more sync anyway.
+    fn load_inputs(&mut self, pinned: &Option<PinnedInputs>) -> Result<Inputs, EngineError> {
+        let mut attempt = 1;
+        loop {
+            let dirs = self.input_dirs.clone();
+            let before = volume_generations(&dirs);
+            let inputs = Inputs::load(&self.args.config, self.engine.roots())?;
+            self.input_dirs = input_dirs(&self.args.config, &inputs, pinned);
+            if self.input_dirs == dirs && volume_generations(&dirs) == before {
+                return Ok(inputs);
+            }
+            if attempt == MAX_INPUT_READS {
+                return Err(EngineError::InputsChanging {
+                    config: self.args.config.clone(),
+                    reads: attempt,
+                });
+            }
+            attempt += 1;
+        }
     }
 
     fn sync_files(&mut self) -> Result<(), EngineError> {
@@ -369,17 +403,21 @@ impl Daemon {
 
     /// Returns whether a directory is watched now that was not before.
     fn watch_dirs(&mut self) -> bool {
-        let mut dirs: BTreeSet<PathBuf> = self.input_dirs.clone();
+        let mut dirs: BTreeMap<PathBuf, DirRole> =
+            self.input_dirs.iter().map(|d| (d.clone(), DirRole::input())).collect();
         if let Some(written) = &self.written {
             for file in &written.files {
                 if let Ok(real) = self.engine.fs.resolve(&file.path)
-                    && let Some(dir) = real.parent()
+                    && let (Some(dir), Some(name)) = (real.parent(), real.file_name())
                 {
-                    dirs.insert(dir.to_path_buf());
+                    dirs.entry(dir.to_path_buf())
+                        .or_default()
+                        .managed
+                        .insert(name.to_owned());
                 }
             }
         }
-        self.watcher.ensure(dirs.iter().map(PathBuf::as_path))
+        self.watcher.ensure(dirs)
     }
 
     fn ensure_mirror_watch(&mut self, target: &Desired) {
@@ -609,6 +647,15 @@ fn input_dirs(config: &Path, inputs: &Inputs, pinned: &Option<PinnedInputs>) -> 
                 }
             })
         })
+        .collect()
+}
+
+/// Where the `..data` link of each directory points (`None` where there is none): the
+/// generation of a ConfigMap/Secret volume. Generation directories are named by time and a
+/// random suffix, so a name never comes back.
+fn volume_generations(dirs: &BTreeSet<PathBuf>) -> Vec<Option<PathBuf>> {
+    dirs.iter()
+        .map(|d| std::fs::read_link(d.join(DATA_LINK)).ok())
         .collect()
 }
 

@@ -228,9 +228,6 @@ pub struct RunArgs {
     /// How often --health-url is checked once the version has converged.
     #[arg(long, env = "KUBE_ANCHOR_HEALTH_INTERVAL", default_value = "10s", value_parser = duration)]
     pub health_interval: std::time::Duration,
-    /// Quiet time that ends a burst of change events.
-    #[arg(long, env = "KUBE_ANCHOR_DEBOUNCE", default_value = "10ms", value_parser = duration)]
-    pub debounce: std::time::Duration,
     /// Also remove files this component wrote earlier that the config no longer lists.
     #[arg(long, env = "KUBE_ANCHOR_PRUNE")]
     pub prune: bool,

@@ -41,6 +41,9 @@ pub enum EngineError {
         written: usize,
         source: HostFsError,
     },
+    /// `run`: a ConfigMap/Secret volume swapped `..data` during every read of the inputs.
+    #[error("{}: the inputs changed during each of {reads} reads (a volume swapping `..data`); the node keeps what it has until they settle", .config.display())]
+    InputsChanging { config: PathBuf, reads: usize },
     #[error("{component} was decommissioned on this node at {at} ({reason}); not writing it again")]
     Decommissioned {
         component: String,
@@ -232,14 +235,16 @@ impl Engine {
         let now = now_rfc3339();
         report.adopted = plan::adopt(&mut ledger, desired, &observations, &report.unchanged, &now);
         // The intent is on disk before the first rename, so no crash strands a file we wrote.
-        let result = self.fs.execute_with_intent(&plan.ops, || {
-            if plan.ops.iter().any(|op| matches!(op, Op::Write { .. })) {
-                let intent = plan::intent(&ledger, &plan.ops, &observations, &now);
-                self.fs.store_ledger(&self.state_dir, &intent)
-            } else {
-                Ok(())
-            }
-        });
+        let intent = if plan.ops.iter().any(|op| matches!(op, Op::Write { .. })) {
+            let intent = plan::intent(&ledger, &plan.ops, &observations, &now);
+            Some((
+                HostFs::ledger_path(&self.state_dir, &desired.component)?,
+                intent.encode(),
+            ))
+        } else {
+            None
+        };
+        let result = self.fs.execute_with_intent(&plan.ops, intent);
         let (done, error) = match result {
             Ok(done) => (done, None),
             Err((e, done)) => (done, Some(e)),

@@ -15,7 +15,7 @@ use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, OpenOptionsExt,
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
-use tempfile::NamedTempFile;
+use tempfile::{NamedTempFile, TempPath};
 
 use crate::config::{FileMode, Owner, Role};
 use crate::hostpath::{AllowedRoots, HostPath, HostPathError};
@@ -209,21 +209,42 @@ impl HostFs {
     /// the content they expect just before unlinking. Stops at the first error; what was done
     /// before it is returned in the error's companion list.
     pub fn execute(&self, ops: &[Op]) -> Result<Vec<Done>, (HostFsError, Vec<Done>)> {
-        self.execute_with_intent(ops, || Ok(()))
+        self.execute_with_intent(ops, None)
     }
 
-    /// [`HostFs::execute`], calling `record_intent` once every write is staged and before the
-    /// first rename; when it fails, nothing is renamed and the node is as it was.
+    /// [`HostFs::execute`], storing `intent` (a ledger: its state-dir path and bytes) once every
+    /// write is staged and before the first rename; when that fails, nothing else is renamed
+    /// and the node is as it was. The intent's temp file is staged and fsynced together with
+    /// the writes (one round of concurrent fsyncs), then renamed into place and its directory
+    /// fsynced.
     pub fn execute_with_intent(
         &self,
         ops: &[Op],
-        record_intent: impl FnOnce() -> Result<(), HostFsError>,
+        intent: Option<(HostPath, Vec<u8>)>,
     ) -> Result<Vec<Done>, (HostFsError, Vec<Done>)> {
         let mut created_dirs = Vec::new();
+        let intent_op = intent.map(|(path, bytes)| Op::Write {
+            sha256: crate::desired::sha256_hex(&bytes),
+            file: crate::desired::DesiredFile {
+                path,
+                content: bytes,
+                mode: LEDGER_MODE,
+                owner: None,
+                role: Role::Credential,
+            },
+            reason: crate::plan::WriteReason::Content,
+        });
         let staged = match self
-            .stage_writes(ops, &mut created_dirs)
-            .and_then(|staged| record_intent().map(|()| staged))
-        {
+            .stage_writes(intent_op.iter().chain(ops), &mut created_dirs)
+            .and_then(|mut staged| {
+                if let Some(op) = &intent_op {
+                    let (temp, real) = staged.remove(0);
+                    temp.persist(&real)
+                        .map_err(|e| io_err(op.path(), "rename into place")(e.error))?;
+                    sync_dir(op.path(), real.parent().expect("file has a parent"))?;
+                }
+                Ok(staged)
+            }) {
             Ok(staged) => staged,
             Err(e) => {
                 // Nothing was renamed yet: dropping the temps and our new dirs restores the node.
@@ -289,12 +310,15 @@ impl HostFs {
         }
     }
 
-    fn stage_writes(
+    /// Writes a temp file for every write, then fsyncs them all at once (concurrently: the
+    /// disk serves them together instead of one after the other) and closes them.
+    fn stage_writes<'a>(
         &self,
-        ops: &[Op],
+        ops: impl IntoIterator<Item = &'a Op>,
         created_dirs: &mut Vec<PathBuf>,
-    ) -> Result<Vec<(NamedTempFile, PathBuf)>, HostFsError> {
+    ) -> Result<Vec<(TempPath, PathBuf)>, HostFsError> {
         let mut staged = Vec::new();
+        let mut paths = Vec::new();
         for op in ops {
             let Op::Write { file, .. } = op else { continue };
             let real = self.resolve(&file.path)?;
@@ -310,8 +334,12 @@ impl HostFs {
                 result => result?,
             };
             staged.push((temp, real));
+            paths.push(&file.path);
         }
-        Ok(staged)
+        let files: Vec<(&HostPath, &File)> = paths.into_iter().zip(staged.iter().map(|(t, _)| t.as_file())).collect();
+        sync_all_concurrently(&files)?;
+        // Closed before the rename, so the `close_write` a watcher sees names the temp file.
+        Ok(staged.into_iter().map(|(t, real)| (t.into_temp_path(), real)).collect())
     }
 
     fn create_dirs(&self, path: &HostPath, dir: &Path, created: &mut Vec<PathBuf>) -> Result<(), HostFsError> {
@@ -525,7 +553,50 @@ impl HostFs {
     }
 }
 
-/// Creates the temp file beside `real` with its final mode and owner, writes and fsyncs it.
+/// At most this many fsyncs run at once.
+const MAX_CONCURRENT_FSYNCS: usize = 16;
+
+/// fsyncs `files`, concurrently when there are several (scoped threads with small stacks).
+fn sync_all_concurrently(files: &[(&HostPath, &File)]) -> Result<(), HostFsError> {
+    if files.len() <= 1 {
+        return files
+            .iter()
+            .try_for_each(|(path, f)| f.sync_all().map_err(io_err(path, "fsync")));
+    }
+    let threads = files.len().min(MAX_CONCURRENT_FSYNCS);
+    let share = move |k: usize| {
+        files
+            .iter()
+            .skip(k)
+            .step_by(threads)
+            .try_for_each(|(path, f)| f.sync_all().map_err(io_err(path, "fsync")))
+    };
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|k| {
+                std::thread::Builder::new()
+                    .stack_size(64 * 1024)
+                    .spawn_scoped(scope, move || share(k))
+            })
+            .collect();
+        let mut result = Ok(());
+        for (k, handle) in handles.into_iter().enumerate() {
+            let outcome = match handle {
+                Ok(h) => h.join().expect("an fsync thread does not panic"),
+                // No thread to be had: that share is done here.
+                Err(_) => share(k),
+            };
+            if result.is_ok() {
+                result = outcome;
+            }
+        }
+        result
+    })?;
+    Ok(())
+}
+
+/// Creates the temp file beside `real` with its final mode and owner and writes it (the caller
+/// fsyncs it).
 fn stage(
     path: &HostPath,
     real: &Path,
@@ -549,7 +620,6 @@ fn stage(
         std::os::unix::fs::fchown(&*file, Some(owner.uid), Some(owner.gid)).map_err(io_err(path, "set owner"))?;
     }
     file.write_all(content).map_err(io_err(path, "write"))?;
-    file.sync_all().map_err(io_err(path, "fsync"))?;
     Ok(temp)
 }
 

@@ -157,6 +157,111 @@ fn a_burst_of_changes_is_folded_and_never_rewrites_unchanged_files() {
     assert_eq!(fs::metadata(s.host(KUBECONFIG)).unwrap().ino(), inode);
 }
 
+/// The generation number after `marker` in `text`, if the text is whole.
+fn generation(text: &str, marker: &str) -> Option<u32> {
+    let rest = &text[text.find(marker)? + marker.len()..];
+    rest.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+}
+
+#[test]
+fn a_burst_of_100_changes_ends_in_the_last_content_and_is_never_torn() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    // Every generation changes both the credential and the manifest, so a sync that read the
+    // kubeconfig of one generation and the pod of a later one (the kubelet swapped `..data` in
+    // between) would write a manifest newer than its credentials.
+    let files = |i: u32| -> Vec<(&'static str, Vec<u8>)> {
+        let pod = POD.replace(
+            "'--node=${NODE_NAME}'",
+            &format!("'--node=${{NODE_NAME}}', '--gen={i}'"),
+        );
+        vec![
+            (
+                "anchor.yaml",
+                anchor_config("kube-scheduler", &[("scheduler.conf", KUBECONFIG, "0600")], MANIFEST).into_bytes(),
+            ),
+            ("pod.yaml", pod.into_bytes()),
+            ("scheduler.conf", format!("kubeconfig {i}\n").into_bytes()),
+        ]
+    };
+    let refs = |f: &[(&'static str, Vec<u8>)]| f.iter().map(|(n, c)| (*n, c.clone())).collect::<Vec<_>>();
+    let mut s = Setup::new("unused");
+    let initial = refs(&files(0));
+    s.volume
+        .update(&initial.iter().map(|(n, c)| (*n, c.as_slice())).collect::<Vec<_>>());
+    let d = s.start(&[]);
+    wait_until(WAIT, "the first apply", &d, || {
+        s.read(MANIFEST).is_some_and(|m| generation(&m, "--gen=") == Some(0))
+    });
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let stop = stop.clone();
+        let manifest = s.host(MANIFEST);
+        let kubeconfig = s.host(KUBECONFIG);
+        std::thread::spawn(move || {
+            let mut problems = Vec::new();
+            let mut samples = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let (Ok(m1), Ok(k), Ok(m2)) = (
+                    fs::read_to_string(&manifest),
+                    fs::read_to_string(&kubeconfig),
+                    fs::read_to_string(&manifest),
+                ) else {
+                    problems.push("a managed file was missing".to_owned());
+                    continue;
+                };
+                samples += 1;
+                let (Some(m), Some(k)) = (generation(&m1, "--gen="), generation(&k, "kubeconfig ")) else {
+                    problems.push(format!("a partial file: {k:?} / {m1:?}"));
+                    continue;
+                };
+                // Credentials are committed before the manifest: with the manifest unchanged
+                // around the read, its credentials are at least as new.
+                if m1 == m2 && k < m {
+                    problems.push(format!("manifest of generation {m} beside kubeconfig {k}"));
+                }
+            }
+            (problems, samples)
+        })
+    };
+    for i in 1..=100 {
+        let f = refs(&files(i));
+        s.volume
+            .update(&f.iter().map(|(n, c)| (*n, c.as_slice())).collect::<Vec<_>>());
+    }
+    wait_until(WAIT, "the last change of the burst", &d, || {
+        s.read(KUBECONFIG).as_deref() == Some("kubeconfig 100\n")
+            && s.read(MANIFEST).is_some_and(|m| generation(&m, "--gen=") == Some(100))
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    stop.store(true, Ordering::Relaxed);
+    let (problems, samples) = sampler.join().unwrap();
+    assert!(samples > 0);
+    assert!(
+        problems.is_empty(),
+        "{} torn samples of {samples}: {:?}",
+        problems.len(),
+        &problems[..problems.len().min(5)]
+    );
+    assert_eq!(d.metric("kube_anchor_sync_errors_total"), 0.0, "{}", d.log_text());
+    // Bursts are folded: far fewer syncs than changes (each writes 2 files).
+    let writes = d.metric("kube_anchor_writes_total");
+    assert!(
+        writes < 150.0,
+        "{writes} file writes for a burst of 100 changes: not folded"
+    );
+    // And the node ends exactly as `apply` of the last generation would leave it.
+    let ledger = fs::read_to_string(s.host("/var/lib/kube-anchor/v1/kube-scheduler.json")).unwrap();
+    let manifest = s.read(MANIFEST).unwrap();
+    let hash = manifest
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("kube-anchor.io/content-hash: "))
+        .unwrap()
+        .trim_matches('\'');
+    assert!(ledger.contains(hash), "ledger does not record {hash}");
+}
+
 #[test]
 fn a_bad_push_is_reported_and_the_node_keeps_what_it_has() {
     let mut s = Setup::new("kubeconfig v1");
