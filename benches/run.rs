@@ -4,12 +4,18 @@
 //! Prints p50 and p99 over 100 changes of (a) the latency from an input change (a ConfigMap
 //! `..data` swap) to the new content in place on the host (renamed after fsync), and (b) from a
 //! host-side deletion to the restored file; then the idle RSS and the CPU used while idling
-//! (`IDLE_SECONDS`, default 60).
+//! (`IDLE_SECONDS`, default 60); then the idle RSS of a second daemon with its mirror-pod watch
+//! open against a stand-in API server (plain HTTP on loopback: an empty pod list, then a watch
+//! that stays open), and the requests it made while idling.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
 
 use std::fs;
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use support::daemon::{ConfigVolume, Daemon, anchor_config};
@@ -47,6 +53,53 @@ fn cpu_ticks(pid: u32) -> u64 {
     let fields: Vec<&str> = after_comm.split_whitespace().collect();
     // utime and stime are fields 14 and 15 of stat, i.e. 11 and 12 after the state field.
     fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+/// A stand-in API server: every LIST gets an empty list, every watch a stream that stays open.
+/// Returns its port and the count of requests served.
+fn fake_api() -> (u16, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let requests = Arc::new(AtomicUsize::new(0));
+    let count = requests.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            let count = count.clone();
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut out = stream;
+                loop {
+                    let mut request_line = String::new();
+                    if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let mut header = String::new();
+                    while reader.read_line(&mut header).is_ok_and(|n| n > 2) {
+                        header.clear();
+                    }
+                    count.fetch_add(1, Ordering::Relaxed);
+                    if request_line.contains("watch=true") || request_line.contains("watch=1") {
+                        let _ = out.write_all(
+                            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n",
+                        );
+                        let _ = out.flush();
+                        // Held open, silent, until the client goes.
+                        let mut sink = String::new();
+                        let _ = reader.read_line(&mut sink);
+                        return;
+                    }
+                    let body = r#"{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"1"},"items":[]}"#;
+                    let _ = write!(
+                        out,
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                }
+            });
+        }
+    });
+    (port, requests)
 }
 
 fn main() {
@@ -110,7 +163,45 @@ fn main() {
     std::thread::sleep(Duration::from_secs(idle));
     let ticks = cpu_ticks(pid) - ticks_before;
     let hz = 100.0; // USER_HZ on Linux
-    let rss = proc_field(pid, "status", "VmRSS:").unwrap_or_default();
+    let field = |key: &str| proc_field(pid, "status", key).unwrap_or_default();
+    let (rss, anon, file, threads) = (field("VmRSS:"), field("RssAnon:"), field("RssFile:"), field("Threads:"));
+
+    drop(d);
+
+    // The same with the mirror-pod watch open.
+    let (port, requests) = fake_api();
+    let kubeconfig_file = work.path().join("kubeconfig");
+    fs::write(
+        &kubeconfig_file,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters: [{{name: c, cluster: {{server: 'http://127.0.0.1:{port}'}}}}]\nusers: [{{name: u, user: {{token: t}}}}]\ncontexts: [{{name: x, context: {{cluster: c, user: u}}}}]\ncurrent-context: x\n"
+        ),
+    )
+    .unwrap();
+    let d = Daemon::start(
+        &volume.config(),
+        &node,
+        "bench-node",
+        &["--kubeconfig".into(), kubeconfig_file.display().to_string()],
+        &work.path().join("daemon-api.log"),
+    );
+    let started = Instant::now();
+    while requests.load(Ordering::Relaxed) < 2 {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "no watch: {}",
+            d.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let before = requests.load(Ordering::Relaxed);
+    std::thread::sleep(Duration::from_secs(idle));
+    let idle_requests = requests.load(Ordering::Relaxed) - before;
+    let pid = d.child.id();
+    let field = |key: &str| proc_field(pid, "status", key).unwrap_or_default();
+    let (api_rss, api_anon, api_file, api_threads) =
+        (field("VmRSS:"), field("RssAnon:"), field("RssFile:"), field("Threads:"));
 
     let (c50, c99) = percentiles(change);
     let (r50, r99) = percentiles(repair);
@@ -125,10 +216,14 @@ fn main() {
         r50.as_secs_f64() * 1e3,
         r99.as_secs_f64() * 1e3
     );
-    println!("idle RSS                     {rss}");
+    println!("idle RSS                     {rss} (anonymous {anon}, file-backed {file}; {threads} threads)");
     println!(
         "idle CPU over {idle} s          {:.3} s ({:.4} % of one core)",
         ticks as f64 / hz,
         ticks as f64 / hz / idle as f64 * 100.0
     );
+    println!(
+        "idle RSS, watch open         {api_rss} (anonymous {api_anon}, file-backed {api_file}; {api_threads} threads)"
+    );
+    println!("API requests while idle      {idle_requests} in {idle} s");
 }

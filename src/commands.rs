@@ -39,6 +39,19 @@ pub fn main() -> ExitCode {
 
 use crate::logging::error_chain;
 
+/// The runtime of `run`: one thread. The daemon is one loop whose file work is short and
+/// synchronous; the HTTP endpoints and the API watch wait at most one sync. No worker threads
+/// (each with its stack and, in glibc, its own malloc arena), and at most two malloc arenas for
+/// the threads there are (tokio's blocking pool, the executor's concurrent fsyncs).
+fn daemon_runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    // SAFETY: mallopt only sets an allocator parameter; called before any other thread exists.
+    #[cfg(target_env = "gnu")]
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 2);
+    }
+    tokio::runtime::Builder::new_current_thread().enable_all().build()
+}
+
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Apply(args) => apply(args),
@@ -57,7 +70,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Retry(args) => retry(args),
         Command::Run(args) => {
-            tokio::runtime::Runtime::new()?.block_on(crate::anchor::run(args))?;
+            daemon_runtime()?.block_on(crate::anchor::run(args))?;
             Ok(ExitCode::SUCCESS)
         }
     }
