@@ -119,6 +119,14 @@ pub fn parse(file: &Path, text: &str) -> Result<StaticPod, ManifestError> {
                 .into(),
         ));
     }
+    if let Some(field) = tagged_node(&document, String::new()) {
+        return Err(invalid(
+            &field,
+            "a YAML tag (`!…`); the kubelet's decoder and this one read tagged nodes differently, \
+             and it cannot be written back as it was: remove the tag"
+                .into(),
+        ));
+    }
     let pod: Pod = serde_yaml_ng::from_value(document.clone()).map_err(|e| {
         invalid(
             "(Pod)",
@@ -179,6 +187,33 @@ fn yaml11_hint(error: &str) -> &'static str {
         "; write booleans as true or false"
     } else {
         ""
+    }
+}
+
+/// The path of the first tagged node (`!tag value`, `! value`), key or value. Found by fuzzing:
+/// serde_yaml_ng keeps the tag and then cannot emit some of them (a non-specific `!` on a
+/// mapping), which made writing the manifest panic.
+fn tagged_node(value: &Value, path: String) -> Option<String> {
+    match value {
+        Value::Mapping(map) => map.iter().find_map(|(k, v)| {
+            let key = k.as_str().map_or_else(|| format!("{k:?}"), str::to_owned);
+            let here = if path.is_empty() {
+                key.clone()
+            } else {
+                format!("{path}.{key}")
+            };
+            if matches!(k, Value::Tagged(_)) {
+                Some(here)
+            } else {
+                tagged_node(v, here)
+            }
+        }),
+        Value::Sequence(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, v)| tagged_node(v, format!("{path}[{i}]"))),
+        Value::Tagged(_) => Some(if path.is_empty() { "(top level)".into() } else { path }),
+        _ => None,
     }
 }
 
@@ -730,6 +765,8 @@ mod tests {
                 ),
                 "spec.<<",
             ),
+            (base.replace("spec:\n", "spec:\n  future: ! {a: b}\n"), "spec.future"),
+            (base.replace("spec:\n", "spec:\n  future: !custom x\n"), "spec.future"),
         ];
         for (text, field) in cases {
             assert_eq!(field_of(&text), field, "{text}");
@@ -739,6 +776,26 @@ mod tests {
             p(&base.replace("name: kube-scheduler", "name: kube-scheduler.v2")).is_ok(),
             "a subdomain"
         );
+    }
+
+    /// Found by `cargo fuzz` (target `staticpod`): a `!` tag on an unknown field's mapping was
+    /// accepted, and writing the manifest then panicked in the YAML emitter.
+    #[test]
+    fn a_yaml_tag_is_refused_not_a_panic() {
+        let text = include_str!("../fuzz/seeds/staticpod/regression-yaml-tag.yaml");
+        let e = parse(Path::new("pod.yaml"), text).err().expect("refused");
+        assert!(e.to_string().contains("YAML tag"), "{e}");
+        let tagged_key = "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec:\n  containers: [{name: c, image: i}]\n  ? !k key\n  : v\n";
+        let e = parse(Path::new("pod.yaml"), tagged_key)
+            .err()
+            .expect("a tagged key is refused");
+        assert!(e.to_string().contains("YAML tag"), "{e}");
+        // Whatever is accepted can be written, and is accepted again.
+        let ok =
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c, image: i}], x: {a: 'on'}}\n";
+        let pod = parse(Path::new("pod.yaml"), ok).unwrap();
+        let written = pod.to_yaml_with_hash("sha256:00");
+        parse(Path::new("w.yaml"), std::str::from_utf8(&written).unwrap()).unwrap();
     }
 
     /// What the kubelet's go-yaml v2 reads as a boolean or number stays a string on disk.
