@@ -194,47 +194,42 @@ fn yaml11_hint(error: &str) -> &'static str {
 /// serde_yaml_ng keeps the tag and then cannot emit some of them (a non-specific `!` on a
 /// mapping), which made writing the manifest panic.
 fn tagged_node(value: &Value, path: String) -> Option<String> {
-    match value {
-        Value::Mapping(map) => map.iter().find_map(|(k, v)| {
-            let key = k.as_str().map_or_else(|| format!("{k:?}"), str::to_owned);
-            let here = if path.is_empty() {
-                key.clone()
-            } else {
-                format!("{path}.{key}")
-            };
-            if matches!(k, Value::Tagged(_)) {
-                Some(here)
-            } else {
-                tagged_node(v, here)
-            }
-        }),
-        Value::Sequence(items) => items
-            .iter()
-            .enumerate()
-            .find_map(|(i, v)| tagged_node(v, format!("{path}[{i}]"))),
-        Value::Tagged(_) => Some(if path.is_empty() { "(top level)".into() } else { path }),
-        _ => None,
-    }
+    let tagged = |v: &Value| matches!(v, Value::Tagged(_));
+    first_path(value, path, &tagged, &tagged)
 }
 
 /// The path of the first `<<` key. The kubelet decodes manifests with sigs.k8s.io/yaml
 /// (go-yaml), which applies YAML merge keys; serde_yaml_ng keeps `<<` as a literal key.
 fn merge_key(value: &Value, path: String) -> Option<String> {
+    first_path(value, path, &|k| k.as_str() == Some("<<"), &|_| false)
+}
+
+/// The path (`spec.containers[0].name`) of the first key for which `key_hit` holds, or of the
+/// first value for which `value_hit` holds, depth first; the value inside a tag is searched too.
+fn first_path(
+    value: &Value,
+    path: String,
+    key_hit: &dyn Fn(&Value) -> bool,
+    value_hit: &dyn Fn(&Value) -> bool,
+) -> Option<String> {
+    if value_hit(value) {
+        return Some(if path.is_empty() { "(top level)".into() } else { path });
+    }
     match value {
         Value::Mapping(map) => map.iter().find_map(|(k, v)| {
             let key = k.as_str().map_or_else(|| format!("{k:?}"), str::to_owned);
-            let here = if path.is_empty() {
-                key.clone()
+            let here = if path.is_empty() { key } else { format!("{path}.{key}") };
+            if key_hit(k) {
+                Some(here)
             } else {
-                format!("{path}.{key}")
-            };
-            if key == "<<" { Some(here) } else { merge_key(v, here) }
+                first_path(v, here, key_hit, value_hit)
+            }
         }),
         Value::Sequence(items) => items
             .iter()
             .enumerate()
-            .find_map(|(i, v)| merge_key(v, format!("{path}[{i}]"))),
-        Value::Tagged(tagged) => merge_key(&tagged.value, path),
+            .find_map(|(i, v)| first_path(v, format!("{path}[{i}]"), key_hit, value_hit)),
+        Value::Tagged(tagged) => first_path(&tagged.value, path, key_hit, value_hit),
         _ => None,
     }
 }

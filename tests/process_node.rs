@@ -275,18 +275,14 @@ async fn the_chart_runs_a_real_anchor_that_writes_its_component_and_rolls_back_a
     )
     .unwrap();
     let chart = chart("kube-scheduler");
-    ok(&helm(&[
-        "install",
-        "sched",
-        &chart,
-        "-n",
-        &ns,
-        "-f",
-        values.to_str().unwrap(),
-        "--kubeconfig",
-        cp.admin_kubeconfig.to_str().unwrap(),
-        "--wait=false",
-    ]));
+    // `helm <verb> sched <chart> -n <ns> -f <values> <extra…>` as admin, not waiting.
+    let release = |verb: &str, extra: &[&str]| {
+        let mut args = vec![verb, "sched", &chart, "-n", &ns, "-f", values.to_str().unwrap()];
+        args.extend(extra);
+        args.extend(["--kubeconfig", cp.admin_kubeconfig.to_str().unwrap(), "--wait=false"]);
+        ok(&helm(&args));
+    };
+    release("install", &[]);
 
     // The anchor pod runs kube-anchor as a process with its volumes and in-cluster API access,
     // writes the manifest, the kubelet runs the real kube-scheduler from it, and the anchor's
@@ -337,20 +333,7 @@ async fn the_chart_runs_a_real_anchor_that_writes_its_component_and_rolls_back_a
     // A bad push: kube-scheduler refuses an unknown flag and exits. The real DaemonSet
     // controller replaces the anchor pod, the new anchor writes the version, the kubelet
     // crash-loops the real process, and the anchor rolls back to the last-known-good.
-    ok(&helm(&[
-        "upgrade",
-        "sched",
-        &chart,
-        "-n",
-        &ns,
-        "-f",
-        values.to_str().unwrap(),
-        "--set",
-        "component.extraArgs.no-such-flag=1",
-        "--kubeconfig",
-        cp.admin_kubeconfig.to_str().unwrap(),
-        "--wait=false",
-    ]));
+    release("upgrade", &["--set", "component.extraArgs.no-such-flag=1"]);
     let admin = cp.admin().await;
     let event = cluster::event(&admin, &ns, "RolledBack", None, WAIT).await;
     let note = event.note.unwrap_or_default();

@@ -730,9 +730,9 @@ impl ControlPlane {
         if let Some(p) = process {
             // unshare's child is PID 1 of the node's namespace; it is gone only after every
             // other process of the namespace is.
-            let init = fs::read_to_string(format!("/proc/{0}/task/{0}/children", p.pid())).unwrap_or_default();
+            let init = namespace_init(p.pid());
             p.stop();
-            for pid in init.split_whitespace() {
+            if let Some(pid) = init {
                 let deadline = Instant::now() + Duration::from_secs(30);
                 while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
                     std::thread::sleep(Duration::from_millis(20));
@@ -829,6 +829,12 @@ impl NodeHandle {
     pub fn host_root(&self) -> PathBuf {
         self.root.join("host")
     }
+}
+
+/// PID 1 of a process node's namespace: the only child of its `unshare`.
+fn namespace_init(unshare: u32) -> Option<u32> {
+    let children = fs::read_to_string(format!("/proc/{unshare}/task/{unshare}/children")).ok()?;
+    children.split_whitespace().next()?.parse().ok()
 }
 
 fn rss_kib(pid: &str) -> u64 {
