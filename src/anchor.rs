@@ -200,7 +200,15 @@ impl Daemon {
         if self.client.is_some() || !self.api_wanted {
             return;
         }
-        match kubeapi::client(self.args.identity.kubeconfig.as_deref()).await {
+        match kubeapi::client(
+            self.args.identity.kubeconfig.as_deref(),
+            &kubeapi::user_agent(
+                &format!("run {}", self.component),
+                self.args.identity.node_name.as_deref(),
+            ),
+        )
+        .await
+        {
             Ok(client) => {
                 if self.client_error.take().is_some() {
                     tracing::info!(component = %self.component, "API client ready");
