@@ -141,8 +141,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 
 impl Daemon {
     async fn run(mut self, mut draining: watch::Receiver<bool>) {
+        let mut first = true;
         loop {
             self.sync().await;
+            if std::mem::take(&mut first) {
+                let released = crate::memory::release_code_pages();
+                tracing::debug!(bytes = released, "start-up code released from the resident set");
+            }
             loop {
                 let tick = self.evaluation_interval();
                 let mirror = &mut self.mirror;

@@ -5,7 +5,7 @@
 //!   [`ledger`], [`trial`], [`decommission`], [`pinned`] — no filesystem, no Kubernetes client;
 //! - adapters: [`hostfs`] (the node's filesystem and the one executor), [`kubeapi`] (the API,
 //!   Events, the health URL), [`watch`] (inotify), [`server`] (HTTP endpoints), [`metrics`],
-//!   [`shutdown`] (signals);
+//!   [`shutdown`] (signals), [`memory`] (malloc arenas, resident code);
 //! - wiring: [`engine`] (load, decide, execute, record), [`anchor`] (the daemon), [`prestop`] and
 //!   [`commands`] (the CLI verbs).
 
@@ -23,6 +23,7 @@ pub mod hostpath;
 pub mod kubeapi;
 pub mod ledger;
 pub mod logging;
+pub mod memory;
 pub mod metrics;
 pub mod pinned;
 pub mod plan;
