@@ -156,7 +156,19 @@ impl Inputs {
 
     /// The variables the config allows, with their values from the process environment.
     pub fn environment_variables(&self) -> Variables {
-        Variables::new(self.anchor.variables.iter().cloned(), |name| std::env::var(name).ok())
+        self.variables(None)
+    }
+
+    /// The variables from the environment, except the initial-cluster pair of `spec.etcdMember`,
+    /// which only the membership record gives (never the environment).
+    pub fn variables(&self, membership: Option<&crate::membership::Record>) -> Variables {
+        use crate::config::{ETCD_INITIAL_CLUSTER, ETCD_INITIAL_CLUSTER_STATE};
+        let managed = self.anchor.etcd_member.is_some();
+        Variables::new(self.anchor.variables.iter().cloned(), |name| match name {
+            ETCD_INITIAL_CLUSTER if managed => membership.map(|r| r.initial_cluster.clone()),
+            ETCD_INITIAL_CLUSTER_STATE if managed => membership.map(|r| r.initial_cluster_state.clone()),
+            _ => std::env::var(name).ok(),
+        })
     }
 
     pub fn desired(&self, vars: &Variables) -> Result<Desired, DesiredError> {

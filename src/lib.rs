@@ -2,11 +2,13 @@
 //!
 //! Layers, by dependency (nothing imports upward):
 //! - pure decisions: [`render`], [`staticpod`], [`config`], [`hostpath`], [`desired`], [`plan`],
-//!   [`ledger`], [`trial`], [`decommission`], [`pinned`] — no filesystem, no Kubernetes client;
+//!   [`ledger`], [`trial`], [`decommission`], [`pinned`], [`membership`] — no filesystem, no
+//!   Kubernetes client;
 //! - adapters: [`hostfs`] (the node's filesystem and the one executor), [`kubeapi`] (the API,
-//!   Events, the health URL), [`watch`] (inotify), [`server`] (HTTP endpoints), [`metrics`],
+//!   Events, the health URL), [`etcd`] (etcd's cluster API), [`watch`] (inotify), [`server`] (HTTP endpoints), [`metrics`],
 //!   [`shutdown`] (signals);
-//! - wiring: [`engine`] (load, decide, execute, record), [`anchor`] (the daemon), [`prestop`] and
+//! - wiring: [`engine`] (load, decide, execute, record), [`etcd_member`] (join and leave),
+//!   [`anchor`] (the daemon), [`prestop`] and
 //!   [`commands`] (the CLI verbs).
 
 pub mod anchor;
@@ -18,11 +20,14 @@ pub mod config;
 pub mod decommission;
 pub mod desired;
 pub mod engine;
+pub mod etcd;
+pub mod etcd_member;
 pub mod hostfs;
 pub mod hostpath;
 pub mod kubeapi;
 pub mod ledger;
 pub mod logging;
+pub mod membership;
 pub mod metrics;
 pub mod pinned;
 pub mod plan;
