@@ -118,7 +118,8 @@ fn engine(node: &NodeArgs) -> anyhow::Result<Engine> {
 fn apply(args: ApplyArgs) -> anyhow::Result<ExitCode> {
     let engine = engine(&args.node)?;
     let inputs = Inputs::load(&args.config, engine.roots())?;
-    let desired = inputs.desired(&inputs.environment_variables())?;
+    let record = join_etcd(&engine, &inputs)?;
+    let desired = inputs.desired(&inputs.variables(record.as_ref()))?;
     // An explicit apply takes a decommissioned component back.
     if engine.recommission(&desired.component, None)? {
         tracing::info!(component = %desired.component, "lifted the decommission marker");
@@ -130,6 +131,36 @@ fn apply(args: ApplyArgs) -> anyhow::Result<ExitCode> {
     tracing::info!(component = %report.component, content_hash = %report.content_hash, written = report.written.len(), removed = report.removed.len(), unchanged = report.unchanged.len(), "applied");
     print_apply(&report, args.output);
     Ok(ExitCode::SUCCESS)
+}
+
+/// `spec.etcdMember`: one join step before anything is written (the node must be a member
+/// first); the record gives the manifest its initial-cluster pair.
+fn join_etcd(engine: &Engine, inputs: &Inputs) -> anyhow::Result<Option<crate::membership::Record>> {
+    if inputs.anchor.etcd_member.is_none() {
+        return Ok(None);
+    }
+    let component = &inputs.anchor.name;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let report = runtime
+        .block_on(crate::etcd_member::join_step(engine, inputs))
+        .with_context(|| format!("{component}: etcd membership"))?;
+    tracing::info!(%component, membership = %report.summary, pending = report.pending, "etcd membership");
+    match report.record {
+        Some(record) => Ok(Some(record)),
+        None => Err(crate::engine::EngineError::MembershipPending {
+            component: component.clone(),
+            reason: report.summary,
+        }
+        .into()),
+    }
+}
+
+/// The membership record, for rendering without a join step (`status`).
+fn etcd_record(engine: &Engine, inputs: &Inputs) -> anyhow::Result<Option<crate::membership::Record>> {
+    if inputs.anchor.etcd_member.is_none() {
+        return Ok(None);
+    }
+    Ok(crate::etcd_member::load_record(engine, &inputs.anchor.name)?)
 }
 
 /// The component a verb acts on, from `--component` or the config's metadata.name.
@@ -178,7 +209,8 @@ fn retry(args: RetryArgs) -> anyhow::Result<ExitCode> {
 fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
     let engine = engine(&args.node)?;
     let inputs = Inputs::load(&args.config, engine.roots())?;
-    let desired = inputs.desired(&inputs.environment_variables())?;
+    let record = etcd_record(&engine, &inputs)?;
+    let desired = inputs.desired(&inputs.variables(record.as_ref()))?;
     let report = engine.status(&desired)?;
     print_status(&report, args.output);
     Ok(if report.in_sync() {

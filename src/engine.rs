@@ -44,6 +44,9 @@ pub enum EngineError {
     /// `run`: a ConfigMap/Secret volume swapped `..data` during every read of the inputs.
     #[error("{}: the inputs changed during each of {reads} reads (a volume swapping `..data`); the node keeps what it has until they settle", .config.display())]
     InputsChanging { config: PathBuf, reads: usize },
+    /// `spec.etcdMember`: this node is not a member yet, so no manifest can be rendered.
+    #[error("{component}: etcd membership: {reason}; nothing written yet")]
+    MembershipPending { component: String, reason: String },
     #[error("{component} was decommissioned on this node at {at} ({reason}); not writing it again")]
     Decommissioned {
         component: String,

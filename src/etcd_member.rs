@@ -169,7 +169,7 @@ pub async fn join_step(engine: &Engine, inputs: &Inputs) -> Result<JoinReport, M
     // One writer of the record at a time (a one-shot apply and the daemon).
     let _lock = engine.fs.lock(&engine.state_dir, &format!("{component}.membership"))?;
     let me = me(inputs, member)?;
-    let record = load_record(engine, component)?;
+    let record = load_record(engine, component)?.filter(|r| r.phase != Phase::Removed);
     let data = data_dir(engine, member)?;
     let data_has_member = has_member(&data);
     // A voter never needs the cluster to render its manifest: upgrades and reboots stay local.
@@ -341,6 +341,9 @@ pub async fn leave_step(engine: &Engine, inputs: &Inputs, member: &EtcdMember) -
         },
     };
     if let Ok(Some(mut r)) = load_record(engine, component) {
+        if matches!(report, LeaveReport::Removed { .. } | LeaveReport::NotAMember) {
+            r.phase = Phase::Removed;
+        }
         r.last_leave = outcome(
             "remove member",
             match &report {

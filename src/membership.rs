@@ -40,6 +40,18 @@ pub enum Phase {
     Learner,
     /// A voting member.
     Voter,
+    /// Removed from the cluster by this node's pre-stop: the record keeps only the history.
+    Removed,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Learner => "learner",
+            Phase::Voter => "voter",
+            Phase::Removed => "removed",
+        }
+    }
 }
 
 /// An action and its outcome, for `status` and metrics.
@@ -133,6 +145,10 @@ pub fn find_me<'a>(me: &Me, members: &'a [Member]) -> Result<Option<&'a Member>,
 }
 
 pub fn decide_join(f: &JoinFacts) -> Join {
+    // A member this node removed is gone: it joins again like a new node (or waits, while its
+    // old data dir is there).
+    let record = f.record.filter(|r| r.phase != Phase::Removed);
+    let f = &JoinFacts { record, ..f.clone() };
     if let Some(r) = f.record
         && (r.peer_url != f.me.peer_url || r.name != f.me.name)
     {
@@ -357,6 +373,14 @@ mod tests {
         // (observed, data dir has member, record, may bootstrap) → decision
         let cases: Vec<(&str, Observed, bool, Option<Phase>, bool, Join)> = vec![
             (
+                "removed earlier, data dir gone, cluster up",
+                not_member.clone(),
+                false,
+                Some(Removed),
+                false,
+                Join::AddLearner,
+            ),
+            (
                 "new node, cluster up",
                 not_member.clone(),
                 false,
@@ -485,6 +509,14 @@ mod tests {
             ("cluster down, data, may not bootstrap", down(), true, None, false),
             ("recorded learner, cluster down", down(), true, Some(Learner), false),
             (
+                "removed earlier, data dir still there",
+                not_member.clone(),
+                true,
+                Some(Removed),
+                false,
+            ),
+            ("removed earlier, cluster down", down(), false, Some(Removed), false),
+            (
                 "recorded learner, removed from outside",
                 not_member.clone(),
                 true,
@@ -533,7 +565,7 @@ mod tests {
         for learner in [false, true] {
             for name in ["", "n4"] {
                 for data in [false, true] {
-                    for rec in [None, Some(Phase::Learner), Some(Phase::Voter)] {
+                    for rec in [None, Some(Phase::Learner), Some(Phase::Voter), Some(Phase::Removed)] {
                         for boot in [false, true] {
                             let j = join(with(member(4, name, 4, learner)), data, rec, boot);
                             assert_ne!(j, Join::AddLearner, "{learner} {name} {data} {rec:?} {boot}");
@@ -544,7 +576,7 @@ mod tests {
         }
         // Nor when etcd cannot be asked.
         for data in [false, true] {
-            for rec in [None, Some(Phase::Learner), Some(Phase::Voter)] {
+            for rec in [None, Some(Phase::Learner), Some(Phase::Voter), Some(Phase::Removed)] {
                 for boot in [false, true] {
                     assert_ne!(join(down(), data, rec, boot), Join::AddLearner);
                 }
