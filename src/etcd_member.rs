@@ -23,8 +23,9 @@ use crate::hostpath::HostPath;
 use crate::ledger::{STATE_SUBDIR, decode_checked, encode_checked};
 use crate::membership::{self, Join, JoinFacts, Leave, LeaveFacts, Me, Observed, Outcome, Phase, Record};
 
-/// How long one etcd call may take.
-pub const ETCD_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one etcd call may take (a membership change commits through raft, with an fsync
+/// on a quorum of members).
+pub const ETCD_TIMEOUT: Duration = Duration::from_secs(10);
 const RECORD_MODE: FileMode = FileMode(0o600);
 
 #[derive(Debug, thiserror::Error)]

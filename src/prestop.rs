@@ -123,7 +123,7 @@ async fn run_inner(args: &PreStopArgs, deadline: Instant) -> anyhow::Result<Exit
             Ok(Err(e)) => Some(crate::logging::error_chain(&anyhow::Error::from(e))),
             Err(_) => Some(format!(
                 "etcd did not answer within {}",
-                humantime::format_duration(budget)
+                humantime::format_duration(Duration::from_secs(budget.as_secs()))
             )),
         }
     };
