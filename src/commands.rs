@@ -212,7 +212,7 @@ fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
     let record = etcd_record(&engine, &inputs)?;
     let desired = inputs.desired(&inputs.variables(record.as_ref()))?;
     let report = engine.status(&desired)?;
-    print_status(&report, args.output);
+    print_status(&report, record.as_ref(), args.output);
     Ok(if report.in_sync() {
         ExitCode::SUCCESS
     } else {
@@ -333,7 +333,7 @@ fn print_remove(r: &RemoveReport, format: OutputFormat) {
     }
 }
 
-fn print_status(r: &StatusReport, format: OutputFormat) {
+fn print_status(r: &StatusReport, member: Option<&crate::membership::Record>, format: OutputFormat) {
     let warnings = warnings(&[], r.set_aside.as_ref());
     match format {
         OutputFormat::Json => {
@@ -350,6 +350,10 @@ fn print_status(r: &StatusReport, format: OutputFormat) {
                 "files": r.files,
                 "warnings": warnings,
             });
+            let mut out = out;
+            if let Some(m) = member {
+                out["etcdMember"] = json!(m);
+            }
             println!("{out}");
         }
         OutputFormat::Text => {
@@ -368,6 +372,25 @@ fn print_status(r: &StatusReport, format: OutputFormat) {
                     "  LAST-KNOWN-GOOD FAILING {} since {}: {}",
                     failing.hash, failing.at, failing.reason
                 );
+            }
+            if let Some(m) = member {
+                let id = m
+                    .member_id
+                    .as_deref()
+                    .and_then(|id| id.parse::<u64>().ok())
+                    .map(|id| format!("{id:x}"))
+                    .unwrap_or_else(|| "(not known yet)".into());
+                println!(
+                    "  etcd member   {} {} id {id} peer {}",
+                    m.name,
+                    m.phase.as_str(),
+                    m.peer_url
+                );
+                for (what, o) in [("last join", &m.last_join), ("last leave", &m.last_leave)] {
+                    if let Some(o) = o {
+                        println!("  {what:<13} {} at {}: {}", o.action, o.at, o.result);
+                    }
+                }
             }
             for f in &r.files {
                 match &f.detail {

@@ -455,6 +455,19 @@ spec:
     }
 }
 
+fn validate_status(doc: &serde_json::Value) {
+    let path = support::cluster::repo_root().join("schemas/status.v1.json");
+    let schema: serde_json::Value = serde_json::from_str(&fs::read_to_string(&path).unwrap()).unwrap();
+    let mut schemas = boon::Schemas::new();
+    let mut compiler = boon::Compiler::new();
+    compiler.enable_format_assertions();
+    compiler.add_resource("status.v1.json", schema).unwrap();
+    let index = compiler.compile("status.v1.json", &mut schemas).unwrap();
+    if let Err(e) = schemas.validate(doc, index) {
+        panic!("{doc:#} does not match schemas/status.v1.json: {e:#}");
+    }
+}
+
 fn arg_of(manifest: &Path, flag: &str) -> String {
     let text = fs::read_to_string(manifest).unwrap();
     let prefix = format!("- {flag}=");
@@ -495,6 +508,16 @@ fn a_fourth_node_joins_as_learner_is_promoted_upgrades_without_churn_and_leaves_
     node.apply_until_voter(&bed);
     bed.wait_healthy(4);
     assert_eq!(node.record().unwrap()["phase"], "voter");
+    // `status` shows the member, in the documented schema.
+    let out = node.command("status").args(["--output", "json"]).output().unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["etcdMember"]["phase"], "voter", "{doc}");
+    assert_eq!(doc["etcdMember"]["peerUrl"], node.ports.peer_url());
+    assert_eq!(doc["etcdMember"]["lastJoin"]["action"], "promote");
+    validate_status(&doc);
+    let out = node.command("status").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("etcd member   n4 voter id "), "{text}");
     let joined = bed.member_ids();
     assert_eq!(joined.len(), 4);
     assert!(before.is_subset(&joined));
