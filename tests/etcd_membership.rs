@@ -434,9 +434,14 @@ spec:
     /// `kube-anchor pre-stop --cleanup always` (the decommission proved), playing the kubelet:
     /// etcd is stopped as soon as the manifest is gone. Returns (stdout, how long it took).
     fn pre_stop(&mut self, timeout: &str) -> (String, Duration, std::process::ExitStatus) {
+        self.pre_stop_with(timeout, &[])
+    }
+
+    fn pre_stop_with(&mut self, timeout: &str, env: &[(&str, &str)]) -> (String, Duration, std::process::ExitStatus) {
         let started = Instant::now();
         let mut child = self
             .command("pre-stop")
+            .envs(env.iter().copied())
             .args(["--cleanup", "always", "--timeout", timeout, "--output", "json"])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -571,8 +576,35 @@ fn a_fourth_node_joins_as_learner_is_promoted_upgrades_without_churn_and_leaves_
     );
 }
 
-#[test]
-fn decommission_that_would_break_quorum_is_refused_and_an_unreachable_etcd_removes_nothing() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decommission_that_would_break_quorum_is_refused_and_an_unreachable_etcd_removes_nothing() {
+    // The anchor pod, for the Warning Event (the kube-apiserver of the test control plane).
+    let cp = support::cluster::shared().await;
+    let ns = cp.namespace("etcd-member").await;
+    let admin = cp.admin().await;
+    // No controllers run here: the namespace's default ServiceAccount is created by hand.
+    let sa: k8s_openapi::api::core::v1::ServiceAccount =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "default"}})).unwrap();
+    kube::Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(admin.clone(), &ns)
+        .create(&Default::default(), &sa)
+        .await
+        .unwrap();
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "etcd-anchor-n3"},
+        "spec": {"containers": [{"name": "anchor", "image": "kube-anchor"}]}
+    }))
+    .unwrap();
+    kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(admin.clone(), &ns)
+        .create(&Default::default(), &pod)
+        .await
+        .unwrap();
+    let kubeconfig = cp.admin_kubeconfig.display().to_string();
+    let identity = [
+        ("KUBECONFIG", kubeconfig.as_str()),
+        ("POD_NAME", "etcd-anchor-n3"),
+        ("POD_NAMESPACE", ns.as_str()),
+    ];
+
     // n1 and n2 run; n3 is the node under test and bootstraps with them (initial cluster).
     let bed = Bed::new(3, 2);
     let ports = Ports {
@@ -591,7 +623,7 @@ fn decommission_that_would_break_quorum_is_refused_and_an_unreachable_etcd_remov
     // One of the two other members stops: removing n3 would leave n1 and n2 with one healthy.
     let mut bed = bed;
     bed.members[1].take().unwrap().stop();
-    let (stdout, took, status) = node.pre_stop("20s");
+    let (stdout, took, status) = node.pre_stop_with("20s", &identity);
     assert!(status.success(), "{stdout}");
     let report: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
     assert_eq!(report["decision"], "held", "{stdout}");
@@ -605,6 +637,19 @@ fn decommission_that_would_break_quorum_is_refused_and_an_unreachable_etcd_remov
         "credentials kept"
     );
     assert_eq!(bed.member_ids(), ids, "no member removed");
+    let event = support::cluster::event(
+        &admin,
+        &ns,
+        "MembershipHeld",
+        Some("etcd-anchor-n3"),
+        Duration::from_secs(10),
+    )
+    .await;
+    let note = event.note.unwrap_or_default();
+    assert!(
+        note.contains("quorum needs 2") && note.contains("every file is kept"),
+        "{note}"
+    );
 
     // etcd unreachable: every member stopped. Nothing is removed, within the timeout.
     node.stop_etcd();
