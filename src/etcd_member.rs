@@ -341,6 +341,7 @@ pub async fn leave_step(engine: &Engine, inputs: &Inputs, member: &EtcdMember) -
             Err(e) => LeaveReport::Refused(format!("removing member {id:x} failed: {e}")),
         },
     };
+    let _lock = engine.fs.lock(&engine.state_dir, &format!("{component}.membership"))?;
     if let Ok(Some(mut r)) = load_record(engine, component) {
         if matches!(report, LeaveReport::Removed { .. } | LeaveReport::NotAMember) {
             r.phase = Phase::Removed;
