@@ -1,10 +1,11 @@
 //! etcd membership against real etcd (tools/bin/etcd) with TLS on loopback: three members
-//! started by the test are the existing cluster; the node under test is a host root in a temp
-//! dir driven by the real `kube-anchor` binary (`apply`, `run`, `pre-stop`).
+//! started by the test are the existing cluster; the node under test is a host root driven by
+//! the real `kube-anchor` binary (`apply`, `run`, `pre-stop`).
 //!
-//! No kubelet is needed for membership: the test starts etcd from the command in the manifest
-//! the anchor wrote (host paths mapped under the node's host root) and, playing the kubelet,
-//! stops it once that manifest is gone. Member lists are checked with curl against etcd's JSON
+//! On a process node the kubelet runs etcd from the manifest the anchor wrote. The other tests
+//! need no kubelet for membership: they start etcd from the command in that manifest (host paths
+//! mapped under the node's host root) and, playing the kubelet, stop it once the manifest is
+//! gone. Member lists are checked with curl against etcd's JSON
 //! gateway, not with the code under test.
 
 mod support;
@@ -49,9 +50,10 @@ impl Pki {
         }
     }
 
-    /// `<name>.crt`/`<name>.key`, good for serving, peering and as a client.
-    fn issue(&self, name: &str) -> (PathBuf, PathBuf) {
-        let mut params = CertificateParams::new(vec![IP.to_string(), "localhost".to_string()]).unwrap();
+    /// `<name>.crt`/`<name>.key`, good for serving (on `ip` and 127.0.0.1), peering and as a
+    /// client.
+    fn issue(&self, name: &str, ip: &str) -> (PathBuf, PathBuf) {
+        let mut params = CertificateParams::new(vec![ip.to_string(), IP.to_string(), "localhost".to_string()]).unwrap();
         let mut dn = DistinguishedName::new();
         dn.push(DnType::CommonName, name);
         params.distinguished_name = dn;
@@ -76,28 +78,33 @@ impl Pki {
 }
 
 struct Ports {
+    ip: String,
     client: u16,
     peer: u16,
 }
 
 impl Ports {
     fn new() -> Self {
+        Self::on(IP)
+    }
+    fn on(ip: &str) -> Self {
         Self {
+            ip: ip.into(),
             client: free_port(),
             peer: free_port(),
         }
     }
     fn client_url(&self) -> String {
-        format!("https://{IP}:{}", self.client)
+        format!("https://{}:{}", self.ip, self.client)
     }
     fn peer_url(&self) -> String {
-        format!("https://{IP}:{}", self.peer)
+        format!("https://{}:{}", self.ip, self.peer)
     }
 }
 
 /// An etcd started by the test (the existing members).
 fn etcd(bed: &Bed, name: &str, ports: &Ports, initial_cluster: &str) -> Process {
-    let (crt, key) = bed.pki.issue(name);
+    let (crt, key) = bed.pki.issue(name, &ports.ip);
     let ca = bed.pki.ca();
     let mut cmd = Command::new(tool("etcd"));
     cmd.args([
@@ -135,7 +142,7 @@ impl Bed {
     fn new(n: usize, started: usize) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let pki = Pki::new(&dir.path().join("pki"));
-        let client = pki.issue("anchor-client");
+        let client = pki.issue("anchor-client", IP);
         let ports: Vec<Ports> = (0..n).map(|_| Ports::new()).collect();
         let mut bed = Self {
             dir,
@@ -278,15 +285,32 @@ spec:
         - --peer-trusted-ca-file=/etc/kubernetes/pki/etcd/ca.crt
         - --peer-cert-file=/etc/kubernetes/pki/etcd/server.crt
         - --peer-key-file=/etc/kubernetes/pki/etcd/server.key
+      volumeMounts:
+        - {name: data, mountPath: /var/lib/etcd}
+        - {name: pki, mountPath: /etc/kubernetes/pki/etcd, readOnly: true}
+  volumes:
+    - name: data
+      hostPath: {path: /var/lib/etcd, type: DirectoryOrCreate}
+    - name: pki
+      hostPath: {path: /etc/kubernetes/pki/etcd, type: DirectoryOrCreate}
 "#;
 
 impl Node {
     fn new(bed: &Bed, name: &str, ports: Ports, initial_cluster: Option<&str>) -> Self {
-        let root = bed.dir.path().join(format!("{name}-root"));
+        Self::with_root(
+            bed,
+            name,
+            ports,
+            initial_cluster,
+            bed.dir.path().join(format!("{name}-root")),
+        )
+    }
+
+    fn with_root(bed: &Bed, name: &str, ports: Ports, initial_cluster: Option<&str>, root: PathBuf) -> Self {
         let config_dir = bed.dir.path().join(format!("{name}-config"));
         fs::create_dir_all(&root).unwrap();
         fs::create_dir_all(&config_dir).unwrap();
-        let (crt, key) = bed.pki.issue(name);
+        let (crt, key) = bed.pki.issue(name, &ports.ip);
         fs::copy(bed.pki.ca(), config_dir.join("ca.crt")).unwrap();
         fs::copy(crt, config_dir.join("server.crt")).unwrap();
         fs::copy(key, config_dir.join("server.key")).unwrap();
@@ -343,7 +367,7 @@ spec:
             .arg(&self.root)
             .env("KUBE_ANCHOR_CONFIG", self.config_dir.join("anchor.yaml"))
             .env("NODE_NAME", &self.name)
-            .env("NODE_IP", IP)
+            .env("NODE_IP", &self.ports.ip)
             .env("CLIENT_PORT", self.ports.client.to_string())
             .env("PEER_PORT", self.ports.peer.to_string())
             .env_remove("KUBERNETES_SERVICE_HOST")
@@ -608,6 +632,7 @@ async fn decommission_that_would_break_quorum_is_refused_and_an_unreachable_etcd
     // n1 and n2 run; n3 is the node under test and bootstraps with them (initial cluster).
     let bed = Bed::new(3, 2);
     let ports = Ports {
+        ip: IP.into(),
         client: bed.ports[2].client,
         peer: bed.ports[2].peer,
     };
@@ -738,4 +763,42 @@ fn an_anchor_killed_between_adding_the_learner_and_promoting_it_is_resumed_witho
     daemon.kill().unwrap();
     daemon.wait().unwrap();
     node.stop_etcd();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_process_node_the_kubelet_runs_the_joined_member_and_stops_it_when_it_leaves() {
+    // The node under test is a process node: its kubelet runs etcd from the manifest the anchor
+    // writes (hostPath volumes under the node's host root) and stops it when the manifest goes.
+    let cp = support::cluster::shared().await;
+    let pn = cp.add_process_node("etcd-pn", &[]).await;
+    let bed = Bed::new(3, 3);
+    bed.wait_healthy(3);
+    let before = bed.member_ids();
+    let mut node = Node::with_root(&bed, &pn.name, Ports::on(&pn.ip), None, pn.host_root());
+    let start = Instant::now();
+    while !node.manifest().exists() {
+        let out = node.apply();
+        assert!(
+            out.status.success() || start.elapsed() < Duration::from_secs(30),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert_eq!(node.my_entries(&bed).len(), 1);
+    // No start_etcd: the kubelet starts it.
+    node.apply_until_voter(&bed);
+    bed.wait_healthy(4);
+    assert_eq!(bed.member_ids().len(), 4);
+
+    let (stdout, _, status) = node.pre_stop("40s");
+    assert!(status.success(), "{stdout}");
+    let report: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(report["decision"], "remove", "{stdout}");
+    assert_eq!(bed.member_ids(), before);
+    assert!(!node.manifest().exists());
+    assert!(
+        !node.data_dir().exists(),
+        "the kubelet stopped etcd, and the data dir went after its snapshot"
+    );
+    assert_eq!(fs::read_dir(node.state().join("etcd-snapshots")).unwrap().count(), 1);
 }
