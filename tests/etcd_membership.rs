@@ -724,10 +724,13 @@ fn an_anchor_killed_between_adding_the_learner_and_promoting_it_is_resumed_witho
 
     // The next anchor finds the learner by its peer URL and resumes the join.
     let log = fs::File::create(node.log_dir.join("n4-anchor-2.log")).unwrap();
+    let metrics_port = free_port();
     let mut daemon = node
         .command("run")
         .arg("--health-socket")
         .arg(&socket)
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{metrics_port}"))
         .stdout(log.try_clone().unwrap())
         .stderr(log)
         .spawn()
@@ -759,6 +762,32 @@ fn an_anchor_killed_between_adding_the_learner_and_promoting_it_is_resumed_witho
     while node.record().unwrap()["phase"] != "voter" {
         assert!(start.elapsed() < Duration::from_secs(10), "the record says voter");
         std::thread::sleep(Duration::from_millis(50));
+    }
+    // /metrics shows the member once the daemon has looked again (every resync at most).
+    let start = Instant::now();
+    loop {
+        let out = Command::new("curl")
+            .args(["-s", &format!("http://127.0.0.1:{metrics_port}/metrics")])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let line = text.lines().find(|l| l.starts_with("kube_anchor_etcd_member_info{"));
+        if let Some(line) = line.filter(|l| l.contains("role=\"voter\"")) {
+            assert!(
+                line.contains(&format!("peer_url=\"{}\"", node.ports.peer_url())),
+                "{line}"
+            );
+            assert!(
+                text.contains("kube_anchor_etcd_join_pending{component=\"etcd\"} 0"),
+                "{text}"
+            );
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no voter in /metrics: {text}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
     }
     daemon.kill().unwrap();
     daemon.wait().unwrap();
