@@ -301,8 +301,11 @@ impl Cluster {
         })
     }
 
-    /// Runs `f` against each endpoint in turn until one answers; the errors of all otherwise.
-    async fn first<'a, T, F, Fut>(&'a self, f: F) -> Result<T, EtcdError>
+    /// Runs `f` against each endpoint in turn until one succeeds; the errors of all otherwise.
+    /// With `final_answer`, an error etcd itself returns (`etcdserver: …`) ends the round: for a
+    /// promote, "not in sync yet" is the cluster's answer whichever member gives it. Without it,
+    /// the next endpoint is asked (a member cut off from the leader answers "no leader").
+    async fn first<'a, T, F, Fut>(&'a self, final_answer: bool, f: F) -> Result<T, EtcdError>
     where
         F: Fn(&'a Endpoint) -> Fut,
         Fut: std::future::Future<Output = Result<T, EtcdError>>,
@@ -311,8 +314,7 @@ impl Cluster {
         for e in &self.endpoints {
             match f(e).await {
                 Ok(v) => return Ok(v),
-                // An answer from etcd itself (a refused promote) is the cluster's answer.
-                Err(err @ EtcdError::Call { .. }) if is_server_answer(&err) => return Err(err),
+                Err(err) if final_answer && is_server_answer(&err) => return Err(err),
                 Err(err) => errors.push(err.to_string()),
             }
         }
@@ -320,7 +322,7 @@ impl Cluster {
     }
 
     pub async fn member_list(&self) -> Result<Vec<Member>, EtcdError> {
-        self.first(|e| e.member_list()).await
+        self.first(false, |e| e.member_list()).await
     }
 
     pub async fn add_learner(&self, peer_url: &str) -> Result<(Member, Vec<Member>), EtcdError> {
@@ -329,18 +331,20 @@ impl Cluster {
         match self.endpoints.first() {
             Some(e) if self.endpoints.len() == 1 => e.add_learner(peer_url).await,
             _ => {
-                let list_from = self.first(|e| async move { e.member_list().await.map(|_| e) }).await?;
+                let list_from = self
+                    .first(false, |e| async move { e.member_list().await.map(|_| e) })
+                    .await?;
                 list_from.add_learner(peer_url).await
             }
         }
     }
 
     pub async fn promote(&self, id: u64) -> Result<(), EtcdError> {
-        self.first(|e| e.promote(id)).await
+        self.first(true, |e| e.promote(id)).await
     }
 
     pub async fn remove(&self, id: u64) -> Result<(), EtcdError> {
-        self.first(|e| e.remove(id)).await
+        self.first(false, |e| e.remove(id)).await
     }
 }
 
