@@ -246,6 +246,16 @@ impl Daemon {
     /// `spec.etcdMember`: one join step (add learner, resume, promote, record) before the files
     /// are synced. Its failures write nothing and are retried.
     async fn membership_step(&mut self) {
+        // Inputs of another revision of the pod template are not this pod's to act on (see
+        // `crate::pinned`): the record on disk keeps rendering what this node has joined with.
+        if let Some(pinned) = &self.args.expect_inputs
+            && pinned.check(read_marker).is_err()
+        {
+            if let Ok(record) = crate::etcd_member::load_record(&self.engine, &self.component) {
+                self.member_record = record;
+            }
+            return;
+        }
         let inputs = match Inputs::load(&self.args.config, self.engine.roots()) {
             Ok(inputs) if inputs.anchor.etcd_member.is_some() => inputs,
             _ => {

@@ -506,3 +506,93 @@ pub fn save_and_remove_data_dir(
     }
     Ok(saved)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(max_bytes: u64, keep: usize) -> EtcdMember {
+        EtcdMember {
+            endpoints: vec!["https://127.0.0.1:2379".into()],
+            name: "n".into(),
+            peer_url: "https://127.0.0.1:2380".into(),
+            client_url: "https://127.0.0.1:2379".into(),
+            client_ca: "ca".into(),
+            client_cert: "crt".into(),
+            client_key: "key".into(),
+            data_dir: HostPath::parse("/var/lib/etcd").unwrap(),
+            snapshots_keep: keep,
+            snapshot_max_bytes: max_bytes,
+            initial_cluster: None,
+        }
+    }
+
+    fn node() -> (tempfile::TempDir, Engine) {
+        let root = tempfile::tempdir().unwrap();
+        let engine = Engine::new(root.path(), "/var/lib/kube-anchor", &["/etc/kubernetes".into()]).unwrap();
+        (root, engine)
+    }
+
+    fn data(root: &Path, db: &[u8]) -> PathBuf {
+        let dir = root.join("var/lib/etcd");
+        fs::create_dir_all(dir.join("member/snap")).unwrap();
+        fs::create_dir_all(dir.join("member/wal")).unwrap();
+        fs::write(dir.join("member/snap/db"), db).unwrap();
+        dir
+    }
+
+    fn snapshots(root: &Path) -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = fs::read_dir(root.join("var/lib/kube-anchor/v1/etcd-snapshots"))
+            .map(|d| d.map(|e| e.unwrap().path()).collect())
+            .unwrap_or_default();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn the_data_dir_goes_only_after_its_database_is_saved() {
+        let (root, engine) = node();
+        fs::create_dir_all(root.path().join("var/lib/kube-anchor/v1")).unwrap();
+        let dir = data(root.path(), b"database bytes");
+        let saved = save_and_remove_data_dir(&engine, "etcd", &member(1 << 20, 2))
+            .unwrap()
+            .unwrap();
+        assert!(!dir.exists());
+        assert_eq!(fs::read(&saved.snapshot).unwrap(), b"database bytes");
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            fs::metadata(&saved.snapshot).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        // Kept N: the oldest go.
+        for i in 0..3 {
+            data(root.path(), format!("db {i}").as_bytes());
+            save_and_remove_data_dir(&engine, "etcd", &member(1 << 20, 2)).unwrap();
+        }
+        let left = snapshots(root.path());
+        assert_eq!(left.len(), 2, "{left:?}");
+        assert_eq!(fs::read(&left[1]).unwrap(), b"db 2");
+    }
+
+    #[test]
+    fn a_database_above_the_bound_keeps_the_data_dir() {
+        let (root, engine) = node();
+        fs::create_dir_all(root.path().join("var/lib/kube-anchor/v1")).unwrap();
+        let dir = data(root.path(), &[7u8; 2048]);
+        let e = save_and_remove_data_dir(&engine, "etcd", &member(1024, 2)).unwrap_err();
+        assert!(e.to_string().contains("above snapshots.maxBytes"), "{e}");
+        assert!(dir.join("member/snap/db").exists(), "data dir kept");
+        assert!(snapshots(root.path()).is_empty());
+    }
+
+    #[test]
+    fn a_symlinked_data_dir_is_not_followed() {
+        let (root, engine) = node();
+        let elsewhere = root.path().join("elsewhere");
+        fs::create_dir_all(elsewhere.join("member")).unwrap();
+        fs::create_dir_all(root.path().join("var/lib")).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, root.path().join("var/lib/etcd")).unwrap();
+        assert!(save_and_remove_data_dir(&engine, "etcd", &member(1 << 20, 2)).is_err());
+        assert!(elsewhere.join("member").exists());
+    }
+}
