@@ -370,8 +370,9 @@ mod tests {
         let started_learner = with(member(4, "n4", 4, true));
         let voter = with(member(4, "n4", 4, false));
         let unstarted_voter = with(member(4, "", 4, false));
-        // (observed, data dir has member, record, may bootstrap) → decision
-        let cases: Vec<(&str, Observed, bool, Option<Phase>, bool, Join)> = vec![
+        // (what, observed, data dir has member, record, may bootstrap) → decision
+        type Case = (&'static str, Observed, bool, Option<Phase>, bool, Join);
+        let cases: Vec<Case> = vec![
             (
                 "removed earlier, data dir gone, cluster up",
                 not_member.clone(),
