@@ -160,7 +160,13 @@ fn etcd_record(engine: &Engine, inputs: &Inputs) -> anyhow::Result<Option<crate:
     if inputs.anchor.etcd_member.is_none() {
         return Ok(None);
     }
-    Ok(crate::etcd_member::load_record(engine, &inputs.anchor.name)?)
+    match crate::etcd_member::load_record(engine, &inputs.anchor.name)? {
+        Some(record) => Ok(Some(record)),
+        None => anyhow::bail!(
+            "{}: no etcd membership record: this node has not joined yet, so there is no manifest to compare",
+            inputs.anchor.name
+        ),
+    }
 }
 
 /// The component a verb acts on, from `--component` or the config's metadata.name.
