@@ -484,6 +484,23 @@ spec:
     }
 }
 
+/// A `kube-anchor run` process, killed when dropped (also when a test panics).
+struct Daemon(std::process::Child);
+
+impl Daemon {
+    fn kill(mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 fn validate_status(doc: &serde_json::Value) {
     let path = support::cluster::repo_root().join("schemas/status.v1.json");
     let schema: serde_json::Value = serde_json::from_str(&fs::read_to_string(&path).unwrap()).unwrap();
@@ -696,14 +713,15 @@ fn an_anchor_killed_between_adding_the_learner_and_promoting_it_is_resumed_witho
     let mut node = Node::new(&bed, "n4", Ports::new(), None);
     let socket = node.log_dir.join("n4.sock");
     let log = fs::File::create(node.log_dir.join("n4-anchor-1.log")).unwrap();
-    let mut daemon = node
-        .command("run")
-        .arg("--health-socket")
-        .arg(&socket)
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap();
+    let daemon = Daemon(
+        node.command("run")
+            .arg("--health-socket")
+            .arg(&socket)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
     // SIGKILL as soon as the learner exists (etcd is not running: it cannot be promoted yet).
     let start = Instant::now();
     while node.my_entries(&bed).is_empty() {
@@ -713,8 +731,7 @@ fn an_anchor_killed_between_adding_the_learner_and_promoting_it_is_resumed_witho
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    daemon.kill().unwrap();
-    daemon.wait().unwrap();
+    daemon.kill();
     let mine = node.my_entries(&bed);
     assert_eq!(mine.len(), 1);
     assert!(mine[0].2, "still a learner");
@@ -725,16 +742,17 @@ fn an_anchor_killed_between_adding_the_learner_and_promoting_it_is_resumed_witho
     // The next anchor finds the learner by its peer URL and resumes the join.
     let log = fs::File::create(node.log_dir.join("n4-anchor-2.log")).unwrap();
     let metrics_port = free_port();
-    let mut daemon = node
-        .command("run")
-        .arg("--health-socket")
-        .arg(&socket)
-        .arg("--listen")
-        .arg(format!("127.0.0.1:{metrics_port}"))
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap();
+    let daemon = Daemon(
+        node.command("run")
+            .arg("--health-socket")
+            .arg(&socket)
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{metrics_port}"))
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
     let start = Instant::now();
     while !node.manifest().exists() {
         assert!(start.elapsed() < Duration::from_secs(20), "no manifest written");
@@ -789,8 +807,7 @@ fn an_anchor_killed_between_adding_the_learner_and_promoting_it_is_resumed_witho
         );
         std::thread::sleep(Duration::from_millis(200));
     }
-    daemon.kill().unwrap();
-    daemon.wait().unwrap();
+    daemon.kill();
     node.stop_etcd();
 }
 
