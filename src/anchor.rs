@@ -148,10 +148,17 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Quiet time after a sync before the daemon's code leaves its resident set.
+const CODE_RELEASE_AFTER: Duration = Duration::from_secs(10);
+
 impl Daemon {
     async fn run(mut self, mut draining: watch::Receiver<bool>) {
         loop {
             self.sync().await;
+            // Once the daemon has been quiet for a while, the code of start-up and of the last
+            // syncs leaves the resident set (it stays in the page cache; the next sync maps it
+            // back with minor faults).
+            let mut release_code_at = Some(tokio::time::Instant::now() + CODE_RELEASE_AFTER);
             loop {
                 let tick = self.evaluation_interval();
                 let mirror = &mut self.mirror;
@@ -175,6 +182,11 @@ impl Daemon {
                     _ = sleep_opt(self.membership_pending.as_ref().map(|_| MEMBERSHIP_RETRY)) => break,
                     true = mirror_changed => self.evaluate().await,
                     _ = sleep_opt(tick) => self.evaluate().await,
+                    _ = sleep_until_opt(release_code_at) => {
+                        release_code_at = None;
+                        let bytes = crate::memory::release_code_pages();
+                        tracing::debug!(bytes, "idle: code released from the resident set");
+                    }
                     _ = draining.changed() => {
                         self.shared.update(|s| s.draining = true);
                         tracing::info!(component = %self.component, "drained; exiting (files stay on the node)");
@@ -210,7 +222,15 @@ impl Daemon {
         if self.client.is_some() || !self.api_wanted {
             return;
         }
-        match kubeapi::client(self.args.identity.kubeconfig.as_deref()).await {
+        match kubeapi::client(
+            self.args.identity.kubeconfig.as_deref(),
+            &kubeapi::user_agent(
+                &format!("run {}", self.component),
+                self.args.identity.node_name.as_deref(),
+            ),
+        )
+        .await
+        {
             Ok(client) => {
                 if self.client_error.take().is_some() {
                     tracing::info!(component = %self.component, "API client ready");
@@ -743,6 +763,13 @@ fn read_marker(path: &Path) -> Result<String, String> {
         return Err(format!("larger than {MAX_MARKER_BYTES} bytes"));
     }
     Ok(text)
+}
+
+async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
 }
 
 async fn sleep_opt(d: Option<Duration>) {

@@ -125,7 +125,15 @@ async fn pre_stop(args: CheckpointerPreStopArgs) -> anyhow::Result<ExitCode> {
     let remaining = || deadline.saturating_duration_since(Instant::now());
     let (fs, state_dir, paths) = host(&args.run)?;
     let identity = &args.run.identity;
-    let client = match tokio::time::timeout(remaining(), kubeapi::client(identity.kubeconfig.as_deref())).await {
+    let client = match tokio::time::timeout(
+        remaining(),
+        kubeapi::client(
+            identity.kubeconfig.as_deref(),
+            &kubeapi::user_agent("checkpointer pre-stop", identity.node_name.as_deref()),
+        ),
+    )
+    .await
+    {
         Ok(Ok(Some(client))) => Ok(client),
         Ok(Ok(None)) => Err("no API client configured".to_owned()),
         Ok(Err(e)) => Err(e.to_string()),
@@ -624,7 +632,12 @@ impl ApiLink {
             return;
         }
         self.next_attempt = Instant::now() + CLIENT_RETRY;
-        let client = match kubeapi::client(self.kubeconfig.as_deref()).await {
+        let client = match kubeapi::client(
+            self.kubeconfig.as_deref(),
+            &kubeapi::user_agent("checkpointer", Some(&self.node)),
+        )
+        .await
+        {
             Ok(Some(client)) => client,
             Ok(None) => {
                 tracing::debug!("no API client configured; working from the node alone");
@@ -919,13 +932,8 @@ impl Machine {
                 ));
             }
         }
-        let node_facts = match (api_reachable, client) {
-            (true, Some(c)) => match kubeapi::lookup(&Api::<Node>::all(c.clone()), node, API_TIMEOUT).await {
-                Lookup::Found(n) => Some(decommission::node_facts(&n)),
-                _ => None,
-            },
-            _ => None,
-        };
+        // Looked up at most once per pass, and only when an owner has to be asked.
+        let mut node_facts: Option<Option<decommission::NodeFacts>> = None;
 
         // The checkpointer's own owner last: in a decommission it goes when nothing else is left.
         let mut keys: Vec<String> = self
@@ -939,8 +947,22 @@ impl Machine {
         keys.sort_by_key(|k| Some(k) == self.self_owner.as_ref());
         for key in keys {
             let is_self = Some(&key) == self.self_owner.as_ref();
+            let pods_here = api.pods();
             let wants = match (api_reachable, client) {
-                (true, Some(c)) => owner_wants_node(c, &key, node_facts.as_ref(), &api.pods()).await,
+                // The owner's own pod, live on this node, is its word that it wants the node:
+                // no GET per pass while everything runs (watches only in steady state).
+                (true, _) if owner_has_pod_here(&key, &pods_here) => Some(true),
+                (true, Some(c)) => {
+                    if node_facts.is_none() {
+                        node_facts = Some(
+                            match kubeapi::lookup(&Api::<Node>::all(c.clone()), node, API_TIMEOUT).await {
+                                Lookup::Found(n) => Some(decommission::node_facts(&n)),
+                                _ => None,
+                            },
+                        );
+                    }
+                    owner_wants_node(c, &key, node_facts.as_ref().and_then(Option::as_ref), &pods_here).await
+                }
                 _ => None,
             };
             let others_left = self.states.iter().any(|(k, s)| k != &key && !s.generations.is_empty());
@@ -1247,6 +1269,16 @@ fn pod_phase(pod: &Pod) -> Option<&str> {
     pod.status.as_ref()?.phase.as_deref()
 }
 
+/// Whether the API shows a pod of owner `key` on this node that is not being deleted (neither a
+/// checkpoint nor a static pod).
+fn owner_has_pod_here(key: &str, pods_here: &[std::sync::Arc<Pod>]) -> bool {
+    pods_here.iter().any(|p| {
+        p.metadata.deletion_timestamp.is_none()
+            && !is_checkpoint_or_static(p)
+            && sanitize::controller_key(p).as_deref() == Some(key)
+    })
+}
+
 /// The fields of a Deployment or StatefulSet that say whether it still wants a node.
 struct Rollout<'a> {
     deleting: bool,
@@ -1258,7 +1290,8 @@ struct Rollout<'a> {
     ready: Option<i32>,
 }
 
-/// Does the owner still want a pod on this node? `Some(false)` only on positive evidence:
+/// Does the owner still want a pod on this node? Asked only when the API shows no live pod of
+/// the owner here (one that does is taken as a yes). `Some(false)` only on positive evidence:
 /// - a DaemonSet (whatever its UID: one recreated under the same name is the same owner): gone
 ///   (404), being deleted, or no longer selecting this node (the rule pre-stop uses);
 /// - a Deployment or StatefulSet: gone, being deleted, its template no longer selecting this
@@ -1276,13 +1309,7 @@ async fn owner_wants_node(
 ) -> Option<bool> {
     let mut parts = key.splitn(3, '/');
     let (kind, namespace, name) = (parts.next()?, parts.next()?, parts.next()?);
-    let has_pod_here = || {
-        pods_here.iter().any(|p| {
-            p.metadata.deletion_timestamp.is_none()
-                && !is_checkpoint_or_static(p)
-                && sanitize::controller_key(p).as_deref() == Some(key)
-        })
-    };
+    let has_pod_here = || owner_has_pod_here(key, pods_here);
     // A Deployment or StatefulSet wants the node while it selects it and its rollout is not
     // complete (every replica updated and Ready, as the controller last observed), or while it
     // has a pod here.

@@ -41,14 +41,9 @@ use crate::logging::error_chain;
 
 /// The runtime of `run`: one thread. The daemon is one loop whose file work is short and
 /// synchronous; the HTTP endpoints and the API watch wait at most one sync. No worker threads
-/// (each with its stack and, in glibc, its own malloc arena), and at most two malloc arenas for
-/// the threads there are (tokio's blocking pool, the executor's concurrent fsyncs).
+/// (each with its stack and, in glibc, its own malloc arena).
 fn daemon_runtime() -> std::io::Result<tokio::runtime::Runtime> {
-    // SAFETY: mallopt only sets an allocator parameter; called before any other thread exists.
-    #[cfg(target_env = "gnu")]
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 2);
-    }
+    crate::memory::limit_malloc_arenas();
     tokio::runtime::Builder::new_current_thread().enable_all().build()
 }
 

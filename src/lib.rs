@@ -5,8 +5,9 @@
 //!   [`ledger`], [`trial`], [`decommission`], [`pinned`], [`membership`] — no filesystem, no
 //!   Kubernetes client;
 //! - adapters: [`hostfs`] (the node's filesystem and the one executor), [`kubeapi`] (the API,
-//!   Events, the health URL), [`etcd`] (etcd's cluster API), [`watch`] (inotify), [`server`] (HTTP endpoints), [`metrics`],
-//!   [`shutdown`] (signals);
+//!   Events, the health URL), [`etcd`] (etcd's cluster API), [`watch`] (inotify), [`server`]
+//!   (HTTP endpoints), [`metrics`], [`shutdown`] (signals), [`memory`] (malloc arenas, resident
+//!   code);
 //! - wiring: [`engine`] (load, decide, execute, record), [`etcd_member`] (join and leave),
 //!   [`anchor`] (the daemon), [`prestop`] and
 //!   [`commands`] (the CLI verbs).
@@ -28,6 +29,7 @@ pub mod kubeapi;
 pub mod ledger;
 pub mod logging;
 pub mod membership;
+pub mod memory;
 pub mod metrics;
 pub mod pinned;
 pub mod plan;

@@ -1,4 +1,5 @@
-//! Tracing setup: structured logs on stderr, plain or JSON. `RUST_LOG` overrides the level.
+//! Tracing setup: structured logs on stderr, plain or JSON. `RUST_LOG` (EnvFilter directives)
+//! overrides the level.
 //!
 //! The convention is kubectl's: a one-shot verb prints one human summary (stdout) and logs only
 //! warnings and errors unless asked (`-v` for info, `-vv` for debug); `--log-format json` means a
@@ -7,7 +8,10 @@
 
 use std::io::IsTerminal;
 
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::{LevelFilter, Targets};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer, Registry};
 
 use crate::cli::LogFormat;
 
@@ -21,20 +25,35 @@ pub fn default_level(format: LogFormat, verbose: u8, daemon: bool) -> &'static s
 }
 
 pub fn init(format: LogFormat, level: &str) {
-    // kube-client logs every failed request at ERROR; the errors reach us and we log them with
-    // context, so its own lines are off unless RUST_LOG asks for them.
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(format!("{level},kube_client=off")));
     // Colour only on a terminal: a pod's log file (and journald) would keep the escape codes.
     let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    match std::env::var("RUST_LOG") {
+        Ok(directives) if !directives.is_empty() => install(EnvFilter::new(directives), format, ansi),
+        // kube-client logs every failed request at ERROR; the errors reach us and we log them
+        // with context, so its own lines are off unless RUST_LOG asks for them. A plain target
+        // filter: EnvFilter's directive parser would keep a regex engine resident in the daemon.
+        _ => install(
+            Targets::new()
+                .with_default(level.parse::<LevelFilter>().unwrap_or(LevelFilter::INFO))
+                .with_target("kube_client", LevelFilter::OFF),
+            format,
+            ansi,
+        ),
+    }
+}
+
+fn install<F>(filter: F, format: LogFormat, ansi: bool)
+where
+    F: Layer<Registry> + Send + Sync + 'static,
+{
+    let output = tracing_subscriber::fmt::layer()
         .with_ansi(ansi)
         .with_writer(std::io::stderr);
+    let registry = tracing_subscriber::registry().with(filter);
     // A second init (tests) is harmless: the first subscriber stays.
     let _ = match format {
-        LogFormat::Plain => builder.with_target(false).try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+        LogFormat::Plain => registry.with(output.with_target(false)).try_init(),
+        LogFormat::Json => registry.with(output.json().flatten_event(true)).try_init(),
     };
 }
 

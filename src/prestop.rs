@@ -65,7 +65,10 @@ async fn run_inner(args: &PreStopArgs, deadline: Instant) -> anyhow::Result<Exit
     // itself part of the evidence ("no API client" keeps everything).
     let client: Result<kube::Client, String> = match tokio::time::timeout(
         remaining(evidence_until),
-        kubeapi::client(args.identity.kubeconfig.as_deref()),
+        kubeapi::client(
+            args.identity.kubeconfig.as_deref(),
+            &kubeapi::user_agent(&format!("pre-stop {component}"), args.identity.node_name.as_deref()),
+        ),
     )
     .await
     {

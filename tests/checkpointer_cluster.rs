@@ -740,3 +740,54 @@ async fn a_bootkube_checkpoint_belongs_to_its_daemonset() {
     }
     assert!(c.log().contains(&format!("DaemonSet/{ns}/legacy")), "log:\n{}", c.log());
 }
+
+/// In steady state (parent Running and Ready here, checkpoint written) the checkpointer costs
+/// the API its pod watch only: no GET or LIST per pass, counted from the API server's audit log.
+/// bootkube's checkpointer LISTs every 5 s; an earlier version of this one GETs the Node and the
+/// owner every pass.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_steady_checkpointer_asks_the_api_nothing_between_watches() {
+    let cp = cluster::shared().await;
+    cp.start_controllers();
+    let node = cp.add_node("ckpt-quiet", &[]).await;
+    let ns = cp.namespace("ckptquiet").await;
+    let admin = cp.admin().await;
+    let daemonsets: Api<DaemonSet> = Api::namespaced(admin.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+    let ds: DaemonSet = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "quiet"},
+        "spec": {"selector": {"matchLabels": {"app": "quiet"}}, "template": annotated_template("quiet", serde_json::json!({}))}
+    }))
+    .unwrap();
+    daemonsets.create(&PostParams::default(), &ds).await.unwrap();
+    let parent = eventually(WAIT, "the parent Running and Ready", || {
+        ready_pod(&pods, "quiet", &node.name, &[])
+    })
+    .await
+    .metadata
+    .name
+    .unwrap();
+    let work = tempfile::tempdir().unwrap();
+    fs::write(work.path().join("boot_id"), "b1").unwrap();
+    // A pass every 300 ms: 30 or more passes in the window below.
+    let c = start_checkpointer(cp, &node, work.path(), &[]);
+    let files = CheckpointFiles::new(&node, &ns);
+    c.wait_for(WAIT, "the checkpoint", &|| files.inactive(&parent).exists());
+    std::thread::sleep(Duration::from_secs(2));
+
+    let agent = kube_anchor::kubeapi::user_agent("checkpointer", Some(&node.name));
+    let before = cp.audited_requests(&agent);
+    assert!(
+        before.iter().any(|r| r.verb == "watch"),
+        "the checkpointer's requests are not in the audit log (user agent {agent:?}): {before:?}"
+    );
+    std::thread::sleep(Duration::from_secs(10));
+    let during: Vec<_> = cp.audited_requests(&agent).into_iter().skip(before.len()).collect();
+    let periodic: Vec<_> = during.iter().filter(|r| r.verb != "watch").collect();
+    assert!(
+        periodic.is_empty(),
+        "{} requests other than watches in 10 s of steady state: {periodic:#?}",
+        periodic.len()
+    );
+    assert!(files.inactive(&parent).exists() && !files.active(&parent).exists());
+}

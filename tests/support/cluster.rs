@@ -255,6 +255,28 @@ pub async fn client_from_kubeconfig(path: &Path) -> Client {
 // ---------------------------------------------------------------------------------------------
 // The control plane
 
+/// Metadata of every request except the kubelets', logged at `RequestReceived` only.
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [ResponseStarted, ResponseComplete, Panic]
+rules:
+  - level: None
+    userGroups: [\"system:nodes\"]
+  - level: Metadata
+";
+
+/// One line of the API server's audit log (the fields the tests read).
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditedRequest {
+    pub verb: String,
+    #[serde(rename = "requestURI")]
+    pub request_uri: String,
+    #[serde(default)]
+    pub user_agent: String,
+    pub request_received_timestamp: String,
+}
+
 pub struct ControlPlane {
     pub dir: PathBuf,
     pub server: String,
@@ -411,7 +433,28 @@ impl ControlPlane {
             "--profiling=false".into(),
             "--v=1".into(),
         ]);
+        // Every request but the kubelets' is audited once, when received: what a kube-anchor
+        // process costs the API is counted from here (by its user agent), not from its own word.
+        let policy = self.dir.join("audit-policy.yaml");
+        fs::write(&policy, AUDIT_POLICY).unwrap();
+        cmd.arg(format!("--audit-policy-file={}", policy.display()))
+            .arg(format!("--audit-log-path={}", self.audit_log().display()))
+            .args(["--audit-log-format=json", "--audit-log-mode=blocking"]);
         cmd
+    }
+
+    pub fn audit_log(&self) -> PathBuf {
+        self.dir.join("audit.log")
+    }
+
+    /// The audited requests so far whose user agent starts with `agent` (e.g.
+    /// `kube-anchor/0.1.0 (checkpointer)`; see `kube_anchor::kubeapi::user_agent`).
+    pub fn audited_requests(&self, agent: &str) -> Vec<AuditedRequest> {
+        let text = fs::read_to_string(self.audit_log()).unwrap_or_default();
+        text.lines()
+            .filter_map(|line| serde_json::from_str::<AuditedRequest>(line).ok())
+            .filter(|r| r.user_agent.starts_with(agent))
+            .collect()
     }
 
     async fn start_apiserver(&self) {

@@ -1,13 +1,14 @@
-//! `cargo bench --bench apply`: the file engine in-process, on a temp directory.
-//!
-//! Prints medians (and p90) for an `apply` of 100 files that changes nothing, and for one that
-//! rewrites all 100 (each write: temp file, fsync, rename, directory fsync).
+//! The file engine in-process, on a temp directory: medians (and p90) for an `apply` of 100
+//! files that changes nothing, and for one that rewrites all 100 (each write: temp file, fsync,
+//! rename, directory fsync).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use kube_anchor::engine::{Engine, Inputs};
 use kube_anchor::render::Variables;
+
+use crate::Row;
 
 const FILES: usize = 100;
 const FILE_SIZE: usize = 4096;
@@ -39,21 +40,22 @@ fn percentile(samples: &mut [Duration], p: f64) -> Duration {
     samples[((samples.len() - 1) as f64 * p).round() as usize]
 }
 
-fn report(name: &str, mut samples: Vec<Duration>) {
+fn row(name: &str, mut samples: Vec<Duration>) -> Row {
     let median = percentile(&mut samples, 0.5);
     let p90 = percentile(&mut samples, 0.9);
-    println!(
-        "{name:<34} median {:>9.3} ms   p90 {:>9.3} ms   per file {:>7.1} µs   ({} runs)",
-        median.as_secs_f64() * 1e3,
-        p90.as_secs_f64() * 1e3,
-        median.as_secs_f64() * 1e6 / FILES as f64,
-        samples.len()
-    );
+    Row::new(
+        format!("{name} ({FILES} files, {} runs)", samples.len()),
+        format!(
+            "median {:.3} ms, p90 {:.3} ms ({:.1} µs/file)",
+            median.as_secs_f64() * 1e3,
+            p90.as_secs_f64() * 1e3,
+            median.as_secs_f64() * 1e6 / FILES as f64
+        ),
+        "",
+    )
 }
 
-fn main() {
-    // `cargo test --all-targets` runs benches without `--bench`: a quick smoke run then.
-    let quick = !std::env::args().any(|a| a == "--bench");
+pub fn measure(quick: bool) -> Vec<Row> {
     let (noop_runs, rewrite_runs) = if quick { (5, 2) } else { (200, 40) };
     let base = tempfile::tempdir().unwrap();
     let node = base.path().join("node");
@@ -91,10 +93,8 @@ fn main() {
         })
         .collect();
 
-    println!(
-        "kube-anchor apply, {FILES} files of {FILE_SIZE} bytes, on {}",
-        base.path().display()
-    );
-    report("no-op apply (nothing changed)", noop);
-    report("apply rewriting every file", rewrite);
+    vec![
+        row("apply, nothing changed", noop),
+        row(&format!("apply rewriting every file of {FILE_SIZE} B"), rewrite),
+    ]
 }
