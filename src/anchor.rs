@@ -78,7 +78,14 @@ struct Daemon {
     converged: bool,
     started: Instant,
     input_dirs: BTreeSet<PathBuf>,
+    /// `spec.etcdMember`: the membership record the manifest renders with.
+    member_record: Option<crate::membership::Record>,
+    /// Why the etcd join is not finished (a learner to promote, or waiting); retried soon.
+    membership_pending: Option<String>,
 }
+
+/// How soon an unfinished etcd join is looked at again.
+const MEMBERSHIP_RETRY: Duration = Duration::from_secs(2);
 
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let engine = Engine::new(&args.node.host_root, &args.node.state_dir, &args.node.allowed_roots)?;
@@ -133,6 +140,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         converged: false,
         started: Instant::now(),
         input_dirs: BTreeSet::new(),
+        member_record: None,
+        membership_pending: None,
     };
     daemon.connect().await;
     daemon.run(draining).await;
@@ -170,6 +179,7 @@ impl Daemon {
                         break;
                     }
                     _ = tokio::time::sleep(self.args.resync_period) => break,
+                    _ = sleep_opt(self.membership_pending.as_ref().map(|_| MEMBERSHIP_RETRY)) => break,
                     true = mirror_changed => self.evaluate().await,
                     _ = sleep_opt(tick) => self.evaluate().await,
                     _ = sleep_until_opt(release_code_at) => {
@@ -243,6 +253,7 @@ impl Daemon {
 
     async fn sync(&mut self) {
         self.connect().await;
+        self.membership_step().await;
         self.sync_pass();
         // A change that landed between reading a directory and watching it went unseen.
         if self.watch_dirs() {
@@ -250,6 +261,50 @@ impl Daemon {
             self.watch_dirs();
         }
         self.evaluate().await;
+    }
+
+    /// `spec.etcdMember`: one join step (add learner, resume, promote, record) before the files
+    /// are synced. Its failures write nothing and are retried.
+    async fn membership_step(&mut self) {
+        // Inputs of another revision of the pod template are not this pod's to act on (see
+        // `crate::pinned`): the record on disk keeps rendering what this node has joined with.
+        if let Some(pinned) = &self.args.expect_inputs
+            && pinned.check(read_marker).is_err()
+        {
+            if let Ok(record) = crate::etcd_member::load_record(&self.engine, &self.component) {
+                self.member_record = record;
+            }
+            return;
+        }
+        let inputs = match Inputs::load(&self.args.config, self.engine.roots()) {
+            Ok(inputs) if inputs.anchor.etcd_member.is_some() => inputs,
+            _ => {
+                self.membership_pending = None;
+                return; // no membership, or the sync reports the bad config
+            }
+        };
+        match crate::etcd_member::join_step(&self.engine, &inputs).await {
+            Ok(report) => {
+                if report.pending && self.membership_pending.as_deref() != Some(report.summary.as_str()) {
+                    tracing::info!(component = %self.component, membership = %report.summary, "etcd join not finished");
+                }
+                self.shared
+                    .metrics
+                    .set_etcd_member(report.record.as_ref(), report.pending);
+                self.membership_pending = report.pending.then_some(report.summary);
+                self.member_record = report.record;
+            }
+            Err(e) => {
+                let message = crate::logging::error_chain(&anyhow::Error::from(e));
+                tracing::warn!(component = %self.component, error = %message, "etcd membership step failed; retrying");
+                self.membership_pending = Some(message);
+                self.shared.metrics.etcd_join_pending.set(1);
+                // The record on disk still renders the manifest of a node that has joined.
+                if let Ok(record) = crate::etcd_member::load_record(&self.engine, &self.component) {
+                    self.member_record = record;
+                }
+            }
+        }
     }
 
     fn sync_pass(&mut self) {
@@ -281,6 +336,9 @@ impl Daemon {
                 // another sync as soon as this one ends.
                 tracing::debug!(component = %self.component, reads, "inputs changed while being read; waiting for the next swap's event");
             }
+            Err(EngineError::MembershipPending { reason, .. }) => {
+                self.input_error = Some(format!("etcd membership: {reason}"));
+            }
             Err(EngineError::Decommissioned { at, reason, .. }) => {
                 // pre-stop decommissioned the component: this pod is on its way out.
                 self.input_error = Some(format!("decommissioned at {at} ({reason}): not writing"));
@@ -306,7 +364,16 @@ impl Daemon {
         let mismatch = match pinned_ok(&pinned) {
             Ok(()) => {
                 let inputs = self.load_inputs(&pinned)?;
-                let desired = inputs.desired(&inputs.environment_variables())?;
+                if inputs.anchor.etcd_member.is_some() && self.member_record.is_none() {
+                    return Err(EngineError::MembershipPending {
+                        component: inputs.anchor.name.clone(),
+                        reason: self
+                            .membership_pending
+                            .clone()
+                            .unwrap_or_else(|| "not a member yet".into()),
+                    });
+                }
+                let desired = inputs.desired(&inputs.variables(self.member_record.as_ref()))?;
                 match pinned_ok(&pinned) {
                     Ok(()) => {
                         if self.awaiting_rollout.take().is_some() {
@@ -504,7 +571,10 @@ impl Daemon {
             _ => None,
         };
         let (ready, reason) = match (
-            self.input_error.as_ref().or(unproven.as_ref()),
+            self.input_error
+                .as_ref()
+                .or(unproven.as_ref())
+                .or(self.membership_pending.as_ref()),
             &held_back,
             assessment.reason(),
         ) {

@@ -113,7 +113,8 @@ fn engine(node: &NodeArgs) -> anyhow::Result<Engine> {
 fn apply(args: ApplyArgs) -> anyhow::Result<ExitCode> {
     let engine = engine(&args.node)?;
     let inputs = Inputs::load(&args.config, engine.roots())?;
-    let desired = inputs.desired(&inputs.environment_variables())?;
+    let record = join_etcd(&engine, &inputs)?;
+    let desired = inputs.desired(&inputs.variables(record.as_ref()))?;
     // An explicit apply takes a decommissioned component back.
     if engine.recommission(&desired.component, None)? {
         tracing::info!(component = %desired.component, "lifted the decommission marker");
@@ -125,6 +126,42 @@ fn apply(args: ApplyArgs) -> anyhow::Result<ExitCode> {
     tracing::info!(component = %report.component, content_hash = %report.content_hash, written = report.written.len(), removed = report.removed.len(), unchanged = report.unchanged.len(), "applied");
     print_apply(&report, args.output);
     Ok(ExitCode::SUCCESS)
+}
+
+/// `spec.etcdMember`: one join step before anything is written (the node must be a member
+/// first); the record gives the manifest its initial-cluster pair.
+fn join_etcd(engine: &Engine, inputs: &Inputs) -> anyhow::Result<Option<crate::membership::Record>> {
+    if inputs.anchor.etcd_member.is_none() {
+        return Ok(None);
+    }
+    let component = &inputs.anchor.name;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let report = runtime
+        .block_on(crate::etcd_member::join_step(engine, inputs))
+        .with_context(|| format!("{component}: etcd membership"))?;
+    tracing::info!(%component, membership = %report.summary, pending = report.pending, "etcd membership");
+    match report.record {
+        Some(record) => Ok(Some(record)),
+        None => Err(crate::engine::EngineError::MembershipPending {
+            component: component.clone(),
+            reason: report.summary,
+        }
+        .into()),
+    }
+}
+
+/// The membership record, for rendering without a join step (`status`).
+fn etcd_record(engine: &Engine, inputs: &Inputs) -> anyhow::Result<Option<crate::membership::Record>> {
+    if inputs.anchor.etcd_member.is_none() {
+        return Ok(None);
+    }
+    match crate::etcd_member::load_record(engine, &inputs.anchor.name)? {
+        Some(record) => Ok(Some(record)),
+        None => anyhow::bail!(
+            "{}: no etcd membership record: this node has not joined yet, so there is no manifest to compare",
+            inputs.anchor.name
+        ),
+    }
 }
 
 /// The component a verb acts on, from `--component` or the config's metadata.name.
@@ -173,9 +210,10 @@ fn retry(args: RetryArgs) -> anyhow::Result<ExitCode> {
 fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
     let engine = engine(&args.node)?;
     let inputs = Inputs::load(&args.config, engine.roots())?;
-    let desired = inputs.desired(&inputs.environment_variables())?;
+    let record = etcd_record(&engine, &inputs)?;
+    let desired = inputs.desired(&inputs.variables(record.as_ref()))?;
     let report = engine.status(&desired)?;
-    print_status(&report, args.output);
+    print_status(&report, record.as_ref(), args.output);
     Ok(if report.in_sync() {
         ExitCode::SUCCESS
     } else {
@@ -296,7 +334,7 @@ fn print_remove(r: &RemoveReport, format: OutputFormat) {
     }
 }
 
-fn print_status(r: &StatusReport, format: OutputFormat) {
+fn print_status(r: &StatusReport, member: Option<&crate::membership::Record>, format: OutputFormat) {
     let warnings = warnings(&[], r.set_aside.as_ref());
     match format {
         OutputFormat::Json => {
@@ -313,6 +351,10 @@ fn print_status(r: &StatusReport, format: OutputFormat) {
                 "files": r.files,
                 "warnings": warnings,
             });
+            let mut out = out;
+            if let Some(m) = member {
+                out["etcdMember"] = json!(m);
+            }
             println!("{out}");
         }
         OutputFormat::Text => {
@@ -331,6 +373,25 @@ fn print_status(r: &StatusReport, format: OutputFormat) {
                     "  LAST-KNOWN-GOOD FAILING {} since {}: {}",
                     failing.hash, failing.at, failing.reason
                 );
+            }
+            if let Some(m) = member {
+                let id = m
+                    .member_id
+                    .as_deref()
+                    .and_then(|id| id.parse::<u64>().ok())
+                    .map(|id| format!("{id:x}"))
+                    .unwrap_or_else(|| "(not known yet)".into());
+                println!(
+                    "  etcd member   {} {} id {id} peer {}",
+                    m.name,
+                    m.phase.as_str(),
+                    m.peer_url
+                );
+                for (what, o) in [("last join", &m.last_join), ("last leave", &m.last_leave)] {
+                    if let Some(o) = o {
+                        println!("  {what:<13} {} at {}: {}", o.action, o.at, o.result);
+                    }
+                }
             }
             for f in &r.files {
                 match &f.detail {

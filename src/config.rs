@@ -163,6 +163,35 @@ pub struct Anchor {
     pub variables: Vec<String>,
     /// Credentials in config order, then the manifest last.
     pub files: Vec<FileSpec>,
+    /// This node's etcd member, when the anchor manages etcd membership.
+    pub etcd_member: Option<EtcdMember>,
+}
+
+/// Variables the anchor sets itself from the membership record (`spec.etcdMember`).
+pub const ETCD_INITIAL_CLUSTER: &str = "ETCD_INITIAL_CLUSTER";
+pub const ETCD_INITIAL_CLUSTER_STATE: &str = "ETCD_INITIAL_CLUSTER_STATE";
+
+/// `spec.etcdMember`: how this node's etcd member joins and leaves the cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdMember {
+    /// Client URLs (https) of the existing cluster's members.
+    pub endpoints: Vec<String>,
+    /// This member's name and peer URL, rendered with `spec.variables`.
+    pub name: String,
+    pub peer_url: String,
+    /// This member's own client URL (rendered): its status tells when it has caught up.
+    pub client_url: String,
+    /// Client CA, certificate and key the anchor uses (sources, like `spec.files[].source`).
+    pub client_ca: PathBuf,
+    pub client_cert: PathBuf,
+    pub client_key: PathBuf,
+    /// etcd's data dir on the host (holds `member/` once etcd has run).
+    pub data_dir: HostPath,
+    /// Snapshots of the data dir kept under the state dir on leave, and the size bound of one.
+    pub snapshots_keep: usize,
+    pub snapshot_max_bytes: u64,
+    /// This node may start a new cluster: it is named in `initial_cluster` (state `new`).
+    pub initial_cluster: Option<String>,
 }
 
 impl Anchor {
@@ -194,6 +223,56 @@ struct RawSpec {
     #[serde(default)]
     files: Vec<RawFile>,
     manifest: RawManifest,
+    #[serde(default)]
+    etcd_member: Option<RawEtcdMember>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawEtcdMember {
+    endpoints: Vec<String>,
+    name: String,
+    #[serde(rename = "peerURL")]
+    peer_url: String,
+    #[serde(rename = "clientURL")]
+    client_url: String,
+    #[serde(rename = "clientCA")]
+    client_ca: PathBuf,
+    client_cert: PathBuf,
+    client_key: PathBuf,
+    data_dir: String,
+    #[serde(default)]
+    snapshots: RawSnapshots,
+    /// Set only on the nodes of a new cluster's initial member list.
+    #[serde(default)]
+    initial_cluster: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawSnapshots {
+    #[serde(default = "default_keep")]
+    keep: usize,
+    #[serde(default = "default_max_bytes")]
+    max_bytes: u64,
+}
+
+impl Default for RawSnapshots {
+    fn default() -> Self {
+        Self {
+            keep: default_keep(),
+            max_bytes: default_max_bytes(),
+        }
+    }
+}
+
+fn default_keep() -> usize {
+    3
+}
+
+/// etcd's default backend quota is 2 GiB, its maximum 8 GiB.
+fn default_max_bytes() -> u64 {
+    8 << 30
 }
 
 #[derive(Deserialize)]
@@ -328,11 +407,106 @@ pub fn parse(path: &Path, text: &str, roots: &AllowedRoots) -> Result<Anchor, Co
             ));
         }
     }
+    let mut variables = raw.spec.variables;
+    let etcd_member = match raw.spec.etcd_member {
+        None => None,
+        Some(e) => {
+            let member = etcd_member(e, &source, &invalid)?;
+            for name in [ETCD_INITIAL_CLUSTER, ETCD_INITIAL_CLUSTER_STATE] {
+                if !variables.iter().any(|v| v == name) {
+                    variables.push(name.into());
+                }
+            }
+            Some(member)
+        }
+    };
     Ok(Anchor {
         name: raw.metadata.name,
-        variables: raw.spec.variables,
+        variables,
         files,
+        etcd_member,
     })
+}
+
+fn etcd_member(
+    e: RawEtcdMember,
+    source: &dyn Fn(&Path) -> PathBuf,
+    invalid: &dyn Fn(&str, String) -> ConfigError,
+) -> Result<EtcdMember, ConfigError> {
+    const F: &str = "spec.etcdMember";
+    if e.endpoints.is_empty() {
+        return Err(invalid(
+            &format!("{F}.endpoints"),
+            "at least one client URL is needed".into(),
+        ));
+    }
+    for (i, url) in e.endpoints.iter().enumerate() {
+        if !is_https_url(url) {
+            return Err(invalid(
+                &format!("{F}.endpoints[{i}]"),
+                format!("{url:?} is not an https://host:port URL"),
+            ));
+        }
+    }
+    if e.name.trim().is_empty() {
+        return Err(invalid(&format!("{F}.name"), "must not be empty".into()));
+    }
+    for (field, url) in [("peerURL", &e.peer_url), ("clientURL", &e.client_url)] {
+        // ${NODE_IP} and the like are rendered later; the scheme is checked now.
+        if !url.starts_with("https://") {
+            return Err(invalid(
+                &format!("{F}.{field}"),
+                format!("{url:?} is not an https:// URL"),
+            ));
+        }
+    }
+    let data_dir = HostPath::parse(&e.data_dir).map_err(|err| invalid(&format!("{F}.dataDir"), err.to_string()))?;
+    if data_dir.as_path().components().count() < 3 {
+        return Err(invalid(
+            &format!("{F}.dataDir"),
+            format!("{data_dir} is too close to / to be removed on a decommission"),
+        ));
+    }
+    if e.snapshots.keep == 0 || e.snapshots.keep > 100 {
+        return Err(invalid(
+            &format!("{F}.snapshots.keep"),
+            "must be between 1 and 100".into(),
+        ));
+    }
+    if e.snapshots.max_bytes == 0 {
+        return Err(invalid(&format!("{F}.snapshots.maxBytes"), "must be above 0".into()));
+    }
+    if let Some(ic) = &e.initial_cluster {
+        let ok = !ic.is_empty()
+            && ic.split(',').all(|part| {
+                part.split_once('=')
+                    .is_some_and(|(name, url)| !name.is_empty() && url.starts_with("https://"))
+            });
+        if !ok {
+            return Err(invalid(
+                &format!("{F}.initialCluster"),
+                format!("{ic:?} is not name=https://host:port,..."),
+            ));
+        }
+    }
+    Ok(EtcdMember {
+        endpoints: e.endpoints,
+        name: e.name,
+        peer_url: e.peer_url,
+        client_url: e.client_url,
+        client_ca: source(&e.client_ca),
+        client_cert: source(&e.client_cert),
+        client_key: source(&e.client_key),
+        data_dir,
+        snapshots_keep: e.snapshots.keep,
+        snapshot_max_bytes: e.snapshots.max_bytes,
+        initial_cluster: e.initial_cluster,
+    })
+}
+
+fn is_https_url(url: &str) -> bool {
+    url.strip_prefix("https://")
+        .is_some_and(|rest| !rest.is_empty() && !rest.contains(char::is_whitespace))
 }
 
 #[cfg(test)]
@@ -451,6 +625,72 @@ spec:
             "/etc/kubernetes/apiserver/pki/apiserver.pem",
         );
         assert!(problem(&dup).contains("spec.files[1].path"));
+    }
+
+    const ETCD_MEMBER: &str = r#"  etcdMember:
+    endpoints: [https://10.0.0.1:2379, https://10.0.0.2:2379]
+    name: ${NODE_NAME}
+    peerURL: https://${NODE_IP}:2380
+    clientURL: https://${NODE_IP}:2379
+    clientCA: pki/etcd-ca.crt
+    clientCert: pki/anchor.crt
+    clientKey: /abs/anchor.key
+    dataDir: /var/lib/etcd
+"#;
+
+    #[test]
+    fn etcd_member_section() {
+        let a = p(&format!("{GOOD}{ETCD_MEMBER}")).unwrap();
+        let e = a.etcd_member.as_ref().unwrap();
+        assert_eq!(e.endpoints.len(), 2);
+        assert_eq!(e.client_ca, Path::new("/cfg/pki/etcd-ca.crt"));
+        assert_eq!(e.client_key, Path::new("/abs/anchor.key"));
+        assert_eq!((e.snapshots_keep, e.snapshot_max_bytes), (3, 8 << 30));
+        assert_eq!(e.initial_cluster, None);
+        // The anchor provides the initial-cluster pair to the manifest.
+        assert!(a.variables.iter().any(|v| v == ETCD_INITIAL_CLUSTER));
+        assert!(a.variables.iter().any(|v| v == ETCD_INITIAL_CLUSTER_STATE));
+        assert!(p(GOOD).unwrap().etcd_member.is_none());
+        let bad = |from: &str, to: &str| problem(&format!("{GOOD}{}", ETCD_MEMBER.replace(from, to)));
+        let e = bad("https://10.0.0.2:2379", "http://10.0.0.2:2379");
+        assert!(e.contains("spec.etcdMember.endpoints[1]"), "{e}");
+        let e = bad(
+            "endpoints: [https://10.0.0.1:2379, https://10.0.0.2:2379]",
+            "endpoints: []",
+        );
+        assert!(e.contains("spec.etcdMember.endpoints: at least one"), "{e}");
+        let e = bad("peerURL: https", "peerURL: http");
+        assert!(e.contains("spec.etcdMember.peerURL"), "{e}");
+        let e = bad("dataDir: /var/lib/etcd", "dataDir: /var");
+        assert!(e.contains("spec.etcdMember.dataDir"), "{e}");
+        let e = bad("dataDir: /var/lib/etcd", "dataDir: /var/lib/../etcd");
+        assert!(e.contains("spec.etcdMember.dataDir"), "{e}");
+        let e = bad(
+            "dataDir: /var/lib/etcd\n",
+            "dataDir: /var/lib/etcd\n    snapshots: {keep: 0}\n",
+        );
+        assert!(e.contains("spec.etcdMember.snapshots.keep"), "{e}");
+        let e = bad(
+            "dataDir: /var/lib/etcd\n",
+            "dataDir: /var/lib/etcd\n    initialCluster: a=http://x\n",
+        );
+        assert!(e.contains("spec.etcdMember.initialCluster"), "{e}");
+        let e = bad(
+            "dataDir: /var/lib/etcd\n",
+            "dataDir: /var/lib/etcd\n    bootstrap: true\n",
+        );
+        assert!(e.contains("bootstrap"), "{e}");
+        let ok = p(&format!(
+            "{GOOD}{}",
+            ETCD_MEMBER.replace(
+                "dataDir: /var/lib/etcd\n",
+                "dataDir: /var/lib/etcd\n    initialCluster: a=https://10.0.0.1:2380,b=https://10.0.0.2:2380\n    snapshots: {keep: 5, maxBytes: 1048576}\n"
+            )
+        ))
+        .unwrap();
+        let e = ok.etcd_member.unwrap();
+        assert_eq!((e.snapshots_keep, e.snapshot_max_bytes), (5, 1 << 20));
+        assert!(e.initial_cluster.is_some());
     }
 
     #[test]

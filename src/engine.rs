@@ -44,6 +44,9 @@ pub enum EngineError {
     /// `run`: a ConfigMap/Secret volume swapped `..data` during every read of the inputs.
     #[error("{}: the inputs changed during each of {reads} reads (a volume swapping `..data`); the node keeps what it has until they settle", .config.display())]
     InputsChanging { config: PathBuf, reads: usize },
+    /// `spec.etcdMember`: this node is not a member yet, so no manifest can be rendered.
+    #[error("{component}: etcd membership: {reason}; nothing written yet")]
+    MembershipPending { component: String, reason: String },
     #[error("{component} was decommissioned on this node at {at} ({reason}); not writing it again")]
     Decommissioned {
         component: String,
@@ -156,7 +159,19 @@ impl Inputs {
 
     /// The variables the config allows, with their values from the process environment.
     pub fn environment_variables(&self) -> Variables {
-        Variables::new(self.anchor.variables.iter().cloned(), |name| std::env::var(name).ok())
+        self.variables(None)
+    }
+
+    /// The variables from the environment, except the initial-cluster pair of `spec.etcdMember`,
+    /// which only the membership record gives (never the environment).
+    pub fn variables(&self, membership: Option<&crate::membership::Record>) -> Variables {
+        use crate::config::{ETCD_INITIAL_CLUSTER, ETCD_INITIAL_CLUSTER_STATE};
+        let managed = self.anchor.etcd_member.is_some();
+        Variables::new(self.anchor.variables.iter().cloned(), |name| match name {
+            ETCD_INITIAL_CLUSTER if managed => membership.map(|r| r.initial_cluster.clone()),
+            ETCD_INITIAL_CLUSTER_STATE if managed => membership.map(|r| r.initial_cluster_state.clone()),
+            _ => std::env::var(name).ok(),
+        })
     }
 
     pub fn desired(&self, vars: &Variables) -> Result<Desired, DesiredError> {

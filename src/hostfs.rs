@@ -121,6 +121,11 @@ impl HostFs {
         self
     }
 
+    /// The canonical `--host-root`.
+    pub fn host_root(&self) -> &Path {
+        &self.root
+    }
+
     pub fn roots(&self) -> &AllowedRoots {
         &self.roots
     }

@@ -2,11 +2,14 @@
 //!
 //! Layers, by dependency (nothing imports upward):
 //! - pure decisions: [`render`], [`staticpod`], [`config`], [`hostpath`], [`desired`], [`plan`],
-//!   [`ledger`], [`trial`], [`decommission`], [`pinned`] — no filesystem, no Kubernetes client;
+//!   [`ledger`], [`trial`], [`decommission`], [`pinned`], [`membership`] — no filesystem, no
+//!   Kubernetes client;
 //! - adapters: [`hostfs`] (the node's filesystem and the one executor), [`kubeapi`] (the API,
-//!   Events, the health URL), [`watch`] (inotify), [`server`] (HTTP endpoints), [`metrics`],
-//!   [`shutdown`] (signals), [`memory`] (malloc arenas, resident code);
-//! - wiring: [`engine`] (load, decide, execute, record), [`anchor`] (the daemon), [`prestop`] and
+//!   Events, the health URL), [`etcd`] (etcd's cluster API), [`watch`] (inotify), [`server`]
+//!   (HTTP endpoints), [`metrics`], [`shutdown`] (signals), [`memory`] (malloc arenas, resident
+//!   code);
+//! - wiring: [`engine`] (load, decide, execute, record), [`etcd_member`] (join and leave),
+//!   [`anchor`] (the daemon), [`prestop`] and
 //!   [`commands`] (the CLI verbs).
 
 pub mod anchor;
@@ -18,11 +21,14 @@ pub mod config;
 pub mod decommission;
 pub mod desired;
 pub mod engine;
+pub mod etcd;
+pub mod etcd_member;
 pub mod hostfs;
 pub mod hostpath;
 pub mod kubeapi;
 pub mod ledger;
 pub mod logging;
+pub mod membership;
 pub mod memory;
 pub mod metrics;
 pub mod pinned;

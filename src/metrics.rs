@@ -4,6 +4,7 @@ use std::sync::atomic::AtomicU64;
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
@@ -18,6 +19,11 @@ pub struct Metrics {
     pub last_sync: Gauge<f64, AtomicU64>,
     pub converged: Gauge,
     pub last_known_good_failing: Gauge,
+    /// `spec.etcdMember`: one series for this node's member (ID, role, peer URL, last join
+    /// and leave results as labels).
+    pub etcd_member: Family<Vec<(String, String)>, Gauge>,
+    /// 1 while the etcd join is not finished (waiting, or a learner not promoted yet).
+    pub etcd_join_pending: Gauge,
 }
 
 impl Metrics {
@@ -47,7 +53,38 @@ impl Metrics {
             "1 when the last-known-good version, held in place of a bad one, fails as well",
             m.last_known_good_failing.clone(),
         );
+        registry.register(
+            "etcd_member_info",
+            "This node's etcd member: member_id, role (learner or voter), peer_url, last_join, last_leave",
+            m.etcd_member.clone(),
+        );
+        registry.register(
+            "etcd_join_pending",
+            "1 while this node's etcd join is not finished",
+            m.etcd_join_pending.clone(),
+        );
         m
+    }
+
+    pub fn set_etcd_member(&self, record: Option<&crate::membership::Record>, pending: bool) {
+        self.etcd_member.clear();
+        self.etcd_join_pending.set(i64::from(pending));
+        if let Some(r) = record {
+            let result = |o: &Option<crate::membership::Outcome>| {
+                o.as_ref()
+                    .map(|o| format!("{}: {}", o.action, o.result))
+                    .unwrap_or_default()
+            };
+            let labels = vec![
+                ("member_id".to_owned(), r.member_id.clone().unwrap_or_default()),
+                ("name".to_owned(), r.name.clone()),
+                ("role".to_owned(), r.phase.as_str().to_owned()),
+                ("peer_url".to_owned(), r.peer_url.clone()),
+                ("last_join".to_owned(), result(&r.last_join)),
+                ("last_leave".to_owned(), result(&r.last_leave)),
+            ];
+            self.etcd_member.get_or_create(&labels).set(1);
+        }
     }
 
     /// The same prefix and labels with nothing registered: for a daemon with metrics of its own
@@ -65,6 +102,8 @@ impl Metrics {
             last_sync: Gauge::default(),
             converged: Gauge::default(),
             last_known_good_failing: Gauge::default(),
+            etcd_member: Family::default(),
+            etcd_join_pending: Gauge::default(),
         }
     }
 

@@ -25,9 +25,11 @@ use kube::api::Api;
 use serde_json::json;
 
 use crate::cli::{OutputFormat, PreStopArgs};
+use crate::config::EtcdMember;
 use crate::config::Role;
 use crate::decommission::{self, Anchors, CleanupMode, Decision, Evidence, Lookup, ThisPod};
-use crate::engine::Engine;
+use crate::engine::{Engine, Inputs};
+use crate::etcd_member::{self, LeaveReport};
 use crate::hostpath::HostPath;
 use crate::kubeapi::{self, API_TIMEOUT, EventSink, HealthCheck};
 use crate::staticpod;
@@ -95,19 +97,46 @@ async fn run_inner(args: &PreStopArgs, deadline: Instant) -> anyhow::Result<Exit
         }
         Decision::Held(reason) => {
             tracing::warn!(%component, decision = "held", %reason, "pre-stop: quorum guard keeps the component on this node");
-            if let (Ok(client), Some(this)) = (&client, &this) {
-                let events = EventSink::new(client.clone(), &this.namespace, &this.name);
-                let note = format!("{component} kept on node {}: {reason}", this.node);
-                let publish = events.publish(true, "DecommissionHeld", "PreStop", note);
-                if tokio::time::timeout(remaining(deadline), publish).await.is_err() {
-                    tracing::warn!("could not publish the Event in time");
-                }
-            }
+            warn_event(&client, this.as_ref(), "DecommissionHeld", &component, reason, deadline).await;
             report(args.output, &component, "held", reason, &[]);
             return Ok(ExitCode::SUCCESS);
         }
         Decision::Remove(reason) => reason.clone(),
     };
+    // etcd: the member leaves the cluster before any file goes, and only with quorum to spare.
+    let (etcd, unreadable) = match etcd_member(args, &engine) {
+        Ok(etcd) => (etcd, None),
+        Err(why) => (None, Some(why)),
+    };
+    let leave = async {
+        let Some((inputs, member)) = &etcd else {
+            return unreadable.map(|why| format!("the etcd member's config cannot be read ({why})"));
+        };
+        let budget = remaining(deadline).saturating_sub(FINAL_STEP);
+        match tokio::time::timeout(budget, etcd_member::leave_step(&engine, inputs, member)).await {
+            Ok(Ok(LeaveReport::Removed { id })) => {
+                tracing::warn!(%component, member_id = %format!("{id:x}"), "pre-stop: removed this node's etcd member");
+                None
+            }
+            Ok(Ok(LeaveReport::NotAMember)) => {
+                tracing::info!(%component, "pre-stop: this node is not an etcd member");
+                None
+            }
+            Ok(Ok(LeaveReport::Refused(why))) => Some(why),
+            Ok(Err(e)) => Some(crate::logging::error_chain(&anyhow::Error::from(e))),
+            Err(_) => Some(format!(
+                "etcd did not answer within {}",
+                humantime::format_duration(Duration::from_secs(budget.as_secs()))
+            )),
+        }
+    };
+    if let Some(why) = leave.await {
+        let reason = format!("{reason}, but the etcd member stays: {why}; every file is kept");
+        tracing::warn!(%component, decision = "held", %reason, "pre-stop: etcd membership keeps the component on this node");
+        warn_event(&client, this.as_ref(), "MembershipHeld", &component, &reason, deadline).await;
+        report(args.output, &component, "held", &reason, &[]);
+        return Ok(ExitCode::SUCCESS);
+    }
     tracing::warn!(%component, decision = "remove", %reason, "pre-stop: decommissioning the component on this node");
     engine.decommission(&component, &reason, args.identity.pod_name.as_deref())?;
 
@@ -119,13 +148,65 @@ async fn run_inner(args: &PreStopArgs, deadline: Instant) -> anyhow::Result<Exit
     let manifests = engine.remove_roles(&component, &[Role::Manifest])?;
     wait_stopped(args, client.as_ref().ok(), mirror, deadline).await;
     let credentials = engine.remove_roles(&component, &[Role::Credential])?;
-    let removed: Vec<HostPath> = manifests.removed.into_iter().chain(credentials.removed).collect();
+    let mut removed: Vec<HostPath> = manifests.removed.into_iter().chain(credentials.removed).collect();
+    if let Some((inputs, member)) = &etcd {
+        // The data dir goes only once etcd has stopped and its database is saved.
+        let until = deadline - FINAL_STEP.min(remaining(deadline));
+        if etcd_member::wait_etcd_stopped(inputs, member, until).await {
+            match etcd_member::save_and_remove_data_dir(&engine, &component, member) {
+                Ok(saved) => {
+                    if let Some(s) = &saved {
+                        tracing::info!(%component, snapshot = %s.snapshot.display(), pruned = s.pruned.len(), "pre-stop: saved the etcd database");
+                    }
+                    tracing::info!(%component, data_dir = %member.data_dir, "pre-stop: removed the etcd data dir");
+                    removed.push(member.data_dir.clone());
+                }
+                Err(e) => tracing::warn!(%component, error = %e, "pre-stop: the etcd data dir is kept"),
+            }
+        } else {
+            tracing::warn!(%component, data_dir = %member.data_dir, "pre-stop: etcd still answers; its data dir is kept");
+        }
+    }
     for notice in manifests.notices.iter().chain(&credentials.notices) {
         tracing::warn!(%component, "{notice:?}");
     }
     tracing::info!(%component, removed = removed.len(), "pre-stop: removed");
     report(args.output, &component, "remove", &reason, &removed);
     Ok(ExitCode::SUCCESS)
+}
+
+/// The config and its `spec.etcdMember`, when pre-stop runs with `--config` and the config
+/// has one.
+fn etcd_member(args: &PreStopArgs, engine: &Engine) -> Result<Option<(Inputs, EtcdMember)>, String> {
+    let Some(config) = args.component.config.as_ref() else {
+        return Ok(None);
+    };
+    let anchor = crate::engine::load_config(config, engine.roots()).map_err(|e| e.to_string())?;
+    if anchor.etcd_member.is_none() {
+        return Ok(None);
+    }
+    let inputs = Inputs::load(config, engine.roots()).map_err(|e| e.to_string())?;
+    let member = inputs.anchor.etcd_member.clone().expect("checked above");
+    Ok(Some((inputs, member)))
+}
+
+/// A Warning Event on this pod, within the hook's time.
+async fn warn_event(
+    client: &Result<kube::Client, String>,
+    this: Option<&ThisPod>,
+    reason_code: &str,
+    component: &str,
+    reason: &str,
+    deadline: Instant,
+) {
+    if let (Ok(client), Some(this)) = (client, this) {
+        let events = EventSink::new(client.clone(), &this.namespace, &this.name);
+        let note = format!("{component} kept on node {}: {reason}", this.node);
+        let publish = events.publish(true, reason_code, "PreStop", note);
+        if tokio::time::timeout(remaining(deadline), publish).await.is_err() {
+            tracing::warn!("could not publish the Event in time");
+        }
+    }
 }
 
 /// This pod, as the downward API names it (all three are needed to look anything up).

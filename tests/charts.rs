@@ -282,6 +282,77 @@ fn any_input_change_changes_the_pod_template() {
 }
 
 #[test]
+fn etcd_membership_renders_an_etcd_member_section_the_anchor_accepts() {
+    let set = [
+        "--set",
+        "membership.enabled=true",
+        "--set",
+        "membership.endpoints={https://10.0.0.11:2379,https://10.0.0.12:2379}",
+        "--set",
+        "credentials.anchor-client\\.crt=CLIENT CERT",
+        "--set",
+        "credentials.anchor-client\\.key=CLIENT KEY",
+    ];
+    let values = example("etcd");
+    let mut args = vec!["-f", values.as_str()];
+    args.extend(set);
+    let docs = render("etcd", &args);
+    let config = of_kind(&docs, "ConfigMap")[0]["data"]["anchor.yaml"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let roots =
+        kube_anchor::hostpath::AllowedRoots::new([kube_anchor::hostpath::HostPath::parse("/etc/kubernetes").unwrap()]);
+    let anchor = kube_anchor::config::parse(Path::new("/etc/kube-anchor/config/anchor.yaml"), &config, &roots)
+        .unwrap_or_else(|e| panic!("{e}\n{config}"));
+    let member = anchor.etcd_member.expect("spec.etcdMember");
+    assert_eq!(member.endpoints.len(), 2);
+    assert_eq!(
+        member.client_key,
+        Path::new("/etc/kube-anchor/config/../secrets/anchor-client.key")
+    );
+    // The example's initial cluster is "new": its nodes may bootstrap.
+    assert!(
+        member
+            .initial_cluster
+            .as_deref()
+            .unwrap()
+            .contains("cp-1=https://10.0.0.11:2380")
+    );
+    let pod = of_kind(&docs, "ConfigMap")[0]["data"]["pod.yaml"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(pod.contains("--initial-cluster=${ETCD_INITIAL_CLUSTER}"), "{pod}");
+    assert!(
+        pod.contains("--initial-cluster-state=${ETCD_INITIAL_CLUSTER_STATE}"),
+        "{pod}"
+    );
+    // The client key goes to the shared Secret, never to the ConfigMap.
+    let secret = &of_kind(&docs, "Secret")[0]["data"];
+    assert!(secret["anchor-client.key"].is_string(), "{secret:?}");
+    assert!(!config.contains("CLIENT KEY"));
+    // Without membership the manifest keeps the chart's initial cluster.
+    let plain = render("etcd", &["-f", &example("etcd")]);
+    let pod = of_kind(&plain, "ConfigMap")[0]["data"]["pod.yaml"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(pod.contains("--initial-cluster=cp-1="), "{pod}");
+    // Enabled without endpoints is refused by the schema.
+    let out = helm(&[
+        "template",
+        "rel",
+        &chart("etcd"),
+        "--set",
+        "membership.enabled=true",
+        "--set",
+        "membership.endpoints=null",
+    ]);
+    assert!(!out.status.success());
+}
+
+#[test]
 fn wrong_values_fail_with_a_clear_message() {
     let dir = chart("kube-scheduler");
     for (set, needle) in [

@@ -23,8 +23,14 @@ spec:
         - --initial-advertise-peer-urls=https://${NODE_IP}:2380
         - --listen-peer-urls=https://${NODE_IP}:2380
         - --listen-metrics-urls=http://127.0.0.1:2381
+        {{- if .Values.membership.enabled }}
+        {{- /* Recorded by the anchor when this node joined or bootstrapped; never changes after. */}}
+        - --initial-cluster=${ETCD_INITIAL_CLUSTER}
+        - --initial-cluster-state=${ETCD_INITIAL_CLUSTER_STATE}
+        {{- else }}
         - --initial-cluster={{ default "${NODE_NAME}=https://${NODE_IP}:2380" $c.initialCluster }}
         - --initial-cluster-state={{ $c.initialClusterState }}
+        {{- end }}
         - --client-cert-auth=true
         - --trusted-ca-file=/etc/kubernetes/pki/etcd/ca.crt
         - --cert-file=/etc/kubernetes/pki/etcd/server.crt

@@ -23,6 +23,26 @@ spec:
   manifest:
     source: pod.yaml
     path: {{ .Values.component.manifestPath }}
+{{- $m := .Values.membership | default dict }}
+{{- if $m.enabled }}
+{{- $c := .Values.component }}
+  etcdMember:
+    endpoints: {{ toJson $m.endpoints }}
+    name: ${NODE_NAME}
+    peerURL: https://${NODE_IP}:2380
+    clientURL: https://${NODE_IP}:2379
+    clientCA: ../secrets/{{ $m.clientCA }}
+    clientCert: ../secrets/{{ $m.clientCert }}
+    clientKey: ../secrets/{{ $m.clientKey }}
+    dataDir: {{ $c.dataDir }}
+{{- with $m.snapshots }}
+    snapshots: {keep: {{ .keep | int }}, maxBytes: {{ .maxBytes | int64 }}}
+{{- end }}
+{{- if and $c.initialCluster (eq $c.initialClusterState "new") }}
+    # Only the nodes named here may start a new cluster; any other node joins as a learner.
+    initialCluster: {{ $c.initialCluster | quote }}
+{{- end }}
+{{- end }}
 {{- end -}}
 
 {{- define "kube-anchor-lib.configData" -}}
@@ -34,9 +54,13 @@ pod.yaml: |
 
 {{/* Credentials shared by every node: base64 data of the Secret. */}}
 {{- define "kube-anchor-lib.secretData" -}}
-{{- range .Values.files }}
-{{- if hasKey $.Values.credentials .name }}
-{{ .name }}: {{ index $.Values.credentials .name | b64enc }}
+{{- $names := list -}}
+{{- range .Values.files }}{{ $names = append $names .name }}{{ end -}}
+{{- $m := .Values.membership | default dict -}}
+{{- if $m.enabled }}{{ $names = concat $names (list $m.clientCA $m.clientCert $m.clientKey) }}{{ end -}}
+{{- range (uniq $names) }}
+{{- if hasKey $.Values.credentials . }}
+{{ . }}: {{ index $.Values.credentials . | b64enc }}
 {{- end }}
 {{- end }}
 {{- end -}}

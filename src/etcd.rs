@@ -1,0 +1,403 @@
+//! The etcd v3 cluster API through etcd's JSON gateway (`POST /v3/cluster/member/*`,
+//! `/v3/maintenance/status`) over HTTPS with client certificates.
+//!
+//! Why the gateway and not a gRPC client crate (`etcd-client`): the gateway is part of every
+//! etcd server, its JSON is the protobuf JSON mapping of etcd's own `rpc.proto` (field names as
+//! in the proto: `ID`, `peerURLs`, `isLearner`; uint64 as strings; false and empty fields left
+//! out), and the HTTPS client is the one kube already brings (hyper, rustls). A gRPC client
+//! would add tonic, prost and a protoc build step for five calls.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use base64::Engine as _;
+use kube::{Client, Config};
+use serde::Deserialize;
+
+use crate::membership::Member;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EtcdError {
+    #[error("etcd client credentials: {}: {source}", .path.display())]
+    Credentials { path: PathBuf, source: std::io::Error },
+    #[error("etcd endpoint {endpoint}: {reason}")]
+    Endpoint { endpoint: String, reason: String },
+    #[error("etcd endpoint {endpoint}: {call}: {reason}")]
+    Call {
+        endpoint: String,
+        call: &'static str,
+        reason: String,
+    },
+    #[error("no etcd endpoint answered: {0}")]
+    NoEndpoint(String),
+}
+
+/// PEM bytes of the client credentials (read once from the mounted Secret).
+#[derive(Clone)]
+pub struct Credentials {
+    pub ca: Vec<u8>,
+    pub cert: Vec<u8>,
+    pub key: Vec<u8>,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Credentials { .. }")
+    }
+}
+
+impl Credentials {
+    pub fn read(ca: &Path, cert: &Path, key: &Path) -> Result<Self, EtcdError> {
+        let read = |p: &Path| {
+            crate::hostfs::read_regular(p, crate::hostfs::MAX_INPUT_BYTES, crate::hostfs::Follow::Yes)
+                .map_err(|source| EtcdError::Credentials { path: p.into(), source })
+        };
+        Ok(Self {
+            ca: read(ca)?,
+            cert: read(cert)?,
+            key: read(key)?,
+        })
+    }
+}
+
+/// A client of one endpoint.
+#[derive(Clone)]
+pub struct Endpoint {
+    url: String,
+    client: Client,
+    timeout: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Status {
+    pub member_id: u64,
+    pub leader: u64,
+    pub is_learner: bool,
+    pub raft_index: u64,
+    pub raft_applied_index: u64,
+    pub errors: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct RawMember {
+    #[serde(rename = "ID", default)]
+    id: Option<String>,
+    #[serde(default)]
+    name: String,
+    #[serde(rename = "peerURLs", default)]
+    peer_urls: Vec<String>,
+    #[serde(rename = "clientURLs", default)]
+    client_urls: Vec<String>,
+    #[serde(rename = "isLearner", default)]
+    is_learner: bool,
+}
+
+#[derive(Deserialize)]
+struct MemberList {
+    #[serde(default)]
+    members: Vec<RawMember>,
+}
+
+#[derive(Deserialize)]
+struct MemberAdd {
+    member: RawMember,
+    #[serde(default)]
+    members: Vec<RawMember>,
+}
+
+#[derive(Deserialize)]
+struct Header {
+    #[serde(default)]
+    member_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct RawStatus {
+    header: Header,
+    #[serde(default)]
+    leader: Option<String>,
+    #[serde(rename = "isLearner", default)]
+    is_learner: bool,
+    #[serde(rename = "raftIndex", default)]
+    raft_index: Option<String>,
+    #[serde(rename = "raftAppliedIndex", default)]
+    raft_applied_index: Option<String>,
+    #[serde(default)]
+    errors: Vec<String>,
+}
+
+fn id(raw: &Option<String>) -> Result<u64, String> {
+    match raw {
+        None => Ok(0),
+        Some(s) => s.parse().map_err(|_| format!("{s:?} is not a uint64")),
+    }
+}
+
+fn member(raw: RawMember) -> Result<Member, String> {
+    Ok(Member {
+        id: id(&raw.id)?,
+        name: raw.name,
+        peer_urls: raw.peer_urls,
+        client_urls: raw.client_urls,
+        is_learner: raw.is_learner,
+    })
+}
+
+fn members(raw: Vec<RawMember>) -> Result<Vec<Member>, String> {
+    raw.into_iter().map(member).collect()
+}
+
+impl Endpoint {
+    pub fn new(url: &str, credentials: &Credentials, timeout: Duration) -> Result<Self, EtcdError> {
+        let bad = |reason: String| EtcdError::Endpoint {
+            endpoint: url.into(),
+            reason,
+        };
+        let uri: http::Uri = url.trim_end_matches('/').parse().map_err(|e| bad(format!("{e}")))?;
+        if uri.scheme_str() != Some("https") {
+            return Err(bad("not an https:// URL".into()));
+        }
+        let mut config = Config::new(uri);
+        config.root_cert = Some(crate::kubeapi::pem_certificates(&credentials.ca));
+        config.connect_timeout = Some(Duration::from_secs(2));
+        config.read_timeout = Some(timeout);
+        let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+        config.auth_info = kube::config::AuthInfo {
+            client_certificate_data: Some(b64(&credentials.cert)),
+            client_key_data: Some(b64(&credentials.key).into()),
+            ..Default::default()
+        };
+        let client = Client::try_from(config).map_err(|e| bad(format!("{e}")))?;
+        Ok(Self {
+            url: url.into(),
+            client,
+            timeout,
+        })
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    async fn call<T: serde::de::DeserializeOwned>(
+        &self,
+        call: &'static str,
+        path: &str,
+        body: serde_json::Value,
+    ) -> Result<T, EtcdError> {
+        let failed = |reason: String| EtcdError::Call {
+            endpoint: self.url.clone(),
+            call,
+            reason,
+        };
+        let request = http::Request::post(path)
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(serde_json::to_vec(&body).expect("JSON"))
+            .expect("a valid request");
+        let text = match tokio::time::timeout(self.timeout, self.client.request_text(request)).await {
+            Ok(Ok(text)) => text,
+            // The gateway's error body is `{"code": <gRPC code>, "message": "etcdserver: ..."}`.
+            Ok(Err(kube::Error::Api(status))) => return Err(failed(status.message.chars().take(512).collect())),
+            Ok(Err(e)) => return Err(failed(crate::logging::error_chain(&anyhow::Error::from(e)))),
+            Err(_) => {
+                return Err(failed(format!(
+                    "no answer within {}",
+                    humantime::format_duration(self.timeout)
+                )));
+            }
+        };
+        serde_json::from_str(&text).map_err(|e| failed(format!("unexpected answer: {e}")))
+    }
+
+    pub async fn member_list(&self) -> Result<Vec<Member>, EtcdError> {
+        // Linearizable: a list served from a stale follower could miss a member just added.
+        let list: MemberList = self
+            .call(
+                "member list",
+                "/v3/cluster/member/list",
+                serde_json::json!({"linearizable": true}),
+            )
+            .await?;
+        members(list.members).map_err(|reason| EtcdError::Call {
+            endpoint: self.url.clone(),
+            call: "member list",
+            reason,
+        })
+    }
+
+    /// Adds a learner; returns it and the member list after the add.
+    pub async fn add_learner(&self, peer_url: &str) -> Result<(Member, Vec<Member>), EtcdError> {
+        let added: MemberAdd = self
+            .call(
+                "member add",
+                "/v3/cluster/member/add",
+                serde_json::json!({"peerURLs": [peer_url], "isLearner": true}),
+            )
+            .await?;
+        let bad = |reason| EtcdError::Call {
+            endpoint: self.url.clone(),
+            call: "member add",
+            reason,
+        };
+        Ok((member(added.member).map_err(bad)?, members(added.members).map_err(bad)?))
+    }
+
+    pub async fn promote(&self, id: u64) -> Result<(), EtcdError> {
+        let _: serde_json::Value = self
+            .call(
+                "member promote",
+                "/v3/cluster/member/promote",
+                serde_json::json!({"ID": id.to_string()}),
+            )
+            .await?;
+        Ok(())
+    }
+
+    pub async fn remove(&self, id: u64) -> Result<(), EtcdError> {
+        let _: serde_json::Value = self
+            .call(
+                "member remove",
+                "/v3/cluster/member/remove",
+                serde_json::json!({"ID": id.to_string()}),
+            )
+            .await?;
+        Ok(())
+    }
+
+    pub async fn status(&self) -> Result<Status, EtcdError> {
+        let raw: RawStatus = self
+            .call("status", "/v3/maintenance/status", serde_json::json!({}))
+            .await?;
+        let parse = |v: &Option<String>| {
+            id(v).map_err(|reason| EtcdError::Call {
+                endpoint: self.url.clone(),
+                call: "status",
+                reason,
+            })
+        };
+        Ok(Status {
+            member_id: parse(&raw.header.member_id)?,
+            leader: parse(&raw.leader)?,
+            is_learner: raw.is_learner,
+            raft_index: parse(&raw.raft_index)?,
+            raft_applied_index: parse(&raw.raft_applied_index)?,
+            errors: raw.errors,
+        })
+    }
+}
+
+/// Several endpoints of one cluster: a call goes to the first that answers.
+pub struct Cluster {
+    endpoints: Vec<Endpoint>,
+}
+
+impl Cluster {
+    pub fn new(urls: &[String], credentials: &Credentials, timeout: Duration) -> Result<Self, EtcdError> {
+        Ok(Self {
+            endpoints: urls
+                .iter()
+                .map(|u| Endpoint::new(u, credentials, timeout))
+                .collect::<Result<_, _>>()?,
+        })
+    }
+
+    /// Runs `f` against each endpoint in turn until one succeeds; the errors of all otherwise.
+    /// With `final_answer`, an error etcd itself returns (`etcdserver: …`) ends the round: for a
+    /// promote, "not in sync yet" is the cluster's answer whichever member gives it. Without it,
+    /// the next endpoint is asked (a member cut off from the leader answers "no leader").
+    async fn first<'a, T, F, Fut>(&'a self, final_answer: bool, f: F) -> Result<T, EtcdError>
+    where
+        F: Fn(&'a Endpoint) -> Fut,
+        Fut: std::future::Future<Output = Result<T, EtcdError>>,
+    {
+        let mut errors = Vec::new();
+        for e in &self.endpoints {
+            match f(e).await {
+                Ok(v) => return Ok(v),
+                Err(err) if final_answer && is_server_answer(&err) => return Err(err),
+                Err(err) => errors.push(err.to_string()),
+            }
+        }
+        Err(EtcdError::NoEndpoint(errors.join("; ")))
+    }
+
+    pub async fn member_list(&self) -> Result<Vec<Member>, EtcdError> {
+        self.first(false, |e| e.member_list()).await
+    }
+
+    pub async fn add_learner(&self, peer_url: &str) -> Result<(Member, Vec<Member>), EtcdError> {
+        // Not retried on another endpoint: an add whose answer was lost may have happened, and
+        // the next pass finds the learner by its peer URL.
+        match self.endpoints.first() {
+            Some(e) if self.endpoints.len() == 1 => e.add_learner(peer_url).await,
+            _ => {
+                let list_from = self
+                    .first(false, |e| async move { e.member_list().await.map(|_| e) })
+                    .await?;
+                list_from.add_learner(peer_url).await
+            }
+        }
+    }
+
+    pub async fn promote(&self, id: u64) -> Result<(), EtcdError> {
+        self.first(true, |e| e.promote(id)).await
+    }
+
+    pub async fn remove(&self, id: u64) -> Result<(), EtcdError> {
+        self.first(false, |e| e.remove(id)).await
+    }
+}
+
+/// An error etcd itself returned (the gateway's `{"code", "message"}`), as opposed to no answer.
+fn is_server_answer(e: &EtcdError) -> bool {
+    matches!(e, EtcdError::Call { reason, .. } if reason.contains("etcdserver:"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Answers of etcd 3.6.8's gateway, as recorded (IDs shortened where it does not matter).
+    const LIST: &str = r#"{"header":{"cluster_id":"15118495548433857066","member_id":"13668033151171901709","raft_term":"2"},"members":[{"ID":"5052732621142732786","peerURLs":["http://127.0.0.1:23802"],"isLearner":true},{"ID":"13668033151171901709","name":"a","peerURLs":["http://127.0.0.1:23801"],"clientURLs":["http://127.0.0.1:23791"]}]}"#;
+    const ADD: &str = r#"{"header":{"cluster_id":"1","member_id":"2","raft_term":"2"},"member":{"ID":"5052732621142732786","peerURLs":["http://127.0.0.1:23802"],"isLearner":true},"members":[{"ID":"5052732621142732786","peerURLs":["http://127.0.0.1:23802"],"isLearner":true}]}"#;
+    const STATUS: &str = r#"{"header":{"cluster_id":"1","member_id":"13668033151171901709","revision":"1","raft_term":"2"},"version":"3.6.8","dbSize":"20480","leader":"13668033151171901709","raftIndex":"5","raftTerm":"2","raftAppliedIndex":"5","dbSizeInUse":"16384","storageVersion":"3.6.0","dbSizeQuota":"2147483648","downgradeInfo":{}}"#;
+
+    #[test]
+    fn parses_the_gateway_json() {
+        let list: MemberList = serde_json::from_str(LIST).unwrap();
+        let m = members(list.members).unwrap();
+        assert_eq!(m.len(), 2);
+        // An unstarted learner: no name, no client URLs; uint64 IDs as strings.
+        assert_eq!(
+            m[0],
+            Member {
+                id: 5052732621142732786,
+                name: String::new(),
+                peer_urls: vec!["http://127.0.0.1:23802".into()],
+                client_urls: vec![],
+                is_learner: true,
+            }
+        );
+        // A voter: isLearner left out (false).
+        assert!(!m[1].is_learner && m[1].name == "a" && m[1].id == 13668033151171901709);
+        let add: MemberAdd = serde_json::from_str(ADD).unwrap();
+        assert_eq!(member(add.member).unwrap().id, 5052732621142732786);
+        let raw: RawStatus = serde_json::from_str(STATUS).unwrap();
+        assert_eq!(id(&raw.leader), Ok(13668033151171901709));
+        assert_eq!(id(&raw.header.member_id), Ok(13668033151171901709));
+        assert!(id(&Some("-1".into())).is_err());
+    }
+
+    #[test]
+    fn tells_etcd_answers_from_no_answer() {
+        let call = |reason: &str| EtcdError::Call {
+            endpoint: "https://e".into(),
+            call: "member promote",
+            reason: reason.into(),
+        };
+        assert!(is_server_answer(&call(
+            "etcdserver: can only promote a learner member which is in sync with leader"
+        )));
+        assert!(!is_server_answer(&call("no answer within 10s")));
+    }
+}

@@ -1,0 +1,598 @@
+//! etcd membership, carried out: observe (member list, data dir, record), decide
+//! ([`crate::membership`]), act (add learner, promote, remove) and record, for `apply`, `run` and
+//! `pre-stop` of a component whose config has `spec.etcdMember`.
+//!
+//! Join: before the manifest is first written the node is a member (added as a learner, or part
+//! of a new cluster's initial list), and the `--initial-cluster` pair it renders with is recorded
+//! once in `<state-dir>/v1/<component>.membership.json`; the learner is promoted once etcd runs
+//! and has caught up. Leave: the member is removed only when the voters that remain keep a
+//! healthy quorum; the data dir goes only after a snapshot of its database is saved.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::config::{EtcdMember, FileMode, Role};
+use crate::engine::{Engine, Inputs, now_rfc3339};
+use crate::etcd::{Cluster, Credentials, Endpoint, EtcdError};
+use crate::hostfs::HostFsError;
+use crate::hostpath::HostPath;
+use crate::ledger::{STATE_SUBDIR, decode_checked, encode_checked};
+use crate::membership::{self, Join, JoinFacts, Leave, LeaveFacts, Me, Observed, Outcome, Phase, Record};
+
+/// How long one etcd call may take (a membership change commits through raft, with an fsync
+/// on a quorum of members).
+pub const ETCD_TIMEOUT: Duration = Duration::from_secs(10);
+const RECORD_MODE: FileMode = FileMode(0o600);
+
+#[derive(Debug, thiserror::Error)]
+pub enum MemberError {
+    #[error(transparent)]
+    Etcd(#[from] EtcdError),
+    #[error(transparent)]
+    HostFs(#[from] HostFsError),
+    #[error("{path}: {reason}")]
+    Record { path: HostPath, reason: String },
+    #[error("spec.etcdMember.{field}: {source}")]
+    Render {
+        field: &'static str,
+        source: crate::render::RenderError,
+    },
+    #[error("{}: {op}: {source}", .path.display())]
+    Io {
+        path: PathBuf,
+        op: &'static str,
+        source: io::Error,
+    },
+}
+
+/// The state of the join after one step.
+#[derive(Debug, Clone)]
+pub struct JoinReport {
+    /// What the manifest renders with; `None`: write nothing yet.
+    pub record: Option<Record>,
+    /// The decision and what came of it, for logs and readiness.
+    pub summary: String,
+    /// The join is not finished (a learner to promote, or waiting): look again soon.
+    pub pending: bool,
+}
+
+pub fn record_path(state_dir: &HostPath, component: &str) -> Result<HostPath, MemberError> {
+    state_dir
+        .join(&format!("{STATE_SUBDIR}/{}", Record::file_name(component)))
+        .map_err(|e| MemberError::Record {
+            path: state_dir.clone(),
+            reason: e.to_string(),
+        })
+}
+
+/// The record, `None` when there is none. A record that fails its checksum is an error: the node
+/// keeps what it has until someone looks.
+pub fn load_record(engine: &Engine, component: &str) -> Result<Option<Record>, MemberError> {
+    let path = record_path(&engine.state_dir, component)?;
+    match engine.fs.read(&path)? {
+        None => Ok(None),
+        Some(bytes) => decode_checked(&bytes).map(Some).map_err(|e| MemberError::Record {
+            path,
+            reason: format!(
+                "unusable membership record ({}); check the cluster and remove it by hand",
+                e.reason
+            ),
+        }),
+    }
+}
+
+pub fn store_record(engine: &Engine, component: &str, record: &Record) -> Result<(), MemberError> {
+    let path = record_path(&engine.state_dir, component)?;
+    engine
+        .fs
+        .write_file(&path, &encode_checked(record), RECORD_MODE, Role::Credential)?;
+    Ok(())
+}
+
+/// This node's name and peer URL, rendered like the manifest.
+pub fn me(inputs: &Inputs, member: &EtcdMember) -> Result<Me, MemberError> {
+    let vars = inputs.environment_variables();
+    let render = |field: &'static str, text: &str| {
+        crate::render::render(Path::new(field), text.as_bytes(), &vars)
+            .map_err(|source| MemberError::Render { field, source })
+    };
+    Ok(Me {
+        name: render("name", &member.name)?,
+        peer_url: render("peerURL", &member.peer_url)?,
+    })
+}
+
+fn own_client_url(inputs: &Inputs, member: &EtcdMember) -> Result<String, MemberError> {
+    crate::render::render(
+        Path::new("clientURL"),
+        member.client_url.as_bytes(),
+        &inputs.environment_variables(),
+    )
+    .map_err(|source| MemberError::Render {
+        field: "clientURL",
+        source,
+    })
+}
+
+fn credentials(member: &EtcdMember) -> Result<Credentials, MemberError> {
+    Ok(Credentials::read(
+        &member.client_ca,
+        &member.client_cert,
+        &member.client_key,
+    )?)
+}
+
+/// The data dir on this machine (below `--host-root`), refused when it is a symlink.
+fn data_dir(engine: &Engine, member: &EtcdMember) -> Result<PathBuf, MemberError> {
+    let path = engine.fs.host_root().join(member.data_dir.relative());
+    match fs::symlink_metadata(&path) {
+        Ok(m) if m.file_type().is_symlink() => Err(MemberError::Io {
+            path,
+            op: "inspect data dir",
+            source: io::Error::other("is a symlink; not followed"),
+        }),
+        _ => Ok(path),
+    }
+}
+
+fn has_member(data: &Path) -> bool {
+    fs::symlink_metadata(data.join("member")).is_ok_and(|m| m.is_dir())
+}
+
+/// Whether this node is named in the configured initial cluster under its name and peer URL.
+fn may_bootstrap(member: &EtcdMember, me: &Me) -> bool {
+    member
+        .initial_cluster
+        .as_deref()
+        .is_some_and(|ic| ic.split(',').any(|p| p == format!("{}={}", me.name, me.peer_url)))
+}
+
+fn outcome(action: &str, result: impl Into<String>) -> Option<Outcome> {
+    Some(Outcome {
+        at: now_rfc3339(),
+        action: action.into(),
+        result: result.into(),
+    })
+}
+
+/// One join step: observe, decide, act, record. Never removes anything.
+pub async fn join_step(engine: &Engine, inputs: &Inputs) -> Result<JoinReport, MemberError> {
+    let member = inputs
+        .anchor
+        .etcd_member
+        .as_ref()
+        .expect("join_step is called only with spec.etcdMember");
+    let component = &inputs.anchor.name;
+    // One writer of the record at a time (a one-shot apply and the daemon).
+    let _lock = engine.fs.lock(&engine.state_dir, &format!("{component}.membership"))?;
+    let me = me(inputs, member)?;
+    let record = load_record(engine, component)?.filter(|r| r.phase != Phase::Removed);
+    let data = data_dir(engine, member)?;
+    let data_has_member = has_member(&data);
+    // A voter never needs the cluster to render its manifest: upgrades and reboots stay local.
+    let observed = if record.as_ref().is_some_and(|r| r.phase == Phase::Voter) {
+        Observed::Unreachable("not asked: recorded as a voter".into())
+    } else {
+        match Cluster::new(&member.endpoints, &credentials(member)?, ETCD_TIMEOUT) {
+            Ok(cluster) => match cluster.member_list().await {
+                Ok(members) => Observed::Members(members),
+                Err(e) => Observed::Unreachable(e.to_string()),
+            },
+            Err(e) => return Err(e.into()),
+        }
+    };
+    let decision = membership::decide_join(&JoinFacts {
+        me: &me,
+        observed: &observed,
+        data_dir_has_member: data_has_member,
+        record: record.as_ref(),
+        may_bootstrap: may_bootstrap(member, &me),
+    });
+    tracing::debug!(%component, ?decision, "membership decision");
+    let members = match &observed {
+        Observed::Members(m) => m.clone(),
+        Observed::Unreachable(_) => Vec::new(),
+    };
+    let joined = |id: u64, phase: Phase, members: &[membership::Member], action: &str, result: String| Record {
+        name: me.name.clone(),
+        peer_url: me.peer_url.clone(),
+        member_id: Some(id.to_string()),
+        phase,
+        initial_cluster: membership::initial_cluster(&me, members),
+        initial_cluster_state: "existing".into(),
+        last_join: outcome(action, result),
+        last_leave: None,
+    };
+    let (record, summary, pending) = match decision {
+        Join::Keep => {
+            let pending = record.as_ref().is_some_and(|r| r.phase == Phase::Learner);
+            let summary = if pending {
+                "learner: waiting for etcd to start from the manifest".into()
+            } else {
+                "member: nothing to change".into()
+            };
+            (record, summary, pending)
+        }
+        Join::Wait(reason) => {
+            let pending = record.as_ref().is_none_or(|r| r.phase == Phase::Learner);
+            (record, format!("waiting: {reason}"), pending)
+        }
+        Join::Bootstrap => {
+            let r = Record {
+                name: me.name.clone(),
+                peer_url: me.peer_url.clone(),
+                member_id: None,
+                phase: Phase::Voter,
+                initial_cluster: member.initial_cluster.clone().expect("may_bootstrap checked it"),
+                initial_cluster_state: "new".into(),
+                last_join: outcome("bootstrap", "member of the initial cluster"),
+                last_leave: None,
+            };
+            store_record(engine, component, &r)?;
+            tracing::info!(%component, initial_cluster = %r.initial_cluster, "etcd: bootstrapping as a member of the initial cluster");
+            (Some(r), "bootstrap: member of the initial cluster".into(), false)
+        }
+        Join::AddLearner => {
+            let cluster = Cluster::new(&member.endpoints, &credentials(member)?, ETCD_TIMEOUT)?;
+            // A lost answer may still have added it: the next step finds it by peer URL.
+            let (added, after) = cluster.add_learner(&me.peer_url).await?;
+            let r = joined(
+                added.id,
+                Phase::Learner,
+                &after,
+                "add learner",
+                format!("added as learner {:x}", added.id),
+            );
+            store_record(engine, component, &r)?;
+            tracing::info!(%component, member_id = %format!("{:x}", added.id), peer_url = %me.peer_url, "etcd: added this node as a learner");
+            (Some(r), format!("added as learner {:x}", added.id), true)
+        }
+        Join::Resume { id } => {
+            let r = joined(
+                id,
+                Phase::Learner,
+                &members,
+                "resume",
+                format!("found learner {id:x} of an interrupted join"),
+            );
+            store_record(engine, component, &r)?;
+            tracing::warn!(%component, member_id = %format!("{id:x}"), "etcd: resuming an interrupted join (learner already added)");
+            (Some(r), format!("resumed the join of learner {id:x}"), true)
+        }
+        Join::Adopt { id, learner } => {
+            let phase = if learner { Phase::Learner } else { Phase::Voter };
+            let r = joined(id, phase, &members, "adopt", format!("existing member {id:x}"));
+            store_record(engine, component, &r)?;
+            tracing::info!(%component, member_id = %format!("{id:x}"), "etcd: recorded the existing member");
+            (Some(r), format!("recorded existing member {id:x}"), learner)
+        }
+        Join::RecordVoter { id } => {
+            let mut r = record.expect("decided with a record");
+            r.phase = Phase::Voter;
+            r.member_id = Some(id.to_string());
+            r.last_join = outcome("promote", format!("{id:x} is a voter"));
+            store_record(engine, component, &r)?;
+            (Some(r), format!("member {id:x} is a voter"), false)
+        }
+        Join::Promote { id } => {
+            let cluster = Cluster::new(&member.endpoints, &credentials(member)?, ETCD_TIMEOUT)?;
+            match cluster.promote(id).await {
+                Ok(()) => {
+                    let mut r = record.expect("decided with a record");
+                    r.phase = Phase::Voter;
+                    r.member_id = Some(id.to_string());
+                    r.last_join = outcome("promote", format!("promoted {id:x} to voter"));
+                    store_record(engine, component, &r)?;
+                    tracing::info!(%component, member_id = %format!("{id:x}"), "etcd: promoted the learner to a voting member");
+                    (Some(r), format!("promoted {id:x}"), false)
+                }
+                // etcd refuses a learner that has not caught up with the leader: try again.
+                Err(e) => {
+                    tracing::info!(%component, member_id = %format!("{id:x}"), error = %e, "etcd: learner not promoted yet");
+                    (record, format!("learner {id:x} not promoted yet: {e}"), true)
+                }
+            }
+        }
+    };
+    Ok(JoinReport {
+        record,
+        summary,
+        pending,
+    })
+}
+
+/// What the leave step found and did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaveReport {
+    Removed { id: u64 },
+    NotAMember,
+    Refused(String),
+}
+
+/// Removes this node's member when [`membership::decide_leave`] allows it. Called by pre-stop
+/// once the decommission is proved, before anything is removed from the node.
+pub async fn leave_step(engine: &Engine, inputs: &Inputs, member: &EtcdMember) -> Result<LeaveReport, MemberError> {
+    let component = &inputs.anchor.name;
+    let me = me(inputs, member)?;
+    let creds = credentials(member)?;
+    let cluster = Cluster::new(&member.endpoints, &creds, ETCD_TIMEOUT)?;
+    let observed = match cluster.member_list().await {
+        Ok(m) => Observed::Members(m),
+        Err(e) => Observed::Unreachable(e.to_string()),
+    };
+    let healthy = match &observed {
+        Observed::Members(members) => healthy_members(members, &creds).await,
+        Observed::Unreachable(_) => BTreeSet::new(),
+    };
+    let decision = membership::decide_leave(&LeaveFacts {
+        me: &me,
+        observed: &observed,
+        healthy: &healthy,
+    });
+    let report = match decision {
+        Leave::Refuse(reason) => LeaveReport::Refused(reason),
+        Leave::NotAMember => LeaveReport::NotAMember,
+        Leave::Remove { id } => match cluster.remove(id).await {
+            Ok(()) => LeaveReport::Removed { id },
+            Err(e) => LeaveReport::Refused(format!("removing member {id:x} failed: {e}")),
+        },
+    };
+    let _lock = engine.fs.lock(&engine.state_dir, &format!("{component}.membership"))?;
+    if let Ok(Some(mut r)) = load_record(engine, component) {
+        if matches!(report, LeaveReport::Removed { .. } | LeaveReport::NotAMember) {
+            r.phase = Phase::Removed;
+        }
+        r.last_leave = outcome(
+            "remove member",
+            match &report {
+                LeaveReport::Removed { id } => format!("removed {id:x}"),
+                LeaveReport::NotAMember => "not a member".into(),
+                LeaveReport::Refused(why) => format!("refused: {why}"),
+            },
+        );
+        if let Err(e) = store_record(engine, component, &r) {
+            tracing::warn!(%component, error = %e, "could not record the leave");
+        }
+    }
+    Ok(report)
+}
+
+/// Members whose own client URL answers a status with a leader and no errors.
+async fn healthy_members(members: &[membership::Member], creds: &Credentials) -> BTreeSet<u64> {
+    let checks = members.iter().map(|m| async move {
+        for url in &m.client_urls {
+            let Ok(endpoint) = Endpoint::new(url, creds, Duration::from_secs(2)) else {
+                continue;
+            };
+            if let Ok(s) = endpoint.status().await
+                && s.leader != 0
+                && s.errors.is_empty()
+                && s.member_id == m.id
+            {
+                return Some(m.id);
+            }
+        }
+        None
+    });
+    futures::future::join_all(checks).await.into_iter().flatten().collect()
+}
+
+/// Waits until this member's client URL stops answering (etcd stopped), at most until `until`.
+pub async fn wait_etcd_stopped(inputs: &Inputs, member: &EtcdMember, until: Instant) -> bool {
+    let (Ok(url), Ok(creds)) = (own_client_url(inputs, member), credentials(member)) else {
+        return false;
+    };
+    let Ok(endpoint) = Endpoint::new(&url, &creds, Duration::from_secs(1)) else {
+        return false;
+    };
+    while Instant::now() < until {
+        match tokio::time::timeout(until.saturating_duration_since(Instant::now()), endpoint.status()).await {
+            // etcd itself answering with an error is still etcd running.
+            Ok(Err(EtcdError::Call { reason, .. })) if reason.contains("etcdserver:") => {}
+            Ok(Err(_)) => return true,
+            Ok(Ok(_)) => {}
+            Err(_) => break,
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    false
+}
+
+/// The snapshot of the data dir saved before it is deleted.
+#[derive(Debug, Clone)]
+pub struct SavedData {
+    pub snapshot: PathBuf,
+    pub pruned: Vec<String>,
+}
+
+/// Saves `member/snap/db` under `<state-dir>/v1/<component>-snapshots/` (fsynced, at most
+/// `snapshots.maxBytes`, the newest `snapshots.keep` kept), then deletes the data dir. Any
+/// failure keeps the data dir.
+pub fn save_and_remove_data_dir(
+    engine: &Engine,
+    component: &str,
+    member: &EtcdMember,
+) -> Result<Option<SavedData>, MemberError> {
+    let data = data_dir(engine, member)?;
+    if fs::symlink_metadata(&data).is_err() {
+        return Ok(None);
+    }
+    let db = data.join("member/snap/db");
+    let io = |path: &Path, op: &'static str| {
+        let path = path.to_path_buf();
+        move |source| MemberError::Io { path, op, source }
+    };
+    let saved = match fs::symlink_metadata(&db) {
+        Ok(m) if m.is_file() => {
+            if m.len() > member.snapshot_max_bytes {
+                return Err(MemberError::Io {
+                    path: db,
+                    op: "snapshot",
+                    source: io::Error::other(format!(
+                        "{} bytes, above snapshots.maxBytes {}; the data dir is kept",
+                        m.len(),
+                        member.snapshot_max_bytes
+                    )),
+                });
+            }
+            let dir_host = engine
+                .state_dir
+                .join(&format!("{STATE_SUBDIR}/{component}-snapshots"))
+                .map_err(|e| MemberError::Record {
+                    path: engine.state_dir.clone(),
+                    reason: e.to_string(),
+                })?;
+            let dir = engine.fs.resolve(&dir_host)?;
+            match fs::DirBuilder::new().mode(0o700).create(&dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(io(&dir, "create snapshot dir")(e)),
+            }
+            let stamp = SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap_or_default();
+            let name = format!("{:020}-{:09}.db", stamp.as_secs(), stamp.subsec_nanos());
+            let target = dir.join(&name);
+            let temp = dir.join(format!(".{name}.tmp"));
+            {
+                let mut from = fs::File::open(&db).map_err(io(&db, "open"))?;
+                let mut to = fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .open(&temp)
+                    .map_err(io(&temp, "create"))?;
+                let copied = io::copy(&mut io::Read::take(&mut from, member.snapshot_max_bytes + 1), &mut to);
+                let done = copied.and_then(|n| {
+                    if n > member.snapshot_max_bytes {
+                        Err(io::Error::other("grew above snapshots.maxBytes while copied"))
+                    } else {
+                        to.sync_all()
+                    }
+                });
+                if let Err(e) = done {
+                    let _ = fs::remove_file(&temp);
+                    return Err(io(&temp, "write snapshot")(e));
+                }
+            }
+            fs::rename(&temp, &target).map_err(io(&target, "rename"))?;
+            fs::File::open(&dir)
+                .and_then(|d| d.sync_all())
+                .map_err(io(&dir, "fsync"))?;
+            let names: Vec<String> = fs::read_dir(&dir)
+                .map_err(io(&dir, "list"))?
+                .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter(|n| n.ends_with(".db") && !n.starts_with('.'))
+                .collect();
+            let pruned = membership::snapshots_to_prune(&names, member.snapshots_keep);
+            for n in &pruned {
+                let _ = fs::remove_file(dir.join(n));
+            }
+            Some(SavedData {
+                snapshot: target,
+                pruned,
+            })
+        }
+        // No database (etcd never wrote one): nothing to save.
+        Ok(_) | Err(_) => None,
+    };
+    fs::remove_dir_all(&data).map_err(io(&data, "remove data dir"))?;
+    if let Some(parent) = data.parent() {
+        let _ = fs::File::open(parent).and_then(|d| d.sync_all());
+    }
+    Ok(saved)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(max_bytes: u64, keep: usize) -> EtcdMember {
+        EtcdMember {
+            endpoints: vec!["https://127.0.0.1:2379".into()],
+            name: "n".into(),
+            peer_url: "https://127.0.0.1:2380".into(),
+            client_url: "https://127.0.0.1:2379".into(),
+            client_ca: "ca".into(),
+            client_cert: "crt".into(),
+            client_key: "key".into(),
+            data_dir: HostPath::parse("/var/lib/etcd").unwrap(),
+            snapshots_keep: keep,
+            snapshot_max_bytes: max_bytes,
+            initial_cluster: None,
+        }
+    }
+
+    fn node() -> (tempfile::TempDir, Engine) {
+        let root = tempfile::tempdir().unwrap();
+        let engine = Engine::new(root.path(), "/var/lib/kube-anchor", &["/etc/kubernetes".into()]).unwrap();
+        (root, engine)
+    }
+
+    fn data(root: &Path, db: &[u8]) -> PathBuf {
+        let dir = root.join("var/lib/etcd");
+        fs::create_dir_all(dir.join("member/snap")).unwrap();
+        fs::create_dir_all(dir.join("member/wal")).unwrap();
+        fs::write(dir.join("member/snap/db"), db).unwrap();
+        dir
+    }
+
+    fn snapshots(root: &Path) -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = fs::read_dir(root.join("var/lib/kube-anchor/v1/etcd-snapshots"))
+            .map(|d| d.map(|e| e.unwrap().path()).collect())
+            .unwrap_or_default();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn the_data_dir_goes_only_after_its_database_is_saved() {
+        let (root, engine) = node();
+        fs::create_dir_all(root.path().join("var/lib/kube-anchor/v1")).unwrap();
+        let dir = data(root.path(), b"database bytes");
+        let saved = save_and_remove_data_dir(&engine, "etcd", &member(1 << 20, 2))
+            .unwrap()
+            .unwrap();
+        assert!(!dir.exists());
+        assert_eq!(fs::read(&saved.snapshot).unwrap(), b"database bytes");
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            fs::metadata(&saved.snapshot).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        // Kept N: the oldest go.
+        for i in 0..3 {
+            data(root.path(), format!("db {i}").as_bytes());
+            save_and_remove_data_dir(&engine, "etcd", &member(1 << 20, 2)).unwrap();
+        }
+        let left = snapshots(root.path());
+        assert_eq!(left.len(), 2, "{left:?}");
+        assert_eq!(fs::read(&left[1]).unwrap(), b"db 2");
+    }
+
+    #[test]
+    fn a_database_above_the_bound_keeps_the_data_dir() {
+        let (root, engine) = node();
+        fs::create_dir_all(root.path().join("var/lib/kube-anchor/v1")).unwrap();
+        let dir = data(root.path(), &[7u8; 2048]);
+        let e = save_and_remove_data_dir(&engine, "etcd", &member(1024, 2)).unwrap_err();
+        assert!(e.to_string().contains("above snapshots.maxBytes"), "{e}");
+        assert!(dir.join("member/snap/db").exists(), "data dir kept");
+        assert!(snapshots(root.path()).is_empty());
+    }
+
+    #[test]
+    fn a_symlinked_data_dir_is_not_followed() {
+        let (root, engine) = node();
+        let elsewhere = root.path().join("elsewhere");
+        fs::create_dir_all(elsewhere.join("member")).unwrap();
+        fs::create_dir_all(root.path().join("var/lib")).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, root.path().join("var/lib/etcd")).unwrap();
+        assert!(save_and_remove_data_dir(&engine, "etcd", &member(1 << 20, 2)).is_err());
+        assert!(elsewhere.join("member").exists());
+    }
+}

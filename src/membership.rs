@@ -1,0 +1,721 @@
+//! etcd membership decisions (pure): whether this node joins, resumes a join, promotes its
+//! learner, keeps what it has or waits, and whether its member may leave the cluster.
+//!
+//! Members are matched by peer URL (the identity etcd itself checks on `member add`) and, as a
+//! cross-check, by name; never by text. Inputs are observed facts only: the member list (or why
+//! there is none), whether the data dir holds a member, the record this node keeps in its state
+//! dir, and which members answered a health check. `etcd_member` gathers them and carries the
+//! decision out.
+
+use std::collections::BTreeSet;
+
+/// One member as `MemberList` reports it. A member added but not started yet has no name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    pub id: u64,
+    pub name: String,
+    pub peer_urls: Vec<String>,
+    pub client_urls: Vec<String>,
+    pub is_learner: bool,
+}
+
+/// This node's member, as its config renders it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Me {
+    pub name: String,
+    pub peer_url: String,
+}
+
+/// The member list, or why none could be had (never evidence of anything).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Observed {
+    Members(Vec<Member>),
+    Unreachable(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    /// Added as a learner (or found as one); not promoted yet.
+    Learner,
+    /// A voting member.
+    Voter,
+    /// Removed from the cluster by this node's pre-stop: the record keeps only the history.
+    Removed,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Learner => "learner",
+            Phase::Voter => "voter",
+            Phase::Removed => "removed",
+        }
+    }
+}
+
+/// An action and its outcome, for `status` and metrics.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Outcome {
+    pub at: String,
+    pub action: String,
+    pub result: String,
+}
+
+/// What this node keeps about its membership (`<state-dir>/v1/<component>.membership.json`,
+/// checksummed like the ledger). `initial_cluster` and `initial_cluster_state` are fixed once,
+/// when the node joins or bootstraps, and every later render uses them: an upgrade, a reboot or
+/// another node's join never changes this node's manifest through membership.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Record {
+    pub name: String,
+    pub peer_url: String,
+    /// The member ID (decimal) once known; a bootstrapping node learns it later.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member_id: Option<String>,
+    pub phase: Phase,
+    pub initial_cluster: String,
+    pub initial_cluster_state: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_join: Option<Outcome>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_leave: Option<Outcome>,
+}
+
+impl Record {
+    pub fn file_name(component: &str) -> String {
+        format!("{component}.membership.json")
+    }
+}
+
+/// Everything the join side looks at.
+#[derive(Debug, Clone)]
+pub struct JoinFacts<'a> {
+    pub me: &'a Me,
+    pub observed: &'a Observed,
+    /// The data dir holds `member/` (etcd has run here, or a copy of a member is here).
+    pub data_dir_has_member: bool,
+    pub record: Option<&'a Record>,
+    /// This node is named in the chart's `initialCluster` of a new cluster.
+    pub may_bootstrap: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Join {
+    /// Part of a new cluster: record the configured initial cluster with state `new`.
+    Bootstrap,
+    /// Not a member: add this node as a learner, record the member list, then write.
+    AddLearner,
+    /// A learner with this node's peer URL exists but nothing is recorded (a join interrupted
+    /// after the add): record it and carry on, never add a second one.
+    Resume { id: u64 },
+    /// The learner runs here: try to promote it (etcd refuses until it has caught up; retry).
+    Promote { id: u64 },
+    /// The member is a voter now: record that.
+    RecordVoter { id: u64 },
+    /// An existing member's data dir with no record (membership enabled on a running
+    /// cluster): record the member as it is.
+    Adopt { id: u64, learner: bool },
+    /// Nothing to change.
+    Keep,
+    /// Do nothing (and write no manifest unless a record already exists).
+    Wait(String),
+}
+
+/// Who in `members` is this node: by peer URL; a name match with other peer URLs is a conflict.
+pub fn find_me<'a>(me: &Me, members: &'a [Member]) -> Result<Option<&'a Member>, String> {
+    if let Some(m) = members.iter().find(|m| m.peer_urls.iter().any(|u| u == &me.peer_url)) {
+        if !m.name.is_empty() && m.name != me.name {
+            return Err(format!(
+                "member {:x} has this node's peer URL {} but the name {:?}, not {:?}",
+                m.id, me.peer_url, m.name, me.name
+            ));
+        }
+        return Ok(Some(m));
+    }
+    if let Some(m) = members.iter().find(|m| m.name == me.name) {
+        return Err(format!(
+            "member {:x} is named {:?} but has peer URLs {:?}, not {}",
+            m.id, me.name, m.peer_urls, me.peer_url
+        ));
+    }
+    Ok(None)
+}
+
+pub fn decide_join(f: &JoinFacts) -> Join {
+    // A member this node removed is gone: it joins again like a new node (or waits, while its
+    // old data dir is there).
+    let record = f.record.filter(|r| r.phase != Phase::Removed);
+    let f = &JoinFacts { record, ..f.clone() };
+    if let Some(r) = f.record
+        && (r.peer_url != f.me.peer_url || r.name != f.me.name)
+    {
+        return Join::Wait(format!(
+            "the recorded member is {} at {}, but this node renders {} at {}; remove the record by hand only after checking the cluster",
+            r.name, r.peer_url, f.me.name, f.me.peer_url
+        ));
+    }
+    // A voter stays a voter: upgrades, restarts and reboots change nothing.
+    if f.record.is_some_and(|r| r.phase == Phase::Voter) {
+        return Join::Keep;
+    }
+    let members = match f.observed {
+        Observed::Members(m) => m,
+        Observed::Unreachable(why) => {
+            return match (f.record, f.data_dir_has_member, f.may_bootstrap) {
+                // A learner being joined: the manifest from the record keeps etcd running.
+                (Some(_), _, _) => Join::Wait(format!("etcd unreachable ({why}); the join resumes when it answers")),
+                (None, false, true) => Join::Bootstrap,
+                (None, true, true) => Join::Bootstrap,
+                (None, _, false) => Join::Wait(format!(
+                    "etcd unreachable ({why}) and this node is not in the initial cluster: it may not start a cluster of its own"
+                )),
+            };
+        }
+    };
+    let mine = match find_me(f.me, members) {
+        Ok(m) => m,
+        Err(conflict) => return Join::Wait(conflict),
+    };
+    match (f.record, mine) {
+        (Some(_), Some(m)) if m.is_learner => {
+            if f.data_dir_has_member {
+                Join::Promote { id: m.id }
+            } else {
+                Join::Keep // etcd has not started from the manifest yet
+            }
+        }
+        (Some(_), Some(m)) => Join::RecordVoter { id: m.id },
+        (Some(_), None) => Join::Wait(format!(
+            "recorded as a learner, but the cluster has no member with peer URL {}: it was removed; the data dir and the record must be cleared by hand before it joins again",
+            f.me.peer_url
+        )),
+        (None, Some(m)) if f.data_dir_has_member => Join::Adopt {
+            id: m.id,
+            learner: m.is_learner,
+        },
+        (None, Some(m)) if m.is_learner => Join::Resume { id: m.id },
+        // A voter that never started: a node of the initial cluster coming up late.
+        (None, Some(_)) if f.may_bootstrap => Join::Bootstrap,
+        (None, Some(m)) => Join::Wait(format!(
+            "member {:x} with this node's peer URL is a voter, but this node has no data and is not in the initial cluster",
+            m.id
+        )),
+        (None, None) if f.data_dir_has_member => Join::Wait(format!(
+            "the data dir holds a member, but the cluster has no member with peer URL {}: it was removed; clear the data dir by hand",
+            f.me.peer_url
+        )),
+        (None, None) => Join::AddLearner,
+    }
+}
+
+/// The `--initial-cluster` value for a joining node: every member that has a name (started) or
+/// is this node, `name=peerURL` in member order, this node under its own name.
+pub fn initial_cluster(me: &Me, members: &[Member]) -> String {
+    let mut parts = Vec::new();
+    for m in members {
+        let is_me = m.peer_urls.iter().any(|u| u == &me.peer_url);
+        let name = if is_me { me.name.as_str() } else { m.name.as_str() };
+        if name.is_empty() {
+            continue; // another member added but never started: etcd refuses nameless entries
+        }
+        for u in &m.peer_urls {
+            parts.push(format!("{name}={u}"));
+        }
+    }
+    if !members.iter().any(|m| m.peer_urls.iter().any(|u| u == &me.peer_url)) {
+        parts.push(format!("{}={}", me.name, me.peer_url));
+    }
+    parts.join(",")
+}
+
+/// Everything the leave side looks at.
+#[derive(Debug, Clone)]
+pub struct LeaveFacts<'a> {
+    pub me: &'a Me,
+    pub observed: &'a Observed,
+    /// IDs of the members that answered a health check (status with a leader).
+    pub healthy: &'a BTreeSet<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Leave {
+    Remove {
+        id: u64,
+    },
+    /// The cluster has no member with this node's peer URL: nothing to remove.
+    NotAMember,
+    Refuse(String),
+}
+
+/// Remove this node's member only when the voters that remain keep a healthy quorum: after
+/// removal there are n-1 voters, and the healthy ones among them must be at least
+/// (n-1)/2+1. Never the last member. A learner does not vote and can always go.
+pub fn decide_leave(f: &LeaveFacts) -> Leave {
+    let members = match f.observed {
+        Observed::Members(m) => m,
+        Observed::Unreachable(why) => return Leave::Refuse(format!("etcd unreachable ({why}): membership unknown")),
+    };
+    let mine = match find_me(f.me, members) {
+        Ok(Some(m)) => m,
+        Ok(None) => return Leave::NotAMember,
+        Err(conflict) => return Leave::Refuse(conflict),
+    };
+    if mine.is_learner {
+        return Leave::Remove { id: mine.id };
+    }
+    let voters: Vec<&Member> = members.iter().filter(|m| !m.is_learner).collect();
+    let n = voters.len();
+    if n <= 1 {
+        return Leave::Refuse("this is the last voting member of the cluster".into());
+    }
+    let remaining = n - 1;
+    let needed = remaining / 2 + 1;
+    let healthy = voters
+        .iter()
+        .filter(|m| m.id != mine.id && f.healthy.contains(&m.id))
+        .count();
+    if healthy < needed {
+        return Leave::Refuse(format!(
+            "removing it would leave {remaining} voting members of which {healthy} are healthy; a quorum needs {needed}"
+        ));
+    }
+    Leave::Remove { id: mine.id }
+}
+
+/// Which snapshots to delete so that at most `keep` remain: the oldest first (names sort by
+/// time).
+pub fn snapshots_to_prune(names: &[String], keep: usize) -> Vec<String> {
+    let mut sorted = names.to_vec();
+    sorted.sort();
+    let excess = sorted.len().saturating_sub(keep);
+    sorted.into_iter().take(excess).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn me() -> Me {
+        Me {
+            name: "n4".into(),
+            peer_url: "https://10.0.0.4:2380".into(),
+        }
+    }
+
+    fn member(id: u64, name: &str, ip: u8, learner: bool) -> Member {
+        Member {
+            id,
+            name: name.into(),
+            peer_urls: vec![format!("https://10.0.0.{ip}:2380")],
+            client_urls: vec![],
+            is_learner: learner,
+        }
+    }
+
+    fn three() -> Vec<Member> {
+        vec![
+            member(1, "n1", 1, false),
+            member(2, "n2", 2, false),
+            member(3, "n3", 3, false),
+        ]
+    }
+
+    fn record(phase: Phase) -> Record {
+        Record {
+            name: "n4".into(),
+            peer_url: "https://10.0.0.4:2380".into(),
+            member_id: Some("4".into()),
+            phase,
+            initial_cluster: "x".into(),
+            initial_cluster_state: "existing".into(),
+            last_join: None,
+            last_leave: None,
+        }
+    }
+
+    fn join(observed: Observed, data: bool, rec: Option<Phase>, boot: bool) -> Join {
+        let me = me();
+        let r = rec.map(record);
+        decide_join(&JoinFacts {
+            me: &me,
+            observed: &observed,
+            data_dir_has_member: data,
+            record: r.as_ref(),
+            may_bootstrap: boot,
+        })
+    }
+
+    fn with(extra: Member) -> Observed {
+        let mut m = three();
+        m.push(extra);
+        Observed::Members(m)
+    }
+
+    fn down() -> Observed {
+        Observed::Unreachable("connection refused".into())
+    }
+
+    fn is_wait(j: &Join) -> bool {
+        matches!(j, Join::Wait(_))
+    }
+
+    #[test]
+    fn join_table() {
+        use Phase::*;
+        let not_member = Observed::Members(three());
+        let learner = with(member(4, "", 4, true));
+        let started_learner = with(member(4, "n4", 4, true));
+        let voter = with(member(4, "n4", 4, false));
+        let unstarted_voter = with(member(4, "", 4, false));
+        // (what, observed, data dir has member, record, may bootstrap) → decision
+        type Case = (&'static str, Observed, bool, Option<Phase>, bool, Join);
+        let cases: Vec<Case> = vec![
+            (
+                "removed earlier, data dir gone, cluster up",
+                not_member.clone(),
+                false,
+                Some(Removed),
+                false,
+                Join::AddLearner,
+            ),
+            (
+                "new node, cluster up",
+                not_member.clone(),
+                false,
+                None,
+                false,
+                Join::AddLearner,
+            ),
+            (
+                "new node named in initial cluster but removed since",
+                not_member.clone(),
+                false,
+                None,
+                true,
+                Join::AddLearner,
+            ),
+            (
+                "crash after add, before record",
+                learner.clone(),
+                false,
+                None,
+                false,
+                Join::Resume { id: 4 },
+            ),
+            (
+                "crash after add, before record, bootstrap node",
+                learner.clone(),
+                false,
+                None,
+                true,
+                Join::Resume { id: 4 },
+            ),
+            (
+                "recorded learner, etcd not started",
+                learner.clone(),
+                false,
+                Some(Learner),
+                false,
+                Join::Keep,
+            ),
+            (
+                "recorded learner, etcd running",
+                started_learner.clone(),
+                true,
+                Some(Learner),
+                false,
+                Join::Promote { id: 4 },
+            ),
+            (
+                "recorded learner, promoted before a crash",
+                voter.clone(),
+                true,
+                Some(Learner),
+                false,
+                Join::RecordVoter { id: 4 },
+            ),
+            (
+                "recorded voter: upgrade, reboot",
+                voter.clone(),
+                true,
+                Some(Voter),
+                false,
+                Join::Keep,
+            ),
+            (
+                "recorded voter, etcd down",
+                down(),
+                true,
+                Some(Voter),
+                false,
+                Join::Keep,
+            ),
+            (
+                "recorded voter, no data (wiped by hand)",
+                voter.clone(),
+                false,
+                Some(Voter),
+                false,
+                Join::Keep,
+            ),
+            (
+                "existing member, no record (enabled later)",
+                voter.clone(),
+                true,
+                None,
+                false,
+                Join::Adopt { id: 4, learner: false },
+            ),
+            (
+                "existing learner, no record, data",
+                started_learner.clone(),
+                true,
+                None,
+                false,
+                Join::Adopt { id: 4, learner: true },
+            ),
+            (
+                "initial-cluster node coming up late",
+                unstarted_voter.clone(),
+                false,
+                None,
+                true,
+                Join::Bootstrap,
+            ),
+            (
+                "bootstrap node, cluster down (first start)",
+                down(),
+                false,
+                None,
+                true,
+                Join::Bootstrap,
+            ),
+            (
+                "bootstrap node, data, no record, cluster down",
+                down(),
+                true,
+                None,
+                true,
+                Join::Bootstrap,
+            ),
+        ];
+        for (what, observed, data, rec, boot, want) in cases {
+            assert_eq!(join(observed, data, rec, boot), want, "{what}");
+        }
+        let waits: Vec<(&str, Observed, bool, Option<Phase>, bool)> = vec![
+            ("cluster down, may not bootstrap", down(), false, None, false),
+            ("cluster down, data, may not bootstrap", down(), true, None, false),
+            ("recorded learner, cluster down", down(), true, Some(Learner), false),
+            (
+                "removed earlier, data dir still there",
+                not_member.clone(),
+                true,
+                Some(Removed),
+                false,
+            ),
+            ("removed earlier, cluster down", down(), false, Some(Removed), false),
+            (
+                "recorded learner, removed from outside",
+                not_member.clone(),
+                true,
+                Some(Learner),
+                false,
+            ),
+            ("data but not a member", not_member.clone(), true, None, false),
+            (
+                "data but not a member, bootstrap node",
+                not_member.clone(),
+                true,
+                None,
+                true,
+            ),
+            (
+                "unstarted voter, may not bootstrap",
+                unstarted_voter.clone(),
+                false,
+                None,
+                false,
+            ),
+            (
+                "same name, other peer URL",
+                with(member(9, "n4", 9, false)),
+                false,
+                None,
+                false,
+            ),
+            (
+                "same peer URL, other name",
+                with(member(9, "other", 4, false)),
+                false,
+                None,
+                true,
+            ),
+        ];
+        for (what, observed, data, rec, boot) in waits {
+            let j = join(observed, data, rec, boot);
+            assert!(is_wait(&j), "{what}: {j:?}");
+        }
+    }
+
+    #[test]
+    fn never_adds_when_any_member_has_this_peer_url() {
+        // Exhaustive over the discrete inputs: a second entry for this node is never added.
+        for learner in [false, true] {
+            for name in ["", "n4"] {
+                for data in [false, true] {
+                    for rec in [None, Some(Phase::Learner), Some(Phase::Voter), Some(Phase::Removed)] {
+                        for boot in [false, true] {
+                            let j = join(with(member(4, name, 4, learner)), data, rec, boot);
+                            assert_ne!(j, Join::AddLearner, "{learner} {name} {data} {rec:?} {boot}");
+                        }
+                    }
+                }
+            }
+        }
+        // Nor when etcd cannot be asked.
+        for data in [false, true] {
+            for rec in [None, Some(Phase::Learner), Some(Phase::Voter), Some(Phase::Removed)] {
+                for boot in [false, true] {
+                    assert_ne!(join(down(), data, rec, boot), Join::AddLearner);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_record_of_another_member_waits() {
+        let me = Me {
+            name: "n4".into(),
+            peer_url: "https://10.0.0.44:2380".into(),
+        };
+        let r = record(Phase::Voter);
+        let j = decide_join(&JoinFacts {
+            me: &me,
+            observed: &Observed::Members(three()),
+            data_dir_has_member: true,
+            record: Some(&r),
+            may_bootstrap: false,
+        });
+        assert!(is_wait(&j), "{j:?}");
+    }
+
+    fn leave(members: Vec<Member>, healthy: &[u64]) -> Leave {
+        let me = me();
+        let healthy: BTreeSet<u64> = healthy.iter().copied().collect();
+        decide_leave(&LeaveFacts {
+            me: &me,
+            observed: &Observed::Members(members),
+            healthy: &healthy,
+        })
+    }
+
+    fn refused(l: &Leave) -> bool {
+        matches!(l, Leave::Refuse(_))
+    }
+
+    #[test]
+    fn leave_table() {
+        let four = |learner| {
+            let mut m = three();
+            m.push(member(4, "n4", 4, learner));
+            m
+        };
+        // 4 voters → 3 remain, 2 needed.
+        assert_eq!(leave(four(false), &[1, 2, 3, 4]), Leave::Remove { id: 4 });
+        assert_eq!(leave(four(false), &[1, 2]), Leave::Remove { id: 4 });
+        assert!(refused(&leave(four(false), &[1, 4])));
+        assert!(refused(&leave(four(false), &[4])));
+        // Our own health does not count for the others.
+        assert!(refused(&leave(four(false), &[1, 4])));
+        // A learner can always go.
+        assert_eq!(leave(four(true), &[]), Leave::Remove { id: 4 });
+        // 3 voters with us → 2 remain, both must be healthy.
+        let three_with_me = vec![
+            member(1, "n1", 1, false),
+            member(2, "n2", 2, false),
+            member(4, "n4", 4, false),
+        ];
+        assert_eq!(leave(three_with_me.clone(), &[1, 2]), Leave::Remove { id: 4 });
+        assert!(refused(&leave(three_with_me.clone(), &[1, 4])));
+        // 2 voters → 1 remains and must be healthy: one of two healthy members left.
+        let two = vec![member(1, "n1", 1, false), member(4, "n4", 4, false)];
+        assert_eq!(leave(two.clone(), &[1]), Leave::Remove { id: 4 });
+        assert!(refused(&leave(two, &[4])));
+        // Never the last member.
+        assert!(refused(&leave(vec![member(4, "n4", 4, false)], &[4])));
+        // Learners do not count as voters that remain.
+        let mut with_learner = vec![member(1, "n1", 1, true), member(4, "n4", 4, false)];
+        assert!(refused(&leave(with_learner.clone(), &[1])));
+        with_learner.push(member(2, "n2", 2, false));
+        assert!(refused(&leave(with_learner.clone(), &[1])));
+        assert_eq!(leave(with_learner, &[2]), Leave::Remove { id: 4 });
+        // Not a member: nothing to remove.
+        assert_eq!(leave(three(), &[1, 2, 3]), Leave::NotAMember);
+        // A name conflict is never resolved by removing something.
+        assert!(refused(&leave(
+            vec![
+                member(1, "n1", 1, false),
+                member(2, "n2", 2, false),
+                member(9, "n4", 9, false)
+            ],
+            &[1, 2, 9]
+        )));
+        // Unreachable: refuse.
+        let me = me();
+        let l = decide_leave(&LeaveFacts {
+            me: &me,
+            observed: &down(),
+            healthy: &BTreeSet::new(),
+        });
+        assert!(refused(&l));
+    }
+
+    #[test]
+    fn leave_quorum_rule_exhaustive() {
+        // n voters including us (1..=7), every subset of the others healthy.
+        for n in 1..=7u64 {
+            let members: Vec<Member> = (1..n)
+                .map(|i| member(i, &format!("m{i}"), 10 + i as u8, false))
+                .chain([member(100, "n4", 4, false)])
+                .collect();
+            for mask in 0..(1u64 << (n - 1)) {
+                let healthy: Vec<u64> = (1..n).filter(|i| mask & (1 << (i - 1)) != 0).collect();
+                let l = leave(members.clone(), &healthy);
+                let remaining = n - 1;
+                let ok = n > 1 && healthy.len() as u64 > remaining / 2;
+                assert_eq!(
+                    matches!(l, Leave::Remove { id: 100 }),
+                    ok,
+                    "n={n} healthy={healthy:?} {l:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn initial_cluster_lists_started_members_and_this_node() {
+        let me = me();
+        let mut members = three();
+        members.push(member(4, "", 4, true));
+        members.push(member(5, "", 5, true)); // someone else's unstarted learner
+        assert_eq!(
+            initial_cluster(&me, &members),
+            "n1=https://10.0.0.1:2380,n2=https://10.0.0.2:2380,n3=https://10.0.0.3:2380,n4=https://10.0.0.4:2380"
+        );
+        assert_eq!(
+            initial_cluster(&me, &three()),
+            "n1=https://10.0.0.1:2380,n2=https://10.0.0.2:2380,n3=https://10.0.0.3:2380,n4=https://10.0.0.4:2380"
+        );
+    }
+
+    #[test]
+    fn prunes_oldest_snapshots() {
+        let names: Vec<String> = ["3.db", "1.db", "2.db"].iter().map(|s| s.to_string()).collect();
+        assert_eq!(snapshots_to_prune(&names, 2), vec!["1.db".to_string()]);
+        assert!(snapshots_to_prune(&names, 3).is_empty());
+        assert_eq!(snapshots_to_prune(&names, 0).len(), 3);
+    }
+}

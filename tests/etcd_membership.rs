@@ -1,0 +1,850 @@
+//! etcd membership against real etcd (tools/bin/etcd) with TLS on loopback: three members
+//! started by the test are the existing cluster; the node under test is a host root driven by
+//! the real `kube-anchor` binary (`apply`, `run`, `pre-stop`).
+//!
+//! On a process node the kubelet runs etcd from the manifest the anchor wrote. The other tests
+//! need no kubelet for membership: they start etcd from the command in that manifest (host paths
+//! mapped under the node's host root) and, playing the kubelet, stop it once the manifest is
+//! gone. Member lists are checked with curl against etcd's JSON
+//! gateway, not with the code under test.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+use support::cluster::{Process, free_port, tool};
+use support::fixture::BIN;
+
+const IP: &str = "127.0.0.1";
+
+struct Pki {
+    dir: PathBuf,
+    ca_key: KeyPair,
+    ca_params: CertificateParams,
+}
+
+impl Pki {
+    fn new(dir: &Path) -> Self {
+        fs::create_dir_all(dir).unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::CommonName, "etcd-test-ca");
+        params.distinguished_name = dn;
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
+        let key = KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        fs::write(dir.join("ca.crt"), cert.pem()).unwrap();
+        Self {
+            dir: dir.into(),
+            ca_key: key,
+            ca_params: params,
+        }
+    }
+
+    /// `<name>.crt`/`<name>.key`, good for serving (on `ip` and 127.0.0.1), peering and as a
+    /// client.
+    fn issue(&self, name: &str, ip: &str) -> (PathBuf, PathBuf) {
+        let mut params = CertificateParams::new(vec![ip.to_string(), IP.to_string(), "localhost".to_string()]).unwrap();
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::CommonName, name);
+        params.distinguished_name = dn;
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+        let key = KeyPair::generate().unwrap();
+        let cert = params
+            .signed_by(&key, &Issuer::from_params(&self.ca_params, &self.ca_key))
+            .unwrap();
+        let (crt, k) = (
+            self.dir.join(format!("{name}.crt")),
+            self.dir.join(format!("{name}.key")),
+        );
+        fs::write(&crt, cert.pem()).unwrap();
+        fs::write(&k, key.serialize_pem()).unwrap();
+        (crt, k)
+    }
+
+    fn ca(&self) -> PathBuf {
+        self.dir.join("ca.crt")
+    }
+}
+
+struct Ports {
+    ip: String,
+    client: u16,
+    peer: u16,
+}
+
+impl Ports {
+    fn new() -> Self {
+        Self::on(IP)
+    }
+    fn on(ip: &str) -> Self {
+        Self {
+            ip: ip.into(),
+            client: free_port(),
+            peer: free_port(),
+        }
+    }
+    fn client_url(&self) -> String {
+        format!("https://{}:{}", self.ip, self.client)
+    }
+    fn peer_url(&self) -> String {
+        format!("https://{}:{}", self.ip, self.peer)
+    }
+}
+
+/// An etcd started by the test (the existing members).
+fn etcd(bed: &Bed, name: &str, ports: &Ports, initial_cluster: &str) -> Process {
+    let (crt, key) = bed.pki.issue(name, &ports.ip);
+    let ca = bed.pki.ca();
+    let mut cmd = Command::new(tool("etcd"));
+    cmd.args([
+        format!("--name={name}"),
+        format!("--data-dir={}", bed.dir.path().join(format!("{name}.etcd")).display()),
+        format!("--listen-client-urls={}", ports.client_url()),
+        format!("--advertise-client-urls={}", ports.client_url()),
+        format!("--listen-peer-urls={}", ports.peer_url()),
+        format!("--initial-advertise-peer-urls={}", ports.peer_url()),
+        format!("--initial-cluster={initial_cluster}"),
+        "--initial-cluster-state=new".into(),
+        "--client-cert-auth=true".into(),
+        format!("--trusted-ca-file={}", ca.display()),
+        format!("--cert-file={}", crt.display()),
+        format!("--key-file={}", key.display()),
+        "--peer-client-cert-auth=true".into(),
+        format!("--peer-trusted-ca-file={}", ca.display()),
+        format!("--peer-cert-file={}", crt.display()),
+        format!("--peer-key-file={}", key.display()),
+    ]);
+    Process::start(name, cmd, bed.dir.path())
+}
+
+struct Bed {
+    dir: tempfile::TempDir,
+    pki: Pki,
+    ports: Vec<Ports>,
+    members: Vec<Option<Process>>,
+    client: (PathBuf, PathBuf),
+}
+
+impl Bed {
+    /// `started` of the `n` members n1..nN are started by the test; all are in the initial
+    /// cluster.
+    fn new(n: usize, started: usize) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let pki = Pki::new(&dir.path().join("pki"));
+        let client = pki.issue("anchor-client", IP);
+        let ports: Vec<Ports> = (0..n).map(|_| Ports::new()).collect();
+        let mut bed = Self {
+            dir,
+            pki,
+            ports,
+            members: Vec::new(),
+            client,
+        };
+        let initial = bed.initial_cluster();
+        for i in 0..started {
+            let p = etcd(&bed, &format!("n{}", i + 1), &bed.ports[i], &initial);
+            bed.members.push(Some(p));
+        }
+        bed
+    }
+
+    fn initial_cluster(&self) -> String {
+        self.ports
+            .iter()
+            .enumerate()
+            .map(|(i, p)| format!("n{}={}", i + 1, p.peer_url()))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    fn endpoints(&self) -> Vec<String> {
+        self.ports.iter().map(Ports::client_url).collect()
+    }
+
+    /// POST to etcd's JSON gateway with curl; `None` when no endpoint answered.
+    fn gateway(&self, path: &str, body: &str) -> Option<serde_json::Value> {
+        for url in self.endpoints() {
+            let out = Command::new("curl")
+                .args(["-sS", "--max-time", "3", "--cacert"])
+                .arg(self.pki.ca())
+                .arg("--cert")
+                .arg(&self.client.0)
+                .arg("--key")
+                .arg(&self.client.1)
+                .args(["-X", "POST", "-d", body])
+                .arg(format!("{url}{path}"))
+                .output()
+                .unwrap();
+            if out.status.success()
+                && let Ok(v) = serde_json::from_slice::<serde_json::Value>(&out.stdout)
+                && v.get("members").is_some()
+            {
+                return Some(v);
+            }
+        }
+        None
+    }
+
+    /// (ID, peer URLs, learner) of every member.
+    fn members(&self) -> Vec<(String, Vec<String>, bool)> {
+        let v = self
+            .gateway("/v3/cluster/member/list", r#"{"linearizable":true}"#)
+            .expect("some member answers");
+        v["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| {
+                (
+                    m["ID"].as_str().unwrap().to_owned(),
+                    m["peerURLs"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|u| u.as_str().unwrap().to_owned())
+                        .collect(),
+                    m["isLearner"].as_bool().unwrap_or(false),
+                )
+            })
+            .collect()
+    }
+
+    fn member_ids(&self) -> BTreeSet<String> {
+        self.members().into_iter().map(|m| m.0).collect()
+    }
+
+    fn wait_healthy(&self, voters: usize) {
+        let start = Instant::now();
+        loop {
+            if let Some(v) = self.gateway("/v3/cluster/member/list", r#"{"linearizable":true}"#) {
+                let n = v["members"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|m| !m["isLearner"].as_bool().unwrap_or(false))
+                    .count();
+                if n == voters {
+                    return;
+                }
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "etcd never had {voters} voters"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+/// The node under test: a host root, the anchor's inputs, its own ports.
+struct Node {
+    name: String,
+    root: PathBuf,
+    config_dir: PathBuf,
+    ports: Ports,
+    etcd: Option<Process>,
+    log_dir: PathBuf,
+}
+
+const POD: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: etcd
+  namespace: kube-system
+spec:
+  hostNetwork: true
+  containers:
+    - name: etcd
+      image: registry.k8s.io/etcd:3.6.8
+      command:
+        - etcd
+        - --name=${NODE_NAME}
+        - --data-dir=/var/lib/etcd
+        - --listen-client-urls=https://${NODE_IP}:${CLIENT_PORT}
+        - --advertise-client-urls=https://${NODE_IP}:${CLIENT_PORT}
+        - --listen-peer-urls=https://${NODE_IP}:${PEER_PORT}
+        - --initial-advertise-peer-urls=https://${NODE_IP}:${PEER_PORT}
+        - --initial-cluster=${ETCD_INITIAL_CLUSTER}
+        - --initial-cluster-state=${ETCD_INITIAL_CLUSTER_STATE}
+        - --client-cert-auth=true
+        - --trusted-ca-file=/etc/kubernetes/pki/etcd/ca.crt
+        - --cert-file=/etc/kubernetes/pki/etcd/server.crt
+        - --key-file=/etc/kubernetes/pki/etcd/server.key
+        - --peer-client-cert-auth=true
+        - --peer-trusted-ca-file=/etc/kubernetes/pki/etcd/ca.crt
+        - --peer-cert-file=/etc/kubernetes/pki/etcd/server.crt
+        - --peer-key-file=/etc/kubernetes/pki/etcd/server.key
+      volumeMounts:
+        - {name: data, mountPath: /var/lib/etcd}
+        - {name: pki, mountPath: /etc/kubernetes/pki/etcd, readOnly: true}
+  volumes:
+    - name: data
+      hostPath: {path: /var/lib/etcd, type: DirectoryOrCreate}
+    - name: pki
+      hostPath: {path: /etc/kubernetes/pki/etcd, type: DirectoryOrCreate}
+"#;
+
+impl Node {
+    fn new(bed: &Bed, name: &str, ports: Ports, initial_cluster: Option<&str>) -> Self {
+        Self::with_root(
+            bed,
+            name,
+            ports,
+            initial_cluster,
+            bed.dir.path().join(format!("{name}-root")),
+        )
+    }
+
+    fn with_root(bed: &Bed, name: &str, ports: Ports, initial_cluster: Option<&str>, root: PathBuf) -> Self {
+        let config_dir = bed.dir.path().join(format!("{name}-config"));
+        fs::create_dir_all(&root).unwrap();
+        fs::create_dir_all(&config_dir).unwrap();
+        let (crt, key) = bed.pki.issue(name, &ports.ip);
+        fs::copy(bed.pki.ca(), config_dir.join("ca.crt")).unwrap();
+        fs::copy(crt, config_dir.join("server.crt")).unwrap();
+        fs::copy(key, config_dir.join("server.key")).unwrap();
+        fs::copy(&bed.client.0, config_dir.join("client.crt")).unwrap();
+        fs::copy(&bed.client.1, config_dir.join("client.key")).unwrap();
+        fs::write(config_dir.join("pod.yaml"), POD).unwrap();
+        let node = Self {
+            name: name.into(),
+            root,
+            config_dir,
+            ports,
+            etcd: None,
+            log_dir: bed.dir.path().into(),
+        };
+        node.write_config(bed, initial_cluster);
+        node
+    }
+
+    fn write_config(&self, bed: &Bed, initial_cluster: Option<&str>) {
+        let endpoints = bed.endpoints().join(", ");
+        let initial = initial_cluster
+            .map(|ic| format!("    initialCluster: {ic}\n"))
+            .unwrap_or_default();
+        let config = format!(
+            r#"apiVersion: kube-anchor.io/v1alpha1
+kind: Anchor
+metadata: {{name: etcd}}
+spec:
+  variables: [NODE_NAME, NODE_IP, CLIENT_PORT, PEER_PORT]
+  files:
+    - {{source: ca.crt, path: /etc/kubernetes/pki/etcd/ca.crt, mode: "0644"}}
+    - {{source: server.crt, path: /etc/kubernetes/pki/etcd/server.crt, mode: "0644"}}
+    - {{source: server.key, path: /etc/kubernetes/pki/etcd/server.key, mode: "0600"}}
+  manifest: {{source: pod.yaml, path: /etc/kubernetes/manifests/etcd.yaml}}
+  etcdMember:
+    endpoints: [{endpoints}]
+    name: ${{NODE_NAME}}
+    peerURL: https://${{NODE_IP}}:${{PEER_PORT}}
+    clientURL: https://${{NODE_IP}}:${{CLIENT_PORT}}
+    clientCA: ca.crt
+    clientCert: client.crt
+    clientKey: client.key
+    dataDir: /var/lib/etcd
+    snapshots: {{keep: 2, maxBytes: 104857600}}
+{initial}"#
+        );
+        fs::write(self.config_dir.join("anchor.yaml"), config).unwrap();
+    }
+
+    fn command(&self, verb: &str) -> Command {
+        let mut cmd = Command::new(BIN);
+        cmd.arg(verb)
+            .arg("--host-root")
+            .arg(&self.root)
+            .env("KUBE_ANCHOR_CONFIG", self.config_dir.join("anchor.yaml"))
+            .env("NODE_NAME", &self.name)
+            .env("NODE_IP", &self.ports.ip)
+            .env("CLIENT_PORT", self.ports.client.to_string())
+            .env("PEER_PORT", self.ports.peer.to_string())
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    fn apply(&self) -> std::process::Output {
+        self.command("apply").output().unwrap()
+    }
+
+    fn manifest(&self) -> PathBuf {
+        self.root.join("etc/kubernetes/manifests/etcd.yaml")
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.root.join("var/lib/etcd")
+    }
+
+    fn state(&self) -> PathBuf {
+        self.root.join("var/lib/kube-anchor/v1")
+    }
+
+    fn record(&self) -> Option<serde_json::Value> {
+        let bytes = fs::read(self.state().join("etcd.membership.json")).ok()?;
+        let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        Some(v["ledger"].clone())
+    }
+
+    /// Plays the kubelet: starts etcd from the command in the manifest on disk, host paths
+    /// mapped under the host root.
+    fn start_etcd(&mut self) {
+        let text = fs::read_to_string(self.manifest()).expect("a manifest to start etcd from");
+        let pod: serde_json::Value = serde_yaml_ng::from_str(&text).unwrap();
+        let command: Vec<String> = pod["spec"]["containers"][0]["command"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap().to_owned())
+            .collect();
+        let mut cmd = Command::new(tool("etcd"));
+        for arg in &command[1..] {
+            match arg.split_once('=') {
+                Some((flag, value)) if value.starts_with('/') => {
+                    cmd.arg(format!("{flag}={}", self.root.join(&value[1..]).display()));
+                }
+                _ => {
+                    cmd.arg(arg);
+                }
+            }
+        }
+        self.etcd = Some(Process::start(&format!("{}-etcd", self.name), cmd, &self.log_dir));
+    }
+
+    fn stop_etcd(&mut self) {
+        if let Some(p) = self.etcd.take() {
+            p.stop();
+        }
+    }
+
+    fn my_entries(&self, bed: &Bed) -> Vec<(String, Vec<String>, bool)> {
+        bed.members()
+            .into_iter()
+            .filter(|m| m.1.contains(&self.ports.peer_url()))
+            .collect()
+    }
+
+    /// Runs `kube-anchor apply` until this node's member is a voter.
+    fn apply_until_voter(&self, bed: &Bed) {
+        let start = Instant::now();
+        loop {
+            let out = self.apply();
+            assert!(out.status.success(), "apply: {}", String::from_utf8_lossy(&out.stderr));
+            let mine = self.my_entries(bed);
+            assert_eq!(mine.len(), 1, "exactly one member for this node: {mine:?}");
+            if !mine[0].2 {
+                return;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(40),
+                "never promoted: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    /// `kube-anchor pre-stop --cleanup always` (the decommission proved), playing the kubelet:
+    /// etcd is stopped as soon as the manifest is gone. Returns (stdout, how long it took).
+    fn pre_stop(&mut self, timeout: &str) -> (String, Duration, std::process::ExitStatus) {
+        self.pre_stop_with(timeout, &[])
+    }
+
+    fn pre_stop_with(&mut self, timeout: &str, env: &[(&str, &str)]) -> (String, Duration, std::process::ExitStatus) {
+        let started = Instant::now();
+        let mut child = self
+            .command("pre-stop")
+            .envs(env.iter().copied())
+            .args(["--cleanup", "always", "--timeout", timeout, "--output", "json"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        while child.try_wait().unwrap().is_none() {
+            if self.etcd.is_some() && !self.manifest().exists() {
+                self.stop_etcd();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let took = started.elapsed();
+        let out = child.wait_with_output().unwrap();
+        eprintln!("pre-stop stderr: {}", String::from_utf8_lossy(&out.stderr));
+        (String::from_utf8_lossy(&out.stdout).into_owned(), took, out.status)
+    }
+}
+
+/// A `kube-anchor run` process, killed when dropped (also when a test panics).
+struct Daemon(std::process::Child);
+
+impl Daemon {
+    fn kill(mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn validate_status(doc: &serde_json::Value) {
+    let path = support::cluster::repo_root().join("schemas/status.v1.json");
+    let schema: serde_json::Value = serde_json::from_str(&fs::read_to_string(&path).unwrap()).unwrap();
+    let mut schemas = boon::Schemas::new();
+    let mut compiler = boon::Compiler::new();
+    compiler.enable_format_assertions();
+    compiler.add_resource("status.v1.json", schema).unwrap();
+    let index = compiler.compile("status.v1.json", &mut schemas).unwrap();
+    if let Err(e) = schemas.validate(doc, index) {
+        panic!("{doc:#} does not match schemas/status.v1.json: {e:#}");
+    }
+}
+
+fn arg_of(manifest: &Path, flag: &str) -> String {
+    let text = fs::read_to_string(manifest).unwrap();
+    let prefix = format!("- {flag}=");
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix(&prefix).map(|v| v.trim_matches('\'').to_owned()))
+        .unwrap_or_else(|| panic!("{flag} not in {text}"))
+}
+
+#[test]
+fn a_fourth_node_joins_as_learner_is_promoted_upgrades_without_churn_and_leaves_on_decommission() {
+    let bed = Bed::new(3, 3);
+    bed.wait_healthy(3);
+    let before = bed.member_ids();
+    let mut node = Node::new(&bed, "n4", Ports::new(), None);
+
+    // Join: added as a learner before the manifest is written; the manifest joins "existing".
+    // (An add whose answer is lost on a busy machine is found by its peer URL next time.)
+    let start = Instant::now();
+    while !node.manifest().exists() {
+        let out = node.apply();
+        assert!(
+            out.status.success() || start.elapsed() < Duration::from_secs(30),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let mine = node.my_entries(&bed);
+    assert_eq!(mine.len(), 1);
+    assert!(mine[0].2, "added as a learner: {mine:?}");
+    assert_eq!(arg_of(&node.manifest(), "--initial-cluster-state"), "existing");
+    let initial = arg_of(&node.manifest(), "--initial-cluster");
+    assert_eq!(initial.split(',').count(), 4, "{initial}");
+    assert!(initial.contains(&format!("n4={}", node.ports.peer_url())), "{initial}");
+    assert_eq!(node.record().unwrap()["phase"], "learner");
+
+    // etcd runs from the manifest; the next applies promote it once it has caught up.
+    node.start_etcd();
+    node.apply_until_voter(&bed);
+    bed.wait_healthy(4);
+    assert_eq!(node.record().unwrap()["phase"], "voter");
+    // `status` shows the member, in the documented schema.
+    let out = node.command("status").args(["--output", "json"]).output().unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["etcdMember"]["phase"], "voter", "{doc}");
+    assert_eq!(doc["etcdMember"]["peerUrl"], node.ports.peer_url());
+    assert_eq!(doc["etcdMember"]["lastJoin"]["action"], "promote");
+    validate_status(&doc);
+    let out = node.command("status").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("etcd member   n4 voter id "), "{text}");
+    let joined = bed.member_ids();
+    assert_eq!(joined.len(), 4);
+    assert!(before.is_subset(&joined));
+
+    // Upgrade (a new flag): the manifest changes, the membership does not.
+    let hash_before = fs::read(node.manifest()).unwrap();
+    fs::write(
+        node.config_dir.join("pod.yaml"),
+        POD.replace(
+            "        - --name=",
+            "        - --snapshot-count=5000\n        - --name=",
+        ),
+    )
+    .unwrap();
+    let out = node.apply();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_ne!(fs::read(node.manifest()).unwrap(), hash_before);
+    assert_eq!(
+        arg_of(&node.manifest(), "--initial-cluster"),
+        initial,
+        "the recorded initial cluster is reused"
+    );
+    node.stop_etcd();
+    node.start_etcd(); // the kubelet restarts etcd with the new flag
+    bed.wait_healthy(4);
+    let out = node.apply();
+    assert!(out.status.success());
+    assert_eq!(bed.member_ids(), joined, "no membership change on upgrade");
+
+    // Decommission: the member leaves (3 healthy voters remain), then the files, then the data
+    // dir once its database is saved.
+    let (stdout, _, status) = node.pre_stop("30s");
+    assert!(status.success(), "{stdout}");
+    let report: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(report["decision"], "remove", "{stdout}");
+    assert_eq!(bed.member_ids(), before, "back to the three original members");
+    assert!(!node.manifest().exists());
+    assert!(!node.data_dir().exists(), "data dir removed");
+    let snapshots: Vec<_> = fs::read_dir(node.state().join("etcd-snapshots"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(snapshots.len(), 1, "{snapshots:?}");
+    assert!(fs::metadata(&snapshots[0]).unwrap().len() > 0);
+    assert_eq!(node.record().unwrap()["phase"], "removed");
+    assert!(
+        node.record().unwrap()["lastLeave"]["result"]
+            .as_str()
+            .unwrap()
+            .starts_with("removed")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decommission_that_would_break_quorum_is_refused_and_an_unreachable_etcd_removes_nothing() {
+    // The anchor pod, for the Warning Event (the kube-apiserver of the test control plane).
+    let cp = support::cluster::shared().await;
+    let ns = cp.namespace("etcd-member").await;
+    let admin = cp.admin().await;
+    // No controllers run here: the namespace's default ServiceAccount is created by hand.
+    let sa: k8s_openapi::api::core::v1::ServiceAccount =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "default"}})).unwrap();
+    kube::Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(admin.clone(), &ns)
+        .create(&Default::default(), &sa)
+        .await
+        .unwrap();
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "etcd-anchor-n3"},
+        "spec": {"containers": [{"name": "anchor", "image": "kube-anchor"}]}
+    }))
+    .unwrap();
+    kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(admin.clone(), &ns)
+        .create(&Default::default(), &pod)
+        .await
+        .unwrap();
+    let kubeconfig = cp.admin_kubeconfig.display().to_string();
+    let identity = [
+        ("KUBECONFIG", kubeconfig.as_str()),
+        ("POD_NAME", "etcd-anchor-n3"),
+        ("POD_NAMESPACE", ns.as_str()),
+    ];
+
+    // n1 and n2 run; n3 is the node under test and bootstraps with them (initial cluster).
+    let bed = Bed::new(3, 2);
+    let ports = Ports {
+        ip: IP.into(),
+        client: bed.ports[2].client,
+        peer: bed.ports[2].peer,
+    };
+    let mut node = Node::new(&bed, "n3", ports, Some(&bed.initial_cluster()));
+    let out = node.apply();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(arg_of(&node.manifest(), "--initial-cluster-state"), "new");
+    assert_eq!(node.record().unwrap()["phase"], "voter");
+    node.start_etcd();
+    bed.wait_healthy(3);
+    let ids = bed.member_ids();
+
+    // One of the two other members stops: removing n3 would leave n1 and n2 with one healthy.
+    let mut bed = bed;
+    bed.members[1].take().unwrap().stop();
+    let (stdout, took, status) = node.pre_stop_with("20s", &identity);
+    assert!(status.success(), "{stdout}");
+    let report: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(report["decision"], "held", "{stdout}");
+    let reason = report["reason"].as_str().unwrap();
+    assert!(reason.contains("quorum needs 2"), "{reason}");
+    assert!(took < Duration::from_secs(20), "returned within its timeout: {took:?}");
+    assert!(node.manifest().exists(), "manifest kept");
+    assert!(node.data_dir().join("member").exists(), "data dir kept");
+    assert!(
+        node.root.join("etc/kubernetes/pki/etcd/server.key").exists(),
+        "credentials kept"
+    );
+    assert_eq!(bed.member_ids(), ids, "no member removed");
+    let event = support::cluster::event(
+        &admin,
+        &ns,
+        "MembershipHeld",
+        Some("etcd-anchor-n3"),
+        Duration::from_secs(10),
+    )
+    .await;
+    let note = event.note.unwrap_or_default();
+    assert!(
+        note.contains("quorum needs 2") && note.contains("every file is kept"),
+        "{note}"
+    );
+
+    // etcd unreachable: every member stopped. Nothing is removed, within the timeout.
+    node.stop_etcd();
+    bed.members[0].take().unwrap().stop();
+    let (stdout, took, status) = node.pre_stop("15s");
+    assert!(status.success(), "{stdout}");
+    let report: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(report["decision"], "held", "{stdout}");
+    assert!(report["reason"].as_str().unwrap().contains("unreachable"), "{stdout}");
+    assert!(took < Duration::from_secs(15), "{took:?}");
+    assert!(node.manifest().exists());
+    assert!(node.data_dir().join("member").exists());
+}
+
+#[test]
+fn an_anchor_killed_between_adding_the_learner_and_promoting_it_is_resumed_without_a_second_member() {
+    let bed = Bed::new(3, 3);
+    bed.wait_healthy(3);
+    let mut node = Node::new(&bed, "n4", Ports::new(), None);
+    let socket = node.log_dir.join("n4.sock");
+    let log = fs::File::create(node.log_dir.join("n4-anchor-1.log")).unwrap();
+    let daemon = Daemon(
+        node.command("run")
+            .arg("--health-socket")
+            .arg(&socket)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
+    // SIGKILL as soon as the learner exists (etcd is not running: it cannot be promoted yet).
+    let start = Instant::now();
+    while node.my_entries(&bed).is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the daemon never added the learner"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    daemon.kill();
+    let mine = node.my_entries(&bed);
+    assert_eq!(mine.len(), 1);
+    assert!(mine[0].2, "still a learner");
+    // The worst moment of the crash: the learner added, nothing recorded yet.
+    let _ = fs::remove_file(node.state().join("etcd.membership.json"));
+    let _ = fs::remove_file(node.manifest());
+
+    // The next anchor finds the learner by its peer URL and resumes the join.
+    let log = fs::File::create(node.log_dir.join("n4-anchor-2.log")).unwrap();
+    let metrics_port = free_port();
+    let daemon = Daemon(
+        node.command("run")
+            .arg("--health-socket")
+            .arg(&socket)
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{metrics_port}"))
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
+    let start = Instant::now();
+    while !node.manifest().exists() {
+        assert!(start.elapsed() < Duration::from_secs(20), "no manifest written");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(node.record().unwrap()["lastJoin"]["action"], "resume");
+    node.start_etcd();
+    let start = Instant::now();
+    loop {
+        let members = bed.members();
+        let mine: Vec<_> = members
+            .iter()
+            .filter(|m| m.1.contains(&node.ports.peer_url()))
+            .collect();
+        assert_eq!(mine.len(), 1, "never two entries for the node: {members:?}");
+        assert!(members.len() <= 4, "{members:?}");
+        if !mine[0].2 {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(40), "never promoted");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    bed.wait_healthy(4);
+    let start = Instant::now();
+    while node.record().unwrap()["phase"] != "voter" {
+        assert!(start.elapsed() < Duration::from_secs(10), "the record says voter");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // /metrics shows the member once the daemon has looked again (every resync at most).
+    let start = Instant::now();
+    loop {
+        let out = Command::new("curl")
+            .args(["-s", &format!("http://127.0.0.1:{metrics_port}/metrics")])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let line = text.lines().find(|l| l.starts_with("kube_anchor_etcd_member_info{"));
+        if let Some(line) = line.filter(|l| l.contains("role=\"voter\"")) {
+            assert!(
+                line.contains(&format!("peer_url=\"{}\"", node.ports.peer_url())),
+                "{line}"
+            );
+            assert!(
+                text.contains("kube_anchor_etcd_join_pending{component=\"etcd\"} 0"),
+                "{text}"
+            );
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no voter in /metrics: {text}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    daemon.kill();
+    node.stop_etcd();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_process_node_the_kubelet_runs_the_joined_member_and_stops_it_when_it_leaves() {
+    // The node under test is a process node: its kubelet runs etcd from the manifest the anchor
+    // writes (hostPath volumes under the node's host root) and stops it when the manifest goes.
+    let cp = support::cluster::shared().await;
+    let pn = cp.add_process_node("etcd-pn", &[]).await;
+    let bed = Bed::new(3, 3);
+    bed.wait_healthy(3);
+    let before = bed.member_ids();
+    let mut node = Node::with_root(&bed, &pn.name, Ports::on(&pn.ip), None, pn.host_root());
+    let start = Instant::now();
+    while !node.manifest().exists() {
+        let out = node.apply();
+        assert!(
+            out.status.success() || start.elapsed() < Duration::from_secs(30),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert_eq!(node.my_entries(&bed).len(), 1);
+    // No start_etcd: the kubelet starts it.
+    node.apply_until_voter(&bed);
+    bed.wait_healthy(4);
+    assert_eq!(bed.member_ids().len(), 4);
+
+    let (stdout, _, status) = node.pre_stop("40s");
+    assert!(status.success(), "{stdout}");
+    let report: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(report["decision"], "remove", "{stdout}");
+    assert_eq!(bed.member_ids(), before);
+    assert!(!node.manifest().exists());
+    assert!(
+        !node.data_dir().exists(),
+        "the kubelet stopped etcd, and the data dir went after its snapshot"
+    );
+    assert_eq!(fs::read_dir(node.state().join("etcd-snapshots")).unwrap().count(), 1);
+}
