@@ -305,6 +305,24 @@ fn annotated_template(label: &str, extra_spec: serde_json::Value) -> serde_json:
     })
 }
 
+/// Creates DaemonSet `name` (pods labelled `app=<name>`, annotated for checkpointing) and
+/// returns the name of its pod once that runs Ready on `node`.
+async fn create_annotated_daemonset(daemonsets: &Api<DaemonSet>, pods: &Api<Pod>, name: &str, node: &str) -> String {
+    let ds: DaemonSet = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "spec": {"selector": {"matchLabels": {"app": name}}, "template": annotated_template(name, serde_json::json!({}))}
+    }))
+    .unwrap();
+    daemonsets.create(&PostParams::default(), &ds).await.unwrap();
+    eventually(WAIT, "the DaemonSet's pod Running and Ready", || {
+        ready_pod(pods, name, node, &[])
+    })
+    .await
+    .metadata
+    .name
+    .unwrap()
+}
+
 /// The Ready pod with `label` on `node`, other than `not`.
 async fn ready_pod(pods: &Api<Pod>, label: &str, node: &str, not: &[String]) -> Option<Pod> {
     let list = pods
@@ -668,19 +686,7 @@ async fn a_bootkube_checkpoint_belongs_to_its_daemonset() {
     let admin = cp.admin().await;
     let daemonsets: Api<DaemonSet> = Api::namespaced(admin.clone(), &ns);
     let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
-    let ds: DaemonSet = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "legacy"},
-        "spec": {"selector": {"matchLabels": {"app": "legacy"}}, "template": annotated_template("legacy", serde_json::json!({}))}
-    }))
-    .unwrap();
-    daemonsets.create(&PostParams::default(), &ds).await.unwrap();
-    let running = eventually(WAIT, "the DaemonSet's pod", || {
-        ready_pod(&pods, "legacy", &node.name, &[])
-    })
-    .await
-    .metadata
-    .name
-    .unwrap();
+    let running = create_annotated_daemonset(&daemonsets, &pods, "legacy", &node.name).await;
     let files = CheckpointFiles::new(&node, &ns);
     let (inactive, active) = (|pod: &str| files.inactive(pod), |pod: &str| files.active(pod));
     let old = "legacy-b00tk";
@@ -754,19 +760,7 @@ async fn a_steady_checkpointer_asks_the_api_nothing_between_watches() {
     let admin = cp.admin().await;
     let daemonsets: Api<DaemonSet> = Api::namespaced(admin.clone(), &ns);
     let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
-    let ds: DaemonSet = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "quiet"},
-        "spec": {"selector": {"matchLabels": {"app": "quiet"}}, "template": annotated_template("quiet", serde_json::json!({}))}
-    }))
-    .unwrap();
-    daemonsets.create(&PostParams::default(), &ds).await.unwrap();
-    let parent = eventually(WAIT, "the parent Running and Ready", || {
-        ready_pod(&pods, "quiet", &node.name, &[])
-    })
-    .await
-    .metadata
-    .name
-    .unwrap();
+    let parent = create_annotated_daemonset(&daemonsets, &pods, "quiet", &node.name).await;
     let work = tempfile::tempdir().unwrap();
     fs::write(work.path().join("boot_id"), "b1").unwrap();
     // A pass every 300 ms: 30 or more passes in the window below.

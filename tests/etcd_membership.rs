@@ -16,65 +16,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
-};
-use support::cluster::{Process, free_port, tool};
+use support::cluster::{Pki, Process, free_port, tool};
 use support::fixture::BIN;
 
 const IP: &str = "127.0.0.1";
 
-struct Pki {
-    dir: PathBuf,
-    ca_key: KeyPair,
-    ca_params: CertificateParams,
-}
-
-impl Pki {
-    fn new(dir: &Path) -> Self {
-        fs::create_dir_all(dir).unwrap();
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        let mut dn = DistinguishedName::new();
-        dn.push(DnType::CommonName, "etcd-test-ca");
-        params.distinguished_name = dn;
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
-        let key = KeyPair::generate().unwrap();
-        let cert = params.self_signed(&key).unwrap();
-        fs::write(dir.join("ca.crt"), cert.pem()).unwrap();
-        Self {
-            dir: dir.into(),
-            ca_key: key,
-            ca_params: params,
-        }
-    }
-
-    /// `<name>.crt`/`<name>.key`, good for serving (on `ip` and 127.0.0.1), peering and as a
-    /// client.
-    fn issue(&self, name: &str, ip: &str) -> (PathBuf, PathBuf) {
-        let mut params = CertificateParams::new(vec![ip.to_string(), IP.to_string(), "localhost".to_string()]).unwrap();
-        let mut dn = DistinguishedName::new();
-        dn.push(DnType::CommonName, name);
-        params.distinguished_name = dn;
-        params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
-        let key = KeyPair::generate().unwrap();
-        let cert = params
-            .signed_by(&key, &Issuer::from_params(&self.ca_params, &self.ca_key))
-            .unwrap();
-        let (crt, k) = (
-            self.dir.join(format!("{name}.crt")),
-            self.dir.join(format!("{name}.key")),
-        );
-        fs::write(&crt, cert.pem()).unwrap();
-        fs::write(&k, key.serialize_pem()).unwrap();
-        (crt, k)
-    }
-
-    fn ca(&self) -> PathBuf {
-        self.dir.join("ca.crt")
-    }
+/// `<name>.crt`/`<name>.key`, good for serving (on `ip` and 127.0.0.1), peering and as a client.
+fn issue(pki: &Pki, name: &str, ip: &str) -> (PathBuf, PathBuf) {
+    pki.issue_server_and_client(name, &[ip, IP, "localhost"])
 }
 
 struct Ports {
@@ -104,7 +53,7 @@ impl Ports {
 
 /// An etcd started by the test (the existing members).
 fn etcd(bed: &Bed, name: &str, ports: &Ports, initial_cluster: &str) -> Process {
-    let (crt, key) = bed.pki.issue(name, &ports.ip);
+    let (crt, key) = issue(&bed.pki, name, &ports.ip);
     let ca = bed.pki.ca();
     let mut cmd = Command::new(tool("etcd"));
     cmd.args([
@@ -142,7 +91,7 @@ impl Bed {
     fn new(n: usize, started: usize) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let pki = Pki::new(&dir.path().join("pki"));
-        let client = pki.issue("anchor-client", IP);
+        let client = issue(&pki, "anchor-client", IP);
         let ports: Vec<Ports> = (0..n).map(|_| Ports::new()).collect();
         let mut bed = Self {
             dir,
@@ -296,6 +245,20 @@ spec:
 "#;
 
 impl Node {
+    /// `apply` until the manifest is written (a join may need a few: an add whose answer is lost
+    /// on a busy machine is found by its peer URL the next time); fails after 30 s of errors.
+    fn apply_until_written(&self) {
+        let start = Instant::now();
+        while !self.manifest().exists() {
+            let out = self.apply();
+            assert!(
+                out.status.success() || start.elapsed() < Duration::from_secs(30),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+
     fn new(bed: &Bed, name: &str, ports: Ports, initial_cluster: Option<&str>) -> Self {
         Self::with_root(
             bed,
@@ -310,7 +273,7 @@ impl Node {
         let config_dir = bed.dir.path().join(format!("{name}-config"));
         fs::create_dir_all(&root).unwrap();
         fs::create_dir_all(&config_dir).unwrap();
-        let (crt, key) = bed.pki.issue(name, &ports.ip);
+        let (crt, key) = issue(&bed.pki, name, &ports.ip);
         fs::copy(bed.pki.ca(), config_dir.join("ca.crt")).unwrap();
         fs::copy(crt, config_dir.join("server.crt")).unwrap();
         fs::copy(key, config_dir.join("server.key")).unwrap();
@@ -502,13 +465,7 @@ impl Drop for Daemon {
 }
 
 fn validate_status(doc: &serde_json::Value) {
-    let path = support::cluster::repo_root().join("schemas/status.v1.json");
-    let schema: serde_json::Value = serde_json::from_str(&fs::read_to_string(&path).unwrap()).unwrap();
-    let mut schemas = boon::Schemas::new();
-    let mut compiler = boon::Compiler::new();
-    compiler.enable_format_assertions();
-    compiler.add_resource("status.v1.json", schema).unwrap();
-    let index = compiler.compile("status.v1.json", &mut schemas).unwrap();
+    let (schemas, index) = support::fixture::status_schema();
     if let Err(e) = schemas.validate(doc, index) {
         panic!("{doc:#} does not match schemas/status.v1.json: {e:#}");
     }
@@ -531,15 +488,7 @@ fn a_fourth_node_joins_as_learner_is_promoted_upgrades_without_churn_and_leaves_
 
     // Join: added as a learner before the manifest is written; the manifest joins "existing".
     // (An add whose answer is lost on a busy machine is found by its peer URL next time.)
-    let start = Instant::now();
-    while !node.manifest().exists() {
-        let out = node.apply();
-        assert!(
-            out.status.success() || start.elapsed() < Duration::from_secs(30),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    node.apply_until_written();
     let mine = node.my_entries(&bed);
     assert_eq!(mine.len(), 1);
     assert!(mine[0].2, "added as a learner: {mine:?}");
@@ -821,15 +770,7 @@ async fn on_a_process_node_the_kubelet_runs_the_joined_member_and_stops_it_when_
     bed.wait_healthy(3);
     let before = bed.member_ids();
     let mut node = Node::with_root(&bed, &pn.name, Ports::on(&pn.ip), None, pn.host_root());
-    let start = Instant::now();
-    while !node.manifest().exists() {
-        let out = node.apply();
-        assert!(
-            out.status.success() || start.elapsed() < Duration::from_secs(30),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    node.apply_until_written();
     assert_eq!(node.my_entries(&bed).len(), 1);
     // No start_etcd: the kubelet starts it.
     node.apply_until_voter(&bed);

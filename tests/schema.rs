@@ -5,19 +5,7 @@ mod support;
 
 use std::fs;
 
-use support::cluster::repo_root;
 use support::fixture::*;
-
-fn validator() -> (boon::Schemas, boon::SchemaIndex) {
-    let path = repo_root().join("schemas/status.v1.json");
-    let schema: serde_json::Value = serde_json::from_str(&fs::read_to_string(&path).unwrap()).unwrap();
-    let mut schemas = boon::Schemas::new();
-    let mut compiler = boon::Compiler::new();
-    compiler.enable_format_assertions();
-    compiler.add_resource("status.v1.json", schema).unwrap();
-    let index = compiler.compile("status.v1.json", &mut schemas).unwrap();
-    (schemas, index)
-}
 
 fn status(f: &Fixture) -> serde_json::Value {
     let out = f.run("status", &["--output", "json"]);
@@ -25,7 +13,7 @@ fn status(f: &Fixture) -> serde_json::Value {
 }
 
 fn assert_valid(doc: &serde_json::Value, what: &str) {
-    let (schemas, index) = validator();
+    let (schemas, index) = status_schema();
     if let Err(e) = schemas.validate(doc, index) {
         panic!("{what}: {doc:#}\ndoes not match schemas/status.v1.json: {e:#}");
     }
@@ -63,7 +51,7 @@ fn the_schema_rejects_what_status_never_prints() {
     assert_success(&f.apply());
     let mut doc = status(&f);
     doc["files"][0]["state"] = "half-written".into();
-    let (schemas, index) = validator();
+    let (schemas, index) = status_schema();
     assert!(
         schemas.validate(&doc, index).is_err(),
         "an unknown state must not validate"

@@ -155,7 +155,7 @@ pub struct Pki {
 }
 
 impl Pki {
-    fn new(dir: &Path) -> Self {
+    pub fn new(dir: &Path) -> Self {
         fs::create_dir_all(dir).unwrap();
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
         params.distinguished_name = dn("kube-anchor-test-ca", None);
@@ -190,14 +190,33 @@ impl Pki {
         organization: Option<&str>,
         sans: &[&str],
     ) -> (PathBuf, PathBuf) {
+        let usage = if sans.is_empty() {
+            ExtendedKeyUsagePurpose::ClientAuth
+        } else {
+            ExtendedKeyUsagePurpose::ServerAuth
+        };
+        self.issue_for(name, common_name, organization, sans, vec![usage])
+    }
+
+    /// Issues `<name>.crt`/`<name>.key` good for serving on `sans` and as a client (an etcd
+    /// member's server, peer and client certificate in one).
+    pub fn issue_server_and_client(&self, name: &str, sans: &[&str]) -> (PathBuf, PathBuf) {
+        let usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+        self.issue_for(name, name, None, sans, usages)
+    }
+
+    fn issue_for(
+        &self,
+        name: &str,
+        common_name: &str,
+        organization: Option<&str>,
+        sans: &[&str],
+        usages: Vec<ExtendedKeyUsagePurpose>,
+    ) -> (PathBuf, PathBuf) {
         let mut params = CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
         params.distinguished_name = dn(common_name, organization);
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
-        params.extended_key_usages = if sans.is_empty() {
-            vec![ExtendedKeyUsagePurpose::ClientAuth]
-        } else {
-            vec![ExtendedKeyUsagePurpose::ServerAuth]
-        };
+        params.extended_key_usages = usages;
         let key = KeyPair::generate().unwrap();
         let issuer = Issuer::from_params(&self.ca_params, &self.ca_key);
         let cert = params.signed_by(&key, &issuer).unwrap();
