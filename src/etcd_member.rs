@@ -500,7 +500,20 @@ pub fn save_and_remove_data_dir(
         // No database (etcd never wrote one): nothing to save.
         Ok(_) | Err(_) => None,
     };
-    fs::remove_dir_all(&data).map_err(io(&data, "remove data dir"))?;
+    // Only what etcd writes there (`member/`), then the directory if that leaves it empty: a
+    // dataDir set by mistake to a directory holding anything else loses nothing of it.
+    let member_dir = data.join("member");
+    if fs::symlink_metadata(&member_dir).is_ok_and(|m| m.is_dir()) {
+        fs::remove_dir_all(&member_dir).map_err(io(&member_dir, "remove etcd's member dir"))?;
+    }
+    match fs::remove_dir(&data) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) if e.kind() == io::ErrorKind::DirectoryNotEmpty => {
+            tracing::warn!(path = %data.display(), "the data dir holds more than etcd's member/: kept, with what is in it");
+        }
+        Err(e) => return Err(io(&data, "remove data dir")(e)),
+    }
     if let Some(parent) = data.parent() {
         let _ = fs::File::open(parent).and_then(|d| d.sync_all());
     }
@@ -583,6 +596,18 @@ mod tests {
         assert!(e.to_string().contains("above snapshots.maxBytes"), "{e}");
         assert!(dir.join("member/snap/db").exists(), "data dir kept");
         assert!(snapshots(root.path()).is_empty());
+    }
+
+    #[test]
+    fn only_what_etcd_wrote_goes_with_the_data_dir() {
+        // A dataDir pointed by mistake at a directory that holds other files.
+        let (root, engine) = node();
+        fs::create_dir_all(root.path().join("var/lib/kube-anchor/v1")).unwrap();
+        let dir = data(root.path(), b"database bytes");
+        fs::write(dir.join("not-etcd.conf"), b"keep me").unwrap();
+        save_and_remove_data_dir(&engine, "etcd", &member(1 << 20, 2)).unwrap();
+        assert!(!dir.join("member").exists());
+        assert_eq!(fs::read(dir.join("not-etcd.conf")).unwrap(), b"keep me");
     }
 
     #[test]
