@@ -896,9 +896,10 @@ impl Machine {
             local.entry(key).or_default().push(Local { uid, ready_since });
         }
         self.local_ready_since.retain(|uid, _| seen.contains(uid));
+        // One view of this node's pods in the API for the whole pass.
+        let pods_here = api.pods();
         if let Some((name, namespace)) = &setup.pod
-            && let Some(own) = api
-                .pods()
+            && let Some(own) = pods_here
                 .iter()
                 .find(|p| p.metadata.name.as_ref() == Some(name) && p.metadata.namespace.as_ref() == Some(namespace))
         {
@@ -914,7 +915,7 @@ impl Machine {
 
         let mut parents: BTreeMap<String, Vec<(Parent, Pod)>> = BTreeMap::new();
         if api_reachable {
-            for pod in api.pods().iter().filter(|p| sanitize::is_parent(p)) {
+            for pod in pods_here.iter().filter(|p| sanitize::is_parent(p)) {
                 let Some(key) = sanitize::controller_key(pod) else {
                     continue;
                 };
@@ -947,7 +948,6 @@ impl Machine {
         keys.sort_by_key(|k| Some(k) == self.self_owner.as_ref());
         for key in keys {
             let is_self = Some(&key) == self.self_owner.as_ref();
-            let pods_here = api.pods();
             let wants = match (api_reachable, client) {
                 // The owner's own pod, live on this node, is its word that it wants the node:
                 // no GET per pass while everything runs (watches only in steady state).

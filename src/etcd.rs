@@ -243,24 +243,17 @@ impl Endpoint {
     }
 
     pub async fn promote(&self, id: u64) -> Result<(), EtcdError> {
-        let _: serde_json::Value = self
-            .call(
-                "member promote",
-                "/v3/cluster/member/promote",
-                serde_json::json!({"ID": id.to_string()}),
-            )
-            .await?;
-        Ok(())
+        self.member_call("member promote", "/v3/cluster/member/promote", id)
+            .await
     }
 
     pub async fn remove(&self, id: u64) -> Result<(), EtcdError> {
-        let _: serde_json::Value = self
-            .call(
-                "member remove",
-                "/v3/cluster/member/remove",
-                serde_json::json!({"ID": id.to_string()}),
-            )
-            .await?;
+        self.member_call("member remove", "/v3/cluster/member/remove", id).await
+    }
+
+    /// A call on one member by ID whose answer carries nothing we use.
+    async fn member_call(&self, call: &'static str, path: &str, id: u64) -> Result<(), EtcdError> {
+        let _: serde_json::Value = self.call(call, path, serde_json::json!({"ID": id.to_string()})).await?;
         Ok(())
     }
 

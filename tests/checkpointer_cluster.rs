@@ -264,31 +264,16 @@ fn start_checkpointer(
     work: &std::path::Path,
     extra: &[&str],
 ) -> CheckpointerProcess {
-    let log = work.join("checkpointer.log");
-    let child = Command::new(BIN)
-        .args(["checkpointer", "--host-root"])
-        .arg(node.host_root())
-        .args(["--node-name", &node.name, "--kubeconfig"])
-        .arg(&cp.admin_kubeconfig)
-        .args(["--kubelet-url", &format!("http://127.0.0.1:{}", node.kubelet_port)])
-        .arg("--boot-id-file")
-        .arg(work.join("boot_id"))
-        .args([
-            "--ready-window",
-            "1s",
-            "--handoff-timeout",
-            "20s",
-            "--interval",
-            "300ms",
-        ])
-        .args(extra)
-        .env("NO_COLOR", "1")
-        .env_remove("KUBE_ANCHOR_CHECKPOINT_OF")
-        .stdout(Stdio::null())
-        .stderr(fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    CheckpointerProcess { child, log }
+    let windows = [
+        "--ready-window",
+        "1s",
+        "--handoff-timeout",
+        "20s",
+        "--interval",
+        "300ms",
+    ];
+    let args: Vec<&str> = windows.iter().chain(extra).copied().collect();
+    CheckpointerProcess::start(node, &cp.admin_kubeconfig, work, &args)
 }
 
 fn annotated_template(label: &str, extra_spec: serde_json::Value) -> serde_json::Value {

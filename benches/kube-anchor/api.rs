@@ -10,30 +10,20 @@
 //! The checkpointer also asks the node's kubelet for `/pods` at every pass; that costs the
 //! kubelet, not the API server, and its size and latency are measured here too.
 
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use kube::api::{Api, PostParams};
 
-use crate::support::cluster::{ControlPlane, NodeHandle};
+use crate::support::checkpointer::CheckpointerProcess;
+use crate::support::cluster::{AuditedRequest, ControlPlane, NodeHandle};
 use crate::support::daemon::{ConfigVolume, Daemon, anchor_config, http_get};
-use crate::support::fixture::BIN;
 use crate::{Row, ms, percentiles};
 
 const NODES: usize = 3;
 /// bootkube's pod-checkpointer: one LIST of the node's pods every 5 s.
 const BOOTKUBE_REQUESTS_PER_HOUR: u32 = 720;
 const SETTLE: Duration = Duration::from_secs(120);
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 pub fn measure(quick: bool) -> Vec<Row> {
     let seconds: u64 = std::env::var("API_COST_SECONDS")
@@ -67,7 +57,7 @@ async fn steady_state(seconds: u64) -> Vec<Row> {
     let work = tempfile::tempdir().unwrap();
     let mut nodes: Vec<NodeHandle> = Vec::new();
     let mut anchors: Vec<(Daemon, ConfigVolume)> = Vec::new();
-    let mut checkpointers: Vec<Killed> = Vec::new();
+    let mut checkpointers: Vec<CheckpointerProcess> = Vec::new();
     for i in 0..NODES {
         let node = cp.add_node(&format!("cost-{i}"), &[]).await;
         let dir = work.path().join(&node.name);
@@ -93,26 +83,17 @@ async fn steady_state(seconds: u64) -> Vec<Row> {
             &volume.config(),
             &node.host_root(),
             &node.name,
-            &["--kubeconfig".into(), kubeconfig.clone()],
+            &["--kubeconfig".into(), kubeconfig],
             &dir.join("run.log"),
         );
         anchors.push((anchor, volume));
         std::fs::write(dir.join("boot_id"), "boot-1").unwrap();
-        let checkpointer = Command::new(BIN)
-            .args(["checkpointer", "--host-root"])
-            .arg(node.host_root())
-            .args(["--node-name", &node.name, "--kubeconfig", &kubeconfig])
-            .args(["--kubelet-url", &format!("http://127.0.0.1:{}", node.kubelet_port)])
-            .arg("--boot-id-file")
-            .arg(dir.join("boot_id"))
-            .args(["--ready-window", "1s"])
-            .env("NO_COLOR", "1")
-            .env_remove("KUBE_ANCHOR_CHECKPOINT_OF")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("checkpointer.log")).unwrap())
-            .spawn()
-            .unwrap();
-        checkpointers.push(Killed(checkpointer));
+        checkpointers.push(CheckpointerProcess::start(
+            &node,
+            &cp.admin_kubeconfig,
+            &dir,
+            &["--ready-window", "1s"],
+        ));
         nodes.push(node);
     }
 
@@ -137,24 +118,21 @@ async fn steady_state(seconds: u64) -> Vec<Row> {
     }
     tokio::time::sleep(Duration::from_secs(5)).await;
 
+    // Requests of one part on this bed's nodes: (watches, every other request).
     let count = |verb: &str| {
-        let mut watches = 0;
-        let mut others = Vec::new();
-        for node in &nodes {
-            let agent = format!("kube-anchor/{} ({verb}", env!("CARGO_PKG_VERSION"));
-            for r in cp
-                .audited_requests(&agent)
-                .into_iter()
-                .filter(|r| r.user_agent.ends_with(&format!("; node {})", node.name)))
-            {
-                if r.verb == "watch" {
-                    watches += 1;
-                } else {
-                    others.push(format!("{} {}", r.verb, r.request_uri));
-                }
-            }
-        }
-        (watches, others)
+        let agent = format!("kube-anchor/{} ({verb}", env!("CARGO_PKG_VERSION"));
+        let ours = |r: &AuditedRequest| {
+            nodes
+                .iter()
+                .any(|n| r.user_agent.ends_with(&format!("; node {})", n.name)))
+        };
+        let (watches, others): (Vec<_>, Vec<_>) = cp
+            .audited_requests(&agent)
+            .into_iter()
+            .filter(ours)
+            .partition(|r| r.verb == "watch");
+        let others: Vec<String> = others.iter().map(|r| format!("{} {}", r.verb, r.request_uri)).collect();
+        (watches.len(), others)
     };
     let before = [count("run "), count("checkpointer;")];
     for (part, (watches, _)) in ["run", "checkpointer"].iter().zip(&before) {

@@ -4,13 +4,14 @@
 #![allow(dead_code)]
 
 use std::fs;
-use std::path::PathBuf;
-use std::process::Child;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 
 use super::cluster::NodeHandle;
+use super::fixture::BIN;
 
 /// A checkpointer process (killed on drop) and its log file.
 pub struct CheckpointerProcess {
@@ -26,6 +27,29 @@ impl Drop for CheckpointerProcess {
 }
 
 impl CheckpointerProcess {
+    /// `kube-anchor checkpointer` as the DaemonSet copy on `node` runs it, with `kubeconfig`, the
+    /// node's kubelet, `<work>/boot_id` as the boot id and `args` (windows, interval); logs to
+    /// `<work>/checkpointer.log`.
+    pub fn start(node: &NodeHandle, kubeconfig: &Path, work: &Path, args: &[&str]) -> Self {
+        let log = work.join("checkpointer.log");
+        let child = Command::new(BIN)
+            .args(["checkpointer", "--host-root"])
+            .arg(node.host_root())
+            .args(["--node-name", &node.name, "--kubeconfig"])
+            .arg(kubeconfig)
+            .args(["--kubelet-url", &format!("http://127.0.0.1:{}", node.kubelet_port)])
+            .arg("--boot-id-file")
+            .arg(work.join("boot_id"))
+            .args(args)
+            .env("NO_COLOR", "1")
+            .env_remove("KUBE_ANCHOR_CHECKPOINT_OF")
+            .stdout(Stdio::null())
+            .stderr(fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        Self { child, log }
+    }
+
     pub fn log(&self) -> String {
         fs::read_to_string(&self.log).unwrap_or_default()
     }
