@@ -57,6 +57,12 @@ impl Command {
 pub enum Command {
     /// Render the config and write its files and manifest onto the node, once.
     Apply(ApplyArgs),
+    /// First boot of a node with no API server anywhere: from the output of `helm template` of
+    /// the component charts, apply every component this node's anchors would (etcd,
+    /// kube-apiserver, kube-controller-manager, kube-scheduler, then any other), waiting for each
+    /// one's health endpoint. The anchors `helm install` starts later find every file in place
+    /// and adopt it: nothing is rewritten, no static pod restarts.
+    Bootstrap(BootstrapArgs),
     /// Remove what `apply` wrote for a component (only files that still hold what was written).
     Remove(RemoveArgs),
     /// Compare the node with the config; exit 0 when everything is in sync, 3 otherwise.
@@ -121,6 +127,40 @@ pub struct ApplyArgs {
     /// when they still hold what was written).
     #[arg(long, env = "KUBE_ANCHOR_PRUNE")]
     pub prune: bool,
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+}
+
+#[derive(Debug, Args)]
+pub struct BootstrapArgs {
+    /// `helm template` output (multi-document YAML) of the component charts, with the values
+    /// `helm install` will get; `-` reads stdin. Repeat for several files.
+    #[arg(long = "from", required = true)]
+    pub from: Vec<PathBuf>,
+    /// This node's name, as its Node object will be named.
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: String,
+    /// This node's address (what the downward API's status.hostIP will give the anchors).
+    #[arg(long, env = "NODE_IP")]
+    pub node_ip: String,
+    /// A label of the node as the DaemonSets' nodeSelectors will see it (`key=value`, repeatable;
+    /// kubernetes.io/hostname is always the node's name).
+    #[arg(long = "node-label", default_value = "node-role.kubernetes.io/control-plane=")]
+    pub node_labels: Vec<String>,
+    /// Components that must be among the node's anchors.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "etcd,kube-apiserver,kube-controller-manager,kube-scheduler"
+    )]
+    pub components: Vec<String>,
+    /// Prefix for every host path.
+    #[arg(long, env = "KUBE_ANCHOR_HOST_ROOT", default_value = "/")]
+    pub host_root: PathBuf,
+    /// How long each component may take to answer its health endpoint.
+    #[arg(long, default_value = "5m", value_parser = duration)]
+    pub wait_timeout: std::time::Duration,
+    /// Progress as text lines, or as one JSON object per line.
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub output: OutputFormat,
 }

@@ -10,8 +10,8 @@ use clap::{CommandFactory, Parser};
 use serde_json::json;
 
 use crate::cli::{
-    ApplyArgs, Cli, Command, ComponentArgs, NodeArgs, OutputFormat, ProbeArgs, ProbeEndpoint, RemoveArgs, RetryArgs,
-    StatusArgs,
+    ApplyArgs, BootstrapArgs, Cli, Command, ComponentArgs, NodeArgs, OutputFormat, ProbeArgs, ProbeEndpoint,
+    RemoveArgs, RetryArgs, StatusArgs,
 };
 use crate::config;
 use crate::engine::{ApplyReport, Engine, Inputs, RemoveReport, StatusReport};
@@ -50,6 +50,7 @@ fn daemon_runtime() -> std::io::Result<tokio::runtime::Runtime> {
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Apply(args) => apply(args),
+        Command::Bootstrap(args) => bootstrap(args),
         Command::Remove(args) => remove(args),
         Command::Status(args) => status(args),
         Command::Checkpointer(args) => tokio::runtime::Runtime::new()?.block_on(crate::checkpointer::main(args)),
@@ -128,26 +129,80 @@ fn apply(args: ApplyArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+fn bootstrap(args: BootstrapArgs) -> anyhow::Result<ExitCode> {
+    use crate::bootstrap_node::Progress;
+    let mut labels = Vec::new();
+    for label in &args.node_labels {
+        let (k, v) = label
+            .split_once('=')
+            .with_context(|| format!("--node-label {label:?}: want key=value"))?;
+        labels.push((k.to_owned(), v.to_owned()));
+    }
+    let request = crate::bootstrap_node::Request {
+        sources: args.from.clone(),
+        node: crate::bootstrap::NodeFacts::new(&args.node_name, &args.node_ip, labels),
+        required: args.components.clone(),
+        host_root: args.host_root.clone(),
+        wait_timeout: args.wait_timeout,
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    runtime.block_on(crate::bootstrap_node::bootstrap(
+        &request,
+        |progress, applied| match args.output {
+            OutputFormat::Json => {
+                let mut event = serde_json::to_value(progress).expect("serializable");
+                if let (Some(r), Some(map)) = (applied, event.as_object_mut()) {
+                    map.insert("apply".into(), apply_json(r));
+                }
+                println!("{event}");
+            }
+            OutputFormat::Text => match (progress, applied) {
+                (_, Some(r)) => print_apply(r, OutputFormat::Text),
+                (Progress::Checked { node, components }, _) => {
+                    println!(
+                        "{node}: inputs checked for {}; nothing written yet",
+                        components.join(", ")
+                    )
+                }
+                (
+                    Progress::Waiting {
+                        component,
+                        url,
+                        timeout_seconds,
+                    },
+                    _,
+                ) => println!(
+                    "{component}: waiting for {url} (up to {})",
+                    humantime::format_duration(std::time::Duration::from_secs_f64(*timeout_seconds))
+                ),
+                (
+                    Progress::Healthy {
+                        component,
+                        after_seconds,
+                    },
+                    _,
+                ) => {
+                    println!("{component}: healthy after {after_seconds:.1}s")
+                }
+                (Progress::NotWaited { component }, _) => {
+                    println!("{component}: no health URL; not waited for")
+                }
+                (Progress::Done { node, seconds }, _) => println!("{node}: bootstrapped in {seconds:.1}s"),
+                (Progress::Applied { .. }, None) => {}
+            },
+        },
+    ))?;
+    Ok(ExitCode::SUCCESS)
+}
+
 /// `spec.etcdMember`: one join step before anything is written (the node must be a member
 /// first); the record gives the manifest its initial-cluster pair.
 fn join_etcd(engine: &Engine, inputs: &Inputs) -> anyhow::Result<Option<crate::membership::Record>> {
     if inputs.anchor.etcd_member.is_none() {
         return Ok(None);
     }
-    let component = &inputs.anchor.name;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let report = runtime
-        .block_on(crate::etcd_member::join_step(engine, inputs))
-        .with_context(|| format!("{component}: etcd membership"))?;
-    tracing::info!(%component, membership = %report.summary, pending = report.pending, "etcd membership");
-    match report.record {
-        Some(record) => Ok(Some(record)),
-        None => Err(crate::engine::EngineError::MembershipPending {
-            component: component.clone(),
-            reason: report.summary,
-        }
-        .into()),
-    }
+    runtime.block_on(crate::etcd_member::join_before_write(engine, inputs))
 }
 
 /// The membership record, for rendering without a join step (`status`).
@@ -262,29 +317,30 @@ fn warnings(notices: &[Notice], set_aside: Option<&SetAside>) -> Vec<String> {
         .collect()
 }
 
+fn apply_json(r: &ApplyReport) -> serde_json::Value {
+    let mut files: Vec<serde_json::Value> = Vec::new();
+    files.extend(
+        r.written
+            .iter()
+            .map(|(p, why)| json!({"path": p, "action": "written", "reason": why})),
+    );
+    files.extend(r.removed.iter().map(|p| json!({"path": p, "action": "removed"})));
+    files.extend(r.unchanged.iter().map(|p| {
+        let action = if r.adopted.contains(p) { "adopted" } else { "unchanged" };
+        json!({"path": p, "action": action})
+    }));
+    json!({
+        "component": r.component,
+        "contentHash": r.content_hash,
+        "changed": r.changed(),
+        "files": files,
+        "warnings": warnings(&r.notices, r.set_aside.as_ref()),
+    })
+}
+
 fn print_apply(r: &ApplyReport, format: OutputFormat) {
     match format {
-        OutputFormat::Json => {
-            let mut files: Vec<serde_json::Value> = Vec::new();
-            files.extend(
-                r.written
-                    .iter()
-                    .map(|(p, why)| json!({"path": p, "action": "written", "reason": why})),
-            );
-            files.extend(r.removed.iter().map(|p| json!({"path": p, "action": "removed"})));
-            files.extend(r.unchanged.iter().map(|p| {
-                let action = if r.adopted.contains(p) { "adopted" } else { "unchanged" };
-                json!({"path": p, "action": action})
-            }));
-            let out = json!({
-                "component": r.component,
-                "contentHash": r.content_hash,
-                "changed": r.changed(),
-                "files": files,
-                "warnings": warnings(&r.notices, r.set_aside.as_ref()),
-            });
-            println!("{out}");
-        }
+        OutputFormat::Json => println!("{}", apply_json(r)),
         OutputFormat::Text => {
             let outcome = match (r.changed(), r.adopted.is_empty()) {
                 (true, _) => "applied",

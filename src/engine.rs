@@ -118,6 +118,9 @@ impl StatusReport {
 pub struct Inputs {
     pub anchor: Anchor,
     pub sources: Vec<Vec<u8>>,
+    /// Variable values given on the command line (`bootstrap`'s node name and address), which
+    /// take the place of the environment's.
+    pub given: std::collections::BTreeMap<String, String>,
 }
 
 impl Inputs {
@@ -154,7 +157,11 @@ impl Inputs {
             total += bytes.len() as u64;
             sources.push(bytes);
         }
-        Ok(Self { anchor, sources })
+        Ok(Self {
+            anchor,
+            sources,
+            given: Default::default(),
+        })
     }
 
     /// The variables the config allows, with their values from the process environment.
@@ -162,7 +169,7 @@ impl Inputs {
         self.variables(None)
     }
 
-    /// The variables from the environment, except the initial-cluster pair of `spec.etcdMember`,
+    /// The variables from the environment (or [`Inputs::given`]), except the initial-cluster pair of `spec.etcdMember`,
     /// which only the membership record gives (never the environment).
     pub fn variables(&self, membership: Option<&crate::membership::Record>) -> Variables {
         use crate::config::{ETCD_INITIAL_CLUSTER, ETCD_INITIAL_CLUSTER_STATE};
@@ -170,7 +177,7 @@ impl Inputs {
         Variables::new(self.anchor.variables.iter().cloned(), |name| match name {
             ETCD_INITIAL_CLUSTER if managed => membership.map(|r| r.initial_cluster.clone()),
             ETCD_INITIAL_CLUSTER_STATE if managed => membership.map(|r| r.initial_cluster_state.clone()),
-            _ => std::env::var(name).ok(),
+            _ => self.given.get(name).cloned().or_else(|| std::env::var(name).ok()),
         })
     }
 

@@ -159,6 +159,29 @@ fn outcome(action: &str, result: impl Into<String>) -> Option<Outcome> {
     })
 }
 
+/// For the one-shot verbs: one join step, and the record the manifest renders with, or an
+/// error saying why there is none yet (nothing may be written then). `None` without
+/// `spec.etcdMember`.
+pub async fn join_before_write(engine: &Engine, inputs: &Inputs) -> anyhow::Result<Option<Record>> {
+    use anyhow::Context;
+    if inputs.anchor.etcd_member.is_none() {
+        return Ok(None);
+    }
+    let component = &inputs.anchor.name;
+    let report = join_step(engine, inputs)
+        .await
+        .with_context(|| format!("{component}: etcd membership"))?;
+    tracing::info!(%component, membership = %report.summary, pending = report.pending, "etcd membership");
+    match report.record {
+        Some(record) => Ok(Some(record)),
+        None => Err(crate::engine::EngineError::MembershipPending {
+            component: component.clone(),
+            reason: report.summary,
+        }
+        .into()),
+    }
+}
+
 /// One join step: observe, decide, act, record. Never removes anything.
 pub async fn join_step(engine: &Engine, inputs: &Inputs) -> Result<JoinReport, MemberError> {
     let member = inputs

@@ -2,17 +2,20 @@
 //!
 //! Layers, by dependency (nothing imports upward):
 //! - pure decisions: [`render`], [`staticpod`], [`config`], [`hostpath`], [`desired`], [`plan`],
-//!   [`ledger`], [`trial`], [`decommission`], [`pinned`], [`membership`] — no filesystem, no
+//!   [`ledger`], [`trial`], [`decommission`], [`pinned`], [`membership`], [`bootstrap`] — no filesystem, no
 //!   Kubernetes client;
 //! - adapters: [`hostfs`] (the node's filesystem and the one executor), [`kubeapi`] (the API,
 //!   Events, the health URL), [`etcd`] (etcd's cluster API), [`watch`] (inotify), [`server`]
 //!   (HTTP endpoints), [`metrics`], [`shutdown`] (signals), [`memory`] (malloc arenas, resident
 //!   code);
 //! - wiring: [`engine`] (load, decide, execute, record), [`etcd_member`] (join and leave),
+//!   [`bootstrap_node`] (the first boot of a node from `helm template` output),
 //!   [`anchor`] (the daemon), [`prestop`] and
 //!   [`commands`] (the CLI verbs).
 
 pub mod anchor;
+pub mod bootstrap;
+pub mod bootstrap_node;
 pub mod checkpoint;
 pub mod checkpointer;
 pub mod cli;

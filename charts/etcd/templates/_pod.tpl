@@ -19,10 +19,10 @@ spec:
         - --name=${NODE_NAME}
         - --data-dir={{ $c.dataDir }}
         - --advertise-client-urls=https://${NODE_IP}:2379
-        - --listen-client-urls=https://127.0.0.1:2379,https://${NODE_IP}:2379
+        - --listen-client-urls={{ include "etcd.listenClientURLs" . }}
         - --initial-advertise-peer-urls=https://${NODE_IP}:2380
         - --listen-peer-urls=https://${NODE_IP}:2380
-        - --listen-metrics-urls=http://127.0.0.1:2381
+        - --listen-metrics-urls=http://{{ $c.localAddress }}:2381
         {{- if .Values.membership.enabled }}
         {{- /* Recorded by the anchor when this node joined or bootstrapped; never changes after. */}}
         - --initial-cluster=${ETCD_INITIAL_CLUSTER}
@@ -43,11 +43,11 @@ spec:
         - --{{ $k }}={{ $v }}
         {{- end }}
       livenessProbe:
-        httpGet: {host: 127.0.0.1, path: /livez, port: 2381, scheme: HTTP}
+        httpGet: {host: {{ include "kube-anchor-lib.probeHost" $c.localAddress }}, path: /livez, port: 2381, scheme: HTTP}
         initialDelaySeconds: 10
         failureThreshold: 8
       readinessProbe:
-        httpGet: {host: 127.0.0.1, path: /readyz, port: 2381, scheme: HTTP}
+        httpGet: {host: {{ include "kube-anchor-lib.probeHost" $c.localAddress }}, path: /readyz, port: 2381, scheme: HTTP}
         periodSeconds: 1
       resources:
         {{- toYaml $c.resources | nindent 8 }}
@@ -59,4 +59,15 @@ spec:
       hostPath: {path: {{ $c.dataDir }}, type: DirectoryOrCreate}
     - name: pki
       hostPath: {path: /etc/kubernetes/pki/etcd, type: DirectoryOrCreate}
+{{- end -}}
+
+
+{{/* The local client URL, and the node's own unless it is the same address. */}}
+{{- define "etcd.listenClientURLs" -}}
+{{- $local := .Values.component.localAddress -}}
+{{- if eq $local "${NODE_IP}" -}}
+https://${NODE_IP}:2379
+{{- else -}}
+https://{{ $local }}:2379,https://${NODE_IP}:2379
+{{- end -}}
 {{- end -}}

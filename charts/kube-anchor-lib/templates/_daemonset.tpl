@@ -96,7 +96,8 @@ spec:
             - {name: KUBE_ANCHOR_QUORUM_GUARD, value: {{ $v.anchor.quorumGuard | default "auto" | quote }}}
             - {name: KUBE_ANCHOR_LOG_FORMAT, value: {{ $v.anchor.logFormat | quote }}}
             {{- with $v.anchor.healthURL }}
-            - {name: KUBE_ANCHOR_HEALTH_URL, value: {{ . | quote }}}
+            {{- /* ${NODE_IP} as in the manifest; the kubelet expands $(NODE_IP) from the env above. */}}
+            - {name: KUBE_ANCHOR_HEALTH_URL, value: {{ . | replace "${NODE_IP}" "$(NODE_IP)" | replace "${NODE_NAME}" "$(NODE_NAME)" | quote }}}
             {{- end }}
             {{- with $v.anchor.healthCAFile }}
             - {name: KUBE_ANCHOR_HEALTH_CA_FILE, value: {{ printf "%s/%s" (include "kube-anchor-lib.secretDir" $r) . | quote }}}

@@ -59,3 +59,9 @@ state dir. Each becomes one narrow hostPath mount under /host.
 {{- printf "%s:%s" .repository .tag -}}
 {{- end -}}
 {{- end -}}
+
+{{/* A probe host in a flow mapping: an address as is (the manifest stays byte-identical to
+earlier releases), "${NODE_IP}" quoted. */}}
+{{- define "kube-anchor-lib.probeHost" -}}
+{{- if regexMatch "^[0-9.]+$" . }}{{ . }}{{ else }}{{ quote . }}{{ end -}}
+{{- end -}}

@@ -19,7 +19,7 @@ spec:
         - --kubeconfig=/etc/kubernetes/controller-manager.conf
         - --authentication-kubeconfig=/etc/kubernetes/controller-manager.conf
         - --authorization-kubeconfig=/etc/kubernetes/controller-manager.conf
-        - --bind-address=127.0.0.1
+        - --bind-address={{ $c.localAddress }}
         - --client-ca-file=/etc/kubernetes/pki/ca.crt
         - --cluster-name={{ $c.clusterName }}
         - --cluster-signing-cert-file=/etc/kubernetes/pki/ca.crt
@@ -32,7 +32,7 @@ spec:
         - --{{ $k }}={{ $v }}
         {{- end }}
       livenessProbe:
-        httpGet: {host: 127.0.0.1, path: /healthz, port: 10257, scheme: HTTPS}
+        httpGet: {host: {{ include "kube-anchor-lib.probeHost" $c.localAddress }}, path: /healthz, port: 10257, scheme: HTTPS}
         initialDelaySeconds: 10
         failureThreshold: 8
       resources:

@@ -19,17 +19,17 @@ spec:
         - --kubeconfig=/etc/kubernetes/scheduler.conf
         - --authentication-kubeconfig=/etc/kubernetes/scheduler.conf
         - --authorization-kubeconfig=/etc/kubernetes/scheduler.conf
-        - --bind-address=127.0.0.1
+        - --bind-address={{ $c.localAddress }}
         - --leader-elect=true
         {{- range $k, $v := $c.extraArgs }}
         - --{{ $k }}={{ $v }}
         {{- end }}
       livenessProbe:
-        httpGet: {host: 127.0.0.1, path: /livez, port: 10259, scheme: HTTPS}
+        httpGet: {host: {{ include "kube-anchor-lib.probeHost" $c.localAddress }}, path: /livez, port: 10259, scheme: HTTPS}
         initialDelaySeconds: 10
         failureThreshold: 8
       readinessProbe:
-        httpGet: {host: 127.0.0.1, path: /readyz, port: 10259, scheme: HTTPS}
+        httpGet: {host: {{ include "kube-anchor-lib.probeHost" $c.localAddress }}, path: /readyz, port: 10259, scheme: HTTPS}
         periodSeconds: 1
       resources:
         {{- toYaml $c.resources | nindent 8 }}
