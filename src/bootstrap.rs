@@ -108,6 +108,8 @@ pub struct AnchorPod {
     pub daemonset: String,
     pub env: BTreeMap<String, String>,
     pub files: Vec<MountedFile>,
+    /// The ConfigMaps and Secrets the files came from (`Secret kube-apiserver`), for messages.
+    pub sources: Vec<String>,
 }
 
 impl AnchorPod {
@@ -206,7 +208,7 @@ impl Objects {
                 .and_then(|m| m.annotations.clone())
                 .unwrap_or_default();
             let env = environment(container, node, &namespace, &name, &annotations).map_err(unsupported)?;
-            let files = self.mounted_files(
+            let (files, sources) = self.mounted_files(
                 container,
                 spec.volumes.as_deref().unwrap_or_default(),
                 &namespace,
@@ -217,6 +219,7 @@ impl Objects {
                 daemonset: name,
                 env,
                 files,
+                sources,
             });
         }
         if pods.is_empty() {
@@ -245,7 +248,7 @@ impl Objects {
         volumes: &[Volume],
         namespace: &str,
         daemonset: &str,
-    ) -> Result<Vec<MountedFile>, BootstrapError> {
+    ) -> Result<(Vec<MountedFile>, Vec<String>), BootstrapError> {
         let missing = |kind, name: &str| BootstrapError::MissingObject {
             namespace: namespace.into(),
             daemonset: daemonset.into(),
@@ -253,6 +256,7 @@ impl Objects {
             name: name.into(),
         };
         let mut files = Vec::new();
+        let mut names = Vec::new();
         for mount in container.volume_mounts.as_deref().unwrap_or_default() {
             let Some(volume) = volumes.iter().find(|v| v.name == mount.name) else {
                 continue;
@@ -310,6 +314,9 @@ impl Objects {
                         data.chain(string_data).collect()
                     }),
                 };
+                if data.is_some() {
+                    names.push(format!("{kind} {name}"));
+                }
                 match data {
                     Some(entries) => files.extend(entries.into_iter().map(|(k, content)| MountedFile {
                         path: dir.join(k),
@@ -321,7 +328,7 @@ impl Objects {
                 }
             }
         }
-        Ok(files)
+        Ok((files, names))
     }
 }
 

@@ -268,8 +268,21 @@ fn stage_pod(root: PathBuf, pod: AnchorPod, node: &NodeFacts, host_root: &Path) 
             .check(|p| fs::read_to_string(to_staged(p)).map_err(|e| e.to_string()))
             .map_err(|e| anchor_err(e.to_string()))?;
     }
-    let mut inputs = Inputs::load(&to_staged(pod.config_path()), engine.roots())
-        .with_context(|| format!("DaemonSet {}/{}", pod.namespace, pod.daemonset))?;
+    // Errors name paths as the anchor container sees them, not the staging dir.
+    let mut inputs = Inputs::load(&to_staged(pod.config_path()), engine.roots()).map_err(|e| match e {
+        crate::engine::EngineError::Source { path, field, .. } if !path.exists() => {
+            let key = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
+            let path = path.display().to_string().replace(&root.display().to_string(), "");
+            anchor_err(format!(
+                "its config's {field} is {path}, but no volume of the pod holds {key} (it mounts {})",
+                pod.sources.join(", ")
+            ))
+        }
+        e => {
+            let message = crate::logging::error_chain(&anyhow::Error::from(e));
+            anchor_err(message.replace(&root.display().to_string(), ""))
+        }
+    })?;
     inputs.given = pod.env.clone();
     inputs.given.insert("NODE_NAME".into(), node.name.clone());
     inputs.given.insert("NODE_IP".into(), node.ip.clone());

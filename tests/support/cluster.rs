@@ -62,6 +62,74 @@ pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
+/// Fills `dir` with the "images" of process nodes: links named like the last element of an
+/// image's repository (`registry.k8s.io/etcd:3.6.8-0` runs `etcd`) to the binaries.
+pub fn link_images(dir: &Path) {
+    fs::create_dir_all(dir).unwrap();
+    let kube_anchor = PathBuf::from(env!("CARGO_BIN_EXE_kube-anchor"));
+    let mut images = vec![("kube-anchor".to_owned(), kube_anchor)];
+    for name in [
+        "etcd",
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "kubectl",
+    ] {
+        images.push((name.to_owned(), fs::canonicalize(tool(name)).unwrap()));
+    }
+    for (name, target) in images {
+        std::os::unix::fs::symlink(target, dir.join(name)).unwrap();
+    }
+}
+
+/// The command line of a process node's kubelet: the process runtime in a PID namespace of its
+/// own (PID 1 of the namespace is the kubelet: when it dies the kernel kills every process of
+/// the node, as at a power cut; --kill-child makes it die with unshare, which dies with the test
+/// binary). `root/host` plays the node's `/`.
+pub fn process_kubelet_args(
+    name: &str,
+    ip: &str,
+    root: &Path,
+    kubeconfig: &Path,
+    client_ca: &Path,
+    image_dir: &Path,
+    port: u16,
+) -> Vec<String> {
+    let mut args: Vec<String> = ["--pid", "--fork", "--kill-child", "--mount-proc"]
+        .map(String::from)
+        .into_iter()
+        .chain([tool("kubelet").display().to_string()])
+        .collect();
+    args.extend([
+        format!("--kubeconfig={}", kubeconfig.display()),
+        format!("--node-name={name}"),
+        format!("--root-dir={}", root.join("kubelet").display()),
+        format!(
+            "--pod-manifest-path={}",
+            root.join("host/etc/kubernetes/manifests").display()
+        ),
+        format!("--port={port}"),
+        format!("--node-ip={ip}"),
+        "--v=1".into(),
+        "--runtime=process".into(),
+        format!("--image-dir={}", image_dir.display()),
+        format!("--host-root={}", root.join("host").display()),
+        format!("--client-ca-file={}", client_ca.display()),
+    ]);
+    args
+}
+
+/// Waits until `init`, PID 1 of a process node's namespace, is gone (the kernel kills the rest of
+/// the namespace first), at most 30 s.
+pub fn wait_namespace_gone(init: Option<u32>) {
+    if let Some(pid) = init {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Processes
 
@@ -347,10 +415,7 @@ impl ControlPlane {
         for name in TOOLS {
             tool(name);
         }
-        let base = std::env::temp_dir();
-        remove_dead_cluster_dirs(&base);
-        let dir = base.join(format!("kube-anchor-test-{}", std::process::id()));
-        fs::create_dir_all(&dir).unwrap();
+        let dir = test_dir();
         eprintln!(
             "test control plane for {}: logs and state in {}",
             test_binary_name(),
@@ -641,23 +706,7 @@ impl ControlPlane {
     pub fn image_dir(&self) -> PathBuf {
         let dir = self.dir.join("images");
         static MADE: OnceLock<()> = OnceLock::new();
-        MADE.get_or_init(|| {
-            fs::create_dir_all(&dir).unwrap();
-            let kube_anchor = PathBuf::from(env!("CARGO_BIN_EXE_kube-anchor"));
-            let mut images = vec![("kube-anchor".to_owned(), kube_anchor)];
-            for name in [
-                "etcd",
-                "kube-apiserver",
-                "kube-controller-manager",
-                "kube-scheduler",
-                "kubectl",
-            ] {
-                images.push((name.to_owned(), fs::canonicalize(tool(name)).unwrap()));
-            }
-            for (name, target) in images {
-                std::os::unix::fs::symlink(target, dir.join(name)).unwrap();
-            }
-        });
+        MADE.get_or_init(|| link_images(&dir));
         dir
     }
 
@@ -680,39 +729,32 @@ impl ControlPlane {
             &Identity::Cert { cert: crt, key },
         );
         let kubelet_port = free_port();
-        let mut args: Vec<String> = Vec::new();
-        let program = match runtime {
-            Runtime::Fake => tool("kubelet"),
-            Runtime::Process => {
-                // PID 1 of the namespace is the kubelet: when it dies the kernel kills every
-                // process of the node; --kill-child makes it die with unshare, which dies with
-                // this test binary.
-                args.extend(
-                    ["--pid", "--fork", "--kill-child", "--mount-proc"]
-                        .map(String::from)
-                        .into_iter()
-                        .chain([tool("kubelet").display().to_string()]),
-                );
-                PathBuf::from("unshare")
-            }
+        let (program, mut args) = match runtime {
+            Runtime::Fake => (
+                tool("kubelet"),
+                vec![
+                    format!("--kubeconfig={}", kubeconfig.display()),
+                    format!("--node-name={name}"),
+                    format!("--root-dir={}", root.join("kubelet").display()),
+                    format!("--pod-manifest-path={}", static_pod_dir.display()),
+                    format!("--port={kubelet_port}"),
+                    format!("--node-ip={ip}"),
+                    "--v=1".into(),
+                ],
+            ),
+            Runtime::Process => (
+                PathBuf::from("unshare"),
+                process_kubelet_args(
+                    name,
+                    ip,
+                    &root,
+                    &kubeconfig,
+                    &self.pki.ca(),
+                    &self.image_dir(),
+                    kubelet_port,
+                ),
+            ),
         };
-        args.extend([
-            format!("--kubeconfig={}", kubeconfig.display()),
-            format!("--node-name={name}"),
-            format!("--root-dir={}", root.join("kubelet").display()),
-            format!("--pod-manifest-path={}", static_pod_dir.display()),
-            format!("--port={kubelet_port}"),
-            format!("--node-ip={ip}"),
-            "--v=1".into(),
-        ]);
-        if runtime == Runtime::Process {
-            args.extend([
-                "--runtime=process".into(),
-                format!("--image-dir={}", self.image_dir().display()),
-                format!("--host-root={}", root.join("host").display()),
-                format!("--client-ca-file={}", self.pki.ca().display()),
-            ]);
-        }
         if !labels.is_empty() {
             let labels: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
             args.push(format!("--node-labels={}", labels.join(",")));
@@ -794,12 +836,7 @@ impl ControlPlane {
             // other process of the namespace is.
             let init = namespace_init(p.pid());
             p.stop();
-            if let Some(pid) = init {
-                let deadline = Instant::now() + Duration::from_secs(30);
-                while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-            }
+            wait_namespace_gone(init);
         }
     }
 
@@ -894,7 +931,7 @@ impl NodeHandle {
 }
 
 /// PID 1 of a process node's namespace: the only child of its `unshare`.
-fn namespace_init(unshare: u32) -> Option<u32> {
+pub fn namespace_init(unshare: u32) -> Option<u32> {
     let children = fs::read_to_string(format!("/proc/{unshare}/task/{unshare}/children")).ok()?;
     children.split_whitespace().next()?.parse().ok()
 }
@@ -906,6 +943,16 @@ fn rss_kib(pid: &str) -> u64 {
         .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
         .unwrap_or(0)
+}
+
+/// This test binary's directory for logs and state (`$TMPDIR/kube-anchor-test-<pid>`); those of
+/// test binaries no longer running are removed first, so a failed run's logs stay until then.
+pub fn test_dir() -> PathBuf {
+    let base = std::env::temp_dir();
+    remove_dead_cluster_dirs(&base);
+    let dir = base.join(format!("kube-anchor-test-{}", std::process::id()));
+    fs::create_dir_all(&dir).unwrap();
+    dir
 }
 
 /// Removes cluster dirs of test binaries that are no longer running.
