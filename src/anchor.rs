@@ -82,7 +82,18 @@ struct Daemon {
     member_record: Option<crate::membership::Record>,
     /// Why the etcd join is not finished (a learner to promote, or waiting); retried soon.
     membership_pending: Option<String>,
+    /// The component's rollout Lease (see [`crate::rollout`]), once there is a client.
+    rollout_lease: Option<kubeapi::RolloutLease>,
+    /// The version this node has the turn to roll out, and when the Lease was last renewed.
+    turn: Option<(String, Instant)>,
+    /// A version waiting for this node's turn, and why it waits.
+    waiting_turn: Option<(String, String)>,
 }
+
+/// How soon a version waiting for the rollout Lease asks again, and how often a held Lease is
+/// renewed.
+const TURN_RETRY: Duration = Duration::from_secs(2);
+const TURN_RENEW: Duration = Duration::from_secs(10);
 
 /// How soon an unfinished etcd join is looked at again.
 const MEMBERSHIP_RETRY: Duration = Duration::from_secs(2);
@@ -142,6 +153,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         input_dirs: BTreeSet::new(),
         member_record: None,
         membership_pending: None,
+        rollout_lease: None,
+        turn: None,
+        waiting_turn: None,
     };
     daemon.connect().await;
     daemon.run(draining).await;
@@ -158,7 +172,8 @@ impl Daemon {
             // Once the daemon has been quiet for a while, the code of start-up and of the last
             // syncs leaves the resident set (it stays in the page cache; the next sync maps it
             // back with minor faults).
-            let mut release_code_at = Some(tokio::time::Instant::now() + CODE_RELEASE_AFTER);
+            let synced = tokio::time::Instant::now();
+            let mut release_code_at = Some(synced + CODE_RELEASE_AFTER);
             loop {
                 let tick = self.evaluation_interval();
                 let mirror = &mut self.mirror;
@@ -178,8 +193,10 @@ impl Daemon {
                         }
                         break;
                     }
-                    _ = tokio::time::sleep(self.args.resync_period) => break,
-                    _ = sleep_opt(self.membership_pending.as_ref().map(|_| MEMBERSHIP_RETRY)) => break,
+                    // Deadlines from the last sync: evaluations in between must not push them back.
+                    _ = tokio::time::sleep_until(synced + self.args.resync_period) => break,
+                    _ = sleep_until_opt(self.membership_pending.as_ref().map(|_| synced + MEMBERSHIP_RETRY)) => break,
+                    _ = sleep_until_opt(self.waiting_turn.as_ref().map(|_| synced + TURN_RETRY)) => break,
                     true = mirror_changed => self.evaluate().await,
                     _ = sleep_opt(tick) => self.evaluate().await,
                     _ = sleep_until_opt(release_code_at) => {
@@ -239,6 +256,22 @@ impl Daemon {
                     (Some(c), Some(name), Some(ns)) => Some(EventSink::new(c.clone(), ns, name)),
                     _ => None,
                 };
+                // Held through a trial; a holder that stops renewing loses it after this long.
+                let lease_duration = self.args.trial_period + Duration::from_secs(120);
+                self.rollout_lease = match (
+                    &client,
+                    &self.args.identity.node_name,
+                    &self.args.identity.pod_namespace,
+                ) {
+                    (Some(c), Some(node), Some(ns)) => Some(kubeapi::RolloutLease::new(
+                        c.clone(),
+                        ns,
+                        &self.component,
+                        node,
+                        lease_duration,
+                    )),
+                    _ => None,
+                };
                 self.client = client;
             }
             Err(e) => {
@@ -255,6 +288,9 @@ impl Daemon {
         self.connect().await;
         self.membership_step().await;
         self.sync_pass();
+        if self.take_turn().await {
+            self.sync_pass();
+        }
         // A change that landed between reading a directory and watching it went unseen.
         if self.watch_dirs() {
             self.sync_pass();
@@ -456,6 +492,35 @@ impl Daemon {
             None => (desired, None),
         };
         let previous = ledger.content_hash.clone();
+        // Replacing the version the node runs waits for this node's turn (`crate::rollout`);
+        // until then the node keeps what it has.
+        // A static pod kube-anchor did not write (a kubeadm node taken over by the charts) runs
+        // too: replacing it waits for the turn like an upgrade.
+        let on_node = previous.clone().or_else(|| {
+            let manifest = target.manifest();
+            match self.engine.fs.read(&manifest.path) {
+                Ok(Some(content)) if content != manifest.content => Some("an unrecorded manifest".to_owned()),
+                _ => None,
+            }
+        });
+        let turn_needed = self.api_wanted
+            && crate::rollout::needs_turn(
+                on_node.as_deref(),
+                &target.content_hash,
+                ledger.last_known_good.as_deref(),
+            );
+        if turn_needed && self.turn.as_ref().map(|(h, _)| h) != Some(&target.content_hash) {
+            if self.waiting_turn.as_ref().map(|(h, _)| h) != Some(&target.content_hash) {
+                tracing::info!(component = %self.component, content_hash = %target.content_hash, "new version: waiting for this node's turn to roll it out");
+                let why = format!(
+                    "version {} waits for this node's turn to roll it out",
+                    target.content_hash
+                );
+                self.waiting_turn = Some((target.content_hash.clone(), why));
+            }
+            return Ok(());
+        }
+        self.waiting_turn = None;
         let report = self.engine.apply(&target, self.args.prune)?;
         let written = report.written.len() as u64;
         if written > 0 {
@@ -533,6 +598,7 @@ impl Daemon {
             let reason = self
                 .input_error
                 .clone()
+                .or_else(|| self.waiting_turn.as_ref().map(|(_, why)| why.clone()))
                 .or_else(|| self.awaiting_rollout.clone())
                 .unwrap_or_else(|| "nothing written yet".into());
             self.shared.update(|s| (s.ready, s.reason) = (false, reason));
@@ -573,6 +639,7 @@ impl Daemon {
         let (ready, reason) = match (
             self.input_error
                 .as_ref()
+                .or(self.waiting_turn.as_ref().map(|(_, why)| why))
                 .or(unproven.as_ref())
                 .or(self.membership_pending.as_ref()),
             &held_back,
@@ -584,6 +651,82 @@ impl Daemon {
             (None, None, None) => (true, String::new()),
         };
         self.shared.update(|s| (s.ready, s.reason) = (ready, reason));
+        self.keep_or_give_back_turn().await;
+    }
+
+    /// The input revision this pod applies (its config marker), which names a version across
+    /// nodes whose credentials differ.
+    fn input_revision(&self) -> Option<String> {
+        let pinned = self.args.expect_inputs.as_ref()?;
+        pinned
+            .markers
+            .iter()
+            .find(|m| m.path.file_name().is_some_and(|n| n == ".inputs-config"))
+            .map(|m| m.hash.clone())
+    }
+
+    /// Asks for this node's turn for the version waiting for it; true when it was given.
+    async fn take_turn(&mut self) -> bool {
+        let Some((hash, _)) = self.waiting_turn.clone() else {
+            return false;
+        };
+        let why = match &self.rollout_lease {
+            None => "no API to take the rollout Lease from: keeping the version the node runs".to_owned(),
+            Some(lease) => match lease.ask(self.input_revision().as_deref()).await {
+                Ok(crate::rollout::Turn::Take) => {
+                    tracing::info!(component = %self.component, content_hash = %hash, lease = lease.name(), "this node's turn: rolling out");
+                    self.turn = Some((hash, Instant::now()));
+                    self.waiting_turn = None;
+                    return true;
+                }
+                Ok(crate::rollout::Turn::Held { by, .. }) => {
+                    format!(
+                        "waiting for its turn: {by} is rolling out {} (Lease {})",
+                        self.component,
+                        lease.name()
+                    )
+                }
+                Ok(crate::rollout::Turn::FailedElsewhere { node }) => format!(
+                    "this input revision was rolled back on {node} (Lease {}); not trying it here",
+                    lease.name()
+                ),
+                Err(e) => format!("cannot read the rollout Lease {}: {e}", lease.name()),
+            },
+        };
+        let why = format!("version {hash} waits: {why}");
+        if self.waiting_turn.as_ref().map(|(_, w)| w) != Some(&why) {
+            tracing::info!(component = %self.component, reason = %why, "not this node's turn yet");
+        }
+        self.waiting_turn = Some((hash, why));
+        false
+    }
+
+    /// Renews the turn while its version is on trial; gives it back once the version is
+    /// last-known-good or rolled back (recording the revision, so no other node tries it).
+    async fn keep_or_give_back_turn(&mut self) {
+        let (Some((hash, renewed)), Some(lease)) = (self.turn.clone(), self.rollout_lease.clone()) else {
+            return;
+        };
+        let Ok(ledger) = self.engine.ledger(&self.component) else {
+            return;
+        };
+        let failed = ledger.bad_version(&hash).is_some();
+        let result = if ledger.last_known_good.as_deref() == Some(hash.as_str()) || failed {
+            let revision = self.input_revision().filter(|_| failed);
+            lease.release(revision.as_deref()).await.map(|()| {
+                tracing::info!(component = %self.component, content_hash = %hash, failed, "gave back the rollout turn");
+                self.turn = None;
+            })
+        } else if renewed.elapsed() >= TURN_RENEW {
+            lease.ask(self.input_revision().as_deref()).await.map(|_| {
+                self.turn = Some((hash, Instant::now()));
+            })
+        } else {
+            Ok(())
+        };
+        if let Err(e) = result {
+            tracing::warn!(component = %self.component, error = %e, "rollout Lease: retrying");
+        }
     }
 
     /// While the last-known-good version is kept in place of the inputs' bad one, it is judged

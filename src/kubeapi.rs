@@ -461,3 +461,116 @@ mod tests {
         ));
     }
 }
+
+/// The component's rollout Lease (`kube-anchor-<component>` in the anchors' namespace): see
+/// [`crate::rollout`]. The holder is the node's name, so a replaced anchor pod on the same node
+/// keeps its node's turn.
+#[derive(Clone)]
+pub struct RolloutLease {
+    api: Api<k8s_openapi::api::coordination::v1::Lease>,
+    name: String,
+    node: String,
+    duration: Duration,
+}
+
+/// Annotations of the Lease naming the input revision a node rolled back, and that node.
+const FAILED_REVISION: &str = "kube-anchor.io/failed-revision";
+const FAILED_ON: &str = "kube-anchor.io/failed-on";
+
+impl RolloutLease {
+    pub fn new(client: Client, namespace: &str, component: &str, node: &str, duration: Duration) -> Self {
+        Self {
+            api: Api::namespaced(client, namespace),
+            name: format!("kube-anchor-{component}"),
+            node: node.into(),
+            duration,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Asks for this node's turn to replace its version by one of input `revision`; takes (or
+    /// renews) the Lease when it is free. A write that loses a race counts as held.
+    pub async fn ask(&self, revision: Option<&str>) -> Result<crate::rollout::Turn, kube::Error> {
+        use crate::rollout::{Turn, decide};
+        use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+        let current = self.api.get_opt(&self.name).await?;
+        let now = std::time::SystemTime::now();
+        let view = current.as_ref().map(lease_view);
+        let turn = decide(view.as_ref(), &self.node, revision, now);
+        if turn != Turn::Take {
+            return Ok(turn);
+        }
+        let stamp = k8s_openapi::jiff::Timestamp::try_from(now).ok().map(MicroTime);
+        let mut lease = current.unwrap_or_else(|| Lease {
+            metadata: kube::api::ObjectMeta {
+                name: Some(self.name.clone()),
+                ..Default::default()
+            },
+            ..Default::default()
+        });
+        let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+        if spec.holder_identity.as_deref() != Some(self.node.as_str()) {
+            spec.acquire_time = stamp.clone();
+        }
+        spec.holder_identity = Some(self.node.clone());
+        spec.lease_duration_seconds = Some(self.duration.as_secs().clamp(1, i32::MAX as u64) as i32);
+        spec.renew_time = stamp;
+        let result = if lease.metadata.resource_version.is_some() {
+            self.api
+                .replace(&self.name, &Default::default(), &lease)
+                .await
+                .map(drop)
+        } else {
+            self.api.create(&Default::default(), &lease).await.map(drop)
+        };
+        match result {
+            Ok(()) => Ok(Turn::Take),
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(Turn::Held {
+                by: "another node (it changed at the same moment)".into(),
+                until: None,
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Gives the turn back when this node holds it; `failed` records the input revision that
+    /// was rolled back here, so no other node tries it.
+    pub async fn release(&self, failed: Option<&str>) -> Result<(), kube::Error> {
+        let Some(mut lease) = self.api.get_opt(&self.name).await? else {
+            return Ok(());
+        };
+        let spec = lease.spec.get_or_insert_with(Default::default);
+        if spec.holder_identity.as_deref() != Some(self.node.as_str()) {
+            return Ok(());
+        }
+        spec.holder_identity = None;
+        spec.renew_time = None;
+        if let Some(revision) = failed {
+            let annotations = lease.metadata.annotations.get_or_insert_with(Default::default);
+            annotations.insert(FAILED_REVISION.into(), revision.into());
+            annotations.insert(FAILED_ON.into(), self.node.clone());
+        }
+        self.api
+            .replace(&self.name, &Default::default(), &lease)
+            .await
+            .map(drop)
+    }
+}
+
+fn lease_view(lease: &k8s_openapi::api::coordination::v1::Lease) -> crate::rollout::LeaseView {
+    let spec = lease.spec.clone().unwrap_or_default();
+    let annotations = lease.metadata.annotations.clone().unwrap_or_default();
+    crate::rollout::LeaseView {
+        holder: spec.holder_identity,
+        renewed: spec.renew_time.map(|t| std::time::SystemTime::from(t.0)),
+        duration: Duration::from_secs(spec.lease_duration_seconds.unwrap_or(0).max(0) as u64),
+        failed: match (annotations.get(FAILED_REVISION), annotations.get(FAILED_ON)) {
+            (Some(r), Some(n)) => Some((r.clone(), n.clone())),
+            _ => None,
+        },
+    }
+}

@@ -2,7 +2,7 @@
 //!
 //! Layers, by dependency (nothing imports upward):
 //! - pure decisions: [`render`], [`staticpod`], [`config`], [`hostpath`], [`desired`], [`plan`],
-//!   [`ledger`], [`trial`], [`decommission`], [`pinned`], [`membership`], [`bootstrap`] — no filesystem, no
+//!   [`ledger`], [`trial`], [`decommission`], [`pinned`], [`membership`], [`bootstrap`], [`rollout`] — no filesystem, no
 //!   Kubernetes client;
 //! - adapters: [`hostfs`] (the node's filesystem and the one executor), [`kubeapi`] (the API,
 //!   Events, the health URL), [`etcd`] (etcd's cluster API), [`watch`] (inotify), [`server`]
@@ -38,6 +38,7 @@ pub mod pinned;
 pub mod plan;
 pub mod prestop;
 pub mod render;
+pub mod rollout;
 pub mod sanitize;
 pub mod server;
 pub mod shutdown;

@@ -290,3 +290,126 @@ async fn an_upgrade_reaches_nodes_only_through_the_rollout_and_a_bad_push_stops_
         assert!(node.ready(), "{}", node.handle.name);
     }
 }
+
+/// Waits until every node's anchor is Ready, sampling the fleet meanwhile.
+async fn all_ready_sampling(nodes: &[Node], baseline: &str, seen: &Arc<Mutex<Violations>>, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    while !nodes.iter().all(Node::ready) {
+        let logs: Vec<String> = nodes.iter().map(Node::log).collect();
+        assert!(
+            Instant::now() < deadline,
+            "not every anchor Ready:\n{}",
+            logs.join("\n----\n")
+        );
+        sample(nodes, baseline, seen);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A chart with per-node credentials has one DaemonSet per node, and `helm upgrade` changes all
+/// of them at once: every DaemonSet replaces its only pod at the same moment, so no
+/// `maxUnavailable` orders the nodes. The anchors' rollout Lease must: one node at a time, the
+/// next only once the previous one's version passed its trial; and a version rolled back on one
+/// node is tried on no other.
+#[tokio::test(flavor = "multi_thread")]
+async fn per_node_daemonsets_replaced_at_once_still_roll_one_node_at_a_time() {
+    let cp = cluster::shared().await;
+    let ns = cp.namespace("pernode").await;
+    let kubeconfig = cp.anchor_service_account().await;
+    let work = tempfile::tempdir().unwrap();
+    let values = work.path().join("values.yaml");
+    fs::write(&values, "credentials: {scheduler.conf: \"kubeconfig v1\"}\n").unwrap();
+    let rev1 = revision(&ns, &values, "one");
+    let rev2 = revision(&ns, &values, "two");
+    let bad = revision(&ns, &values, "crash");
+    let mut nodes = Vec::new();
+    for i in 1..=3 {
+        let handle = cp.add_node(&format!("pernode-{i}"), &[]).await;
+        let dir = work.path().join(&handle.name);
+        let manifest = handle.host_root().join(MANIFEST);
+        let health_port = health_server(move || {
+            if fs::read_to_string(&manifest)
+                .unwrap_or_default()
+                .contains("--marker=crash")
+            {
+                500
+            } else {
+                200
+            }
+        });
+        nodes.push(Node {
+            config: ConfigVolume::new(&dir.join("config"), &refs(&rev1.config)),
+            secrets: ConfigVolume::new(&dir.join("secrets"), &refs(&rev1.secrets)),
+            handle,
+            work: dir,
+            health_port,
+            anchor: None,
+            pods: 0,
+        });
+    }
+    for node in &mut nodes {
+        node.replace_pod(&rev1, &kubeconfig, &ns);
+    }
+    for node in &nodes {
+        wait_ready(node).await;
+    }
+    tokio::time::sleep(Duration::from_secs(22)).await; // rev1 becomes last-known-good
+
+    // helm upgrade: all three DaemonSets replace their pod at once.
+    let seen = Arc::new(Mutex::new(Violations::default()));
+    for node in &mut nodes {
+        node.replace_pod(&rev2, &kubeconfig, &ns);
+    }
+    all_ready_sampling(&nodes, "--marker=one", &seen, Duration::from_secs(180)).await;
+    for node in &nodes {
+        assert!(node.manifest().contains("--marker=two"), "{}", node.log());
+    }
+    assert_eq!(
+        seen.lock().unwrap().0,
+        Vec::<String>::new(),
+        "nodes left the old version together"
+    );
+    let waited = nodes
+        .iter()
+        .filter(|n| n.log().contains("not this node's turn yet"))
+        .count();
+    assert_eq!(waited, 2, "two nodes waited for the first");
+    tokio::time::sleep(Duration::from_secs(22)).await; // the last node's rev2 becomes last-known-good
+
+    // A bad push reaching all three at once: one node tries it and rolls it back; the others
+    // never write it.
+    for node in &mut nodes {
+        node.replace_pod(&bad, &kubeconfig, &ns);
+    }
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let tried = loop {
+        sample(&nodes, "--marker=two", &seen);
+        if let Some(i) = nodes
+            .iter()
+            .position(|n| n.log().contains("rolled back to last-known-good"))
+        {
+            break i;
+        }
+        assert!(Instant::now() < deadline, "no rollback");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    hold_for(&nodes, Duration::from_secs(8), "--marker=two", &seen).await;
+    assert_eq!(
+        seen.lock().unwrap().0,
+        Vec::<String>::new(),
+        "the bad version reached two nodes at once"
+    );
+    for (i, node) in nodes.iter().enumerate() {
+        assert!(
+            node.manifest().contains("--marker=two"),
+            "{}: {}",
+            node.handle.name,
+            node.log()
+        );
+        assert!(!node.ready(), "{}: Ready with the bad inputs", node.handle.name);
+        if i != tried {
+            let (_, reason) = node.anchor.as_ref().unwrap().get("/readyz").unwrap();
+            assert!(reason.contains("was rolled back on"), "{}: {reason}", node.handle.name);
+        }
+    }
+}

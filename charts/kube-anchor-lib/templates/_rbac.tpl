@@ -1,7 +1,7 @@
 {{/* Exactly what the anchor calls: its pod, DaemonSet and Node, and the list of every anchor pod
 and DaemonSet of its component in any namespace (pre-stop: is another anchor still here, does a
-quorum remain); mirror pods (run); Events on its pod. No secrets, no configmaps, no writes but
-Events.
+quorum remain); mirror pods (run); Events on its pod; the component's rollout Lease. No secrets, no configmaps,
+no writes but Events and the Lease.
 
 Kept on `helm uninstall` (resource-policy keep): the anchors' preStop hooks run after Helm has
 deleted the release's objects, and need this identity to prove the decommission; a deleted
@@ -42,6 +42,10 @@ rules:
   - apiGroups: ["", events.k8s.io]
     resources: [events]
     verbs: [create, patch]
+  # The component's rollout Lease: one node at a time across its DaemonSets (kube-anchor-<component>).
+  - apiGroups: [coordination.k8s.io]
+    resources: [leases]
+    verbs: [get, create, update]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding

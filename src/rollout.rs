@@ -1,0 +1,140 @@
+//! One node at a time across every anchor of a component, whatever DaemonSets they belong to.
+//!
+//! A DaemonSet's `maxUnavailable: 1` and the anchor's readiness gate order the nodes of *one*
+//! DaemonSet. A chart with per-node credentials (`perNode`: etcd, kube-apiserver) makes one
+//! DaemonSet per node, and `helm upgrade` changes all of them at once: each rolls its single pod
+//! at the same moment, every node would take the new version together, and a bad push would take
+//! every kube-apiserver or a quorum of etcd down at once (and with them the API that proves the
+//! version bad). So an anchor that would *replace* the version a node runs first takes the
+//! component's rollout Lease, holds it through the new version's trial, and gives it back once
+//! the version is promoted or rolled back; a version rolled back on one node is recorded on the
+//! Lease (by its input revision) and no other node tries it.
+//!
+//! Not needed, and not asked: writing a component for the first time (bootstrap, install on a
+//! node without its manifest), repairing drift, going back to the last-known-good version. A
+//! manifest kube-anchor did not write (a kubeadm node taken over) counts as a running version. Without the API the upgrade
+//! waits: the node keeps the version it runs.
+//!
+//! Pure: [`decide`] judges a Lease as read; `kubeapi::RolloutLease` reads and writes it.
+
+use std::time::{Duration, SystemTime};
+
+/// The Lease as far as the decision needs it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LeaseView {
+    pub holder: Option<String>,
+    pub renewed: Option<SystemTime>,
+    pub duration: Duration,
+    /// The input revision a node rolled back, and that node.
+    pub failed: Option<(String, String)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Turn {
+    /// Take (or keep) the Lease and go on.
+    Take,
+    /// Another node is upgrading this component; wait.
+    Held { by: String, until: Option<SystemTime> },
+    /// This revision was rolled back on another node: do not try it here.
+    FailedElsewhere { node: String },
+}
+
+/// `me`: this node; `revision`: the input revision this node would apply (the config marker).
+pub fn decide(lease: Option<&LeaseView>, me: &str, revision: Option<&str>, now: SystemTime) -> Turn {
+    let Some(lease) = lease else { return Turn::Take };
+    if let (Some((failed, node)), Some(revision)) = (&lease.failed, revision)
+        && failed == revision
+        && node != me
+    {
+        return Turn::FailedElsewhere { node: node.clone() };
+    }
+    match &lease.holder {
+        None => Turn::Take,
+        Some(h) if h.is_empty() || h == me => Turn::Take,
+        Some(h) => {
+            // A holder that stopped renewing (its pod gone, its node down) loses the Lease.
+            let until = lease.renewed.map(|r| r + lease.duration);
+            match until {
+                Some(until) if until > now => Turn::Held {
+                    by: h.clone(),
+                    until: Some(until),
+                },
+                _ => Turn::Take,
+            }
+        }
+    }
+}
+
+/// Whether replacing `on_node` with `target` needs the Lease: only an upgrade (or downgrade)
+/// of a version the node runs, not the first write and not a return to last-known-good.
+pub fn needs_turn(on_node: Option<&str>, target: &str, last_known_good: Option<&str>) -> bool {
+    match on_node {
+        None => false,
+        Some(current) => current != target && last_known_good != Some(target),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(s)
+    }
+
+    fn held_by(holder: &str, renewed: u64) -> LeaseView {
+        LeaseView {
+            holder: Some(holder.into()),
+            renewed: Some(at(renewed)),
+            duration: Duration::from_secs(60),
+            failed: None,
+        }
+    }
+
+    #[test]
+    fn a_free_or_own_lease_is_taken_and_a_live_one_of_another_node_waits() {
+        assert_eq!(decide(None, "cp-1", Some("r2"), at(100)), Turn::Take);
+        assert_eq!(decide(Some(&LeaseView::default()), "cp-1", None, at(100)), Turn::Take);
+        assert_eq!(decide(Some(&held_by("cp-1", 90)), "cp-1", None, at(100)), Turn::Take);
+        assert_eq!(
+            decide(Some(&held_by("cp-2", 90)), "cp-1", None, at(100)),
+            Turn::Held {
+                by: "cp-2".into(),
+                until: Some(at(150))
+            }
+        );
+    }
+
+    #[test]
+    fn a_holder_that_stopped_renewing_loses_the_lease() {
+        assert_eq!(decide(Some(&held_by("cp-2", 30)), "cp-1", None, at(100)), Turn::Take);
+        let never_renewed = LeaseView {
+            holder: Some("cp-2".into()),
+            ..Default::default()
+        };
+        assert_eq!(decide(Some(&never_renewed), "cp-1", None, at(100)), Turn::Take);
+    }
+
+    #[test]
+    fn a_revision_rolled_back_elsewhere_is_not_tried_but_another_one_is() {
+        let mut lease = held_by("", 0);
+        lease.failed = Some(("r2".into(), "cp-2".into()));
+        assert_eq!(
+            decide(Some(&lease), "cp-1", Some("r2"), at(100)),
+            Turn::FailedElsewhere { node: "cp-2".into() }
+        );
+        assert_eq!(decide(Some(&lease), "cp-1", Some("r3"), at(100)), Turn::Take);
+        // The node that rolled it back may be given the same revision again (retry).
+        assert_eq!(decide(Some(&lease), "cp-2", Some("r2"), at(100)), Turn::Take);
+        assert_eq!(decide(Some(&lease), "cp-1", None, at(100)), Turn::Take);
+    }
+
+    #[test]
+    fn only_replacing_a_running_version_needs_the_lease() {
+        assert!(!needs_turn(None, "b", None), "first write");
+        assert!(!needs_turn(Some("b"), "b", Some("a")), "drift repair");
+        assert!(!needs_turn(Some("b"), "a", Some("a")), "back to last-known-good");
+        assert!(needs_turn(Some("a"), "b", Some("a")), "upgrade");
+        assert!(needs_turn(Some("a"), "b", None), "upgrade before the first promotion");
+    }
+}
