@@ -16,14 +16,13 @@ spec:
       image: {{ printf "%s:%s" $c.image $c.version }}
       command:
         - kube-scheduler
-        - --kubeconfig=/etc/kubernetes/scheduler.conf
-        - --authentication-kubeconfig=/etc/kubernetes/scheduler.conf
-        - --authorization-kubeconfig=/etc/kubernetes/scheduler.conf
-        - --bind-address=127.0.0.1
-        - --leader-elect=true
-        {{- range $k, $v := $c.extraArgs }}
-        - --{{ $k }}={{ $v }}
-        {{- end }}
+        {{- include "kube-anchor-lib.args" (dict "component" $c "fixed" (list
+            "--kubeconfig=/etc/kubernetes/scheduler.conf"
+            "--authentication-kubeconfig=/etc/kubernetes/scheduler.conf"
+            "--authorization-kubeconfig=/etc/kubernetes/scheduler.conf"
+            "--bind-address=127.0.0.1"
+            "--leader-elect=true"
+        )) | trim | nindent 8 }}
       livenessProbe:
         httpGet: {host: 127.0.0.1, path: /livez, port: 10259, scheme: HTTPS}
         initialDelaySeconds: 10
