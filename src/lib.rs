@@ -9,7 +9,8 @@
 //!   (HTTP endpoints), [`metrics`], [`shutdown`] (signals), [`memory`] (malloc arenas, resident
 //!   code);
 //! - wiring: [`engine`] (load, decide, execute, record), [`etcd_member`] (join and leave),
-//!   [`anchor`] (the daemon), [`prestop`] and
+//!   [`anchor`] (the daemon), [`prestop`], [`import`] (a kubeadm node's manifests to chart
+//!   values; its decisions pure, its IO in a thin layer) and
 //!   [`commands`] (the CLI verbs).
 
 pub mod anchor;
@@ -25,6 +26,7 @@ pub mod etcd;
 pub mod etcd_member;
 pub mod hostfs;
 pub mod hostpath;
+pub mod import;
 pub mod kubeapi;
 pub mod ledger;
 pub mod logging;
