@@ -494,11 +494,27 @@ pub fn plan(nodes: &[NodeInput], labels: &[String]) -> Result<ImportPlan, Import
     let mut identities = Vec::new();
     for (node, label) in nodes.iter().zip(labels) {
         for component in COMPONENTS {
-            if !node.pods.iter().any(|p| p.component == component) {
-                return Err(ImportError::MissingComponent {
-                    node: label.clone(),
-                    component: component.into(),
-                });
+            let manifests: Vec<&str> = node
+                .pods
+                .iter()
+                .filter(|p| p.component == component)
+                .map(|p| p.manifest.as_str())
+                .collect();
+            match manifests.as_slice() {
+                [] => {
+                    return Err(ImportError::MissingComponent {
+                        node: label.clone(),
+                        component: component.into(),
+                    });
+                }
+                [_] => {}
+                [a, b, ..] => {
+                    // The kubelet would run both: which one is the component is not for import to guess.
+                    return Err(ImportError::NotKubeadmPod {
+                        manifest: b.to_string(),
+                        problem: format!("a second {component} pod on node {label} (the first is {a})"),
+                    });
+                }
             }
         }
         let id = identity(node, label)?;
@@ -1243,6 +1259,19 @@ mod tests {
         let err = plan(&[n], &["cp-1".into()]).unwrap_err();
         assert!(
             matches!(err, ImportError::OutsideKubernetesDir { ref path, .. } if path == "/etc/ssl/oidc.pem"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_second_pod_of_a_component_is_refused() {
+        let mut n = node("cp-1", "10.0.0.1", "k");
+        let mut copy = n.pods[3].clone();
+        copy.manifest = "/etc/kubernetes/manifests/kube-scheduler.yaml.bak".into();
+        n.pods.push(copy);
+        let err = plan(&[n], &["cp-1".into()]).unwrap_err().to_string();
+        assert!(
+            err.contains("kube-scheduler.yaml.bak: not a kubeadm control-plane pod: a second kube-scheduler pod"),
             "{err}"
         );
     }
