@@ -494,3 +494,79 @@ fn bad_kubeadm_nodes_are_refused_before_anything_is_written() {
     let (out, dir) = try_import(&root);
     assert_refused(out, "/etc/ssl/oidc-ca.pem, a file outside /etc/kubernetes", &dir);
 }
+
+#[test]
+fn the_summary_names_files_never_their_content_and_an_open_output_dir_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let node = kubeadm_node(&tmp.path().join("cp-1"), "cp-1", "10.11.0.1", None);
+    let out = tmp.path().join("values");
+    let text = run_ok(
+        import(&[
+            "--host-root",
+            node.root.to_str().unwrap(),
+            "--output-dir",
+            out.to_str().unwrap(),
+        ]),
+        "import",
+    );
+    assert!(
+        text.contains("node cp-1: ${NODE_NAME}=cp-1, ${NODE_IP}=10.11.0.1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("0600 /etc/kubernetes/pki/apiserver.key (credentials.apiserver.key)"),
+        "{text}"
+    );
+    assert!(text.contains("omitted    --encryption-provider-config"), "{text}");
+    assert!(text.contains("not carried hostPath volume /etc/ssl/certs"), "{text}");
+    let key = String::from_utf8(node.file("/etc/kubernetes/pki/apiserver.key")).unwrap();
+    let key_line = key.lines().nth(1).unwrap();
+    assert!(!text.contains(key_line), "a key on stdout");
+    assert!(
+        fs::read_to_string(out.join("kube-apiserver.yaml"))
+            .unwrap()
+            .contains(key_line)
+    );
+
+    // Importing again replaces the files in place, leaving no temporary file behind.
+    run_ok(
+        import(&[
+            "--host-root",
+            node.root.to_str().unwrap(),
+            "--output-dir",
+            out.to_str().unwrap(),
+        ]),
+        "import again",
+    );
+    let mut names: Vec<String> = fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "etcd.yaml",
+            "kube-apiserver.yaml",
+            "kube-controller-manager.yaml",
+            "kube-scheduler.yaml"
+        ]
+    );
+
+    // A directory others can read is no place for keys.
+    let open = tmp.path().join("open");
+    fs::create_dir(&open).unwrap();
+    fs::set_permissions(&open, fs::Permissions::from_mode(0o755)).unwrap();
+    let res = import(&[
+        "--host-root",
+        node.root.to_str().unwrap(),
+        "--output-dir",
+        open.to_str().unwrap(),
+    ]);
+    assert!(!res.status.success());
+    assert!(
+        String::from_utf8_lossy(&res.stderr).contains("open to group or others"),
+        "{res:?}"
+    );
+    assert_eq!(fs::read_dir(&open).unwrap().count(), 0);
+}
