@@ -570,3 +570,74 @@ fn the_summary_names_files_never_their_content_and_an_open_output_dir_is_refused
     );
     assert_eq!(fs::read_dir(&open).unwrap().count(), 0);
 }
+
+fn kubectl(cp: &support::cluster::ControlPlane, args: &[&str]) -> String {
+    run_ok(
+        Command::new(tool("kubectl"))
+            .arg(format!("--kubeconfig={}", cp.admin_kubeconfig.display()))
+            .args(args)
+            .output()
+            .unwrap(),
+        &format!("kubectl {args:?}"),
+    )
+}
+
+/// The real kube-apiserver accepts what the imported values render: every chart's objects
+/// (Secrets with kubeadm's files, one DaemonSet per node) and each node's static pod as the
+/// kubelet would make it and its mirror pod (named `<name>-<node>`, `spec.nodeName` set; the API
+/// server runs the kubelet's own `ValidatePodCreate` on create).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_real_api_server_accepts_what_the_imported_values_render() {
+    let cp = support::cluster::shared().await;
+    let ns = cp.namespace("import").await;
+    let tmp = tempfile::tempdir().unwrap();
+    let first = kubeadm_node(&tmp.path().join("cp-1"), "cp-1", "10.11.0.1", None);
+    let second = kubeadm_node(&tmp.path().join("cp-2"), "cp-2", "10.11.0.2", Some(&first));
+    let out = tmp.path().join("values");
+    run_ok(
+        import(&[
+            "--node",
+            &format!("cp-1={}", first.root.display()),
+            "--node",
+            &format!("cp-2={}", second.root.display()),
+            "--output-dir",
+            out.to_str().unwrap(),
+        ]),
+        "import",
+    );
+    for component in COMPONENTS {
+        let values = out.join(format!("{component}.yaml"));
+        let objects = ok(&helm(&[
+            "template",
+            "imported",
+            &chart(component),
+            "--namespace",
+            &ns,
+            "-f",
+            values.to_str().unwrap(),
+        ]));
+        let file = tmp.path().join(format!("{component}.rendered.yaml"));
+        fs::write(&file, objects).unwrap();
+        let applied = kubectl(cp, &["apply", "--dry-run=server", "-f", file.to_str().unwrap()]);
+        // One DaemonSet per node: the two nodes' files differ.
+        assert!(
+            applied.contains(&format!("daemonset.apps/imported-anchor-cp-1 created (server dry run)")),
+            "{applied}"
+        );
+        assert!(
+            applied.contains(&format!("daemonset.apps/imported-anchor-cp-2 created (server dry run)")),
+            "{applied}"
+        );
+        for node in [&first, &second] {
+            let mut pod = rendered_pod(&rendered(&values, component, &node.name), node);
+            let name = format!("{}-{}", pod["metadata"]["name"].as_str().unwrap(), node.name);
+            pod["metadata"]["name"] = name.into();
+            pod["spec"]["nodeName"] = node.name.clone().into();
+            // As the kubelet's mirror pod: the ServiceAccount admission leaves those alone.
+            pod["metadata"]["annotations"]["kubernetes.io/config.mirror"] = "0".into();
+            let file = tmp.path().join(format!("{component}-{}.pod.yaml", node.name));
+            fs::write(&file, serde_yaml_ng::to_string(&pod).unwrap()).unwrap();
+            kubectl(cp, &["create", "--dry-run=server", "-f", file.to_str().unwrap()]);
+        }
+    }
+}
