@@ -81,6 +81,15 @@ pub enum ImportError {
         first: String,
         second: String,
     },
+    #[error(
+        "{component}: the chart probes {probe}, which --{flag}={value} does not serve; the component would be restarted as unhealthy"
+    )]
+    ProbeUnserved {
+        component: String,
+        probe: String,
+        flag: String,
+        value: String,
+    },
     #[error("node name {0:?} given twice")]
     DuplicateNode(String),
     #[error("--node {0:?}: expected NAME=ROOT")]
@@ -630,6 +639,8 @@ fn plan_component(component: &str, nodes: &[NodeInput], ids: &[NodeIdentity]) ->
         }
     }
 
+    check_probes(component, &flags)?;
+
     // Flags as chart values.
     let mut component_values = serde_json::Map::new();
     component_values.insert("image".into(), json!(image));
@@ -793,11 +804,7 @@ fn plan_component(component: &str, nodes: &[NodeInput], ids: &[NodeIdentity]) ->
                 "healthCAFile": ca.filter(|n| carried.iter().any(|f| f.name == *n)).unwrap_or_default(),
             });
         }
-        "etcd" => {
-            if let Some(url) = flags.get("listen-metrics-urls").and_then(|u| u.split(',').next()) {
-                values["anchor"] = json!({"healthURL": format!("{url}/health")});
-            }
-        }
+        // etcd's chart default (http://127.0.0.1:2381/health) is served: check_probes.
         _ => {}
     }
 
@@ -811,6 +818,57 @@ fn plan_component(component: &str, nodes: &[NodeInput], ids: &[NodeIdentity]) ->
         volumes_not_carried,
         values,
     })
+}
+
+/// The charts' probes are fixed (etcd's metrics URL, the controller-manager's and scheduler's
+/// secure ports on 127.0.0.1, the apiserver's on `${NODE_IP}`): a command line that serves them
+/// elsewhere would have the kubelet restart the component as unhealthy, so it is refused.
+pub fn check_probes(component: &str, flags: &BTreeMap<String, String>) -> Result<(), ImportError> {
+    let unserved = |probe: &str, flag: &str| ImportError::ProbeUnserved {
+        component: component.into(),
+        probe: probe.into(),
+        flag: flag.into(),
+        value: flags.get(flag).cloned().unwrap_or_default(),
+    };
+    let binds = |probe_host: &str| {
+        flags
+            .get("bind-address")
+            .is_none_or(|a| ["0.0.0.0", "::", probe_host].contains(&a.as_str()))
+    };
+    let port_is = |port: &str| flags.get("secure-port").is_none_or(|p| p == port);
+    match component {
+        "etcd" => {
+            let probe = "http://127.0.0.1:2381";
+            if !flags
+                .get("listen-metrics-urls")
+                .is_some_and(|urls| urls.split(',').any(|u| u.trim_end_matches('/') == probe))
+            {
+                return Err(unserved(probe, "listen-metrics-urls"));
+            }
+        }
+        "kube-controller-manager" | "kube-scheduler" => {
+            let port = if component == "kube-scheduler" {
+                "10259"
+            } else {
+                "10257"
+            };
+            let probe = format!("https://127.0.0.1:{port}");
+            if !binds("127.0.0.1") {
+                return Err(unserved(&probe, "bind-address"));
+            }
+            if !port_is(port) {
+                return Err(unserved(&probe, "secure-port"));
+            }
+        }
+        "kube-apiserver" => {
+            // The probe's port follows securePort; its host is the node's address.
+            if !binds("${NODE_IP}") {
+                return Err(unserved("https://${NODE_IP}:<secure-port>", "bind-address"));
+            }
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 /// The values file of one chart: a header comment and the values as YAML.
@@ -1099,6 +1157,7 @@ mod tests {
                 &format!("--name={name}"),
                 "--data-dir=/var/lib/etcd",
                 &format!("--advertise-client-urls=https://{ip}:2379"),
+                "--listen-metrics-urls=http://127.0.0.1:2381",
                 &format!("--initial-cluster={name}=https://{ip}:2380"),
                 "--peer-key-file=/etc/kubernetes/pki/etcd/peer.key",
                 "--trusted-ca-file=/etc/kubernetes/pki/etcd/ca.crt",
@@ -1274,6 +1333,23 @@ mod tests {
             err.contains("kube-scheduler.yaml.bak: not a kubeadm control-plane pod: a second kube-scheduler pod"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_command_line_that_does_not_serve_the_charts_probes_is_refused() {
+        let flags = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        };
+        let metrics = [("listen-metrics-urls", "http://127.0.0.1:2381")];
+        assert!(check_probes("etcd", &flags(&metrics)).is_ok());
+        let err = check_probes("etcd", &flags(&[("listen-metrics-urls", "http://${NODE_IP}:2381")])).unwrap_err();
+        assert!(err.to_string().contains("etcd: the chart probes http://127.0.0.1:2381, which --listen-metrics-urls=http://${NODE_IP}:2381 does not serve"), "{err}");
+        assert!(check_probes("kube-scheduler", &flags(&[("bind-address", "127.0.0.1")])).is_ok());
+        assert!(check_probes("kube-scheduler", &flags(&[("bind-address", "0.0.0.0")])).is_ok());
+        assert!(check_probes("kube-scheduler", &flags(&[("bind-address", "${NODE_IP}")])).is_err());
+        assert!(check_probes("kube-controller-manager", &flags(&[("secure-port", "10300")])).is_err());
+        assert!(check_probes("kube-apiserver", &flags(&[("bind-address", "127.0.0.1")])).is_err());
+        assert!(check_probes("kube-apiserver", &flags(&[("secure-port", "7443")])).is_ok());
     }
 
     #[test]
