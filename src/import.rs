@@ -753,6 +753,16 @@ fn plan_component(component: &str, nodes: &[NodeInput], ids: &[NodeIdentity]) ->
             texts.push(text);
         }
         let mode = contents[0].1;
+        if let Some(i) = contents.iter().position(|(_, m)| m & 0o7000 != 0) {
+            return Err(ImportError::UnusableFile {
+                path,
+                node: ids[i].name.clone(),
+                problem: format!(
+                    "mode {:04o}: a credential cannot carry setuid, setgid or sticky bits",
+                    contents[i].1
+                ),
+            });
+        }
         if let Some(i) = contents.iter().position(|(_, m)| *m != mode) {
             return Err(differ(
                 &format!("the mode of {path}"),
@@ -794,18 +804,16 @@ fn plan_component(component: &str, nodes: &[NodeInput], ids: &[NodeIdentity]) ->
         "credentials": Value::Object(shared_credentials),
         "perNode": per_node.into_iter().map(|(n, c)| (n, json!({"credentials": Value::Object(c)}))).collect::<serde_json::Map<_, _>>(),
     });
-    // The anchor's health check follows the component's own endpoint and CA.
-    match component {
-        "kube-apiserver" => {
-            let port = flags.get("secure-port").map_or("6443", String::as_str);
-            let ca = flags.get("client-ca-file").map(|p| credential_name(p));
-            values["anchor"] = json!({
-                "healthURL": format!("https://127.0.0.1:{port}/readyz"),
-                "healthCAFile": ca.filter(|n| carried.iter().any(|f| f.name == *n)).unwrap_or_default(),
-            });
-        }
-        // etcd's chart default (http://127.0.0.1:2381/health) is served: check_probes.
-        _ => {}
+    // The anchor's health check of the apiserver, on loopback at its port. Not verified against
+    // a CA: kubeadm's serving certificate names the node's address and service IP, not
+    // 127.0.0.1, so a verified check would never pass (and the endpoint answers only a status).
+    // etcd's chart default (http://127.0.0.1:2381/health) is served: see check_probes.
+    if component == "kube-apiserver" {
+        let port = flags.get("secure-port").map_or("6443", String::as_str);
+        values["anchor"] = json!({
+            "healthURL": format!("https://127.0.0.1:{port}/readyz"),
+            "healthCAFile": "",
+        });
     }
 
     Ok(ComponentImport {
@@ -860,11 +868,13 @@ pub fn check_probes(component: &str, flags: &BTreeMap<String, String>) -> Result
                 return Err(unserved(&probe, "secure-port"));
             }
         }
-        "kube-apiserver" => {
-            // The probe's port follows securePort; its host is the node's address.
-            if !binds("${NODE_IP}") {
-                return Err(unserved("https://${NODE_IP}:<secure-port>", "bind-address"));
-            }
+        // The probe's port follows securePort; its host is the node's address, and the anchor's
+        // health check asks 127.0.0.1: both need every address.
+        "kube-apiserver" if !binds("0.0.0.0") => {
+            return Err(unserved(
+                "https://${NODE_IP}:<secure-port> and https://127.0.0.1:<secure-port>",
+                "bind-address",
+            ));
         }
         _ => {}
     }
@@ -1260,7 +1270,8 @@ mod tests {
         assert_eq!(kcm.values["credentials"]["controller-manager.conf"], "kubeconfig");
         let apiserver = component(&plan, "kube-apiserver");
         assert_eq!(apiserver.values["component"]["securePort"], 6443);
-        assert_eq!(apiserver.values["anchor"]["healthCAFile"], "ca.crt");
+        assert_eq!(apiserver.values["anchor"]["healthCAFile"], "");
+        assert_eq!(apiserver.values["anchor"]["healthURL"], "https://127.0.0.1:6443/readyz");
         assert_eq!(apiserver.volumes_not_carried, ["/etc/ssl/certs"]);
     }
 

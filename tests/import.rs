@@ -621,11 +621,11 @@ async fn the_real_api_server_accepts_what_the_imported_values_render() {
         let applied = kubectl(cp, &["apply", "--dry-run=server", "-f", file.to_str().unwrap()]);
         // One DaemonSet per node: the two nodes' files differ.
         assert!(
-            applied.contains(&format!("daemonset.apps/imported-anchor-cp-1 created (server dry run)")),
+            applied.contains("daemonset.apps/imported-anchor-cp-1 created (server dry run)"),
             "{applied}"
         );
         assert!(
-            applied.contains(&format!("daemonset.apps/imported-anchor-cp-2 created (server dry run)")),
+            applied.contains("daemonset.apps/imported-anchor-cp-2 created (server dry run)"),
             "{applied}"
         );
         for node in [&first, &second] {
