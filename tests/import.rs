@@ -641,3 +641,47 @@ async fn the_real_api_server_accepts_what_the_imported_values_render() {
         }
     }
 }
+
+/// Credentials travel as YAML strings through the values file and helm: text whose whitespace
+/// YAML treats specially (indented first line, trailing blank lines, none at the end, tabs,
+/// CRLF, a lone `---`) still reaches the Secret byte for byte.
+#[test]
+fn awkward_text_reaches_the_secret_byte_for_byte() {
+    let tmp = tempfile::tempdir().unwrap();
+    let node = kubeadm_node(&tmp.path().join("cp-1"), "cp-1", "10.11.0.1", None);
+    let awkward = [
+        ("a.yaml", "  indented first line\nsecond\n\n\n"),
+        ("b.yaml", "no newline at the end"),
+        ("c.yaml", "tabs\tinside\r\nand CRLF\r\n"),
+        ("d.yaml", "---\n# a comment\nkey: 'value' # x\n"),
+        ("e.yaml", "trailing spaces   \n  \n"),
+    ];
+    let manifest = node.root.join("etc/kubernetes/manifests/kube-apiserver.yaml");
+    let mut text = fs::read_to_string(&manifest).unwrap();
+    for (i, (name, content)) in awkward.iter().enumerate() {
+        fs::write(node.root.join("etc/kubernetes/pki").join(name), content).unwrap();
+        text = text.replace(
+            "    - --secure-port=6443\n",
+            &format!("    - --secure-port=6443\n    - --x-file-{i}=/etc/kubernetes/pki/{name}\n"),
+        );
+    }
+    fs::write(&manifest, text).unwrap();
+    let out = tmp.path().join("values");
+    run_ok(
+        import(&[
+            "--host-root",
+            node.root.to_str().unwrap(),
+            "--output-dir",
+            out.to_str().unwrap(),
+        ]),
+        "import",
+    );
+    let inputs = rendered(&out.join("kube-apiserver.yaml"), "kube-apiserver", "cp-1");
+    for (name, content) in awkward {
+        assert_eq!(
+            String::from_utf8_lossy(&inputs.secrets[name]),
+            content,
+            "{name} changed on its way through the values and helm"
+        );
+    }
+}
