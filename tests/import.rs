@@ -354,6 +354,18 @@ fn a_kubeadm_node_imports_into_values_that_render_its_own_static_pods_and_files(
                 .any(|k| k.as_str().unwrap().starts_with("kube-anchor.io/")),
             "{component}: no kube-anchor annotation: {written:?}"
         );
+        // The same inputs again (an anchor's next sync, or its replacement pod): nothing is
+        // written, so the static pod restarted once, at the takeover.
+        let again = apply(&inputs, &tmp.path().join(format!("work-{component}")), &copy, &node);
+        assert_eq!(again["changed"], false, "{again}");
+        assert!(
+            again["files"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|f| f["action"] == "unchanged"),
+            "{again}"
+        );
     }
 }
 
