@@ -70,6 +70,10 @@ pub enum Command {
     /// Forget that a version failed its trial, so `run` tries it again at its next sync (after
     /// fixing what made it fail outside its inputs, e.g. a missing host directory).
     Retry(RetryArgs),
+    /// Read a kubeadm control plane's static pod manifests and the files they name, and write one
+    /// Helm values file per component chart (etcd, kube-apiserver, kube-controller-manager,
+    /// kube-scheduler) so that `helm install` takes the components over.
+    Import(ImportArgs),
     /// Print a shell completion script (e.g. `source <(kube-anchor completion bash)`).
     Completion {
         #[arg(value_enum)]
@@ -161,6 +165,23 @@ pub struct BootstrapArgs {
     #[arg(long, default_value = "5m", value_parser = duration)]
     pub wait_timeout: std::time::Duration,
     /// Progress as text lines, or as one JSON object per line.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+}
+
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// A kubeadm node, NAME=ROOT: its Kubernetes node name and the directory its / is at (its
+    /// /etc/kubernetes/manifests is read). Once per control-plane node: files identical on every
+    /// node go to the charts' `credentials`, the others to `perNode.<NAME>.credentials`.
+    #[arg(long = "node", value_name = "NAME=ROOT", required_unless_present = "host_root")]
+    pub nodes: Vec<String>,
+    /// The root of a single kubeadm node, instead of --node (its name is etcd's --name).
+    #[arg(long, conflicts_with = "nodes")]
+    pub host_root: Option<PathBuf>,
+    /// Where the values files go (<chart>.yaml each, mode 0600; the directory is created 0700).
+    #[arg(long)]
+    pub output_dir: PathBuf,
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub output: OutputFormat,
 }

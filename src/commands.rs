@@ -10,8 +10,8 @@ use clap::{CommandFactory, Parser};
 use serde_json::json;
 
 use crate::cli::{
-    ApplyArgs, BootstrapArgs, Cli, Command, ComponentArgs, NodeArgs, OutputFormat, ProbeArgs, ProbeEndpoint,
-    RemoveArgs, RetryArgs, StatusArgs,
+    ApplyArgs, BootstrapArgs, Cli, Command, ComponentArgs, ImportArgs, NodeArgs, OutputFormat, ProbeArgs,
+    ProbeEndpoint, RemoveArgs, RetryArgs, StatusArgs,
 };
 use crate::config;
 use crate::engine::{ApplyReport, Engine, Inputs, RemoveReport, StatusReport};
@@ -52,6 +52,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Apply(args) => apply(args),
         Command::Bootstrap(args) => bootstrap(args),
         Command::Remove(args) => remove(args),
+        Command::Import(args) => import(args),
         Command::Status(args) => status(args),
         Command::Checkpointer(args) => tokio::runtime::Runtime::new()?.block_on(crate::checkpointer::main(args)),
         Command::PreStop(args) => tokio::runtime::Runtime::new()?.block_on(crate::prestop::run(args)),
@@ -105,6 +106,69 @@ fn probe(args: ProbeArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::from(EXIT_ERROR)
     })
+}
+
+fn import(args: ImportArgs) -> anyhow::Result<ExitCode> {
+    let nodes = match &args.host_root {
+        Some(root) => vec![(None, root.clone())],
+        None => args
+            .nodes
+            .iter()
+            .map(|raw| crate::import::parse_node_arg(raw).map(|(name, root)| (Some(name), root)))
+            .collect::<Result<Vec<_>, _>>()?,
+    };
+    let (plan, written) = crate::import::import(&nodes, &args.output_dir)?;
+    print_import(&plan, &written, args.output);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Names, paths and flag names only: the values files hold the secrets, stdout never does.
+fn print_import(plan: &crate::import::ImportPlan, written: &[std::path::PathBuf], format: OutputFormat) {
+    match format {
+        OutputFormat::Json => {
+            let components: Vec<serde_json::Value> = plan
+                .components
+                .iter()
+                .zip(written)
+                .map(|(c, path)| {
+                    let mut v = serde_json::to_value(c).expect("serializes");
+                    v["valuesFile"] = json!(path);
+                    v
+                })
+                .collect();
+            println!("{}", json!({"nodes": plan.nodes, "components": components}));
+        }
+        OutputFormat::Text => {
+            for n in &plan.nodes {
+                println!("node {}: ${{NODE_NAME}}={}, ${{NODE_IP}}={}", n.name, n.name, n.ip);
+            }
+            for (c, path) in plan.components.iter().zip(written) {
+                let shared = c.files.iter().filter(|f| f.shared).count();
+                println!(
+                    "{}: {} (image {}, version {}; {} flag(s) in extraArgs, {} omitted; {} file(s): {} shared, {} per node)",
+                    c.component,
+                    path.display(),
+                    c.image,
+                    c.version,
+                    c.extra_args.len(),
+                    c.omit_args.len(),
+                    c.files.len(),
+                    shared,
+                    c.files.len() - shared
+                );
+                for f in &c.files {
+                    let place = if f.shared { "credentials" } else { "perNode" };
+                    println!("  file       {} {} ({place}.{})", f.mode, f.path, f.name);
+                }
+                if !c.omit_args.is_empty() {
+                    println!("  omitted    --{}", c.omit_args.join(", --"));
+                }
+                for v in &c.volumes_not_carried {
+                    println!("  not carried hostPath volume {v}");
+                }
+            }
+        }
+    }
 }
 
 fn engine(node: &NodeArgs) -> anyhow::Result<Engine> {

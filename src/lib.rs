@@ -10,7 +10,8 @@
 //!   code);
 //! - wiring: [`engine`] (load, decide, execute, record), [`etcd_member`] (join and leave),
 //!   [`bootstrap_node`] (the first boot of a node from `helm template` output),
-//!   [`anchor`] (the daemon), [`prestop`] and
+//!   [`anchor`] (the daemon), [`prestop`], [`import`] (a kubeadm node's manifests to chart
+//!   values; its decisions pure, its IO in a thin layer) and
 //!   [`commands`] (the CLI verbs).
 
 pub mod anchor;
@@ -28,6 +29,7 @@ pub mod etcd;
 pub mod etcd_member;
 pub mod hostfs;
 pub mod hostpath;
+pub mod import;
 pub mod kubeapi;
 pub mod ledger;
 pub mod logging;

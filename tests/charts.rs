@@ -373,6 +373,44 @@ fn wrong_values_fail_with_a_clear_message() {
     }
 }
 
+/// A flag of extraArgs that the chart also fixes takes the fixed flag's place (one flag, the
+/// value's value), and omitArgs leaves a fixed flag out: values can state any command line.
+#[test]
+fn extra_args_replace_fixed_flags_in_place_and_omit_args_drop_them() {
+    for name in ANCHOR_CHARTS {
+        let command = |extra: &[&str]| -> Vec<String> {
+            let docs = render(name, extra);
+            let pod: Value =
+                serde_yaml_ng::from_str(of_kind(&docs, "ConfigMap")[0]["data"]["pod.yaml"].as_str().unwrap()).unwrap();
+            serde_yaml_ng::from_value(pod["spec"]["containers"][0]["command"].clone()).unwrap()
+        };
+        let fixed = command(&[]);
+        // The second flag of every chart is a fixed one; the last is too.
+        let second = fixed[2].trim_start_matches("--").split('=').next().unwrap().to_owned();
+        let last = fixed
+            .last()
+            .unwrap()
+            .trim_start_matches("--")
+            .split('=')
+            .next()
+            .unwrap()
+            .to_owned();
+        let changed = command(&[
+            "--set-string",
+            &format!("component.extraArgs.{second}=changed"),
+            "--set",
+            &format!("component.omitArgs={{{last}}}"),
+            "--set-string",
+            "component.extraArgs.zz-extra=1",
+        ]);
+        let mut want = fixed.clone();
+        want[2] = format!("--{second}=changed");
+        want.pop();
+        want.push("--zz-extra=1".into());
+        assert_eq!(changed, want, "{name}");
+    }
+}
+
 #[test]
 fn charts_share_one_values_schema() {
     let common = fs::read_to_string(repo_root().join("charts/common/values.schema.json")).unwrap();

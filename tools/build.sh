@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the real Kubernetes components kube-anchor's tests run against, from Go modules:
-# kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and a kubemark kubelet (one
+# kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubeadm and a kubemark kubelet (one
 # multi-call binary from tools/kube), etcd (tools/etcd) and helm (go install).
 #
 # Idempotent: each binary is cached outside the repository under a key made of its version and
@@ -76,7 +76,7 @@ build kube "$kube_bin" build_kube
 build etcd "$etcd_bin" build_etcd
 build helm "$helm_bin" build_helm
 
-for name in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet; do
+for name in kube-apiserver kube-controller-manager kube-scheduler kubectl kubeadm kubelet; do
   ln -sfn "$kube_bin" "$bin/$name"
 done
 ln -sfn "$etcd_bin" "$bin/etcd"

@@ -1,5 +1,6 @@
 // Command kube is a multi-call binary holding the real Kubernetes components kube-anchor's
-// tests run against: kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and a
+// tests run against: kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubeadm
+// (whose certificate, kubeconfig and manifest phases make the files `kube-anchor import` reads) and a
 // kubelet whose container runtime is either the fake CRI runtime of Kubernetes' own scale tests
 // (kubemark) or a runtime whose containers are real processes (procruntime.go).
 //
@@ -21,6 +22,8 @@ import (
 	kubectl "k8s.io/kubectl/pkg/cmd"
 	kubectlutil "k8s.io/kubectl/pkg/cmd/util"
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
+	kubeadm "k8s.io/kubernetes/cmd/kubeadm/app"
+	kubeadmerrors "k8s.io/kubernetes/cmd/kubeadm/app/util/errors"
 	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
 )
@@ -40,7 +43,7 @@ func main() {
 		return
 	}
 	name := filepath.Base(os.Args[0])
-	if _, ok := commands[name]; !ok && name != "kubectl" && len(os.Args) > 1 {
+	if _, ok := commands[name]; !ok && name != "kubectl" && name != "kubeadm" && len(os.Args) > 1 {
 		name = os.Args[1]
 		os.Args = os.Args[1:]
 	}
@@ -51,9 +54,14 @@ func main() {
 		}
 		return
 	}
+	if name == "kubeadm" {
+		// kubeadm's own main: it sets up its flags on the process-wide flag sets itself.
+		kubeadmerrors.HandleError(kubeadm.Run())
+		return
+	}
 	newCommand, ok := commands[name]
 	if !ok {
-		fmt.Fprintf(os.Stderr, "usage: kube {kube-apiserver|kube-controller-manager|kube-scheduler|kubectl|kubelet} [flags]\n")
+		fmt.Fprintf(os.Stderr, "usage: kube {kube-apiserver|kube-controller-manager|kube-scheduler|kubectl|kubeadm|kubelet} [flags]\n")
 		os.Exit(2)
 	}
 	os.Exit(cli.Run(newCommand()))

@@ -16,32 +16,29 @@ spec:
       image: {{ printf "%s:%s" $c.image (trimPrefix "v" $c.version) }}
       command:
         - etcd
-        - --name=${NODE_NAME}
-        - --data-dir={{ $c.dataDir }}
-        - --advertise-client-urls=https://${NODE_IP}:2379
-        - --listen-client-urls={{ include "etcd.listenClientURLs" . }}
-        - --initial-advertise-peer-urls=https://${NODE_IP}:2380
-        - --listen-peer-urls=https://${NODE_IP}:2380
-        - --listen-metrics-urls=http://{{ $c.localAddress }}:2381
+        {{- $initial := list (printf "--initial-cluster=%s" (default "${NODE_NAME}=https://${NODE_IP}:2380" $c.initialCluster)) (printf "--initial-cluster-state=%v" $c.initialClusterState) }}
         {{- if .Values.membership.enabled }}
         {{- /* Recorded by the anchor when this node joined or bootstrapped; never changes after. */}}
-        - --initial-cluster=${ETCD_INITIAL_CLUSTER}
-        - --initial-cluster-state=${ETCD_INITIAL_CLUSTER_STATE}
-        {{- else }}
-        - --initial-cluster={{ default "${NODE_NAME}=https://${NODE_IP}:2380" $c.initialCluster }}
-        - --initial-cluster-state={{ $c.initialClusterState }}
+        {{- $initial = list "--initial-cluster=${ETCD_INITIAL_CLUSTER}" "--initial-cluster-state=${ETCD_INITIAL_CLUSTER_STATE}" }}
         {{- end }}
-        - --client-cert-auth=true
-        - --trusted-ca-file=/etc/kubernetes/pki/etcd/ca.crt
-        - --cert-file=/etc/kubernetes/pki/etcd/server.crt
-        - --key-file=/etc/kubernetes/pki/etcd/server.key
-        - --peer-client-cert-auth=true
-        - --peer-trusted-ca-file=/etc/kubernetes/pki/etcd/ca.crt
-        - --peer-cert-file=/etc/kubernetes/pki/etcd/peer.crt
-        - --peer-key-file=/etc/kubernetes/pki/etcd/peer.key
-        {{- range $k, $v := $c.extraArgs }}
-        - --{{ $k }}={{ $v }}
-        {{- end }}
+        {{- include "kube-anchor-lib.args" (dict "component" $c "fixed" (concat (list
+            "--name=${NODE_NAME}"
+            (printf "--data-dir=%v" $c.dataDir)
+            "--advertise-client-urls=https://${NODE_IP}:2379"
+            (printf "--listen-client-urls=%s" (include "etcd.listenClientURLs" .))
+            "--initial-advertise-peer-urls=https://${NODE_IP}:2380"
+            "--listen-peer-urls=https://${NODE_IP}:2380"
+            (printf "--listen-metrics-urls=http://%s:2381" $c.localAddress)
+          ) $initial (list
+            "--client-cert-auth=true"
+            "--trusted-ca-file=/etc/kubernetes/pki/etcd/ca.crt"
+            "--cert-file=/etc/kubernetes/pki/etcd/server.crt"
+            "--key-file=/etc/kubernetes/pki/etcd/server.key"
+            "--peer-client-cert-auth=true"
+            "--peer-trusted-ca-file=/etc/kubernetes/pki/etcd/ca.crt"
+            "--peer-cert-file=/etc/kubernetes/pki/etcd/peer.crt"
+            "--peer-key-file=/etc/kubernetes/pki/etcd/peer.key"
+        ))) | trim | nindent 8 }}
       livenessProbe:
         httpGet: {host: {{ include "kube-anchor-lib.probeHost" $c.localAddress }}, path: /livez, port: 2381, scheme: HTTP}
         initialDelaySeconds: 10

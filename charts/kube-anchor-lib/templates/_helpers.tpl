@@ -65,3 +65,34 @@ earlier releases), "${NODE_IP}" quoted. */}}
 {{- define "kube-anchor-lib.probeHost" -}}
 {{- if regexMatch "^[0-9.]+$" . }}{{ . }}{{ else }}{{ quote . }}{{ end -}}
 {{- end -}}
+
+{{/*
+A component's command-line flags, one "- --name=value" line each: the chart's fixed flags in
+their order, each replaced in place by component.extraArgs of the same name or left out when
+listed in component.omitArgs, then the other extraArgs by name. So a flag appears at most once,
+and values can state any command line (e.g. one taken over from kubeadm by `kube-anchor import`).
+Takes (dict "component" .Values.component "fixed" (list "--name=value" ...)).
+*/}}
+{{- define "kube-anchor-lib.args" -}}
+{{- $extra := .component.extraArgs | default dict -}}
+{{- $omit := .component.omitArgs | default list -}}
+{{- $names := list -}}
+{{- $args := list -}}
+{{- range .fixed -}}
+{{- $name := regexReplaceAll "^--([^=]*)=.*$" . "${1}" -}}
+{{- $names = append $names $name -}}
+{{- if hasKey $extra $name -}}
+{{- $args = append $args (printf "--%s=%v" $name (index $extra $name)) -}}
+{{- else if not (has $name $omit) -}}
+{{- $args = append $args . -}}
+{{- end -}}
+{{- end -}}
+{{- range $name, $value := $extra -}}
+{{- if not (has $name $names) -}}
+{{- $args = append $args (printf "--%s=%v" $name $value) -}}
+{{- end -}}
+{{- end -}}
+{{- range $args }}
+- {{ . }}
+{{- end -}}
+{{- end -}}

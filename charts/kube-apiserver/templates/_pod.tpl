@@ -16,28 +16,27 @@ spec:
       image: {{ printf "%s:%s" $c.image $c.version }}
       command:
         - kube-apiserver
-        - --advertise-address=${NODE_IP}
-        - --secure-port={{ $c.securePort }}
-        - --allow-privileged=true
-        - --authorization-mode=Node,RBAC
-        - --enable-admission-plugins=NodeRestriction
-        - --client-ca-file=/etc/kubernetes/pki/ca.crt
-        - --tls-cert-file=/etc/kubernetes/pki/apiserver.crt
-        - --tls-private-key-file=/etc/kubernetes/pki/apiserver.key
-        - --kubelet-client-certificate=/etc/kubernetes/pki/apiserver-kubelet-client.crt
-        - --kubelet-client-key=/etc/kubernetes/pki/apiserver-kubelet-client.key
-        - --etcd-servers={{ $c.etcdServers }}
-        - --etcd-cafile=/etc/kubernetes/pki/etcd/ca.crt
-        - --etcd-certfile=/etc/kubernetes/pki/apiserver-etcd-client.crt
-        - --etcd-keyfile=/etc/kubernetes/pki/apiserver-etcd-client.key
-        - --service-account-issuer={{ $c.serviceAccountIssuer }}
-        - --service-account-key-file=/etc/kubernetes/pki/sa.pub
-        - --service-account-signing-key-file=/etc/kubernetes/pki/sa.key
-        - --service-cluster-ip-range={{ $c.serviceClusterIPRange }}
-        - --encryption-provider-config=/etc/kubernetes/encryption/config.yaml
-        {{- range $k, $v := $c.extraArgs }}
-        - --{{ $k }}={{ $v }}
-        {{- end }}
+        {{- include "kube-anchor-lib.args" (dict "component" $c "fixed" (list
+            "--advertise-address=${NODE_IP}"
+            (printf "--secure-port=%v" $c.securePort)
+            "--allow-privileged=true"
+            "--authorization-mode=Node,RBAC"
+            "--enable-admission-plugins=NodeRestriction"
+            "--client-ca-file=/etc/kubernetes/pki/ca.crt"
+            "--tls-cert-file=/etc/kubernetes/pki/apiserver.crt"
+            "--tls-private-key-file=/etc/kubernetes/pki/apiserver.key"
+            "--kubelet-client-certificate=/etc/kubernetes/pki/apiserver-kubelet-client.crt"
+            "--kubelet-client-key=/etc/kubernetes/pki/apiserver-kubelet-client.key"
+            (printf "--etcd-servers=%v" $c.etcdServers)
+            "--etcd-cafile=/etc/kubernetes/pki/etcd/ca.crt"
+            "--etcd-certfile=/etc/kubernetes/pki/apiserver-etcd-client.crt"
+            "--etcd-keyfile=/etc/kubernetes/pki/apiserver-etcd-client.key"
+            (printf "--service-account-issuer=%v" $c.serviceAccountIssuer)
+            "--service-account-key-file=/etc/kubernetes/pki/sa.pub"
+            "--service-account-signing-key-file=/etc/kubernetes/pki/sa.key"
+            (printf "--service-cluster-ip-range=%v" $c.serviceClusterIPRange)
+            "--encryption-provider-config=/etc/kubernetes/encryption/config.yaml"
+        )) | trim | nindent 8 }}
       livenessProbe:
         httpGet: {host: "${NODE_IP}", path: /livez, port: {{ $c.securePort }}, scheme: HTTPS}
         initialDelaySeconds: 10

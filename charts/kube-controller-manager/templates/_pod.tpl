@@ -16,21 +16,20 @@ spec:
       image: {{ printf "%s:%s" $c.image $c.version }}
       command:
         - kube-controller-manager
-        - --kubeconfig=/etc/kubernetes/controller-manager.conf
-        - --authentication-kubeconfig=/etc/kubernetes/controller-manager.conf
-        - --authorization-kubeconfig=/etc/kubernetes/controller-manager.conf
-        - --bind-address={{ $c.localAddress }}
-        - --client-ca-file=/etc/kubernetes/pki/ca.crt
-        - --cluster-name={{ $c.clusterName }}
-        - --cluster-signing-cert-file=/etc/kubernetes/pki/ca.crt
-        - --cluster-signing-key-file=/etc/kubernetes/pki/ca.key
-        - --root-ca-file=/etc/kubernetes/pki/ca.crt
-        - --service-account-private-key-file=/etc/kubernetes/pki/sa.key
-        - --use-service-account-credentials=true
-        - --leader-elect=true
-        {{- range $k, $v := $c.extraArgs }}
-        - --{{ $k }}={{ $v }}
-        {{- end }}
+        {{- include "kube-anchor-lib.args" (dict "component" $c "fixed" (list
+            "--kubeconfig=/etc/kubernetes/controller-manager.conf"
+            "--authentication-kubeconfig=/etc/kubernetes/controller-manager.conf"
+            "--authorization-kubeconfig=/etc/kubernetes/controller-manager.conf"
+            (printf "--bind-address=%s" $c.localAddress)
+            "--client-ca-file=/etc/kubernetes/pki/ca.crt"
+            (printf "--cluster-name=%v" $c.clusterName)
+            "--cluster-signing-cert-file=/etc/kubernetes/pki/ca.crt"
+            "--cluster-signing-key-file=/etc/kubernetes/pki/ca.key"
+            "--root-ca-file=/etc/kubernetes/pki/ca.crt"
+            "--service-account-private-key-file=/etc/kubernetes/pki/sa.key"
+            "--use-service-account-credentials=true"
+            "--leader-elect=true"
+        )) | trim | nindent 8 }}
       livenessProbe:
         httpGet: {host: {{ include "kube-anchor-lib.probeHost" $c.localAddress }}, path: /healthz, port: 10257, scheme: HTTPS}
         initialDelaySeconds: 10

@@ -16,14 +16,13 @@ spec:
       image: {{ printf "%s:%s" $c.image $c.version }}
       command:
         - kube-scheduler
-        - --kubeconfig=/etc/kubernetes/scheduler.conf
-        - --authentication-kubeconfig=/etc/kubernetes/scheduler.conf
-        - --authorization-kubeconfig=/etc/kubernetes/scheduler.conf
-        - --bind-address={{ $c.localAddress }}
-        - --leader-elect=true
-        {{- range $k, $v := $c.extraArgs }}
-        - --{{ $k }}={{ $v }}
-        {{- end }}
+        {{- include "kube-anchor-lib.args" (dict "component" $c "fixed" (list
+            "--kubeconfig=/etc/kubernetes/scheduler.conf"
+            "--authentication-kubeconfig=/etc/kubernetes/scheduler.conf"
+            "--authorization-kubeconfig=/etc/kubernetes/scheduler.conf"
+            (printf "--bind-address=%s" $c.localAddress)
+            "--leader-elect=true"
+        )) | trim | nindent 8 }}
       livenessProbe:
         httpGet: {host: {{ include "kube-anchor-lib.probeHost" $c.localAddress }}, path: /livez, port: 10259, scheme: HTTPS}
         initialDelaySeconds: 10

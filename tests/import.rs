@@ -1,0 +1,699 @@
+//! `kube-anchor import` on nodes made by the real kubeadm of the pinned release (tools/bin/kubeadm,
+//! its `init phase` certs, kubeconfig, control-plane and etcd steps run with `--rootfs` into a
+//! temporary directory), rendered by the real helm with the project's charts: the static pods
+//! run kubeadm's command lines, the Secrets hold kubeadm's files byte for byte, and `kube-anchor
+//! apply` of the rendered inputs onto the kubeadm node rewrites none of its files.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use kube_anchor::render::{Variables, render};
+use serde_yaml_ng::Value;
+use support::cluster::tool;
+use support::fixture::BIN;
+use support::helm::*;
+
+const COMPONENTS: [&str; 4] = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"];
+
+struct KubeadmNode {
+    name: String,
+    ip: String,
+    root: PathBuf,
+}
+
+impl KubeadmNode {
+    fn manifest(&self, component: &str) -> Value {
+        let path = self.root.join(format!("etc/kubernetes/manifests/{component}.yaml"));
+        serde_yaml_ng::from_str(&fs::read_to_string(path).unwrap()).unwrap()
+    }
+
+    fn file(&self, host_path: &str) -> Vec<u8> {
+        fs::read(self.root.join(host_path.trim_start_matches('/'))).unwrap()
+    }
+}
+
+fn run_ok(out: Output, what: &str) -> String {
+    assert!(
+        out.status.success(),
+        "{what}: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// A control-plane node's /etc/kubernetes as `kubeadm init` writes it (below `root`). With
+/// `shared_from`, the cluster-wide keys (CAs, service-account key) are copied from that node
+/// first, as `kubeadm join --control-plane` does, so kubeadm signs this node's own certificates
+/// with them.
+fn kubeadm_node(root: &Path, name: &str, ip: &str, shared_from: Option<&KubeadmNode>) -> KubeadmNode {
+    fs::create_dir_all(root).unwrap();
+    if let Some(first) = shared_from {
+        for f in [
+            "ca.crt",
+            "ca.key",
+            "sa.key",
+            "sa.pub",
+            "front-proxy-ca.crt",
+            "front-proxy-ca.key",
+            "etcd/ca.crt",
+            "etcd/ca.key",
+        ] {
+            let to = root.join("etc/kubernetes/pki").join(f);
+            fs::create_dir_all(to.parent().unwrap()).unwrap();
+            fs::copy(first.root.join("etc/kubernetes/pki").join(f), &to).unwrap();
+        }
+    }
+    // kubeadm refuses a loopback advertise address, and chroots into --rootfs before it reads
+    // the config, so the config lives inside the root.
+    fs::write(
+        root.join("kubeadm.yaml"),
+        format!(
+            "apiVersion: kubeadm.k8s.io/v1beta4\nkind: InitConfiguration\n\
+             localAPIEndpoint: {{advertiseAddress: {ip}, bindPort: 6443}}\n\
+             nodeRegistration: {{name: {name}, criSocket: unix:///run/containerd/containerd.sock}}\n\
+             ---\napiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\n\
+             kubernetesVersion: v1.36.3\ncontrolPlaneEndpoint: 10.11.0.100:6443\n\
+             networking: {{serviceSubnet: 10.96.0.0/12, podSubnet: 10.244.0.0/16}}\n"
+        ),
+    )
+    .unwrap();
+    for phase in [
+        &["certs", "all"][..],
+        &["kubeconfig", "all"],
+        &["control-plane", "all"],
+        &["etcd", "local"],
+    ] {
+        let mut args = vec!["init", "phase"];
+        args.extend(phase);
+        args.extend(["--config", "/kubeadm.yaml", "--rootfs", root.to_str().unwrap()]);
+        run_ok(
+            Command::new(tool("kubeadm")).args(&args).output().unwrap(),
+            &format!("kubeadm {args:?}"),
+        );
+    }
+    fs::remove_file(root.join("kubeadm.yaml")).unwrap();
+    KubeadmNode {
+        name: name.into(),
+        ip: ip.into(),
+        root: root.into(),
+    }
+}
+
+fn import(args: &[&str]) -> Output {
+    Command::new(BIN).arg("import").args(args).output().unwrap()
+}
+
+fn container(pod: &Value) -> &Value {
+    &pod["spec"]["containers"][0]
+}
+
+fn command(pod: &Value) -> Vec<String> {
+    serde_yaml_ng::from_value(container(pod)["command"].clone()).unwrap()
+}
+
+/// The host paths kubeadm's pod names that are files under /etc/kubernetes on the node: its
+/// absolute flag values and its file hostPath volumes (found here from the manifest itself).
+fn named_files(node: &KubeadmNode, pod: &Value) -> BTreeSet<String> {
+    let mut paths: BTreeSet<String> = command(pod)
+        .iter()
+        .filter_map(|a| a.split_once('=').map(|(_, v)| v.to_owned()))
+        .collect();
+    for v in pod["spec"]["volumes"].as_sequence().unwrap() {
+        paths.insert(v["hostPath"]["path"].as_str().unwrap().to_owned());
+    }
+    paths
+        .into_iter()
+        .filter(|p| p.starts_with("/etc/kubernetes/") && node.root.join(&p[1..]).is_file())
+        .collect()
+}
+
+/// One chart rendered with the import's values, as one node's anchor pod sees it.
+struct NodeInputs {
+    config: BTreeMap<String, Vec<u8>>,
+    secrets: BTreeMap<String, Vec<u8>>,
+}
+
+fn rendered(values: &Path, chart_name: &str, node: &str) -> NodeInputs {
+    let docs = template("imported", chart_name, &["-f", values.to_str().unwrap()]);
+    let config = configmap_files(of_kind(&docs, "ConfigMap")[0]);
+    // The shared Secret and this node's own (the chart's per-node DaemonSet projects both).
+    let secrets: Vec<&Value> = of_kind(&docs, "Secret")
+        .into_iter()
+        .filter(|s| {
+            s["metadata"]["labels"]["kube-anchor.io/node"]
+                .as_str()
+                .is_none_or(|n| n == node)
+        })
+        .collect();
+    // Credentials never reach the ConfigMap.
+    let cm_text = serde_yaml_ng::to_string(of_kind(&docs, "ConfigMap")[0]).unwrap();
+    assert!(!cm_text.contains("PRIVATE KEY"), "{chart_name}: a key in the ConfigMap");
+    NodeInputs {
+        config,
+        secrets: secret_files(secrets),
+    }
+}
+
+/// The anchor's config: (source name, host path, mode) of each file.
+fn anchor_files(inputs: &NodeInputs) -> Vec<(String, String, String)> {
+    let anchor: Value = serde_yaml_ng::from_slice(&inputs.config["anchor.yaml"]).unwrap();
+    anchor["spec"]["files"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["source"]
+                    .as_str()
+                    .unwrap()
+                    .trim_start_matches("../secrets/")
+                    .to_owned(),
+                f["path"].as_str().unwrap().to_owned(),
+                f["mode"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// The static pod the anchor would write on `node`: pod.yaml rendered with its variables.
+fn rendered_pod(inputs: &NodeInputs, node: &KubeadmNode) -> Value {
+    let vars = Variables::new(["NODE_NAME", "NODE_IP"], |n| {
+        Some(if n == "NODE_NAME" {
+            node.name.clone()
+        } else {
+            node.ip.clone()
+        })
+    });
+    let text = render(Path::new("pod.yaml"), &inputs.config["pod.yaml"], &vars).unwrap();
+    serde_yaml_ng::from_str(&text).unwrap()
+}
+
+/// For every chart and node: the rendered static pod runs kubeadm's image and flags, and the
+/// Secrets hold every file kubeadm's pod names, byte for byte, at the same path and mode.
+fn assert_charts_reproduce(nodes: &[&KubeadmNode], out: &Path, etcd_flags_may_differ: &[&str]) {
+    for component in COMPONENTS {
+        let values = out.join(format!("{component}.yaml"));
+        let mode = fs::metadata(&values).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{}", values.display());
+        for node in nodes {
+            let inputs = rendered(&values, component, &node.name);
+            let kubeadm = node.manifest(component);
+            let pod = rendered_pod(&inputs, node);
+            assert_eq!(container(&pod)["image"], container(&kubeadm)["image"], "{component}");
+            // Sorted, not a set: a flag given twice would show.
+            let flags = |p: &Value| -> Vec<String> {
+                let mut f: Vec<String> = command(p)
+                    .into_iter()
+                    .skip(1)
+                    .filter(|f| !etcd_flags_may_differ.iter().any(|d| f.starts_with(&format!("--{d}="))))
+                    .collect();
+                f.sort();
+                f
+            };
+            assert_eq!(command(&pod)[0], command(&kubeadm)[0], "{component}: the binary");
+            assert_eq!(flags(&pod), flags(&kubeadm), "{component} on {}: flags", node.name);
+
+            let files = anchor_files(&inputs);
+            let paths: BTreeSet<String> = files.iter().map(|(_, p, _)| p.clone()).collect();
+            assert_eq!(paths, named_files(node, &kubeadm), "{component}: the files carried");
+            for (name, path, mode) in &files {
+                let host = node.root.join(&path[1..]);
+                assert_eq!(
+                    inputs
+                        .secrets
+                        .get(name)
+                        .unwrap_or_else(|| panic!("{component}: no secret {name}")),
+                    &node.file(path),
+                    "{component} on {}: {path}",
+                    node.name
+                );
+                let host_mode = fs::metadata(&host).unwrap().permissions().mode() & 0o777;
+                assert_eq!(u32::from_str_radix(mode, 8).unwrap(), host_mode, "{path}");
+            }
+        }
+    }
+}
+
+/// Lays out the rendered inputs as an anchor pod's volumes and runs `kube-anchor apply` onto
+/// `root`; returns the JSON report.
+fn apply(inputs: &NodeInputs, work: &Path, root: &Path, node: &KubeadmNode) -> serde_json::Value {
+    let config = work.join("config");
+    let secrets = work.join("secrets");
+    for (dir, files) in [(&config, &inputs.config), (&secrets, &inputs.secrets)] {
+        fs::create_dir_all(dir).unwrap();
+        for (name, content) in files {
+            fs::write(dir.join(name), content).unwrap();
+        }
+    }
+    let out = Command::new(BIN)
+        .args(["apply", "--output", "json", "--config"])
+        .arg(config.join("anchor.yaml"))
+        .arg("--host-root")
+        .arg(root)
+        .env("NODE_NAME", &node.name)
+        .env("NODE_IP", &node.ip)
+        .output()
+        .unwrap();
+    serde_json::from_str(&run_ok(out, "kube-anchor apply")).unwrap()
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    run_ok(
+        Command::new("cp").arg("-a").arg(from).arg(to).output().unwrap(),
+        "cp -a",
+    );
+}
+
+#[test]
+fn a_kubeadm_node_imports_into_values_that_render_its_own_static_pods_and_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let node = kubeadm_node(&tmp.path().join("cp-1"), "cp-1", "10.11.0.1", None);
+    let out = tmp.path().join("values");
+    let report = run_ok(
+        import(&[
+            "--host-root",
+            node.root.to_str().unwrap(),
+            "--output-dir",
+            out.to_str().unwrap(),
+            "--output",
+            "json",
+        ]),
+        "import",
+    );
+    assert!(
+        !report.contains("PRIVATE KEY") && !report.contains("BEGIN"),
+        "secrets on stdout"
+    );
+    let report: serde_json::Value = serde_json::from_str(&report).unwrap();
+    assert_eq!(
+        report["nodes"],
+        serde_json::json!([{"name": "cp-1", "ip": "10.11.0.1"}])
+    );
+    assert_eq!(fs::metadata(&out).unwrap().permissions().mode() & 0o777, 0o700);
+    // One node: every file is shared.
+    for c in report["components"].as_array().unwrap() {
+        assert!(
+            c["files"].as_array().unwrap().iter().all(|f| f["shared"] == true),
+            "{c}"
+        );
+    }
+
+    assert_charts_reproduce(&[&node], &out, &[]);
+
+    // `kube-anchor apply` of the rendered inputs onto (a copy of) the kubeadm node: every
+    // credential file is adopted as it is; only the manifests are written.
+    let copy = tmp.path().join("apply-root");
+    copy_tree(&node.root, &copy);
+    for component in COMPONENTS {
+        let inputs = rendered(&out.join(format!("{component}.yaml")), component, "cp-1");
+        let before: BTreeMap<String, (u64, i64, i64)> = anchor_files(&inputs)
+            .iter()
+            .map(|(_, p, _)| {
+                let m = fs::metadata(copy.join(&p[1..])).unwrap();
+                (p.clone(), (m.ino(), m.mtime(), m.mtime_nsec()))
+            })
+            .collect();
+        let report = apply(&inputs, &tmp.path().join(format!("work-{component}")), &copy, &node);
+        let manifest = format!("/etc/kubernetes/manifests/{component}.yaml");
+        for f in report["files"].as_array().unwrap() {
+            let path = f["path"].as_str().unwrap();
+            if path == manifest {
+                assert_eq!(f["action"], "written", "{component}: {f}");
+            } else {
+                assert_eq!(
+                    f["action"], "adopted",
+                    "{component}: {path} was not adopted as it is: {f}"
+                );
+            }
+        }
+        assert_eq!(report["files"].as_array().unwrap().len(), before.len() + 1, "{report}");
+        for (path, seen) in before {
+            let m = fs::metadata(copy.join(&path[1..])).unwrap();
+            assert_eq!((m.ino(), m.mtime(), m.mtime_nsec()), seen, "{path} was rewritten");
+            assert_eq!(fs::read(copy.join(&path[1..])).unwrap(), node.file(&path));
+        }
+        // The manifest written runs kubeadm's flags and carries the content-hash annotation.
+        let written: Value = serde_yaml_ng::from_str(&fs::read_to_string(copy.join(&manifest[1..])).unwrap()).unwrap();
+        let want: BTreeSet<String> = command(&node.manifest(component)).into_iter().collect();
+        assert_eq!(
+            command(&written).into_iter().collect::<BTreeSet<_>>(),
+            want,
+            "{component}"
+        );
+        assert!(
+            written["metadata"]["annotations"]
+                .as_mapping()
+                .unwrap()
+                .keys()
+                .any(|k| k.as_str().unwrap().starts_with("kube-anchor.io/")),
+            "{component}: no kube-anchor annotation: {written:?}"
+        );
+        // The same inputs again (an anchor's next sync, or its replacement pod): nothing is
+        // written, so the static pod restarted once, at the takeover.
+        let again = apply(&inputs, &tmp.path().join(format!("work-{component}")), &copy, &node);
+        assert_eq!(again["changed"], false, "{again}");
+        assert!(
+            again["files"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|f| f["action"] == "unchanged"),
+            "{again}"
+        );
+    }
+}
+
+#[test]
+fn three_kubeadm_nodes_share_what_is_identical_and_keep_the_rest_per_node() {
+    let tmp = tempfile::tempdir().unwrap();
+    let first = kubeadm_node(&tmp.path().join("cp-1"), "cp-1", "10.11.0.1", None);
+    let second = kubeadm_node(&tmp.path().join("cp-2"), "cp-2", "10.11.0.2", Some(&first));
+    let third = kubeadm_node(&tmp.path().join("cp-3"), "cp-3", "10.11.0.3", Some(&first));
+    let nodes = [&first, &second, &third];
+    let out = tmp.path().join("values");
+    let mut args: Vec<String> = nodes
+        .iter()
+        .flat_map(|n| ["--node".to_owned(), format!("{}={}", n.name, n.root.display())])
+        .collect();
+    args.extend([
+        "--output-dir".into(),
+        out.display().to_string(),
+        "--output".into(),
+        "json".into(),
+    ]);
+    let report: serde_json::Value = serde_json::from_str(&run_ok(
+        import(&args.iter().map(String::as_str).collect::<Vec<_>>()),
+        "import",
+    ))
+    .unwrap();
+
+    // The cluster's keys are shared, each node's own certificates and kubeconfigs are not.
+    let shared = |component: &str, path: &str| -> bool {
+        let c = report["components"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["component"] == component)
+            .unwrap();
+        let f = c["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["path"] == path)
+            .unwrap();
+        f["shared"].as_bool().unwrap()
+    };
+    assert!(shared("kube-apiserver", "/etc/kubernetes/pki/ca.crt"));
+    assert!(shared("kube-apiserver", "/etc/kubernetes/pki/sa.key"));
+    assert!(shared("etcd", "/etc/kubernetes/pki/etcd/ca.crt"));
+    assert!(!shared("kube-apiserver", "/etc/kubernetes/pki/apiserver.key"));
+    assert!(!shared("etcd", "/etc/kubernetes/pki/etcd/peer.crt"));
+    assert!(!shared("kube-scheduler", "/etc/kubernetes/scheduler.conf"));
+
+    // Each node's rendering holds its own files and runs kubeadm's flags with its own address;
+    // etcd's bootstrap-only member list is the whole cluster's (kubeadm's first node lists
+    // itself alone).
+    assert_charts_reproduce(&nodes, &out, &["initial-cluster", "initial-cluster-state"]);
+    let etcd = rendered(&out.join("etcd.yaml"), "etcd", "cp-2");
+    let pod = rendered_pod(&etcd, &second);
+    assert!(
+        command(&pod).contains(
+            &"--initial-cluster=cp-1=https://10.11.0.1:2380,cp-2=https://10.11.0.2:2380,cp-3=https://10.11.0.3:2380"
+                .to_owned()
+        )
+    );
+}
+
+/// Asserts import failed, naming `needle`, and wrote nothing.
+fn assert_refused(out: Output, needle: &str, dir: &Path) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "accepted; stdout: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(err.contains(needle), "{needle:?} not in: {err}");
+    assert!(!dir.exists(), "{} was created", dir.display());
+}
+
+#[test]
+fn bad_kubeadm_nodes_are_refused_before_anything_is_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let node = kubeadm_node(&tmp.path().join("cp-1"), "cp-1", "10.11.0.1", None);
+    let try_import = |root: &Path| {
+        let out = tmp.path().join("values");
+        (
+            import(&[
+                "--node",
+                &format!("cp-1={}", root.display()),
+                "--output-dir",
+                out.to_str().unwrap(),
+            ]),
+            out,
+        )
+    };
+
+    // A file the apiserver's flags name is gone.
+    let root = tmp.path().join("missing-file");
+    copy_tree(&node.root, &root);
+    fs::remove_file(root.join("etc/kubernetes/pki/front-proxy-client.key")).unwrap();
+    let (out, dir) = try_import(&root);
+    assert_refused(
+        out,
+        "/etc/kubernetes/manifests/kube-apiserver.yaml: --proxy-client-key-file names /etc/kubernetes/pki/front-proxy-client.key, which is not on node cp-1",
+        &dir,
+    );
+
+    // Something else in the manifest directory.
+    let root = tmp.path().join("foreign-manifest");
+    copy_tree(&node.root, &root);
+    fs::write(
+        root.join("etc/kubernetes/manifests/web.yaml"),
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: web, namespace: default}\nspec:\n  containers: [{name: web, image: nginx}]\n",
+    )
+    .unwrap();
+    let (out, dir) = try_import(&root);
+    assert_refused(
+        out,
+        "/etc/kubernetes/manifests/web.yaml: not a kubeadm control-plane pod",
+        &dir,
+    );
+
+    // A component missing.
+    let root = tmp.path().join("no-scheduler");
+    copy_tree(&node.root, &root);
+    fs::remove_file(root.join("etc/kubernetes/manifests/kube-scheduler.yaml")).unwrap();
+    let (out, dir) = try_import(&root);
+    assert_refused(out, "node cp-1: no kube-scheduler manifest", &dir);
+
+    // A flag naming a file outside /etc/kubernetes.
+    let root = tmp.path().join("outside");
+    copy_tree(&node.root, &root);
+    let manifest = root.join("etc/kubernetes/manifests/kube-apiserver.yaml");
+    let text = fs::read_to_string(&manifest).unwrap().replace(
+        "    - --secure-port=6443\n",
+        "    - --secure-port=6443\n    - --oidc-ca-file=/etc/ssl/oidc-ca.pem\n",
+    );
+    fs::write(&manifest, text).unwrap();
+    fs::create_dir_all(root.join("etc/ssl")).unwrap();
+    fs::write(root.join("etc/ssl/oidc-ca.pem"), "pem").unwrap();
+    let (out, dir) = try_import(&root);
+    assert_refused(out, "/etc/ssl/oidc-ca.pem, a file outside /etc/kubernetes", &dir);
+}
+
+#[test]
+fn the_summary_names_files_never_their_content_and_an_open_output_dir_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let node = kubeadm_node(&tmp.path().join("cp-1"), "cp-1", "10.11.0.1", None);
+    let out = tmp.path().join("values");
+    let text = run_ok(
+        import(&[
+            "--host-root",
+            node.root.to_str().unwrap(),
+            "--output-dir",
+            out.to_str().unwrap(),
+        ]),
+        "import",
+    );
+    assert!(
+        text.contains("node cp-1: ${NODE_NAME}=cp-1, ${NODE_IP}=10.11.0.1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("0600 /etc/kubernetes/pki/apiserver.key (credentials.apiserver.key)"),
+        "{text}"
+    );
+    assert!(text.contains("omitted    --encryption-provider-config"), "{text}");
+    assert!(text.contains("not carried hostPath volume /etc/ssl/certs"), "{text}");
+    let key = String::from_utf8(node.file("/etc/kubernetes/pki/apiserver.key")).unwrap();
+    let key_line = key.lines().nth(1).unwrap();
+    assert!(!text.contains(key_line), "a key on stdout");
+    assert!(
+        fs::read_to_string(out.join("kube-apiserver.yaml"))
+            .unwrap()
+            .contains(key_line)
+    );
+
+    // Importing again replaces the files in place, leaving no temporary file behind.
+    run_ok(
+        import(&[
+            "--host-root",
+            node.root.to_str().unwrap(),
+            "--output-dir",
+            out.to_str().unwrap(),
+        ]),
+        "import again",
+    );
+    let mut names: Vec<String> = fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "etcd.yaml",
+            "kube-apiserver.yaml",
+            "kube-controller-manager.yaml",
+            "kube-scheduler.yaml"
+        ]
+    );
+
+    // A directory others can read is no place for keys.
+    let open = tmp.path().join("open");
+    fs::create_dir(&open).unwrap();
+    fs::set_permissions(&open, fs::Permissions::from_mode(0o755)).unwrap();
+    let res = import(&[
+        "--host-root",
+        node.root.to_str().unwrap(),
+        "--output-dir",
+        open.to_str().unwrap(),
+    ]);
+    assert!(!res.status.success());
+    assert!(
+        String::from_utf8_lossy(&res.stderr).contains("open to group or others"),
+        "{res:?}"
+    );
+    assert_eq!(fs::read_dir(&open).unwrap().count(), 0);
+}
+
+fn kubectl(cp: &support::cluster::ControlPlane, args: &[&str]) -> String {
+    run_ok(
+        Command::new(tool("kubectl"))
+            .arg(format!("--kubeconfig={}", cp.admin_kubeconfig.display()))
+            .args(args)
+            .output()
+            .unwrap(),
+        &format!("kubectl {args:?}"),
+    )
+}
+
+/// The real kube-apiserver accepts what the imported values render: every chart's objects
+/// (Secrets with kubeadm's files, one DaemonSet per node) and each node's static pod as the
+/// kubelet would make it and its mirror pod (named `<name>-<node>`, `spec.nodeName` set; the API
+/// server runs the kubelet's own `ValidatePodCreate` on create).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_real_api_server_accepts_what_the_imported_values_render() {
+    let cp = support::cluster::shared().await;
+    let ns = cp.namespace("import").await;
+    let tmp = tempfile::tempdir().unwrap();
+    let first = kubeadm_node(&tmp.path().join("cp-1"), "cp-1", "10.11.0.1", None);
+    let second = kubeadm_node(&tmp.path().join("cp-2"), "cp-2", "10.11.0.2", Some(&first));
+    let out = tmp.path().join("values");
+    run_ok(
+        import(&[
+            "--node",
+            &format!("cp-1={}", first.root.display()),
+            "--node",
+            &format!("cp-2={}", second.root.display()),
+            "--output-dir",
+            out.to_str().unwrap(),
+        ]),
+        "import",
+    );
+    for component in COMPONENTS {
+        let values = out.join(format!("{component}.yaml"));
+        let objects = ok(&helm(&[
+            "template",
+            "imported",
+            &chart(component),
+            "--namespace",
+            &ns,
+            "-f",
+            values.to_str().unwrap(),
+        ]));
+        let file = tmp.path().join(format!("{component}.rendered.yaml"));
+        fs::write(&file, objects).unwrap();
+        let applied = kubectl(cp, &["apply", "--dry-run=server", "-f", file.to_str().unwrap()]);
+        // One DaemonSet per node: the two nodes' files differ.
+        assert!(
+            applied.contains("daemonset.apps/imported-anchor-cp-1 created (server dry run)"),
+            "{applied}"
+        );
+        assert!(
+            applied.contains("daemonset.apps/imported-anchor-cp-2 created (server dry run)"),
+            "{applied}"
+        );
+        for node in [&first, &second] {
+            let mut pod = rendered_pod(&rendered(&values, component, &node.name), node);
+            let name = format!("{}-{}", pod["metadata"]["name"].as_str().unwrap(), node.name);
+            pod["metadata"]["name"] = name.into();
+            pod["spec"]["nodeName"] = node.name.clone().into();
+            // As the kubelet's mirror pod: the ServiceAccount admission leaves those alone.
+            pod["metadata"]["annotations"]["kubernetes.io/config.mirror"] = "0".into();
+            let file = tmp.path().join(format!("{component}-{}.pod.yaml", node.name));
+            fs::write(&file, serde_yaml_ng::to_string(&pod).unwrap()).unwrap();
+            kubectl(cp, &["create", "--dry-run=server", "-f", file.to_str().unwrap()]);
+        }
+    }
+}
+
+/// Credentials travel as YAML strings through the values file and helm: text whose whitespace
+/// YAML treats specially (indented first line, trailing blank lines, none at the end, tabs,
+/// CRLF, a lone `---`) still reaches the Secret byte for byte.
+#[test]
+fn awkward_text_reaches_the_secret_byte_for_byte() {
+    let tmp = tempfile::tempdir().unwrap();
+    let node = kubeadm_node(&tmp.path().join("cp-1"), "cp-1", "10.11.0.1", None);
+    let awkward = [
+        ("a.yaml", "  indented first line\nsecond\n\n\n"),
+        ("b.yaml", "no newline at the end"),
+        ("c.yaml", "tabs\tinside\r\nand CRLF\r\n"),
+        ("d.yaml", "---\n# a comment\nkey: 'value' # x\n"),
+        ("e.yaml", "trailing spaces   \n  \n"),
+    ];
+    let manifest = node.root.join("etc/kubernetes/manifests/kube-apiserver.yaml");
+    let mut text = fs::read_to_string(&manifest).unwrap();
+    for (i, (name, content)) in awkward.iter().enumerate() {
+        fs::write(node.root.join("etc/kubernetes/pki").join(name), content).unwrap();
+        text = text.replace(
+            "    - --secure-port=6443\n",
+            &format!("    - --secure-port=6443\n    - --x-file-{i}=/etc/kubernetes/pki/{name}\n"),
+        );
+    }
+    fs::write(&manifest, text).unwrap();
+    let out = tmp.path().join("values");
+    run_ok(
+        import(&[
+            "--host-root",
+            node.root.to_str().unwrap(),
+            "--output-dir",
+            out.to_str().unwrap(),
+        ]),
+        "import",
+    );
+    let inputs = rendered(&out.join("kube-apiserver.yaml"), "kube-apiserver", "cp-1");
+    for (name, content) in awkward {
+        assert_eq!(
+            String::from_utf8_lossy(&inputs.secrets[name]),
+            content,
+            "{name} changed on its way through the values and helm"
+        );
+    }
+}
