@@ -609,11 +609,15 @@ impl Daemon {
             Some(h) => Some(h.check().await),
             None => None,
         };
-        let observation = Observation {
+        let mut observation = Observation {
             api_configured: self.api_wanted,
             mirror,
             health,
         };
+        // Restarts before the current trial began are not its evidence.
+        if let Some(trial) = self.trial.as_mut().or(self.lkg_check.as_mut()) {
+            trial.restarts_in_trial(&mut observation.mirror);
+        }
         let assessment = assess(&observation, &written.content_hash, self.args.crash_loop_threshold);
         if let Some(trial) = self.trial.as_mut() {
             match trial.step(&assessment, self.started.elapsed(), self.args.trial_period) {

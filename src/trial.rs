@@ -151,6 +151,10 @@ pub struct Trial {
     /// Time with evidence of not being converged, in total.
     pub not_converged: Duration,
     last_step: Duration,
+    /// The mirror pod's restart count when the trial first saw it run this version: restarts
+    /// from before (an earlier process of the anchor, a reboot, a component that exited while
+    /// the control plane was down) are not this trial's evidence.
+    pub restarts_before: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -170,6 +174,21 @@ impl Trial {
             converged_streak: Duration::ZERO,
             not_converged: Duration::ZERO,
             last_step: now,
+            restarts_before: None,
+        }
+    }
+
+    /// Counts only the restarts since this trial first saw the mirror pod run its version.
+    pub fn restarts_in_trial(&mut self, mirror: &mut Option<MirrorPod>) {
+        if let Some(MirrorPod::Present {
+            hash: Some(hash),
+            restarts,
+            ..
+        }) = mirror
+            && *hash == self.hash
+        {
+            let before = *self.restarts_before.get_or_insert(*restarts);
+            *restarts = restarts.saturating_sub(before);
         }
     }
 
@@ -209,6 +228,44 @@ impl Trial {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A mirror pod keeps its restart count across anchor restarts and node reboots (the static
+    /// pod keeps its UID); a restarted anchor's trial of the same version once read 5 restarts
+    /// from before it started as a crash loop, failed at every evaluation, and never let the
+    /// version pass.
+    #[test]
+    fn restarts_from_before_the_trial_are_not_a_crash_loop() {
+        let period = Duration::from_secs(25);
+        let mut trial = Trial::start(H, Duration::ZERO);
+        let observe = |trial: &mut Trial, restarts: u32| {
+            let mut mirror = present(H, "Running", true, restarts);
+            trial.restarts_in_trial(&mut mirror);
+            let observation = Observation {
+                api_configured: true,
+                mirror,
+                health: None,
+            };
+            assess(&observation, H, 3)
+        };
+        assert_eq!(observe(&mut trial, 5), Assessment::Converged, "5 restarts from before");
+        assert_eq!(
+            trial.step(&Assessment::Converged, Duration::from_secs(1), period),
+            TrialOutcome::Pending
+        );
+        assert_eq!(
+            observe(&mut trial, 8),
+            Assessment::Converged,
+            "3 in the trial: at the threshold"
+        );
+        assert!(
+            matches!(observe(&mut trial, 9), Assessment::CrashLooping(_)),
+            "4 in the trial"
+        );
+        // Another version's mirror pod is left alone (it is not this trial's).
+        let mut other = present("sha256:old", "Running", true, 7);
+        trial.restarts_in_trial(&mut other);
+        assert_eq!(other, present("sha256:old", "Running", true, 7));
+    }
 
     const H: &str = "sha256:new";
 
