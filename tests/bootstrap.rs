@@ -9,72 +9,25 @@
 
 mod support;
 
-use std::collections::BTreeMap;
 use std::fs;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, ListParams, Patch, PatchParams};
-use support::cluster::{
-    Process, client_from_kubeconfig, eventually, free_port, link_images, namespace_init, process_kubelet_args,
-    repo_root, test_dir, tool, wait_namespace_gone,
-};
+use support::cluster::{eventually, repo_root, test_dir, tool};
 use support::fixture::BIN;
+use support::selfhosted::{COMPONENTS, SelfHosted, files_under, prepare, stat_all, succeeded};
 
 const NODES: [(&str, &str); 3] = [("cp-1", "127.0.2.1"), ("cp-2", "127.0.2.2"), ("cp-3", "127.0.2.3")];
-const COMPONENTS: [&str; 4] = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"];
-
-/// `examples/bootstrap/cluster.sh VERB DIR ARGS…` with the test bed's tools and overrides.
-fn script(verb: &str, dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(repo_root().join("examples/bootstrap/cluster.sh"));
-    cmd.arg(verb)
-        .arg(dir)
-        .args(args)
-        .env("HELM", tool("helm"))
-        .env("KUBECTL", tool("kubectl"))
-        .env("KUBE_ANCHOR", BIN)
-        .env("OVERRIDES", repo_root().join("examples/bootstrap/one-host"));
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().unwrap()
-}
-
-fn succeeded(what: &str, out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// A PKI, values and `helm template` output for three nodes, made by the example script.
-fn prepare(dir: &Path) {
-    let nodes: Vec<String> = NODES.iter().map(|(n, ip)| format!("{n}={ip}")).collect();
-    let nodes: Vec<&str> = nodes.iter().map(String::as_str).collect();
-    succeeded("cluster.sh pki", &script("pki", dir, &nodes, &[]));
-    succeeded("cluster.sh values", &script("values", dir, &[], &[]));
-    succeeded("cluster.sh template", &script("template", dir, &[], &[]));
-}
 
 /// One prepared directory shared by the bad-input tests (they only read it).
 fn shared_bed() -> &'static Path {
     static BED: OnceLock<PathBuf> = OnceLock::new();
     BED.get_or_init(|| {
-        let dir = tempfile::Builder::new()
-            .prefix("kube-anchor-bootstrap-")
-            .tempdir()
-            .unwrap()
-            .keep();
-        prepare(&dir);
+        let dir = test_dir().join("bootstrap-bed");
+        fs::create_dir_all(&dir).unwrap();
+        prepare(&dir, &NODES);
         dir
     })
 }
@@ -135,22 +88,6 @@ fn bootstrap(input: &Path, host_root: &Path, extra: &[&str]) -> Output {
         .args(extra)
         .output()
         .unwrap()
-}
-
-/// Every regular file under `dir`.
-fn files_under(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let Ok(entries) = fs::read_dir(dir) else { return out };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if entry.file_type().unwrap().is_dir() {
-            out.extend(files_under(&path));
-        } else {
-            out.push(path);
-        }
-    }
-    out.sort();
-    out
 }
 
 /// Runs bootstrap on `input` and expects it to fail with `message` and write nothing.
@@ -305,174 +242,30 @@ fn bootstrap_twice_rewrites_nothing_and_reports_progress_as_json() {
     assert_eq!(stat_all(&root.join("etc/kubernetes")), before, "files were touched");
 }
 
-/// Identity and timestamps of every file under `dir`: a rewrite (temp file and rename) changes
-/// the inode, an in-place write the mtime, a chmod or chown the ctime.
-fn stat_all(dir: &Path) -> BTreeMap<PathBuf, (u64, i64, i64, i64, i64)> {
-    files_under(dir)
-        .into_iter()
-        .map(|p| {
-            let m = fs::metadata(&p).unwrap();
-            let key = (m.ino(), m.mtime(), m.mtime_nsec(), m.ctime(), m.ctime_nsec());
-            (p, key)
-        })
-        .collect()
-}
-
 // ---------------------------------------------------------------------------------------------
 // Three empty process nodes to a control plane the charts manage
 
-struct SelfHostedNode {
-    name: &'static str,
-    ip: &'static str,
-    root: PathBuf,
-    kubelet: Option<Process>,
-}
-
-impl SelfHostedNode {
-    fn host(&self) -> PathBuf {
-        self.root.join("host")
-    }
-}
-
-impl Drop for SelfHostedNode {
-    fn drop(&mut self) {
-        if let Some(p) = self.kubelet.take() {
-            let init = namespace_init(p.pid());
-            p.stop();
-            wait_namespace_gone(init);
-        }
-    }
-}
-
-/// (restartCount, startedAt) of the one container of each control-plane mirror pod.
-async fn static_pod_starts(client: &kube::Client) -> Option<BTreeMap<String, (i32, String)>> {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "kube-system");
-    let mut out = BTreeMap::new();
-    for (node, _) in NODES {
-        for component in COMPONENTS {
-            let name = format!("{component}-{node}");
-            let pod = pods.get_opt(&name).await.ok()??;
-            let status = pod.status?.container_statuses?.into_iter().next()?;
-            let started = status.state?.running?.started_at?.0.to_string();
-            if !status.ready {
-                return None;
-            }
-            out.insert(name, (status.restart_count, started));
-        }
-    }
-    Some(out)
-}
-
-fn kubectl_readyz(dir: &Path, ip: &str) -> Result<String, String> {
-    let out = Command::new(tool("kubectl"))
-        .arg("--kubeconfig")
-        .arg(dir.join("admin.conf"))
-        .args(["--server", &format!("https://{ip}:6443"), "get", "--raw", "/readyz"])
-        .output()
-        .unwrap();
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).into_owned())
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_empty_nodes_become_a_control_plane_the_charts_then_adopt() {
-    let dir = tempfile::Builder::new()
-        .prefix("kube-anchor-selfhosted-")
-        .tempdir()
-        .unwrap()
-        .keep();
-    println!("cluster dir (logs of every process, kept): {}", dir.display());
-    prepare(&dir);
-    let images = dir.join("images");
-    link_images(&images);
-
-    // Empty nodes: a kubelet each (the machine's provisioning), nothing else.
-    let started = Instant::now();
-    let mut nodes = Vec::new();
-    for (name, ip) in NODES {
-        let root = dir.join("nodes").join(name);
-        fs::create_dir_all(root.join("host/etc/kubernetes/manifests")).unwrap();
-        let args = process_kubelet_args(
-            name,
-            ip,
-            &root,
-            &dir.join(format!("pki/nodes/{name}/kubelet.conf")),
-            &dir.join("pki/ca.crt"),
-            &images,
-            free_port(),
-        );
-        let mut cmd = Command::new("unshare");
-        cmd.args(&args);
-        let kubelet = Process::start(&format!("kubelet-{name}"), cmd, &dir);
-        nodes.push(SelfHostedNode {
-            name,
-            ip,
-            root,
-            kubelet: Some(kubelet),
-        });
-    }
-
-    // `cluster.sh node` on every node at once, as each node's own bootstrap would run.
-    let runs: Vec<_> = nodes
-        .iter()
-        .map(|n| {
-            let (dir, name, ip, host) = (dir.clone(), n.name, n.ip, n.host());
-            std::thread::spawn(move || {
-                let host = host.display().to_string();
-                script(
-                    "node",
-                    &dir,
-                    &[name, ip],
-                    &[("HOST_ROOT", host.as_str()), ("BOOTSTRAP_ARGS", "--wait-timeout 4m")],
-                )
-            })
-        })
-        .collect();
-    for (run, node) in runs.into_iter().zip(&nodes) {
-        let out = run.join().unwrap();
-        let stdout = succeeded(&format!("cluster.sh node {}", node.name), &out);
-        fs::write(dir.join(format!("bootstrap-{}.log", node.name)), &stdout).unwrap();
-    }
-    let bootstrapped = started.elapsed();
-    for n in &nodes {
-        let answer = kubectl_readyz(&dir, n.ip).unwrap_or_else(|e| panic!("/readyz through {}: {e}", n.name));
-        assert_eq!(answer.trim(), "ok", "/readyz through {}", n.name);
-    }
-    let ready = started.elapsed();
+    let dir = test_dir().join("self-hosted");
+    println!(
+        "cluster dir (logs of every process; kept when the test fails): {}",
+        dir.display()
+    );
+    let cluster = SelfHosted::bootstrap(&dir, &NODES, &[]).await;
     println!(
         "empty nodes → every component healthy on 3 nodes: {:.1}s; /readyz ok through every node: {:.1}s",
-        bootstrapped.as_secs_f64(),
-        ready.as_secs_f64()
+        cluster.bootstrapped.as_secs_f64(),
+        cluster.readyz_everywhere.as_secs_f64()
     );
-
-    // The kubelets register with their own API servers; give the Nodes their addresses as a
-    // cloud provider would (the kubelet does not report a loopback address), which the anchors'
-    // NODE_IP (status.hostIP) comes from.
-    let client = client_from_kubeconfig(&dir.join("admin.conf")).await;
-    let node_api: Api<Node> = Api::all(client.clone());
-    for n in &nodes {
-        eventually(Duration::from_secs(120), &format!("Node {}", n.name), || {
-            let api = node_api.clone();
-            async move { api.get_opt(n.name).await.ok().flatten() }
-        })
-        .await;
-        let status = serde_json::json!({"status": {"addresses": [
-            {"type": "InternalIP", "address": n.ip}, {"type": "Hostname", "address": n.name}
-        ]}});
-        node_api
-            .patch_status(n.name, &PatchParams::default(), &Patch::Merge(&status))
-            .await
-            .unwrap();
-    }
+    let client = cluster.client(0).await;
     let before = eventually(
         Duration::from_secs(180),
         "every control-plane mirror pod Running and Ready",
         || {
             let client = client.clone();
-            async move { static_pod_starts(&client).await }
+            let cluster = &cluster;
+            async move { cluster.static_pod_starts(&client).await }
         },
     )
     .await;
@@ -480,57 +273,35 @@ async fn three_empty_nodes_become_a_control_plane_the_charts_then_adopt() {
         before.values().all(|(restarts, _)| *restarts == 0),
         "restarts during bootstrap: {before:?}"
     );
-    let files_before: Vec<_> = nodes
+    let files_before: Vec<_> = cluster
+        .nodes
         .iter()
         .map(|n| stat_all(&n.host().join("etc/kubernetes")))
         .collect();
 
     // `helm install` of the same charts with the same values.
     let install_started = Instant::now();
-    succeeded("cluster.sh install", &script("install", &dir, &[], &[]));
-    let daemonsets: Api<DaemonSet> = Api::namespaced(client.clone(), "kube-system");
-    let ready_anchors = eventually(Duration::from_secs(240), "every anchor DaemonSet fully Ready", || {
-        let api = daemonsets.clone();
-        async move {
-            let list = api.list(&ListParams::default()).await.ok()?;
-            let mut ready = 0;
-            for ds in &list.items {
-                let s = ds.status.as_ref()?;
-                if s.desired_number_scheduled == 0 || s.number_ready != s.desired_number_scheduled {
-                    return None;
-                }
-                ready += s.number_ready;
-            }
-            // etcd and kube-apiserver: one DaemonSet per node (per-node credentials).
-            (list.items.len() == 8 && ready == 12).then_some(ready)
-        }
-    })
-    .await;
+    cluster.install();
+    let ready_anchors = cluster.wait_anchors_ready(Duration::from_secs(240)).await;
     println!(
         "helm install → {ready_anchors} anchors Ready: {:.1}s",
         install_started.elapsed().as_secs_f64()
     );
 
-    let after = static_pod_starts(&client)
+    let after = cluster
+        .static_pod_starts(&client)
         .await
         .expect("every mirror pod still Running and Ready");
     assert_eq!(after, before, "a static pod restarted when the charts took over");
-    for (n, files) in nodes.iter().zip(&files_before) {
+    for (n, files) in cluster.nodes.iter().zip(&files_before) {
         assert_eq!(
             &stat_all(&n.host().join("etc/kubernetes")),
             files,
             "a host file on {} was rewritten when the charts took over",
             n.name
         );
-        assert_eq!(kubectl_readyz(&dir, n.ip).as_deref().map(str::trim), Ok("ok"));
+        assert_eq!(cluster.readyz(n).as_deref().map(str::trim), Ok("ok"));
     }
-    // The anchors say so themselves: every component adopted, in sync, on every node.
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "kube-system");
-    let anchors = pods
-        .list(&ListParams::default().labels("app.kubernetes.io/managed-by=Helm"))
-        .await
-        .unwrap();
-    assert_eq!(anchors.items.len(), 12);
-    drop(nodes);
+    drop(cluster);
     let _ = fs::remove_dir_all(&dir);
 }

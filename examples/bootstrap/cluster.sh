@@ -10,12 +10,14 @@
 #   cluster.sh node     DIR NAME IP      on the node: kube-anchor bootstrap, and the kubelet's
 #                                        kubeconfig in /etc/kubernetes/kubelet.conf
 #   cluster.sh install  DIR              label the nodes, helm install every component chart
+#   cluster.sh upgrade  DIR CHART ARGS…  helm upgrade CHART with the same values and ARGS (e.g.
+#                                        --set component.extraArgs.v=2)
 #
 # Run `node` on every control-plane node at about the same time: etcd's health endpoint answers
 # only once a quorum of the initial members runs, so the first node waits for the others.
 # Environment: HOST_ROOT (default /) for `node`; HELM, KUBECTL, KUBE_ANCHOR (default: from PATH);
-# OVERRIDES, a directory of extra values files <chart>.yaml (e.g. examples/bootstrap/one-host for
-# several nodes sharing one network namespace); DAYS, certificate lifetime (default 365).
+# OVERRIDES, directories (colon-separated) of extra values files <chart>.yaml, applied in order
+# (e.g. examples/bootstrap/one-host for several nodes sharing one network namespace); DAYS, certificate lifetime (default 365).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -205,9 +207,13 @@ cmd_values() {
 # then the overrides, if any.
 values_args() {
   values=(-f "$1/values/$2.yaml")
-  if [[ -n ${OVERRIDES:-} && -f $OVERRIDES/$2.yaml ]]; then
-    values+=(-f "$OVERRIDES/$2.yaml")
-  fi
+  local dirs dir
+  IFS=: read -ra dirs <<<"${OVERRIDES:-}"
+  for dir in "${dirs[@]}"; do
+    if [[ -n $dir && -f $dir/$2.yaml ]]; then
+      values+=(-f "$dir/$2.yaml")
+    fi
+  done
 }
 
 cmd_template() {
@@ -249,8 +255,16 @@ cmd_install() {
   done
 }
 
+cmd_upgrade() {
+  local dir=$1 chart=$2
+  shift 2
+  values_args "$dir" "$chart"
+  "$helm" upgrade "$chart" "$charts/$chart" --namespace kube-system --kubeconfig "$dir/admin.conf" "${values[@]}" "$@" >/dev/null
+  echo "cluster.sh: upgraded $chart"
+}
+
 verb=${1:-}
-(($# >= 2)) || die "usage: cluster.sh pki|values|template|node|install DIR ..."
+(($# >= 2)) || die "usage: cluster.sh pki|values|template|node|install|upgrade DIR ..."
 shift
 case $verb in
   pki) cmd_pki "$@" ;;
@@ -258,5 +272,6 @@ case $verb in
   template) cmd_template "$@" ;;
   node) (($# == 3)) || die "usage: cluster.sh node DIR NAME IP"; cmd_node "$@" ;;
   install) cmd_install "$@" ;;
+  upgrade) (($# >= 2)) || die "usage: cluster.sh upgrade DIR CHART [HELM ARGS...]"; cmd_upgrade "$@" ;;
   *) die "unknown verb $verb" ;;
 esac

@@ -5,3 +5,4 @@ pub mod cluster;
 pub mod daemon;
 pub mod fixture;
 pub mod helm;
+pub mod selfhosted;

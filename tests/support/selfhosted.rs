@@ -1,0 +1,379 @@
+//! A self-hosted control plane on three process nodes, built from nothing with the example
+//! bootstrap script (examples/bootstrap/cluster.sh): etcd ×3, kube-apiserver ×3,
+//! controller-manager and scheduler as static pods, each node's kubelet talking to its own
+//! node's API server. No harness API server: the cluster is its own.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, ListParams, Patch, PatchParams};
+
+use super::cluster::{
+    Process, client_from_kubeconfig, eventually, free_port, link_images, namespace_init, process_kubelet_args,
+    repo_root, tool, wait_namespace_gone,
+};
+use super::fixture::BIN;
+
+pub const COMPONENTS: [&str; 4] = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"];
+
+/// `examples/bootstrap/cluster.sh VERB DIR ARGS…` with the test bed's tools; `overrides` are
+/// values directories applied after `examples/bootstrap/one-host`.
+pub fn script(verb: &str, dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut overrides = repo_root().join("examples/bootstrap/one-host").display().to_string();
+    let extra = dir.join("test-values");
+    if extra.is_dir() {
+        overrides = format!("{overrides}:{}", extra.display());
+    }
+    let mut cmd = Command::new(repo_root().join("examples/bootstrap/cluster.sh"));
+    cmd.arg(verb)
+        .arg(dir)
+        .args(args)
+        .env("HELM", tool("helm"))
+        .env("KUBECTL", tool("kubectl"))
+        .env("KUBE_ANCHOR", BIN)
+        .env("OVERRIDES", overrides);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+pub fn succeeded(what: &str, out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A PKI, values and `helm template` output for `nodes`, made by the example script.
+pub fn prepare(dir: &Path, nodes: &[(&str, &str)]) {
+    let nodes: Vec<String> = nodes.iter().map(|(n, ip)| format!("{n}={ip}")).collect();
+    let nodes: Vec<&str> = nodes.iter().map(String::as_str).collect();
+    succeeded("cluster.sh pki", &script("pki", dir, &nodes, &[]));
+    succeeded("cluster.sh values", &script("values", dir, &[], &[]));
+    succeeded("cluster.sh template", &script("template", dir, &[], &[]));
+}
+
+/// Every regular file under `dir`.
+pub fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = fs::read_dir(dir) else { return out };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if entry.file_type().unwrap().is_dir() {
+            out.extend(files_under(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Identity and timestamps of every file under `dir`: a rewrite (temp file and rename) changes
+/// the inode, an in-place write the mtime, a chmod or chown the ctime.
+pub fn stat_all(dir: &Path) -> BTreeMap<PathBuf, (u64, i64, i64, i64, i64)> {
+    files_under(dir)
+        .into_iter()
+        .map(|p| {
+            let m = fs::metadata(&p).unwrap();
+            let key = (m.ino(), m.mtime(), m.mtime_nsec(), m.ctime(), m.ctime_nsec());
+            (p, key)
+        })
+        .collect()
+}
+
+pub struct SelfHostedNode {
+    pub name: String,
+    pub ip: String,
+    pub root: PathBuf,
+    kubelet: Option<Process>,
+    command: Vec<String>,
+    /// PID 1 of the node's namespace after [`SelfHostedNode::kill_now`], until it is gone.
+    dying: Option<u32>,
+}
+
+impl SelfHostedNode {
+    /// The directory that plays the node's `/`.
+    pub fn host(&self) -> PathBuf {
+        self.root.join("host")
+    }
+
+    /// Power cut: the kubelet and every process of the node die at once.
+    pub fn kill(&mut self) {
+        self.kill_now();
+        self.wait_dead();
+    }
+
+    /// Power cut without waiting for the node's last process (to cut several nodes at once).
+    pub fn kill_now(&mut self) {
+        if let Some(p) = self.kubelet.take() {
+            self.dying = namespace_init(p.pid());
+            p.stop();
+        }
+    }
+
+    pub fn wait_dead(&mut self) {
+        wait_namespace_gone(self.dying.take());
+    }
+
+    /// Resident memory of every process of the node, in KiB.
+    pub fn rss_kib(&self) -> u64 {
+        let Some(p) = &self.kubelet else { return 0 };
+        let Some(init) = namespace_init(p.pid()) else { return 0 };
+        let Ok(ns) = fs::read_link(format!("/proc/{init}/ns/pid")) else {
+            return 0;
+        };
+        let mut total = 0;
+        for entry in fs::read_dir("/proc").unwrap().flatten() {
+            if fs::read_link(entry.path().join("ns/pid")).ok().as_ref() == Some(&ns) {
+                let status = fs::read_to_string(entry.path().join("status")).unwrap_or_default();
+                total += status
+                    .lines()
+                    .find_map(|l| l.strip_prefix("VmRSS:"))
+                    .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+                    .unwrap_or(0);
+            }
+        }
+        total
+    }
+
+    /// Power on: the kubelet starts again from the node's disk.
+    pub fn boot(&mut self, log_dir: &Path) {
+        assert!(self.kubelet.is_none(), "{} is running", self.name);
+        let mut cmd = Command::new("unshare");
+        cmd.args(&self.command);
+        self.kubelet = Some(Process::start(&format!("kubelet-{}", self.name), cmd, log_dir));
+    }
+
+    /// The content hash the node's anchors last wrote for `component` (its ledger).
+    pub fn written_hash(&self, component: &str) -> Option<String> {
+        let path = self.host().join(format!("var/lib/kube-anchor/v1/{component}.json"));
+        let v: serde_json::Value = serde_json::from_slice(&fs::read(path).ok()?).ok()?;
+        v["ledger"]["contentHash"].as_str().map(str::to_owned)
+    }
+}
+
+impl Drop for SelfHostedNode {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+pub struct SelfHosted {
+    pub dir: PathBuf,
+    pub nodes: Vec<SelfHostedNode>,
+    /// How long the bootstrap of the three nodes took, and until `/readyz` answered on each.
+    pub bootstrapped: Duration,
+    pub readyz_everywhere: Duration,
+}
+
+impl SelfHosted {
+    /// Three empty process nodes (a kubelet each, nothing else) brought up with the example
+    /// script's `node` step on every node at once. `test_values` (chart → YAML) go after the
+    /// one-host overrides.
+    pub async fn bootstrap(dir: &Path, nodes: &[(&str, &str)], test_values: &[(&str, &str)]) -> Self {
+        fs::create_dir_all(dir).unwrap();
+        if !test_values.is_empty() {
+            fs::create_dir_all(dir.join("test-values")).unwrap();
+            for (chart, yaml) in test_values {
+                fs::write(dir.join("test-values").join(format!("{chart}.yaml")), yaml).unwrap();
+            }
+        }
+        prepare(dir, nodes);
+        let images = dir.join("images");
+        link_images(&images);
+        let started = Instant::now();
+        let mut out = Vec::new();
+        for (name, ip) in nodes {
+            let root = dir.join("nodes").join(name);
+            fs::create_dir_all(root.join("host/etc/kubernetes/manifests")).unwrap();
+            let command = process_kubelet_args(
+                name,
+                ip,
+                &root,
+                &dir.join(format!("pki/nodes/{name}/kubelet.conf")),
+                &dir.join("pki/ca.crt"),
+                &images,
+                free_port(),
+            );
+            let mut node = SelfHostedNode {
+                name: name.to_string(),
+                ip: ip.to_string(),
+                root,
+                kubelet: None,
+                command,
+                dying: None,
+            };
+            node.boot(dir);
+            out.push(node);
+        }
+        // `cluster.sh node` on every node at once, as each node's own bootstrap would run.
+        let runs: Vec<_> = out
+            .iter()
+            .map(|n| {
+                let (dir, name, ip, host) = (dir.to_owned(), n.name.clone(), n.ip.clone(), n.host());
+                std::thread::spawn(move || {
+                    let host = host.display().to_string();
+                    let env = [("HOST_ROOT", host.as_str()), ("BOOTSTRAP_ARGS", "--wait-timeout 4m")];
+                    script("node", &dir, &[&name, &ip], &env)
+                })
+            })
+            .collect();
+        for (run, node) in runs.into_iter().zip(&out) {
+            let result = run.join().unwrap();
+            let stdout = succeeded(&format!("cluster.sh node {}", node.name), &result);
+            fs::write(dir.join(format!("bootstrap-{}.log", node.name)), &stdout).unwrap();
+        }
+        let bootstrapped = started.elapsed();
+        let cluster = Self {
+            dir: dir.to_owned(),
+            nodes: out,
+            bootstrapped,
+            readyz_everywhere: Duration::ZERO,
+        };
+        for n in &cluster.nodes {
+            let answer = cluster
+                .readyz(n)
+                .unwrap_or_else(|e| panic!("/readyz through {}: {e}", n.name));
+            assert_eq!(answer.trim(), "ok", "/readyz through {}", n.name);
+        }
+        let readyz_everywhere = started.elapsed();
+        let mut cluster = cluster;
+        cluster.readyz_everywhere = readyz_everywhere;
+        cluster.register_nodes().await;
+        cluster
+    }
+
+    /// `kubectl get --raw /readyz` through the API server of `node`.
+    pub fn readyz(&self, node: &SelfHostedNode) -> Result<String, String> {
+        let out = Command::new(tool("kubectl"))
+            .arg("--kubeconfig")
+            .arg(self.dir.join("admin.conf"))
+            .args([
+                "--server",
+                &format!("https://{}:6443", node.ip),
+                "get",
+                "--raw",
+                "/readyz",
+            ])
+            .args(["--request-timeout", "5s"])
+            .output()
+            .unwrap();
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    }
+
+    /// An admin kubeconfig for the API server of node `i`.
+    pub fn admin_kubeconfig(&self, i: usize) -> PathBuf {
+        let path = self.dir.join(format!("admin-{}.conf", self.nodes[i].name));
+        if !path.exists() {
+            let text = fs::read_to_string(self.dir.join("admin.conf")).unwrap();
+            let first = format!("https://{}:6443", self.nodes[0].ip);
+            fs::write(
+                &path,
+                text.replace(&first, &format!("https://{}:6443", self.nodes[i].ip)),
+            )
+            .unwrap();
+        }
+        path
+    }
+
+    /// An admin client through the API server of node `i`.
+    pub async fn client(&self, i: usize) -> kube::Client {
+        client_from_kubeconfig(&self.admin_kubeconfig(i)).await
+    }
+
+    /// The kubelets register with their own API servers; the Nodes get their addresses as a
+    /// cloud provider would give them (the kubelet does not report a loopback address), which
+    /// the anchors' NODE_IP (status.hostIP) comes from.
+    async fn register_nodes(&self) {
+        let client = self.client(0).await;
+        let node_api: Api<Node> = Api::all(client);
+        for n in &self.nodes {
+            let name = n.name.clone();
+            eventually(Duration::from_secs(120), &format!("Node {name}"), || {
+                let (api, name) = (node_api.clone(), name.clone());
+                async move { api.get_opt(&name).await.ok().flatten() }
+            })
+            .await;
+            let status = serde_json::json!({"status": {"addresses": [
+                {"type": "InternalIP", "address": n.ip}, {"type": "Hostname", "address": n.name}
+            ]}});
+            node_api
+                .patch_status(&n.name, &PatchParams::default(), &Patch::Merge(&status))
+                .await
+                .unwrap();
+        }
+    }
+
+    /// (restartCount, startedAt) of each control-plane mirror pod's container, once all are
+    /// Running and Ready.
+    pub async fn static_pod_starts(&self, client: &kube::Client) -> Option<BTreeMap<String, (i32, String)>> {
+        let pods: Api<Pod> = Api::namespaced(client.clone(), "kube-system");
+        let mut out = BTreeMap::new();
+        for n in &self.nodes {
+            for component in COMPONENTS {
+                let name = format!("{component}-{}", n.name);
+                let pod = pods.get_opt(&name).await.ok()??;
+                let status = pod.status?.container_statuses?.into_iter().next()?;
+                let started = status.state?.running?.started_at?.0.to_string();
+                if !status.ready {
+                    return None;
+                }
+                out.insert(name, (status.restart_count, started));
+            }
+        }
+        Some(out)
+    }
+
+    /// `cluster.sh install`: label the nodes, helm install every component chart.
+    pub fn install(&self) {
+        succeeded("cluster.sh install", &script("install", &self.dir, &[], &[]));
+    }
+
+    /// The number of anchor pods Ready when every anchor DaemonSet is fully rolled out and
+    /// Ready (etcd and kube-apiserver have one DaemonSet per node).
+    pub async fn anchors_ready(&self, client: &kube::Client) -> Option<i32> {
+        let api: Api<DaemonSet> = Api::namespaced(client.clone(), "kube-system");
+        let list = api.list(&ListParams::default()).await.ok()?;
+        let mut ready = 0;
+        for ds in &list.items {
+            let s = ds.status.as_ref()?;
+            let generation = ds.metadata.generation.unwrap_or_default();
+            if s.observed_generation != Some(generation)
+                || s.desired_number_scheduled == 0
+                || s.number_ready != s.desired_number_scheduled
+                || s.updated_number_scheduled != Some(s.desired_number_scheduled)
+            {
+                return None;
+            }
+            ready += s.number_ready;
+        }
+        (ready == 4 * self.nodes.len() as i32).then_some(ready)
+    }
+
+    pub async fn wait_anchors_ready(&self, timeout: Duration) -> i32 {
+        let client = self.client(0).await;
+        eventually(timeout, "every anchor DaemonSet fully rolled out and Ready", || {
+            let client = client.clone();
+            async move { self.anchors_ready(&client).await }
+        })
+        .await
+    }
+}
