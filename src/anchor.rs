@@ -614,9 +614,14 @@ impl Daemon {
             mirror,
             health,
         };
-        // Restarts before the current trial began are not its evidence.
-        if let Some(trial) = self.trial.as_mut().or(self.lkg_check.as_mut()) {
-            trial.restarts_in_trial(&mut observation.mirror);
+        // Restarts are a trial's evidence, and only those it saw.
+        match self.trial.as_mut().or(self.lkg_check.as_mut()) {
+            Some(trial) => trial.restarts_in_trial(&mut observation.mirror),
+            None => {
+                if let Some(mirror) = observation.mirror.as_mut() {
+                    mirror.forget_restarts();
+                }
+            }
         }
         let assessment = assess(&observation, &written.content_hash, self.args.crash_loop_threshold);
         if let Some(trial) = self.trial.as_mut() {

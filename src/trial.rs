@@ -36,6 +36,15 @@ pub enum MirrorPod {
 }
 
 impl MirrorPod {
+    /// Restarts are evidence only within a trial; past it, a version is judged by Running and
+    /// Ready alone (restarts from reboots and from components exiting while the API was down
+    /// add up on a mirror pod for good).
+    pub fn forget_restarts(&mut self) {
+        if let MirrorPod::Present { restarts, .. } = self {
+            *restarts = 0;
+        }
+    }
+
     pub fn from_pod(pod: &Pod) -> Self {
         let hash = pod
             .metadata
@@ -261,6 +270,17 @@ mod tests {
             matches!(observe(&mut trial, 9), Assessment::CrashLooping(_)),
             "4 in the trial"
         );
+        // Past its trial a version with many restarts behind it is Ready when it runs Ready.
+        let mut promoted = present(H, "Running", true, 12);
+        if let Some(m) = promoted.as_mut() {
+            m.forget_restarts();
+        }
+        let observation = Observation {
+            api_configured: true,
+            mirror: promoted,
+            health: None,
+        };
+        assert_eq!(assess(&observation, H, 3), Assessment::Converged);
         // Another version's mirror pod is left alone (it is not this trial's).
         let mut other = present("sha256:old", "Running", true, 7);
         trial.restarts_in_trial(&mut other);

@@ -127,6 +127,37 @@ impl Node {
     }
 }
 
+/// Three nodes with `rev`'s volumes and no anchor pod yet; each node's component health endpoint
+/// fails while the node runs the "crash" version.
+async fn three_nodes(cp: &cluster::ControlPlane, prefix: &str, work: &Path, rev: &Revision) -> Vec<Node> {
+    let mut nodes = Vec::new();
+    for i in 1..=3 {
+        let handle = cp.add_node(&format!("{prefix}-{i}"), &[]).await;
+        let dir = work.join(&handle.name);
+        let manifest = handle.host_root().join(MANIFEST);
+        let health_port = health_server(move || {
+            if fs::read_to_string(&manifest)
+                .unwrap_or_default()
+                .contains("--marker=crash")
+            {
+                500
+            } else {
+                200
+            }
+        });
+        nodes.push(Node {
+            config: ConfigVolume::new(&dir.join("config"), &refs(&rev.config)),
+            secrets: ConfigVolume::new(&dir.join("secrets"), &refs(&rev.secrets)),
+            handle,
+            work: dir,
+            health_port,
+            anchor: None,
+            pods: 0,
+        });
+    }
+    nodes
+}
+
 async fn wait_ready(node: &Node) {
     let deadline = Instant::now() + WAIT;
     while !node.ready() {
@@ -187,32 +218,7 @@ async fn an_upgrade_reaches_nodes_only_through_the_rollout_and_a_bad_push_stops_
         "a new flag changes the pod template"
     );
 
-    let mut nodes = Vec::new();
-    for i in 1..=3 {
-        let handle = cp.add_node(&format!("fleet-{i}"), &[]).await;
-        let dir = work.path().join(&handle.name);
-        // The component's health endpoint: failing while the node runs the "crash" version.
-        let manifest = handle.host_root().join(MANIFEST);
-        let health_port = health_server(move || {
-            if fs::read_to_string(&manifest)
-                .unwrap_or_default()
-                .contains("--marker=crash")
-            {
-                500
-            } else {
-                200
-            }
-        });
-        nodes.push(Node {
-            config: ConfigVolume::new(&dir.join("config"), &refs(&rev1.config)),
-            secrets: ConfigVolume::new(&dir.join("secrets"), &refs(&rev1.secrets)),
-            handle,
-            work: dir,
-            health_port,
-            anchor: None,
-            pods: 0,
-        });
-    }
+    let mut nodes = three_nodes(cp, "fleet", work.path(), &rev1).await;
     // helm install: every node gets its pod at once.
     for node in &mut nodes {
         node.replace_pod(&rev1, &kubeconfig, &ns);
@@ -322,31 +328,7 @@ async fn per_node_daemonsets_replaced_at_once_still_roll_one_node_at_a_time() {
     let rev1 = revision(&ns, &values, "one");
     let rev2 = revision(&ns, &values, "two");
     let bad = revision(&ns, &values, "crash");
-    let mut nodes = Vec::new();
-    for i in 1..=3 {
-        let handle = cp.add_node(&format!("pernode-{i}"), &[]).await;
-        let dir = work.path().join(&handle.name);
-        let manifest = handle.host_root().join(MANIFEST);
-        let health_port = health_server(move || {
-            if fs::read_to_string(&manifest)
-                .unwrap_or_default()
-                .contains("--marker=crash")
-            {
-                500
-            } else {
-                200
-            }
-        });
-        nodes.push(Node {
-            config: ConfigVolume::new(&dir.join("config"), &refs(&rev1.config)),
-            secrets: ConfigVolume::new(&dir.join("secrets"), &refs(&rev1.secrets)),
-            handle,
-            work: dir,
-            health_port,
-            anchor: None,
-            pods: 0,
-        });
-    }
+    let mut nodes = three_nodes(cp, "pernode", work.path(), &rev1).await;
     for node in &mut nodes {
         node.replace_pod(&rev1, &kubeconfig, &ns);
     }

@@ -198,13 +198,16 @@ impl SelfHosted {
         let started = Instant::now();
         let mut out = Vec::new();
         for (name, ip) in nodes {
+            // Each node's kubelet, and so its pods' in-cluster config (there is no kube-proxy
+            // here), reaches the API through its own node's API server.
+            let kubeconfig = dir.join(format!("pki/nodes/{name}/kubelet.conf"));
             let root = dir.join("nodes").join(name);
             fs::create_dir_all(root.join("host/etc/kubernetes/manifests")).unwrap();
             let command = process_kubelet_args(
                 name,
                 ip,
                 &root,
-                &dir.join(format!("pki/nodes/{name}/kubelet.conf")),
+                &kubeconfig,
                 &dir.join("pki/ca.crt"),
                 &images,
                 free_port(),
@@ -350,22 +353,58 @@ impl SelfHosted {
     /// The number of anchor pods Ready when every anchor DaemonSet is fully rolled out and
     /// Ready (etcd and kube-apiserver have one DaemonSet per node).
     pub async fn anchors_ready(&self, client: &kube::Client) -> Option<i32> {
+        self.anchors_not_ready(client).await.ok()
+    }
+
+    /// As [`SelfHosted::anchors_ready`], or which DaemonSet is not.
+    pub async fn anchors_not_ready(&self, client: &kube::Client) -> Result<i32, String> {
         let api: Api<DaemonSet> = Api::namespaced(client.clone(), "kube-system");
-        let list = api.list(&ListParams::default()).await.ok()?;
+        let list = api.list(&ListParams::default()).await.map_err(|e| e.to_string())?;
         let mut ready = 0;
         for ds in &list.items {
-            let s = ds.status.as_ref()?;
+            let name = ds.metadata.name.clone().unwrap_or_default();
+            let s = ds.status.as_ref().ok_or(format!("{name}: no status"))?;
             let generation = ds.metadata.generation.unwrap_or_default();
             if s.observed_generation != Some(generation)
                 || s.desired_number_scheduled == 0
                 || s.number_ready != s.desired_number_scheduled
                 || s.updated_number_scheduled != Some(s.desired_number_scheduled)
             {
-                return None;
+                return Err(format!(
+                    "{name}: generation {generation} observed {:?}, desired {}, ready {}, updated {:?}",
+                    s.observed_generation, s.desired_number_scheduled, s.number_ready, s.updated_number_scheduled
+                ));
             }
             ready += s.number_ready;
         }
-        (ready == 4 * self.nodes.len() as i32).then_some(ready)
+        if ready == 4 * self.nodes.len() as i32 {
+            Ok(ready)
+        } else {
+            Err(format!("{ready} anchor pods Ready"))
+        }
+    }
+
+    /// Until every node's anchor of `component` has promoted what it wrote to last-known-good.
+    pub async fn wait_promoted(&self, component: &str, timeout: Duration) {
+        eventually(
+            timeout,
+            &format!("{component} last-known-good on every node"),
+            || async move {
+                self.nodes
+                    .iter()
+                    .all(|n| {
+                        let path = n.host().join(format!("var/lib/kube-anchor/v1/{component}.json"));
+                        let v: serde_json::Value = fs::read(path)
+                            .ok()
+                            .and_then(|b| serde_json::from_slice(&b).ok())
+                            .unwrap_or_default();
+                        v["ledger"]["contentHash"].is_string()
+                            && v["ledger"]["contentHash"] == v["ledger"]["lastKnownGood"]
+                    })
+                    .then_some(())
+            },
+        )
+        .await
     }
 
     pub async fn wait_anchors_ready(&self, timeout: Duration) -> i32 {
