@@ -503,7 +503,11 @@ impl Daemon {
                 _ => None,
             }
         });
+        // Only an anchor pod (node and namespace from the downward API) has a rollout Lease; a
+        // `run` outside a cluster is alone with its node.
+        let in_fleet = self.args.identity.node_name.is_some() && self.args.identity.pod_namespace.is_some();
         let turn_needed = self.api_wanted
+            && in_fleet
             && crate::rollout::needs_turn(
                 on_node.as_deref(),
                 &target.content_hash,
