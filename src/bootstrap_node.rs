@@ -115,8 +115,7 @@ struct Staged {
 impl Staged {
     /// Where a path of the container lies in the staging dir.
     fn staged(&self, container_path: &Path) -> PathBuf {
-        self.root
-            .join(container_path.strip_prefix("/").unwrap_or(container_path))
+        staged_path(&self.root, container_path)
     }
 
     fn component(&self) -> &str {
@@ -204,6 +203,11 @@ pub async fn bootstrap(
     Ok(())
 }
 
+/// Where a path of the anchor container lies under a staging root.
+fn staged_path(root: &Path, container_path: &Path) -> PathBuf {
+    root.join(container_path.strip_prefix("/").unwrap_or(container_path))
+}
+
 fn read_source(path: &Path) -> Result<String, BootNodeError> {
     let unreadable = |source| BootNodeError::Read {
         path: path.into(),
@@ -224,7 +228,7 @@ fn read_source(path: &Path) -> Result<String, BootNodeError> {
 /// Writes the pod's volume files under `root` (as the container would see them) and loads its
 /// config as `run` would, with the node's name and address as variables.
 fn stage_pod(root: PathBuf, pod: AnchorPod, node: &NodeFacts, host_root: &Path) -> anyhow::Result<Staged> {
-    let to_staged = |p: &Path| root.join(p.strip_prefix("/").unwrap_or(p));
+    let to_staged = |p: &Path| staged_path(&root, p);
     for file in &pod.files {
         let path = to_staged(&file.path);
         let stage_err = |source| BootNodeError::Stage {

@@ -843,23 +843,7 @@ impl ControlPlane {
     /// Resident memory of every process of a process node (kubelet and containers), in KiB.
     pub fn node_rss_kib(&self, name: &str) -> u64 {
         let unshare = self.nodes.lock().unwrap()[name].process.as_ref().map(Process::pid);
-        let Some(unshare) = unshare else { return 0 };
-        let init = fs::read_to_string(format!("/proc/{unshare}/task/{unshare}/children")).unwrap_or_default();
-        let Some(ns) = init
-            .split_whitespace()
-            .next()
-            .and_then(|pid| fs::read_link(format!("/proc/{pid}/ns/pid")).ok())
-        else {
-            return 0;
-        };
-        let mut total = 0;
-        for entry in fs::read_dir("/proc").unwrap().flatten() {
-            let pid = entry.file_name();
-            if fs::read_link(entry.path().join("ns/pid")).ok().as_ref() == Some(&ns) {
-                total += rss_kib(&pid.to_string_lossy());
-            }
-        }
-        total
+        unshare.map(namespace_rss_kib).unwrap_or(0)
     }
 
     /// Resident memory of etcd, kube-apiserver and the controllers of this control plane, in KiB.
@@ -934,6 +918,21 @@ impl NodeHandle {
 pub fn namespace_init(unshare: u32) -> Option<u32> {
     let children = fs::read_to_string(format!("/proc/{unshare}/task/{unshare}/children")).ok()?;
     children.split_whitespace().next()?.parse().ok()
+}
+
+/// Resident memory of every process in the PID namespace of a process node whose `unshare` is
+/// `unshare`, in KiB.
+pub fn namespace_rss_kib(unshare: u32) -> u64 {
+    let Some(ns) = namespace_init(unshare).and_then(|pid| fs::read_link(format!("/proc/{pid}/ns/pid")).ok()) else {
+        return 0;
+    };
+    let mut total = 0;
+    for entry in fs::read_dir("/proc").unwrap().flatten() {
+        if fs::read_link(entry.path().join("ns/pid")).ok().as_ref() == Some(&ns) {
+            total += rss_kib(&entry.file_name().to_string_lossy());
+        }
+    }
+    total
 }
 
 fn rss_kib(pid: &str) -> u64 {

@@ -17,8 +17,8 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 
 use super::cluster::{
-    Process, client_from_kubeconfig, eventually, free_port, link_images, namespace_init, process_kubelet_args,
-    repo_root, tool, wait_namespace_gone,
+    Process, client_from_kubeconfig, eventually, free_port, link_images, namespace_init, namespace_rss_kib,
+    process_kubelet_args, repo_root, tool, wait_namespace_gone,
 };
 use super::fixture::BIN;
 
@@ -131,23 +131,7 @@ impl SelfHostedNode {
 
     /// Resident memory of every process of the node, in KiB.
     pub fn rss_kib(&self) -> u64 {
-        let Some(p) = &self.kubelet else { return 0 };
-        let Some(init) = namespace_init(p.pid()) else { return 0 };
-        let Ok(ns) = fs::read_link(format!("/proc/{init}/ns/pid")) else {
-            return 0;
-        };
-        let mut total = 0;
-        for entry in fs::read_dir("/proc").unwrap().flatten() {
-            if fs::read_link(entry.path().join("ns/pid")).ok().as_ref() == Some(&ns) {
-                let status = fs::read_to_string(entry.path().join("status")).unwrap_or_default();
-                total += status
-                    .lines()
-                    .find_map(|l| l.strip_prefix("VmRSS:"))
-                    .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-                    .unwrap_or(0);
-            }
-        }
-        total
+        self.kubelet.as_ref().map(|p| namespace_rss_kib(p.pid())).unwrap_or(0)
     }
 
     /// Power on: the kubelet starts again from the node's disk.
