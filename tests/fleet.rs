@@ -158,6 +158,18 @@ async fn three_nodes(cp: &cluster::ControlPlane, prefix: &str, work: &Path, rev:
     nodes
 }
 
+/// helm install: every node gets its anchor pod at once; waits until each is Ready and `rev`
+/// has become last-known-good everywhere (the trial is 20 s of evidence).
+async fn install(nodes: &mut [Node], rev: &Revision, kubeconfig: &Path, ns: &str) {
+    for node in nodes.iter_mut() {
+        node.replace_pod(rev, kubeconfig, ns);
+    }
+    for node in nodes.iter() {
+        wait_ready(node).await;
+    }
+    tokio::time::sleep(Duration::from_secs(22)).await;
+}
+
 async fn wait_ready(node: &Node) {
     let deadline = Instant::now() + WAIT;
     while !node.ready() {
@@ -219,16 +231,10 @@ async fn an_upgrade_reaches_nodes_only_through_the_rollout_and_a_bad_push_stops_
     );
 
     let mut nodes = three_nodes(cp, "fleet", work.path(), &rev1).await;
-    // helm install: every node gets its pod at once.
-    for node in &mut nodes {
-        node.replace_pod(&rev1, &kubeconfig, &ns);
-    }
+    install(&mut nodes, &rev1, &kubeconfig, &ns).await;
     for node in &nodes {
-        wait_ready(node).await;
         assert!(node.manifest().contains("--marker=one"), "{}", node.manifest());
     }
-    // Let rev1 become last-known-good everywhere (the trial is 20 s of evidence).
-    tokio::time::sleep(Duration::from_secs(22)).await;
 
     // helm upgrade: the kubelet refreshes every running pod's volumes within the same minute.
     let seen = Arc::new(Mutex::new(Violations::default()));
@@ -329,13 +335,7 @@ async fn per_node_daemonsets_replaced_at_once_still_roll_one_node_at_a_time() {
     let rev2 = revision(&ns, &values, "two");
     let bad = revision(&ns, &values, "crash");
     let mut nodes = three_nodes(cp, "pernode", work.path(), &rev1).await;
-    for node in &mut nodes {
-        node.replace_pod(&rev1, &kubeconfig, &ns);
-    }
-    for node in &nodes {
-        wait_ready(node).await;
-    }
-    tokio::time::sleep(Duration::from_secs(22)).await; // rev1 becomes last-known-good
+    install(&mut nodes, &rev1, &kubeconfig, &ns).await;
 
     // helm upgrade: all three DaemonSets replace their pod at once.
     let seen = Arc::new(Mutex::new(Violations::default()));
