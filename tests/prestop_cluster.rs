@@ -831,9 +831,7 @@ async fn helm_per_node_toggle_and_release_rename_keep_the_component() {
     let admin = cp.admin().await;
     let work = tempfile::tempdir().unwrap();
     let kubeconfig = cp.admin_kubeconfig.display().to_string();
-    let chart = cluster::repo_root().join("charts/kube-scheduler");
-    helm(&["dependency", "build", chart.to_str().unwrap()]);
-    let chart = chart.display().to_string();
+    let chart = support::helm::chart("kube-scheduler");
     let hostname = Api::<Node>::all(admin.clone())
         .get(&node.name)
         .await

@@ -3,8 +3,9 @@
 
 #![allow(dead_code)]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::process::{Command, Output};
+use std::sync::Mutex;
 
 use serde_yaml_ng::Value;
 
@@ -24,14 +25,23 @@ pub fn ok(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// The chart's directory, its library dependency built.
+/// The chart's directory, its library dependency built once per test process.
+///
+/// `helm dependency build` stages into `tmpcharts-<pid>` inside the chart directory and removes
+/// it when done, so two tests of one binary building the same chart at once break each other
+/// ("lstat …/tmpcharts-<pid>: no such file or directory"). One lock serialises the builds.
 pub fn chart(name: &str) -> String {
+    static BUILT: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
     let dir = repo_root().join("charts").join(name);
-    ok(&Command::new(tool("helm"))
-        .args(["dependency", "build"])
-        .current_dir(&dir)
-        .output()
-        .unwrap());
+    let mut built = BUILT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if !built.contains(name) {
+        ok(&Command::new(tool("helm"))
+            .args(["dependency", "build"])
+            .current_dir(&dir)
+            .output()
+            .unwrap());
+        built.insert(name.to_owned());
+    }
     dir.display().to_string()
 }
 
