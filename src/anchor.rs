@@ -88,12 +88,16 @@ struct Daemon {
     turn: Option<(String, Instant)>,
     /// A version waiting for this node's turn, and why it waits.
     waiting_turn: Option<(String, String)>,
+    /// Whether this process has looked at the Lease for a turn an earlier one held.
+    turn_recovered: bool,
 }
 
 /// How soon a version waiting for the rollout Lease asks again, and how often a held Lease is
 /// renewed.
 const TURN_RETRY: Duration = Duration::from_secs(2);
 const TURN_RENEW: Duration = Duration::from_secs(10);
+/// A holder that has not renewed for this long is named as silent in `/readyz` (it keeps the turn).
+const TURN_STALE: Duration = Duration::from_secs(60);
 
 /// How soon an unfinished etcd join is looked at again.
 const MEMBERSHIP_RETRY: Duration = Duration::from_secs(2);
@@ -156,6 +160,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         rollout_lease: None,
         turn: None,
         waiting_turn: None,
+        turn_recovered: false,
     };
     daemon.connect().await;
     daemon.run(draining).await;
@@ -241,6 +246,7 @@ impl Daemon {
         }
         match kubeapi::client(
             self.args.identity.kubeconfig.as_deref(),
+            &self.args.identity.api_servers,
             &kubeapi::user_agent(
                 &format!("run {}", self.component),
                 self.args.identity.node_name.as_deref(),
@@ -256,7 +262,8 @@ impl Daemon {
                     (Some(c), Some(name), Some(ns)) => Some(EventSink::new(c.clone(), ns, name)),
                     _ => None,
                 };
-                // Held through a trial; a holder that stops renewing loses it after this long.
+                // Written for readers of the Lease only: kube-anchor never takes a turn over on
+                // a timer (`rollout::decide`).
                 let lease_duration = self.args.trial_period + Duration::from_secs(120);
                 self.rollout_lease = match (
                     &client,
@@ -288,6 +295,7 @@ impl Daemon {
         self.connect().await;
         self.membership_step().await;
         self.sync_pass();
+        self.recover_turn().await;
         if self.take_turn().await {
             self.sync_pass();
         }
@@ -678,6 +686,54 @@ impl Daemon {
             .map(|m| m.hash.clone())
     }
 
+    /// An earlier process on this node may have held the turn when it stopped (the anchor pod
+    /// replaced or restarted mid-trial). Since no other node takes a turn over on a timer, this
+    /// one picks it up (its version still on trial) or gives it back, recording a revision it
+    /// rolled back. Once per process, after the first answer from the API.
+    async fn recover_turn(&mut self) {
+        if self.turn_recovered || self.turn.is_some() {
+            return;
+        }
+        let Some(lease) = self.rollout_lease.clone() else {
+            return;
+        };
+        let Ok(ledger) = self.engine.ledger(&self.component) else {
+            return;
+        };
+        match lease.held_here().await {
+            Ok(false) => {}
+            Ok(true) => {
+                let on_trial = ledger
+                    .content_hash
+                    .clone()
+                    .filter(|h| ledger.last_known_good.as_ref() != Some(h) && ledger.bad_version(h).is_none());
+                match on_trial {
+                    Some(hash) => {
+                        tracing::info!(component = %self.component, content_hash = %hash, lease = lease.name(), "this node holds the rollout turn for the version on trial: keeping it");
+                        self.turn = Some((hash, Instant::now()));
+                    }
+                    None => {
+                        let failed = self
+                            .accepted
+                            .as_ref()
+                            .is_some_and(|d| ledger.bad_version(&d.content_hash).is_some());
+                        let revision = self.input_revision().filter(|_| failed);
+                        if let Err(e) = lease.release(revision.as_deref()).await {
+                            tracing::warn!(component = %self.component, error = %e, "rollout Lease: cannot give back an earlier turn; retrying");
+                            return;
+                        }
+                        tracing::info!(component = %self.component, failed, lease = lease.name(), "gave back the rollout turn an earlier process held");
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::debug!(component = %self.component, error = %e, "rollout Lease unreadable; looking again at the next sync");
+                return;
+            }
+        }
+        self.turn_recovered = true;
+    }
+
     /// Asks for this node's turn for the version waiting for it; true when it was given.
     async fn take_turn(&mut self) -> bool {
         let Some((hash, _)) = self.waiting_turn.clone() else {
@@ -692,12 +748,24 @@ impl Daemon {
                     self.waiting_turn = None;
                     return true;
                 }
-                Ok(crate::rollout::Turn::Held { by, .. }) => {
-                    format!(
-                        "waiting for its turn: {by} is rolling out {} (Lease {})",
-                        self.component,
-                        lease.name()
-                    )
+                Ok(crate::rollout::Turn::Held { by, renewed }) => {
+                    let silent = renewed
+                        .and_then(|r| std::time::SystemTime::now().duration_since(r).ok())
+                        .filter(|quiet| *quiet > TURN_STALE);
+                    match silent {
+                        None => format!(
+                            "waiting for its turn: {by} is rolling out {} (Lease {})",
+                            self.component,
+                            lease.name()
+                        ),
+                        Some(quiet) => format!(
+                            "waiting for its turn: {by} holds the Lease {} but has not renewed it for {}; it keeps the turn until it gives it back or its Node is deleted (if {by} is gone for good: kubectl delete lease {})",
+                            lease.name(),
+                            // Whole minutes: the reason (and its log line) changes once a minute, not at every ask.
+                            humantime::format_duration(Duration::from_secs(quiet.as_secs() / 60 * 60)),
+                            lease.name()
+                        ),
+                    }
                 }
                 Ok(crate::rollout::Turn::FailedElsewhere { node }) => format!(
                     "this input revision was rolled back on {node} (Lease {}); not trying it here",

@@ -129,6 +129,7 @@ async fn pre_stop(args: CheckpointerPreStopArgs) -> anyhow::Result<ExitCode> {
         remaining(),
         kubeapi::client(
             identity.kubeconfig.as_deref(),
+            &identity.api_servers,
             &kubeapi::user_agent("checkpointer pre-stop", identity.node_name.as_deref()),
         ),
     )
@@ -404,7 +405,11 @@ async fn run(args: CheckpointerRunArgs) -> anyhow::Result<()> {
     )
     .await?;
     let mut draining = crate::shutdown::install()?;
-    let mut api = ApiLink::new(args.identity.kubeconfig.clone(), setup.node.clone());
+    let mut api = ApiLink::new(
+        args.identity.kubeconfig.clone(),
+        args.identity.api_servers.clone(),
+        setup.node.clone(),
+    );
     let kubelet = KubeletClient::new(
         &args.kubelet_url,
         kubeapi::bearer_token(args.identity.kubeconfig.as_deref()).await,
@@ -601,6 +606,7 @@ async fn turn(
 /// without its service-account files — as in the static copy) is no API, retried now and then.
 struct ApiLink {
     kubeconfig: Option<std::path::PathBuf>,
+    api_servers: Vec<http::Uri>,
     node: String,
     client: Option<kube::Client>,
     store: Option<reflector::Store<Pod>>,
@@ -613,10 +619,11 @@ struct ApiLink {
 const CLIENT_RETRY: Duration = Duration::from_secs(30);
 
 impl ApiLink {
-    fn new(kubeconfig: Option<std::path::PathBuf>, node: String) -> Self {
+    fn new(kubeconfig: Option<std::path::PathBuf>, api_servers: Vec<http::Uri>, node: String) -> Self {
         let (wake_tx, wake) = tokio::sync::mpsc::channel(1);
         Self {
             kubeconfig,
+            api_servers,
             node,
             client: None,
             store: None,
@@ -634,6 +641,7 @@ impl ApiLink {
         self.next_attempt = Instant::now() + CLIENT_RETRY;
         let client = match kubeapi::client(
             self.kubeconfig.as_deref(),
+            &self.api_servers,
             &kubeapi::user_agent("checkpointer", Some(&self.node)),
         )
         .await

@@ -452,6 +452,20 @@ pub struct IdentityArgs {
     /// Kubeconfig; without it the in-cluster service account is used when present, else no API.
     #[arg(long, env = "KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
+    /// Further API servers (`https://host:port`, comma-separated in the env var), tried in turn
+    /// when the kubeconfig's or in-cluster address fails, with the same credentials: an anchor
+    /// whose API path is its own node's API server must still see the API when that server is
+    /// the one a bad push broke.
+    #[arg(long = "api-server", env = "KUBE_ANCHOR_API_SERVERS", value_delimiter = ',', value_parser = api_server)]
+    pub api_servers: Vec<http::Uri>,
+}
+
+fn api_server(raw: &str) -> Result<http::Uri, String> {
+    let uri: http::Uri = raw.trim().parse().map_err(|e| format!("{raw:?}: {e}"))?;
+    match (uri.scheme_str(), uri.host()) {
+        (Some("https" | "http"), Some(_)) if uri.path() == "/" || uri.path().is_empty() => Ok(uri),
+        _ => Err(format!("{raw:?}: expected https://host:port with no path")),
+    }
 }
 
 #[derive(Debug, Args)]

@@ -35,8 +35,13 @@ pub const API_TIMEOUT: Duration = Duration::from_secs(10);
 const RECONNECT_STALL: Duration = Duration::from_secs(15);
 
 /// A client from `--kubeconfig`, else the in-cluster service account, else none (no API: files
-/// are still kept in sync, only the checks that need the API wait).
-pub async fn client(kubeconfig: Option<&Path>, agent: &str) -> Result<Option<Client>, ApiError> {
+/// are still kept in sync, only the checks that need the API wait). `api_servers` are tried in
+/// turn after the config's own address ([`crate::failover`]).
+pub async fn client(
+    kubeconfig: Option<&Path>,
+    api_servers: &[http::Uri],
+    agent: &str,
+) -> Result<Option<Client>, ApiError> {
     let mut config = match kubeconfig {
         Some(path) => {
             let kubeconfig = Kubeconfig::read_from(path).map_err(|source| ApiError::Kubeconfig {
@@ -59,7 +64,7 @@ pub async fn client(kubeconfig: Option<&Path>, agent: &str) -> Result<Option<Cli
     if let Ok(agent) = http::HeaderValue::from_str(agent) {
         config.headers.push((http::header::USER_AGENT, agent));
     }
-    Ok(Some(Client::try_from(config)?))
+    Ok(Some(crate::failover::client(config, api_servers)?))
 }
 
 /// `kube-anchor/<version> (<verb>[ <component>]; node <node>)`, e.g.
@@ -468,6 +473,7 @@ mod tests {
 #[derive(Clone)]
 pub struct RolloutLease {
     api: Api<k8s_openapi::api::coordination::v1::Lease>,
+    nodes: Api<k8s_openapi::api::core::v1::Node>,
     name: String,
     node: String,
     duration: Duration,
@@ -480,7 +486,8 @@ const FAILED_ON: &str = "kube-anchor.io/failed-on";
 impl RolloutLease {
     pub fn new(client: Client, namespace: &str, component: &str, node: &str, duration: Duration) -> Self {
         Self {
-            api: Api::namespaced(client, namespace),
+            api: Api::namespaced(client.clone(), namespace),
+            nodes: Api::all(client),
             name: format!("kube-anchor-{component}"),
             node: node.into(),
             duration,
@@ -500,7 +507,13 @@ impl RolloutLease {
         let current = self.api.get_opt(&self.name).await?;
         let now = std::time::SystemTime::now();
         let view = current.as_ref().map(lease_view);
-        let turn = decide(view.as_ref(), &self.node, revision, now);
+        let mut turn = decide(view.as_ref(), &self.node, revision, false);
+        if let Turn::Held { by, .. } = &turn
+            && self.nodes.get_opt(by).await?.is_none()
+        {
+            tracing::info!(lease = %self.name, holder = %by, "the rollout Lease's holder has no Node any more: taking the turn");
+            turn = decide(view.as_ref(), &self.node, revision, true);
+        }
         if turn != Turn::Take {
             return Ok(turn);
         }
@@ -531,10 +544,18 @@ impl RolloutLease {
             Ok(()) => Ok(Turn::Take),
             Err(kube::Error::Api(e)) if e.code == 409 => Ok(Turn::Held {
                 by: "another node (it changed at the same moment)".into(),
-                until: None,
+                renewed: None,
             }),
             Err(e) => Err(e),
         }
+    }
+
+    /// Whether this node holds the turn (a restarted anchor picks it up, or gives it back).
+    pub async fn held_here(&self) -> Result<bool, kube::Error> {
+        let lease = self.api.get_opt(&self.name).await?;
+        Ok(lease
+            .and_then(|l| l.spec?.holder_identity)
+            .is_some_and(|holder| holder == self.node))
     }
 
     /// Gives the turn back when this node holds it; `failed` records the input revision that
@@ -567,7 +588,6 @@ fn lease_view(lease: &k8s_openapi::api::coordination::v1::Lease) -> crate::rollo
     crate::rollout::LeaseView {
         holder: spec.holder_identity,
         renewed: spec.renew_time.map(|t| std::time::SystemTime::from(t.0)),
-        duration: Duration::from_secs(spec.lease_duration_seconds.unwrap_or(0).max(0) as u64),
         failed: match (annotations.get(FAILED_REVISION), annotations.get(FAILED_ON)) {
             (Some(r), Some(n)) => Some((r.clone(), n.clone())),
             _ => None,

@@ -5,7 +5,7 @@
 //!   [`ledger`], [`trial`], [`decommission`], [`pinned`], [`membership`], [`bootstrap`], [`rollout`] — no filesystem, no
 //!   Kubernetes client;
 //! - adapters: [`hostfs`] (the node's filesystem and the one executor), [`kubeapi`] (the API,
-//!   Events, the health URL), [`etcd`] (etcd's cluster API), [`watch`] (inotify), [`server`]
+//!   Events, the health URL), [`failover`] (one client over several API servers), [`etcd`] (etcd's cluster API), [`watch`] (inotify), [`server`]
 //!   (HTTP endpoints), [`metrics`], [`shutdown`] (signals), [`memory`] (malloc arenas, resident
 //!   code);
 //! - wiring: [`engine`] (load, decide, execute, record), [`etcd_member`] (join and leave),
@@ -27,6 +27,7 @@ pub mod desired;
 pub mod engine;
 pub mod etcd;
 pub mod etcd_member;
+pub mod failover;
 pub mod hostfs;
 pub mod hostpath;
 pub mod import;

@@ -67,6 +67,7 @@ async fn run_inner(args: &PreStopArgs, deadline: Instant) -> anyhow::Result<Exit
         remaining(evidence_until),
         kubeapi::client(
             args.identity.kubeconfig.as_deref(),
+            &args.identity.api_servers,
             &kubeapi::user_agent(&format!("pre-stop {component}"), args.identity.node_name.as_deref()),
         ),
     )

@@ -17,14 +17,13 @@
 //!
 //! Pure: [`decide`] judges a Lease as read; `kubeapi::RolloutLease` reads and writes it.
 
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 /// The Lease as far as the decision needs it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct LeaseView {
     pub holder: Option<String>,
     pub renewed: Option<SystemTime>,
-    pub duration: Duration,
     /// The input revision a node rolled back, and that node.
     pub failed: Option<(String, String)>,
 }
@@ -33,14 +32,21 @@ pub struct LeaseView {
 pub enum Turn {
     /// Take (or keep) the Lease and go on.
     Take,
-    /// Another node is upgrading this component; wait.
-    Held { by: String, until: Option<SystemTime> },
+    /// Another node is upgrading this component; wait. `renewed`: when it last said so.
+    Held { by: String, renewed: Option<SystemTime> },
     /// This revision was rolled back on another node: do not try it here.
     FailedElsewhere { node: String },
 }
 
-/// `me`: this node; `revision`: the input revision this node would apply (the config marker).
-pub fn decide(lease: Option<&LeaseView>, me: &str, revision: Option<&str>, now: SystemTime) -> Turn {
+/// `me`: this node; `revision`: the input revision this node would apply (the config marker);
+/// `holder_node_gone`: the API answered that the holder's Node object does not exist.
+///
+/// A turn is never taken over on a timer alone: a holder that stopped renewing may be a node
+/// whose anchor was blinded by the very version it is trying (a kube-apiserver push that broke
+/// its own API path, an etcd member partitioned away), and taking its turn would put the next
+/// node on that version too. Only a release or the holder's Node gone frees it; an operator can
+/// also delete the Lease.
+pub fn decide(lease: Option<&LeaseView>, me: &str, revision: Option<&str>, holder_node_gone: bool) -> Turn {
     let Some(lease) = lease else { return Turn::Take };
     if let (Some((failed, node)), Some(revision)) = (&lease.failed, revision)
         && failed == revision
@@ -51,17 +57,11 @@ pub fn decide(lease: Option<&LeaseView>, me: &str, revision: Option<&str>, now: 
     match &lease.holder {
         None => Turn::Take,
         Some(h) if h.is_empty() || h == me => Turn::Take,
-        Some(h) => {
-            // A holder that stopped renewing (its pod gone, its node down) loses the Lease.
-            let until = lease.renewed.map(|r| r + lease.duration);
-            match until {
-                Some(until) if until > now => Turn::Held {
-                    by: h.clone(),
-                    until: Some(until),
-                },
-                _ => Turn::Take,
-            }
-        }
+        Some(_) if holder_node_gone => Turn::Take,
+        Some(h) => Turn::Held {
+            by: h.clone(),
+            renewed: lease.renewed,
+        },
     }
 }
 
@@ -77,6 +77,7 @@ pub fn needs_turn(on_node: Option<&str>, target: &str, last_known_good: Option<&
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn at(s: u64) -> SystemTime {
         SystemTime::UNIX_EPOCH + Duration::from_secs(s)
@@ -86,33 +87,40 @@ mod tests {
         LeaseView {
             holder: Some(holder.into()),
             renewed: Some(at(renewed)),
-            duration: Duration::from_secs(60),
             failed: None,
         }
     }
 
     #[test]
-    fn a_free_or_own_lease_is_taken_and_a_live_one_of_another_node_waits() {
-        assert_eq!(decide(None, "cp-1", Some("r2"), at(100)), Turn::Take);
-        assert_eq!(decide(Some(&LeaseView::default()), "cp-1", None, at(100)), Turn::Take);
-        assert_eq!(decide(Some(&held_by("cp-1", 90)), "cp-1", None, at(100)), Turn::Take);
+    fn a_free_or_own_lease_is_taken_and_one_of_another_node_waits() {
+        assert_eq!(decide(None, "cp-1", Some("r2"), false), Turn::Take);
+        assert_eq!(decide(Some(&LeaseView::default()), "cp-1", None, false), Turn::Take);
+        assert_eq!(decide(Some(&held_by("cp-1", 90)), "cp-1", None, false), Turn::Take);
         assert_eq!(
-            decide(Some(&held_by("cp-2", 90)), "cp-1", None, at(100)),
+            decide(Some(&held_by("cp-2", 90)), "cp-1", None, false),
             Turn::Held {
                 by: "cp-2".into(),
-                until: Some(at(150))
+                renewed: Some(at(90))
             }
         );
     }
 
     #[test]
-    fn a_holder_that_stopped_renewing_loses_the_lease() {
-        assert_eq!(decide(Some(&held_by("cp-2", 30)), "cp-1", None, at(100)), Turn::Take);
+    fn a_holder_that_stopped_renewing_keeps_the_turn_until_its_node_is_gone() {
+        // Renewed long ago, or never: still held (the holder may be blind, not gone).
+        assert!(matches!(
+            decide(Some(&held_by("cp-2", 0)), "cp-1", None, false),
+            Turn::Held { .. }
+        ));
         let never_renewed = LeaseView {
             holder: Some("cp-2".into()),
             ..Default::default()
         };
-        assert_eq!(decide(Some(&never_renewed), "cp-1", None, at(100)), Turn::Take);
+        assert!(matches!(
+            decide(Some(&never_renewed), "cp-1", None, false),
+            Turn::Held { .. }
+        ));
+        assert_eq!(decide(Some(&held_by("cp-2", 0)), "cp-1", None, true), Turn::Take);
     }
 
     #[test]
@@ -120,13 +128,18 @@ mod tests {
         let mut lease = held_by("", 0);
         lease.failed = Some(("r2".into(), "cp-2".into()));
         assert_eq!(
-            decide(Some(&lease), "cp-1", Some("r2"), at(100)),
+            decide(Some(&lease), "cp-1", Some("r2"), false),
             Turn::FailedElsewhere { node: "cp-2".into() }
         );
-        assert_eq!(decide(Some(&lease), "cp-1", Some("r3"), at(100)), Turn::Take);
+        // Not even once cp-2's Node is gone: the revision is still known bad.
+        assert_eq!(
+            decide(Some(&lease), "cp-1", Some("r2"), true),
+            Turn::FailedElsewhere { node: "cp-2".into() }
+        );
+        assert_eq!(decide(Some(&lease), "cp-1", Some("r3"), false), Turn::Take);
         // The node that rolled it back may be given the same revision again (retry).
-        assert_eq!(decide(Some(&lease), "cp-2", Some("r2"), at(100)), Turn::Take);
-        assert_eq!(decide(Some(&lease), "cp-1", None, at(100)), Turn::Take);
+        assert_eq!(decide(Some(&lease), "cp-2", Some("r2"), false), Turn::Take);
+        assert_eq!(decide(Some(&lease), "cp-1", None, false), Turn::Take);
     }
 
     #[test]

@@ -138,15 +138,21 @@ cmd_values() {
   [[ -d $pki ]] || die "values: no PKI in $pki (run: cluster.sh pki $dir NAME=IP...)"
   umask 077
   mkdir -p "$out"
-  local nodes initial="" endpoints=""
+  local nodes initial="" endpoints="" apiservers=""
   nodes=$(nodes_of "$dir")
   for name in $nodes; do
     local ip
     ip=$(cat "$pki/nodes/$name/ip")
     initial+="${initial:+,}$name=https://$ip:2380"
     endpoints+="${endpoints:+, }https://$ip:2379"
+    apiservers+="${apiservers:+, }https://$ip:6443"
   done
+  # Every anchor may also use any node's API server: where pods reach the API through their
+  # own node's (no kube-proxy yet, or a node-local address), a broken local one must not blind
+  # them. Each node's serving certificate names its address.
+  local anchor="anchor: {apiServers: [$apiservers]}"
   {
+    echo "$anchor"
     echo "component: {initialCluster: \"$initial\", initialClusterState: new}"
     echo "membership: {enabled: true, endpoints: [$endpoints]}"
     echo "credentials:"
@@ -164,6 +170,7 @@ cmd_values() {
     done
   } >"$out/etcd.yaml"
   {
+    echo "$anchor"
     echo "credentials:"
     entry ca.crt "$pki/ca.crt" 2
     entry apiserver-kubelet-client.crt "$pki/apiserver-kubelet-client.crt" 2
@@ -183,6 +190,7 @@ cmd_values() {
     done
   } >"$out/kube-apiserver.yaml"
   {
+    echo "$anchor"
     echo "files:"
     echo '  - {name: controller-manager.conf, path: /etc/kubernetes/controller-manager.conf, mode: "0600", template: true}'
     echo '  - {name: ca.crt, path: /etc/kubernetes/pki/ca.crt, mode: "0644"}'
@@ -195,6 +203,7 @@ cmd_values() {
     entry sa.key "$pki/sa.key" 2
   } >"$out/kube-controller-manager.yaml"
   {
+    echo "$anchor"
     echo "files:"
     echo '  - {name: scheduler.conf, path: /etc/kubernetes/scheduler.conf, mode: "0600", template: true}'
     echo "credentials:"

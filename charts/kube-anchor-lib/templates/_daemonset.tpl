@@ -105,6 +105,9 @@ spec:
             {{- with $v.anchor.beforeRemove }}
             - {name: KUBE_ANCHOR_BEFORE_REMOVE, value: {{ . | quote }}}
             {{- end }}
+            {{- with $v.anchor.apiServers }}
+            - {name: KUBE_ANCHOR_API_SERVERS, value: {{ join "," . | quote }}}
+            {{- end }}
           lifecycle:
             preStop:
               exec:

@@ -1,0 +1,240 @@
+//! One API client over several API servers.
+//!
+//! A pod's in-cluster config names one address. Where that address is its own node's API server
+//! (pods reaching the API node-locally, as on a node without kube-proxy), a bad kube-apiserver
+//! push blinds the anchor of the very node that took it: no mirror pod status, no Event, no
+//! rollout Lease. `--api-server` lists the other API servers; requests go to the current one,
+//! and a transport failure (or a 502/503/504) moves it, and every later request, to the next. The same
+//! credentials (token or client certificate, CA) are used for each, so every API server's
+//! serving certificate must name the address it is reached at.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use http::{Method, Request, Response, StatusCode};
+use kube::client::Body;
+use kube::{Client, Config};
+
+/// A client that sends each request to the current server and moves on from one that fails.
+/// With one server it is that server's plain client.
+pub fn client(config: Config, extra_servers: &[http::Uri]) -> Result<Client, kube::Error> {
+    let default_namespace = config.default_namespace.clone();
+    let mut urls = vec![config.cluster_url.clone()];
+    for url in extra_servers {
+        if !urls.contains(url) {
+            urls.push(url.clone());
+        }
+    }
+    if urls.len() == 1 {
+        return Client::try_from(config);
+    }
+    let servers = urls
+        .into_iter()
+        .map(|url| {
+            let mut config = config.clone();
+            config.cluster_url = url.clone();
+            // The pool moves on from a server that answers 503; the client's own retries would
+            // keep asking it, with backoff, for minutes.
+            config.default_retry = false;
+            Client::try_from(config).map(|client| Server { url, client })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let pool = Arc::new(Pool {
+        servers,
+        current: AtomicUsize::new(0),
+    });
+    let service = tower::service_fn(move |request: Request<Body>| {
+        let pool = pool.clone();
+        async move { pool.send(request).await }
+    });
+    Ok(Client::new(service, default_namespace))
+}
+
+struct Server {
+    url: http::Uri,
+    client: Client,
+}
+
+struct Pool {
+    servers: Vec<Server>,
+    current: AtomicUsize,
+}
+
+impl Pool {
+    /// Tries each server at most once, starting at the current one. A request whose body cannot
+    /// be replayed, or a POST (a create might have happened before the answer was lost), is not
+    /// sent twice: it fails, and the next request goes to the next server.
+    async fn send(&self, request: Request<Body>) -> Result<Response<Body>, kube::Error> {
+        let (parts, body) = request.into_parts();
+        let replayable = parts.method != Method::POST && body.try_clone().is_some();
+        let mut body = Some(body);
+        let start = self.current.load(Ordering::Relaxed);
+        let n = self.servers.len();
+        let mut last_error = None;
+        for step in 0..n {
+            let index = (start + step) % n;
+            let this_body = match (&body, replayable && step + 1 < n) {
+                (Some(b), true) => b.try_clone().expect("checked replayable"),
+                _ => match body.take() {
+                    Some(b) => b,
+                    None => break,
+                },
+            };
+            let request = Request::from_parts(parts.clone(), this_body);
+            let failure = match self.servers[index].client.send(request).await {
+                Ok(response) if !is_unavailable(response.status()) => return Ok(response),
+                Ok(response) if !replayable || step + 1 == n => {
+                    self.move_on(index, &format!("answered {}", response.status()));
+                    return Ok(response);
+                }
+                Ok(response) => format!("answered {}", response.status()),
+                Err(e) => {
+                    let reason = e.to_string();
+                    last_error = Some(e);
+                    reason
+                }
+            };
+            self.move_on(index, &failure);
+            if !replayable {
+                break;
+            }
+        }
+        Err(last_error.expect("at least one server was tried"))
+    }
+
+    /// Moves the current server past `failed`, unless another request already did.
+    fn move_on(&self, failed: usize, reason: &str) {
+        let next = (failed + 1) % self.servers.len();
+        if self
+            .current
+            .compare_exchange(failed, next, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+        {
+            tracing::info!(
+                failed = %self.servers[failed].url,
+                next = %self.servers[next].url,
+                reason,
+                "API server unavailable; using the next one"
+            );
+        }
+    }
+}
+
+fn is_unavailable(status: StatusCode) -> bool {
+    matches!(
+        status,
+        StatusCode::BAD_GATEWAY | StatusCode::SERVICE_UNAVAILABLE | StatusCode::GATEWAY_TIMEOUT
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    //! Unreachable servers are made by binding a port and closing it; the server that answers is
+    //! a tiny local HTTP server, since a test needs one that answers 503 on demand, which a real
+    //! kube-apiserver cannot be made to do.
+    use super::*;
+    use std::sync::atomic::AtomicU32;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    fn closed_port() -> http::Uri {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        drop(listener);
+        format!("http://127.0.0.1:{port}").parse().unwrap()
+    }
+
+    /// Answers every request with `code` and an empty JSON object; counts the requests.
+    async fn serve(code: u16) -> (http::Uri, Arc<AtomicU32>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let hits = Arc::new(AtomicU32::new(0));
+        let counted = hits.clone();
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let counted = counted.clone();
+                tokio::spawn(async move {
+                    let mut request = Vec::new();
+                    let mut buf = [0u8; 1024];
+                    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match conn.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => request.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    counted.fetch_add(1, Ordering::Relaxed);
+                    let body = "{}";
+                    let reply = format!(
+                        "HTTP/1.1 {code} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = conn.write_all(reply.as_bytes()).await;
+                });
+            }
+        });
+        (format!("http://{addr}").parse().unwrap(), hits)
+    }
+
+    fn config(url: http::Uri) -> Config {
+        let mut config = Config::new(url);
+        config.connect_timeout = Some(std::time::Duration::from_secs(2));
+        config
+    }
+
+    async fn get(client: &Client) -> Result<u16, kube::Error> {
+        let request = Request::get("/version").body(Vec::new()).unwrap();
+        let response = client.send(request.map(Body::from)).await?;
+        Ok(response.status().as_u16())
+    }
+
+    #[tokio::test]
+    async fn a_get_goes_on_to_the_next_server_and_later_requests_stay_there() {
+        let (alive, hits) = serve(200).await;
+        let client = super::client(config(closed_port()), &[alive]).unwrap();
+        assert_eq!(get(&client).await.unwrap(), 200, "retried on the live server");
+        assert_eq!(get(&client).await.unwrap(), 200);
+        assert_eq!(hits.load(Ordering::Relaxed), 2);
+    }
+
+    #[tokio::test]
+    async fn a_post_is_not_sent_twice_but_the_next_request_uses_the_next_server() {
+        let (alive, hits) = serve(201).await;
+        let client = super::client(config(closed_port()), &[alive]).unwrap();
+        let post = || {
+            Request::post("/api/v1/namespaces/x/events")
+                .body(Body::from(b"{}".to_vec()))
+                .unwrap()
+        };
+        assert!(client.send(post()).await.is_err(), "the POST failed on the dead server");
+        assert_eq!(hits.load(Ordering::Relaxed), 0);
+        assert_eq!(client.send(post()).await.unwrap().status(), 201);
+    }
+
+    #[tokio::test]
+    async fn an_unavailable_server_is_passed_over_once_and_not_asked_again() {
+        let (busy, busy_hits) = serve(503).await;
+        let (alive, alive_hits) = serve(200).await;
+        let client = super::client(config(busy), &[alive]).unwrap();
+        assert_eq!(get(&client).await.unwrap(), 200);
+        assert_eq!(get(&client).await.unwrap(), 200);
+        assert_eq!(
+            (busy_hits.load(Ordering::Relaxed), alive_hits.load(Ordering::Relaxed)),
+            (1, 2)
+        );
+    }
+
+    #[tokio::test]
+    async fn when_every_server_is_unavailable_the_last_answer_is_returned() {
+        let (a, a_hits) = serve(503).await;
+        let (b, b_hits) = serve(503).await;
+        let client = super::client(config(a), &[b]).unwrap();
+        assert_eq!(get(&client).await.unwrap(), 503);
+        assert_eq!((a_hits.load(Ordering::Relaxed), b_hits.load(Ordering::Relaxed)), (1, 1));
+    }
+
+    #[tokio::test]
+    async fn every_server_down_is_an_error_each_time() {
+        let client = super::client(config(closed_port()), &[closed_port(), closed_port()]).unwrap();
+        assert!(get(&client).await.is_err());
+        assert!(get(&client).await.is_err());
+    }
+}
