@@ -140,6 +140,7 @@ async fn run_inner(args: &PreStopArgs, deadline: Instant) -> anyhow::Result<Exit
     }
     tracing::warn!(%component, decision = "remove", %reason, "pre-stop: decommissioning the component on this node");
     engine.decommission(&component, &reason, args.identity.pod_name.as_deref())?;
+    give_back_turn(args, client.as_ref().ok(), &component, deadline).await;
 
     if let Some(command) = &args.before_remove {
         let budget = remaining(deadline).saturating_sub(FINAL_STEP);
@@ -174,6 +175,31 @@ async fn run_inner(args: &PreStopArgs, deadline: Instant) -> anyhow::Result<Exit
     tracing::info!(%component, removed = removed.len(), "pre-stop: removed");
     report(args.output, &component, "remove", &reason, &removed);
     Ok(ExitCode::SUCCESS)
+}
+
+/// A node leaving mid-rollout gives its turn back: no other node takes a turn over on a timer,
+/// and this node's Node object stays. Best effort, within a few seconds of the hook's budget.
+async fn give_back_turn(args: &PreStopArgs, client: Option<&kube::Client>, component: &str, deadline: Instant) {
+    let (Some(client), Some(node), Some(namespace)) = (
+        client,
+        args.identity.node_name.as_deref(),
+        args.identity.pod_namespace.as_deref(),
+    ) else {
+        return;
+    };
+    let lease = kubeapi::RolloutLease::new(client.clone(), namespace, component, node, Duration::ZERO);
+    let budget = remaining(deadline)
+        .saturating_sub(FINAL_STEP)
+        .min(Duration::from_secs(5));
+    match tokio::time::timeout(budget, lease.release(None)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            tracing::warn!(%component, lease = lease.name(), error = %e, "pre-stop: cannot give back this node's rollout turn")
+        }
+        Err(_) => {
+            tracing::warn!(%component, lease = lease.name(), "pre-stop: the rollout Lease did not answer in time")
+        }
+    }
 }
 
 /// The config and its `spec.etcdMember`, when pre-stop runs with `--config` and the config

@@ -13,6 +13,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PropagationPolicy};
 use support::cluster::{self, ControlPlane, NodeHandle, eventually};
@@ -388,6 +389,18 @@ async fn node_no_longer_selected_removes_the_files() {
         .await
         .unwrap();
     s.wait_terminating(&pod).await;
+    // The node was mid-rollout: it holds the component's rollout turn, which no other node
+    // would ever take over on a timer.
+    let leases: Api<Lease> = Api::namespaced(s.admin.clone(), &s.ns);
+    let lease_name = format!("kube-anchor-{}", s.component);
+    let held = serde_json::json!({
+        "metadata": {"name": lease_name},
+        "spec": {"holderIdentity": s.node.name, "leaseDurationSeconds": 300}
+    });
+    leases
+        .create(&Default::default(), &serde_json::from_value(held).unwrap())
+        .await
+        .unwrap();
     let (out, json) = s.pre_stop(&pod, &s.kubeconfig, &[]);
     assert!(out.status.success());
     assert_eq!(json["decision"], "remove", "{json}");
@@ -396,6 +409,13 @@ async fn node_no_longer_selected_removes_the_files() {
         "{json}"
     );
     assert_eq!(s.files_present(), (false, false));
+    let holder = leases
+        .get(&lease_name)
+        .await
+        .unwrap()
+        .spec
+        .and_then(|s| s.holder_identity);
+    assert_eq!(holder, None, "the leaving node gave its rollout turn back");
     s.release_pods().await;
 }
 
