@@ -129,12 +129,11 @@ fn is_unavailable(status: StatusCode) -> bool {
 
 #[cfg(test)]
 mod tests {
-    //! Unreachable servers are made by binding a port and closing it; the server that answers is
-    //! a tiny local HTTP server, since a test needs one that answers 503 on demand, which a real
+    //! Unreachable servers are made by binding a port and closing it; the servers that answer
+    //! are `test_http`'s, since a test needs one that answers 503 on demand, which a real
     //! kube-apiserver cannot be made to do.
     use super::*;
     use std::sync::atomic::AtomicU32;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     fn closed_port() -> http::Uri {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -143,35 +142,8 @@ mod tests {
         format!("http://127.0.0.1:{port}").parse().unwrap()
     }
 
-    /// Answers every request with `code` and an empty JSON object; counts the requests.
     async fn serve(code: u16) -> (http::Uri, Arc<AtomicU32>) {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let hits = Arc::new(AtomicU32::new(0));
-        let counted = hits.clone();
-        tokio::spawn(async move {
-            while let Ok((mut conn, _)) = listener.accept().await {
-                let counted = counted.clone();
-                tokio::spawn(async move {
-                    let mut request = Vec::new();
-                    let mut buf = [0u8; 1024];
-                    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match conn.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => request.extend_from_slice(&buf[..n]),
-                        }
-                    }
-                    counted.fetch_add(1, Ordering::Relaxed);
-                    let body = "{}";
-                    let reply = format!(
-                        "HTTP/1.1 {code} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-                        body.len()
-                    );
-                    let _ = conn.write_all(reply.as_bytes()).await;
-                });
-            }
-        });
-        (format!("http://{addr}").parse().unwrap(), hits)
+        crate::test_http::serve(code, "{}").await
     }
 
     fn config(url: http::Uri) -> Config {

@@ -404,36 +404,11 @@ mod tests {
     use super::*;
     use crate::decommission::Lookup;
     use k8s_openapi::api::apps::v1::DaemonSet;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    /// Serves every request with HTTP `code` and `body`; returns a client for it.
+    /// A client of a server answering every request with HTTP `code` and `body`.
     async fn serve(code: u16, body: &'static str) -> Client {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move {
-            loop {
-                let Ok((mut conn, _)) = listener.accept().await else {
-                    return;
-                };
-                tokio::spawn(async move {
-                    let mut request = Vec::new();
-                    let mut buf = [0u8; 1024];
-                    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match conn.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => request.extend_from_slice(&buf[..n]),
-                        }
-                    }
-                    let response = format!(
-                        "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                        body.len()
-                    );
-                    let _ = conn.write_all(response.as_bytes()).await;
-                });
-            }
-        });
-        let config = Config::new(format!("http://{addr}").parse().unwrap());
-        Client::try_from(config).unwrap()
+        let (url, _) = crate::test_http::serve(code, body).await;
+        Client::try_from(Config::new(url)).unwrap()
     }
 
     async fn lookup_daemonset(code: u16, body: &'static str) -> Lookup<DaemonSet> {

@@ -47,5 +47,7 @@ pub mod server;
 pub mod shutdown;
 pub mod sim;
 pub mod staticpod;
+#[cfg(test)]
+mod test_http;
 pub mod trial;
 pub mod watch;
