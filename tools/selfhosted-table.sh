@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Runs the self-hosted scenarios (tests/selfhosted.rs) on three process nodes and prints their
 # table: full-cluster hard reboots (TRIALS, default 20; boot delays 0..MAX_DELAY s, seeded),
-# a rolling upgrade of kube-apiserver polled round-robin, and a bad push with its rollback.
+# a bad push with its rollback, a rolling upgrade of kube-apiserver polled round-robin, and
+# decommission (relabel, helm uninstall) on kube-scheduler.
 #   tools/selfhosted-table.sh [TRIALS] [MAX_DELAY] [SEED]
-# CI runs the same test with 3 trials as part of ./test.sh. KUBE_ANCHOR_SELFHOSTED_UPGRADES=1
-# adds the bad push and the rolling upgrade (see tests/selfhosted.rs for why they are off).
+# CI runs the same test with 3 reboot trials as part of ./test.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/build.sh >/dev/null
 export KUBE_ANCHOR_REBOOT_TRIALS=${1:-20} KUBE_ANCHOR_REBOOT_MAX_DELAY=${2:-60} KUBE_ANCHOR_REBOOT_SEED=${3:-1}
-cargo test --test selfhosted -- --nocapture 2>&1 | sed -n '/^reboot trial\|^rolling upgrade\|^bad push\|^self-hosted control plane\|^|/p'
+cargo test --test selfhosted -- --nocapture 2>&1 | sed -n '/^reboot trial\|^rolling upgrade\|^bad push\|^decommission\|^self-hosted control plane\|^|/p'
