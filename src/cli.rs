@@ -485,6 +485,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn api_servers_are_urls_without_a_path() {
+        assert!(api_server("https://10.0.0.1:6443").is_ok());
+        assert!(api_server(" https://cp-2:6443/ ").is_ok());
+        for bad in ["10.0.0.1:6443", "https://10.0.0.1:6443/api", "ftp://x:1", "https://"] {
+            let err = api_server(bad).unwrap_err();
+            assert!(err.contains(bad.trim()), "{bad}: {err}");
+        }
+    }
+
+    #[test]
     fn cli_is_consistent() {
         Cli::command().debug_assert();
     }

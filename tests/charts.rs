@@ -362,6 +362,7 @@ fn wrong_values_fail_with_a_clear_message() {
         ("files[0].mode=rw", "mode"),
         ("component.version=latest", "version"),
         ("credentials.x=null", "credentials"),
+        ("anchor.apiServers={https://10.0.0.1:6443/api}", "apiServers"),
     ] {
         let out = helm(&["template", "rel", &dir, "--set", set]);
         assert!(!out.status.success(), "{set} was accepted");
@@ -369,6 +370,38 @@ fn wrong_values_fail_with_a_clear_message() {
         assert!(
             err.contains(needle) && err.contains("values don't meet the specifications of the schema"),
             "{set}: {err}"
+        );
+    }
+}
+
+/// `apiServers` reaches the daemon as one comma-separated variable, and only when set.
+#[test]
+fn api_servers_reach_the_anchor_and_the_checkpointer_only_when_set() {
+    let api_servers_env = |docs: &[Value]| -> Vec<Option<String>> {
+        of_kind(docs, "DaemonSet")
+            .iter()
+            .map(|ds| {
+                ds["spec"]["template"]["spec"]["containers"][0]["env"]
+                    .as_sequence()
+                    .unwrap()
+                    .iter()
+                    .find(|e| e["name"] == "KUBE_ANCHOR_API_SERVERS")
+                    .map(|e| e["value"].as_str().unwrap().to_owned())
+            })
+            .collect()
+    };
+    let list = "{https://10.0.0.1:6443,https://10.0.0.2:6443}";
+    let want = Some("https://10.0.0.1:6443,https://10.0.0.2:6443".to_owned());
+    for (chart_name, key) in [("kube-apiserver", "anchor"), ("pod-checkpointer", "checkpointer")] {
+        assert!(
+            api_servers_env(&render(chart_name, &[])).iter().all(Option::is_none),
+            "{chart_name}: set by default"
+        );
+        let set = format!("{key}.apiServers={list}");
+        let envs = api_servers_env(&render(chart_name, &["--set", &set]));
+        assert!(
+            !envs.is_empty() && envs.iter().all(|e| *e == want),
+            "{chart_name}: {envs:?}"
         );
     }
 }
