@@ -96,8 +96,6 @@ struct Daemon {
 /// renewed.
 const TURN_RETRY: Duration = Duration::from_secs(2);
 const TURN_RENEW: Duration = Duration::from_secs(10);
-/// A holder that has not renewed for this long is named as silent in `/readyz` (it keeps the turn).
-const TURN_STALE: Duration = Duration::from_secs(60);
 
 /// How soon an unfinished etcd join is looked at again.
 const MEMBERSHIP_RETRY: Duration = Duration::from_secs(2);
@@ -688,8 +686,10 @@ impl Daemon {
 
     /// An earlier process on this node may have held the turn when it stopped (the anchor pod
     /// replaced or restarted mid-trial). Since no other node takes a turn over on a timer, this
-    /// one picks it up (its version still on trial) or gives it back, recording a revision it
-    /// rolled back. Once per process, after the first answer from the API.
+    /// one takes it up again for the version it concerns: the inputs' version if it was rolled
+    /// back here, else the one written; `keep_or_give_back_turn` then keeps it through the trial
+    /// or gives it back (recording a rolled-back revision). Once per process, after the first
+    /// answer from the API.
     async fn recover_turn(&mut self) {
         if self.turn_recovered || self.turn.is_some() {
             return;
@@ -703,26 +703,24 @@ impl Daemon {
         match lease.held_here().await {
             Ok(false) => {}
             Ok(true) => {
-                let on_trial = ledger
-                    .content_hash
-                    .clone()
-                    .filter(|h| ledger.last_known_good.as_ref() != Some(h) && ledger.bad_version(h).is_none());
-                match on_trial {
+                let rolled_back = self
+                    .accepted
+                    .as_ref()
+                    .map(|d| &d.content_hash)
+                    .filter(|h| ledger.bad_version(h).is_some());
+                match rolled_back.or(ledger.content_hash.as_ref()).cloned() {
                     Some(hash) => {
-                        tracing::info!(component = %self.component, content_hash = %hash, lease = lease.name(), "this node holds the rollout turn for the version on trial: keeping it");
+                        if ledger.last_known_good.as_ref() != Some(&hash) && ledger.bad_version(&hash).is_none() {
+                            tracing::info!(component = %self.component, content_hash = %hash, lease = lease.name(), "this node holds the rollout turn for the version on trial: keeping it");
+                        }
                         self.turn = Some((hash, Instant::now()));
                     }
+                    // Nothing written here: nothing to keep the turn for.
                     None => {
-                        let failed = self
-                            .accepted
-                            .as_ref()
-                            .is_some_and(|d| ledger.bad_version(&d.content_hash).is_some());
-                        let revision = self.input_revision().filter(|_| failed);
-                        if let Err(e) = lease.release(revision.as_deref()).await {
+                        if let Err(e) = lease.release(None).await {
                             tracing::warn!(component = %self.component, error = %e, "rollout Lease: cannot give back an earlier turn; retrying");
                             return;
                         }
-                        tracing::info!(component = %self.component, failed, lease = lease.name(), "gave back the rollout turn an earlier process held");
                     }
                 }
             }
@@ -749,9 +747,7 @@ impl Daemon {
                     return true;
                 }
                 Ok(crate::rollout::Turn::Held { by, renewed }) => {
-                    let silent = renewed
-                        .and_then(|r| std::time::SystemTime::now().duration_since(r).ok())
-                        .filter(|quiet| *quiet > TURN_STALE);
+                    let silent = renewed.and_then(|r| crate::rollout::silent_for(r, std::time::SystemTime::now()));
                     match silent {
                         None => format!(
                             "waiting for its turn: {by} is rolling out {} (Lease {})",

@@ -66,40 +66,37 @@ impl Pool {
     /// sent twice: it fails, and the next request goes to the next server.
     async fn send(&self, request: Request<Body>) -> Result<Response<Body>, kube::Error> {
         let (parts, body) = request.into_parts();
-        let replayable = parts.method != Method::POST && body.try_clone().is_some();
-        let mut body = Some(body);
-        let start = self.current.load(Ordering::Relaxed);
         let n = self.servers.len();
-        let mut last_error = None;
-        for step in 0..n {
+        let replayable = parts.method != Method::POST && body.try_clone().is_some();
+        let attempts = if replayable { n } else { 1 };
+        let start = self.current.load(Ordering::Relaxed);
+        let mut body = Some(body);
+        for step in 0..attempts {
+            let last = step + 1 == attempts;
             let index = (start + step) % n;
-            let this_body = match (&body, replayable && step + 1 < n) {
-                (Some(b), true) => b.try_clone().expect("checked replayable"),
-                _ => match body.take() {
-                    Some(b) => b,
-                    None => break,
-                },
+            let this_body = if last {
+                body.take()
+            } else {
+                body.as_ref().and_then(Body::try_clone)
             };
-            let request = Request::from_parts(parts.clone(), this_body);
-            let failure = match self.servers[index].client.send(request).await {
+            let request = Request::from_parts(parts.clone(), this_body.expect("checked replayable"));
+            match self.servers[index].client.send(request).await {
                 Ok(response) if !is_unavailable(response.status()) => return Ok(response),
-                Ok(response) if !replayable || step + 1 == n => {
+                Ok(response) => {
                     self.move_on(index, &format!("answered {}", response.status()));
-                    return Ok(response);
+                    if last {
+                        return Ok(response);
+                    }
                 }
-                Ok(response) => format!("answered {}", response.status()),
                 Err(e) => {
-                    let reason = e.to_string();
-                    last_error = Some(e);
-                    reason
+                    self.move_on(index, &e.to_string());
+                    if last {
+                        return Err(e);
+                    }
                 }
-            };
-            self.move_on(index, &failure);
-            if !replayable {
-                break;
             }
         }
-        Err(last_error.expect("at least one server was tried"))
+        unreachable!("the last attempt returns")
     }
 
     /// Moves the current server past `failed`, unless another request already did.

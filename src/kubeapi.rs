@@ -483,7 +483,9 @@ impl RolloutLease {
         let now = std::time::SystemTime::now();
         let view = current.as_ref().map(lease_view);
         let mut turn = decide(view.as_ref(), &self.node, revision, false);
-        if let Turn::Held { by, .. } = &turn
+        if let Turn::Held { by, renewed } = &turn
+            // Only a silent holder (or one that never renewed) may be gone: a renewing one has a Node.
+            && renewed.is_none_or(|r| crate::rollout::silent_for(r, now).is_some())
             && self.nodes.get_opt(by).await?.is_none()
         {
             tracing::info!(lease = %self.name, holder = %by, "the rollout Lease's holder has no Node any more: taking the turn");

@@ -17,7 +17,17 @@
 //!
 //! Pure: [`decide`] judges a Lease as read; `kubeapi::RolloutLease` reads and writes it.
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
+
+/// A holder renews every few seconds through its trial; one that has not for this long is
+/// silent: `/readyz` of the waiting anchors says so, and only then is its Node looked up (a
+/// holder that still renews has a Node). It keeps the turn either way.
+pub const HOLDER_SILENT: Duration = Duration::from_secs(60);
+
+/// How long a holder last renewed at `renewed` has been silent, if it is.
+pub fn silent_for(renewed: SystemTime, now: SystemTime) -> Option<Duration> {
+    now.duration_since(renewed).ok().filter(|quiet| *quiet >= HOLDER_SILENT)
+}
 
 /// The Lease as far as the decision needs it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -77,7 +87,6 @@ pub fn needs_turn(on_node: Option<&str>, target: &str, last_known_good: Option<&
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     fn at(s: u64) -> SystemTime {
         SystemTime::UNIX_EPOCH + Duration::from_secs(s)
@@ -140,6 +149,13 @@ mod tests {
         // The node that rolled it back may be given the same revision again (retry).
         assert_eq!(decide(Some(&lease), "cp-2", Some("r2"), false), Turn::Take);
         assert_eq!(decide(Some(&lease), "cp-1", None, false), Turn::Take);
+    }
+
+    #[test]
+    fn a_holder_is_silent_after_a_minute_without_renewing() {
+        assert_eq!(silent_for(at(100), at(130)), None);
+        assert_eq!(silent_for(at(100), at(160)), Some(Duration::from_secs(60)));
+        assert_eq!(silent_for(at(200), at(100)), None, "renewed in the future (skew)");
     }
 
     #[test]

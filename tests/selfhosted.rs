@@ -196,7 +196,34 @@ struct PollReport {
     two_down: u64,
 }
 
-fn start_poller(cluster: &SelfHosted, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<PollReport> {
+/// The round-robin client, polling until [`Poller::finish`].
+struct Poller {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<PollReport>,
+}
+
+impl Poller {
+    fn start(cluster: &SelfHosted) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = poll(cluster, stop.clone());
+        Self { stop, thread }
+    }
+
+    fn finish(self) -> PollReport {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap()
+    }
+}
+
+/// `cluster.sh upgrade kube-apiserver --set <set>` (helm upgrade with the cluster's values).
+fn upgrade_apiserver(cluster: &SelfHosted, set: &str) {
+    succeeded(
+        &format!("cluster.sh upgrade kube-apiserver --set {set}"),
+        &script("upgrade", &cluster.dir, &["kube-apiserver", "--set", set], &[]),
+    );
+}
+
+fn poll(cluster: &SelfHosted, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<PollReport> {
     let kubeconfigs: Vec<_> = (0..cluster.nodes.len()).map(|i| cluster.admin_kubeconfig(i)).collect();
     std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -326,19 +353,10 @@ async fn a_self_hosted_control_plane_survives_reboots_upgrades_and_bad_pushes() 
     // 3. A bad push: a kube-apiserver that exits at start. The version every node runs is
     // last-known-good first (the reboots restarted its trial).
     cluster.wait_promoted("kube-apiserver", Duration::from_secs(180)).await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let poller = start_poller(&cluster, stop.clone());
+    let poller = Poller::start(&cluster);
     let good = apiserver_hashes(&cluster);
     let pushed = Instant::now();
-    succeeded(
-        "cluster.sh upgrade (bad)",
-        &script(
-            "upgrade",
-            &cluster.dir,
-            &["kube-apiserver", "--set", "component.extraArgs.no-such-flag=1"],
-            &[],
-        ),
-    );
+    upgrade_apiserver(&cluster, "component.extraArgs.no-such-flag=1");
     let client = cluster.client(0).await;
     let events: Api<Event> = Api::namespaced(client.clone(), "kube-system");
     let mut tried = vec![false; 3];
@@ -371,8 +389,7 @@ async fn a_self_hosted_control_plane_survives_reboots_upgrades_and_bad_pushes() 
     for (i, h) in apiserver_hashes(&cluster).iter().enumerate() {
         tried[i] |= *h != good[i];
     }
-    stop.store(true, Ordering::Relaxed);
-    let bad_push = poller.join().unwrap();
+    let bad_push = poller.finish();
     println!(
         "bad push: rolled back after {:.1}s; tried on {tried:?}; poll {bad_push:?}",
         rolled_back.as_secs_f64()
@@ -385,19 +402,10 @@ async fn a_self_hosted_control_plane_survives_reboots_upgrades_and_bad_pushes() 
     assert_eq!(bad_push.outage, 0, "the API was lost during the bad push");
 
     // 2. Fixed values (a changed flag): a rolling upgrade, polled round-robin.
-    let stop = Arc::new(AtomicBool::new(false));
-    let poller = start_poller(&cluster, stop.clone());
+    let poller = Poller::start(&cluster);
     let before = apiserver_hashes(&cluster);
     let upgrade_started = Instant::now();
-    succeeded(
-        "cluster.sh upgrade",
-        &script(
-            "upgrade",
-            &cluster.dir,
-            &["kube-apiserver", "--set", "component.extraArgs.v=2"],
-            &[],
-        ),
-    );
+    upgrade_apiserver(&cluster, "component.extraArgs.v=2");
     let mut changed_at: Vec<Option<f64>> = vec![None; 3];
     let upgraded = loop {
         let now = apiserver_hashes(&cluster);
@@ -418,8 +426,7 @@ async fn a_self_hosted_control_plane_survives_reboots_upgrades_and_bad_pushes() 
         );
         tokio::time::sleep(Duration::from_secs(1)).await;
     };
-    stop.store(true, Ordering::Relaxed);
-    let rolling = poller.join().unwrap();
+    let rolling = poller.finish();
     let mut order: Vec<f64> = changed_at.iter().flatten().copied().collect();
     order.sort_by(|a, b| a.total_cmp(b));
     println!(
@@ -440,8 +447,8 @@ async fn a_self_hosted_control_plane_survives_reboots_upgrades_and_bad_pushes() 
         seed,
         max_delay,
         &rows,
-        Some((&rolling, upgraded.as_secs_f64())),
-        Some((&bad_push, rolled_back.as_secs_f64())),
+        (&rolling, upgraded.as_secs_f64()),
+        (&bad_push, rolled_back.as_secs_f64()),
         memory_mib,
     );
     println!(
@@ -620,8 +627,8 @@ fn print_table(
     seed: u64,
     max_delay: u64,
     rows: &[(f64, f64, f64)],
-    rolling: Option<(&PollReport, f64)>,
-    bad_push: Option<(&PollReport, f64)>,
+    rolling: (&PollReport, f64),
+    bad_push: (&PollReport, f64),
     memory_mib: u64,
 ) {
     let sorted = |column: fn(&(f64, f64, f64)) -> f64| {
@@ -651,19 +658,14 @@ fn print_table(
         "| model (anchor policy, same boot times), p50 / p90 / max | {} |",
         p(&model)
     );
-    if let Some((r, secs)) = bad_push {
-        println!("| bad push → rolled back on its first node | {secs:.0} s |");
+    let polled = |took: &str, what: &str, (r, secs): (&PollReport, f64)| {
+        println!("| {took} | {secs:.0} s |");
         println!(
-            "| bad push: API requests / failed / all three failed | {} / {} / {} |",
+            "| {what}: API requests / failed / all three failed | {} / {} / {} |",
             r.requests, r.failed, r.outage
         );
-    }
-    if let Some((r, secs)) = rolling {
-        println!("| rolling upgrade of kube-apiserver, 3 nodes | {secs:.0} s |");
-        println!(
-            "| rolling upgrade: API requests / failed / all three failed | {} / {} / {} |",
-            r.requests, r.failed, r.outage
-        );
-    }
+    };
+    polled("bad push → rolled back on its first node", "bad push", bad_push);
+    polled("rolling upgrade of kube-apiserver, 3 nodes", "rolling upgrade", rolling);
     println!("| memory of the 3 nodes (every process) | {memory_mib} MiB |");
 }
