@@ -9,7 +9,7 @@ mod support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 use kube_anchor::render::{Variables, render};
@@ -17,93 +17,9 @@ use serde_yaml_ng::Value;
 use support::cluster::tool;
 use support::fixture::BIN;
 use support::helm::*;
+use support::kubeadm::{KubeadmNode, kubeadm_node, run_ok};
 
 const COMPONENTS: [&str; 4] = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"];
-
-struct KubeadmNode {
-    name: String,
-    ip: String,
-    root: PathBuf,
-}
-
-impl KubeadmNode {
-    fn manifest(&self, component: &str) -> Value {
-        let path = self.root.join(format!("etc/kubernetes/manifests/{component}.yaml"));
-        serde_yaml_ng::from_str(&fs::read_to_string(path).unwrap()).unwrap()
-    }
-
-    fn file(&self, host_path: &str) -> Vec<u8> {
-        fs::read(self.root.join(host_path.trim_start_matches('/'))).unwrap()
-    }
-}
-
-fn run_ok(out: Output, what: &str) -> String {
-    assert!(
-        out.status.success(),
-        "{what}: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-/// A control-plane node's /etc/kubernetes as `kubeadm init` writes it (below `root`). With
-/// `shared_from`, the cluster-wide keys (CAs, service-account key) are copied from that node
-/// first, as `kubeadm join --control-plane` does, so kubeadm signs this node's own certificates
-/// with them.
-fn kubeadm_node(root: &Path, name: &str, ip: &str, shared_from: Option<&KubeadmNode>) -> KubeadmNode {
-    fs::create_dir_all(root).unwrap();
-    if let Some(first) = shared_from {
-        for f in [
-            "ca.crt",
-            "ca.key",
-            "sa.key",
-            "sa.pub",
-            "front-proxy-ca.crt",
-            "front-proxy-ca.key",
-            "etcd/ca.crt",
-            "etcd/ca.key",
-        ] {
-            let to = root.join("etc/kubernetes/pki").join(f);
-            fs::create_dir_all(to.parent().unwrap()).unwrap();
-            fs::copy(first.root.join("etc/kubernetes/pki").join(f), &to).unwrap();
-        }
-    }
-    // kubeadm refuses a loopback advertise address, and chroots into --rootfs before it reads
-    // the config, so the config lives inside the root.
-    fs::write(
-        root.join("kubeadm.yaml"),
-        format!(
-            "apiVersion: kubeadm.k8s.io/v1beta4\nkind: InitConfiguration\n\
-             localAPIEndpoint: {{advertiseAddress: {ip}, bindPort: 6443}}\n\
-             nodeRegistration: {{name: {name}, criSocket: unix:///run/containerd/containerd.sock}}\n\
-             ---\napiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\n\
-             kubernetesVersion: v1.36.3\ncontrolPlaneEndpoint: 10.11.0.100:6443\n\
-             networking: {{serviceSubnet: 10.96.0.0/12, podSubnet: 10.244.0.0/16}}\n"
-        ),
-    )
-    .unwrap();
-    for phase in [
-        &["certs", "all"][..],
-        &["kubeconfig", "all"],
-        &["control-plane", "all"],
-        &["etcd", "local"],
-    ] {
-        let mut args = vec!["init", "phase"];
-        args.extend(phase);
-        args.extend(["--config", "/kubeadm.yaml", "--rootfs", root.to_str().unwrap()]);
-        run_ok(
-            Command::new(tool("kubeadm")).args(&args).output().unwrap(),
-            &format!("kubeadm {args:?}"),
-        );
-    }
-    fs::remove_file(root.join("kubeadm.yaml")).unwrap();
-    KubeadmNode {
-        name: name.into(),
-        ip: ip.into(),
-        root: root.into(),
-    }
-}
 
 fn import(args: &[&str]) -> Output {
     Command::new(BIN).arg("import").args(args).output().unwrap()

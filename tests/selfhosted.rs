@@ -27,13 +27,12 @@ mod support;
 use std::collections::BTreeMap;
 use std::fs;
 use std::process::Command;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{Api, ListParams};
 use support::cluster::test_dir;
+use support::poller::{PollReport, Poller};
 use support::selfhosted::{COMPONENTS, SelfHosted, script, succeeded};
 
 const NODES: [(&str, &str); 3] = [("cp-1", "127.0.3.1"), ("cp-2", "127.0.3.2"), ("cp-3", "127.0.3.3")];
@@ -185,94 +184,12 @@ fn etcd_healthy_members(cluster: &SelfHosted) -> Result<usize, String> {
     Ok(healthy)
 }
 
-/// A client polling the API round-robin over the three API servers every 100 ms: failed
-/// requests, requests that failed on every API server (an outage), and moments two API servers
-/// failed within the same second.
-#[derive(Debug, Default, Clone)]
-struct PollReport {
-    requests: u64,
-    failed: u64,
-    outage: u64,
-    two_down: u64,
-}
-
-/// The round-robin client, polling until [`Poller::finish`].
-struct Poller {
-    stop: Arc<AtomicBool>,
-    thread: std::thread::JoinHandle<PollReport>,
-}
-
-impl Poller {
-    fn start(cluster: &SelfHosted) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let thread = poll(cluster, stop.clone());
-        Self { stop, thread }
-    }
-
-    fn finish(self) -> PollReport {
-        self.stop.store(true, Ordering::Relaxed);
-        self.thread.join().unwrap()
-    }
-}
-
 /// `cluster.sh upgrade kube-apiserver --set <set>` (helm upgrade with the cluster's values).
 fn upgrade_apiserver(cluster: &SelfHosted, set: &str) {
     succeeded(
         &format!("cluster.sh upgrade kube-apiserver --set {set}"),
         &script("upgrade", &cluster.dir, &["kube-apiserver", "--set", set], &[]),
     );
-}
-
-fn poll(cluster: &SelfHosted, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<PollReport> {
-    let kubeconfigs: Vec<_> = (0..cluster.nodes.len()).map(|i| cluster.admin_kubeconfig(i)).collect();
-    std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async move {
-            let mut clients = Vec::new();
-            for k in &kubeconfigs {
-                clients.push(support::cluster::client_from_kubeconfig(k).await);
-            }
-            let ask = |c: kube::Client| async move {
-                tokio::time::timeout(Duration::from_secs(2), c.apiserver_version())
-                    .await
-                    .is_ok_and(|r| r.is_ok())
-            };
-            let mut report = PollReport::default();
-            let mut last_failure: Vec<Option<Instant>> = vec![None; clients.len()];
-            let mut i = 0;
-            while !stop.load(Ordering::Relaxed) {
-                report.requests += 1;
-                if !ask(clients[i].clone()).await {
-                    report.failed += 1;
-                    let now = Instant::now();
-                    if last_failure
-                        .iter()
-                        .enumerate()
-                        .any(|(j, t)| j != i && t.is_some_and(|t| now - t < Duration::from_secs(1)))
-                    {
-                        report.two_down += 1;
-                    }
-                    last_failure[i] = Some(now);
-                    let mut others = false;
-                    for j in (0..clients.len()).filter(|&j| j != i) {
-                        if ask(clients[j].clone()).await {
-                            others = true;
-                            break;
-                        }
-                    }
-                    if !others {
-                        report.outage += 1;
-                    }
-                }
-                i = (i + 1) % clients.len();
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            report
-        })
-    })
 }
 
 /// The content hash each node's kube-apiserver anchor wrote.
@@ -353,7 +270,7 @@ async fn a_self_hosted_control_plane_survives_reboots_upgrades_and_bad_pushes() 
     // 3. A bad push: a kube-apiserver that exits at start. The version every node runs is
     // last-known-good first (the reboots restarted its trial).
     cluster.wait_promoted("kube-apiserver", Duration::from_secs(180)).await;
-    let poller = Poller::start(&cluster);
+    let poller = Poller::start(cluster.admin_kubeconfigs());
     let good = apiserver_hashes(&cluster);
     let pushed = Instant::now();
     upgrade_apiserver(&cluster, "component.extraArgs.no-such-flag=1");
@@ -402,7 +319,7 @@ async fn a_self_hosted_control_plane_survives_reboots_upgrades_and_bad_pushes() 
     assert_eq!(bad_push.outage, 0, "the API was lost during the bad push");
 
     // 2. Fixed values (a changed flag): a rolling upgrade, polled round-robin.
-    let poller = Poller::start(&cluster);
+    let poller = Poller::start(cluster.admin_kubeconfigs());
     let before = apiserver_hashes(&cluster);
     let upgrade_started = Instant::now();
     upgrade_apiserver(&cluster, "component.extraArgs.v=2");
@@ -467,15 +384,6 @@ const SCHEDULER_FILES: [&str; 2] = [
 const SCHEDULER_PORT: u16 = 10259;
 const SCHEDULER_LABEL: &str = "kube-anchor.io/scheduler";
 
-fn kubectl(cluster: &SelfHosted, args: &[&str]) -> String {
-    let out = Command::new(support::cluster::tool("kubectl"))
-        .arg(format!("--kubeconfig={}", cluster.dir.join("admin.conf").display()))
-        .args(args)
-        .output()
-        .unwrap();
-    succeeded(&format!("kubectl {args:?}"), &out)
-}
-
 /// Which of the scheduler's manifest and kubeconfig are on the node.
 fn scheduler_files(node: &support::selfhosted::SelfHostedNode) -> Vec<bool> {
     SCHEDULER_FILES.iter().map(|f| node.host().join(f).exists()).collect()
@@ -521,7 +429,7 @@ async fn decommission_scenario(cluster: &SelfHosted) -> (Duration, Duration) {
     let client = cluster.client(0).await;
     let (last, kept) = cluster.nodes.split_last().unwrap();
     for n in &cluster.nodes {
-        kubectl(cluster, &["label", "node", &n.name, &format!("{SCHEDULER_LABEL}=yes")]);
+        cluster.kubectl(&["label", "node", &n.name, &format!("{SCHEDULER_LABEL}=yes")]);
     }
     let before = scheduler_starts(cluster, &client).await;
     succeeded(
@@ -538,13 +446,13 @@ async fn decommission_scenario(cluster: &SelfHosted) -> (Duration, Duration) {
         ),
     );
     cluster.wait_anchors_ready(Duration::from_secs(240)).await;
-    kubectl(cluster, &["drain", &last.name, "--ignore-daemonsets", "--timeout=60s"]);
+    cluster.kubectl(&["drain", &last.name, "--ignore-daemonsets", "--timeout=60s"]);
     let pod = scheduler_anchor_pod(&client, &last.name)
         .await
         .expect("an anchor pod on the drained node");
-    kubectl(cluster, &["-n", "kube-system", "delete", "pod", &pod, "--wait=true"]);
+    cluster.kubectl(&["-n", "kube-system", "delete", "pod", &pod, "--wait=true"]);
     cluster.wait_anchors_ready(Duration::from_secs(240)).await;
-    kubectl(cluster, &["uncordon", &last.name]);
+    cluster.kubectl(&["uncordon", &last.name]);
     for n in &cluster.nodes {
         assert_eq!(scheduler_files(n), [true, true], "{}: a file was removed", n.name);
     }
@@ -556,7 +464,7 @@ async fn decommission_scenario(cluster: &SelfHosted) -> (Duration, Duration) {
 
     // Relabelled out: the DaemonSet controller deletes that node's anchor pod; its hook removes.
     let relabelled = Instant::now();
-    kubectl(cluster, &["label", "node", &last.name, &format!("{SCHEDULER_LABEL}-")]);
+    cluster.kubectl(&["label", "node", &last.name, &format!("{SCHEDULER_LABEL}-")]);
     let pods: Api<Pod> = Api::namespaced(client.clone(), "kube-system");
     let mirror = format!("kube-scheduler-{}", last.name);
     support::cluster::eventually(

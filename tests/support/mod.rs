@@ -5,4 +5,6 @@ pub mod cluster;
 pub mod daemon;
 pub mod fixture;
 pub mod helm;
+pub mod kubeadm;
+pub mod poller;
 pub mod selfhosted;

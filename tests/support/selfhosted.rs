@@ -106,6 +106,25 @@ pub struct SelfHostedNode {
 }
 
 impl SelfHostedNode {
+    /// A process node whose `/` is `root/host` and whose kubelet, once booted, talks to the API
+    /// server `kubeconfig` names, its serving port trusting `client_ca`.
+    pub fn new(name: &str, ip: &str, root: PathBuf, kubeconfig: &Path, client_ca: &Path, images: &Path) -> Self {
+        let command = process_kubelet_args(name, ip, &root, kubeconfig, client_ca, images, free_port());
+        Self {
+            name: name.to_string(),
+            ip: ip.to_string(),
+            root,
+            kubelet: None,
+            command,
+            dying: None,
+        }
+    }
+
+    /// The log of the node's running kubelet (its process runtime's too), kept across boots.
+    pub fn kubelet_log(&self) -> Option<&Path> {
+        self.kubelet.as_ref().map(|p| p.log.as_path())
+    }
+
     /// The directory that plays the node's `/`.
     pub fn host(&self) -> PathBuf {
         self.root.join("host")
@@ -187,23 +206,7 @@ impl SelfHosted {
             let kubeconfig = dir.join(format!("pki/nodes/{name}/kubelet.conf"));
             let root = dir.join("nodes").join(name);
             fs::create_dir_all(root.join("host/etc/kubernetes/manifests")).unwrap();
-            let command = process_kubelet_args(
-                name,
-                ip,
-                &root,
-                &kubeconfig,
-                &dir.join("pki/ca.crt"),
-                &images,
-                free_port(),
-            );
-            let mut node = SelfHostedNode {
-                name: name.to_string(),
-                ip: ip.to_string(),
-                root,
-                kubelet: None,
-                command,
-                dying: None,
-            };
+            let mut node = SelfHostedNode::new(name, ip, root, &kubeconfig, &dir.join("pki/ca.crt"), &images);
             node.boot(dir);
             out.push(node);
         }
@@ -281,6 +284,21 @@ impl SelfHosted {
         path
     }
 
+    /// `kubectl ARGS…` as the cluster's admin; its stdout.
+    pub fn kubectl(&self, args: &[&str]) -> String {
+        let out = Command::new(tool("kubectl"))
+            .arg(format!("--kubeconfig={}", self.dir.join("admin.conf").display()))
+            .args(args)
+            .output()
+            .unwrap();
+        succeeded(&format!("kubectl {args:?}"), &out)
+    }
+
+    /// An admin kubeconfig for each node's API server.
+    pub fn admin_kubeconfigs(&self) -> Vec<PathBuf> {
+        (0..self.nodes.len()).map(|i| self.admin_kubeconfig(i)).collect()
+    }
+
     /// An admin client through the API server of node `i`.
     pub async fn client(&self, i: usize) -> kube::Client {
         client_from_kubeconfig(&self.admin_kubeconfig(i)).await
@@ -289,7 +307,7 @@ impl SelfHosted {
     /// The kubelets register with their own API servers; the Nodes get their addresses as a
     /// cloud provider would give them (the kubelet does not report a loopback address), which
     /// the anchors' NODE_IP (status.hostIP) comes from.
-    async fn register_nodes(&self) {
+    pub async fn register_nodes(&self) {
         let client = self.client(0).await;
         let node_api: Api<Node> = Api::all(client);
         for n in &self.nodes {
@@ -327,6 +345,13 @@ impl SelfHosted {
             }
         }
         Some(out)
+    }
+
+    /// The content hash the mirror pod `name` runs (the annotation the anchors write).
+    pub async fn static_pod_hash(&self, client: &kube::Client, name: &str) -> Option<String> {
+        let pods: Api<Pod> = Api::namespaced(client.clone(), "kube-system");
+        let pod = pods.get_opt(name).await.ok()??;
+        pod.metadata.annotations?.remove("kube-anchor.io/content-hash")
     }
 
     /// `cluster.sh install`: label the nodes, helm install every component chart.
