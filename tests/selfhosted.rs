@@ -220,22 +220,7 @@ async fn a_self_hosted_control_plane_survives_reboots_upgrades_and_bad_pushes() 
         let mut delays: Vec<u64> = (0..cluster.nodes.len())
             .map(|_| (rng.uniform(0.0, max_delay as f64)) as u64)
             .collect();
-        for n in &mut cluster.nodes {
-            n.kill_now();
-        }
-        for n in &mut cluster.nodes {
-            n.wait_dead();
-        }
-        let since = SystemTime::now();
-        let start = Instant::now();
-        let mut order: Vec<usize> = (0..cluster.nodes.len()).collect();
-        order.sort_by_key(|&i| delays[i]);
-        for &i in &order {
-            let at = start + Duration::from_secs(delays[i]);
-            tokio::time::sleep_until(at.into()).await;
-            let log_dir = cluster.dir.clone();
-            cluster.nodes[i].boot(&log_dir);
-        }
+        let (since, start) = cluster.reboot(&delays).await;
         let mut last_reason = String::new();
         let recovered = loop {
             match not_recovered(&cluster, since).await {

@@ -10,17 +10,20 @@ use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 
 use super::cluster::{
-    Process, client_from_kubeconfig, eventually, free_port, link_images, namespace_init, namespace_rss_kib,
-    process_kubelet_args, repo_root, tool, wait_namespace_gone,
+    Process, client_from_kubeconfig, eventually, link_images, namespace_init, namespace_rss_kib, process_kubelet_args,
+    repo_root, tool, wait_namespace_gone,
 };
 use super::fixture::BIN;
+
+/// The kubelets' serving port, on each node's own address.
+pub const KUBELET_PORT: u16 = 10250;
 
 pub const COMPONENTS: [&str; 4] = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"];
 
@@ -107,9 +110,10 @@ pub struct SelfHostedNode {
 
 impl SelfHostedNode {
     /// A process node whose `/` is `root/host` and whose kubelet, once booted, talks to the API
-    /// server `kubeconfig` names, its serving port trusting `client_ca`.
+    /// server `kubeconfig` names. Its kubelet serves on the node's address at the usual port,
+    /// 10250, trusting `client_ca`, as on a real node (the pod-checkpointer asks it there).
     pub fn new(name: &str, ip: &str, root: PathBuf, kubeconfig: &Path, client_ca: &Path, images: &Path) -> Self {
-        let command = process_kubelet_args(name, ip, &root, kubeconfig, client_ca, images, free_port());
+        let command = process_kubelet_args(name, ip, &root, kubeconfig, client_ca, images, KUBELET_PORT);
         Self {
             name: name.to_string(),
             ip: ip.to_string(),
@@ -245,6 +249,28 @@ impl SelfHosted {
         cluster.readyz_everywhere = readyz_everywhere;
         cluster.register_nodes().await;
         cluster
+    }
+
+    /// A full-cluster power cut: every process of every node killed at once, disks kept; then
+    /// node `i` booted `delays[i]` seconds after the last one died. Returns, once every node is
+    /// booted, when they were all dead (wall clock and monotonic).
+    pub async fn reboot(&mut self, delays: &[u64]) -> (SystemTime, Instant) {
+        for n in &mut self.nodes {
+            n.kill_now();
+        }
+        for n in &mut self.nodes {
+            n.wait_dead();
+        }
+        let since = SystemTime::now();
+        let start = Instant::now();
+        let mut order: Vec<usize> = (0..self.nodes.len()).collect();
+        order.sort_by_key(|&i| delays[i]);
+        for &i in &order {
+            tokio::time::sleep_until((start + Duration::from_secs(delays[i])).into()).await;
+            let log_dir = self.dir.clone();
+            self.nodes[i].boot(&log_dir);
+        }
+        (since, start)
     }
 
     /// `kubectl get --raw /readyz` through the API server of `node`.

@@ -184,6 +184,11 @@ func buildRoot(spec *containerSpec) error {
 	if err := unix.Mount("proc", filepath.Join(root, "proc"), "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("proc: %w", err)
 	}
+	if spec.BootID != "" {
+		if err := bind(spec.BootID, filepath.Join(root, "proc/sys/kernel/random/boot_id"), true, false); err != nil {
+			return err
+		}
+	}
 	if err := bind("/dev", filepath.Join(root, "dev"), false, true); err != nil {
 		return err
 	}

@@ -149,6 +149,8 @@ func runKubelet(cmd *cobra.Command, o *kubeletOptions) error {
 		}
 		endpoint := "unix://" + filepath.Join(o.rootDir, "process-cri.sock")
 		apiHost, apiPort := apiAddress(clientConfig.Host)
+		// Containers of an earlier run of this node died with it; their state goes too.
+		_ = os.RemoveAll(filepath.Join(o.rootDir, "process-runtime"))
 		runtime, err := newProcessRuntime(processRuntimeOptions{
 			nodeIP:     o.nodeIP,
 			imageDir:   o.imageDir,
@@ -161,8 +163,6 @@ func runKubelet(cmd *cobra.Command, o *kubeletOptions) error {
 		if err != nil {
 			return err
 		}
-		// Containers of an earlier run of this node died with it; their state goes too.
-		_ = os.RemoveAll(filepath.Join(o.rootDir, "process-runtime"))
 		if err := runtime.Start(endpoint); err != nil {
 			return err
 		}

@@ -21,6 +21,10 @@ package main
 //     grace period; ExecSync (exec probes, preStop hooks) runs the command in the container's
 //     mount namespace and root with the container's environment (util-linux nsenter).
 //
+//   - every start of the runtime is a boot of the node: containers read a boot id of the node's
+//     own at /proc/sys/kernel/random/boot_id, made anew when the runtime starts (the machine's
+//     boot id does not change when a test "reboots" a node);
+//
 // Not isolated: processes share the node's network (every sandbox reports the node IP), run as
 // root with all capabilities, and have no cgroup limits. The node's processes share one PID
 // namespace, made by the test harness, so killing the node kills them all at once.
@@ -28,6 +32,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -100,6 +105,12 @@ func newProcessRuntime(opts processRuntimeOptions) (*processRuntime, error) {
 		{Type: runtimeapi.RuntimeReady, Status: true},
 		{Type: runtimeapi.NetworkReady, Status: true},
 	}}
+	if err := os.MkdirAll(opts.stateDir, 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(r.bootIDFile(), []byte(newBootID()+"\n"), 0o444); err != nil {
+		return nil, fmt.Errorf("boot id: %w", err)
+	}
 	// The remote image client refuses an image without a size.
 	r.ImageService.SetFakeImageSize(1 << 20)
 	runtimeapi.RegisterRuntimeServiceServer(r.server, r)
@@ -269,6 +280,22 @@ func (r *processRuntime) environment(config *runtimeapi.ContainerConfig) []strin
 	return env
 }
 
+// bootIDFile is the node's boot id for this start of the runtime (one boot of the node).
+func (r *processRuntime) bootIDFile() string {
+	return filepath.Join(r.opts.stateDir, "boot_id")
+}
+
+// newBootID is a random UUID in the kernel's boot_id format.
+func newBootID() string {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
 // containerSpec is what `kube container-init` reads.
 type containerSpec struct {
 	Rootfs         string      `json:"rootfs"`
@@ -279,6 +306,8 @@ type containerSpec struct {
 	Cwd            string      `json:"cwd"`
 	ReadonlyRootfs bool        `json:"readonlyRootfs"`
 	Mounts         []specMount `json:"mounts"`
+	// The node's boot id, bound over the container's /proc/sys/kernel/random/boot_id.
+	BootID string `json:"bootID"`
 }
 
 type specMount struct {
@@ -302,6 +331,7 @@ func (r *processRuntime) spec(c *processContainer, dir string) (containerSpec, e
 		Env:            c.env,
 		Cwd:            c.config.GetWorkingDir(),
 		ReadonlyRootfs: c.config.GetLinux().GetSecurityContext().GetReadonlyRootfs(),
+		BootID:         r.bootIDFile(),
 	}
 	for _, m := range c.config.GetMounts() {
 		source := m.HostPath
