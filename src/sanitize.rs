@@ -160,6 +160,7 @@ pub fn sanitize(parent: &Pod, layout: &Layout) -> Result<Checkpoint, SanitizeErr
     }
     spec.volumes = (!volumes.is_empty()).then_some(volumes);
     strip_mounts(&mut spec, &dropped);
+    pin_node_addresses(&mut spec, parent).map_err(|(field, problem)| refuse(field, &problem))?;
 
     let mut annotations = BTreeMap::from([(CHECKPOINT_OF_ANNOTATION.to_string(), name.clone())]);
     if let Some(owner) = controller_key(parent) {
@@ -415,6 +416,55 @@ fn min_mode(a: Option<i32>, b: Option<i32>) -> Option<i32> {
     }
 }
 
+/// Environment variables whose downward-API value is the node's address (`status.hostIP(s)`,
+/// and `status.podIP(s)` of a host-network pod) become that value, as the parent's status has
+/// it. The kubelet resolves those from its Node, which it knows with no API only when it can
+/// name its own address; with `--cloud-provider=external` the addresses come from the cloud
+/// controller manager through the API, and a checkpoint asking for them would fail to start
+/// (`CreateContainerConfigError`) exactly when it is needed, after a cold reboot. A control-plane
+/// node's address does not change across reboots (etcd's peers and the serving certificates
+/// name it). A pod network address (`status.podIP` without the host network) is the sandbox's
+/// own and stays as it is.
+fn pin_node_addresses(spec: &mut PodSpec, parent: &Pod) -> Result<(), (String, String)> {
+    let status = parent.status.as_ref();
+    let join = |ips: Option<Vec<String>>| ips.filter(|v| !v.is_empty()).map(|v| v.join(","));
+    let host_ips = || join(status?.host_ips.as_ref()?.iter().map(|i| Some(i.ip.clone())).collect());
+    let pod_ips = || join(status?.pod_ips.as_ref()?.iter().map(|i| Some(i.ip.clone())).collect());
+    let host_network = spec.host_network == Some(true);
+    let containers = spec
+        .init_containers
+        .iter_mut()
+        .flatten()
+        .map(|c| ("initContainers", c))
+        .chain(spec.containers.iter_mut().map(|c| ("containers", c)));
+    for (kind, container) in containers {
+        for var in container.env.iter_mut().flatten() {
+            let Some(path) = var
+                .value_from
+                .as_ref()
+                .and_then(|f| f.field_ref.as_ref())
+                .map(|f| f.field_path.clone())
+            else {
+                continue;
+            };
+            let value = match path.as_str() {
+                "status.hostIP" => status.and_then(|s| s.host_ip.clone()),
+                "status.hostIPs" => host_ips(),
+                "status.podIP" if host_network => status.and_then(|s| s.pod_ip.clone()),
+                "status.podIPs" if host_network => pod_ips(),
+                _ => continue,
+            };
+            let field = format!("spec.{kind}[{}].env[{}]", container.name, var.name);
+            let value = value
+                .filter(|v| !v.is_empty())
+                .ok_or_else(|| (field, format!("{path} is not in the parent's status yet")))?;
+            var.value = Some(value);
+            var.value_from = None;
+        }
+    }
+    Ok(())
+}
+
 fn strip_mounts(spec: &mut PodSpec, dropped: &BTreeSet<String>) {
     let keep = |mounts: &mut Option<Vec<k8s_openapi::api::core::v1::VolumeMount>>| {
         if let Some(m) = mounts {
@@ -580,6 +630,84 @@ mod tests {
             .unwrap()
             .insert(CHECKPOINT_ANNOTATION.into(), "false".into());
         assert!(!is_parent(&p));
+    }
+
+    /// The parent's first container with `env`, its status with `status`.
+    fn with_env(host_network: bool, env: serde_json::Value, status: serde_json::Value) -> Pod {
+        let mut p = parent();
+        let spec = p.spec.as_mut().unwrap();
+        spec.host_network = Some(host_network);
+        spec.containers[0].env = Some(serde_json::from_value(env).unwrap());
+        p.status = Some(serde_json::from_value(status).unwrap());
+        p
+    }
+
+    fn env_of(c: &Checkpoint) -> Vec<(String, Option<String>, bool)> {
+        c.pod.spec.as_ref().unwrap().containers[0]
+            .env
+            .iter()
+            .flatten()
+            .map(|v| (v.name.clone(), v.value.clone(), v.value_from.is_some()))
+            .collect()
+    }
+
+    #[test]
+    fn the_node_address_is_pinned_for_a_copy_that_must_start_without_an_api() {
+        let fields = |paths: &[&str]| -> serde_json::Value {
+            paths
+                .iter()
+                .map(|p| serde_json::json!({"name": p.replace('.', "_"), "valueFrom": {"fieldRef": {"fieldPath": p}}}))
+                .collect()
+        };
+        let status = serde_json::json!({
+            "phase": "Running", "hostIP": "10.0.0.11", "hostIPs": [{"ip": "10.0.0.11"}, {"ip": "fd00::11"}],
+            "podIP": "10.0.0.11", "podIPs": [{"ip": "10.0.0.11"}, {"ip": "fd00::11"}]
+        });
+        let all = [
+            "status.hostIP",
+            "status.hostIPs",
+            "status.podIP",
+            "status.podIPs",
+            "spec.nodeName",
+            "metadata.name",
+        ];
+        let host = sanitize(&with_env(true, fields(&all), status.clone()), &Layout::default()).unwrap();
+        let pinned = |v: &str| (Some(v.to_owned()), false);
+        let got: Vec<(Option<String>, bool)> = env_of(&host).into_iter().map(|(_, v, f)| (v, f)).collect();
+        assert_eq!(
+            got,
+            [
+                pinned("10.0.0.11"),
+                pinned("10.0.0.11,fd00::11"),
+                pinned("10.0.0.11"),
+                pinned("10.0.0.11,fd00::11"),
+                // The kubelet knows these of a static pod by itself.
+                (None, true),
+                (None, true),
+            ]
+        );
+        // A pod network address belongs to the sandbox the kubelet makes: left to the kubelet.
+        let pod_network = sanitize(&with_env(false, fields(&all), status), &Layout::default()).unwrap();
+        let from_field: Vec<bool> = env_of(&pod_network).into_iter().map(|(_, _, f)| f).collect();
+        assert_eq!(from_field, [false, false, true, true, true, true]);
+    }
+
+    #[test]
+    fn a_node_address_missing_from_the_status_is_refused_by_name() {
+        let env = serde_json::json!([{"name": "HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}}]);
+        let err = sanitize(
+            &with_env(true, env, serde_json::json!({"phase": "Pending"})),
+            &Layout::default(),
+        )
+        .unwrap_err();
+        assert_eq!(
+            err,
+            SanitizeError::NotCheckpointable {
+                pod: "kube-system/kube-apiserver-x7k2p".into(),
+                field: "spec.containers[kube-apiserver].env[HOST_IP]".into(),
+                problem: "status.hostIP is not in the parent's status yet".into(),
+            }
+        );
     }
 
     #[test]
