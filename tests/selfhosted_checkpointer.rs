@@ -1,0 +1,538 @@
+//! The guarded checkpointer on a real self-hosted control plane (three process nodes brought up
+//! by the example script, the component charts installed): the pod-checkpointer chart, and a
+//! self-hosted component, a second kube-scheduler run by a DaemonSet on the host network
+//! (its own port, its kubeconfig from a Secret, its configuration from a ConfigMap), annotated
+//! for checkpointing. Then a full-cluster hard reboot (every process of every node killed at
+//! once, the kubelets started again in a seeded random order after 0–20 s; the seed and the
+//! longest delay from KUBE_ANCHOR_REBOOT_SEED and KUBE_ANCHOR_REBOOT_MAX_DELAY):
+//! - nothing is retired while no API server answers: every checkpoint file (manifests, secrets,
+//!   configmaps) present before the cut is there at every sample (every 200 ms) until then;
+//! - the component comes back through its checkpoints: on every node the checkpoint is activated
+//!   after the boot and the kubelet starts its static copy, and on a node up a while before any
+//!   API server answered (asked every 100 ms) it is active before then: blind, from the static
+//!   checkpointer copy's boot rule;
+//! - the hand-off happens with a real port conflict (the DaemonSet pod's scheduler, started
+//!   while the checkpoint's copy holds the port, fails with "address already in use") and ends
+//!   with exactly one copy per node: one process on the node's port, the DaemonSet pod Ready,
+//!   the checkpoint inactive and kept.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
+use support::cluster::{eventually, test_dir};
+use support::helm::{chart, helm, ok};
+use support::selfhosted::{SelfHosted, files_under};
+
+const NODES: [(&str, &str); 3] = [("cp-1", "127.0.5.1"), ("cp-2", "127.0.5.2"), ("cp-3", "127.0.5.3")];
+const COMPONENT: &str = "selfhosted-scheduler";
+const PORT: u16 = 10261;
+/// A node booted this long before any API server answered must have had its checkpoint active
+/// by then: the static checkpointer copy activates it from its boot rule, with no API.
+const BLIND_MARGIN: Duration = Duration::from_secs(3);
+
+const TEST_VALUES: [(&str, &str); 4] = [
+    ("etcd", "anchor: {trialPeriod: 25s, logFormat: plain}\n"),
+    (
+        "kube-apiserver",
+        "anchor: {trialPeriod: 75s, crashLoopThreshold: 2, logFormat: plain}\n",
+    ),
+    (
+        "kube-controller-manager",
+        "anchor: {trialPeriod: 25s, logFormat: plain}\n",
+    ),
+    ("kube-scheduler", "anchor: {trialPeriod: 25s, logFormat: plain}\n"),
+];
+
+/// The pod-checkpointer chart's values: the kubelet on the node's own address, every node's API
+/// server, windows short enough for a test.
+fn checkpointer_values(cluster: &SelfHosted) -> String {
+    let servers: Vec<String> = cluster.nodes.iter().map(|n| format!("https://{}:6443", n.ip)).collect();
+    format!(
+        "checkpointer:\n  kubeletURL: https://$(HOST_IP):10250\n  apiServers: [{}]\n  \
+         readyWindow: 5s\n  stableWindow: 20s\n  handoffTimeout: 30s\n  retireGrace: 20s\n  \
+         interval: 2s\n  port: 0\n  logFormat: plain\n",
+        servers.join(", ")
+    )
+}
+
+/// The self-hosted component: a kube-scheduler of its own name (so it schedules nothing of the
+/// others'), no leader election, serving on the node's address at [`PORT`].
+fn component_objects(cluster: &SelfHosted) -> String {
+    let kubeconfig = fs::read_to_string(cluster.dir.join("pki/scheduler.conf"))
+        .unwrap()
+        // The example's kubeconfig is a template the anchors render; this one talks to the
+        // first node's API server (the component needs no API to hold its port).
+        .replace("${NODE_IP}", NODES[0].1);
+    let indented: String = kubeconfig.lines().map(|l| format!("    {l}\n")).collect();
+    format!(
+        r#"apiVersion: v1
+kind: Secret
+metadata: {{name: {COMPONENT}-kubeconfig, namespace: kube-system}}
+stringData:
+  scheduler.conf: |
+{indented}---
+apiVersion: v1
+kind: ConfigMap
+metadata: {{name: {COMPONENT}-config, namespace: kube-system}}
+data:
+  config.yaml: |
+    apiVersion: kubescheduler.config.k8s.io/v1
+    kind: KubeSchedulerConfiguration
+    clientConnection: {{kubeconfig: /etc/{COMPONENT}/kubeconfig/scheduler.conf}}
+    leaderElection: {{leaderElect: false}}
+    profiles: [{{schedulerName: {COMPONENT}}}]
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {{name: {COMPONENT}, namespace: kube-system}}
+spec:
+  selector: {{matchLabels: {{app: {COMPONENT}}}}}
+  template:
+    metadata:
+      labels: {{app: {COMPONENT}}}
+      annotations: {{checkpointer.alpha.coreos.com/checkpoint: "true"}}
+    spec:
+      hostNetwork: true
+      nodeSelector: {{node-role.kubernetes.io/control-plane: ""}}
+      tolerations: [{{operator: Exists}}]
+      terminationGracePeriodSeconds: 5
+      containers:
+        - name: scheduler
+          image: registry.k8s.io/kube-scheduler:v1.36.3
+          command:
+            - kube-scheduler
+            - --config=/etc/{COMPONENT}/config/config.yaml
+            - --bind-address=$(HOST_IP)
+            - --secure-port={PORT}
+          env:
+            - {{name: HOST_IP, valueFrom: {{fieldRef: {{fieldPath: status.hostIP}}}}}}
+          readinessProbe:
+            httpGet: {{path: /healthz, port: {PORT}, scheme: HTTPS}}
+            periodSeconds: 2
+          volumeMounts:
+            - {{name: kubeconfig, mountPath: /etc/{COMPONENT}/kubeconfig, readOnly: true}}
+            - {{name: config, mountPath: /etc/{COMPONENT}/config, readOnly: true}}
+      volumes:
+        - {{name: kubeconfig, secret: {{secretName: {COMPONENT}-kubeconfig}}}}
+        - {{name: config, configMap: {{name: {COMPONENT}-config}}}}
+"#
+    )
+}
+
+/// The component's checkpoint files on a node (`<dir>/<name>` for the inactive manifests and the
+/// secret and configmap trees, relative to /etc/kubernetes), and whether one is active.
+fn checkpoint_files(host: &Path) -> (BTreeSet<String>, bool) {
+    let kubernetes = host.join("etc/kubernetes");
+    let mut files = BTreeSet::new();
+    for dir in ["inactive-manifests", "checkpoint-secrets", "checkpoint-configmaps"] {
+        for f in files_under(&kubernetes.join(dir)) {
+            let rel = f.strip_prefix(&kubernetes).unwrap().display().to_string();
+            if rel.contains(COMPONENT) {
+                files.insert(rel);
+            }
+        }
+    }
+    let active = fs::read_dir(kubernetes.join("manifests"))
+        .map(|d| {
+            d.flatten().any(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with(&format!("kube-system-{COMPONENT}"))
+            })
+        })
+        .unwrap_or(false);
+    (files, active)
+}
+
+/// Whether the checkpointer's own checkpoint is in the node's static pod directory.
+fn self_checkpoint_active(host: &Path) -> bool {
+    fs::read_dir(host.join("etc/kubernetes/manifests"))
+        .map(|d| {
+            d.flatten().any(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with("kube-system-pod-checkpointer-")
+            })
+        })
+        .unwrap_or(false)
+}
+
+/// Samples every node's checkpoint files every 200 ms until stopped: (since the start, node,
+/// files, active).
+struct CheckpointSampler {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<(Duration, usize, BTreeSet<String>, bool)>>,
+}
+
+impl CheckpointSampler {
+    fn start(hosts: Vec<PathBuf>, start: Instant) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = std::thread::spawn({
+            let stop = stop.clone();
+            move || {
+                let mut samples = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    for (i, host) in hosts.iter().enumerate() {
+                        let (files, active) = checkpoint_files(host);
+                        samples.push((start.elapsed(), i, files, active));
+                    }
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                samples
+            }
+        });
+        Self { stop, thread }
+    }
+
+    fn finish(self) -> Vec<(Duration, usize, BTreeSet<String>, bool)> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap()
+    }
+}
+
+/// When an API server first answered after a time none did (the cut): a GET of the kube-system
+/// Namespace (read from etcd, as the kubelet's first look at its Node is), asked of every node's
+/// API server at once every 100 ms, each with a 1 s bound. (`/readyz` says ok only seconds after
+/// a server starts serving.)
+struct ApiWatch {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Option<Duration>>,
+}
+
+impl ApiWatch {
+    fn start(kubeconfigs: Vec<PathBuf>, start: Instant) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = std::thread::spawn({
+            let stop = stop.clone();
+            move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                runtime.block_on(async move {
+                    let mut clients = Vec::new();
+                    for k in &kubeconfigs {
+                        clients.push(support::cluster::client_from_kubeconfig(k).await);
+                    }
+                    let mut was_down = false;
+                    while !stop.load(Ordering::Relaxed) {
+                        let asks = clients.iter().map(|c| {
+                            let request = http::Request::get("/api/v1/namespaces/kube-system")
+                                .body(Vec::new())
+                                .unwrap();
+                            tokio::time::timeout(Duration::from_secs(1), c.request_text(request))
+                        });
+                        let answered = futures::future::join_all(asks)
+                            .await
+                            .into_iter()
+                            .any(|r| matches!(r, Ok(Ok(_))));
+                        match (answered, was_down) {
+                            (false, _) => was_down = true,
+                            (true, true) => return Some(start.elapsed()),
+                            (true, false) => {}
+                        }
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    None
+                })
+            }
+        });
+        Self { stop, thread }
+    }
+
+    /// Waits up to `timeout` for the answer.
+    fn first_answer(self, timeout: Duration) -> Option<Duration> {
+        let deadline = Instant::now() + timeout;
+        while !self.thread.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap()
+    }
+}
+
+/// Processes of the component serving on `ip` (its port bound there), from /proc.
+fn component_processes(ip: &str) -> usize {
+    let bind = format!("--bind-address={ip}");
+    let port = format!("--secure-port={PORT}");
+    fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().chars().all(|c| c.is_ascii_digit()))
+        .filter(|e| {
+            let cmdline = fs::read(e.path().join("cmdline")).unwrap_or_default();
+            let args: Vec<String> = cmdline
+                .split(|b| *b == 0)
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            args.contains(&bind) && args.contains(&port)
+        })
+        .count()
+}
+
+/// Whether DaemonSet `name` has its latest generation on every node, every pod Ready.
+async fn daemonset_ready(client: &kube::Client, name: &str, nodes: i32) -> bool {
+    let api: Api<DaemonSet> = Api::namespaced(client.clone(), "kube-system");
+    let Ok(Some(ds)) = api.get_opt(name).await else {
+        return false;
+    };
+    let Some(s) = ds.status else { return false };
+    s.observed_generation == ds.metadata.generation
+        && s.desired_number_scheduled == nodes
+        && s.number_ready == nodes
+        && s.updated_number_scheduled == Some(nodes)
+}
+
+/// The component's DaemonSet pod on each node.
+async fn component_pods(client: &kube::Client) -> BTreeMap<String, Pod> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "kube-system");
+    let list = pods
+        .list(&ListParams::default().labels(&format!("app={COMPONENT}")))
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
+    list.into_iter()
+        .filter(|p| {
+            p.metadata
+                .owner_references
+                .as_ref()
+                .is_some_and(|o| o.iter().any(|o| o.kind == "DaemonSet"))
+        })
+        .filter_map(|p| Some((p.spec.as_ref()?.node_name.clone()?, p)))
+        .collect()
+}
+
+/// The log lines a pod's container wrote on a node, all attempts (the kubelet's pod log dir).
+fn pod_logs(root: &Path, pod: &str) -> String {
+    let mut text = String::new();
+    for f in files_under(&root.join("kubelet/pod-logs")) {
+        if f.to_string_lossy().contains(&format!("kube-system_{pod}_")) {
+            text.push_str(&fs::read_to_string(f).unwrap_or_default());
+        }
+    }
+    text
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoints_bring_a_self_hosted_component_back_after_a_full_cluster_reboot() {
+    let env_or =
+        |name: &str, default: u64| -> u64 { std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default) };
+    let seed = env_or("KUBE_ANCHOR_REBOOT_SEED", 1);
+    let max_delay = env_or("KUBE_ANCHOR_REBOOT_MAX_DELAY", 20);
+    let dir = test_dir().join("self-hosted-checkpointer");
+    println!(
+        "cluster dir (logs of every process of every node; kept when the test fails): {}",
+        dir.display()
+    );
+    let mut cluster = SelfHosted::bootstrap(&dir, &NODES, &TEST_VALUES).await;
+    cluster.install();
+    cluster.wait_anchors_ready(Duration::from_secs(240)).await;
+    let client = cluster.client(0).await;
+    let nodes = NODES.len() as i32;
+
+    // The pod-checkpointer chart and the self-hosted component.
+    let values = dir.join("pod-checkpointer.yaml");
+    fs::write(&values, checkpointer_values(&cluster)).unwrap();
+    let admin = dir.join("admin.conf");
+    ok(&helm(&[
+        "install",
+        "pod-checkpointer",
+        &chart("pod-checkpointer"),
+        "--namespace",
+        "kube-system",
+        "--kubeconfig",
+        admin.to_str().unwrap(),
+        "-f",
+        values.to_str().unwrap(),
+    ]));
+    let objects = dir.join(format!("{COMPONENT}.yaml"));
+    fs::write(&objects, component_objects(&cluster)).unwrap();
+    cluster.kubectl(&["apply", "-f", objects.to_str().unwrap()]);
+    eventually(
+        Duration::from_secs(180),
+        "both DaemonSets Ready on every node",
+        || async {
+            (daemonset_ready(&client, "pod-checkpointer-anchor", nodes).await
+                && daemonset_ready(&client, COMPONENT, nodes).await)
+                .then_some(())
+        },
+    )
+    .await;
+    // Checkpointed (after the ready window) on every node, inactive while the pod runs; the
+    // checkpointer's own checkpoint active (the copy that runs after a cold reboot).
+    eventually(
+        Duration::from_secs(120),
+        "the component and the checkpointer checkpointed on every node",
+        || async {
+            cluster
+                .nodes
+                .iter()
+                .all(|n| {
+                    let (files, active) = checkpoint_files(&n.host());
+                    self_checkpoint_active(&n.host())
+                        && !active
+                        && files.iter().any(|f| f.starts_with("inactive-manifests/"))
+                        && files.iter().any(|f| f.starts_with("checkpoint-secrets/"))
+                        && files.iter().any(|f| f.starts_with("checkpoint-configmaps/"))
+                })
+                .then_some(())
+        },
+    )
+    .await;
+    let before: Vec<BTreeSet<String>> = cluster.nodes.iter().map(|n| checkpoint_files(&n.host()).0).collect();
+    let pods_before = component_pods(&client).await;
+    for n in &cluster.nodes {
+        assert_eq!(component_processes(&n.ip), 1, "{}: before the reboot", n.name);
+    }
+    let log_offsets: Vec<u64> = cluster
+        .nodes
+        .iter()
+        .map(|n| fs::metadata(n.kubelet_log().unwrap()).unwrap().len())
+        .collect();
+
+    // The power cut.
+    let mut rng = kube_anchor::sim::Rng::new(seed);
+    let delays: Vec<u64> = (0..NODES.len())
+        .map(|_| rng.uniform(0.0, max_delay as f64) as u64)
+        .collect();
+    let sampling = Instant::now();
+    let sampler = CheckpointSampler::start(cluster.nodes.iter().map(|n| n.host()).collect(), sampling);
+    let api_watch = ApiWatch::start(cluster.admin_kubeconfigs(), sampling);
+    let (_, cut) = cluster.reboot(&delays).await;
+    let cut_at = cut - sampling;
+    let api_back = api_watch
+        .first_answer(Duration::from_secs(300))
+        .expect("no API server answered within 5 minutes of the cut");
+    // The hand-off: exactly one copy per node, the DaemonSet's, Ready; the checkpoint inactive.
+    let settled = eventually(
+        Duration::from_secs(360),
+        "exactly one copy of the component per node",
+        || async {
+            let client = cluster.client(0).await;
+            let ready = daemonset_ready(&client, COMPONENT, nodes).await;
+            let one_each = cluster.nodes.iter().all(|n| {
+                let (files, active) = checkpoint_files(&n.host());
+                component_processes(&n.ip) == 1 && !active && files.iter().any(|f| f.starts_with("inactive-manifests/"))
+            });
+            (ready && one_each).then(|| sampling.elapsed())
+        },
+    )
+    .await;
+    // Still one copy a while later (no late re-activation).
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let samples = sampler.finish();
+    let client = cluster.client(0).await;
+    let pods_after = component_pods(&client).await;
+
+    println!(
+        "boots at {delays:?} s after the cut; an API server answered {:.1} s after the cut; one copy per node {:.1} s after it",
+        (api_back - cut_at).as_secs_f64(),
+        (settled - cut_at).as_secs_f64()
+    );
+    let mut failures = Vec::new();
+    let mut blind_nodes = 0;
+    for (i, n) in cluster.nodes.iter().enumerate() {
+        // Nothing retired while no API server answered.
+        for (at, _, files, _) in samples.iter().filter(|s| s.1 == i && s.0 >= cut_at && s.0 < api_back) {
+            let missing: Vec<&String> = before[i].difference(files).collect();
+            if !missing.is_empty() {
+                failures.push(format!(
+                    "{}: {missing:?} gone {:.1} s after the cut, with no API",
+                    n.name,
+                    (*at - cut_at).as_secs_f64()
+                ));
+                break;
+            }
+        }
+        // Activated after the boot; its copy started by the kubelet.
+        let boot = cut_at + Duration::from_secs(delays[i]);
+        let activated = samples.iter().find(|s| s.1 == i && s.0 >= boot && s.3).map(|s| s.0);
+        let log = fs::read_to_string(n.kubelet_log().unwrap()).unwrap();
+        let static_copy = format!("-{}_kube-system_", n.name);
+        let copy_started = log[log_offsets[i] as usize..].lines().any(|l| {
+            l.contains("\"container started\"") && l.contains(&format!("id=\"{COMPONENT}-")) && l.contains(&static_copy)
+        });
+        // The DaemonSet pod's scheduler, started while the copy held the port.
+        let pod = pods_after
+            .get(&n.name)
+            .and_then(|p| p.metadata.name.clone())
+            .unwrap_or_default();
+        let conflict = pod_logs(&n.root, &pod).contains("address already in use");
+        let restarts = pods_after.get(&n.name).and_then(|p| {
+            p.status
+                .as_ref()?
+                .container_statuses
+                .as_ref()?
+                .first()
+                .map(|c| c.restart_count)
+        });
+        println!(
+            "{}: booted at {} s; checkpoint activated {}; its copy started: {copy_started}; \
+             the DaemonSet pod {pod} (same as before: {}) restarts {restarts:?}, port conflict seen: {conflict}",
+            n.name,
+            delays[i],
+            activated.map_or("never".into(), |a| format!(
+                "{:.1} s after the cut",
+                (a - cut_at).as_secs_f64()
+            )),
+            pods_before.get(&n.name).and_then(|p| p.metadata.name.as_deref()) == Some(pod.as_str()),
+        );
+        if activated.is_none() || !copy_started {
+            failures.push(format!(
+                "{}: the checkpoint did not bring the component back (activated: {activated:?}, copy started: {copy_started})",
+                n.name
+            ));
+        }
+        // A node up a while before any API server answered brought the component back blind.
+        if boot + BLIND_MARGIN <= api_back {
+            blind_nodes += 1;
+            if activated.is_none_or(|a| a >= api_back) {
+                failures.push(format!(
+                    "{}: booted {:.1} s before an API server answered, the checkpoint was not active by then",
+                    n.name,
+                    (api_back - boot).as_secs_f64()
+                ));
+            }
+        }
+    }
+    if blind_nodes == 0 {
+        failures.push(format!(
+            "no node was up {BLIND_MARGIN:?} before an API server answered: the scenario tested no blind start"
+        ));
+    }
+    let conflicts = cluster
+        .nodes
+        .iter()
+        .filter(|n| {
+            let pod = pods_after
+                .get(&n.name)
+                .and_then(|p| p.metadata.name.clone())
+                .unwrap_or_default();
+            pod_logs(&n.root, &pod).contains("address already in use")
+        })
+        .count();
+    if conflicts == 0 {
+        failures.push("no node showed the hand-off's port conflict".into());
+    }
+    for n in &cluster.nodes {
+        let copies = component_processes(&n.ip);
+        if copies != 1 {
+            failures.push(format!("{}: {copies} copies running at the end", n.name));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{}\nlogs in {}",
+        failures.join("\n"),
+        cluster.dir.display()
+    );
+}
