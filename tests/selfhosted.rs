@@ -33,7 +33,7 @@ use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{Api, ListParams};
 use support::cluster::test_dir;
 use support::poller::{PollReport, Poller};
-use support::selfhosted::{COMPONENTS, SelfHosted, script, succeeded};
+use support::selfhosted::{COMPONENTS, SHORT_TRIALS, SelfHosted, script, succeeded};
 
 const NODES: [(&str, &str); 3] = [("cp-1", "127.0.3.1"), ("cp-2", "127.0.3.2"), ("cp-3", "127.0.3.3")];
 const RECOVERY_TIMEOUT: Duration = Duration::from_secs(420);
@@ -41,24 +41,6 @@ const RECOVERY_TIMEOUT: Duration = Duration::from_secs(420);
 fn env_or(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
-
-/// The test's own values: short trials, so a scenario takes minutes, not hours.
-const TEST_VALUES: [(&str, &str); 4] = [
-    ("etcd", "anchor: {trialPeriod: 25s, logFormat: plain}\n"),
-    // An API server takes about 47 s here from its new manifest to Ready on its mirror pod: 30 s
-    // for the old one to stop (the kubelet's default grace period, which it uses up), then its
-    // start. All of that is time not converged, which a trial allows only up to its own length:
-    // a trial shorter than the restart fails good versions.
-    (
-        "kube-apiserver",
-        "anchor: {trialPeriod: 75s, crashLoopThreshold: 2, logFormat: plain}\n",
-    ),
-    (
-        "kube-controller-manager",
-        "anchor: {trialPeriod: 25s, logFormat: plain}\n",
-    ),
-    ("kube-scheduler", "anchor: {trialPeriod: 25s, logFormat: plain}\n"),
-];
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
@@ -207,7 +189,7 @@ async fn a_self_hosted_control_plane_survives_reboots_upgrades_and_bad_pushes() 
         "cluster dir (logs of every process of every node; kept when the test fails): {}",
         dir.display()
     );
-    let mut cluster = SelfHosted::bootstrap(&dir, &NODES, &TEST_VALUES).await;
+    let mut cluster = SelfHosted::bootstrap(&dir, &NODES, &SHORT_TRIALS).await;
     cluster.install();
     cluster.wait_anchors_ready(Duration::from_secs(240)).await;
     // 4 anchors and 4 components per node, and the kubelets.

@@ -30,7 +30,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use support::cluster::{eventually, test_dir};
 use support::helm::{chart, helm, ok};
-use support::selfhosted::{SelfHosted, files_under};
+use support::poller::spawn_with_clients;
+use support::selfhosted::{SHORT_TRIALS, SelfHosted, files_under};
 
 const NODES: [(&str, &str); 3] = [("cp-1", "127.0.5.1"), ("cp-2", "127.0.5.2"), ("cp-3", "127.0.5.3")];
 const COMPONENT: &str = "selfhosted-scheduler";
@@ -38,19 +39,6 @@ const PORT: u16 = 10261;
 /// A node booted this long before any API server answered must have had its checkpoint active
 /// by then: the static checkpointer copy activates it from its boot rule, with no API.
 const BLIND_MARGIN: Duration = Duration::from_secs(3);
-
-const TEST_VALUES: [(&str, &str); 4] = [
-    ("etcd", "anchor: {trialPeriod: 25s, logFormat: plain}\n"),
-    (
-        "kube-apiserver",
-        "anchor: {trialPeriod: 75s, crashLoopThreshold: 2, logFormat: plain}\n",
-    ),
-    (
-        "kube-controller-manager",
-        "anchor: {trialPeriod: 25s, logFormat: plain}\n",
-    ),
-    ("kube-scheduler", "anchor: {trialPeriod: 25s, logFormat: plain}\n"),
-];
 
 /// The pod-checkpointer chart's values: the kubelet on the node's own address, every node's API
 /// server, windows short enough for a test.
@@ -211,39 +199,29 @@ struct ApiWatch {
 impl ApiWatch {
     fn start(kubeconfigs: Vec<PathBuf>, start: Instant) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
-        let thread = std::thread::spawn({
+        let thread = spawn_with_clients(kubeconfigs, {
             let stop = stop.clone();
-            move || {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .unwrap();
-                runtime.block_on(async move {
-                    let mut clients = Vec::new();
-                    for k in &kubeconfigs {
-                        clients.push(support::cluster::client_from_kubeconfig(k).await);
+            move |clients| async move {
+                let mut was_down = false;
+                while !stop.load(Ordering::Relaxed) {
+                    let asks = clients.iter().map(|c| {
+                        let request = http::Request::get("/api/v1/namespaces/kube-system")
+                            .body(Vec::new())
+                            .unwrap();
+                        tokio::time::timeout(Duration::from_secs(1), c.request_text(request))
+                    });
+                    let answered = futures::future::join_all(asks)
+                        .await
+                        .into_iter()
+                        .any(|r| matches!(r, Ok(Ok(_))));
+                    match (answered, was_down) {
+                        (false, _) => was_down = true,
+                        (true, true) => return Some(start.elapsed()),
+                        (true, false) => {}
                     }
-                    let mut was_down = false;
-                    while !stop.load(Ordering::Relaxed) {
-                        let asks = clients.iter().map(|c| {
-                            let request = http::Request::get("/api/v1/namespaces/kube-system")
-                                .body(Vec::new())
-                                .unwrap();
-                            tokio::time::timeout(Duration::from_secs(1), c.request_text(request))
-                        });
-                        let answered = futures::future::join_all(asks)
-                            .await
-                            .into_iter()
-                            .any(|r| matches!(r, Ok(Ok(_))));
-                        match (answered, was_down) {
-                            (false, _) => was_down = true,
-                            (true, true) => return Some(start.elapsed()),
-                            (true, false) => {}
-                        }
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                    None
-                })
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                None
             }
         });
         Self { stop, thread }
@@ -333,7 +311,7 @@ async fn checkpoints_bring_a_self_hosted_component_back_after_a_full_cluster_reb
         "cluster dir (logs of every process of every node; kept when the test fails): {}",
         dir.display()
     );
-    let mut cluster = SelfHosted::bootstrap(&dir, &NODES, &TEST_VALUES).await;
+    let mut cluster = SelfHosted::bootstrap(&dir, &NODES, &SHORT_TRIALS).await;
     cluster.install();
     cluster.wait_anchors_ready(Duration::from_secs(240)).await;
     let client = cluster.client(0).await;

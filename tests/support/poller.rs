@@ -5,6 +5,7 @@
 
 #![allow(dead_code)]
 
+use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -44,9 +45,9 @@ pub struct Poller {
 impl Poller {
     pub fn start(kubeconfigs: Vec<PathBuf>) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
-        let thread = std::thread::spawn({
+        let thread = spawn_with_clients(kubeconfigs, {
             let stop = stop.clone();
-            move || poll(kubeconfigs, stop)
+            move |clients| poll(clients, stop)
         });
         Self { stop, thread }
     }
@@ -57,16 +58,31 @@ impl Poller {
     }
 }
 
-fn poll(kubeconfigs: Vec<PathBuf>, stop: Arc<AtomicBool>) -> PollReport {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async move {
-        let mut clients = Vec::new();
-        for k in &kubeconfigs {
-            clients.push(client_from_kubeconfig(k).await);
-        }
+/// Runs `work` on a thread of its own (a current-thread runtime, so it keeps its pace while the
+/// test's runtime is busy) with an admin client for each kubeconfig.
+pub fn spawn_with_clients<T, F, Fut>(kubeconfigs: Vec<PathBuf>, work: F) -> std::thread::JoinHandle<T>
+where
+    F: FnOnce(Vec<kube::Client>) -> Fut + Send + 'static,
+    Fut: Future<Output = T>,
+    T: Send + 'static,
+{
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let mut clients = Vec::new();
+            for k in &kubeconfigs {
+                clients.push(client_from_kubeconfig(k).await);
+            }
+            work(clients).await
+        })
+    })
+}
+
+async fn poll(clients: Vec<kube::Client>, stop: Arc<AtomicBool>) -> PollReport {
+    {
         // A GET of one object is read from etcd (no watch cache), so an answer needs the API
         // server and an etcd quorum.
         let ask = |c: kube::Client| async move {
@@ -120,5 +136,5 @@ fn poll(kubeconfigs: Vec<PathBuf>, stop: Arc<AtomicBool>) -> PollReport {
             report.outage_windows.push((since - started, since.elapsed()));
         }
         report
-    })
+    }
 }

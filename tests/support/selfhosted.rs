@@ -25,6 +25,24 @@ use super::fixture::BIN;
 /// The kubelets' serving port, on each node's own address.
 pub const KUBELET_PORT: u16 = 10250;
 
+/// Values for beds that must move fast: short trials, so a scenario takes minutes, not hours.
+/// An API server takes about 47 s here from its new manifest to Ready on its mirror pod: 30 s
+/// for the old one to stop (the kubelet's default grace period, which it uses up), then its
+/// start. All of that is time not converged, which a trial allows only up to its own length: a
+/// trial shorter than the restart fails good versions.
+pub const SHORT_TRIALS: [(&str, &str); 4] = [
+    ("etcd", "anchor: {trialPeriod: 25s, logFormat: plain}\n"),
+    (
+        "kube-apiserver",
+        "anchor: {trialPeriod: 75s, crashLoopThreshold: 2, logFormat: plain}\n",
+    ),
+    (
+        "kube-controller-manager",
+        "anchor: {trialPeriod: 25s, logFormat: plain}\n",
+    ),
+    ("kube-scheduler", "anchor: {trialPeriod: 25s, logFormat: plain}\n"),
+];
+
 pub const COMPONENTS: [&str; 4] = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"];
 
 /// `examples/bootstrap/cluster.sh VERB DIR ARGS…` with the test bed's tools; `overrides` are
