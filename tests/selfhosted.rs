@@ -33,14 +33,10 @@ use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{Api, ListParams};
 use support::cluster::test_dir;
 use support::poller::{PollReport, Poller};
-use support::selfhosted::{COMPONENTS, SHORT_TRIALS, SelfHosted, script, succeeded};
+use support::selfhosted::{COMPONENTS, SelfHosted, env_or, script, succeeded};
 
 const NODES: [(&str, &str); 3] = [("cp-1", "127.0.3.1"), ("cp-2", "127.0.3.2"), ("cp-3", "127.0.3.3")];
 const RECOVERY_TIMEOUT: Duration = Duration::from_secs(420);
-
-fn env_or(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
@@ -185,13 +181,7 @@ async fn a_self_hosted_control_plane_survives_reboots_upgrades_and_bad_pushes() 
     let max_delay = env_or("KUBE_ANCHOR_REBOOT_MAX_DELAY", 60);
     let seed = env_or("KUBE_ANCHOR_REBOOT_SEED", 1);
     let dir = test_dir().join("self-hosted");
-    println!(
-        "cluster dir (logs of every process of every node; kept when the test fails): {}",
-        dir.display()
-    );
-    let mut cluster = SelfHosted::bootstrap(&dir, &NODES, &SHORT_TRIALS).await;
-    cluster.install();
-    cluster.wait_anchors_ready(Duration::from_secs(240)).await;
+    let mut cluster = SelfHosted::with_charts(&dir, &NODES).await;
     // 4 anchors and 4 components per node, and the kubelets.
     let memory_mib: u64 = cluster.nodes.iter().map(|n| n.rss_kib()).sum::<u64>() / 1024;
 

@@ -31,7 +31,7 @@ use kube::api::{Api, ListParams};
 use support::cluster::{eventually, test_dir};
 use support::helm::{chart, helm, ok};
 use support::poller::spawn_with_clients;
-use support::selfhosted::{SHORT_TRIALS, SelfHosted, files_under};
+use support::selfhosted::{SelfHosted, env_or, files_under};
 
 const NODES: [(&str, &str); 3] = [("cp-1", "127.0.5.1"), ("cp-2", "127.0.5.2"), ("cp-3", "127.0.5.3")];
 const COMPONENT: &str = "selfhosted-scheduler";
@@ -302,18 +302,10 @@ fn pod_logs(root: &Path, pod: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn checkpoints_bring_a_self_hosted_component_back_after_a_full_cluster_reboot() {
-    let env_or =
-        |name: &str, default: u64| -> u64 { std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default) };
     let seed = env_or("KUBE_ANCHOR_REBOOT_SEED", 1);
     let max_delay = env_or("KUBE_ANCHOR_REBOOT_MAX_DELAY", 20);
     let dir = test_dir().join("self-hosted-checkpointer");
-    println!(
-        "cluster dir (logs of every process of every node; kept when the test fails): {}",
-        dir.display()
-    );
-    let mut cluster = SelfHosted::bootstrap(&dir, &NODES, &SHORT_TRIALS).await;
-    cluster.install();
-    cluster.wait_anchors_ready(Duration::from_secs(240)).await;
+    let mut cluster = SelfHosted::with_charts(&dir, &NODES).await;
     let client = cluster.client(0).await;
     let nodes = NODES.len() as i32;
 

@@ -25,6 +25,11 @@ use super::fixture::BIN;
 /// The kubelets' serving port, on each node's own address.
 pub const KUBELET_PORT: u16 = 10250;
 
+/// A whole number from the environment variable `name`, else `default`.
+pub fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
 /// Values for beds that must move fast: short trials, so a scenario takes minutes, not hours.
 /// An API server takes about 47 s here from its new manifest to Ready on its mirror pod: 30 s
 /// for the old one to stop (the kubelet's default grace period, which it uses up), then its
@@ -289,6 +294,19 @@ impl SelfHosted {
             self.nodes[i].boot(&log_dir);
         }
         (since, start)
+    }
+
+    /// A bed for the scenarios: three nodes bootstrapped with [`SHORT_TRIALS`], every component
+    /// chart installed, every anchor Ready. Prints where the logs are.
+    pub async fn with_charts(dir: &Path, nodes: &[(&str, &str)]) -> Self {
+        println!(
+            "cluster dir (logs of every process of every node; kept when the test fails): {}",
+            dir.display()
+        );
+        let cluster = Self::bootstrap(dir, nodes, &SHORT_TRIALS).await;
+        cluster.install();
+        cluster.wait_anchors_ready(Duration::from_secs(240)).await;
+        cluster
     }
 
     /// `kubectl get --raw /readyz` through the API server of `node`.
