@@ -426,10 +426,9 @@ fn min_mode(a: Option<i32>, b: Option<i32>) -> Option<i32> {
 /// name it). A pod network address (`status.podIP` without the host network) is the sandbox's
 /// own and stays as it is.
 fn pin_node_addresses(spec: &mut PodSpec, parent: &Pod) -> Result<(), (String, String)> {
-    let status = parent.status.as_ref();
-    let join = |ips: Option<Vec<String>>| ips.filter(|v| !v.is_empty()).map(|v| v.join(","));
-    let host_ips = || join(status?.host_ips.as_ref()?.iter().map(|i| Some(i.ip.clone())).collect());
-    let pod_ips = || join(status?.pod_ips.as_ref()?.iter().map(|i| Some(i.ip.clone())).collect());
+    let status = parent.status.clone().unwrap_or_default();
+    let host_ips: Vec<&str> = status.host_ips.iter().flatten().map(|i| i.ip.as_str()).collect();
+    let pod_ips: Vec<&str> = status.pod_ips.iter().flatten().map(|i| i.ip.as_str()).collect();
     let host_network = spec.host_network == Some(true);
     let containers = spec
         .init_containers
@@ -448,10 +447,10 @@ fn pin_node_addresses(spec: &mut PodSpec, parent: &Pod) -> Result<(), (String, S
                 continue;
             };
             let value = match path.as_str() {
-                "status.hostIP" => status.and_then(|s| s.host_ip.clone()),
-                "status.hostIPs" => host_ips(),
-                "status.podIP" if host_network => status.and_then(|s| s.pod_ip.clone()),
-                "status.podIPs" if host_network => pod_ips(),
+                "status.hostIP" => status.host_ip.clone(),
+                "status.hostIPs" => Some(host_ips.join(",")),
+                "status.podIP" if host_network => status.pod_ip.clone(),
+                "status.podIPs" if host_network => Some(pod_ips.join(",")),
                 _ => continue,
             };
             let field = format!("spec.{kind}[{}].env[{}]", container.name, var.name);

@@ -29,15 +29,14 @@ use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use kube::api::{Api, ListParams};
+use support::background::Background;
 use support::cluster::{eventually, link_images, test_dir};
 use support::fixture::BIN;
-use support::helm::{chart, helm, ok};
+use support::helm::chart;
 use support::kubeadm::{kubeadm_node, run_ok};
 use support::poller::Poller;
 use support::selfhosted::{COMPONENTS, SelfHosted, SelfHostedNode, files_under};
@@ -77,43 +76,21 @@ fn container_starts(kubelet_log: &Path) -> BTreeMap<String, Vec<String>> {
 
 /// Every inode each component's manifest has had, and when it was first seen (from the
 /// sampler's start), sampled every 50 ms until stopped.
-struct ManifestSampler {
-    stop: Arc<AtomicBool>,
-    thread: std::thread::JoinHandle<BTreeMap<String, Vec<(u64, Duration)>>>,
-}
-
-impl ManifestSampler {
-    fn start(host: &Path) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let manifests: Vec<(String, PathBuf)> = COMPONENTS
-            .iter()
-            .map(|c| (c.to_string(), host.join(format!("etc/kubernetes/manifests/{c}.yaml"))))
-            .collect();
-        let thread = std::thread::spawn({
-            let stop = stop.clone();
-            move || {
-                let started = Instant::now();
-                let mut seen: BTreeMap<String, Vec<(u64, Duration)>> = BTreeMap::new();
-                while !stop.load(Ordering::Relaxed) {
-                    for (component, path) in &manifests {
-                        let ino = fs::metadata(path).map(|m| m.ino()).unwrap_or(0);
-                        let inodes = seen.entry(component.clone()).or_default();
-                        if inodes.last().map(|(i, _)| *i) != Some(ino) {
-                            inodes.push((ino, started.elapsed()));
-                        }
-                    }
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-                seen
+fn manifest_inodes(host: &Path) -> Background<BTreeMap<String, Vec<(u64, Duration)>>> {
+    let manifests: Vec<(String, PathBuf)> = COMPONENTS
+        .iter()
+        .map(|c| (c.to_string(), host.join(format!("etc/kubernetes/manifests/{c}.yaml"))))
+        .collect();
+    let started = Instant::now();
+    Background::sample(Duration::from_millis(50), BTreeMap::new(), move |seen| {
+        for (component, path) in &manifests {
+            let ino = fs::metadata(path).map(|m| m.ino()).unwrap_or(0);
+            let inodes: &mut Vec<(u64, Duration)> = seen.entry(component.clone()).or_default();
+            if inodes.last().map(|(i, _)| *i) != Some(ino) {
+                inodes.push((ino, started.elapsed()));
             }
-        });
-        Self { stop, thread }
-    }
-
-    fn finish(self) -> BTreeMap<String, Vec<(u64, Duration)>> {
-        self.stop.store(true, Ordering::Relaxed);
-        self.thread.join().unwrap()
-    }
+        }
+    })
 }
 
 /// `helm install|upgrade` of one component chart with the imported values and the test's own.
@@ -121,22 +98,17 @@ fn helm_release(cluster: &SelfHosted, verb: &str, component: &str, extra: &[&str
     let chart_dir = chart(component);
     let imported = cluster.dir.join(format!("imported/{component}.yaml"));
     let test_values = cluster.dir.join(format!("test-values/{component}.yaml"));
-    let admin = cluster.dir.join("admin.conf");
     let mut args = vec![
         verb,
         component,
         chart_dir.as_str(),
-        "--namespace",
-        "kube-system",
-        "--kubeconfig",
-        admin.to_str().unwrap(),
         "-f",
         imported.to_str().unwrap(),
         "-f",
         test_values.to_str().unwrap(),
     ];
     args.extend(extra);
-    ok(&helm(&args));
+    cluster.helm(&args);
 }
 
 /// The anchor DaemonSets, once the DaemonSet controller has seen their latest generation:
@@ -213,7 +185,7 @@ async fn a_running_kubeadm_control_plane_is_taken_over_by_the_charts() {
     // What kubeadm's mark-control-plane phase does: the charts' nodeSelector.
     cluster.kubectl(&["label", "node", name, "node-role.kubernetes.io/control-plane="]);
     let client = cluster.client(0).await;
-    let before_starts = eventually(
+    let mirror_before = eventually(
         Duration::from_secs(180),
         "kubeadm's static pods Running and Ready",
         || cluster.static_pod_starts(&client),
@@ -252,7 +224,7 @@ async fn a_running_kubeadm_control_plane_is_taken_over_by_the_charts() {
         .unwrap();
     }
 
-    let sampler = ManifestSampler::start(&host);
+    let sampler = manifest_inodes(&host);
     let poller = Poller::start(cluster.admin_kubeconfigs());
     let polling = Instant::now();
 
@@ -273,7 +245,6 @@ async fn a_running_kubeadm_control_plane_is_taken_over_by_the_charts() {
     // 2. The node labelled: its anchors take the components over and turn Ready only once the
     // static pods run what they wrote.
     let labelled = Instant::now();
-    let labelled_at = polling.elapsed();
     cluster.kubectl(&["label", "node", name, &format!("{ADOPT_LABEL}=true")]);
     cluster.wait_anchors_ready(Duration::from_secs(420)).await;
     for component in COMPONENTS {
@@ -297,7 +268,7 @@ async fn a_running_kubeadm_control_plane_is_taken_over_by_the_charts() {
     let polled = poller.finish();
     let inodes = sampler.finish();
     let starts_after = container_starts(&kubelet_log);
-    let after_starts = eventually(Duration::from_secs(120), "every static pod Running and Ready", || {
+    let mirror_after = eventually(Duration::from_secs(120), "every static pod Running and Ready", || {
         cluster.static_pod_starts(&client)
     })
     .await;
@@ -305,7 +276,7 @@ async fn a_running_kubeadm_control_plane_is_taken_over_by_the_charts() {
     println!("kubeadm node up (kubeadm phases, kubelet, /readyz, static pods Ready): {kubeadm_up:?}");
     println!(
         "label (at {:.0} s) -> every anchor Ready and every version last-known-good: {adopted:?}",
-        labelled_at.as_secs_f64()
+        (labelled - polling).as_secs_f64()
     );
     println!("upgrade back to the charts' node selector -> every anchor Ready: {rolled:?}");
     let windows: Vec<String> = polled
@@ -337,8 +308,8 @@ async fn a_running_kubeadm_control_plane_is_taken_over_by_the_charts() {
             "{component}: manifest written at {}; new static pods started {rewritten}, containers \
              restarted {restarted}; mirror pod (restartCount, startedAt) {:?} -> {:?}",
             written.join(", "),
-            before_starts[&mirror],
-            after_starts[&mirror]
+            mirror_before[&mirror],
+            mirror_after[&mirror]
         );
         // The first sample is kubeadm's manifest, the second the chart's; none after.
         if inodes[component].len() != 2 {

@@ -21,16 +21,15 @@ mod support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
+use support::background::Background;
 use support::cluster::{eventually, test_dir};
-use support::helm::{chart, helm, ok};
-use support::poller::spawn_with_clients;
+use support::helm::chart;
 use support::selfhosted::{SelfHosted, env_or, files_under};
 
 const NODES: [(&str, &str); 3] = [("cp-1", "127.0.5.1"), ("cp-2", "127.0.5.2"), ("cp-3", "127.0.5.3")];
@@ -154,88 +153,47 @@ fn self_checkpoint_active(host: &Path) -> bool {
         .unwrap_or(false)
 }
 
-/// Samples every node's checkpoint files every 200 ms until stopped: (since the start, node,
-/// files, active).
-struct CheckpointSampler {
-    stop: Arc<AtomicBool>,
-    thread: std::thread::JoinHandle<Vec<(Duration, usize, BTreeSet<String>, bool)>>,
-}
-
-impl CheckpointSampler {
-    fn start(hosts: Vec<PathBuf>, start: Instant) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let thread = std::thread::spawn({
-            let stop = stop.clone();
-            move || {
-                let mut samples = Vec::new();
-                while !stop.load(Ordering::Relaxed) {
-                    for (i, host) in hosts.iter().enumerate() {
-                        let (files, active) = checkpoint_files(host);
-                        samples.push((start.elapsed(), i, files, active));
-                    }
-                    std::thread::sleep(Duration::from_millis(200));
-                }
-                samples
-            }
-        });
-        Self { stop, thread }
-    }
-
-    fn finish(self) -> Vec<(Duration, usize, BTreeSet<String>, bool)> {
-        self.stop.store(true, Ordering::Relaxed);
-        self.thread.join().unwrap()
-    }
+/// Every node's checkpoint files every 200 ms until stopped: (since `start`, node, files,
+/// active).
+fn checkpoint_samples(
+    hosts: Vec<PathBuf>,
+    start: Instant,
+) -> Background<Vec<(Duration, usize, BTreeSet<String>, bool)>> {
+    Background::sample(Duration::from_millis(200), Vec::new(), move |samples| {
+        for (i, host) in hosts.iter().enumerate() {
+            let (files, active) = checkpoint_files(host);
+            samples.push((start.elapsed(), i, files, active));
+        }
+    })
 }
 
 /// When an API server first answered after a time none did (the cut): a GET of the kube-system
 /// Namespace (read from etcd, as the kubelet's first look at its Node is), asked of every node's
 /// API server at once every 100 ms, each with a 1 s bound. (`/readyz` says ok only seconds after
 /// a server starts serving.)
-struct ApiWatch {
-    stop: Arc<AtomicBool>,
-    thread: std::thread::JoinHandle<Option<Duration>>,
-}
-
-impl ApiWatch {
-    fn start(kubeconfigs: Vec<PathBuf>, start: Instant) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let thread = spawn_with_clients(kubeconfigs, {
-            let stop = stop.clone();
-            move |clients| async move {
-                let mut was_down = false;
-                while !stop.load(Ordering::Relaxed) {
-                    let asks = clients.iter().map(|c| {
-                        let request = http::Request::get("/api/v1/namespaces/kube-system")
-                            .body(Vec::new())
-                            .unwrap();
-                        tokio::time::timeout(Duration::from_secs(1), c.request_text(request))
-                    });
-                    let answered = futures::future::join_all(asks)
-                        .await
-                        .into_iter()
-                        .any(|r| matches!(r, Ok(Ok(_))));
-                    match (answered, was_down) {
-                        (false, _) => was_down = true,
-                        (true, true) => return Some(start.elapsed()),
-                        (true, false) => {}
-                    }
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                None
+fn watch_api_return(kubeconfigs: Vec<PathBuf>, start: Instant) -> Background<Option<Duration>> {
+    Background::with_clients(kubeconfigs, move |clients, stop| async move {
+        let mut was_down = false;
+        while !stop.load(Ordering::Relaxed) {
+            let asks = clients.iter().map(|c| {
+                let request = http::Request::get("/api/v1/namespaces/kube-system")
+                    .body(Vec::new())
+                    .unwrap();
+                tokio::time::timeout(Duration::from_secs(1), c.request_text(request))
+            });
+            let answered = futures::future::join_all(asks)
+                .await
+                .into_iter()
+                .any(|r| matches!(r, Ok(Ok(_))));
+            match (answered, was_down) {
+                (false, _) => was_down = true,
+                (true, true) => return Some(start.elapsed()),
+                (true, false) => {}
             }
-        });
-        Self { stop, thread }
-    }
-
-    /// Waits up to `timeout` for the answer.
-    fn first_answer(self, timeout: Duration) -> Option<Duration> {
-        let deadline = Instant::now() + timeout;
-        while !self.thread.is_finished() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(100));
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        self.stop.store(true, Ordering::Relaxed);
-        self.thread.join().unwrap()
-    }
+        None
+    })
 }
 
 /// Processes of the component serving on `ip` (its port bound there), from /proc.
@@ -312,18 +270,13 @@ async fn checkpoints_bring_a_self_hosted_component_back_after_a_full_cluster_reb
     // The pod-checkpointer chart and the self-hosted component.
     let values = dir.join("pod-checkpointer.yaml");
     fs::write(&values, checkpointer_values(&cluster)).unwrap();
-    let admin = dir.join("admin.conf");
-    ok(&helm(&[
+    cluster.helm(&[
         "install",
         "pod-checkpointer",
         &chart("pod-checkpointer"),
-        "--namespace",
-        "kube-system",
-        "--kubeconfig",
-        admin.to_str().unwrap(),
         "-f",
         values.to_str().unwrap(),
-    ]));
+    ]);
     let objects = dir.join(format!("{COMPONENT}.yaml"));
     fs::write(&objects, component_objects(&cluster)).unwrap();
     cluster.kubectl(&["apply", "-f", objects.to_str().unwrap()]);
@@ -375,12 +328,12 @@ async fn checkpoints_bring_a_self_hosted_component_back_after_a_full_cluster_reb
         .map(|_| rng.uniform(0.0, max_delay as f64) as u64)
         .collect();
     let sampling = Instant::now();
-    let sampler = CheckpointSampler::start(cluster.nodes.iter().map(|n| n.host()).collect(), sampling);
-    let api_watch = ApiWatch::start(cluster.admin_kubeconfigs(), sampling);
+    let sampler = checkpoint_samples(cluster.nodes.iter().map(|n| n.host()).collect(), sampling);
+    let api_watch = watch_api_return(cluster.admin_kubeconfigs(), sampling);
     let (_, cut) = cluster.reboot(&delays).await;
     let cut_at = cut - sampling;
     let api_back = api_watch
-        .first_answer(Duration::from_secs(300))
+        .finish_within(Duration::from_secs(300))
         .expect("no API server answered within 5 minutes of the cut");
     // The hand-off: exactly one copy per node, the DaemonSet's, Ready; the checkpoint inactive.
     let settled = eventually(

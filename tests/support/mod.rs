@@ -1,5 +1,6 @@
 //! Shared helpers for the integration tests.
 
+pub mod background;
 pub mod checkpointer;
 pub mod cluster;
 pub mod daemon;

@@ -5,7 +5,6 @@
 
 #![allow(dead_code)]
 
-use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,7 +13,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Api;
 
-use super::cluster::client_from_kubeconfig;
+use super::background::Background;
 
 #[derive(Debug, Default, Clone)]
 pub struct PollReport {
@@ -37,48 +36,16 @@ impl PollReport {
 }
 
 /// The client, polling until [`Poller::finish`].
-pub struct Poller {
-    stop: Arc<AtomicBool>,
-    thread: std::thread::JoinHandle<PollReport>,
-}
+pub struct Poller(Background<PollReport>);
 
 impl Poller {
     pub fn start(kubeconfigs: Vec<PathBuf>) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let thread = spawn_with_clients(kubeconfigs, {
-            let stop = stop.clone();
-            move |clients| poll(clients, stop)
-        });
-        Self { stop, thread }
+        Self(Background::with_clients(kubeconfigs, poll))
     }
 
     pub fn finish(self) -> PollReport {
-        self.stop.store(true, Ordering::Relaxed);
-        self.thread.join().unwrap()
+        self.0.finish()
     }
-}
-
-/// Runs `work` on a thread of its own (a current-thread runtime, so it keeps its pace while the
-/// test's runtime is busy) with an admin client for each kubeconfig.
-pub fn spawn_with_clients<T, F, Fut>(kubeconfigs: Vec<PathBuf>, work: F) -> std::thread::JoinHandle<T>
-where
-    F: FnOnce(Vec<kube::Client>) -> Fut + Send + 'static,
-    Fut: Future<Output = T>,
-    T: Send + 'static,
-{
-    std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async move {
-            let mut clients = Vec::new();
-            for k in &kubeconfigs {
-                clients.push(client_from_kubeconfig(k).await);
-            }
-            work(clients).await
-        })
-    })
 }
 
 async fn poll(clients: Vec<kube::Client>, stop: Arc<AtomicBool>) -> PollReport {

@@ -21,6 +21,7 @@ use super::cluster::{
     repo_root, tool, wait_namespace_gone,
 };
 use super::fixture::BIN;
+use super::helm::{helm, ok};
 
 /// The kubelets' serving port, on each node's own address.
 pub const KUBELET_PORT: u16 = 10250;
@@ -354,6 +355,14 @@ impl SelfHosted {
             .output()
             .unwrap();
         succeeded(&format!("kubectl {args:?}"), &out)
+    }
+
+    /// `helm ARGS…` in kube-system as the cluster's admin.
+    pub fn helm(&self, args: &[&str]) {
+        let admin = self.dir.join("admin.conf");
+        let mut args = args.to_vec();
+        args.extend(["--namespace", "kube-system", "--kubeconfig", admin.to_str().unwrap()]);
+        ok(&helm(&args));
     }
 
     /// An admin kubeconfig for each node's API server.
