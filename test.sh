@@ -4,4 +4,4 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 tools/build.sh
-cargo test --locked --all-targets "$@"
+cargo test --locked --workspace --all-targets "$@"

@@ -1,3 +1,3 @@
 fn main() -> std::process::ExitCode {
-    kube_anchor::commands::main()
+    kube_anchor_modes::commands::main()
 }

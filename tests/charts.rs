@@ -302,8 +302,10 @@ fn etcd_membership_renders_an_etcd_member_section_the_anchor_accepts() {
         .unwrap()
         .to_owned();
     let roots =
-        kube_anchor::hostpath::AllowedRoots::new([kube_anchor::hostpath::HostPath::parse("/etc/kubernetes").unwrap()]);
-    let anchor = kube_anchor::config::parse(Path::new("/etc/kube-anchor/config/anchor.yaml"), &config, &roots)
+        kube_anchor_core::hostpath::AllowedRoots::new([
+            kube_anchor_core::hostpath::HostPath::parse("/etc/kubernetes").unwrap()
+        ]);
+    let anchor = kube_anchor_core::config::parse(Path::new("/etc/kube-anchor/config/anchor.yaml"), &config, &roots)
         .unwrap_or_else(|e| panic!("{e}\n{config}"));
     let member = anchor.etcd_member.expect("spec.etcdMember");
     assert_eq!(member.endpoints.len(), 2);

@@ -754,7 +754,7 @@ async fn a_steady_checkpointer_asks_the_api_nothing_between_watches() {
     c.wait_for(WAIT, "the checkpoint", &|| files.inactive(&parent).exists());
     std::thread::sleep(Duration::from_secs(2));
 
-    let agent = kube_anchor::kubeapi::user_agent("checkpointer", Some(&node.name));
+    let agent = kube_anchor_k8s::kubeapi::user_agent("checkpointer", Some(&node.name));
     let before = cp.audited_requests(&agent);
     assert!(
         before.iter().any(|r| r.verb == "watch"),

@@ -12,7 +12,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::process::{Command, Output};
 
-use kube_anchor::render::{Variables, render};
+use kube_anchor_core::render::{Variables, render};
 use serde_yaml_ng::Value;
 use support::cluster::tool;
 use support::fixture::BIN;

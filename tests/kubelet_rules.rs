@@ -10,7 +10,7 @@ mod support;
 use std::path::Path;
 
 use kube::api::{Api, ApiResource, DynamicObject, PostParams};
-use kube_anchor::staticpod;
+use kube_anchor_core::staticpod;
 use support::cluster;
 
 /// The kubelet appends `-<node name>`; a one-character node name leaves the most room, which is

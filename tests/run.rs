@@ -476,15 +476,15 @@ fn an_unreadable_kubeconfig_does_not_stop_the_file_sync() {
 /// `retry` drops a version from the bad list; the daemon then applies it again.
 #[test]
 fn retry_lets_the_daemon_try_a_bad_version_again() {
-    use kube_anchor::engine::{Engine, Inputs};
-    use kube_anchor::ledger::BadVersion;
+    use kube_anchor_core::ledger::BadVersion;
+    use kube_anchor_modes::engine::{Engine, Inputs};
     let mut s = Setup::new("kubeconfig v1");
     let node = s.dir.path().join("node");
     let engine = Engine::new(&node, "/var/lib/kube-anchor", &["/etc/kubernetes".to_string()]).unwrap();
     let config = s.volume.config();
     let desired = || {
         let inputs = Inputs::load(&config, engine.roots()).unwrap();
-        let vars = kube_anchor::render::Variables::new(["NODE_NAME"], |_| Some("cp-1".into()));
+        let vars = kube_anchor_core::render::Variables::new(["NODE_NAME"], |_| Some("cp-1".into()));
         inputs.desired(&vars).unwrap()
     };
     // v1 ran and became last-known-good; v2 failed its trial.

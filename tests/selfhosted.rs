@@ -186,7 +186,7 @@ async fn a_self_hosted_control_plane_survives_reboots_upgrades_and_bad_pushes() 
     let memory_mib: u64 = cluster.nodes.iter().map(|n| n.rss_kib()).sum::<u64>() / 1024;
 
     // 1. Full-cluster hard reboots.
-    let mut rng = kube_anchor::sim::Rng::new(seed);
+    let mut rng = kube_anchor_sim::Rng::new(seed);
     let mut rows = Vec::new();
     for trial in 1..=trials {
         let mut delays: Vec<u64> = (0..cluster.nodes.len())
@@ -207,7 +207,7 @@ async fn a_self_hosted_control_plane_survives_reboots_upgrades_and_bad_pushes() 
         delays.sort();
         let last_boot = *delays.last().unwrap() as f64;
         let predicted =
-            kube_anchor::sim::anchor_recovery_estimate_s(&delays.iter().map(|&d| d as f64).collect::<Vec<_>>());
+            kube_anchor_sim::anchor_recovery_estimate_s(&delays.iter().map(|&d| d as f64).collect::<Vec<_>>());
         match recovered {
             Some(ttr) => {
                 println!(

@@ -323,7 +323,7 @@ async fn checkpoints_bring_a_self_hosted_component_back_after_a_full_cluster_reb
         .collect();
 
     // The power cut.
-    let mut rng = kube_anchor::sim::Rng::new(seed);
+    let mut rng = kube_anchor_sim::Rng::new(seed);
     let delays: Vec<u64> = (0..NODES.len())
         .map(|_| rng.uniform(0.0, max_delay as f64) as u64)
         .collect();

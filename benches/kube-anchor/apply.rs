@@ -5,8 +5,8 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use kube_anchor::engine::{Engine, Inputs};
-use kube_anchor::render::Variables;
+use kube_anchor_core::render::Variables;
+use kube_anchor_modes::engine::{Engine, Inputs};
 
 use crate::Row;
 

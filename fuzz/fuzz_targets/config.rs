@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use kube_anchor::hostpath::{AllowedRoots, HostPath};
+use kube_anchor_core::hostpath::{AllowedRoots, HostPath};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -12,7 +12,7 @@ fuzz_target!(|data: &[u8]| {
     let state = HostPath::parse("/var/lib/kube-anchor").unwrap();
     let root = HostPath::parse("/etc/kubernetes").unwrap();
     let roots = AllowedRoots::with_state_dir(state.clone(), [root.clone()]).unwrap();
-    if let Ok(anchor) = kube_anchor::config::parse(Path::new("/cfg/anchor.yaml"), text, &roots) {
+    if let Ok(anchor) = kube_anchor_core::config::parse(Path::new("/cfg/anchor.yaml"), text, &roots) {
         for file in &anchor.files {
             assert!(
                 file.path.starts_with(&root) && file.path != root,

@@ -2,7 +2,7 @@
 //! back to itself.
 #![no_main]
 
-use kube_anchor::ledger::Ledger;
+use kube_anchor_core::ledger::Ledger;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use kube_anchor::render::{Variables, render};
+use kube_anchor_core::render::{Variables, render};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

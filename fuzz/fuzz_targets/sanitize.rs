@@ -3,7 +3,7 @@
 #![no_main]
 
 use k8s_openapi::api::core::v1::Pod;
-use kube_anchor::{sanitize, staticpod};
+use kube_anchor_core::{sanitize, staticpod};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

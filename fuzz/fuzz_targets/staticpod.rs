@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use kube_anchor::staticpod;
+use kube_anchor_core::staticpod;
 use libfuzzer_sys::fuzz_target;
 
 const HASH: &str = "sha256:0000000000000000000000000000000000000000000000000000000000000000";

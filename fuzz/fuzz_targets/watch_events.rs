@@ -3,7 +3,7 @@
 //! own temp files never cause a sync; a sync on a symlink is only asked for on a creation.
 #![no_main]
 
-use kube_anchor::watch::{
+use kube_anchor_host::watch::{
     Action, Event, IN_CREATE, IN_DELETE_SELF, IN_IGNORED, IN_MOVE_SELF, IN_MOVED_FROM, IN_MOVED_TO, IN_Q_OVERFLOW,
     classify, is_our_temp, parse_events,
 };

@@ -532,7 +532,7 @@ impl ControlPlane {
     }
 
     /// The audited requests so far whose user agent starts with `agent` (e.g.
-    /// `kube-anchor/0.1.0 (checkpointer)`; see `kube_anchor::kubeapi::user_agent`).
+    /// `kube-anchor/0.1.0 (checkpointer)`; see `kube_anchor_k8s::kubeapi::user_agent`).
     pub fn audited_requests(&self, agent: &str) -> Vec<AuditedRequest> {
         let text = fs::read_to_string(self.audit_log()).unwrap_or_default();
         text.lines()

@@ -311,7 +311,9 @@ impl SelfHosted {
             dir.display()
         );
         assert!(
-            SHORT_TRIALS[1].1.contains(&format!("trialPeriod: {APISERVER_TRIAL_S}s")),
+            SHORT_TRIALS[1]
+                .1
+                .contains(&format!("trialPeriod: {APISERVER_TRIAL_S}s")),
             "SHORT_TRIALS and APISERVER_TRIAL_S disagree"
         );
         let cluster = Self::bootstrap(dir, nodes, &SHORT_TRIALS).await;

@@ -1,5 +1,5 @@
 //! The ledger: per component, what kube-anchor wrote on this node. Pure data and its encoding;
-//! [`crate::hostfs`] stores it with the same atomic writer as everything else.
+//! the host crate's `hostfs` stores it with the same atomic writer as everything else.
 //!
 //! On disk (`<state-dir>/v1/<component>.json`) it is an envelope
 //! `{"schemaVersion": 1, "checksum": "sha256:<hex>", "ledger": {...}}` whose checksum covers the

@@ -944,7 +944,7 @@ pub fn read_node(root: &Path, name: Option<String>) -> Result<NodeInput, ImportE
 
 fn read_entry(root: &Path, path: &str) -> Result<HostEntry, ImportError> {
     use std::os::unix::fs::PermissionsExt;
-    let Ok(host) = crate::hostpath::HostPath::parse(path) else {
+    let Ok(host) = kube_anchor_core::hostpath::HostPath::parse(path) else {
         return Ok(HostEntry::Missing);
     };
     let full = root.join(host.relative());
@@ -1073,18 +1073,18 @@ mod tests {
     use super::*;
 
     const TEMPLATES: [(&str, &str); 4] = [
-        ("etcd", include_str!("../charts/etcd/templates/_pod.tpl")),
+        ("etcd", include_str!("../../../charts/etcd/templates/_pod.tpl")),
         (
             "kube-apiserver",
-            include_str!("../charts/kube-apiserver/templates/_pod.tpl"),
+            include_str!("../../../charts/kube-apiserver/templates/_pod.tpl"),
         ),
         (
             "kube-controller-manager",
-            include_str!("../charts/kube-controller-manager/templates/_pod.tpl"),
+            include_str!("../../../charts/kube-controller-manager/templates/_pod.tpl"),
         ),
         (
             "kube-scheduler",
-            include_str!("../charts/kube-scheduler/templates/_pod.tpl"),
+            include_str!("../../../charts/kube-scheduler/templates/_pod.tpl"),
         ),
     ];
 

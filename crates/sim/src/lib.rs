@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
-use crate::checkpoint::{self, Action, Generation, Local, LocalView, Observation, Parent, State};
-use crate::decommission::{
+use kube_anchor_core::checkpoint::{self, Action, Generation, Local, LocalView, Observation, Parent, State};
+use kube_anchor_core::decommission::{
     self, Anchors, CleanupMode, DaemonSetFacts, Decision, Evidence, Lookup, NodeFacts, NodeSelection, Owner, PodFacts,
     QuorumGuard, ThisPod,
 };

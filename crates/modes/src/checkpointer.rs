@@ -30,18 +30,18 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use std::sync::atomic::AtomicU64;
 
-use crate::checkpoint::{self, Action, Generation, Local, LocalView, Observation, Parent, State};
 use crate::cli::{CheckpointerAction, CheckpointerArgs, CheckpointerPreStopArgs, CheckpointerRunArgs};
-use crate::config::{FileMode, Owner, Role};
-use crate::decommission::{self, Decision, Lookup};
-use crate::desired::{DesiredFile, sha256_hex};
-use crate::hostfs::HostFs;
-use crate::hostpath::{AllowedRoots, HostPath};
-use crate::kubeapi::{self, API_TIMEOUT, KubeletClient};
 use crate::metrics::Metrics;
-use crate::plan::{Op, WriteReason};
-use crate::sanitize::{self, CHECKPOINT_OF_ANNOTATION, Layout, SourceKind};
 use crate::server::{self, Shared};
+use kube_anchor_core::checkpoint::{self, Action, Generation, Local, LocalView, Observation, Parent, State};
+use kube_anchor_core::config::{FileMode, Owner, Role};
+use kube_anchor_core::decommission::{self, Decision, Lookup};
+use kube_anchor_core::desired::{DesiredFile, sha256_hex};
+use kube_anchor_core::hostpath::{AllowedRoots, HostPath};
+use kube_anchor_core::plan::{Op, WriteReason};
+use kube_anchor_core::sanitize::{self, CHECKPOINT_OF_ANNOTATION, Layout, SourceKind};
+use kube_anchor_host::hostfs::HostFs;
+use kube_anchor_k8s::kubeapi::{self, API_TIMEOUT, KubeletClient};
 
 /// Checkpoint data is private: 0700 directories.
 const DIR_MODE: u32 = 0o700;
@@ -748,7 +748,7 @@ impl Marker {
             .and_then(|b| serde_json::from_slice(&b).ok())
     }
 
-    fn store(&self, fs: &HostFs, state_dir: &HostPath) -> Result<(), crate::hostfs::HostFsError> {
+    fn store(&self, fs: &HostFs, state_dir: &HostPath) -> Result<(), kube_anchor_host::hostfs::HostFsError> {
         let bytes = serde_json::to_vec(self).expect("serializes");
         fs.write_file(&Self::path(state_dir), &bytes, MANIFEST_MODE, Role::Manifest)
     }
@@ -783,7 +783,7 @@ impl Machine {
             let active = self
                 .fs
                 .observe(&self.paths.active_file(&stem))
-                .is_ok_and(|o| o != crate::plan::Observed::Missing);
+                .is_ok_and(|o| o != kube_anchor_core::plan::Observed::Missing);
             self.states.entry(owner).or_default().generations.push(Generation {
                 uid: stem.clone(),
                 name: stem.clone(),
@@ -1203,8 +1203,8 @@ impl Machine {
 /// Removes one file we wrote (re-checked just before `unlink`); a missing file is success.
 fn remove_file(fs: &HostFs, path: &HostPath) -> anyhow::Result<()> {
     let sha256 = match fs.observe(path)? {
-        crate::plan::Observed::File { sha256, .. } => sha256,
-        crate::plan::Observed::Missing => return Ok(()),
+        kube_anchor_core::plan::Observed::File { sha256, .. } => sha256,
+        kube_anchor_core::plan::Observed::Missing => return Ok(()),
         other => anyhow::bail!("{path}: {other:?} where a file of ours was expected"),
     };
     let op = Op::Remove {

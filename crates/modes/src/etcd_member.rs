@@ -1,5 +1,5 @@
 //! etcd membership, carried out: observe (member list, data dir, record), decide
-//! ([`crate::membership`]), act (add learner, promote, remove) and record, for `apply`, `run` and
+//! ([`kube_anchor_core::membership`]), act (add learner, promote, remove) and record, for `apply`, `run` and
 //! `pre-stop` of a component whose config has `spec.etcdMember`.
 //!
 //! Join: before the manifest is first written the node is a member (added as a learner, or part
@@ -15,13 +15,13 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::config::{EtcdMember, FileMode, Role};
 use crate::engine::{Engine, Inputs, now_rfc3339};
-use crate::etcd::{Cluster, Credentials, Endpoint, EtcdError};
-use crate::hostfs::HostFsError;
-use crate::hostpath::HostPath;
-use crate::ledger::{STATE_SUBDIR, decode_checked, encode_checked};
-use crate::membership::{self, Join, JoinFacts, Leave, LeaveFacts, Me, Observed, Outcome, Phase, Record};
+use kube_anchor_core::config::{EtcdMember, FileMode, Role};
+use kube_anchor_core::hostpath::HostPath;
+use kube_anchor_core::ledger::{STATE_SUBDIR, decode_checked, encode_checked};
+use kube_anchor_core::membership::{self, Join, JoinFacts, Leave, LeaveFacts, Me, Observed, Outcome, Phase, Record};
+use kube_anchor_host::hostfs::HostFsError;
+use kube_anchor_k8s::etcd::{Cluster, Credentials, Endpoint, EtcdError};
 
 /// How long one etcd call may take (a membership change commits through raft, with an fsync
 /// on a quorum of members).
@@ -39,7 +39,7 @@ pub enum MemberError {
     #[error("spec.etcdMember.{field}: {source}")]
     Render {
         field: &'static str,
-        source: crate::render::RenderError,
+        source: kube_anchor_core::render::RenderError,
     },
     #[error("{}: {op}: {source}", .path.display())]
     Io {
@@ -97,7 +97,7 @@ pub fn store_record(engine: &Engine, component: &str, record: &Record) -> Result
 pub fn me(inputs: &Inputs, member: &EtcdMember) -> Result<Me, MemberError> {
     let vars = inputs.environment_variables();
     let render = |field: &'static str, text: &str| {
-        crate::render::render(Path::new(field), text.as_bytes(), &vars)
+        kube_anchor_core::render::render(Path::new(field), text.as_bytes(), &vars)
             .map_err(|source| MemberError::Render { field, source })
     };
     Ok(Me {
@@ -107,7 +107,7 @@ pub fn me(inputs: &Inputs, member: &EtcdMember) -> Result<Me, MemberError> {
 }
 
 fn own_client_url(inputs: &Inputs, member: &EtcdMember) -> Result<String, MemberError> {
-    crate::render::render(
+    kube_anchor_core::render::render(
         Path::new("clientURL"),
         member.client_url.as_bytes(),
         &inputs.environment_variables(),

@@ -13,11 +13,11 @@ use crate::cli::{
     ApplyArgs, BootstrapArgs, Cli, Command, ComponentArgs, ImportArgs, NodeArgs, OutputFormat, ProbeArgs,
     ProbeEndpoint, RemoveArgs, RetryArgs, StatusArgs,
 };
-use crate::config;
 use crate::engine::{ApplyReport, Engine, Inputs, RemoveReport, StatusReport};
-use crate::hostfs::SetAside;
 use crate::logging;
-use crate::plan::Notice;
+use kube_anchor_core::config;
+use kube_anchor_core::plan::Notice;
+use kube_anchor_host::hostfs::SetAside;
 
 pub const EXIT_ERROR: u8 = 1;
 pub const EXIT_OUT_OF_SYNC: u8 = 3;
@@ -43,7 +43,7 @@ use crate::logging::error_chain;
 /// synchronous; the HTTP endpoints and the API watch wait at most one sync. No worker threads
 /// (each with its stack and, in glibc, its own malloc arena).
 fn daemon_runtime() -> std::io::Result<tokio::runtime::Runtime> {
-    crate::memory::limit_malloc_arenas();
+    kube_anchor_host::memory::limit_malloc_arenas();
     tokio::runtime::Builder::new_current_thread().enable_all().build()
 }
 
@@ -204,7 +204,7 @@ fn bootstrap(args: BootstrapArgs) -> anyhow::Result<ExitCode> {
     }
     let request = crate::bootstrap_node::Request {
         sources: args.from.clone(),
-        node: crate::bootstrap::NodeFacts::new(&args.node_name, &args.node_ip, labels),
+        node: kube_anchor_core::bootstrap::NodeFacts::new(&args.node_name, &args.node_ip, labels),
         required: args.components.clone(),
         host_root: args.host_root.clone(),
         wait_timeout: args.wait_timeout,
@@ -261,7 +261,7 @@ fn bootstrap(args: BootstrapArgs) -> anyhow::Result<ExitCode> {
 
 /// `spec.etcdMember`: one join step before anything is written (the node must be a member
 /// first); the record gives the manifest its initial-cluster pair.
-fn join_etcd(engine: &Engine, inputs: &Inputs) -> anyhow::Result<Option<crate::membership::Record>> {
+fn join_etcd(engine: &Engine, inputs: &Inputs) -> anyhow::Result<Option<kube_anchor_core::membership::Record>> {
     if inputs.anchor.etcd_member.is_none() {
         return Ok(None);
     }
@@ -270,7 +270,7 @@ fn join_etcd(engine: &Engine, inputs: &Inputs) -> anyhow::Result<Option<crate::m
 }
 
 /// The membership record, for rendering without a join step (`status`).
-fn etcd_record(engine: &Engine, inputs: &Inputs) -> anyhow::Result<Option<crate::membership::Record>> {
+fn etcd_record(engine: &Engine, inputs: &Inputs) -> anyhow::Result<Option<kube_anchor_core::membership::Record>> {
     if inputs.anchor.etcd_member.is_none() {
         return Ok(None);
     }
@@ -454,7 +454,7 @@ fn print_remove(r: &RemoveReport, format: OutputFormat) {
     }
 }
 
-fn print_status(r: &StatusReport, member: Option<&crate::membership::Record>, format: OutputFormat) {
+fn print_status(r: &StatusReport, member: Option<&kube_anchor_core::membership::Record>, format: OutputFormat) {
     let warnings = warnings(&[], r.set_aside.as_ref());
     match format {
         OutputFormat::Json => {

@@ -270,7 +270,7 @@ pub struct RunArgs {
     /// API). Inputs refreshed under a running pod are then left for its replacement, so a new
     /// version reaches nodes only as fast as the DaemonSet rollout replaces anchor pods.
     #[arg(long, env = "KUBE_ANCHOR_EXPECT_INPUTS")]
-    pub expect_inputs: Option<crate::pinned::PinnedInputs>,
+    pub expect_inputs: Option<kube_anchor_core::pinned::PinnedInputs>,
     /// Full resync as a backstop to change notification.
     #[arg(long, env = "KUBE_ANCHOR_RESYNC_PERIOD", default_value = "1m", value_parser = duration)]
     pub resync_period: std::time::Duration,
@@ -303,8 +303,8 @@ pub struct PreStopArgs {
     #[command(flatten)]
     pub identity: IdentityArgs,
     /// guarded: remove only on evidence of a decommission; never; always.
-    #[arg(long, env = "KUBE_ANCHOR_CLEANUP", value_enum, default_value_t = crate::decommission::CleanupMode::Guarded)]
-    pub cleanup: crate::decommission::CleanupMode,
+    #[arg(long, env = "KUBE_ANCHOR_CLEANUP", value_enum, default_value_t = kube_anchor_core::decommission::CleanupMode::Guarded)]
+    pub cleanup: kube_anchor_core::decommission::CleanupMode,
     /// The whole hook finishes within this, whatever happens (keep it below the pod's
     /// terminationGracePeriodSeconds).
     #[arg(long, env = "KUBE_ANCHOR_PRESTOP_TIMEOUT", default_value = "30s", value_parser = duration)]
@@ -321,8 +321,8 @@ pub struct PreStopArgs {
     /// Refuse to remove while fewer than a quorum of other Ready copies would remain, unless the
     /// Node or the DaemonSet is annotated `kube-anchor.io/decommission: "true"`. auto: on for
     /// etcd and kube-apiserver.
-    #[arg(long, env = "KUBE_ANCHOR_QUORUM_GUARD", value_enum, default_value_t = crate::decommission::QuorumGuard::Auto)]
-    pub quorum_guard: crate::decommission::QuorumGuard,
+    #[arg(long, env = "KUBE_ANCHOR_QUORUM_GUARD", value_enum, default_value_t = kube_anchor_core::decommission::QuorumGuard::Auto)]
+    pub quorum_guard: kube_anchor_core::decommission::QuorumGuard,
     /// Evidence of a decommission must hold twice, this far apart.
     #[arg(long, env = "KUBE_ANCHOR_PRESTOP_CONFIRM_INTERVAL", default_value = "2s", value_parser = duration)]
     pub confirm_interval: std::time::Duration,
@@ -363,8 +363,8 @@ pub struct CheckpointerPreStopArgs {
     #[command(flatten)]
     pub run: CheckpointerRunArgs,
     /// guarded: only on evidence of a decommission; never; always.
-    #[arg(long, env = "KUBE_ANCHOR_CLEANUP", value_enum, default_value_t = crate::decommission::CleanupMode::Guarded)]
-    pub cleanup: crate::decommission::CleanupMode,
+    #[arg(long, env = "KUBE_ANCHOR_CLEANUP", value_enum, default_value_t = kube_anchor_core::decommission::CleanupMode::Guarded)]
+    pub cleanup: kube_anchor_core::decommission::CleanupMode,
     /// The whole hook finishes within this (keep it below terminationGracePeriodSeconds).
     #[arg(long, env = "KUBE_ANCHOR_PRESTOP_TIMEOUT", default_value = "30s", value_parser = duration)]
     pub timeout: std::time::Duration,

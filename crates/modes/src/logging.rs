@@ -60,17 +60,7 @@ where
 /// The error and its causes on one line; a cause already spelled out by the message above it
 /// (our typed errors name their source) is not repeated.
 pub fn error_chain(e: &anyhow::Error) -> String {
-    let mut out = String::new();
-    for cause in e.chain() {
-        let text = cause.to_string();
-        if !out.contains(&text) {
-            if !out.is_empty() {
-                out.push_str(": ");
-            }
-            out.push_str(&text);
-        }
-    }
-    out
+    kube_anchor_core::errors::error_chain(e.as_ref())
 }
 
 #[cfg(test)]

@@ -1,18 +1,18 @@
-//! The file engine every mode stands on: load inputs, decide ([`crate::plan`]), carry out
-//! ([`crate::hostfs`]), remember ([`crate::ledger`]). One-shot verbs and the daemon call these.
+//! The file engine every mode stands on: load inputs, decide ([`kube_anchor_core::plan`]), carry out
+//! ([`kube_anchor_host::hostfs`]), remember ([`kube_anchor_core::ledger`]). One-shot verbs and the daemon call these.
 
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use crate::config::{self, Anchor, ConfigError, Role};
-use crate::desired::{self, Desired, DesiredError};
-use crate::hostfs::{
+use kube_anchor_core::config::{self, Anchor, ConfigError, Role};
+use kube_anchor_core::desired::{self, Desired, DesiredError};
+use kube_anchor_core::hostpath::{AllowedRoots, HostPath, HostPathError};
+use kube_anchor_core::ledger::{Ledger, LedgerEntry, Snapshot};
+use kube_anchor_core::plan::{self, FileStatus, Notice, Op, PlanError, WriteReason};
+use kube_anchor_core::render::Variables;
+use kube_anchor_host::hostfs::{
     Done, Follow, HostFs, HostFsError, MAX_INPUT_BYTES, MAX_TOTAL_INPUT_BYTES, SetAside, read_regular,
 };
-use crate::hostpath::{AllowedRoots, HostPath, HostPathError};
-use crate::ledger::{Ledger, LedgerEntry, Snapshot};
-use crate::plan::{self, FileStatus, Notice, Op, PlanError, WriteReason};
-use crate::render::Variables;
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -101,8 +101,8 @@ pub struct StatusReport {
     pub content_hash: String,
     pub recorded_hash: Option<String>,
     pub last_known_good: Option<String>,
-    pub bad: Vec<crate::ledger::BadVersion>,
-    pub last_known_good_failing: Option<crate::ledger::BadVersion>,
+    pub bad: Vec<kube_anchor_core::ledger::BadVersion>,
+    pub last_known_good_failing: Option<kube_anchor_core::ledger::BadVersion>,
     pub files: Vec<FileStatus>,
     pub set_aside: Option<SetAside>,
 }
@@ -171,8 +171,8 @@ impl Inputs {
 
     /// The variables from the environment (or [`Inputs::given`]), except the initial-cluster pair of `spec.etcdMember`,
     /// which only the membership record gives (never the environment).
-    pub fn variables(&self, membership: Option<&crate::membership::Record>) -> Variables {
-        use crate::config::{ETCD_INITIAL_CLUSTER, ETCD_INITIAL_CLUSTER_STATE};
+    pub fn variables(&self, membership: Option<&kube_anchor_core::membership::Record>) -> Variables {
+        use kube_anchor_core::config::{ETCD_INITIAL_CLUSTER, ETCD_INITIAL_CLUSTER_STATE};
         let managed = self.anchor.etcd_member.is_some();
         Variables::new(self.anchor.variables.iter().cloned(), |name| match name {
             ETCD_INITIAL_CLUSTER if managed => membership.map(|r| r.initial_cluster.clone()),
@@ -367,7 +367,7 @@ impl Engine {
 
     /// Marks the component decommissioned: from now on `apply` refuses to write it.
     pub fn decommission(&self, component: &str, reason: &str, by_pod: Option<&str>) -> Result<(), EngineError> {
-        let marker = crate::ledger::Decommissioned {
+        let marker = kube_anchor_core::ledger::Decommissioned {
             at: now_rfc3339(),
             reason: reason.into(),
             by_pod: by_pod.map(Into::into),

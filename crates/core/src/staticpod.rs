@@ -777,7 +777,7 @@ mod tests {
     /// accepted, and writing the manifest then panicked in the YAML emitter.
     #[test]
     fn a_yaml_tag_is_refused_not_a_panic() {
-        let text = include_str!("../fuzz/seeds/staticpod/regression-yaml-tag.yaml");
+        let text = include_str!("../../../fuzz/seeds/staticpod/regression-yaml-tag.yaml");
         let e = parse(Path::new("pod.yaml"), text).err().expect("refused");
         assert!(e.to_string().contains("YAML tag"), "{e}");
         let tagged_key = "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec:\n  containers: [{name: c, image: i}]\n  ? !k key\n  : v\n";

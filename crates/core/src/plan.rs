@@ -1,6 +1,6 @@
 //! Decisions about files: what to write, what to remove, what state each file is in. Pure:
 //! takes what is wanted, what the node holds and what the ledger remembers; returns data that
-//! [`crate::hostfs`] carries out.
+//! the host crate's `hostfs` carries out.
 
 use std::collections::BTreeMap;
 

@@ -25,14 +25,14 @@ use kube::api::Api;
 use serde_json::json;
 
 use crate::cli::{OutputFormat, PreStopArgs};
-use crate::config::EtcdMember;
-use crate::config::Role;
-use crate::decommission::{self, Anchors, CleanupMode, Decision, Evidence, Lookup, ThisPod};
 use crate::engine::{Engine, Inputs};
 use crate::etcd_member::{self, LeaveReport};
-use crate::hostpath::HostPath;
-use crate::kubeapi::{self, API_TIMEOUT, EventSink, HealthCheck};
-use crate::staticpod;
+use kube_anchor_core::config::EtcdMember;
+use kube_anchor_core::config::Role;
+use kube_anchor_core::decommission::{self, Anchors, CleanupMode, Decision, Evidence, Lookup, ThisPod};
+use kube_anchor_core::hostpath::HostPath;
+use kube_anchor_core::staticpod;
+use kube_anchor_k8s::kubeapi::{self, API_TIMEOUT, EventSink, HealthCheck};
 
 /// Kept free at the end of --timeout for removing the credentials.
 const FINAL_STEP: Duration = Duration::from_secs(2);

@@ -66,11 +66,11 @@ impl Metrics {
         m
     }
 
-    pub fn set_etcd_member(&self, record: Option<&crate::membership::Record>, pending: bool) {
+    pub fn set_etcd_member(&self, record: Option<&kube_anchor_core::membership::Record>, pending: bool) {
         self.etcd_member.clear();
         self.etcd_join_pending.set(i64::from(pending));
         if let Some(r) = record {
-            let result = |o: &Option<crate::membership::Outcome>| {
+            let result = |o: &Option<kube_anchor_core::membership::Outcome>| {
                 o.as_ref()
                     .map(|o| format!("{}: {}", o.action, o.result))
                     .unwrap_or_default()

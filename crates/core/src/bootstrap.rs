@@ -3,7 +3,7 @@
 //!
 //! The charts stay the one source of truth from the first boot: the node gets exactly the inputs
 //! its anchor pods will mount later, so the anchors find every file in place with the content
-//! hash they would write, and adopt it. No filesystem here; [`crate::bootstrap_node`] stages the
+//! hash they would write, and adopt it. No filesystem here; the modes crate's `bootstrap_node` stages the
 //! volumes and applies them.
 
 use std::collections::BTreeMap;

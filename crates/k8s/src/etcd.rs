@@ -14,7 +14,7 @@ use base64::Engine as _;
 use kube::{Client, Config};
 use serde::Deserialize;
 
-use crate::membership::Member;
+use kube_anchor_core::membership::Member;
 
 #[derive(Debug, thiserror::Error)]
 pub enum EtcdError {
@@ -49,8 +49,12 @@ impl std::fmt::Debug for Credentials {
 impl Credentials {
     pub fn read(ca: &Path, cert: &Path, key: &Path) -> Result<Self, EtcdError> {
         let read = |p: &Path| {
-            crate::hostfs::read_regular(p, crate::hostfs::MAX_INPUT_BYTES, crate::hostfs::Follow::Yes)
-                .map_err(|source| EtcdError::Credentials { path: p.into(), source })
+            kube_anchor_host::hostfs::read_regular(
+                p,
+                kube_anchor_host::hostfs::MAX_INPUT_BYTES,
+                kube_anchor_host::hostfs::Follow::Yes,
+            )
+            .map_err(|source| EtcdError::Credentials { path: p.into(), source })
         };
         Ok(Self {
             ca: read(ca)?,
@@ -198,7 +202,7 @@ impl Endpoint {
             Ok(Ok(text)) => text,
             // The gateway's error body is `{"code": <gRPC code>, "message": "etcdserver: ..."}`.
             Ok(Err(kube::Error::Api(status))) => return Err(failed(status.message.chars().take(512).collect())),
-            Ok(Err(e)) => return Err(failed(crate::logging::error_chain(&anyhow::Error::from(e)))),
+            Ok(Err(e)) => return Err(failed(kube_anchor_core::errors::error_chain(&e))),
             Err(_) => {
                 return Err(failed(format!(
                     "no answer within {}",

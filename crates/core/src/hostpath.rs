@@ -1,5 +1,5 @@
 //! Paths on the node, as the kubelet sees them (`/etc/kubernetes/...`), before `--host-root` is
-//! applied. Pure: the lexical rules live here; symlinks are checked by [`crate::hostfs`].
+//! applied. Pure: the lexical rules live here; symlinks are checked by the host crate's `hostfs`.
 
 use std::fmt;
 use std::path::{Component, Path, PathBuf};

@@ -12,7 +12,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Config};
 use tokio::sync::watch;
 
-use crate::trial::MirrorPod;
+use kube_anchor_core::trial::MirrorPod;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -284,11 +284,11 @@ fn no_answer(started: std::time::Instant, timeout: Duration) -> String {
 /// not exist — a `Status` with reason `NotFound` whose details, when given, name this object —
 /// is `NotFound`. Every other failure, a 404 with another body (a proxy, an unserved path) or a
 /// timeout included, is `Unavailable` (never evidence of anything).
-pub async fn lookup<K>(api: &Api<K>, name: &str, timeout: Duration) -> crate::decommission::Lookup<K>
+pub async fn lookup<K>(api: &Api<K>, name: &str, timeout: Duration) -> kube_anchor_core::decommission::Lookup<K>
 where
     K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    use crate::decommission::Lookup;
+    use kube_anchor_core::decommission::Lookup;
     let started = std::time::Instant::now();
     match tokio::time::timeout(timeout, api.get(name)).await {
         Ok(Ok(object)) => Lookup::Found(object),
@@ -327,11 +327,15 @@ fn not_found_of<K: kube::Resource<DynamicType = ()>>(status: &kube::core::Status
 
 /// LIST objects by label selector in every namespace, as evidence: `Found` with the items, or
 /// `Unavailable` (a list never proves anything by failing).
-pub async fn list_all<K>(api: &Api<K>, label_selector: &str, timeout: Duration) -> crate::decommission::Lookup<Vec<K>>
+pub async fn list_all<K>(
+    api: &Api<K>,
+    label_selector: &str,
+    timeout: Duration,
+) -> kube_anchor_core::decommission::Lookup<Vec<K>>
 where
     K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    use crate::decommission::Lookup;
+    use kube_anchor_core::decommission::Lookup;
     let params = kube::api::ListParams::default().labels(label_selector);
     let started = std::time::Instant::now();
     match tokio::time::timeout(timeout, api.list(&params)).await {
@@ -402,8 +406,8 @@ mod tests {
     //! naming it; it cannot be made to answer 404 with another body. A proxy in front of it, or
     //! a path it does not serve, can: this tiny local HTTP server plays that part.
     use super::*;
-    use crate::decommission::Lookup;
     use k8s_openapi::api::apps::v1::DaemonSet;
+    use kube_anchor_core::decommission::Lookup;
 
     /// A client of a server answering every request with HTTP `code` and `body`.
     async fn serve(code: u16, body: &'static str) -> Client {
@@ -443,7 +447,7 @@ mod tests {
 }
 
 /// The component's rollout Lease (`kube-anchor-<component>` in the anchors' namespace): see
-/// [`crate::rollout`]. The holder is the node's name, so a replaced anchor pod on the same node
+/// [`kube_anchor_core::rollout`]. The holder is the node's name, so a replaced anchor pod on the same node
 /// keeps its node's turn.
 #[derive(Clone)]
 pub struct RolloutLease {
@@ -475,17 +479,17 @@ impl RolloutLease {
 
     /// Asks for this node's turn to replace its version by one of input `revision`; takes (or
     /// renews) the Lease when it is free. A write that loses a race counts as held.
-    pub async fn ask(&self, revision: Option<&str>) -> Result<crate::rollout::Turn, kube::Error> {
-        use crate::rollout::{Turn, decide};
+    pub async fn ask(&self, revision: Option<&str>) -> Result<kube_anchor_core::rollout::Turn, kube::Error> {
         use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
         use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+        use kube_anchor_core::rollout::{Turn, decide};
         let current = self.api.get_opt(&self.name).await?;
         let now = std::time::SystemTime::now();
         let view = current.as_ref().map(lease_view);
         let mut turn = decide(view.as_ref(), &self.node, revision, false);
         if let Turn::Held { by, renewed } = &turn
             // Only a silent holder (or one that never renewed) may be gone: a renewing one has a Node.
-            && renewed.is_none_or(|r| crate::rollout::silent_for(r, now).is_some())
+            && renewed.is_none_or(|r| kube_anchor_core::rollout::silent_for(r, now).is_some())
             && self.nodes.get_opt(by).await?.is_none()
         {
             tracing::info!(lease = %self.name, holder = %by, "the rollout Lease's holder has no Node any more: taking the turn");
@@ -559,10 +563,10 @@ impl RolloutLease {
     }
 }
 
-fn lease_view(lease: &k8s_openapi::api::coordination::v1::Lease) -> crate::rollout::LeaseView {
+fn lease_view(lease: &k8s_openapi::api::coordination::v1::Lease) -> kube_anchor_core::rollout::LeaseView {
     let spec = lease.spec.clone().unwrap_or_default();
     let annotations = lease.metadata.annotations.clone().unwrap_or_default();
-    crate::rollout::LeaseView {
+    kube_anchor_core::rollout::LeaseView {
         holder: spec.holder_identity,
         renewed: spec.renew_time.map(|t| std::time::SystemTime::from(t.0)),
         failed: match (annotations.get(FAILED_REVISION), annotations.get(FAILED_ON)) {

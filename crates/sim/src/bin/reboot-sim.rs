@@ -5,7 +5,7 @@
 //! `--trajectories` counts per policy and cluster size, spread evenly over the variants.
 
 use clap::{Parser, ValueEnum};
-use kube_anchor::sim::{Policy, Summary, Variant, summarize};
+use kube_anchor_sim::{Policy, Summary, Variant, summarize};
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum Output {

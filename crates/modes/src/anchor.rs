@@ -16,16 +16,16 @@ use kube::Client;
 use tokio::sync::watch;
 
 use crate::cli::RunArgs;
-use crate::desired::Desired;
 use crate::engine::{Engine, EngineError, Inputs, now_rfc3339};
-use crate::kubeapi::{self, EventSink, HealthCheck};
-use crate::ledger::BadVersion;
 use crate::metrics::Metrics;
-use crate::pinned::{MAX_MARKER_BYTES, PinnedInputs};
 use crate::server::{self, Shared};
 use crate::shutdown;
-use crate::trial::{Assessment, MirrorPod, Observation, Trial, TrialOutcome, assess};
-use crate::watch::{DATA_LINK, DirRole, DirWatcher};
+use kube_anchor_core::desired::Desired;
+use kube_anchor_core::ledger::BadVersion;
+use kube_anchor_core::pinned::{MAX_MARKER_BYTES, PinnedInputs};
+use kube_anchor_core::trial::{Assessment, MirrorPod, Observation, Trial, TrialOutcome, assess};
+use kube_anchor_host::watch::{DATA_LINK, DirRole, DirWatcher};
+use kube_anchor_k8s::kubeapi::{self, EventSink, HealthCheck};
 
 /// How often the version on trial (or one not converged yet) is looked at.
 const TRIAL_TICK: Duration = Duration::from_secs(1);
@@ -61,7 +61,7 @@ struct Daemon {
     mirror: Option<MirrorWatch>,
     /// What is on the node now, as far as this process wrote or adopted it.
     written: Option<Desired>,
-    /// The last version built from inputs that belong to this pod (see [`crate::pinned`]).
+    /// The last version built from inputs that belong to this pod (see [`kube_anchor_core::pinned`]).
     accepted: Option<Desired>,
     /// Set while the inputs belong to another revision of the pod template.
     awaiting_rollout: Option<String>,
@@ -79,10 +79,10 @@ struct Daemon {
     started: Instant,
     input_dirs: BTreeSet<PathBuf>,
     /// `spec.etcdMember`: the membership record the manifest renders with.
-    member_record: Option<crate::membership::Record>,
+    member_record: Option<kube_anchor_core::membership::Record>,
     /// Why the etcd join is not finished (a learner to promote, or waiting); retried soon.
     membership_pending: Option<String>,
-    /// The component's rollout Lease (see [`crate::rollout`]), once there is a client.
+    /// The component's rollout Lease (see [`kube_anchor_core::rollout`]), once there is a client.
     rollout_lease: Option<kubeapi::RolloutLease>,
     /// The version this node has the turn to roll out, and when the Lease was last renewed.
     turn: Option<(String, Instant)>,
@@ -204,7 +204,7 @@ impl Daemon {
                     _ = sleep_opt(tick) => self.evaluate().await,
                     _ = sleep_until_opt(release_code_at) => {
                         release_code_at = None;
-                        let bytes = crate::memory::release_code_pages();
+                        let bytes = kube_anchor_host::memory::release_code_pages();
                         tracing::debug!(bytes, "idle: code released from the resident set");
                     }
                     _ = draining.changed() => {
@@ -309,7 +309,7 @@ impl Daemon {
     /// are synced. Its failures write nothing and are retried.
     async fn membership_step(&mut self) {
         // Inputs of another revision of the pod template are not this pod's to act on (see
-        // `crate::pinned`): the record on disk keeps rendering what this node has joined with.
+        // `kube_anchor_core::pinned`): the record on disk keeps rendering what this node has joined with.
         if let Some(pinned) = &self.args.expect_inputs
             && pinned.check(read_marker).is_err()
         {
@@ -395,7 +395,7 @@ impl Daemon {
     }
 
     /// The version this pod's inputs describe, or `None` while they belong to another pod
-    /// template revision (see [`crate::pinned`]); the markers are read before and after the
+    /// template revision (see [`kube_anchor_core::pinned`]); the markers are read before and after the
     /// inputs, so a volume refreshed in between is never half taken.
     fn load_desired(&mut self) -> Result<Option<Desired>, EngineError> {
         let pinned_ok = |pinned: &Option<PinnedInputs>| match pinned {
@@ -498,7 +498,7 @@ impl Daemon {
             None => (desired, None),
         };
         let previous = ledger.content_hash.clone();
-        // Replacing the version the node runs waits for this node's turn (`crate::rollout`);
+        // Replacing the version the node runs waits for this node's turn (`kube_anchor_core::rollout`);
         // until then the node keeps what it has.
         // A static pod kube-anchor did not write (a kubeadm node taken over by the charts) runs
         // too: replacing it waits for the turn like an upgrade.
@@ -514,7 +514,7 @@ impl Daemon {
         let in_fleet = self.args.identity.node_name.is_some() && self.args.identity.pod_namespace.is_some();
         let turn_needed = self.api_wanted
             && in_fleet
-            && crate::rollout::needs_turn(
+            && kube_anchor_core::rollout::needs_turn(
                 on_node.as_deref(),
                 &target.content_hash,
                 ledger.last_known_good.as_deref(),
@@ -740,14 +740,15 @@ impl Daemon {
         let why = match &self.rollout_lease {
             None => "no API to take the rollout Lease from: keeping the version the node runs".to_owned(),
             Some(lease) => match lease.ask(self.input_revision().as_deref()).await {
-                Ok(crate::rollout::Turn::Take) => {
+                Ok(kube_anchor_core::rollout::Turn::Take) => {
                     tracing::info!(component = %self.component, content_hash = %hash, lease = lease.name(), "this node's turn: rolling out");
                     self.turn = Some((hash, Instant::now()));
                     self.waiting_turn = None;
                     return true;
                 }
-                Ok(crate::rollout::Turn::Held { by, renewed }) => {
-                    let silent = renewed.and_then(|r| crate::rollout::silent_for(r, std::time::SystemTime::now()));
+                Ok(kube_anchor_core::rollout::Turn::Held { by, renewed }) => {
+                    let silent =
+                        renewed.and_then(|r| kube_anchor_core::rollout::silent_for(r, std::time::SystemTime::now()));
                     match silent {
                         None => format!(
                             "waiting for its turn: {by} is rolling out {} (Lease {})",
@@ -763,7 +764,7 @@ impl Daemon {
                         ),
                     }
                 }
-                Ok(crate::rollout::Turn::FailedElsewhere { node }) => format!(
+                Ok(kube_anchor_core::rollout::Turn::FailedElsewhere { node }) => format!(
                     "this input revision was rolled back on {node} (Lease {}); not trying it here",
                     lease.name()
                 ),

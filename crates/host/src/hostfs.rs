@@ -1,5 +1,5 @@
 //! The node's filesystem: path resolution under `--host-root`, observation, and the one
-//! executor that carries out a [`Plan`](crate::plan::Plan).
+//! executor that carries out a [`Plan`](kube_anchor_core::plan::Plan).
 //!
 //! Writes are atomic, durable and private: a dot-prefixed temp file in the destination
 //! directory (the kubelet ignores dot-files and runs every other file in its manifest directory)
@@ -17,10 +17,10 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 use tempfile::{NamedTempFile, TempPath};
 
-use crate::config::{FileMode, Owner, Role};
-use crate::hostpath::{AllowedRoots, HostPath, HostPathError};
-use crate::ledger::{CorruptLedger, Ledger, STATE_SUBDIR, Snapshot, decode_checked, encode_checked};
-use crate::plan::{Observations, Observed, Op};
+use kube_anchor_core::config::{FileMode, Owner, Role};
+use kube_anchor_core::hostpath::{AllowedRoots, HostPath, HostPathError};
+use kube_anchor_core::ledger::{CorruptLedger, Ledger, STATE_SUBDIR, Snapshot, decode_checked, encode_checked};
+use kube_anchor_core::plan::{Observations, Observed, Op};
 
 /// Every temp file we create ends with this, so leftovers from a crash are recognizable.
 pub const TEMP_SUFFIX: &str = ".kube-anchor.tmp";
@@ -229,15 +229,15 @@ impl HostFs {
     ) -> Result<Vec<Done>, (HostFsError, Vec<Done>)> {
         let mut created_dirs = Vec::new();
         let intent_op = intent.map(|(path, bytes)| Op::Write {
-            sha256: crate::desired::sha256_hex(&bytes),
-            file: crate::desired::DesiredFile {
+            sha256: kube_anchor_core::desired::sha256_hex(&bytes),
+            file: kube_anchor_core::desired::DesiredFile {
                 path,
                 content: bytes,
                 mode: LEDGER_MODE,
                 owner: None,
                 role: Role::Credential,
             },
-            reason: crate::plan::WriteReason::Content,
+            reason: kube_anchor_core::plan::WriteReason::Content,
         });
         let staged = match self
             .stage_writes(intent_op.iter().chain(ops), &mut created_dirs)
@@ -391,15 +391,15 @@ impl HostFs {
     /// Writes one file atomically (the same path as a plan's writes take).
     pub fn write_file(&self, path: &HostPath, content: &[u8], mode: FileMode, role: Role) -> Result<(), HostFsError> {
         let op = Op::Write {
-            file: crate::desired::DesiredFile {
+            file: kube_anchor_core::desired::DesiredFile {
                 path: path.clone(),
                 content: content.to_vec(),
                 mode,
                 owner: None,
                 role,
             },
-            sha256: crate::desired::sha256_hex(content),
-            reason: crate::plan::WriteReason::Content,
+            sha256: kube_anchor_core::desired::sha256_hex(content),
+            reason: kube_anchor_core::plan::WriteReason::Content,
         };
         self.execute(std::slice::from_ref(&op)).map(|_| ()).map_err(|(e, _)| e)
     }
@@ -769,8 +769,8 @@ mod tests {
     use std::os::unix::fs::symlink;
 
     use super::*;
-    use crate::desired::{DesiredFile, sha256_hex};
-    use crate::plan::WriteReason;
+    use kube_anchor_core::desired::{DesiredFile, sha256_hex};
+    use kube_anchor_core::plan::WriteReason;
 
     struct Node {
         dir: tempfile::TempDir,
@@ -937,7 +937,7 @@ mod tests {
         let state = hp("/var/lib/kube-anchor");
         let mut l = Ledger::new("c");
         l.content_hash = Some("x".into());
-        l.record(crate::ledger::LedgerEntry {
+        l.record(kube_anchor_core::ledger::LedgerEntry {
             path: hp("/etc/kubernetes/a"),
             sha256: "s".into(),
             mode: FileMode(0o600),

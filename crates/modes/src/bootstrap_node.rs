@@ -1,5 +1,5 @@
 //! `kube-anchor bootstrap`, carried out on one node with no API server anywhere: stage what each
-//! of the node's anchor pods would mount ([`crate::bootstrap`]), check everything, then apply the
+//! of the node's anchor pods would mount ([`kube_anchor_core::bootstrap`]), check everything, then apply the
 //! components one by one in boot order through the same engine, ledger and state dir the anchors
 //! use, waiting for each one's health endpoint before the next.
 //!
@@ -17,11 +17,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use crate::bootstrap::{AnchorPod, BootstrapError, NodeFacts, Objects, boot_order};
-use crate::config::Role;
 use crate::engine::{ApplyReport, Engine, Inputs};
-use crate::kubeapi::HealthCheck;
-use crate::pinned::PinnedInputs;
+use kube_anchor_core::bootstrap::{AnchorPod, BootstrapError, NodeFacts, Objects, boot_order};
+use kube_anchor_core::config::Role;
+use kube_anchor_core::pinned::PinnedInputs;
+use kube_anchor_k8s::kubeapi::HealthCheck;
 
 /// Longest `helm template` output read from one file.
 const MAX_TEMPLATE_BYTES: u64 = 64 << 20;
@@ -219,7 +219,8 @@ fn read_source(path: &Path) -> Result<String, BootNodeError> {
             .map_err(unreadable)?;
         buf
     } else {
-        crate::hostfs::read_regular(path, MAX_TEMPLATE_BYTES, crate::hostfs::Follow::Yes).map_err(unreadable)?
+        kube_anchor_host::hostfs::read_regular(path, MAX_TEMPLATE_BYTES, kube_anchor_host::hostfs::Follow::Yes)
+            .map_err(unreadable)?
     };
     String::from_utf8(bytes)
         .map_err(|e| unreadable(std::io::Error::new(std::io::ErrorKind::InvalidData, e.utf8_error())))
@@ -264,7 +265,7 @@ fn stage_pod(root: PathBuf, pod: AnchorPod, node: &NodeFacts, host_root: &Path) 
         .map(str::to_owned)
         .collect();
     let engine = Engine::new(host_root, &state_dir, &allowed)?;
-    // The pod applies only inputs whose revision markers match its template (`crate::pinned`):
+    // The pod applies only inputs whose revision markers match its template (`kube_anchor_core::pinned`):
     // a `helm template` output mixing revisions would fail the same way on the node.
     if let Some(spec) = pod.env("KUBE_ANCHOR_EXPECT_INPUTS") {
         let pinned: PinnedInputs = spec.parse().map_err(|e| anchor_err(format!("{e}")))?;

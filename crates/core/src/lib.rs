@@ -1,0 +1,20 @@
+//! kube-anchor's decisions. Everything here is a function of data: no filesystem, no Kubernetes
+//! client, no async runtime. The adapters (`kube-anchor-host`, `kube-anchor-k8s`) observe and
+//! act; the modes (`kube-anchor-modes`) wire observation → decision → execution.
+
+pub mod bootstrap;
+pub mod checkpoint;
+pub mod config;
+pub mod decommission;
+pub mod desired;
+pub mod errors;
+pub mod hostpath;
+pub mod ledger;
+pub mod membership;
+pub mod pinned;
+pub mod plan;
+pub mod render;
+pub mod rollout;
+pub mod sanitize;
+pub mod staticpod;
+pub mod trial;

@@ -1,0 +1,7 @@
+//! kube-anchor's adapter to the node: the host filesystem under `--host-root` (observation, the
+//! one executor of `plan::Op`s, ledger storage, the state lock), inotify change notification and
+//! the process's memory.
+
+pub mod hostfs;
+pub mod memory;
+pub mod watch;

@@ -1,0 +1,9 @@
+//! kube-anchor's adapters to the cluster: the Kubernetes API (one client over several API
+//! servers, mirror pods, Events, the rollout Lease, the removal evidence), the kubelet and health
+//! URLs, and etcd's cluster API.
+
+pub mod etcd;
+pub mod failover;
+pub mod kubeapi;
+#[cfg(test)]
+mod test_http;
