@@ -316,13 +316,10 @@ pub fn is_component_name(name: &str) -> bool {
 }
 
 pub fn parse(path: &Path, text: &str, roots: &AllowedRoots) -> Result<Anchor, ConfigError> {
-    if let Err(offset) = crate::staticpod::check_flow_depth(text) {
+    if let Err(offset) = crate::yaml::check_flow_depth(text) {
         return Err(ConfigError::Yaml {
             path: path.into(),
-            reason: format!(
-                "nests deeper than {} levels of [ and {{ (the bracket at byte {offset})",
-                crate::staticpod::MAX_FLOW_DEPTH
-            ),
+            reason: crate::yaml::YamlError::TooDeep { offset }.to_string(),
         });
     }
     let raw: RawConfig = serde_yaml_ng::from_str(text).map_err(|e| ConfigError::Yaml {

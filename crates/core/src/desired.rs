@@ -44,10 +44,6 @@ impl Desired {
     }
 }
 
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
-}
-
 /// `sources[i]` holds the bytes of `anchor.files[i].source`.
 pub fn build(anchor: &Anchor, sources: &[Vec<u8>], vars: &Variables) -> Result<Desired, DesiredError> {
     assert_eq!(anchor.files.len(), sources.len(), "one source per file");

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use crate::config::{FileMode, Owner, Role};
-use crate::desired::sha256_hex;
+use crate::digest::sha256_hex;
 use crate::hostpath::HostPath;
 
 pub const SCHEMA_VERSION: u32 = 1;

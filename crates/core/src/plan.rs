@@ -127,7 +127,7 @@ pub fn plan_apply(
 ) -> Result<Plan, PlanError> {
     let mut plan = Plan::default();
     for file in &desired.files {
-        let sha256 = crate::desired::sha256_hex(&file.content);
+        let sha256 = crate::digest::sha256_hex(&file.content);
         let have = observed(observations, &file.path);
         if have.holds(file, &sha256) {
             plan.unchanged.push(file.path.clone());
@@ -305,7 +305,7 @@ pub struct FileStatus {
 pub fn status(desired: &Desired, observations: &Observations, ledger: &Ledger) -> Vec<FileStatus> {
     let mut out = Vec::new();
     for file in &desired.files {
-        let sha256 = crate::desired::sha256_hex(&file.content);
+        let sha256 = crate::digest::sha256_hex(&file.content);
         let have = observed(observations, &file.path);
         let recorded = ledger.get(&file.path).is_some();
         let (state, detail) = match have {
@@ -400,7 +400,7 @@ mod tests {
 
     fn on_disk(content: &str) -> Observed {
         Observed::File {
-            sha256: crate::desired::sha256_hex(content.as_bytes()),
+            sha256: crate::digest::sha256_hex(content.as_bytes()),
             mode: FileMode(0o600),
             owner: Owner { uid: 0, gid: 0 },
         }
@@ -411,7 +411,7 @@ mod tests {
         for (path, content, role) in entries {
             l.record(LedgerEntry {
                 path: hp(path),
-                sha256: crate::desired::sha256_hex(content.as_bytes()),
+                sha256: crate::digest::sha256_hex(content.as_bytes()),
                 mode: FileMode(0o600),
                 owner: None,
                 role: *role,
@@ -455,7 +455,7 @@ mod tests {
 
     #[test]
     fn every_kind_of_difference_is_a_write() {
-        let sha = crate::desired::sha256_hex(b"KEY");
+        let sha = crate::digest::sha256_hex(b"KEY");
         let cases = [
             (Observed::Missing, WriteReason::Create),
             (Observed::Symlink, WriteReason::ReplaceSymlink),
@@ -489,7 +489,7 @@ mod tests {
         let mut d = desired();
         d.files[0].owner = None;
         let have = Observed::File {
-            sha256: crate::desired::sha256_hex(b"KEY"),
+            sha256: crate::digest::sha256_hex(b"KEY"),
             mode: FileMode(0o600),
             owner: Owner { uid: 7, gid: 7 },
         };
@@ -573,7 +573,7 @@ mod tests {
         );
         assert_eq!(
             ledger.get(&hp("/k/key")).unwrap().sha256,
-            crate::desired::sha256_hex(b"KEY")
+            crate::digest::sha256_hex(b"KEY")
         );
         // Once current, nothing is recorded again (the no-op apply writes nothing).
         assert!(adopt(&mut ledger, &desired(), &obs, &plan.unchanged, "later").is_empty());
@@ -589,8 +589,8 @@ mod tests {
         let plan = plan_apply(&desired(), &obs, &ledger, false).unwrap();
         let intent = intent(&ledger, &plan.ops, &obs, "now");
         let key = intent.get(&hp("/k/key")).unwrap();
-        assert_eq!(key.sha256, crate::desired::sha256_hex(b"KEY"));
-        assert_eq!(key.previous_sha256, Some(crate::desired::sha256_hex(b"OLD KEY")));
+        assert_eq!(key.sha256, crate::digest::sha256_hex(b"KEY"));
+        assert_eq!(key.previous_sha256, Some(crate::digest::sha256_hex(b"OLD KEY")));
         // What the manifest held was not ours: only the new content will be.
         assert_eq!(intent.get(&hp("/k/m.yaml")).unwrap().previous_sha256, None);
         // Whichever content a crash leaves, remove takes it.
@@ -610,7 +610,7 @@ mod tests {
             else {
                 unreachable!()
             };
-            assert_eq!(*expected_sha256, crate::desired::sha256_hex(key_on_disk.as_bytes()));
+            assert_eq!(*expected_sha256, crate::digest::sha256_hex(key_on_disk.as_bytes()));
         }
     }
 

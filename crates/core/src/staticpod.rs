@@ -10,12 +10,10 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::core::v1::{EnvFromSource, EnvVar, Pod, Volume};
 use serde_yaml_ng::{Mapping, Value};
 
+use crate::yaml::{self, MAX_FLOW_DEPTH, YamlError};
+
 pub const CONTENT_HASH_ANNOTATION: &str = "kube-anchor.io/content-hash";
 pub const MAX_MANIFEST_BYTES: usize = 10 * 1024 * 1024;
-/// More open `[`/`{` than this refuse a YAML text before it is parsed: libyaml (under
-/// serde_yaml_ng) spends time quadratic in the flow depth before any recursion limit applies,
-/// and nothing a static pod needs nests a tenth as deep.
-pub const MAX_FLOW_DEPTH: usize = 1000;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ManifestError {
@@ -67,23 +65,28 @@ pub fn parse(file: &Path, text: &str) -> Result<StaticPod, ManifestError> {
             size: text.len(),
         });
     }
-    if let Err(offset) = check_flow_depth(text) {
-        return Err(ManifestError::TooDeep {
+    let yaml_error = |e: YamlError| match e {
+        YamlError::TooDeep { offset } => ManifestError::TooDeep {
             file: file.into(),
             offset,
-        });
-    }
-    let yaml_error = |e: serde_yaml_ng::Error| ManifestError::Yaml {
-        file: file.into(),
-        reason: e.to_string(),
+        },
+        YamlError::Syntax(reason) => ManifestError::Yaml {
+            file: file.into(),
+            reason,
+        },
+        YamlError::MergeKey { field } => ManifestError::Invalid {
+            file: file.into(),
+            field,
+            problem: yaml::MERGE_KEY_PROBLEM.into(),
+        },
+        YamlError::Tag { field } => ManifestError::Invalid {
+            file: file.into(),
+            field,
+            problem: yaml::TAG_PROBLEM.into(),
+        },
     };
-    let mut documents = Vec::new();
-    for document in serde_yaml_ng::Deserializer::from_str(text) {
-        let value: Value = serde::Deserialize::deserialize(document).map_err(yaml_error)?;
-        if !value.is_null() {
-            documents.push(value);
-        }
-    }
+    let mut documents: Vec<Value> = yaml::documents(text).map_err(yaml_error)?;
+    documents.retain(|d| !d.is_null());
     if documents.len() != 1 {
         return Err(ManifestError::DocumentCount {
             file: file.into(),
@@ -111,22 +114,7 @@ pub fn parse(file: &Path, text: &str) -> Result<StaticPod, ManifestError> {
             return Err(invalid("kind", format!("expected \"Pod\", found {other:?}")));
         }
     }
-    if let Some(field) = merge_key(&document, String::new()) {
-        return Err(invalid(
-            &field,
-            "a YAML merge key (<<); the kubelet's decoder merges it and this validation would not \
-             see the result: write the fields out"
-                .into(),
-        ));
-    }
-    if let Some(field) = tagged_node(&document, String::new()) {
-        return Err(invalid(
-            &field,
-            "a YAML tag (`!…`); the kubelet's decoder and this one read tagged nodes differently, \
-             and it cannot be written back as it was: remove the tag"
-                .into(),
-        ));
-    }
+    yaml::refuse_merge_keys_and_tags(&document).map_err(yaml_error)?;
     let pod: Pod = serde_yaml_ng::from_value(document.clone()).map_err(|e| {
         invalid(
             "(Pod)",
@@ -154,26 +142,6 @@ pub fn parse(file: &Path, text: &str) -> Result<StaticPod, ManifestError> {
     })
 }
 
-/// `Err(byte offset)` of the first bracket past [`MAX_FLOW_DEPTH`]. Every `[`/`{` counts,
-/// quoted or not (a scanner that skips quotes can be fooled into skipping real brackets); a
-/// real manifest never comes close.
-pub fn check_flow_depth(text: &str) -> Result<(), usize> {
-    let mut depth = 0usize;
-    for (offset, byte) in text.bytes().enumerate() {
-        match byte {
-            b'[' | b'{' => {
-                depth += 1;
-                if depth > MAX_FLOW_DEPTH {
-                    return Err(offset);
-                }
-            }
-            b']' | b'}' => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-    }
-    Ok(())
-}
-
 /// Why a YAML 1.1 habit failed to decode: the kubelet's decoder reads `0644` as octal and `yes`
 /// as true, the YAML 1.2 reader here keeps both as strings.
 fn yaml11_hint(error: &str) -> &'static str {
@@ -187,50 +155,6 @@ fn yaml11_hint(error: &str) -> &'static str {
         "; write booleans as true or false"
     } else {
         ""
-    }
-}
-
-/// The path of the first tagged node (`!tag value`, `! value`), key or value. Found by fuzzing:
-/// serde_yaml_ng keeps the tag and then cannot emit some of them (a non-specific `!` on a
-/// mapping), which made writing the manifest panic.
-fn tagged_node(value: &Value, path: String) -> Option<String> {
-    let tagged = |v: &Value| matches!(v, Value::Tagged(_));
-    first_path(value, path, &tagged, &tagged)
-}
-
-/// The path of the first `<<` key. The kubelet decodes manifests with sigs.k8s.io/yaml
-/// (go-yaml), which applies YAML merge keys; serde_yaml_ng keeps `<<` as a literal key.
-fn merge_key(value: &Value, path: String) -> Option<String> {
-    first_path(value, path, &|k| k.as_str() == Some("<<"), &|_| false)
-}
-
-/// The path (`spec.containers[0].name`) of the first key for which `key_hit` holds, or of the
-/// first value for which `value_hit` holds, depth first; the value inside a tag is searched too.
-fn first_path(
-    value: &Value,
-    path: String,
-    key_hit: &dyn Fn(&Value) -> bool,
-    value_hit: &dyn Fn(&Value) -> bool,
-) -> Option<String> {
-    if value_hit(value) {
-        return Some(if path.is_empty() { "(top level)".into() } else { path });
-    }
-    match value {
-        Value::Mapping(map) => map.iter().find_map(|(k, v)| {
-            let key = k.as_str().map_or_else(|| format!("{k:?}"), str::to_owned);
-            let here = if path.is_empty() { key } else { format!("{path}.{key}") };
-            if key_hit(k) {
-                Some(here)
-            } else {
-                first_path(v, here, key_hit, value_hit)
-            }
-        }),
-        Value::Sequence(items) => items
-            .iter()
-            .enumerate()
-            .find_map(|(i, v)| first_path(v, format!("{path}[{i}]"), key_hit, value_hit)),
-        Value::Tagged(tagged) => first_path(&tagged.value, path, key_hit, value_hit),
-        _ => None,
     }
 }
 
@@ -379,7 +303,7 @@ impl StaticPod {
             .insert(CONTENT_HASH_ANNOTATION.into(), content_hash.into());
         // Strings serde_yaml_ng would write plain but the kubelet's YAML 1.1 decoder would read
         // as booleans or numbers are written single-quoted: stand-ins first, quoted after.
-        let tag = &crate::desired::sha256_hex(content_hash.as_bytes())[..16];
+        let tag = &crate::digest::sha256_hex(content_hash.as_bytes())[..16];
         let mut quoted = Vec::new();
         quote_yaml11_scalars(&mut document, tag, &mut quoted);
         let mut text = serde_yaml_ng::to_string(&document).expect("a Value always serializes");
@@ -845,8 +769,10 @@ mod tests {
             start.elapsed()
         );
         // Closed brackets do not add up; nesting up to the limit is for the parser to judge.
-        assert!(check_flow_depth(&"[]".repeat(100_000)).is_ok());
-        assert!(check_flow_depth(&format!("{}{}", "[".repeat(MAX_FLOW_DEPTH), "]".repeat(MAX_FLOW_DEPTH))).is_ok());
+        assert!(yaml::check_flow_depth(&"[]".repeat(100_000)).is_ok());
+        assert!(
+            yaml::check_flow_depth(&format!("{}{}", "[".repeat(MAX_FLOW_DEPTH), "]".repeat(MAX_FLOW_DEPTH))).is_ok()
+        );
     }
 
     #[test]

@@ -229,7 +229,7 @@ impl HostFs {
     ) -> Result<Vec<Done>, (HostFsError, Vec<Done>)> {
         let mut created_dirs = Vec::new();
         let intent_op = intent.map(|(path, bytes)| Op::Write {
-            sha256: kube_anchor_core::desired::sha256_hex(&bytes),
+            sha256: kube_anchor_core::digest::sha256_hex(&bytes),
             file: kube_anchor_core::desired::DesiredFile {
                 path,
                 content: bytes,
@@ -398,7 +398,7 @@ impl HostFs {
                 owner: None,
                 role,
             },
-            sha256: kube_anchor_core::desired::sha256_hex(content),
+            sha256: kube_anchor_core::digest::sha256_hex(content),
             reason: kube_anchor_core::plan::WriteReason::Content,
         };
         self.execute(std::slice::from_ref(&op)).map(|_| ()).map_err(|(e, _)| e)
@@ -769,7 +769,8 @@ mod tests {
     use std::os::unix::fs::symlink;
 
     use super::*;
-    use kube_anchor_core::desired::{DesiredFile, sha256_hex};
+    use kube_anchor_core::desired::DesiredFile;
+    use kube_anchor_core::digest::sha256_hex;
     use kube_anchor_core::plan::WriteReason;
 
     struct Node {
