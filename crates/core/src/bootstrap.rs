@@ -19,6 +19,8 @@ pub const CONTROL_PLANE: [&str; 4] = ["etcd", "kube-apiserver", "kube-controller
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BootstrapError {
+    #[error("{source_name}: {problem}")]
+    Yaml { source_name: String, problem: String },
     #[error("{source_name}: document {index}: {problem}")]
     Document {
         source_name: String,
@@ -128,6 +130,10 @@ impl Objects {
     /// and Secret (RBAC, ServiceAccounts, ...) are skipped.
     pub fn add_yaml(&mut self, source_name: &str, text: &str) -> Result<(), BootstrapError> {
         use serde::Deserialize;
+        crate::yaml::check_flow_depth(text).map_err(|offset| BootstrapError::Yaml {
+            source_name: source_name.into(),
+            problem: crate::yaml::YamlError::TooDeep { offset }.to_string(),
+        })?;
         for (index, document) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
             let bad = |problem: String| BootstrapError::Document {
                 source_name: source_name.into(),
@@ -135,6 +141,7 @@ impl Objects {
                 problem,
             };
             let mut value = serde_yaml_ng::Value::deserialize(document).map_err(|e| bad(e.to_string()))?;
+            crate::yaml::refuse_merge_keys_and_tags(&value).map_err(|e| bad(e.to_string()))?;
             octal_modes(&mut value);
             if value.is_null() {
                 continue; // `---` with nothing after it
@@ -626,6 +633,32 @@ spec:
         assert_eq!(
             err.to_string(),
             "t.yaml: document 1: not a Kubernetes object (no apiVersion or kind)"
+        );
+    }
+
+    /// `helm template` output is decoded through the same YAML guards as a manifest: Kubernetes
+    /// merges `<<` keys that serde_yaml_ng keeps literally, so the DaemonSet read here would not
+    /// be the one the API server stores.
+    #[test]
+    fn merge_keys_tags_and_deep_nesting_are_refused() {
+        let merged =
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, namespace: kube-system}\ndata:\n  <<: {x: y}\n";
+        let err = Objects::default().add_yaml("t.yaml", merged).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("t.yaml: document 1: data.<<: a YAML merge key"),
+            "{err}"
+        );
+        let tagged = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, namespace: kube-system}\ndata: {x: !t y}\n";
+        let err = Objects::default().add_yaml("t.yaml", tagged).unwrap_err();
+        assert!(
+            err.to_string().starts_with("t.yaml: document 1: data.x: a YAML tag"),
+            "{err}"
+        );
+        let err = Objects::default().add_yaml("t.yaml", &"[".repeat(5000)).unwrap_err();
+        assert!(
+            err.to_string().starts_with("t.yaml: nests deeper than 1000 levels"),
+            "{err}"
         );
     }
 

@@ -148,7 +148,9 @@ fn not_kubeadm(manifest: &str, problem: impl Into<String>) -> ImportError {
 /// pod: kind Pod in kube-system, labels `component` (one of [`COMPONENTS`]) and
 /// `tier: control-plane`, one container running the component with `--name=value` flags.
 pub fn parse_manifest(manifest: &str, text: &str) -> Result<ComponentPod, ImportError> {
-    let raw: Value = serde_yaml_ng::from_str(text).map_err(|e| not_kubeadm(manifest, format!("not YAML: {e}")))?;
+    let raw = kube_anchor_core::yaml::document(text).map_err(|e| not_kubeadm(manifest, e.to_string()))?;
+    let raw: Value =
+        serde_json::to_value(raw).map_err(|e| not_kubeadm(manifest, format!("not JSON-shaped YAML: {e}")))?;
     if raw["apiVersion"] != "v1" || raw["kind"] != "Pod" {
         return Err(not_kubeadm(manifest, "not a v1 Pod"));
     }
@@ -1383,6 +1385,12 @@ mod tests {
             err.contains("/etc/kubernetes/manifests/x.yaml: not a kubeadm control-plane pod"),
             "{err}"
         );
+        // Through the YAML guards: the kubelet merges `<<`, serde_yaml_ng would not.
+        let merged = pod("kube-scheduler", &[], &[]).replace("metadata:\n", "metadata:\n  <<: {labels: {}}\n");
+        let err = parse_manifest("m", &merged).unwrap_err();
+        assert!(err.to_string().contains("metadata.<<: a YAML merge key"), "{err}");
+        let err = parse_manifest("m", &"{".repeat(2000)).unwrap_err();
+        assert!(err.to_string().contains("nests deeper than 1000 levels"), "{err}");
         let err = parse_manifest("m", "kind: Deployment\napiVersion: apps/v1\n")
             .unwrap_err()
             .to_string();
