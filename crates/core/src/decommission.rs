@@ -36,7 +36,7 @@ pub fn anchor_selector(component: &str) -> String {
     )
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CleanupMode {
     /// Remove only on positive evidence of a decommission.
     Guarded,
@@ -47,7 +47,7 @@ pub enum CleanupMode {
 }
 
 /// Whether removal also needs a quorum of other Ready copies to remain.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QuorumGuard {
     /// On for the components that need a quorum (`etcd`, `kube-apiserver`), off otherwise.
     Auto,

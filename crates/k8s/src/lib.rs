@@ -3,6 +3,7 @@
 //! URLs, and etcd's cluster API.
 
 pub mod etcd;
+pub mod evidence;
 pub mod failover;
 pub mod kubeapi;
 #[cfg(test)]

@@ -142,10 +142,10 @@ async fn pre_stop(args: CheckpointerPreStopArgs) -> anyhow::Result<ExitCode> {
         Err(_) => Err("timed out building the client".to_owned()),
     };
     // The anchors' rule, with the same double look; the checkpointer has no quorum.
-    let this = crate::prestop::this_pod(identity);
+    let this = identity.this_pod();
     let evidence_until = deadline.checked_sub(REPORT_TIME).unwrap_or_else(Instant::now);
-    let decision = crate::prestop::decide_with_evidence(
-        args.cleanup,
+    let decision = kube_anchor_k8s::evidence::decide_with_evidence(
+        args.cleanup.into(),
         false,
         args.confirm_interval,
         this.as_ref(),

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use kube_anchor_core::decommission;
 
 /// `kube-anchor --version`: the crate version and the commit it was built from.
 pub const VERSION: &str = concat!(
@@ -197,6 +198,18 @@ pub struct ComponentArgs {
     pub component: Option<String>,
 }
 
+impl ComponentArgs {
+    /// The component a verb acts on, from `--component` or the config's metadata.name.
+    pub fn name(&self, roots: &kube_anchor_core::hostpath::AllowedRoots) -> anyhow::Result<String> {
+        Ok(match (&self.component, &self.config) {
+            (Some(name), _) if kube_anchor_core::config::is_component_name(name) => name.clone(),
+            (Some(name), _) => anyhow::bail!("--component {name:?} is not a component name (a lowercase DNS label)"),
+            (None, Some(path)) => crate::engine::load_config(path, roots)?.name,
+            (None, None) => unreachable!("clap requires one of --config and --component"),
+        })
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct RetryArgs {
     #[command(flatten)]
@@ -303,8 +316,8 @@ pub struct PreStopArgs {
     #[command(flatten)]
     pub identity: IdentityArgs,
     /// guarded: remove only on evidence of a decommission; never; always.
-    #[arg(long, env = "KUBE_ANCHOR_CLEANUP", value_enum, default_value_t = kube_anchor_core::decommission::CleanupMode::Guarded)]
-    pub cleanup: kube_anchor_core::decommission::CleanupMode,
+    #[arg(long, env = "KUBE_ANCHOR_CLEANUP", value_enum, default_value_t = Cleanup::Guarded)]
+    pub cleanup: Cleanup,
     /// The whole hook finishes within this, whatever happens (keep it below the pod's
     /// terminationGracePeriodSeconds).
     #[arg(long, env = "KUBE_ANCHOR_PRESTOP_TIMEOUT", default_value = "30s", value_parser = duration)]
@@ -321,8 +334,8 @@ pub struct PreStopArgs {
     /// Refuse to remove while fewer than a quorum of other Ready copies would remain, unless the
     /// Node or the DaemonSet is annotated `kube-anchor.io/decommission: "true"`. auto: on for
     /// etcd and kube-apiserver.
-    #[arg(long, env = "KUBE_ANCHOR_QUORUM_GUARD", value_enum, default_value_t = kube_anchor_core::decommission::QuorumGuard::Auto)]
-    pub quorum_guard: kube_anchor_core::decommission::QuorumGuard,
+    #[arg(long, env = "KUBE_ANCHOR_QUORUM_GUARD", value_enum, default_value_t = QuorumGuardFlag::Auto)]
+    pub quorum_guard: QuorumGuardFlag,
     /// Evidence of a decommission must hold twice, this far apart.
     #[arg(long, env = "KUBE_ANCHOR_PRESTOP_CONFIRM_INTERVAL", default_value = "2s", value_parser = duration)]
     pub confirm_interval: std::time::Duration,
@@ -363,8 +376,8 @@ pub struct CheckpointerPreStopArgs {
     #[command(flatten)]
     pub run: CheckpointerRunArgs,
     /// guarded: only on evidence of a decommission; never; always.
-    #[arg(long, env = "KUBE_ANCHOR_CLEANUP", value_enum, default_value_t = kube_anchor_core::decommission::CleanupMode::Guarded)]
-    pub cleanup: kube_anchor_core::decommission::CleanupMode,
+    #[arg(long, env = "KUBE_ANCHOR_CLEANUP", value_enum, default_value_t = Cleanup::Guarded)]
+    pub cleanup: Cleanup,
     /// The whole hook finishes within this (keep it below terminationGracePeriodSeconds).
     #[arg(long, env = "KUBE_ANCHOR_PRESTOP_TIMEOUT", default_value = "30s", value_parser = duration)]
     pub timeout: std::time::Duration,
@@ -460,6 +473,20 @@ pub struct IdentityArgs {
     pub api_servers: Vec<http::Uri>,
 }
 
+impl IdentityArgs {
+    /// This pod, as the downward API names it (all three are needed to look anything up).
+    pub fn this_pod(&self) -> Option<kube_anchor_core::decommission::ThisPod> {
+        match (&self.pod_name, &self.pod_namespace, &self.node_name) {
+            (Some(name), Some(namespace), Some(node)) => Some(kube_anchor_core::decommission::ThisPod {
+                namespace: namespace.clone(),
+                name: name.clone(),
+                node: node.clone(),
+            }),
+            _ => None,
+        }
+    }
+}
+
 fn api_server(raw: &str) -> Result<http::Uri, String> {
     let uri: http::Uri = raw.trim().parse().map_err(|e| format!("{raw:?}: {e}"))?;
     match (uri.scheme_str(), uri.host()) {
@@ -528,5 +555,46 @@ mod tests {
         let Command::Remove(r) = cli.command else { panic!() };
         assert_eq!(r.node.allowed_roots, ["/etc/kubernetes", "/etc/etcd"]);
         assert!(Cli::try_parse_from(["kube-anchor", "remove"]).is_err());
+    }
+}
+
+/// `--cleanup`: the flag's face of [`decommission::CleanupMode`] (the decision itself knows
+/// nothing of clap).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Cleanup {
+    /// Remove only on positive evidence of a decommission.
+    Guarded,
+    /// Never remove (files stay until removed by hand).
+    Never,
+    /// Remove on every termination (the original anchor's behaviour; for tests and teardown).
+    Always,
+}
+
+impl From<Cleanup> for decommission::CleanupMode {
+    fn from(flag: Cleanup) -> Self {
+        match flag {
+            Cleanup::Guarded => Self::Guarded,
+            Cleanup::Never => Self::Never,
+            Cleanup::Always => Self::Always,
+        }
+    }
+}
+
+/// `--quorum-guard`: the flag's face of [`decommission::QuorumGuard`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum QuorumGuardFlag {
+    /// On for the components that need a quorum (`etcd`, `kube-apiserver`), off otherwise.
+    Auto,
+    On,
+    Off,
+}
+
+impl From<QuorumGuardFlag> for decommission::QuorumGuard {
+    fn from(flag: QuorumGuardFlag) -> Self {
+        match flag {
+            QuorumGuardFlag::Auto => Self::Auto,
+            QuorumGuardFlag::On => Self::On,
+            QuorumGuardFlag::Off => Self::Off,
+        }
     }
 }

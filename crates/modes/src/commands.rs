@@ -10,12 +10,11 @@ use clap::{CommandFactory, Parser};
 use serde_json::json;
 
 use crate::cli::{
-    ApplyArgs, BootstrapArgs, Cli, Command, ComponentArgs, ImportArgs, NodeArgs, OutputFormat, ProbeArgs,
-    ProbeEndpoint, RemoveArgs, RetryArgs, StatusArgs,
+    ApplyArgs, BootstrapArgs, Cli, Command, ImportArgs, NodeArgs, OutputFormat, ProbeArgs, ProbeEndpoint, RemoveArgs,
+    RetryArgs, StatusArgs,
 };
 use crate::engine::{ApplyReport, Engine, Inputs, RemoveReport, StatusReport};
 use crate::logging;
-use kube_anchor_core::config;
 use kube_anchor_core::plan::Notice;
 use kube_anchor_host::hostfs::SetAside;
 
@@ -283,19 +282,9 @@ fn etcd_record(engine: &Engine, inputs: &Inputs) -> anyhow::Result<Option<kube_a
     }
 }
 
-/// The component a verb acts on, from `--component` or the config's metadata.name.
-pub fn component_name(args: &ComponentArgs, engine: &Engine) -> anyhow::Result<String> {
-    Ok(match (&args.component, &args.config) {
-        (Some(name), _) if config::is_component_name(name) => name.clone(),
-        (Some(name), _) => anyhow::bail!("--component {name:?} is not a component name (a lowercase DNS label)"),
-        (None, Some(path)) => crate::engine::load_config(path, engine.roots())?.name,
-        (None, None) => unreachable!("clap requires one of --config and --component"),
-    })
-}
-
 fn remove(args: RemoveArgs) -> anyhow::Result<ExitCode> {
     let engine = engine(&args.node)?;
-    let component = component_name(&args.component, &engine)?;
+    let component = args.component.name(engine.roots())?;
     let report = engine.remove(&component)?;
     log_notices(&report.notices, report.set_aside.as_ref());
     tracing::info!(component = %report.component, removed = report.removed.len(), "removed");
@@ -305,7 +294,7 @@ fn remove(args: RemoveArgs) -> anyhow::Result<ExitCode> {
 
 fn retry(args: RetryArgs) -> anyhow::Result<ExitCode> {
     let engine = engine(&args.node)?;
-    let component = component_name(&args.component, &engine)?;
+    let component = args.component.name(engine.roots())?;
     let forgotten = engine.update_ledger(&component, |ledger| {
         let (forget, keep) = std::mem::take(&mut ledger.bad)
             .into_iter()

@@ -19,8 +19,7 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use serde_json::json;
 
@@ -29,9 +28,10 @@ use crate::engine::{Engine, Inputs};
 use crate::etcd_member::{self, LeaveReport};
 use kube_anchor_core::config::EtcdMember;
 use kube_anchor_core::config::Role;
-use kube_anchor_core::decommission::{self, Anchors, CleanupMode, Decision, Evidence, Lookup, ThisPod};
+use kube_anchor_core::decommission::{self, Decision, Lookup, ThisPod};
 use kube_anchor_core::hostpath::HostPath;
 use kube_anchor_core::staticpod;
+use kube_anchor_k8s::evidence::{decide_with_evidence, remaining};
 use kube_anchor_k8s::kubeapi::{self, API_TIMEOUT, EventSink, HealthCheck};
 
 /// Kept free at the end of --timeout for removing the credentials.
@@ -51,13 +51,9 @@ pub async fn run(args: PreStopArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn remaining(deadline: Instant) -> Duration {
-    deadline.saturating_duration_since(Instant::now())
-}
-
 async fn run_inner(args: &PreStopArgs, deadline: Instant) -> anyhow::Result<ExitCode> {
     let engine = Engine::new(&args.node.host_root, &args.node.state_dir, &args.node.allowed_roots)?;
-    let component = crate::commands::component_name(&args.component, &engine)?;
+    let component = args.component.name(engine.roots())?;
     let evidence_until = deadline
         .checked_sub(REMOVAL_RESERVE.min(args.timeout / 2))
         .unwrap_or_else(Instant::now);
@@ -78,10 +74,10 @@ async fn run_inner(args: &PreStopArgs, deadline: Instant) -> anyhow::Result<Exit
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err("timed out building the client".into()),
     };
-    let this = this_pod(&args.identity);
-    let guard = args.quorum_guard.applies_to(&component);
+    let this = args.identity.this_pod();
+    let guard = decommission::QuorumGuard::from(args.quorum_guard).applies_to(&component);
     let decision = decide_with_evidence(
-        args.cleanup,
+        args.cleanup.into(),
         guard,
         args.confirm_interval,
         this.as_ref(),
@@ -233,103 +229,6 @@ async fn warn_event(
         if tokio::time::timeout(remaining(deadline), publish).await.is_err() {
             tracing::warn!("could not publish the Event in time");
         }
-    }
-}
-
-/// This pod, as the downward API names it (all three are needed to look anything up).
-pub fn this_pod(identity: &crate::cli::IdentityArgs) -> Option<ThisPod> {
-    match (&identity.pod_name, &identity.pod_namespace, &identity.node_name) {
-        (Some(name), Some(namespace), Some(node)) => Some(ThisPod {
-            namespace: namespace.clone(),
-            name: name.clone(),
-            node: node.clone(),
-        }),
-        _ => None,
-    }
-}
-
-/// The decision of a preStop hook (the anchors' and the checkpointer's): under `guarded`, the
-/// evidence gathered by `evidence_until` and, when it says remove, gathered again
-/// `confirm_interval` later and confirmed.
-pub async fn decide_with_evidence(
-    cleanup: CleanupMode,
-    quorum_guard: bool,
-    confirm_interval: Duration,
-    this: Option<&ThisPod>,
-    client: &Result<kube::Client, String>,
-    component: &str,
-    evidence_until: Instant,
-) -> Decision {
-    match (cleanup, this, client) {
-        (CleanupMode::Guarded, None, _) => {
-            Decision::Keep("POD_NAME, POD_NAMESPACE and NODE_NAME are needed to look anything up".into())
-        }
-        (CleanupMode::Guarded, Some(_), Err(why)) => Decision::Keep(format!("{why}: no evidence")),
-        (CleanupMode::Guarded, Some(this), Ok(client)) => {
-            let look = || async {
-                let evidence = gather(client, this, component, evidence_until).await;
-                tracing::debug!(?evidence, "pre-stop evidence");
-                decommission::decide(CleanupMode::Guarded, quorum_guard, this, &evidence)
-            };
-            let first = look().await;
-            if !matches!(first, Decision::Remove(_)) {
-                first
-            } else if remaining(evidence_until) < confirm_interval {
-                Decision::Keep(format!("{}, but no time is left to confirm it", first.reason()))
-            } else {
-                tracing::info!(reason = first.reason(), "pre-stop: looking again before removing");
-                tokio::time::sleep(confirm_interval).await;
-                decommission::confirm(&first, look().await)
-            }
-        }
-        (CleanupMode::Never, _, _) => Decision::Keep("--cleanup never".into()),
-        (CleanupMode::Always, _, _) => Decision::Remove("--cleanup always".into()),
-    }
-}
-
-/// Own pod → its DaemonSet owner → that DaemonSet; the Node; every anchor DaemonSet and pod of
-/// the component. Every lookup ends by `until`.
-async fn gather(client: &kube::Client, this: &ThisPod, component: &str, until: Instant) -> Evidence {
-    let budget = || API_TIMEOUT.min(remaining(until));
-    let selector = decommission::anchor_selector(component);
-    let (nodes, own_pods) = (
-        Api::<Node>::all(client.clone()),
-        Api::<Pod>::namespaced(client.clone(), &this.namespace),
-    );
-    let (all_daemonsets, all_pods) = (Api::<DaemonSet>::all(client.clone()), Api::<Pod>::all(client.clone()));
-    let (node, pod, daemonsets, pods) = futures::join!(
-        kubeapi::lookup(&nodes, &this.node, budget()),
-        kubeapi::lookup(&own_pods, &this.name, budget()),
-        kubeapi::list_all(&all_daemonsets, &selector, budget()),
-        kubeapi::list_all(&all_pods, &selector, budget()),
-    );
-    let node = node.map(|n| decommission::node_facts(&n));
-    let pod = pod.map(|p| decommission::pod_facts(&p));
-    let anchors = match (daemonsets, pods) {
-        (Lookup::Found(daemonsets), Lookup::Found(pods)) => Lookup::Found(Anchors {
-            daemonsets: daemonsets.iter().map(decommission::daemonset_facts).collect(),
-            pods: pods.iter().map(decommission::anchor_pod).collect(),
-        }),
-        (Lookup::Unavailable(why), _) | (_, Lookup::Unavailable(why)) => Lookup::Unavailable(why),
-        _ => Lookup::Unavailable("a list answered 404".into()),
-    };
-    let daemonset = match &pod {
-        Lookup::Found(decommission::PodFacts { owner: Some(owner), .. }) => Some(
-            kubeapi::lookup(
-                &Api::<DaemonSet>::namespaced(client.clone(), &this.namespace),
-                &owner.name,
-                budget(),
-            )
-            .await
-            .map(|d| decommission::daemonset_facts(&d)),
-        ),
-        _ => None,
-    };
-    Evidence {
-        pod,
-        daemonset,
-        node,
-        anchors: Some(anchors),
     }
 }
 

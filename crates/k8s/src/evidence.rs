@@ -1,0 +1,102 @@
+//! The removal evidence: what the API says about this pod, its DaemonSet, its Node and the
+//! component's anchors, gathered within a deadline and judged by the pure
+//! `decommission::decide`. Shared by the anchors' preStop hook and the checkpointer's.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::Api;
+use kube_anchor_core::decommission::{self, Anchors, CleanupMode, Decision, Evidence, Lookup, ThisPod};
+
+use crate::kubeapi::{self, API_TIMEOUT};
+
+/// What is left of the time until `deadline`.
+pub fn remaining(deadline: Instant) -> Duration {
+    deadline.saturating_duration_since(Instant::now())
+}
+
+/// The decision of a preStop hook (the anchors' and the checkpointer's): under `guarded`, the
+/// evidence gathered by `evidence_until` and, when it says remove, gathered again
+/// `confirm_interval` later and confirmed.
+pub async fn decide_with_evidence(
+    cleanup: CleanupMode,
+    quorum_guard: bool,
+    confirm_interval: Duration,
+    this: Option<&ThisPod>,
+    client: &Result<kube::Client, String>,
+    component: &str,
+    evidence_until: Instant,
+) -> Decision {
+    match (cleanup, this, client) {
+        (CleanupMode::Guarded, None, _) => {
+            Decision::Keep("POD_NAME, POD_NAMESPACE and NODE_NAME are needed to look anything up".into())
+        }
+        (CleanupMode::Guarded, Some(_), Err(why)) => Decision::Keep(format!("{why}: no evidence")),
+        (CleanupMode::Guarded, Some(this), Ok(client)) => {
+            let look = || async {
+                let evidence = gather(client, this, component, evidence_until).await;
+                tracing::debug!(?evidence, "pre-stop evidence");
+                decommission::decide(CleanupMode::Guarded, quorum_guard, this, &evidence)
+            };
+            let first = look().await;
+            if !matches!(first, Decision::Remove(_)) {
+                first
+            } else if remaining(evidence_until) < confirm_interval {
+                Decision::Keep(format!("{}, but no time is left to confirm it", first.reason()))
+            } else {
+                tracing::info!(reason = first.reason(), "pre-stop: looking again before removing");
+                tokio::time::sleep(confirm_interval).await;
+                decommission::confirm(&first, look().await)
+            }
+        }
+        (CleanupMode::Never, _, _) => Decision::Keep("--cleanup never".into()),
+        (CleanupMode::Always, _, _) => Decision::Remove("--cleanup always".into()),
+    }
+}
+
+/// Own pod → its DaemonSet owner → that DaemonSet; the Node; every anchor DaemonSet and pod of
+/// the component. Every lookup ends by `until`.
+async fn gather(client: &kube::Client, this: &ThisPod, component: &str, until: Instant) -> Evidence {
+    let budget = || API_TIMEOUT.min(remaining(until));
+    let selector = decommission::anchor_selector(component);
+    let (nodes, own_pods) = (
+        Api::<Node>::all(client.clone()),
+        Api::<Pod>::namespaced(client.clone(), &this.namespace),
+    );
+    let (all_daemonsets, all_pods) = (Api::<DaemonSet>::all(client.clone()), Api::<Pod>::all(client.clone()));
+    let (node, pod, daemonsets, pods) = futures::join!(
+        kubeapi::lookup(&nodes, &this.node, budget()),
+        kubeapi::lookup(&own_pods, &this.name, budget()),
+        kubeapi::list_all(&all_daemonsets, &selector, budget()),
+        kubeapi::list_all(&all_pods, &selector, budget()),
+    );
+    let node = node.map(|n| decommission::node_facts(&n));
+    let pod = pod.map(|p| decommission::pod_facts(&p));
+    let anchors = match (daemonsets, pods) {
+        (Lookup::Found(daemonsets), Lookup::Found(pods)) => Lookup::Found(Anchors {
+            daemonsets: daemonsets.iter().map(decommission::daemonset_facts).collect(),
+            pods: pods.iter().map(decommission::anchor_pod).collect(),
+        }),
+        (Lookup::Unavailable(why), _) | (_, Lookup::Unavailable(why)) => Lookup::Unavailable(why),
+        _ => Lookup::Unavailable("a list answered 404".into()),
+    };
+    let daemonset = match &pod {
+        Lookup::Found(decommission::PodFacts { owner: Some(owner), .. }) => Some(
+            kubeapi::lookup(
+                &Api::<DaemonSet>::namespaced(client.clone(), &this.namespace),
+                &owner.name,
+                budget(),
+            )
+            .await
+            .map(|d| decommission::daemonset_facts(&d)),
+        ),
+        _ => None,
+    };
+    Evidence {
+        pod,
+        daemonset,
+        node,
+        anchors: Some(anchors),
+    }
+}
