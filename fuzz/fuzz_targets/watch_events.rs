@@ -1,44 +1,42 @@
-//! inotify read buffers through the parser and the event → action decision. The first byte says
-//! which watch descriptors are input directories and which names are managed. Never panics; our
-//! own temp files never cause a sync; a sync on a symlink is only asked for on a creation.
+//! Arbitrary inotify events through the event → action decision. Each record is a mask (4
+//! bytes), a flags byte (input directory, managed name, paired with a move from our temp file)
+//! and a length-prefixed name. Never panics; our own temp files never cause a sync; a sync on a
+//! symlink is only asked for on a creation.
 #![no_main]
 
-use kube_anchor_host::watch::{
-    Action, Event, IN_CREATE, IN_DELETE_SELF, IN_IGNORED, IN_MOVE_SELF, IN_MOVED_FROM, IN_MOVED_TO, IN_Q_OVERFLOW,
-    classify, is_our_temp, parse_events,
+use kube_anchor_core::change::{
+    Action, Event, IN_CREATE, IN_DELETE_SELF, IN_IGNORED, IN_MOVE_SELF, IN_MOVED_TO, IN_Q_OVERFLOW, classify,
 };
+use kube_anchor_core::hostpath::is_our_temp;
 use libfuzzer_sys::fuzz_target;
 
+const OUR_TEMP: &[u8] = b".a.yaml.XyZ12.kube-anchor.tmp";
+
 fuzz_target!(|data: &[u8]| {
-    let Some((&flags, buf)) = data.split_first() else {
-        return;
-    };
-    let mut moved_from: Option<(i32, u32, &[u8])> = None;
-    for raw in parse_events(buf) {
-        let from = match moved_from {
-            Some((wd, cookie, name)) if raw.mask & IN_MOVED_TO != 0 && wd == raw.wd && cookie == raw.cookie => {
-                Some(name)
-            }
-            _ => None,
-        };
-        if raw.mask & IN_MOVED_FROM != 0 {
-            moved_from = Some((raw.wd, raw.cookie, raw.name));
-        }
-        let bit = (raw.wd & 3) as u8;
+    let mut rest = data;
+    while let Some((header, tail)) = rest.split_first_chunk::<6>() {
+        let mask = u32::from_ne_bytes([header[0], header[1], header[2], header[3]]);
+        let flags = header[4];
+        let len = (header[5] as usize).min(tail.len());
+        let (name, tail) = tail.split_at(len);
+        rest = tail;
         let event = Event {
-            mask: raw.mask,
-            name: raw.name,
-            moved_from: from,
-            input: flags & (1 << bit) != 0,
-            managed: flags & (1 << (bit + 4)) != 0,
+            mask,
+            name,
+            moved_from: (flags & 4 != 0).then_some(OUR_TEMP),
+            input: flags & 1 != 0,
+            managed: flags & 2 != 0,
         };
         let action = classify(&event);
-        let about_the_watch = raw.mask & (IN_Q_OVERFLOW | IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF) != 0;
-        if is_our_temp(raw.name) && !about_the_watch {
+        let about_the_watch = mask & (IN_Q_OVERFLOW | IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF) != 0;
+        if is_our_temp(name) && !about_the_watch {
             assert_eq!(action, Action::Ignore, "{event:?}");
         }
+        if mask & IN_MOVED_TO != 0 && event.moved_from.is_some() && !about_the_watch {
+            assert_eq!(action, Action::Ignore, "our own commit: {event:?}");
+        }
         if action == Action::SyncIfSymlink {
-            assert!(raw.mask & IN_CREATE != 0, "{event:?}");
+            assert!(mask & IN_CREATE != 0, "{event:?}");
         }
         if !event.input && !event.managed && !about_the_watch {
             assert_eq!(action, Action::Ignore, "{event:?}");

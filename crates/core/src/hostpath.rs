@@ -179,9 +179,26 @@ impl fmt::Display for AllowedRoots {
     }
 }
 
+/// Every temp file the executor creates ends with this, so leftovers from a crash are
+/// recognizable: `.<file name>.<random>.kube-anchor.tmp`, in the target's own directory.
+pub const TEMP_SUFFIX: &str = ".kube-anchor.tmp";
+
+/// Whether a directory entry's name is one of the executor's temp files.
+pub fn is_our_temp(name: &[u8]) -> bool {
+    name.len() > 1 + TEMP_SUFFIX.len() && name.starts_with(b".") && name.ends_with(TEMP_SUFFIX.as_bytes())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn temp_names() {
+        assert!(is_our_temp(b".a.yaml.XyZ12.kube-anchor.tmp"));
+        assert!(!is_our_temp(b"a.yaml.kube-anchor.tmp"));
+        assert!(!is_our_temp(b".kube-anchor.tmp"));
+        assert!(!is_our_temp(b".a.yaml"));
+    }
 
     fn roots() -> AllowedRoots {
         AllowedRoots::new([

@@ -3,6 +3,7 @@
 //! act; the modes (`kube-anchor-modes`) wire observation → decision → execution.
 
 pub mod bootstrap;
+pub mod change;
 pub mod checkpoint;
 pub mod config;
 pub mod decommission;

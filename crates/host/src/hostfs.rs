@@ -18,12 +18,10 @@ use sha2::{Digest, Sha256};
 use tempfile::{NamedTempFile, TempPath};
 
 use kube_anchor_core::config::{FileMode, Owner, Role};
-use kube_anchor_core::hostpath::{AllowedRoots, HostPath, HostPathError};
+use kube_anchor_core::hostpath::{AllowedRoots, HostPath, HostPathError, TEMP_SUFFIX};
 use kube_anchor_core::ledger::{CorruptLedger, Ledger, STATE_SUBDIR, Snapshot, decode_checked, encode_checked};
 use kube_anchor_core::plan::{Observations, Observed, Op};
 
-/// Every temp file we create ends with this, so leftovers from a crash are recognizable.
-pub const TEMP_SUFFIX: &str = ".kube-anchor.tmp";
 const LEDGER_MODE: FileMode = FileMode(0o600);
 /// The most bytes read from one input: the config file and each `source:`. Checked while
 /// reading, so a device or a growing file costs no more than this.

@@ -20,11 +20,12 @@ use crate::engine::{Engine, EngineError, Inputs, now_rfc3339};
 use crate::metrics::Metrics;
 use crate::server::{self, Shared};
 use crate::shutdown;
+use kube_anchor_core::change::DATA_LINK;
 use kube_anchor_core::desired::Desired;
 use kube_anchor_core::ledger::BadVersion;
 use kube_anchor_core::pinned::{MAX_MARKER_BYTES, PinnedInputs};
 use kube_anchor_core::trial::{Assessment, MirrorPod, Observation, Trial, TrialOutcome, assess};
-use kube_anchor_host::watch::{DATA_LINK, DirRole, DirWatcher};
+use kube_anchor_host::watch::{DirRole, DirWatcher};
 use kube_anchor_k8s::kubeapi::{self, EventSink, HealthCheck};
 
 /// How often the version on trial (or one not converged yet) is looked at.
