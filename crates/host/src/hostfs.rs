@@ -533,7 +533,16 @@ impl HostFs {
     /// An exclusive lock per component, held while a command changes its files, so that a
     /// one-shot `apply` and the daemon never interleave.
     pub fn lock(&self, state_dir: &HostPath, component: &str) -> Result<File, HostFsError> {
-        let path = state_dir.join(&format!("{STATE_SUBDIR}/{component}.lock"))?;
+        let (path, file) = self.open_lock_file(state_dir, component)?;
+        file.lock().map_err(io_err(&path, "lock"))?;
+        Ok(file)
+    }
+
+    /// The lock file `<state-dir>/v1/<name>.lock`, opened (created when missing) but not locked:
+    /// callers that must not block (the checkpointer polls, so a drain is never stuck behind a
+    /// blocked thread) take it with `try_lock`.
+    pub fn open_lock_file(&self, state_dir: &HostPath, name: &str) -> Result<(HostPath, File), HostFsError> {
+        let path = state_dir.join(&format!("{STATE_SUBDIR}/{name}.lock"))?;
         let real = self.resolve(&path)?;
         self.create_dirs(&path, real.parent().expect("has a parent"), &mut Vec::new())?;
         // Never through a symlink: that would create a file wherever it points.
@@ -551,8 +560,7 @@ impl HostFs {
             }
             Err(e) => return Err(io_err(&path, "inspect lock file")(e)),
         }
-        file.lock().map_err(io_err(&path, "lock"))?;
-        Ok(file)
+        Ok((path, file))
     }
 }
 

@@ -473,22 +473,11 @@ async fn blocking_lock(
 
 /// The lock file `<state-dir>/v1/<name>.lock`, opened (created when missing).
 fn lock_file(setup: &Setup, name: &str) -> anyhow::Result<std::fs::File> {
-    let path = setup.state_dir.join(&format!("v1/{name}.lock"))?;
-    let real = setup.fs.resolve(&path)?;
-    if let Some(dir) = real.parent() {
-        use std::os::unix::fs::DirBuilderExt;
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(DIR_MODE)
-            .create(dir)
-            .with_context(|| format!("{path}: cannot create its directory"))?;
-    }
-    std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&real)
-        .with_context(|| format!("{path}: cannot open the lock file"))
+    open_lock_file(&setup.fs, &setup.state_dir, name)
+}
+
+fn open_lock_file(fs: &HostFs, state_dir: &HostPath, name: &str) -> anyhow::Result<std::fs::File> {
+    Ok(fs.open_lock_file(state_dir, name)?.1)
 }
 
 /// Waits for an exclusive lock (polled, so that a drain never waits on a blocked thread);
@@ -1398,5 +1387,26 @@ async fn owner_wants_node(
         },
         "Pod" => Some(has_pod_here()),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A lock file planted as a symlink is refused: opening it would create a file wherever the
+    /// link points.
+    #[test]
+    fn a_lock_file_that_is_a_symlink_is_refused() {
+        let root = tempfile::tempdir().unwrap();
+        let state = HostPath::parse("/var/lib/kube-anchor").unwrap();
+        let fs = HostFs::new(root.path(), AllowedRoots::new([state.clone()])).unwrap();
+        let v1 = root.path().join("var/lib/kube-anchor/v1");
+        std::fs::create_dir_all(&v1).unwrap();
+        let elsewhere = root.path().join("elsewhere");
+        std::os::unix::fs::symlink(&elsewhere, v1.join(format!("{MAIN_LOCK}.lock"))).unwrap();
+        assert!(open_lock_file(&fs, &state, MAIN_LOCK).is_err());
+        assert!(!elsewhere.exists(), "created through the link");
+        assert!(open_lock_file(&fs, &state, DAEMONSET_LOCK).is_ok());
     }
 }
