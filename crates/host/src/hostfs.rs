@@ -615,23 +615,51 @@ fn stage(
     mode: FileMode,
     owner: Option<Owner>,
 ) -> Result<NamedTempFile, HostFsError> {
-    let dir = real.parent().expect("resolved file has a parent");
-    let name = real.file_name().expect("resolved file has a name").to_string_lossy();
+    stage_file(real, mode, owner, |file| file.write_all(content)).map_err(|(op, e)| io_err(path, op)(e))
+}
+
+/// The first half of the one atomic write: a dot-prefixed temp file in `target`'s directory
+/// (`.<name>.<random>.kube-anchor.tmp`), created with its final mode (never a moment of wider
+/// permissions) and owner, then filled by `fill`. Removed on drop unless [`commit_file`] (or the
+/// executor) renames it. On error: the step that failed and why.
+pub fn stage_file(
+    target: &Path,
+    mode: FileMode,
+    owner: Option<Owner>,
+    fill: impl FnOnce(&mut File) -> io::Result<()>,
+) -> Result<NamedTempFile, (&'static str, io::Error)> {
+    let dir = target.parent().ok_or((
+        "create temp file",
+        io::Error::new(io::ErrorKind::InvalidInput, "no parent directory"),
+    ))?;
+    let name = target.file_name().unwrap_or_default().to_string_lossy();
     let mut temp = tempfile::Builder::new()
         .prefix(&format!(".{name}."))
         .suffix(TEMP_SUFFIX)
-        // Created with the final mode (less the umask): never a moment of wider permissions.
         .permissions(fs::Permissions::from_mode(mode.0))
         .tempfile_in(dir)
-        .map_err(io_err(path, "create temp file"))?;
+        .map_err(|e| ("create temp file", e))?;
     let file = temp.as_file_mut();
+    // Again on the open file: creation applied the umask.
     file.set_permissions(fs::Permissions::from_mode(mode.0))
-        .map_err(io_err(path, "set mode"))?;
+        .map_err(|e| ("set mode", e))?;
     if let Some(owner) = owner {
-        std::os::unix::fs::fchown(&*file, Some(owner.uid), Some(owner.gid)).map_err(io_err(path, "set owner"))?;
+        std::os::unix::fs::fchown(&*file, Some(owner.uid), Some(owner.gid)).map_err(|e| ("set owner", e))?;
     }
-    file.write_all(content).map_err(io_err(path, "write"))?;
+    fill(file).map_err(|e| ("write", e))?;
     Ok(temp)
+}
+
+/// The second half, for a file written on its own: fsync the temp file, rename it over
+/// `target`, fsync the directory. (The executor does the same for a whole plan, with its fsyncs
+/// batched.)
+pub fn commit_file(temp: NamedTempFile, target: &Path) -> Result<(), (&'static str, io::Error)> {
+    temp.as_file().sync_all().map_err(|e| ("fsync", e))?;
+    temp.persist(target).map_err(|e| ("rename", e.error))?;
+    let dir = target.parent().expect("staged beside it");
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| ("fsync directory", e))
 }
 
 fn observe_real(path: &HostPath, real: &Path) -> Result<Observed, HostFsError> {

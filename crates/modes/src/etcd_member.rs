@@ -11,7 +11,7 @@
 use std::collections::BTreeSet;
 use std::fs;
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -20,7 +20,7 @@ use kube_anchor_core::config::{EtcdMember, FileMode, Role};
 use kube_anchor_core::hostpath::HostPath;
 use kube_anchor_core::ledger::{STATE_SUBDIR, decode_checked, encode_checked};
 use kube_anchor_core::membership::{self, Join, JoinFacts, Leave, LeaveFacts, Me, Observed, Outcome, Phase, Record};
-use kube_anchor_host::hostfs::HostFsError;
+use kube_anchor_host::hostfs::{HostFsError, commit_file, stage_file};
 use kube_anchor_k8s::etcd::{Cluster, Credentials, Endpoint, EtcdError};
 
 /// How long one etcd call may take (a membership change commits through raft, with an fsync
@@ -480,32 +480,16 @@ pub fn save_and_remove_data_dir(
                 .unwrap_or_default();
             let name = format!("{:020}-{:09}.db", stamp.as_secs(), stamp.subsec_nanos());
             let target = dir.join(&name);
-            let temp = dir.join(format!(".{name}.tmp"));
-            {
-                let mut from = fs::File::open(&db).map_err(io(&db, "open"))?;
-                let mut to = fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(0o600)
-                    .open(&temp)
-                    .map_err(io(&temp, "create"))?;
-                let copied = io::copy(&mut io::Read::take(&mut from, member.snapshot_max_bytes + 1), &mut to);
-                let done = copied.and_then(|n| {
-                    if n > member.snapshot_max_bytes {
-                        Err(io::Error::other("grew above snapshots.maxBytes while copied"))
-                    } else {
-                        to.sync_all()
-                    }
-                });
-                if let Err(e) = done {
-                    let _ = fs::remove_file(&temp);
-                    return Err(io(&temp, "write snapshot")(e));
+            let mut from = fs::File::open(&db).map_err(io(&db, "open"))?;
+            let temp = stage_file(&target, FileMode(0o600), None, |to| {
+                let copied = io::copy(&mut io::Read::take(&mut from, member.snapshot_max_bytes + 1), to)?;
+                if copied > member.snapshot_max_bytes {
+                    return Err(io::Error::other("grew above snapshots.maxBytes while copied"));
                 }
-            }
-            fs::rename(&temp, &target).map_err(io(&target, "rename"))?;
-            fs::File::open(&dir)
-                .and_then(|d| d.sync_all())
-                .map_err(io(&dir, "fsync"))?;
+                Ok(())
+            })
+            .map_err(|(_, e)| io(&target, "write snapshot")(e))?;
+            commit_file(temp, &target).map_err(|(op, e)| io(&target, op)(e))?;
             let names: Vec<String> = fs::read_dir(&dir)
                 .map_err(io(&dir, "list"))?
                 .filter_map(|e| e.ok()?.file_name().into_string().ok())

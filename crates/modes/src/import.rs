@@ -976,7 +976,10 @@ fn read_entry(root: &Path, path: &str) -> Result<HostEntry, ImportError> {
 /// renamed only once all of them are complete, so a failure leaves no partial values set.
 pub fn write_values(dir: &Path, docs: &[(String, String)]) -> Result<Vec<PathBuf>, ImportError> {
     use std::io::Write;
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+
+    use kube_anchor_core::config::FileMode;
+    use kube_anchor_host::hostfs::{commit_file, stage_file};
     let out_err = |problem: String| ImportError::OutputDir {
         path: dir.into(),
         problem,
@@ -999,39 +1002,25 @@ pub fn write_values(dir: &Path, docs: &[(String, String)]) -> Result<Vec<PathBuf
                 source,
             })?,
     }
-    let mut temps: Vec<(PathBuf, PathBuf)> = Vec::new();
-    let result = (|| {
-        for (name, content) in docs {
-            let path = dir.join(name);
-            let temp = dir.join(format!(".{name}.import-{}", std::process::id()));
-            let write_err = |source| ImportError::Write {
-                path: temp.clone(),
-                source,
-            };
-            let mut file = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&temp)
-                .map_err(write_err)?;
-            temps.push((temp.clone(), path));
-            file.write_all(content.as_bytes()).map_err(write_err)?;
-            file.sync_all().map_err(write_err)?;
-        }
-        Ok(())
-    })();
-    if let Err(e) = result {
-        for (temp, _) in &temps {
-            let _ = std::fs::remove_file(temp);
-        }
-        return Err(e);
+    // Every file complete (written and fsynced) before the first rename; a temp file not
+    // renamed is removed when dropped.
+    let write_err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |(_, source): (&'static str, std::io::Error)| ImportError::Write { path, source }
+    };
+    let mut staged = Vec::new();
+    for (name, content) in docs {
+        let path = dir.join(name);
+        let temp = stage_file(&path, FileMode(0o600), None, |file| {
+            file.write_all(content.as_bytes())?;
+            file.sync_all()
+        })
+        .map_err(write_err(&path))?;
+        staged.push((temp, path));
     }
     let mut written = Vec::new();
-    for (temp, path) in temps {
-        std::fs::rename(&temp, &path).map_err(|source| ImportError::Write {
-            path: path.clone(),
-            source,
-        })?;
+    for (temp, path) in staged {
+        commit_file(temp, &path).map_err(write_err(&path))?;
         written.push(path);
     }
     Ok(written)
