@@ -13,6 +13,7 @@ use kube::{Client, Config};
 use tokio::sync::watch;
 
 use kube_anchor_core::trial::MirrorPod;
+use kube_anchor_host::hostfs::{Follow, MAX_INPUT_BYTES, read_regular};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -246,7 +247,8 @@ fn direct_client(
     let mut config = Config::new(base);
     match ca_file {
         Some(ca) => {
-            let pem = std::fs::read(ca).map_err(|e| bad(format!("CA file {}: {e}", ca.display())))?;
+            let pem = read_regular(ca, MAX_INPUT_BYTES, Follow::Yes)
+                .map_err(|e| bad(format!("CA file {}: {e}", ca.display())))?;
             config.root_cert = Some(pem_certificates(&pem));
         }
         None => config.accept_invalid_certs = true,
@@ -394,9 +396,13 @@ pub async fn bearer_token(kubeconfig: Option<&Path>) -> Option<String> {
                 t.expose_secret().to_owned()
             })
         }
-        None => std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/token")
-            .ok()
-            .map(|t| t.trim().to_owned()),
+        None => read_regular(
+            Path::new("/var/run/secrets/kubernetes.io/serviceaccount/token"),
+            MAX_INPUT_BYTES,
+            Follow::Yes,
+        )
+        .ok()
+        .map(|t| String::from_utf8_lossy(&t).trim().to_owned()),
     }
 }
 

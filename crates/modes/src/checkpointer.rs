@@ -41,7 +41,8 @@ use kube_anchor_core::digest::sha256_hex;
 use kube_anchor_core::hostpath::{AllowedRoots, HostPath};
 use kube_anchor_core::plan::{Op, WriteReason};
 use kube_anchor_core::sanitize::{self, CHECKPOINT_OF_ANNOTATION, Layout, SourceKind};
-use kube_anchor_host::hostfs::HostFs;
+use kube_anchor_core::staticpod;
+use kube_anchor_host::hostfs::{Follow, HostFs, MAX_INPUT_BYTES, read_regular};
 use kube_anchor_k8s::kubeapi::{self, API_TIMEOUT, KubeletClient};
 
 /// Checkpoint data is private: 0700 directories.
@@ -59,12 +60,15 @@ pub async fn main(args: CheckpointerArgs) -> anyhow::Result<ExitCode> {
 fn sanitize_command(node: Option<&str>, file: Option<&std::path::Path>) -> anyhow::Result<ExitCode> {
     let text = match file {
         Some(p) if p.as_os_str() != "-" => {
-            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?
+            let bytes =
+                read_regular(p, MAX_INPUT_BYTES, Follow::Yes).with_context(|| format!("reading {}", p.display()))?;
+            String::from_utf8(bytes).with_context(|| format!("{}: not UTF-8", p.display()))?
         }
         _ => std::io::read_to_string(std::io::stdin()).context("reading stdin")?,
     };
     let source = file.map(|p| p.display().to_string()).unwrap_or_else(|| "stdin".into());
-    let pod: Pod = serde_yaml_ng::from_str(&text).with_context(|| format!("{source}: not a Pod"))?;
+    let document = kube_anchor_core::yaml::document(&text).with_context(|| format!("{source}: not a Pod"))?;
+    let pod: Pod = serde_yaml_ng::from_value(document).with_context(|| format!("{source}: not a Pod"))?;
     let checkpoint =
         sanitize::sanitize(&pod, &Layout::default()).with_context(|| format!("{source}: cannot be checkpointed"))?;
     print!("{}", String::from_utf8_lossy(&checkpoint.to_json()));
@@ -364,8 +368,9 @@ async fn run(args: CheckpointerRunArgs) -> anyhow::Result<()> {
     } else {
         CopyRole::DaemonSet
     };
-    let boot_id = match std::fs::read_to_string(&args.boot_id_file) {
-        Ok(id) => id.trim().to_owned(),
+    // A procfs file reads as a regular file of size 0; the bound holds while reading.
+    let boot_id = match read_regular(&args.boot_id_file, 4096, Follow::Yes) {
+        Ok(id) => String::from_utf8_lossy(&id).trim().to_owned(),
         Err(e) => {
             // Without a boot id every start looks like a new boot: a blind copy then activates
             // checkpoints, the safe direction.
@@ -804,7 +809,7 @@ impl Machine {
             let Some(stem) = name.strip_suffix(".json").filter(|_| !name.starts_with('.')) else {
                 continue;
             };
-            let Ok(pod) = std::fs::read(entry.path())
+            let Ok(pod) = read_regular(&entry.path(), staticpod::MAX_MANIFEST_BYTES as u64, Follow::No)
                 .map_err(|_| ())
                 .and_then(|b| serde_json::from_slice::<Pod>(&b).map_err(|_| ()))
             else {
