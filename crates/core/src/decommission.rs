@@ -454,9 +454,7 @@ pub fn pod_facts(pod: &Pod) -> PodFacts {
 pub fn anchor_pod(pod: &Pod) -> AnchorPod {
     let status = pod.status.as_ref();
     let finished = matches!(status.and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"));
-    let ready = status
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    let ready = crate::pod_status::is_ready(pod);
     AnchorPod {
         namespace: pod.metadata.namespace.clone().unwrap_or_default(),
         name: pod.metadata.name.clone().unwrap_or_default(),

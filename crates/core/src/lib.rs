@@ -15,6 +15,7 @@ pub mod ledger;
 pub mod membership;
 pub mod pinned;
 pub mod plan;
+pub mod pod_status;
 pub mod render;
 pub mod rollout;
 pub mod sanitize;

@@ -53,10 +53,8 @@ impl MirrorPod {
             .and_then(|a| a.get(CONTENT_HASH_ANNOTATION))
             .cloned();
         let status = pod.status.as_ref();
-        let phase = status.and_then(|s| s.phase.clone());
-        let ready = status
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+        let phase = crate::pod_status::phase(pod).map(str::to_owned);
+        let ready = crate::pod_status::is_ready(pod);
         let restarts = status
             .and_then(|s| s.container_statuses.as_ref())
             .map(|cs| cs.iter().map(|c| c.restart_count.max(0) as u32).sum())

@@ -40,6 +40,7 @@ use kube_anchor_core::desired::DesiredFile;
 use kube_anchor_core::digest::sha256_hex;
 use kube_anchor_core::hostpath::{AllowedRoots, HostPath};
 use kube_anchor_core::plan::{Op, WriteReason};
+use kube_anchor_core::pod_status;
 use kube_anchor_core::sanitize::{self, CHECKPOINT_OF_ANNOTATION, Layout, SourceKind};
 use kube_anchor_core::staticpod;
 use kube_anchor_host::hostfs::{Follow, HostFs, MAX_INPUT_BYTES, read_regular};
@@ -888,11 +889,12 @@ impl Machine {
             {
                 memory.self_owner = Some(key.clone());
             }
-            if pod_phase(pod) == Some("Running") {
+            if pod_status::phase(pod) == Some("Running") {
                 memory.seen.insert(key.clone());
             }
             seen.insert(uid.clone());
-            let ready_since = running_ready(pod).then(|| *self.local_ready_since.entry(uid.clone()).or_insert(now));
+            let ready_since =
+                pod_status::is_running_ready(pod).then(|| *self.local_ready_since.entry(uid.clone()).or_insert(now));
             if ready_since.is_none() {
                 self.local_ready_since.remove(&uid);
             }
@@ -1242,34 +1244,10 @@ fn is_checkpoint_or_static(pod: &Pod) -> bool {
     })
 }
 
-fn running_ready(pod: &Pod) -> bool {
-    let status = pod.status.as_ref();
-    status.and_then(|s| s.phase.as_deref()) == Some("Running")
-        && status
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
 /// How long the API has shown the pod Running and Ready (from its Ready condition).
 fn ready_for(pod: &Pod) -> Option<Duration> {
-    if !running_ready(pod) {
-        return None;
-    }
-    let since = pod
-        .status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == "Ready")?
-        .last_transition_time
-        .as_ref()?;
-    let since: SystemTime = since.0.into();
+    let since: SystemTime = pod_status::ready_since(pod)?.0.into();
     Some(SystemTime::now().duration_since(since).unwrap_or_default())
-}
-
-fn pod_phase(pod: &Pod) -> Option<&str> {
-    pod.status.as_ref()?.phase.as_deref()
 }
 
 /// Whether the API shows a pod of owner `key` on this node that is not being deleted (neither a
