@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Container, Secret, Volume};
 
+use crate::decommission;
+
 /// The env var by which an anchor DaemonSet's container names its config (the chart sets it).
 pub const CONFIG_ENV: &str = "KUBE_ANCHOR_CONFIG";
 /// The components of a control plane, in the order they must come up.
@@ -183,7 +185,7 @@ impl Objects {
     }
 
     /// The anchor pods the node would run: every DaemonSet whose container runs `kube-anchor run`
-    /// and whose nodeSelector the node's labels satisfy.
+    /// and whose node selection (nodeSelector, required node affinity) the node satisfies.
     pub fn anchors_for(&self, node: &NodeFacts) -> Result<Vec<AnchorPod>, BootstrapError> {
         let mut pods = Vec::new();
         for ds in &self.daemonsets {
@@ -199,14 +201,10 @@ impl Objects {
             let Some(container) = spec.containers.iter().find(|c| is_anchor(c)) else {
                 continue;
             };
-            let selector = spec.node_selector.clone().unwrap_or_default();
-            if !selector.iter().all(|(k, v)| node.labels.get(k) == Some(v)) {
+            // The DaemonSet controller's rule (nodeSelector and required node affinity, judged
+            // on the labels given for the node), the same one the removal evidence uses.
+            if !decommission::matches_node(&decommission::NodeSelection::of(Some(spec)), &node.labels, &node.name) {
                 continue;
-            }
-            if spec.affinity.as_ref().and_then(|a| a.node_affinity.as_ref()).is_some() {
-                return Err(unsupported(
-                    "node affinity cannot be judged without an API server; select control-plane nodes with nodeSelector".into(),
-                ));
             }
             let annotations = ds
                 .spec
@@ -590,6 +588,28 @@ spec:
         assert_eq!(by_path["/etc/kube-anchor/secrets/peer.key"].content, b"peer");
         assert_eq!(by_path["/etc/kube-anchor/secrets/peer.key"].mode, 0o400);
         assert_eq!(pod.files.len(), 4, "hostPath volumes are not inputs: {:?}", pod.files);
+    }
+
+    /// Node affinity is judged as the DaemonSet controller judges it (the same rule as the
+    /// removal evidence's): a chart that selects control-plane nodes by affinity bootstraps.
+    #[test]
+    fn required_node_affinity_selects_nodes_as_the_daemonset_controller_does() {
+        let by_affinity = TEMPLATE.replace(
+            "      nodeSelector: {node-role.kubernetes.io/control-plane: \"\", kubernetes.io/hostname: cp-1}\n",
+            "      affinity:\n        nodeAffinity:\n          requiredDuringSchedulingIgnoredDuringExecution:\n            nodeSelectorTerms:\n              - matchExpressions: [{key: node-role.kubernetes.io/control-plane, operator: Exists}]\n                matchFields: [{key: metadata.name, operator: In, values: [cp-1]}]\n",
+        );
+        assert_ne!(by_affinity, TEMPLATE);
+        let o = objects(&by_affinity);
+        let pods = o.anchors_for(&control_plane_node("cp-1")).unwrap();
+        assert_eq!(pods.len(), 1);
+        assert!(matches!(
+            o.anchors_for(&control_plane_node("cp-2")),
+            Err(BootstrapError::NoAnchors { .. })
+        ));
+        assert!(matches!(
+            o.anchors_for(&NodeFacts::new("cp-1", "10.0.0.1", [])),
+            Err(BootstrapError::NoAnchors { .. })
+        ));
     }
 
     #[test]
