@@ -162,7 +162,7 @@ impl Endpoint {
             return Err(bad("not an https:// URL".into()));
         }
         let mut config = Config::new(uri);
-        config.root_cert = Some(crate::kubeapi::pem_certificates(&credentials.ca));
+        config.root_cert = Some(crate::direct::pem_certificates(&credentials.ca));
         config.connect_timeout = Some(Duration::from_secs(2));
         config.read_timeout = Some(timeout);
         let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);

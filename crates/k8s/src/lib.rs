@@ -2,6 +2,7 @@
 //! servers, mirror pods, Events, the rollout Lease, the removal evidence), the kubelet and health
 //! URLs, and etcd's cluster API.
 
+pub mod direct;
 pub mod etcd;
 pub mod evidence;
 pub mod failover;

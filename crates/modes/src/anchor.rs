@@ -26,7 +26,8 @@ use kube_anchor_core::ledger::BadVersion;
 use kube_anchor_core::pinned::{MAX_MARKER_BYTES, PinnedInputs};
 use kube_anchor_core::trial::{Assessment, MirrorPod, Observation, Trial, TrialOutcome, assess};
 use kube_anchor_host::watch::{DirRole, DirWatcher};
-use kube_anchor_k8s::kubeapi::{self, EventSink, HealthCheck};
+use kube_anchor_k8s::direct::HealthCheck;
+use kube_anchor_k8s::kubeapi::{self, EventSink};
 
 /// How often the version on trial (or one not converged yet) is looked at.
 const TRIAL_TICK: Duration = Duration::from_secs(1);

@@ -21,7 +21,7 @@ use crate::engine::{ApplyReport, Engine, Inputs};
 use kube_anchor_core::bootstrap::{AnchorPod, BootstrapError, NodeFacts, Objects, boot_order};
 use kube_anchor_core::config::Role;
 use kube_anchor_core::pinned::PinnedInputs;
-use kube_anchor_k8s::kubeapi::HealthCheck;
+use kube_anchor_k8s::direct::HealthCheck;
 
 /// Longest `helm template` output read from one file.
 const MAX_TEMPLATE_BYTES: u64 = 64 << 20;

@@ -44,7 +44,8 @@ use kube_anchor_core::pod_status;
 use kube_anchor_core::sanitize::{self, CHECKPOINT_OF_ANNOTATION, Layout, SourceKind};
 use kube_anchor_core::staticpod;
 use kube_anchor_host::hostfs::{Follow, HostFs, MAX_INPUT_BYTES, read_regular};
-use kube_anchor_k8s::kubeapi::{self, API_TIMEOUT, KubeletClient};
+use kube_anchor_k8s::direct::KubeletClient;
+use kube_anchor_k8s::kubeapi::{self, API_TIMEOUT};
 
 /// Checkpoint data is private: 0700 directories.
 const DIR_MODE: u32 = 0o700;

@@ -31,8 +31,9 @@ use kube_anchor_core::config::Role;
 use kube_anchor_core::decommission::{self, Decision, Lookup, ThisPod};
 use kube_anchor_core::hostpath::HostPath;
 use kube_anchor_core::staticpod;
+use kube_anchor_k8s::direct::HealthCheck;
 use kube_anchor_k8s::evidence::{decide_with_evidence, remaining};
-use kube_anchor_k8s::kubeapi::{self, API_TIMEOUT, EventSink, HealthCheck};
+use kube_anchor_k8s::kubeapi::{self, API_TIMEOUT, EventSink};
 
 /// Kept free at the end of --timeout for removing the credentials.
 const FINAL_STEP: Duration = Duration::from_secs(2);
