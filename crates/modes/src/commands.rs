@@ -97,7 +97,9 @@ fn probe(args: ProbeArgs) -> anyhow::Result<ExitCode> {
         ProbeEndpoint::Healthz => "/healthz",
         ProbeEndpoint::Readyz => "/readyz",
     };
-    let answer = crate::server::probe(&args.socket, path, args.timeout)
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let answer = runtime
+        .block_on(crate::server::probe(&args.socket, path, args.timeout))
         .with_context(|| format!("{}: GET {path}", args.socket.display()))?;
     print!("{}", answer.body);
     Ok(if (200..300).contains(&answer.status) {

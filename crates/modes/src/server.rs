@@ -7,7 +7,6 @@
 //! let the second one crash-loop, or answer the first one's probes. TCP (`--listen`) is for
 //! metrics scraping, and, with a socket, a port already taken is retried, never fatal.
 
-use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
@@ -155,28 +154,37 @@ pub struct ProbeAnswer {
 }
 
 /// `GET <path>` over the unix socket, bounded by `timeout` (the kubelet's exec probe has its
-/// own timeout, but a hung daemon must fail the probe, not hang it).
-pub fn probe(socket: &Path, path: &str, timeout: Duration) -> std::io::Result<ProbeAnswer> {
-    let mut stream = std::os::unix::net::UnixStream::connect(socket)?;
-    stream.set_read_timeout(Some(timeout))?;
-    stream.set_write_timeout(Some(timeout))?;
-    // HTTP/1.0: the answer ends with the connection, never chunked.
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
-    let mut response = Vec::new();
-    // The answers are a few lines; a bound keeps a confused peer from growing the probe.
-    stream.take(64 * 1024).read_to_end(&mut response)?;
-    let text = String::from_utf8_lossy(&response);
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head
-        .lines()
-        .next()
-        .and_then(|line| line.split_whitespace().nth(1))
-        .and_then(|code| code.parse().ok())
-        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "not an HTTP answer"))?;
-    Ok(ProbeAnswer {
-        status,
-        body: body.to_owned(),
-    })
+/// own timeout, but a hung daemon must fail the probe, not hang it). hyper's HTTP/1 client, the
+/// same stack the daemon serves with.
+pub async fn probe(socket: &Path, path: &str, timeout: Duration) -> std::io::Result<ProbeAnswer> {
+    use http_body_util::BodyExt;
+    let ask = async {
+        let stream = tokio::net::UnixStream::connect(socket).await?;
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .map_err(std::io::Error::other)?;
+        let request = http::Request::get(path)
+            .header(header::HOST, "localhost")
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .map_err(std::io::Error::other)?;
+        // The connection is driven beside the request; dropped with the runtime when done.
+        tokio::spawn(connection);
+        let response = sender.send_request(request).await.map_err(std::io::Error::other)?;
+        let status = response.status().as_u16();
+        // The answers are a few lines; a bound keeps a confused peer from growing the probe.
+        let body = http_body_util::Limited::new(response.into_body(), 64 * 1024)
+            .collect()
+            .await
+            .map_err(std::io::Error::other)?
+            .to_bytes();
+        Ok(ProbeAnswer {
+            status,
+            body: String::from_utf8_lossy(&body).into_owned(),
+        })
+    };
+    tokio::time::timeout(timeout, ask)
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "no answer in time"))?
 }
 
 async fn healthz(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
