@@ -34,10 +34,11 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use kube::api::{Api, ListParams};
 use support::background::Background;
-use support::cluster::{eventually, link_images, test_dir};
+use support::cluster::{link_images, test_dir};
 use support::fixture::BIN;
 use support::helm::chart;
 use support::kubeadm::{kubeadm_node, run_ok};
+use support::poll::eventually;
 use support::poller::Poller;
 use support::selfhosted::{COMPONENTS, SelfHosted, SelfHostedNode, files_under};
 

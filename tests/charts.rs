@@ -15,10 +15,11 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_yaml_ng::Value;
-use support::cluster::{self, ControlPlane, NodeHandle, eventually, repo_root, tool};
+use support::cluster::{self, ControlPlane, NodeHandle, repo_root, tool};
 use support::daemon::{ConfigVolume, Daemon, wait_until};
 use support::fixture::BIN;
 use support::helm::*;
+use support::poll::eventually;
 
 const ANCHOR_CHARTS: &[&str] = &["kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd"];
 const WAIT: Duration = Duration::from_secs(90);

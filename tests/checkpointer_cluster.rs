@@ -16,8 +16,9 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use support::checkpointer::{CheckpointFiles, CheckpointerProcess, ready};
-use support::cluster::{self, eventually};
+use support::cluster;
 use support::fixture::BIN;
+use support::poll::{Poll, eventually};
 
 const WAIT: Duration = Duration::from_secs(90);
 
@@ -144,15 +145,10 @@ async fn a_daemonset_parent_is_checkpointed_activated_and_retired_only_after_its
         ))
     };
     let wait_file = |path: PathBuf, present: bool, what: &str| {
-        let deadline = Instant::now() + WAIT;
-        while path.exists() != present {
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {what}; checkpointer log:\n{}",
-                c.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        Poll::new(WAIT, what)
+            .every(Duration::from_millis(50))
+            .context(|| format!("checkpointer log:\n{}", c.log()))
+            .until(|| path.exists() == present)
     };
 
     // Checkpointed, privately, and not active while the parent runs.
@@ -590,21 +586,17 @@ async fn a_decommissioned_checkpointer_retires_what_it_manages_then_itself() {
     set_finalizer(&pods, &names["self"], true).await;
     daemonsets.delete("self", &DeleteParams::background()).await.unwrap();
     // The kubelet runs the hook once the pod is terminating (the garbage collector deletes it).
-    let deadline = Instant::now() + WAIT;
-    while pods
-        .get(&names["self"])
-        .await
-        .unwrap()
-        .metadata
-        .deletion_timestamp
-        .is_none()
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the checkpointer pod never started terminating"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    Poll::new(WAIT, "the checkpointer pod to start terminating")
+        .every(Duration::from_millis(100))
+        .until_async(|| async {
+            pods.get(&names["self"])
+                .await
+                .unwrap()
+                .metadata
+                .deletion_timestamp
+                .is_some()
+        })
+        .await;
     let out = Command::new(BIN)
         .args(["checkpointer", "pre-stop", "--timeout", "6s", "--host-root"])
         .arg(node.host_root())
@@ -706,11 +698,9 @@ async fn a_bootkube_checkpoint_belongs_to_its_daemonset() {
                 && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
         })
     };
-    let deadline = Instant::now() + WAIT;
-    while !kubelet_ready() {
-        assert!(Instant::now() < deadline, "the kubelet never showed {running} Ready");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    Poll::new(WAIT, format!("the kubelet to show {running} Ready"))
+        .every(Duration::from_millis(100))
+        .until(kubelet_ready);
     let work = tempfile::tempdir().unwrap();
     fs::write(work.path().join("boot_id"), "b1").unwrap();
     let c = start_checkpointer(
@@ -719,16 +709,20 @@ async fn a_bootkube_checkpoint_belongs_to_its_daemonset() {
         work.path(),
         &["--stable-window", "2s", "--retire-grace", "2s"],
     );
-    let deadline = Instant::now() + WAIT;
-    while inactive(old).exists() || !inactive(&running).exists() {
-        assert!(
-            !active(old).exists(),
-            "bootkube's checkpoint activated beside its DaemonSet's Ready pod; log:\n{}",
-            c.log()
-        );
-        assert!(Instant::now() < deadline, "timed out; log:\n{}", c.log());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    Poll::new(WAIT, "bootkube's checkpoint retired and the running pod's written")
+        .every(Duration::from_millis(20))
+        .context(|| format!("log:\n{}", c.log()))
+        .until(|| {
+            let done = !inactive(old).exists() && inactive(&running).exists();
+            if !done {
+                assert!(
+                    !active(old).exists(),
+                    "bootkube's checkpoint activated beside its DaemonSet's Ready pod; log:\n{}",
+                    c.log()
+                );
+            }
+            done
+        });
     assert!(c.log().contains(&format!("DaemonSet/{ns}/legacy")), "log:\n{}", c.log());
 }
 

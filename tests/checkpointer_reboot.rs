@@ -15,14 +15,15 @@ mod support;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, PostParams};
 use support::checkpointer::{CheckpointFiles, CheckpointerProcess, ready};
-use support::cluster::{self, eventually};
+use support::cluster;
 use support::fixture::BIN;
+use support::poll::{Poll, eventually};
 
 const WAIT: Duration = Duration::from_secs(120);
 
@@ -39,18 +40,15 @@ const WINDOWS: [&str; 10] = [
     "300ms",
 ];
 
-fn wait_until(what: &str, logs: &[&CheckpointerProcess], mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + WAIT;
-    while !check() {
-        if Instant::now() > deadline {
-            let logs: Vec<String> = logs.iter().map(|c| c.log()).collect();
-            panic!(
-                "timed out waiting for {what}; checkpointer logs:\n{}",
-                logs.join("\n-----\n")
-            );
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+fn wait_until(what: &str, logs: &[&CheckpointerProcess], check: impl FnMut() -> bool) {
+    let logs = || {
+        let logs: Vec<String> = logs.iter().map(|c| c.log()).collect();
+        format!("checkpointer logs:\n{}", logs.join("\n-----\n"))
+    };
+    Poll::new(WAIT, what)
+        .every(Duration::from_millis(100))
+        .context(logs)
+        .until(check)
 }
 
 /// Runs the container of a checkpoint on disk as the kubelet would: its args, its literal env,

@@ -16,9 +16,10 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PropagationPolicy};
-use support::cluster::{self, ControlPlane, NodeHandle, eventually};
+use support::cluster::{self, ControlPlane, NodeHandle};
 use support::daemon::{Daemon, anchor_config, wait_until};
 use support::fixture::BIN;
+use support::poll::eventually;
 
 const WAIT: Duration = Duration::from_secs(90);
 const HOLD: &str = "kube-anchor.io/test-hold";

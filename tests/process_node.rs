@@ -16,9 +16,10 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use kube::api::{Api, ListParams};
-use support::cluster::{self, NodeHandle, eventually, free_port};
+use support::cluster::{self, NodeHandle, free_port};
 use support::fixture::BIN;
 use support::helm::{chart, helm, ok};
+use support::poll::{Poll, eventually};
 
 const WAIT: Duration = Duration::from_secs(120);
 
@@ -452,8 +453,7 @@ fn nothing_outlives_a_panicking_test() {
         .to_owned();
     // The container (etcd on the node's address) and every process started for the child's
     // control plane (their command lines name its directory) are gone.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
+    let left_running = || {
         let survivors: Vec<String> = fs::read_dir("/proc")
             .unwrap()
             .flatten()
@@ -461,14 +461,19 @@ fn nothing_outlives_a_panicking_test() {
             .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
             .filter(|c| c.contains(&dir))
             .collect();
-        let etcd_up = etcd_health(&addr).is_some();
-        if survivors.is_empty() && !etcd_up {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "left running after the test binary exited: etcd up: {etcd_up}; {survivors:#?}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        (etcd_health(&addr).is_some(), survivors)
+    };
+    Poll::new(
+        Duration::from_secs(10),
+        "every process gone after the test binary exited",
+    )
+    .every(Duration::from_millis(100))
+    .context(|| {
+        let (etcd_up, survivors) = left_running();
+        format!("left running: etcd up: {etcd_up}; {survivors:#?}")
+    })
+    .until(|| {
+        let (etcd_up, survivors) = left_running();
+        survivors.is_empty() && !etcd_up
+    });
 }

@@ -354,7 +354,7 @@ fn scheduler_listening(node: &support::selfhosted::SelfHostedNode) -> bool {
 
 /// (restartCount, startedAt) of each node's kube-scheduler container.
 async fn scheduler_starts(cluster: &SelfHosted, client: &kube::Client) -> BTreeMap<String, (i32, String)> {
-    let starts = support::cluster::eventually(Duration::from_secs(120), "every static pod Running and Ready", || {
+    let starts = support::poll::eventually(Duration::from_secs(120), "every static pod Running and Ready", || {
         cluster.static_pod_starts(client)
     })
     .await;
@@ -424,7 +424,7 @@ async fn decommission_scenario(cluster: &SelfHosted) -> (Duration, Duration) {
     cluster.kubectl(&["label", "node", &last.name, &format!("{SCHEDULER_LABEL}-")]);
     let pods: Api<Pod> = Api::namespaced(client.clone(), "kube-system");
     let mirror = format!("kube-scheduler-{}", last.name);
-    support::cluster::eventually(
+    support::poll::eventually(
         Duration::from_secs(120),
         "the relabelled node's scheduler stopped, its mirror pod and files gone",
         || async {
@@ -455,7 +455,7 @@ async fn decommission_scenario(cluster: &SelfHosted) -> (Duration, Duration) {
         .output()
         .unwrap();
     succeeded("helm uninstall kube-scheduler", &out);
-    support::cluster::eventually(
+    support::poll::eventually(
         Duration::from_secs(180),
         "every scheduler stopped and its files gone",
         || async {

@@ -9,7 +9,8 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use kube::api::{Api, ListParams, ObjectMeta, PostParams};
-use support::cluster::{self, eventually};
+use support::cluster;
+use support::poll::eventually;
 
 const WAIT: Duration = Duration::from_secs(90);
 

@@ -32,6 +32,8 @@ use rcgen::{
     CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
 };
 
+use super::poll::{Poll, eventually};
+
 pub const TOOLS: &[&str] = &[
     "etcd",
     "kube-apiserver",
@@ -800,31 +802,30 @@ impl ControlPlane {
 
     async fn wait_node_ready(&self, name: &str, timeout: Duration) {
         let nodes: Api<Node> = Api::all(self.admin().await);
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Ok(Some(node)) = nodes.get_opt(name).await {
-                let ready = node
-                    .status
+        let kubelet_log = || {
+            let tail = self
+                .nodes
+                .lock()
+                .unwrap()
+                .get(name)
+                .and_then(|n| n.process.as_ref().map(|p| p.log_tail(40)))
+                .unwrap_or_default();
+            format!("kubelet log tail:\n{tail}")
+        };
+        Poll::new(timeout, format!("node {name} Ready"))
+            .every(Duration::from_millis(250))
+            .context(kubelet_log)
+            .until_async(|| async {
+                let Ok(Some(node)) = nodes.get_opt(name).await else {
+                    return false;
+                };
+                node.status
                     .and_then(|s| s.conditions)
                     .unwrap_or_default()
                     .iter()
-                    .any(|c| c.type_ == "Ready" && c.status == "True");
-                if ready {
-                    return;
-                }
-            }
-            if Instant::now() > deadline {
-                let tail = self
-                    .nodes
-                    .lock()
-                    .unwrap()
-                    .get(name)
-                    .and_then(|n| n.process.as_ref().map(|p| p.log_tail(40)))
-                    .unwrap_or_default();
-                panic!("node {name} not Ready after {timeout:?}; kubelet log tail:\n{tail}");
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
+                    .any(|c| c.type_ == "Ready" && c.status == "True")
+            })
+            .await;
     }
 
     /// Kills a node's kubelet, as a power loss would. On a process node every process of the
@@ -970,24 +971,6 @@ fn remove_dead_cluster_dirs(base: &Path) {
         if unsafe { libc::kill(pid, 0) } != 0 {
             let _ = fs::remove_dir_all(entry.path());
         }
-    }
-}
-
-/// Polls `check` until it returns `Some`, or panics with `what` after `timeout`.
-pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        if Instant::now() > deadline {
-            panic!("timed out after {timeout:?} waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 

@@ -7,5 +7,6 @@ pub mod daemon;
 pub mod fixture;
 pub mod helm;
 pub mod kubeadm;
+pub mod poll;
 pub mod poller;
 pub mod selfhosted;

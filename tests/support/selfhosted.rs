@@ -17,11 +17,12 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 
 use super::cluster::{
-    Process, client_from_kubeconfig, eventually, link_images, namespace_init, namespace_rss_kib, process_kubelet_args,
-    repo_root, tool, wait_namespace_gone,
+    Process, client_from_kubeconfig, link_images, namespace_init, namespace_rss_kib, process_kubelet_args, repo_root,
+    tool, wait_namespace_gone,
 };
 use super::fixture::BIN;
 use super::helm::{helm, ok};
+use super::poll::eventually;
 
 /// The kubelets' serving port, on each node's own address.
 pub const KUBELET_PORT: u16 = 10250;
