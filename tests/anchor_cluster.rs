@@ -40,10 +40,6 @@ fn volume_files(namespace: &str, marker: &str) -> Vec<(&'static str, Vec<u8>)> {
     ]
 }
 
-fn refs<'a>(files: &'a [(&'static str, Vec<u8>)]) -> Vec<(&'static str, &'a [u8])> {
-    files.iter().map(|(n, c)| (*n, c.as_slice())).collect()
-}
-
 fn status_json(config: &Path, node: &NodeHandle) -> serde_json::Value {
     let out = Command::new(BIN)
         .args(["status", "--output", "json", "--config"])

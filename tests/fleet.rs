@@ -59,10 +59,6 @@ fn revision(ns: &str, values: &Path, flag: &str) -> Revision {
     }
 }
 
-fn refs(files: &BTreeMap<String, Vec<u8>>) -> Vec<(&str, &[u8])> {
-    files.iter().map(|(k, v)| (k.as_str(), v.as_slice())).collect()
-}
-
 /// A node's anchor pod: its volumes, and the `kube-anchor run` process standing for its container.
 struct Node {
     handle: NodeHandle,

@@ -19,6 +19,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PropagationPo
 use support::cluster::{self, ControlPlane, NodeHandle};
 use support::daemon::{Daemon, anchor_config, wait_until};
 use support::fixture::BIN;
+use support::helm::helm_ok;
 use support::poll::eventually;
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -828,16 +829,6 @@ async fn an_api_that_hangs_after_the_manifest_is_gone_still_lets_the_credentials
     s.release_pods().await;
 }
 
-fn helm(args: &[&str]) -> String {
-    let out = Command::new(cluster::tool("helm")).args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "helm {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// The real chart, as an operator uses it: `helm upgrade` toggling `perNode` (a new DaemonSet
 /// per node, the shared one deleted), then the release renamed (`helm install` under the new
 /// name, `helm uninstall` of the old one). At every step the old anchor's hook runs on its
@@ -942,7 +933,7 @@ async fn helm_per_node_toggle_and_release_rename_keep_the_component() {
     };
 
     // Install; the anchor writes the component (as `apply` with the release's config).
-    helm(&[
+    helm_ok(&[
         "install",
         "sched",
         &chart,
@@ -971,7 +962,7 @@ async fn helm_per_node_toggle_and_release_rename_keep_the_component() {
     assert!(manifest.exists() && credential.exists());
 
     // perNode on: Helm creates sched-anchor-<node> and deletes sched-anchor.
-    helm(&[
+    helm_ok(&[
         "upgrade",
         "sched",
         &chart,
@@ -993,7 +984,7 @@ async fn helm_per_node_toggle_and_release_rename_keep_the_component() {
     assert!(manifest.exists() && credential.exists());
 
     // The release renamed: install sched2 (shared DaemonSet), uninstall sched.
-    helm(&[
+    helm_ok(&[
         "install",
         "sched2",
         &chart,
@@ -1007,7 +998,7 @@ async fn helm_per_node_toggle_and_release_rename_keep_the_component() {
     ]);
     let third = pod_of("sched2-anchor".into()).await;
     hold(third.clone(), true).await;
-    helm(&[
+    helm_ok(&[
         "uninstall",
         "sched",
         "-n",
@@ -1022,7 +1013,7 @@ async fn helm_per_node_toggle_and_release_rename_keep_the_component() {
     assert!(manifest.exists() && credential.exists());
 
     // The last anchor goes: now the component leaves the node.
-    helm(&[
+    helm_ok(&[
         "uninstall",
         "sched2",
         "-n",

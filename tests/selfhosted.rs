@@ -32,8 +32,9 @@ use std::time::{Duration, Instant, SystemTime};
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{Api, ListParams};
 use support::cluster::test_dir;
+use support::fixture::succeeded;
 use support::poller::{PollReport, Poller};
-use support::selfhosted::{APISERVER_TRIAL_S, COMPONENTS, SelfHosted, env_or, script, succeeded};
+use support::selfhosted::{APISERVER_TRIAL_S, COMPONENTS, SelfHosted, env_or, script};
 
 const NODES: [(&str, &str); 3] = [("cp-1", "127.0.3.1"), ("cp-2", "127.0.3.2"), ("cp-3", "127.0.3.3")];
 const RECOVERY_TIMEOUT: Duration = Duration::from_secs(420);

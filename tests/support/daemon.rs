@@ -62,6 +62,30 @@ impl ConfigVolume {
     }
 }
 
+/// One file of a volume's content as [`ConfigVolume`] takes it: a slice's `&(name, content)`
+/// or a map's `(&name, &content)`.
+pub trait FileRef<'a> {
+    fn file_ref(self) -> (&'a str, &'a [u8]);
+}
+
+impl<'a, K: AsRef<str>, V: AsRef<[u8]>> FileRef<'a> for &'a (K, V) {
+    fn file_ref(self) -> (&'a str, &'a [u8]) {
+        (self.0.as_ref(), self.1.as_ref())
+    }
+}
+
+impl<'a, K: AsRef<str>, V: AsRef<[u8]>> FileRef<'a> for (&'a K, &'a V) {
+    fn file_ref(self) -> (&'a str, &'a [u8]) {
+        (self.0.as_ref(), self.1.as_ref())
+    }
+}
+
+/// Owned files (a `Vec` of (name, content) or a map of them) borrowed as [`ConfigVolume::new`]
+/// and [`ConfigVolume::update`] take them.
+pub fn refs<'a, F: FileRef<'a>>(files: impl IntoIterator<Item = F>) -> Vec<(&'a str, &'a [u8])> {
+    files.into_iter().map(FileRef::file_ref).collect()
+}
+
 pub fn anchor_config(component: &str, files: &[(&str, &str, &str)], manifest_path: &str) -> String {
     let mut text = format!(
         "apiVersion: kube-anchor.io/v1alpha1\nkind: Anchor\nmetadata:\n  name: {component}\nspec:\n  variables: [NODE_NAME]\n  files:\n"

@@ -190,6 +190,18 @@ pub fn assert_success(out: &Output) {
     );
 }
 
+/// Asserts that the run of `what` succeeded; its stdout.
+pub fn succeeded(what: &str, out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// Asserts a failure with exit code 1 whose message contains every one of `needles`.
 pub fn assert_error(out: &Output, needles: &[&str]) {
     assert_eq!(

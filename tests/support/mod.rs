@@ -7,6 +7,7 @@ pub mod daemon;
 pub mod fixture;
 pub mod helm;
 pub mod kubeadm;
+pub mod kubectl;
 pub mod poll;
 pub mod poller;
 pub mod selfhosted;
