@@ -552,26 +552,28 @@ impl ControlPlane {
     /// Polls `/readyz` as admin until it answers `ok`.
     pub async fn wait_ready(&self, timeout: Duration) {
         let client = self.admin().await;
-        let deadline = Instant::now() + timeout;
-        loop {
-            let request = http::Request::get("/readyz").body(Vec::new()).unwrap();
-            match client.request_text(request).await {
-                Ok(body) if body.trim() == "ok" => return,
-                _ if Instant::now() > deadline
-                    || !self.apiserver.lock().unwrap().as_mut().is_some_and(Process::is_running) =>
-                {
-                    let tail = self
-                        .apiserver
-                        .lock()
-                        .unwrap()
-                        .as_ref()
-                        .map(|p| p.log_tail(30))
-                        .unwrap_or_default();
-                    panic!("kube-apiserver exited or was not ready within {timeout:?}; log tail:\n{tail}");
+        let log_tail = || {
+            let tail = self
+                .apiserver
+                .lock()
+                .unwrap()
+                .as_ref()
+                .map(|p| p.log_tail(30))
+                .unwrap_or_default();
+            format!("log tail:\n{tail}")
+        };
+        Poll::new(timeout, "kube-apiserver ready")
+            .context(log_tail)
+            .until_async(|| async {
+                let request = http::Request::get("/readyz").body(Vec::new()).unwrap();
+                if client.request_text(request).await.is_ok_and(|body| body.trim() == "ok") {
+                    return true;
                 }
-                _ => tokio::time::sleep(Duration::from_millis(200)).await,
-            }
-        }
+                let running = self.apiserver.lock().unwrap().as_mut().is_some_and(Process::is_running);
+                assert!(running, "kube-apiserver exited; {}", log_tail());
+                false
+            })
+            .await
     }
 
     /// Stops kube-apiserver (etcd and the nodes keep running), to test behaviour in an outage.
