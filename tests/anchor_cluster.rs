@@ -11,9 +11,10 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams};
-use support::cluster::{self, NodeHandle};
+use support::control_plane;
 use support::daemon::*;
 use support::fixture::BIN;
+use support::nodes::NodeHandle;
 use support::poll::Poll;
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -100,7 +101,7 @@ async fn wait_ready(d: &Daemon) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn readiness_follows_the_mirror_pod_and_a_failed_trial_rolls_back() {
-    let cp = cluster::shared().await;
+    let cp = control_plane::shared().await;
     let node = cp.add_node("anchor-node", &[]).await;
     let ns = cp.namespace("anchor").await;
     let kubeconfig = cp.anchor_service_account().await;
@@ -215,7 +216,7 @@ async fn readiness_follows_the_mirror_pod_and_a_failed_trial_rolls_back() {
 async fn a_failing_last_known_good_is_reported_loudly() {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
-    let cp = cluster::shared().await;
+    let cp = control_plane::shared().await;
     let node = cp.add_node("lkg-node", &[]).await;
     let ns = cp.namespace("lkg").await;
     let kubeconfig = cp.anchor_service_account().await;
@@ -275,7 +276,7 @@ async fn a_failing_last_known_good_is_reported_loudly() {
     );
     let failing = status_json(&volume.config(), &node)["lastKnownGoodFailing"].clone();
     assert_eq!(failing["hash"], good_hash.as_str(), "status shows it: {failing}");
-    let event = cluster::event(&cp.admin().await, &ns, "LastKnownGoodFailing", Some("lkg-anchor"), WAIT).await;
+    let event = control_plane::event(&cp.admin().await, &ns, "LastKnownGoodFailing", Some("lkg-anchor"), WAIT).await;
     assert_eq!(event.type_.as_deref(), Some("Warning"));
 
     // It recovers: after a full period converged the alarm is cleared.

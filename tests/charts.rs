@@ -15,12 +15,14 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_yaml_ng::Value;
-use support::cluster::{self, NodeHandle, repo_root, tool};
+use support::control_plane;
 use support::daemon::{ConfigVolume, Daemon, refs, wait_until};
 use support::fixture::BIN;
 use support::helm::*;
 use support::kubectl::kubectl;
+use support::nodes::NodeHandle;
 use support::poll::eventually;
+use support::processes::{repo_root, tool};
 
 const ANCHOR_CHARTS: &[&str] = &["kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd"];
 const WAIT: Duration = Duration::from_secs(90);
@@ -472,7 +474,7 @@ fn plain_manifests_match_a_fresh_render() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn rendered_output_passes_a_server_side_dry_run() {
-    let cp = cluster::shared().await;
+    let cp = control_plane::shared().await;
     let ns = cp.namespace("dryrun").await;
     let work = tempfile::tempdir().unwrap();
     for name in ANCHOR_CHARTS {
@@ -513,7 +515,7 @@ async fn rendered_output_passes_a_server_side_dry_run() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_checkpointer_reads_secrets_only_where_parents_may_live() {
-    let cp = cluster::shared().await;
+    let cp = control_plane::shared().await;
     let ns = cp.namespace("ckptrbac").await;
     let other = cp.namespace("ckptother").await;
     let work = tempfile::tempdir().unwrap();
@@ -684,7 +686,7 @@ fn pre_stop(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn install_upgrade_and_uninstall_a_component_chart() {
-    let cp = cluster::shared().await;
+    let cp = control_plane::shared().await;
     cp.start_controllers();
     let node = cp
         .add_node("charts-node", &[("kube-anchor.io/charts-test", "enabled")])

@@ -16,15 +16,16 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use support::checkpointer::{CheckpointFiles, CheckpointerProcess, ready};
-use support::cluster;
+use support::control_plane;
 use support::fixture::BIN;
+use support::nodes;
 use support::poll::{Poll, eventually};
 
 const WAIT: Duration = Duration::from_secs(90);
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_daemonset_parent_is_checkpointed_activated_and_retired_only_after_its_replacement_runs() {
-    let cp = cluster::shared().await;
+    let cp = control_plane::shared().await;
     cp.start_controllers();
     let node = cp.add_node("ckpt-node", &[]).await;
     let ns = cp.namespace("ckpt").await;
@@ -179,7 +180,7 @@ async fn a_daemonset_parent_is_checkpointed_activated_and_retired_only_after_its
         "the service-account token volume is gone"
     );
     assert!(!active(&p1).exists());
-    let event = cluster::event(&admin, &ns, "NotCheckpointable", None, WAIT).await;
+    let event = control_plane::event(&admin, &ns, "NotCheckpointable", None, WAIT).await;
     assert!(event.note.unwrap_or_default().contains("secretKeyRef"));
     assert!(event.regarding.unwrap().name.unwrap().starts_with("refused-"));
     let inactive_dir = host("/etc/kubernetes/inactive-manifests");
@@ -255,8 +256,8 @@ async fn a_daemonset_parent_is_checkpointed_activated_and_retired_only_after_its
 
 /// Starts the checkpointer (the DaemonSet copy) for `node` with the test's short windows.
 fn start_checkpointer(
-    cp: &cluster::ControlPlane,
-    node: &cluster::NodeHandle,
+    cp: &control_plane::ControlPlane,
+    node: &nodes::NodeHandle,
     work: &std::path::Path,
     extra: &[&str],
 ) -> CheckpointerProcess {
@@ -340,7 +341,7 @@ fn ready_at(pod: &Pod) -> std::time::SystemTime {
 /// it and is retired after the stable window, not kept active beside it until a timer ends.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_daemonset_recreated_under_the_same_name_is_the_same_owner() {
-    let cp = cluster::shared().await;
+    let cp = control_plane::shared().await;
     cp.start_controllers();
     let node = cp.add_node("ckpt-replace", &[]).await;
     let ns = cp.namespace("ckptreplace").await;
@@ -410,7 +411,7 @@ async fn a_daemonset_recreated_under_the_same_name_is_the_same_owner() {
 /// pod has run Ready for the stable window.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_deployment_rollout_retires_the_old_replicasets_checkpoint() {
-    let cp = cluster::shared().await;
+    let cp = control_plane::shared().await;
     cp.start_controllers();
     let node = cp.add_node("ckpt-deploy", &[]).await;
     let ns = cp.namespace("ckptdeploy").await;
@@ -491,7 +492,7 @@ async fn set_finalizer(pods: &Api<Pod>, name: &str, on: bool) {
 /// its own checkpoint last.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_decommissioned_checkpointer_retires_what_it_manages_then_itself() {
-    let cp = cluster::shared().await;
+    let cp = control_plane::shared().await;
     cp.start_controllers();
     let node = cp.add_node("ckpt-decom", &[]).await;
     let ns = cp.namespace("ckptdecom").await;
@@ -621,7 +622,7 @@ async fn a_decommissioned_checkpointer_retires_what_it_manages_then_itself() {
         "active: kept while nothing replaces it"
     );
     assert!(active(&names["self"]).exists(), "its own: last");
-    let event = cluster::event(&admin, &ns, "CheckpointsLeft", None, WAIT).await;
+    let event = control_plane::event(&admin, &ns, "CheckpointsLeft", None, WAIT).await;
     assert!(event.note.unwrap_or_default().contains(&names["held"]));
 
     // The held owner's pod runs Ready again: its checkpoint goes, then the checkpointer's own.
@@ -656,7 +657,7 @@ async fn a_decommissioned_checkpointer_retires_what_it_manages_then_itself() {
 /// not as an unknown bare pod whose name left the API.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_bootkube_checkpoint_belongs_to_its_daemonset() {
-    let cp = cluster::shared().await;
+    let cp = control_plane::shared().await;
     cp.start_controllers();
     let node = cp.add_node("ckpt-bootkube", &[]).await;
     let ns = cp.namespace("ckptbootkube").await;
@@ -732,7 +733,7 @@ async fn a_bootkube_checkpoint_belongs_to_its_daemonset() {
 /// owner every pass.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_steady_checkpointer_asks_the_api_nothing_between_watches() {
-    let cp = cluster::shared().await;
+    let cp = control_plane::shared().await;
     cp.start_controllers();
     let node = cp.add_node("ckpt-quiet", &[]).await;
     let ns = cp.namespace("ckptquiet").await;

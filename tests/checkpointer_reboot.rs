@@ -21,9 +21,10 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, PostParams};
 use support::checkpointer::{CheckpointFiles, CheckpointerProcess, ready};
-use support::cluster;
+use support::control_plane;
 use support::fixture::BIN;
 use support::poll::{Poll, eventually};
+use support::processes;
 
 const WAIT: Duration = Duration::from_secs(120);
 
@@ -98,14 +99,14 @@ fn run_static_copy(file: &Path, node: &str, overrides: &[(&str, String)], log: P
 
 #[tokio::test(flavor = "multi_thread")]
 async fn after_a_cold_reboot_the_checkpointer_starts_from_disk_and_hands_over_to_its_daemonset_copy() {
-    let cp = cluster::shared().await;
+    let cp = control_plane::shared().await;
     cp.start_controllers();
     let node = cp.add_node("reboot-node", &[]).await;
     let ns = cp.namespace("reboot").await;
     let admin = cp.admin().await;
     let daemonsets: Api<DaemonSet> = Api::namespaced(admin.clone(), &ns);
     // The port the static copy's kubelet URL names: nothing it can use answers there.
-    let blind_kubelet = format!("https://127.0.0.1:{}", cluster::free_port());
+    let blind_kubelet = format!("https://127.0.0.1:{}", processes::free_port());
     let args: Vec<&str> = ["checkpointer"].into_iter().chain(WINDOWS).collect();
     let checkpointer: DaemonSet = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "pod-checkpointer"},
@@ -176,7 +177,7 @@ async fn after_a_cold_reboot_the_checkpointer_starts_from_disk_and_hands_over_to
 
     let work = tempfile::tempdir().unwrap();
     // Both copies are given the same metrics port, as on one host network.
-    let listen = format!("127.0.0.1:{}", cluster::free_port());
+    let listen = format!("127.0.0.1:{}", processes::free_port());
     let boot_id = work.path().join("boot_id");
     fs::write(&boot_id, "boot-1\n").unwrap();
     let daemonset_copy = |log: &str| {

@@ -17,9 +17,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::cluster::{Pki, Process, free_port, tool};
 use support::fixture::BIN;
+use support::pki::Pki;
 use support::poll::Poll;
+use support::processes::{Process, free_port, tool};
 
 const IP: &str = "127.0.0.1";
 
@@ -560,7 +561,7 @@ fn a_fourth_node_joins_as_learner_is_promoted_upgrades_without_churn_and_leaves_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn decommission_that_would_break_quorum_is_refused_and_an_unreachable_etcd_removes_nothing() {
     // The anchor pod, for the Warning Event (the kube-apiserver of the test control plane).
-    let cp = support::cluster::shared().await;
+    let cp = support::control_plane::shared().await;
     let ns = cp.namespace("etcd-member").await;
     let admin = cp.admin().await;
     // No controllers run here: the namespace's default ServiceAccount is created by hand.
@@ -619,7 +620,7 @@ async fn decommission_that_would_break_quorum_is_refused_and_an_unreachable_etcd
         "credentials kept"
     );
     assert_eq!(bed.member_ids(), ids, "no member removed");
-    let event = support::cluster::event(
+    let event = support::control_plane::event(
         &admin,
         &ns,
         "MembershipHeld",
@@ -740,7 +741,7 @@ fn an_anchor_killed_between_adding_the_learner_and_promoting_it_is_resumed_witho
 async fn on_a_process_node_the_kubelet_runs_the_joined_member_and_stops_it_when_it_leaves() {
     // The node under test is a process node: its kubelet runs etcd from the manifest the anchor
     // writes (hostPath volumes under the node's host root) and stops it when the manifest goes.
-    let cp = support::cluster::shared().await;
+    let cp = support::control_plane::shared().await;
     let pn = cp.add_process_node("etcd-pn", &[]).await;
     let bed = Bed::new(3, 3);
     bed.wait_healthy(3);

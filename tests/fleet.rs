@@ -17,9 +17,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_yaml_ng::Value;
-use support::cluster::{self, NodeHandle};
+use support::control_plane;
 use support::daemon::*;
 use support::helm::*;
+use support::nodes::NodeHandle;
 use support::poll::Poll;
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -132,7 +133,7 @@ impl Node {
 
 /// Three nodes with `rev`'s volumes and no anchor pod yet; each node's component health endpoint
 /// fails while the node runs the "crash" version.
-async fn three_nodes(cp: &cluster::ControlPlane, prefix: &str, work: &Path, rev: &Revision) -> Vec<Node> {
+async fn three_nodes(cp: &control_plane::ControlPlane, prefix: &str, work: &Path, rev: &Revision) -> Vec<Node> {
     let mut nodes = Vec::new();
     for i in 1..=3 {
         let handle = cp.add_node(&format!("{prefix}-{i}"), &[]).await;
@@ -219,7 +220,7 @@ async fn hold_for(nodes: &[Node], period: Duration, baseline: &str, seen: &Arc<M
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_upgrade_reaches_nodes_only_through_the_rollout_and_a_bad_push_stops_at_the_first() {
-    let cp = cluster::shared().await;
+    let cp = control_plane::shared().await;
     let ns = cp.namespace("fleet").await;
     let kubeconfig = cp.anchor_service_account().await;
     let work = tempfile::tempdir().unwrap();
@@ -334,7 +335,7 @@ async fn all_ready_sampling(nodes: &[Node], baseline: &str, seen: &Arc<Mutex<Vio
 /// node is tried on no other.
 #[tokio::test(flavor = "multi_thread")]
 async fn per_node_daemonsets_replaced_at_once_still_roll_one_node_at_a_time() {
-    let cp = cluster::shared().await;
+    let cp = control_plane::shared().await;
     let ns = cp.namespace("pernode").await;
     let kubeconfig = cp.anchor_service_account().await;
     let work = tempfile::tempdir().unwrap();

@@ -505,7 +505,7 @@ fn the_summary_names_files_never_their_content_and_an_open_output_dir_is_refused
 /// server runs the kubelet's own `ValidatePodCreate` on create).
 #[tokio::test(flavor = "multi_thread")]
 async fn the_real_api_server_accepts_what_the_imported_values_render() {
-    let cp = support::cluster::shared().await;
+    let cp = support::control_plane::shared().await;
     let ns = cp.namespace("import").await;
     let tmp = tempfile::tempdir().unwrap();
     let first = kubeadm_node(&tmp.path().join("cp-1"), "cp-1", "10.11.0.1", None);

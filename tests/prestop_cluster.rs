@@ -16,10 +16,11 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PropagationPolicy};
-use support::cluster::{self, ControlPlane, NodeHandle};
+use support::control_plane::{self, ControlPlane};
 use support::daemon::{Daemon, anchor_config, wait_until};
 use support::fixture::BIN;
 use support::helm::helm_ok;
+use support::nodes::NodeHandle;
 use support::poll::eventually;
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -43,7 +44,7 @@ impl Scenario {
 
     /// A scenario whose anchor keeps `component` (its static pod is named after it).
     async fn with_component(name: &str, component: &str) -> Self {
-        let cp = cluster::shared().await;
+        let cp = control_plane::shared().await;
         cp.start_controllers();
         let label = format!("kube-anchor.io/{name}");
         let node = cp.add_node(&format!("{name}-node"), &[(&label, "enabled")]).await;
@@ -687,7 +688,7 @@ async fn the_quorum_guard_holds_the_last_copies_until_the_decommission_is_explic
     assert_eq!(json["decision"], "held", "{json}");
     assert!(json["reason"].as_str().unwrap().contains("quorum"), "{json}");
     assert_eq!(s.files_present_on(&n2), (true, true));
-    let event = cluster::event(&s.admin, &s.ns, "DecommissionHeld", Some(&p2), WAIT).await;
+    let event = control_plane::event(&s.admin, &s.ns, "DecommissionHeld", Some(&p2), WAIT).await;
     assert_eq!(event.type_.as_deref(), Some("Warning"));
     assert!(event.note.unwrap_or_default().contains("quorum"));
 
@@ -835,7 +836,7 @@ async fn an_api_that_hangs_after_the_manifest_is_gone_still_lets_the_credentials
 /// terminating pod and must keep the component; only the last anchor's uninstall removes it.
 #[tokio::test(flavor = "multi_thread")]
 async fn helm_per_node_toggle_and_release_rename_keep_the_component() {
-    let cp = cluster::shared().await;
+    let cp = control_plane::shared().await;
     cp.start_controllers();
     let label = "kube-anchor.io/helm-rename";
     let node = cp.add_node("helm-rename-node", &[(label, "enabled")]).await;

@@ -16,10 +16,12 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use kube::api::{Api, ListParams};
-use support::cluster::{self, NodeHandle, free_port};
+use support::control_plane;
 use support::fixture::BIN;
 use support::helm::{chart, helm, ok};
+use support::nodes::NodeHandle;
 use support::poll::{Poll, eventually};
+use support::processes::{self, free_port};
 
 const WAIT: Duration = Duration::from_secs(120);
 
@@ -119,7 +121,7 @@ fn etcd_health(addr: &str) -> Option<String> {
 
 /// `kubectl logs --previous`: through the API server and the kubelet, from the runtime's log file.
 fn previous_log(kubeconfig: &Path, pod: &Pod) -> String {
-    let out = Command::new(cluster::tool("kubectl"))
+    let out = Command::new(processes::tool("kubectl"))
         .arg("--kubeconfig")
         .arg(kubeconfig)
         .args(["logs", "-n", "kube-system"])
@@ -132,7 +134,7 @@ fn previous_log(kubeconfig: &Path, pod: &Pod) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn static_pods_run_fight_for_ports_crash_loop_and_survive_a_hard_kill() {
-    let cp = cluster::shared().await;
+    let cp = control_plane::shared().await;
     let n1 = cp.add_process_node("pn-1", &[]).await;
     let n2 = cp.add_process_node("pn-2", &[]).await;
     let pods: Api<Pod> = Api::namespaced(cp.admin().await, "kube-system");
@@ -240,7 +242,7 @@ async fn static_pods_run_fight_for_ports_crash_loop_and_survive_a_hard_kill() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_chart_runs_a_real_anchor_that_writes_its_component_and_rolls_back_a_bad_push() {
-    let cp = cluster::shared().await;
+    let cp = control_plane::shared().await;
     cp.start_controllers();
     let label = ("kube-anchor.io/process-chart", "yes");
     let node = cp.add_process_node("pn-chart", &[label]).await;
@@ -336,7 +338,7 @@ async fn the_chart_runs_a_real_anchor_that_writes_its_component_and_rolls_back_a
     // crash-loops the real process, and the anchor rolls back to the last-known-good.
     release("upgrade", &["--set", "component.extraArgs.no-such-flag=1"]);
     let admin = cp.admin().await;
-    let event = cluster::event(&admin, &ns, "RolledBack", None, WAIT).await;
+    let event = control_plane::event(&admin, &ns, "RolledBack", None, WAIT).await;
     let note = event.note.unwrap_or_default();
     assert!(
         note.contains(&good),
@@ -411,7 +413,7 @@ async fn panic_with_a_process_node_running() {
         std::env::var_os(PANIC_CHILD).is_some(),
         "run by nothing_outlives_a_panicking_test"
     );
-    let cp = cluster::shared().await;
+    let cp = control_plane::shared().await;
     let node = cp.add_process_node("pn-panic", &[]).await;
     let (client, peer) = (free_port(), free_port());
     apply(&node, "etcd", &etcd_manifest("etcd", client, peer));

@@ -31,9 +31,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{Api, ListParams};
-use support::cluster::test_dir;
 use support::fixture::succeeded;
 use support::poller::{PollReport, Poller};
+use support::processes::test_dir;
 use support::selfhosted::{APISERVER_TRIAL_S, COMPONENTS, SelfHosted, env_or, script};
 
 const NODES: [(&str, &str); 3] = [("cp-1", "127.0.3.1"), ("cp-2", "127.0.3.2"), ("cp-3", "127.0.3.3")];
@@ -444,7 +444,7 @@ async fn decommission_scenario(cluster: &SelfHosted) -> (Duration, Duration) {
 
     // helm uninstall: gone from every node, nothing left under /etc/kubernetes.
     let uninstalled = Instant::now();
-    let out = Command::new(support::cluster::tool("helm"))
+    let out = Command::new(support::processes::tool("helm"))
         .args([
             "uninstall",
             "kube-scheduler",

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 
-use super::cluster::NodeHandle;
 use super::fixture::BIN;
+use super::nodes::NodeHandle;
 use super::poll::Poll;
 
 /// A checkpointer process (killed on drop) and its log file.

@@ -230,7 +230,7 @@ pub fn visible_files(dir: &Path) -> Vec<String> {
 
 /// `schemas/status.v1.json`, compiled (with format assertions).
 pub fn status_schema() -> (boon::Schemas, boon::SchemaIndex) {
-    let path = super::cluster::repo_root().join("schemas/status.v1.json");
+    let path = super::processes::repo_root().join("schemas/status.v1.json");
     let schema: serde_json::Value = serde_json::from_str(&fs::read_to_string(&path).unwrap()).unwrap();
     let mut schemas = boon::Schemas::new();
     let mut compiler = boon::Compiler::new();

@@ -9,8 +9,8 @@ use std::sync::Mutex;
 
 use serde_yaml_ng::Value;
 
-use super::cluster::{repo_root, tool};
 use super::fixture::succeeded;
+use super::processes::{repo_root, tool};
 
 /// `helm ARGS…`.
 pub fn helm(args: &[&str]) -> Output {

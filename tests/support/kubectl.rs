@@ -5,8 +5,8 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use super::cluster::tool;
 use super::fixture::succeeded;
+use super::processes::tool;
 
 /// `kubectl --kubeconfig=KUBECONFIG ARGS…`.
 pub fn kubectl(kubeconfig: &Path, args: &[&str]) -> Output {

@@ -16,14 +16,13 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 
-use super::cluster::{
-    Process, client_from_kubeconfig, link_images, namespace_init, namespace_rss_kib, process_kubelet_args, repo_root,
-    tool, wait_namespace_gone,
-};
 use super::fixture::{BIN, succeeded};
 use super::helm::{helm, ok};
 use super::kubectl::kubectl_ok;
+use super::nodes::{link_images, namespace_init, namespace_rss_kib, process_kubelet_args, wait_namespace_gone};
+use super::pki::client_from_kubeconfig;
 use super::poll::eventually;
+use super::processes::{Process, repo_root, tool};
 
 /// The kubelets' serving port, on each node's own address.
 pub const KUBELET_PORT: u16 = 10250;
