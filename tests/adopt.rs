@@ -34,11 +34,13 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use kube::api::{Api, ListParams};
 use support::background::Background;
-use support::cluster::{eventually, link_images, test_dir};
 use support::fixture::BIN;
 use support::helm::chart;
 use support::kubeadm::{kubeadm_node, run_ok};
+use support::nodes::link_images;
+use support::poll::eventually;
 use support::poller::Poller;
+use support::processes::test_dir;
 use support::selfhosted::{COMPONENTS, SelfHosted, SelfHostedNode, files_under};
 
 const NODE: (&str, &str) = ("cp-1", "127.0.4.1");

@@ -6,14 +6,16 @@ mod support;
 use std::fs;
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams};
-use support::cluster::{self, NodeHandle};
+use support::control_plane;
 use support::daemon::*;
 use support::fixture::BIN;
+use support::nodes::NodeHandle;
+use support::poll::Poll;
 
 const WAIT: Duration = Duration::from_secs(90);
 
@@ -37,10 +39,6 @@ fn volume_files(namespace: &str, marker: &str) -> Vec<(&'static str, Vec<u8>)> {
         ("pod.yaml", pod_yaml(namespace, marker).into_bytes()),
         ("scheduler.conf", b"kubeconfig".to_vec()),
     ]
-}
-
-fn refs<'a>(files: &'a [(&'static str, Vec<u8>)]) -> Vec<(&'static str, &'a [u8])> {
-    files.iter().map(|(n, c)| (*n, c.as_slice())).collect()
 }
 
 fn status_json(config: &Path, node: &NodeHandle) -> serde_json::Value {
@@ -95,19 +93,15 @@ fn start_anchor(
 }
 
 async fn wait_ready(d: &Daemon) {
-    let deadline = std::time::Instant::now() + WAIT;
-    loop {
-        match d.get("/readyz") {
-            Some((200, _)) => return,
-            other if std::time::Instant::now() > deadline => panic!("never ready: {other:?}\n{}", d.log_text()),
-            _ => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
-    }
+    Poll::new(WAIT, "/readyz 200")
+        .context(|| format!("/readyz: {:?}\n{}", d.get("/readyz"), d.log_text()))
+        .until_async(|| async { matches!(d.get("/readyz"), Some((200, _))) })
+        .await
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn readiness_follows_the_mirror_pod_and_a_failed_trial_rolls_back() {
-    let cp = cluster::shared().await;
+    let cp = control_plane::shared().await;
     let node = cp.add_node("anchor-node", &[]).await;
     let ns = cp.namespace("anchor").await;
     let kubeconfig = cp.anchor_service_account().await;
@@ -161,19 +155,15 @@ async fn readiness_follows_the_mirror_pod_and_a_failed_trial_rolls_back() {
 
     // A push whose static pod never becomes healthy is rolled back within its trial.
     volume.update(&refs(&volume_files(&ns, "bad")));
-    let deadline = std::time::Instant::now() + WAIT;
-    let bad = loop {
-        let s = status_json(&volume.config(), &node);
-        if s["badVersions"].as_array().is_some_and(|b| !b.is_empty()) {
-            break s;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no rollback; log:\n{}",
-            d.log_text()
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    };
+    let deadline = Instant::now() + WAIT;
+    let bad = Poll::by(deadline, "a rollback")
+        .every(Duration::from_millis(250))
+        .context(|| format!("log:\n{}", d.log_text()))
+        .until_async(|| async {
+            let s = status_json(&volume.config(), &node);
+            s["badVersions"].as_array().is_some_and(|b| !b.is_empty()).then_some(s)
+        })
+        .await;
     let bad_hash = bad["badVersions"][0]["hash"].as_str().unwrap().to_owned();
     assert_ne!(bad_hash, good_hash);
     assert_eq!(
@@ -197,18 +187,15 @@ async fn readiness_follows_the_mirror_pod_and_a_failed_trial_rolls_back() {
 
     // The Warning Event on the anchor's pod.
     let events: Api<Event> = Api::namespaced(cp.admin().await, &ns);
-    let found = loop {
-        let list = events.list(&ListParams::default()).await.unwrap();
-        if let Some(e) = list
-            .items
-            .into_iter()
-            .find(|e| e.reason.as_deref() == Some("RolledBack"))
-        {
-            break e;
-        }
-        assert!(std::time::Instant::now() < deadline, "no RolledBack event");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    };
+    let found = Poll::by(deadline, "a RolledBack event")
+        .every(Duration::from_millis(250))
+        .until_async(|| async {
+            let list = events.list(&ListParams::default()).await.unwrap();
+            list.items
+                .into_iter()
+                .find(|e| e.reason.as_deref() == Some("RolledBack"))
+        })
+        .await;
     assert_eq!(found.type_.as_deref(), Some("Warning"));
     assert_eq!(
         found.regarding.unwrap().name.as_deref(),
@@ -229,7 +216,7 @@ async fn readiness_follows_the_mirror_pod_and_a_failed_trial_rolls_back() {
 async fn a_failing_last_known_good_is_reported_loudly() {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
-    let cp = cluster::shared().await;
+    let cp = control_plane::shared().await;
     let node = cp.add_node("lkg-node", &[]).await;
     let ns = cp.namespace("lkg").await;
     let kubeconfig = cp.anchor_service_account().await;
@@ -257,29 +244,29 @@ async fn a_failing_last_known_good_is_reported_loudly() {
         .as_str()
         .unwrap()
         .to_owned();
-    let deadline = std::time::Instant::now() + WAIT;
-    while status_json(&volume.config(), &node)["lastKnownGoodHash"] != good_hash {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "never last-known-good: {}",
-            d.log_text()
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    let log = || format!("log:\n{}", d.log_text());
+    let deadline = Instant::now() + WAIT;
+    Poll::by(deadline, "the version last-known-good")
+        .every(Duration::from_millis(250))
+        .context(log)
+        .until_async(|| async { status_json(&volume.config(), &node)["lastKnownGoodHash"] == good_hash })
+        .await;
     volume.update(&refs(&volume_files(&ns, "bad")));
-    while d.metric("kube_anchor_rollbacks_total") < 1.0 {
-        assert!(std::time::Instant::now() < deadline, "no rollback: {}", d.log_text());
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    Poll::by(deadline, "a rollback")
+        .every(Duration::from_millis(250))
+        .context(log)
+        .until_async(|| async { d.metric("kube_anchor_rollbacks_total") >= 1.0 })
+        .await;
     assert_eq!(d.metric("kube_anchor_last_known_good_failing"), 0.0);
 
     // Now the last-known-good version fails too (its health endpoint answers 500).
     everything_down.store(true, Ordering::SeqCst);
-    let deadline = std::time::Instant::now() + WAIT;
-    while d.metric("kube_anchor_last_known_good_failing") < 1.0 {
-        assert!(std::time::Instant::now() < deadline, "not reported: {}", d.log_text());
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    let deadline = Instant::now() + WAIT;
+    Poll::by(deadline, "the failing last-known-good reported")
+        .every(Duration::from_millis(250))
+        .context(log)
+        .until_async(|| async { d.metric("kube_anchor_last_known_good_failing") >= 1.0 })
+        .await;
     let (code, body) = d.get("/readyz").unwrap();
     assert_eq!(code, 503);
     assert!(body.contains("failing too") && body.contains(&good_hash), "{body}");
@@ -289,18 +276,15 @@ async fn a_failing_last_known_good_is_reported_loudly() {
     );
     let failing = status_json(&volume.config(), &node)["lastKnownGoodFailing"].clone();
     assert_eq!(failing["hash"], good_hash.as_str(), "status shows it: {failing}");
-    let event = cluster::event(&cp.admin().await, &ns, "LastKnownGoodFailing", Some("lkg-anchor"), WAIT).await;
+    let event = control_plane::event(&cp.admin().await, &ns, "LastKnownGoodFailing", Some("lkg-anchor"), WAIT).await;
     assert_eq!(event.type_.as_deref(), Some("Warning"));
 
     // It recovers: after a full period converged the alarm is cleared.
     everything_down.store(false, Ordering::SeqCst);
-    while d.metric("kube_anchor_last_known_good_failing") > 0.0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "alarm never cleared: {}",
-            d.log_text()
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    Poll::by(deadline, "the alarm cleared")
+        .every(Duration::from_millis(250))
+        .context(log)
+        .until_async(|| async { d.metric("kube_anchor_last_known_good_failing") <= 0.0 })
+        .await;
     assert!(status_json(&volume.config(), &node)["lastKnownGoodFailing"].is_null());
 }

@@ -7,15 +7,16 @@ mod support;
 use std::fs;
 use std::time::{Duration, Instant};
 
-use support::cluster;
+use support::control_plane;
 use support::daemon::*;
+use support::pki;
 
 const MANIFEST: &str = "etc/kubernetes/manifests/kube-controller-manager.yaml";
 const KUBECONFIG: &str = "etc/kubernetes/controller-manager.conf";
 
 #[tokio::test(flavor = "multi_thread")]
 async fn api_outage_keeps_files_in_sync_and_deletes_nothing() {
-    let cp = cluster::shared().await;
+    let cp = control_plane::shared().await;
     let node = cp.add_node("outage-node", &[]).await;
     let ns = cp.namespace("outage").await;
     let work = tempfile::tempdir().unwrap();
@@ -80,11 +81,11 @@ async fn api_outage_keeps_files_in_sync_and_deletes_nothing() {
     // API server stopped (connection refused), and with one that accepts but never answers.
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let silent_kubeconfig = work.path().join("silent.kubeconfig");
-    cluster::write_kubeconfig(
+    pki::write_kubeconfig(
         &silent_kubeconfig,
         &format!("https://{}", silent.local_addr().unwrap()),
         &cp.pki.ca(),
-        &cluster::Identity::Token("x".into()),
+        &pki::Identity::Token("x".into()),
     );
     for kubeconfig in [cp.admin_kubeconfig.clone(), silent_kubeconfig] {
         let start = Instant::now();

@@ -15,9 +15,10 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use support::cluster::{eventually, repo_root, test_dir, tool};
-use support::fixture::BIN;
-use support::selfhosted::{COMPONENTS, SelfHosted, files_under, prepare, stat_all, succeeded};
+use support::fixture::{BIN, succeeded};
+use support::poll::eventually;
+use support::processes::{repo_root, test_dir, tool};
+use support::selfhosted::{COMPONENTS, SelfHosted, files_under, prepare, stat_all};
 
 const NODES: [(&str, &str); 3] = [("cp-1", "127.0.2.1"), ("cp-2", "127.0.2.2"), ("cp-3", "127.0.2.3")];
 

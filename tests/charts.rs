@@ -6,7 +6,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -15,10 +15,14 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_yaml_ng::Value;
-use support::cluster::{self, ControlPlane, NodeHandle, eventually, repo_root, tool};
-use support::daemon::{ConfigVolume, Daemon, wait_until};
+use support::control_plane;
+use support::daemon::{ConfigVolume, Daemon, refs, wait_until};
 use support::fixture::BIN;
 use support::helm::*;
+use support::kubectl::kubectl;
+use support::nodes::NodeHandle;
+use support::poll::eventually;
+use support::processes::{repo_root, tool};
 
 const ANCHOR_CHARTS: &[&str] = &["kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd"];
 const WAIT: Duration = Duration::from_secs(90);
@@ -470,7 +474,7 @@ fn plain_manifests_match_a_fresh_render() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn rendered_output_passes_a_server_side_dry_run() {
-    let cp = cluster::shared().await;
+    let cp = control_plane::shared().await;
     let ns = cp.namespace("dryrun").await;
     let work = tempfile::tempdir().unwrap();
     for name in ANCHOR_CHARTS {
@@ -486,7 +490,10 @@ async fn rendered_output_passes_a_server_side_dry_run() {
         ]));
         let file = work.path().join(format!("{name}.yaml"));
         fs::write(&file, rendered).unwrap();
-        let out = kubectl(cp, &["apply", "--dry-run=server", "-f", file.to_str().unwrap()]);
+        let out = kubectl(
+            &cp.admin_kubeconfig,
+            &["apply", "--dry-run=server", "-f", file.to_str().unwrap()],
+        );
         ok(&out);
     }
     let rendered = ok(&helm(&[
@@ -501,14 +508,14 @@ async fn rendered_output_passes_a_server_side_dry_run() {
     let file = work.path().join("pod-checkpointer.yaml");
     fs::write(&file, rendered).unwrap();
     ok(&kubectl(
-        cp,
+        &cp.admin_kubeconfig,
         &["apply", "--dry-run=server", "-f", file.to_str().unwrap()],
     ));
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_checkpointer_reads_secrets_only_where_parents_may_live() {
-    let cp = cluster::shared().await;
+    let cp = control_plane::shared().await;
     let ns = cp.namespace("ckptrbac").await;
     let other = cp.namespace("ckptother").await;
     let work = tempfile::tempdir().unwrap();
@@ -525,7 +532,10 @@ async fn the_checkpointer_reads_secrets_only_where_parents_may_live() {
     ]));
     let file = work.path().join("rbac.yaml");
     fs::write(&file, rendered).unwrap();
-    ok(&kubectl(cp, &["apply", "-f", file.to_str().unwrap(), "-n", &ns]));
+    ok(&kubectl(
+        &cp.admin_kubeconfig,
+        &["apply", "-f", file.to_str().unwrap(), "-n", &ns],
+    ));
     let who = format!("--as=system:serviceaccount:{ns}:ckpt-{ns}");
     for (verb, resource, namespace, allowed) in [
         ("get", "secrets", &ns, true),
@@ -537,22 +547,13 @@ async fn the_checkpointer_reads_secrets_only_where_parents_may_live() {
         ("delete", "pods", &ns, false),
         ("create", "pods", &ns, false),
     ] {
-        let out = kubectl(cp, &["auth", "can-i", verb, resource, "-n", namespace, &who]);
+        let out = kubectl(
+            &cp.admin_kubeconfig,
+            &["auth", "can-i", verb, resource, "-n", namespace, &who],
+        );
         let answer = String::from_utf8_lossy(&out.stdout).trim().to_owned();
         assert_eq!(answer == "yes", allowed, "{verb} {resource} in {namespace}: {answer}");
     }
-}
-
-fn kubectl(cp: &ControlPlane, args: &[&str]) -> Output {
-    Command::new(tool("kubectl"))
-        .arg(format!("--kubeconfig={}", cp.admin_kubeconfig.display()))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn refs(f: &[(String, Vec<u8>)]) -> Vec<(&str, &[u8])> {
-    f.iter().map(|(k, v)| (k.as_str(), v.as_slice())).collect()
 }
 
 /// What the kubelet would give the anchor container: the ConfigMap and Secret as volumes.
@@ -685,7 +686,7 @@ fn pre_stop(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn install_upgrade_and_uninstall_a_component_chart() {
-    let cp = cluster::shared().await;
+    let cp = control_plane::shared().await;
     cp.start_controllers();
     let node = cp
         .add_node("charts-node", &[("kube-anchor.io/charts-test", "enabled")])
@@ -734,7 +735,7 @@ async fn install_upgrade_and_uninstall_a_component_chart() {
         ("patch", "nodes", false),
     ] {
         let out = kubectl(
-            cp,
+            &cp.admin_kubeconfig,
             &[
                 "auth",
                 "can-i",

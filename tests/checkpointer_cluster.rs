@@ -16,14 +16,16 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use support::checkpointer::{CheckpointFiles, CheckpointerProcess, ready};
-use support::cluster::{self, eventually};
+use support::control_plane;
 use support::fixture::BIN;
+use support::nodes;
+use support::poll::{Poll, eventually};
 
 const WAIT: Duration = Duration::from_secs(90);
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_daemonset_parent_is_checkpointed_activated_and_retired_only_after_its_replacement_runs() {
-    let cp = cluster::shared().await;
+    let cp = control_plane::shared().await;
     cp.start_controllers();
     let node = cp.add_node("ckpt-node", &[]).await;
     let ns = cp.namespace("ckpt").await;
@@ -144,15 +146,10 @@ async fn a_daemonset_parent_is_checkpointed_activated_and_retired_only_after_its
         ))
     };
     let wait_file = |path: PathBuf, present: bool, what: &str| {
-        let deadline = Instant::now() + WAIT;
-        while path.exists() != present {
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {what}; checkpointer log:\n{}",
-                c.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        Poll::new(WAIT, what)
+            .every(Duration::from_millis(50))
+            .context(|| format!("checkpointer log:\n{}", c.log()))
+            .until(|| path.exists() == present)
     };
 
     // Checkpointed, privately, and not active while the parent runs.
@@ -183,7 +180,7 @@ async fn a_daemonset_parent_is_checkpointed_activated_and_retired_only_after_its
         "the service-account token volume is gone"
     );
     assert!(!active(&p1).exists());
-    let event = cluster::event(&admin, &ns, "NotCheckpointable", None, WAIT).await;
+    let event = control_plane::event(&admin, &ns, "NotCheckpointable", None, WAIT).await;
     assert!(event.note.unwrap_or_default().contains("secretKeyRef"));
     assert!(event.regarding.unwrap().name.unwrap().starts_with("refused-"));
     let inactive_dir = host("/etc/kubernetes/inactive-manifests");
@@ -259,8 +256,8 @@ async fn a_daemonset_parent_is_checkpointed_activated_and_retired_only_after_its
 
 /// Starts the checkpointer (the DaemonSet copy) for `node` with the test's short windows.
 fn start_checkpointer(
-    cp: &cluster::ControlPlane,
-    node: &cluster::NodeHandle,
+    cp: &control_plane::ControlPlane,
+    node: &nodes::NodeHandle,
     work: &std::path::Path,
     extra: &[&str],
 ) -> CheckpointerProcess {
@@ -344,7 +341,7 @@ fn ready_at(pod: &Pod) -> std::time::SystemTime {
 /// it and is retired after the stable window, not kept active beside it until a timer ends.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_daemonset_recreated_under_the_same_name_is_the_same_owner() {
-    let cp = cluster::shared().await;
+    let cp = control_plane::shared().await;
     cp.start_controllers();
     let node = cp.add_node("ckpt-replace", &[]).await;
     let ns = cp.namespace("ckptreplace").await;
@@ -414,7 +411,7 @@ async fn a_daemonset_recreated_under_the_same_name_is_the_same_owner() {
 /// pod has run Ready for the stable window.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_deployment_rollout_retires_the_old_replicasets_checkpoint() {
-    let cp = cluster::shared().await;
+    let cp = control_plane::shared().await;
     cp.start_controllers();
     let node = cp.add_node("ckpt-deploy", &[]).await;
     let ns = cp.namespace("ckptdeploy").await;
@@ -495,7 +492,7 @@ async fn set_finalizer(pods: &Api<Pod>, name: &str, on: bool) {
 /// its own checkpoint last.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_decommissioned_checkpointer_retires_what_it_manages_then_itself() {
-    let cp = cluster::shared().await;
+    let cp = control_plane::shared().await;
     cp.start_controllers();
     let node = cp.add_node("ckpt-decom", &[]).await;
     let ns = cp.namespace("ckptdecom").await;
@@ -590,21 +587,17 @@ async fn a_decommissioned_checkpointer_retires_what_it_manages_then_itself() {
     set_finalizer(&pods, &names["self"], true).await;
     daemonsets.delete("self", &DeleteParams::background()).await.unwrap();
     // The kubelet runs the hook once the pod is terminating (the garbage collector deletes it).
-    let deadline = Instant::now() + WAIT;
-    while pods
-        .get(&names["self"])
-        .await
-        .unwrap()
-        .metadata
-        .deletion_timestamp
-        .is_none()
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the checkpointer pod never started terminating"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    Poll::new(WAIT, "the checkpointer pod to start terminating")
+        .every(Duration::from_millis(100))
+        .until_async(|| async {
+            pods.get(&names["self"])
+                .await
+                .unwrap()
+                .metadata
+                .deletion_timestamp
+                .is_some()
+        })
+        .await;
     let out = Command::new(BIN)
         .args(["checkpointer", "pre-stop", "--timeout", "6s", "--host-root"])
         .arg(node.host_root())
@@ -629,7 +622,7 @@ async fn a_decommissioned_checkpointer_retires_what_it_manages_then_itself() {
         "active: kept while nothing replaces it"
     );
     assert!(active(&names["self"]).exists(), "its own: last");
-    let event = cluster::event(&admin, &ns, "CheckpointsLeft", None, WAIT).await;
+    let event = control_plane::event(&admin, &ns, "CheckpointsLeft", None, WAIT).await;
     assert!(event.note.unwrap_or_default().contains(&names["held"]));
 
     // The held owner's pod runs Ready again: its checkpoint goes, then the checkpointer's own.
@@ -664,7 +657,7 @@ async fn a_decommissioned_checkpointer_retires_what_it_manages_then_itself() {
 /// not as an unknown bare pod whose name left the API.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_bootkube_checkpoint_belongs_to_its_daemonset() {
-    let cp = cluster::shared().await;
+    let cp = control_plane::shared().await;
     cp.start_controllers();
     let node = cp.add_node("ckpt-bootkube", &[]).await;
     let ns = cp.namespace("ckptbootkube").await;
@@ -706,11 +699,9 @@ async fn a_bootkube_checkpoint_belongs_to_its_daemonset() {
                 && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
         })
     };
-    let deadline = Instant::now() + WAIT;
-    while !kubelet_ready() {
-        assert!(Instant::now() < deadline, "the kubelet never showed {running} Ready");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    Poll::new(WAIT, format!("the kubelet to show {running} Ready"))
+        .every(Duration::from_millis(100))
+        .until(kubelet_ready);
     let work = tempfile::tempdir().unwrap();
     fs::write(work.path().join("boot_id"), "b1").unwrap();
     let c = start_checkpointer(
@@ -719,16 +710,20 @@ async fn a_bootkube_checkpoint_belongs_to_its_daemonset() {
         work.path(),
         &["--stable-window", "2s", "--retire-grace", "2s"],
     );
-    let deadline = Instant::now() + WAIT;
-    while inactive(old).exists() || !inactive(&running).exists() {
-        assert!(
-            !active(old).exists(),
-            "bootkube's checkpoint activated beside its DaemonSet's Ready pod; log:\n{}",
-            c.log()
-        );
-        assert!(Instant::now() < deadline, "timed out; log:\n{}", c.log());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    Poll::new(WAIT, "bootkube's checkpoint retired and the running pod's written")
+        .every(Duration::from_millis(20))
+        .context(|| format!("log:\n{}", c.log()))
+        .until(|| {
+            let done = !inactive(old).exists() && inactive(&running).exists();
+            if !done {
+                assert!(
+                    !active(old).exists(),
+                    "bootkube's checkpoint activated beside its DaemonSet's Ready pod; log:\n{}",
+                    c.log()
+                );
+            }
+            done
+        });
     assert!(c.log().contains(&format!("DaemonSet/{ns}/legacy")), "log:\n{}", c.log());
 }
 
@@ -738,7 +733,7 @@ async fn a_bootkube_checkpoint_belongs_to_its_daemonset() {
 /// owner every pass.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_steady_checkpointer_asks_the_api_nothing_between_watches() {
-    let cp = cluster::shared().await;
+    let cp = control_plane::shared().await;
     cp.start_controllers();
     let node = cp.add_node("ckpt-quiet", &[]).await;
     let ns = cp.namespace("ckptquiet").await;

@@ -15,14 +15,16 @@ mod support;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, PostParams};
 use support::checkpointer::{CheckpointFiles, CheckpointerProcess, ready};
-use support::cluster::{self, eventually};
+use support::control_plane;
 use support::fixture::BIN;
+use support::poll::{Poll, eventually};
+use support::processes;
 
 const WAIT: Duration = Duration::from_secs(120);
 
@@ -39,18 +41,15 @@ const WINDOWS: [&str; 10] = [
     "300ms",
 ];
 
-fn wait_until(what: &str, logs: &[&CheckpointerProcess], mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + WAIT;
-    while !check() {
-        if Instant::now() > deadline {
-            let logs: Vec<String> = logs.iter().map(|c| c.log()).collect();
-            panic!(
-                "timed out waiting for {what}; checkpointer logs:\n{}",
-                logs.join("\n-----\n")
-            );
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+fn wait_until(what: &str, logs: &[&CheckpointerProcess], check: impl FnMut() -> bool) {
+    let logs = || {
+        let logs: Vec<String> = logs.iter().map(|c| c.log()).collect();
+        format!("checkpointer logs:\n{}", logs.join("\n-----\n"))
+    };
+    Poll::new(WAIT, what)
+        .every(Duration::from_millis(100))
+        .context(logs)
+        .until(check)
 }
 
 /// Runs the container of a checkpoint on disk as the kubelet would: its args, its literal env,
@@ -100,14 +99,14 @@ fn run_static_copy(file: &Path, node: &str, overrides: &[(&str, String)], log: P
 
 #[tokio::test(flavor = "multi_thread")]
 async fn after_a_cold_reboot_the_checkpointer_starts_from_disk_and_hands_over_to_its_daemonset_copy() {
-    let cp = cluster::shared().await;
+    let cp = control_plane::shared().await;
     cp.start_controllers();
     let node = cp.add_node("reboot-node", &[]).await;
     let ns = cp.namespace("reboot").await;
     let admin = cp.admin().await;
     let daemonsets: Api<DaemonSet> = Api::namespaced(admin.clone(), &ns);
     // The port the static copy's kubelet URL names: nothing it can use answers there.
-    let blind_kubelet = format!("https://127.0.0.1:{}", cluster::free_port());
+    let blind_kubelet = format!("https://127.0.0.1:{}", processes::free_port());
     let args: Vec<&str> = ["checkpointer"].into_iter().chain(WINDOWS).collect();
     let checkpointer: DaemonSet = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "pod-checkpointer"},
@@ -178,7 +177,7 @@ async fn after_a_cold_reboot_the_checkpointer_starts_from_disk_and_hands_over_to
 
     let work = tempfile::tempdir().unwrap();
     // Both copies are given the same metrics port, as on one host network.
-    let listen = format!("127.0.0.1:{}", cluster::free_port());
+    let listen = format!("127.0.0.1:{}", processes::free_port());
     let boot_id = work.path().join("boot_id");
     fs::write(&boot_id, "boot-1\n").unwrap();
     let daemonset_copy = |log: &str| {

@@ -10,14 +10,17 @@
 
 mod support;
 
+use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::cluster::{Pki, Process, free_port, tool};
 use support::fixture::BIN;
+use support::pki::Pki;
+use support::poll::Poll;
+use support::processes::{Process, free_port, tool};
 
 const IP: &str = "127.0.0.1";
 
@@ -174,25 +177,18 @@ impl Bed {
     }
 
     fn wait_healthy(&self, voters: usize) {
-        let start = Instant::now();
-        loop {
-            if let Some(v) = self.gateway("/v3/cluster/member/list", r#"{"linearizable":true}"#) {
-                let n = v["members"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .filter(|m| !m["isLearner"].as_bool().unwrap_or(false))
-                    .count();
-                if n == voters {
-                    return;
-                }
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "etcd never had {voters} voters"
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        Poll::new(Duration::from_secs(30), format!("etcd to have {voters} voters")).until(|| {
+            let Some(v) = self.gateway("/v3/cluster/member/list", r#"{"linearizable":true}"#) else {
+                return false;
+            };
+            let n = v["members"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|m| !m["isLearner"].as_bool().unwrap_or(false))
+                .count();
+            n == voters
+        })
     }
 }
 
@@ -400,22 +396,18 @@ spec:
 
     /// Runs `kube-anchor apply` until this node's member is a voter.
     fn apply_until_voter(&self, bed: &Bed) {
-        let start = Instant::now();
-        loop {
-            let out = self.apply();
-            assert!(out.status.success(), "apply: {}", String::from_utf8_lossy(&out.stderr));
-            let mine = self.my_entries(bed);
-            assert_eq!(mine.len(), 1, "exactly one member for this node: {mine:?}");
-            if !mine[0].2 {
-                return;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(40),
-                "never promoted: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            std::thread::sleep(Duration::from_millis(500));
-        }
+        let stderr = RefCell::new(String::new());
+        Poll::new(Duration::from_secs(40), "the member promoted")
+            .every(Duration::from_millis(500))
+            .context(|| format!("last apply's stderr: {}", stderr.borrow()))
+            .until(|| {
+                let out = self.apply();
+                assert!(out.status.success(), "apply: {}", String::from_utf8_lossy(&out.stderr));
+                *stderr.borrow_mut() = String::from_utf8_lossy(&out.stderr).into_owned();
+                let mine = self.my_entries(bed);
+                assert_eq!(mine.len(), 1, "exactly one member for this node: {mine:?}");
+                !mine[0].2
+            })
     }
 
     /// `kube-anchor pre-stop --cleanup always` (the decommission proved), playing the kubelet:
@@ -569,7 +561,7 @@ fn a_fourth_node_joins_as_learner_is_promoted_upgrades_without_churn_and_leaves_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn decommission_that_would_break_quorum_is_refused_and_an_unreachable_etcd_removes_nothing() {
     // The anchor pod, for the Warning Event (the kube-apiserver of the test control plane).
-    let cp = support::cluster::shared().await;
+    let cp = support::control_plane::shared().await;
     let ns = cp.namespace("etcd-member").await;
     let admin = cp.admin().await;
     // No controllers run here: the namespace's default ServiceAccount is created by hand.
@@ -628,7 +620,7 @@ async fn decommission_that_would_break_quorum_is_refused_and_an_unreachable_etcd
         "credentials kept"
     );
     assert_eq!(bed.member_ids(), ids, "no member removed");
-    let event = support::cluster::event(
+    let event = support::control_plane::event(
         &admin,
         &ns,
         "MembershipHeld",
@@ -672,14 +664,9 @@ fn an_anchor_killed_between_adding_the_learner_and_promoting_it_is_resumed_witho
             .unwrap(),
     );
     // SIGKILL as soon as the learner exists (etcd is not running: it cannot be promoted yet).
-    let start = Instant::now();
-    while node.my_entries(&bed).is_empty() {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "the daemon never added the learner"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    Poll::new(Duration::from_secs(20), "the daemon to add the learner")
+        .every(Duration::from_millis(20))
+        .until(|| !node.my_entries(&bed).is_empty());
     daemon.kill();
     let mine = node.my_entries(&bed);
     assert_eq!(mine.len(), 1);
@@ -702,15 +689,12 @@ fn an_anchor_killed_between_adding_the_learner_and_promoting_it_is_resumed_witho
             .spawn()
             .unwrap(),
     );
-    let start = Instant::now();
-    while !node.manifest().exists() {
-        assert!(start.elapsed() < Duration::from_secs(20), "no manifest written");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    Poll::new(Duration::from_secs(20), "the manifest written")
+        .every(Duration::from_millis(50))
+        .until(|| node.manifest().exists());
     assert_eq!(node.record().unwrap()["lastJoin"]["action"], "resume");
     node.start_etcd();
-    let start = Instant::now();
-    loop {
+    Poll::new(Duration::from_secs(40), "the member promoted").until(|| {
         let members = bed.members();
         let mine: Vec<_> = members
             .iter()
@@ -718,28 +702,27 @@ fn an_anchor_killed_between_adding_the_learner_and_promoting_it_is_resumed_witho
             .collect();
         assert_eq!(mine.len(), 1, "never two entries for the node: {members:?}");
         assert!(members.len() <= 4, "{members:?}");
-        if !mine[0].2 {
-            break;
-        }
-        assert!(start.elapsed() < Duration::from_secs(40), "never promoted");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+        !mine[0].2
+    });
     bed.wait_healthy(4);
-    let start = Instant::now();
-    while node.record().unwrap()["phase"] != "voter" {
-        assert!(start.elapsed() < Duration::from_secs(10), "the record says voter");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    Poll::new(Duration::from_secs(10), "the record to say voter")
+        .every(Duration::from_millis(50))
+        .until(|| node.record().unwrap()["phase"] == "voter");
     // /metrics shows the member once the daemon has looked again (every resync at most).
-    let start = Instant::now();
-    loop {
-        let out = Command::new("curl")
-            .args(["-s", &format!("http://127.0.0.1:{metrics_port}/metrics")])
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        let line = text.lines().find(|l| l.starts_with("kube_anchor_etcd_member_info{"));
-        if let Some(line) = line.filter(|l| l.contains("role=\"voter\"")) {
+    let text = RefCell::new(String::new());
+    Poll::new(Duration::from_secs(10), "a voter in /metrics")
+        .context(|| format!("/metrics: {}", text.borrow()))
+        .until(|| {
+            let out = Command::new("curl")
+                .args(["-s", &format!("http://127.0.0.1:{metrics_port}/metrics")])
+                .output()
+                .unwrap();
+            let mut text = text.borrow_mut();
+            *text = String::from_utf8_lossy(&out.stdout).into_owned();
+            let line = text.lines().find(|l| l.starts_with("kube_anchor_etcd_member_info{"));
+            let Some(line) = line.filter(|l| l.contains("role=\"voter\"")) else {
+                return false;
+            };
             assert!(
                 line.contains(&format!("peer_url=\"{}\"", node.ports.peer_url())),
                 "{line}"
@@ -748,14 +731,8 @@ fn an_anchor_killed_between_adding_the_learner_and_promoting_it_is_resumed_witho
                 text.contains("kube_anchor_etcd_join_pending{component=\"etcd\"} 0"),
                 "{text}"
             );
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "no voter in /metrics: {text}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+            true
+        });
     daemon.kill();
     node.stop_etcd();
 }
@@ -764,7 +741,7 @@ fn an_anchor_killed_between_adding_the_learner_and_promoting_it_is_resumed_witho
 async fn on_a_process_node_the_kubelet_runs_the_joined_member_and_stops_it_when_it_leaves() {
     // The node under test is a process node: its kubelet runs etcd from the manifest the anchor
     // writes (hostPath volumes under the node's host root) and stops it when the manifest goes.
-    let cp = support::cluster::shared().await;
+    let cp = support::control_plane::shared().await;
     let pn = cp.add_process_node("etcd-pn", &[]).await;
     let bed = Bed::new(3, 3);
     bed.wait_healthy(3);

@@ -17,9 +17,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_yaml_ng::Value;
-use support::cluster::{self, NodeHandle};
+use support::control_plane;
 use support::daemon::*;
 use support::helm::*;
+use support::nodes::NodeHandle;
+use support::poll::Poll;
 
 const WAIT: Duration = Duration::from_secs(90);
 /// The anchors' trial period. A kubemark kubelet here takes about 13 s (more on a busy machine)
@@ -56,10 +58,6 @@ fn revision(ns: &str, values: &Path, flag: &str) -> Revision {
         secrets: secret_files(of_kind(&docs, "Secret").into_iter().collect::<Vec<&Value>>()),
         expect_inputs: template_annotation(ds, "kube-anchor.io/expect-inputs"),
     }
-}
-
-fn refs(files: &BTreeMap<String, Vec<u8>>) -> Vec<(&str, &[u8])> {
-    files.iter().map(|(k, v)| (k.as_str(), v.as_slice())).collect()
 }
 
 /// A node's anchor pod: its volumes, and the `kube-anchor run` process standing for its container.
@@ -135,7 +133,7 @@ impl Node {
 
 /// Three nodes with `rev`'s volumes and no anchor pod yet; each node's component health endpoint
 /// fails while the node runs the "crash" version.
-async fn three_nodes(cp: &cluster::ControlPlane, prefix: &str, work: &Path, rev: &Revision) -> Vec<Node> {
+async fn three_nodes(cp: &control_plane::ControlPlane, prefix: &str, work: &Path, rev: &Revision) -> Vec<Node> {
     let mut nodes = Vec::new();
     for i in 1..=3 {
         let handle = cp.add_node(&format!("{prefix}-{i}"), &[]).await;
@@ -177,17 +175,17 @@ async fn install(nodes: &mut [Node], rev: &Revision, kubeconfig: &Path, ns: &str
 }
 
 async fn wait_ready(node: &Node) {
-    let deadline = Instant::now() + WAIT;
-    while !node.ready() {
-        assert!(
-            Instant::now() < deadline,
-            "{}: anchor never Ready: {:?}\n{}",
-            node.handle.name,
+    let readyz = || {
+        format!(
+            "/readyz: {:?}\n{}",
             node.anchor.as_ref().and_then(|d| d.get("/readyz")),
             node.log()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        )
+    };
+    Poll::new(WAIT, format!("{}: anchor Ready", node.handle.name))
+        .context(readyz)
+        .until_async(|| async { node.ready() })
+        .await
 }
 
 /// Samples the fleet: a node "in transition" has left `baseline` and its anchor is not Ready
@@ -222,7 +220,7 @@ async fn hold_for(nodes: &[Node], period: Duration, baseline: &str, seen: &Arc<M
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_upgrade_reaches_nodes_only_through_the_rollout_and_a_bad_push_stops_at_the_first() {
-    let cp = cluster::shared().await;
+    let cp = control_plane::shared().await;
     let ns = cp.namespace("fleet").await;
     let kubeconfig = cp.anchor_service_account().await;
     let work = tempfile::tempdir().unwrap();
@@ -270,12 +268,17 @@ async fn an_upgrade_reaches_nodes_only_through_the_rollout_and_a_bad_push_stops_
     // The rollout: one node at a time, the next only once the previous anchor is Ready.
     for i in 0..nodes.len() {
         nodes[i].replace_pod(&rev2, &kubeconfig, &ns);
-        let deadline = Instant::now() + WAIT;
-        while !nodes[i].ready() {
-            assert!(Instant::now() < deadline, "{}", nodes[i].log());
-            sample(&nodes, "--marker=one", &seen);
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        Poll::new(WAIT, format!("{}: anchor Ready", nodes[i].handle.name))
+            .every(Duration::from_millis(50))
+            .context(|| nodes[i].log())
+            .until_async(|| async {
+                let ready = nodes[i].ready();
+                if !ready {
+                    sample(&nodes, "--marker=one", &seen);
+                }
+                ready
+            })
+            .await;
         assert!(nodes[i].manifest().contains("--marker=two"));
         for later in &nodes[i + 1..] {
             assert!(later.manifest().contains("--marker=one"), "{}", later.handle.name);
@@ -289,15 +292,12 @@ async fn an_upgrade_reaches_nodes_only_through_the_rollout_and_a_bad_push_stops_
         node.refresh(&bad);
     }
     nodes[0].replace_pod(&bad, &kubeconfig, &ns);
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while !nodes[0].manifest().contains("--marker=two") || !nodes[0].log().contains("rolled back") {
-        assert!(
-            Instant::now() < deadline,
-            "the bad version was not rolled back: {}",
-            nodes[0].log()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    Poll::new(Duration::from_secs(90), "the bad version rolled back")
+        .context(|| nodes[0].log())
+        .until_async(|| async {
+            nodes[0].manifest().contains("--marker=two") && nodes[0].log().contains("rolled back")
+        })
+        .await;
     // It stays unready, so the rollout goes no further; the others never saw the bad version.
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert!(!nodes[0].ready());
@@ -311,17 +311,21 @@ async fn an_upgrade_reaches_nodes_only_through_the_rollout_and_a_bad_push_stops_
 
 /// Waits until every node's anchor is Ready, sampling the fleet meanwhile.
 async fn all_ready_sampling(nodes: &[Node], baseline: &str, seen: &Arc<Mutex<Violations>>, timeout: Duration) {
-    let deadline = Instant::now() + timeout;
-    while !nodes.iter().all(Node::ready) {
+    let logs = || {
         let logs: Vec<String> = nodes.iter().map(Node::log).collect();
-        assert!(
-            Instant::now() < deadline,
-            "not every anchor Ready:\n{}",
-            logs.join("\n----\n")
-        );
-        sample(nodes, baseline, seen);
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        logs.join("\n----\n")
+    };
+    Poll::new(timeout, "every anchor Ready")
+        .every(Duration::from_millis(50))
+        .context(logs)
+        .until_async(|| async {
+            let ready = nodes.iter().all(Node::ready);
+            if !ready {
+                sample(nodes, baseline, seen);
+            }
+            ready
+        })
+        .await
 }
 
 /// A chart with per-node credentials has one DaemonSet per node, and `helm upgrade` changes all
@@ -331,7 +335,7 @@ async fn all_ready_sampling(nodes: &[Node], baseline: &str, seen: &Arc<Mutex<Vio
 /// node is tried on no other.
 #[tokio::test(flavor = "multi_thread")]
 async fn per_node_daemonsets_replaced_at_once_still_roll_one_node_at_a_time() {
-    let cp = cluster::shared().await;
+    let cp = control_plane::shared().await;
     let ns = cp.namespace("pernode").await;
     let kubeconfig = cp.anchor_service_account().await;
     let work = tempfile::tempdir().unwrap();
@@ -369,18 +373,15 @@ async fn per_node_daemonsets_replaced_at_once_still_roll_one_node_at_a_time() {
     for node in &mut nodes {
         node.replace_pod(&bad, &kubeconfig, &ns);
     }
-    let deadline = Instant::now() + Duration::from_secs(90);
-    let tried = loop {
-        sample(&nodes, "--marker=two", &seen);
-        if let Some(i) = nodes
-            .iter()
-            .position(|n| n.log().contains("rolled back to last-known-good"))
-        {
-            break i;
-        }
-        assert!(Instant::now() < deadline, "no rollback");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let tried = Poll::new(Duration::from_secs(90), "a rollback")
+        .every(Duration::from_millis(100))
+        .until_async(|| async {
+            sample(&nodes, "--marker=two", &seen);
+            nodes
+                .iter()
+                .position(|n| n.log().contains("rolled back to last-known-good"))
+        })
+        .await;
     hold_for(&nodes, Duration::from_secs(8), "--marker=two", &seen).await;
     assert_eq!(
         seen.lock().unwrap().0,
@@ -409,15 +410,13 @@ async fn per_node_daemonsets_replaced_at_once_still_roll_one_node_at_a_time() {
     for node in &mut nodes {
         node.replace_pod(&rev3, &kubeconfig, &ns);
     }
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let holder = loop {
-        sample(&nodes, "--marker=two", &seen);
-        if let Some(i) = nodes.iter().position(|n| n.manifest().contains("--marker=three")) {
-            break i;
-        }
-        assert!(Instant::now() < deadline, "nobody took the turn for rev3");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let holder = Poll::new(Duration::from_secs(60), "a node to take the turn for rev3")
+        .every(Duration::from_millis(50))
+        .until_async(|| async {
+            sample(&nodes, "--marker=two", &seen);
+            nodes.iter().position(|n| n.manifest().contains("--marker=three"))
+        })
+        .await;
     nodes[holder].anchor = None;
     let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> = kube::Api::namespaced(cp.admin().await, &ns);
     let long_ago = k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_hours(1);

@@ -14,10 +14,10 @@ use std::process::{Command, Output};
 
 use kube_anchor_core::render::{Variables, render};
 use serde_yaml_ng::Value;
-use support::cluster::tool;
 use support::fixture::BIN;
 use support::helm::*;
 use support::kubeadm::{KubeadmNode, kubeadm_node, run_ok};
+use support::kubectl::kubectl_ok;
 
 const COMPONENTS: [&str; 4] = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"];
 
@@ -499,24 +499,13 @@ fn the_summary_names_files_never_their_content_and_an_open_output_dir_is_refused
     assert_eq!(fs::read_dir(&open).unwrap().count(), 0);
 }
 
-fn kubectl(cp: &support::cluster::ControlPlane, args: &[&str]) -> String {
-    run_ok(
-        Command::new(tool("kubectl"))
-            .arg(format!("--kubeconfig={}", cp.admin_kubeconfig.display()))
-            .args(args)
-            .output()
-            .unwrap(),
-        &format!("kubectl {args:?}"),
-    )
-}
-
 /// The real kube-apiserver accepts what the imported values render: every chart's objects
 /// (Secrets with kubeadm's files, one DaemonSet per node) and each node's static pod as the
 /// kubelet would make it and its mirror pod (named `<name>-<node>`, `spec.nodeName` set; the API
 /// server runs the kubelet's own `ValidatePodCreate` on create).
 #[tokio::test(flavor = "multi_thread")]
 async fn the_real_api_server_accepts_what_the_imported_values_render() {
-    let cp = support::cluster::shared().await;
+    let cp = support::control_plane::shared().await;
     let ns = cp.namespace("import").await;
     let tmp = tempfile::tempdir().unwrap();
     let first = kubeadm_node(&tmp.path().join("cp-1"), "cp-1", "10.11.0.1", None);
@@ -546,7 +535,10 @@ async fn the_real_api_server_accepts_what_the_imported_values_render() {
         ]));
         let file = tmp.path().join(format!("{component}.rendered.yaml"));
         fs::write(&file, objects).unwrap();
-        let applied = kubectl(cp, &["apply", "--dry-run=server", "-f", file.to_str().unwrap()]);
+        let applied = kubectl_ok(
+            &cp.admin_kubeconfig,
+            &["apply", "--dry-run=server", "-f", file.to_str().unwrap()],
+        );
         // One DaemonSet per node: the two nodes' files differ.
         assert!(
             applied.contains("daemonset.apps/imported-anchor-cp-1 created (server dry run)"),
@@ -565,7 +557,10 @@ async fn the_real_api_server_accepts_what_the_imported_values_render() {
             pod["metadata"]["annotations"]["kubernetes.io/config.mirror"] = "0".into();
             let file = tmp.path().join(format!("{component}-{}.pod.yaml", node.name));
             fs::write(&file, serde_yaml_ng::to_string(&pod).unwrap()).unwrap();
-            kubectl(cp, &["create", "--dry-run=server", "-f", file.to_str().unwrap()]);
+            kubectl_ok(
+                &cp.admin_kubeconfig,
+                &["create", "--dry-run=server", "-f", file.to_str().unwrap()],
+            );
         }
     }
 }

@@ -11,7 +11,7 @@ use std::path::Path;
 
 use kube::api::{Api, ApiResource, DynamicObject, PostParams};
 use kube_anchor_core::staticpod;
-use support::cluster;
+use support::control_plane;
 
 /// The kubelet appends `-<node name>`; a one-character node name leaves the most room, which is
 /// the room `staticpod::parse` keeps free.
@@ -88,7 +88,7 @@ fn cases() -> Vec<(&'static str, String)> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn static_pod_checks_agree_with_the_pinned_validation() {
-    let cp = cluster::shared().await;
+    let cp = control_plane::shared().await;
     let ns = cp.namespace("kubelet-rules").await;
     let pods = Api::<DynamicObject>::namespaced_with(
         cp.admin().await,

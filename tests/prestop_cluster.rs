@@ -16,9 +16,12 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PropagationPolicy};
-use support::cluster::{self, ControlPlane, NodeHandle, eventually};
+use support::control_plane::{self, ControlPlane};
 use support::daemon::{Daemon, anchor_config, wait_until};
 use support::fixture::BIN;
+use support::helm::helm_ok;
+use support::nodes::NodeHandle;
+use support::poll::eventually;
 
 const WAIT: Duration = Duration::from_secs(90);
 const HOLD: &str = "kube-anchor.io/test-hold";
@@ -41,7 +44,7 @@ impl Scenario {
 
     /// A scenario whose anchor keeps `component` (its static pod is named after it).
     async fn with_component(name: &str, component: &str) -> Self {
-        let cp = cluster::shared().await;
+        let cp = control_plane::shared().await;
         cp.start_controllers();
         let label = format!("kube-anchor.io/{name}");
         let node = cp.add_node(&format!("{name}-node"), &[(&label, "enabled")]).await;
@@ -685,7 +688,7 @@ async fn the_quorum_guard_holds_the_last_copies_until_the_decommission_is_explic
     assert_eq!(json["decision"], "held", "{json}");
     assert!(json["reason"].as_str().unwrap().contains("quorum"), "{json}");
     assert_eq!(s.files_present_on(&n2), (true, true));
-    let event = cluster::event(&s.admin, &s.ns, "DecommissionHeld", Some(&p2), WAIT).await;
+    let event = control_plane::event(&s.admin, &s.ns, "DecommissionHeld", Some(&p2), WAIT).await;
     assert_eq!(event.type_.as_deref(), Some("Warning"));
     assert!(event.note.unwrap_or_default().contains("quorum"));
 
@@ -827,23 +830,13 @@ async fn an_api_that_hangs_after_the_manifest_is_gone_still_lets_the_credentials
     s.release_pods().await;
 }
 
-fn helm(args: &[&str]) -> String {
-    let out = Command::new(cluster::tool("helm")).args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "helm {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// The real chart, as an operator uses it: `helm upgrade` toggling `perNode` (a new DaemonSet
 /// per node, the shared one deleted), then the release renamed (`helm install` under the new
 /// name, `helm uninstall` of the old one). At every step the old anchor's hook runs on its
 /// terminating pod and must keep the component; only the last anchor's uninstall removes it.
 #[tokio::test(flavor = "multi_thread")]
 async fn helm_per_node_toggle_and_release_rename_keep_the_component() {
-    let cp = cluster::shared().await;
+    let cp = control_plane::shared().await;
     cp.start_controllers();
     let label = "kube-anchor.io/helm-rename";
     let node = cp.add_node("helm-rename-node", &[(label, "enabled")]).await;
@@ -941,7 +934,7 @@ async fn helm_per_node_toggle_and_release_rename_keep_the_component() {
     };
 
     // Install; the anchor writes the component (as `apply` with the release's config).
-    helm(&[
+    helm_ok(&[
         "install",
         "sched",
         &chart,
@@ -970,7 +963,7 @@ async fn helm_per_node_toggle_and_release_rename_keep_the_component() {
     assert!(manifest.exists() && credential.exists());
 
     // perNode on: Helm creates sched-anchor-<node> and deletes sched-anchor.
-    helm(&[
+    helm_ok(&[
         "upgrade",
         "sched",
         &chart,
@@ -992,7 +985,7 @@ async fn helm_per_node_toggle_and_release_rename_keep_the_component() {
     assert!(manifest.exists() && credential.exists());
 
     // The release renamed: install sched2 (shared DaemonSet), uninstall sched.
-    helm(&[
+    helm_ok(&[
         "install",
         "sched2",
         &chart,
@@ -1006,7 +999,7 @@ async fn helm_per_node_toggle_and_release_rename_keep_the_component() {
     ]);
     let third = pod_of("sched2-anchor".into()).await;
     hold(third.clone(), true).await;
-    helm(&[
+    helm_ok(&[
         "uninstall",
         "sched",
         "-n",
@@ -1021,7 +1014,7 @@ async fn helm_per_node_toggle_and_release_rename_keep_the_component() {
     assert!(manifest.exists() && credential.exists());
 
     // The last anchor goes: now the component leaves the node.
-    helm(&[
+    helm_ok(&[
         "uninstall",
         "sched2",
         "-n",

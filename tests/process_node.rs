@@ -16,9 +16,12 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use kube::api::{Api, ListParams};
-use support::cluster::{self, NodeHandle, eventually, free_port};
+use support::control_plane;
 use support::fixture::BIN;
 use support::helm::{chart, helm, ok};
+use support::nodes::NodeHandle;
+use support::poll::{Poll, eventually};
+use support::processes::{self, free_port};
 
 const WAIT: Duration = Duration::from_secs(120);
 
@@ -118,7 +121,7 @@ fn etcd_health(addr: &str) -> Option<String> {
 
 /// `kubectl logs --previous`: through the API server and the kubelet, from the runtime's log file.
 fn previous_log(kubeconfig: &Path, pod: &Pod) -> String {
-    let out = Command::new(cluster::tool("kubectl"))
+    let out = Command::new(processes::tool("kubectl"))
         .arg("--kubeconfig")
         .arg(kubeconfig)
         .args(["logs", "-n", "kube-system"])
@@ -131,7 +134,7 @@ fn previous_log(kubeconfig: &Path, pod: &Pod) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn static_pods_run_fight_for_ports_crash_loop_and_survive_a_hard_kill() {
-    let cp = cluster::shared().await;
+    let cp = control_plane::shared().await;
     let n1 = cp.add_process_node("pn-1", &[]).await;
     let n2 = cp.add_process_node("pn-2", &[]).await;
     let pods: Api<Pod> = Api::namespaced(cp.admin().await, "kube-system");
@@ -239,7 +242,7 @@ async fn static_pods_run_fight_for_ports_crash_loop_and_survive_a_hard_kill() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_chart_runs_a_real_anchor_that_writes_its_component_and_rolls_back_a_bad_push() {
-    let cp = cluster::shared().await;
+    let cp = control_plane::shared().await;
     cp.start_controllers();
     let label = ("kube-anchor.io/process-chart", "yes");
     let node = cp.add_process_node("pn-chart", &[label]).await;
@@ -335,7 +338,7 @@ async fn the_chart_runs_a_real_anchor_that_writes_its_component_and_rolls_back_a
     // crash-loops the real process, and the anchor rolls back to the last-known-good.
     release("upgrade", &["--set", "component.extraArgs.no-such-flag=1"]);
     let admin = cp.admin().await;
-    let event = cluster::event(&admin, &ns, "RolledBack", None, WAIT).await;
+    let event = control_plane::event(&admin, &ns, "RolledBack", None, WAIT).await;
     let note = event.note.unwrap_or_default();
     assert!(
         note.contains(&good),
@@ -410,7 +413,7 @@ async fn panic_with_a_process_node_running() {
         std::env::var_os(PANIC_CHILD).is_some(),
         "run by nothing_outlives_a_panicking_test"
     );
-    let cp = cluster::shared().await;
+    let cp = control_plane::shared().await;
     let node = cp.add_process_node("pn-panic", &[]).await;
     let (client, peer) = (free_port(), free_port());
     apply(&node, "etcd", &etcd_manifest("etcd", client, peer));
@@ -452,8 +455,7 @@ fn nothing_outlives_a_panicking_test() {
         .to_owned();
     // The container (etcd on the node's address) and every process started for the child's
     // control plane (their command lines name its directory) are gone.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
+    let left_running = || {
         let survivors: Vec<String> = fs::read_dir("/proc")
             .unwrap()
             .flatten()
@@ -461,14 +463,19 @@ fn nothing_outlives_a_panicking_test() {
             .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
             .filter(|c| c.contains(&dir))
             .collect();
-        let etcd_up = etcd_health(&addr).is_some();
-        if survivors.is_empty() && !etcd_up {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "left running after the test binary exited: etcd up: {etcd_up}; {survivors:#?}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        (etcd_health(&addr).is_some(), survivors)
+    };
+    Poll::new(
+        Duration::from_secs(10),
+        "every process gone after the test binary exited",
+    )
+    .every(Duration::from_millis(100))
+    .context(|| {
+        let (etcd_up, survivors) = left_running();
+        format!("left running: etcd up: {etcd_up}; {survivors:#?}")
+    })
+    .until(|| {
+        let (etcd_up, survivors) = left_running();
+        survivors.is_empty() && !etcd_up
+    });
 }

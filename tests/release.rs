@@ -8,8 +8,8 @@ use std::fs;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use support::cluster::repo_root;
 use support::fixture::BIN;
+use support::processes::repo_root;
 
 fn run(cmd: &mut Command) -> Output {
     let out = cmd.output().unwrap();
@@ -217,7 +217,7 @@ fn the_release_script_packages_charts_completions_and_man_pages() {
         .arg("--no-image")
         .arg("--out")
         .arg(out.path())
-        .env("HELM", support::cluster::tool("helm"))));
+        .env("HELM", support::processes::tool("helm"))));
     let version = env!("CARGO_PKG_VERSION");
     for file in [
         format!("./charts/kube-apiserver-{version}.tgz"),

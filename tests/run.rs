@@ -23,8 +23,7 @@ impl Setup {
         let dir = tempfile::tempdir().unwrap();
         fs::create_dir_all(dir.path().join("node")).unwrap();
         let files = Self::files(kubeconfig);
-        let refs: Vec<(&str, &[u8])> = files.iter().map(|(n, c)| (*n, c.as_slice())).collect();
-        let volume = ConfigVolume::new(&dir.path().join("config"), &refs);
+        let volume = ConfigVolume::new(&dir.path().join("config"), &refs(&files));
         Self { dir, volume }
     }
 
@@ -41,8 +40,7 @@ impl Setup {
 
     fn update(&mut self, kubeconfig: &str) {
         let files = Self::files(kubeconfig);
-        let refs: Vec<(&str, &[u8])> = files.iter().map(|(n, c)| (*n, c.as_slice())).collect();
-        self.volume.update(&refs);
+        self.volume.update(&refs(&files));
     }
 
     fn host(&self, path: &str) -> std::path::PathBuf {
@@ -184,11 +182,8 @@ fn a_burst_of_100_changes_ends_in_the_last_content_and_is_never_torn() {
             ("scheduler.conf", format!("kubeconfig {i}\n").into_bytes()),
         ]
     };
-    let refs = |f: &[(&'static str, Vec<u8>)]| f.iter().map(|(n, c)| (*n, c.clone())).collect::<Vec<_>>();
     let mut s = Setup::new("unused");
-    let initial = refs(&files(0));
-    s.volume
-        .update(&initial.iter().map(|(n, c)| (*n, c.as_slice())).collect::<Vec<_>>());
+    s.volume.update(&refs(&files(0)));
     let d = s.start(&[]);
     wait_until(WAIT, "the first apply", &d, || {
         s.read(MANIFEST).is_some_and(|m| generation(&m, "--gen=") == Some(0))
@@ -226,9 +221,7 @@ fn a_burst_of_100_changes_ends_in_the_last_content_and_is_never_torn() {
         })
     };
     for i in 1..=100 {
-        let f = refs(&files(i));
-        s.volume
-            .update(&f.iter().map(|(n, c)| (*n, c.as_slice())).collect::<Vec<_>>());
+        s.volume.update(&refs(&files(i)));
     }
     wait_until(WAIT, "the last change of the burst", &d, || {
         s.read(KUBECONFIG).as_deref() == Some("kubeconfig 100\n")
@@ -270,8 +263,7 @@ fn a_bad_push_is_reported_and_the_node_keeps_what_it_has() {
     let manifest = s.read(MANIFEST).unwrap();
     let mut files = Setup::files("kubeconfig v2");
     files[1].1 = b"apiVersion: v1\nkind: Pod\nspec: [broken\n".to_vec();
-    let refs: Vec<(&str, &[u8])> = files.iter().map(|(n, c)| (*n, c.as_slice())).collect();
-    s.volume.update(&refs);
+    s.volume.update(&refs(&files));
     wait_until(WAIT, "the sync error to be reported", &d, || {
         d.metric("kube_anchor_sync_errors_total") >= 1.0
     });
@@ -345,12 +337,7 @@ fn inputs_of_another_revision_wait_for_the_pod_to_be_replaced() {
         files.push((".inputs-config", marker.as_bytes().to_vec()));
         files
     };
-    let refs = |files: &[(&'static str, Vec<u8>)]| -> Vec<(&'static str, Vec<u8>)> { files.to_vec() };
-    let update = |s: &mut Setup, files: Vec<(&'static str, Vec<u8>)>| {
-        let r: Vec<(&str, &[u8])> = files.iter().map(|(n, c)| (*n, c.as_slice())).collect();
-        s.volume.update(&r);
-    };
-    update(&mut s, refs(&with_marker("kubeconfig v1", "rev1")));
+    s.volume.update(&refs(&with_marker("kubeconfig v1", "rev1")));
     let marker = s.volume.dir.join(".inputs-config");
     let pin = |rev: &str| format!("{}={rev}", marker.display());
     let d = s.start(&["--expect-inputs", &pin("rev1")]);
@@ -360,7 +347,7 @@ fn inputs_of_another_revision_wait_for_the_pod_to_be_replaced() {
     let manifest_v1 = s.read(MANIFEST).unwrap();
 
     // helm upgrade: new content, new marker, under the running pod.
-    update(&mut s, refs(&with_marker("kubeconfig v2", "rev2")));
+    s.volume.update(&refs(&with_marker("kubeconfig v2", "rev2")));
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(s.read(KUBECONFIG).as_deref(), Some("kubeconfig v1"), "{}", d.log_text());
     assert_eq!(s.read(MANIFEST).as_deref(), Some(manifest_v1.as_str()));

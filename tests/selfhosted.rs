@@ -31,9 +31,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{Api, ListParams};
-use support::cluster::test_dir;
+use support::fixture::succeeded;
 use support::poller::{PollReport, Poller};
-use support::selfhosted::{APISERVER_TRIAL_S, COMPONENTS, SelfHosted, env_or, script, succeeded};
+use support::processes::test_dir;
+use support::selfhosted::{APISERVER_TRIAL_S, COMPONENTS, SelfHosted, env_or, script};
 
 const NODES: [(&str, &str); 3] = [("cp-1", "127.0.3.1"), ("cp-2", "127.0.3.2"), ("cp-3", "127.0.3.3")];
 const RECOVERY_TIMEOUT: Duration = Duration::from_secs(420);
@@ -354,7 +355,7 @@ fn scheduler_listening(node: &support::selfhosted::SelfHostedNode) -> bool {
 
 /// (restartCount, startedAt) of each node's kube-scheduler container.
 async fn scheduler_starts(cluster: &SelfHosted, client: &kube::Client) -> BTreeMap<String, (i32, String)> {
-    let starts = support::cluster::eventually(Duration::from_secs(120), "every static pod Running and Ready", || {
+    let starts = support::poll::eventually(Duration::from_secs(120), "every static pod Running and Ready", || {
         cluster.static_pod_starts(client)
     })
     .await;
@@ -424,7 +425,7 @@ async fn decommission_scenario(cluster: &SelfHosted) -> (Duration, Duration) {
     cluster.kubectl(&["label", "node", &last.name, &format!("{SCHEDULER_LABEL}-")]);
     let pods: Api<Pod> = Api::namespaced(client.clone(), "kube-system");
     let mirror = format!("kube-scheduler-{}", last.name);
-    support::cluster::eventually(
+    support::poll::eventually(
         Duration::from_secs(120),
         "the relabelled node's scheduler stopped, its mirror pod and files gone",
         || async {
@@ -443,7 +444,7 @@ async fn decommission_scenario(cluster: &SelfHosted) -> (Duration, Duration) {
 
     // helm uninstall: gone from every node, nothing left under /etc/kubernetes.
     let uninstalled = Instant::now();
-    let out = Command::new(support::cluster::tool("helm"))
+    let out = Command::new(support::processes::tool("helm"))
         .args([
             "uninstall",
             "kube-scheduler",
@@ -455,7 +456,7 @@ async fn decommission_scenario(cluster: &SelfHosted) -> (Duration, Duration) {
         .output()
         .unwrap();
     succeeded("helm uninstall kube-scheduler", &out);
-    support::cluster::eventually(
+    support::poll::eventually(
         Duration::from_secs(180),
         "every scheduler stopped and its files gone",
         || async {

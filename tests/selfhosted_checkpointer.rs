@@ -28,8 +28,9 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use support::background::Background;
-use support::cluster::{eventually, test_dir};
 use support::helm::chart;
+use support::poll::eventually;
+use support::processes::test_dir;
 use support::selfhosted::{SelfHosted, env_or, files_under};
 
 const NODES: [(&str, &str); 3] = [("cp-1", "127.0.5.1"), ("cp-2", "127.0.5.2"), ("cp-3", "127.0.5.3")];

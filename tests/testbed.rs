@@ -9,7 +9,9 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use kube::api::{Api, ListParams, ObjectMeta, PostParams};
-use support::cluster::{self, eventually};
+use support::control_plane;
+use support::pki;
+use support::poll::eventually;
 
 const WAIT: Duration = Duration::from_secs(90);
 
@@ -33,7 +35,7 @@ fn daemonset(name: &str) -> DaemonSet {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn daemonset_pod_runs_and_static_pod_mirrors_come_and_go() {
-    let cp = cluster::shared().await;
+    let cp = control_plane::shared().await;
     cp.start_controllers();
     let node = cp.add_node("smoke-node", &[("kube-anchor.io/test", "smoke")]).await;
     let ns = cp.namespace("smoke").await;
@@ -103,10 +105,10 @@ async fn daemonset_pod_runs_and_static_pod_mirrors_come_and_go() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn rbac_in_manifests_grants_the_pod_listing_kube_anchor_needs_and_nothing_to_others() {
-    let cp = cluster::shared().await;
+    let cp = control_plane::shared().await;
     let ns = cp.namespace("rbac").await;
     // Applied with the real kubectl.
-    let bound = cluster::client_from_kubeconfig(&cp.anchor_service_account().await).await;
+    let bound = pki::client_from_kubeconfig(&cp.anchor_service_account().await).await;
     let by_node = ListParams::default().fields("spec.nodeName=some-node");
     Api::<Pod>::all(bound.clone())
         .list(&by_node)

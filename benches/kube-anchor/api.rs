@@ -16,8 +16,9 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use kube::api::{Api, PostParams};
 
 use crate::support::checkpointer::CheckpointerProcess;
-use crate::support::cluster::{AuditedRequest, ControlPlane, NodeHandle};
+use crate::support::control_plane::{AuditedRequest, ControlPlane};
 use crate::support::daemon::{ConfigVolume, Daemon, anchor_config, http_get};
+use crate::support::nodes::NodeHandle;
 use crate::{Row, ms, percentiles};
 
 const NODES: usize = 3;

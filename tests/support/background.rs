@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::cluster::client_from_kubeconfig;
+use super::pki::client_from_kubeconfig;
 
 pub struct Background<T> {
     stop: Arc<AtomicBool>,

@@ -6,12 +6,13 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 
-use super::cluster::NodeHandle;
 use super::fixture::BIN;
+use super::nodes::NodeHandle;
+use super::poll::Poll;
 
 /// A checkpointer process (killed on drop) and its log file.
 pub struct CheckpointerProcess {
@@ -60,15 +61,10 @@ impl CheckpointerProcess {
 
     /// Polls `check` every 50 ms until it holds, or panics after `timeout` with `what` and the log.
     pub fn wait_for(&self, timeout: Duration, what: &str, check: &dyn Fn() -> bool) {
-        let deadline = Instant::now() + timeout;
-        while !check() {
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {what}; log:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        Poll::new(timeout, what)
+            .every(Duration::from_millis(50))
+            .context(|| format!("log:\n{}", self.log()))
+            .until(check)
     }
 }
 

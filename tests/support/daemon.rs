@@ -9,9 +9,10 @@ use std::net::TcpStream;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::fixture::BIN;
+use super::poll::Poll;
 
 /// A directory shaped like a projected ConfigMap/Secret volume.
 pub struct ConfigVolume {
@@ -59,6 +60,30 @@ impl ConfigVolume {
     pub fn config(&self) -> PathBuf {
         self.dir.join("anchor.yaml")
     }
+}
+
+/// One file of a volume's content as [`ConfigVolume`] takes it: a slice's `&(name, content)`
+/// or a map's `(&name, &content)`.
+pub trait FileRef<'a> {
+    fn file_ref(self) -> (&'a str, &'a [u8]);
+}
+
+impl<'a, K: AsRef<str>, V: AsRef<[u8]>> FileRef<'a> for &'a (K, V) {
+    fn file_ref(self) -> (&'a str, &'a [u8]) {
+        (self.0.as_ref(), self.1.as_ref())
+    }
+}
+
+impl<'a, K: AsRef<str>, V: AsRef<[u8]>> FileRef<'a> for (&'a K, &'a V) {
+    fn file_ref(self) -> (&'a str, &'a [u8]) {
+        (self.0.as_ref(), self.1.as_ref())
+    }
+}
+
+/// Owned files (a `Vec` of (name, content) or a map of them) borrowed as [`ConfigVolume::new`]
+/// and [`ConfigVolume::update`] take them.
+pub fn refs<'a, F: FileRef<'a>>(files: impl IntoIterator<Item = F>) -> Vec<(&'a str, &'a [u8])> {
+    files.into_iter().map(FileRef::file_ref).collect()
 }
 
 pub fn anchor_config(component: &str, files: &[(&str, &str, &str)], manifest_path: &str) -> String {
@@ -129,15 +154,10 @@ impl Daemon {
     }
 
     fn wait_http(&self, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        while self.get("/healthz").is_none() {
-            assert!(
-                Instant::now() < deadline,
-                "kube-anchor run did not serve in time; log:\n{}",
-                self.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        Poll::new(timeout, "kube-anchor run to serve")
+            .every(Duration::from_millis(50))
+            .context(|| self.log_context())
+            .until(|| self.get("/healthz").is_some());
     }
 
     /// (status code, body) of a GET, or None when nothing answers.
@@ -161,6 +181,11 @@ impl Daemon {
 
     pub fn log_text(&self) -> String {
         fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// "daemon log:" and the log, for a failure message.
+    pub fn log_context(&self) -> String {
+        format!("daemon log:\n{}", self.log_text())
     }
 
     pub fn signal(&self, signal: i32) {
@@ -196,17 +221,11 @@ pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
 }
 
 /// Polls `check` every 20 ms until it holds, or panics with `what` and the daemon log.
-pub fn wait_until(timeout: Duration, what: &str, daemon: &Daemon, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !check() {
-        if Instant::now() > deadline {
-            panic!(
-                "timed out after {timeout:?} waiting for {what}; daemon log:\n{}",
-                daemon.log_text()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+pub fn wait_until(timeout: Duration, what: &str, daemon: &Daemon, check: impl FnMut() -> bool) {
+    Poll::new(timeout, what)
+        .every(Duration::from_millis(20))
+        .context(|| daemon.log_context())
+        .until(check)
 }
 
 /// A stand-in for a component's health endpoint: answers every request with the status code

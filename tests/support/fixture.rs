@@ -190,6 +190,18 @@ pub fn assert_success(out: &Output) {
     );
 }
 
+/// Asserts that the run of `what` succeeded; its stdout.
+pub fn succeeded(what: &str, out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// Asserts a failure with exit code 1 whose message contains every one of `needles`.
 pub fn assert_error(out: &Output, needles: &[&str]) {
     assert_eq!(
@@ -218,7 +230,7 @@ pub fn visible_files(dir: &Path) -> Vec<String> {
 
 /// `schemas/status.v1.json`, compiled (with format assertions).
 pub fn status_schema() -> (boon::Schemas, boon::SchemaIndex) {
-    let path = super::cluster::repo_root().join("schemas/status.v1.json");
+    let path = super::processes::repo_root().join("schemas/status.v1.json");
     let schema: serde_json::Value = serde_json::from_str(&fs::read_to_string(&path).unwrap()).unwrap();
     let mut schemas = boon::Schemas::new();
     let mut compiler = boon::Compiler::new();

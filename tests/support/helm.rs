@@ -9,10 +9,17 @@ use std::sync::Mutex;
 
 use serde_yaml_ng::Value;
 
-use super::cluster::{repo_root, tool};
+use super::fixture::succeeded;
+use super::processes::{repo_root, tool};
 
+/// `helm ARGS…`.
 pub fn helm(args: &[&str]) -> Output {
     Command::new(tool("helm")).args(args).output().unwrap()
+}
+
+/// [`helm`], which must succeed: its stdout.
+pub fn helm_ok(args: &[&str]) -> String {
+    succeeded(&format!("helm {args:?}"), &helm(args))
 }
 
 pub fn ok(out: &Output) -> String {

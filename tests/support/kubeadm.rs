@@ -10,7 +10,7 @@ use std::process::{Command, Output};
 
 use serde_yaml_ng::Value;
 
-use super::cluster::tool;
+use super::processes::tool;
 
 pub struct KubeadmNode {
     pub name: String,

@@ -2,10 +2,15 @@
 
 pub mod background;
 pub mod checkpointer;
-pub mod cluster;
+pub mod control_plane;
 pub mod daemon;
 pub mod fixture;
 pub mod helm;
 pub mod kubeadm;
+pub mod kubectl;
+pub mod nodes;
+pub mod pki;
+pub mod poll;
 pub mod poller;
+pub mod processes;
 pub mod selfhosted;

@@ -16,12 +16,13 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 
-use super::cluster::{
-    Process, client_from_kubeconfig, eventually, link_images, namespace_init, namespace_rss_kib, process_kubelet_args,
-    repo_root, tool, wait_namespace_gone,
-};
-use super::fixture::BIN;
+use super::fixture::{BIN, succeeded};
 use super::helm::{helm, ok};
+use super::kubectl::kubectl_ok;
+use super::nodes::{link_images, namespace_init, namespace_rss_kib, process_kubelet_args, wait_namespace_gone};
+use super::pki::client_from_kubeconfig;
+use super::poll::eventually;
+use super::processes::{Process, repo_root, tool};
 
 /// The kubelets' serving port, on each node's own address.
 pub const KUBELET_PORT: u16 = 10250;
@@ -77,17 +78,6 @@ pub fn script(verb: &str, dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Ou
         cmd.env(k, v);
     }
     cmd.output().unwrap()
-}
-
-pub fn succeeded(what: &str, out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// A PKI, values and `helm template` output for `nodes`, made by the example script.
@@ -361,12 +351,7 @@ impl SelfHosted {
 
     /// `kubectl ARGS…` as the cluster's admin; its stdout.
     pub fn kubectl(&self, args: &[&str]) -> String {
-        let out = Command::new(tool("kubectl"))
-            .arg(format!("--kubeconfig={}", self.dir.join("admin.conf").display()))
-            .args(args)
-            .output()
-            .unwrap();
-        succeeded(&format!("kubectl {args:?}"), &out)
+        kubectl_ok(&self.dir.join("admin.conf"), args)
     }
 
     /// `helm ARGS…` in kube-system as the cluster's admin.

@@ -1,0 +1,398 @@
+//! A real Kubernetes control plane for integration tests: etcd, kube-apiserver (Node,RBAC
+//! authorization, NodeRestriction), and on demand kube-controller-manager and kube-scheduler.
+//! Its nodes (kubelets, each with its own static pod directory) are in [`super::nodes`].
+//!
+//! One control plane is shared per test binary ([`shared`]); each test takes a namespace of its
+//! own ([`ControlPlane::namespace`]). Logs and state are in the test binary's [`test_dir`], kept
+//! for failed runs; the directory is printed at start.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use kube::Client;
+use kube::api::{Api, PostParams};
+
+use super::nodes::TestNode;
+use super::pki::{Identity, Pki, client_from_kubeconfig, write_kubeconfig};
+use super::poll::{Poll, eventually};
+use super::processes::{Process, TOOLS, free_port, repo_root, rss_kib, test_dir, tool};
+
+/// Metadata of every request except the kubelets', logged at `RequestReceived` only.
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [ResponseStarted, ResponseComplete, Panic]
+rules:
+  - level: None
+    userGroups: [\"system:nodes\"]
+  - level: Metadata
+";
+
+/// One line of the API server's audit log (the fields the tests read).
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditedRequest {
+    pub verb: String,
+    #[serde(rename = "requestURI")]
+    pub request_uri: String,
+    #[serde(default)]
+    pub user_agent: String,
+    pub request_received_timestamp: String,
+}
+
+pub struct ControlPlane {
+    pub dir: PathBuf,
+    pub server: String,
+    pub apiserver_port: u16,
+    pub pki: Pki,
+    pub admin_kubeconfig: PathBuf,
+    etcd: Mutex<Option<Process>>,
+    apiserver: Mutex<Option<Process>>,
+    controllers: Mutex<Vec<Process>>,
+    pub(super) nodes: Mutex<BTreeMap<String, TestNode>>,
+    anchor_rbac: tokio::sync::OnceCell<()>,
+}
+
+/// The control plane of this test binary, started on first use.
+pub async fn shared() -> &'static ControlPlane {
+    static SHARED: tokio::sync::OnceCell<ControlPlane> = tokio::sync::OnceCell::const_new();
+    SHARED.get_or_init(ControlPlane::start).await
+}
+
+fn test_binary_name() -> String {
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "test".into())
+}
+
+impl ControlPlane {
+    pub async fn start() -> Self {
+        for name in TOOLS {
+            tool(name);
+        }
+        let dir = test_dir();
+        eprintln!(
+            "test control plane for {}: logs and state in {}",
+            test_binary_name(),
+            dir.display()
+        );
+        let pki = Pki::new(&dir.join("pki"));
+        pki.issue(
+            "apiserver",
+            "kube-apiserver",
+            None,
+            &["127.0.0.1", "localhost", "kubernetes.default.svc"],
+        );
+        let (admin_crt, admin_key) = pki.issue("admin", "kube-anchor-test-admin", Some("system:masters"), &[]);
+        // The API server's identity toward kubelets (logs, exec), as kubeadm issues it.
+        pki.issue(
+            "apiserver-kubelet-client",
+            "kube-apiserver-kubelet-client",
+            Some("system:masters"),
+            &[],
+        );
+        let apiserver_port = free_port();
+        let server = format!("https://127.0.0.1:{apiserver_port}");
+        let admin_kubeconfig = dir.join("admin.kubeconfig");
+        write_kubeconfig(
+            &admin_kubeconfig,
+            &server,
+            &pki.ca(),
+            &Identity::Cert {
+                cert: admin_crt,
+                key: admin_key,
+            },
+        );
+        let cp = Self {
+            dir,
+            server,
+            apiserver_port,
+            pki,
+            admin_kubeconfig,
+            etcd: Mutex::new(None),
+            apiserver: Mutex::new(None),
+            controllers: Mutex::new(Vec::new()),
+            nodes: Mutex::new(BTreeMap::new()),
+            anchor_rbac: tokio::sync::OnceCell::new(),
+        };
+        cp.start_etcd();
+        cp.start_apiserver().await;
+        cp
+    }
+
+    fn start_etcd(&self) {
+        let client = free_port();
+        let peer = free_port();
+        let mut cmd = Command::new(tool("etcd"));
+        cmd.args([
+            "--name=default",
+            &format!("--data-dir={}", self.dir.join("etcd").display()),
+            &format!("--listen-client-urls=http://127.0.0.1:{client}"),
+            &format!("--advertise-client-urls=http://127.0.0.1:{client}"),
+            &format!("--listen-peer-urls=http://127.0.0.1:{peer}"),
+            &format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer}"),
+            &format!("--initial-cluster=default=http://127.0.0.1:{peer}"),
+            "--unsafe-no-fsync=true",
+            "--log-level=warn",
+        ]);
+        fs::write(self.dir.join("etcd.port"), client.to_string()).unwrap();
+        *self.etcd.lock().unwrap() = Some(Process::start("etcd", cmd, &self.dir));
+    }
+
+    fn apiserver_command(&self) -> Command {
+        let etcd_port = fs::read_to_string(self.dir.join("etcd.port")).unwrap();
+        let pki = &self.pki.dir;
+        let mut cmd = Command::new(tool("kube-apiserver"));
+        cmd.args([
+            format!("--etcd-servers=http://127.0.0.1:{etcd_port}"),
+            format!("--secure-port={}", self.apiserver_port),
+            "--bind-address=127.0.0.1".into(),
+            "--advertise-address=127.0.0.1".into(),
+            format!("--cert-dir={}", self.dir.join("apiserver-certs").display()),
+            format!("--tls-cert-file={}", pki.join("apiserver.crt").display()),
+            format!("--tls-private-key-file={}", pki.join("apiserver.key").display()),
+            format!("--client-ca-file={}", self.pki.ca().display()),
+            "--service-account-issuer=https://kubernetes.default.svc".into(),
+            format!("--service-account-key-file={}", pki.join("sa.pub").display()),
+            format!("--service-account-signing-key-file={}", pki.join("sa.key").display()),
+            "--service-cluster-ip-range=10.0.0.0/24".into(),
+            "--authorization-mode=Node,RBAC".into(),
+            "--enable-admission-plugins=NodeRestriction".into(),
+            "--allow-privileged=true".into(),
+            format!(
+                "--kubelet-client-certificate={}",
+                pki.join("apiserver-kubelet-client.crt").display()
+            ),
+            format!(
+                "--kubelet-client-key={}",
+                pki.join("apiserver-kubelet-client.key").display()
+            ),
+            // Node names do not resolve here; `kubectl logs` reaches a kubelet by its address.
+            "--kubelet-preferred-address-types=InternalIP,Hostname".into(),
+            "--profiling=false".into(),
+            "--v=1".into(),
+        ]);
+        // Every request but the kubelets' is audited once, when received: what a kube-anchor
+        // process costs the API is counted from here (by its user agent), not from its own word.
+        let policy = self.dir.join("audit-policy.yaml");
+        fs::write(&policy, AUDIT_POLICY).unwrap();
+        cmd.arg(format!("--audit-policy-file={}", policy.display()))
+            .arg(format!("--audit-log-path={}", self.audit_log().display()))
+            .args(["--audit-log-format=json", "--audit-log-mode=blocking"]);
+        cmd
+    }
+
+    pub fn audit_log(&self) -> PathBuf {
+        self.dir.join("audit.log")
+    }
+
+    /// The audited requests so far whose user agent starts with `agent` (e.g.
+    /// `kube-anchor/0.1.0 (checkpointer)`; see `kube_anchor_k8s::kubeapi::user_agent`).
+    pub fn audited_requests(&self, agent: &str) -> Vec<AuditedRequest> {
+        let text = fs::read_to_string(self.audit_log()).unwrap_or_default();
+        text.lines()
+            .filter_map(|line| serde_json::from_str::<AuditedRequest>(line).ok())
+            .filter(|r| r.user_agent.starts_with(agent))
+            .collect()
+    }
+
+    async fn start_apiserver(&self) {
+        let process = Process::start("kube-apiserver", self.apiserver_command(), &self.dir);
+        *self.apiserver.lock().unwrap() = Some(process);
+        self.wait_ready(Duration::from_secs(60)).await;
+    }
+
+    /// Polls `/readyz` as admin until it answers `ok`.
+    pub async fn wait_ready(&self, timeout: Duration) {
+        let client = self.admin().await;
+        let log_tail = || {
+            let tail = self
+                .apiserver
+                .lock()
+                .unwrap()
+                .as_ref()
+                .map(|p| p.log_tail(30))
+                .unwrap_or_default();
+            format!("log tail:\n{tail}")
+        };
+        Poll::new(timeout, "kube-apiserver ready")
+            .context(log_tail)
+            .until_async(|| async {
+                let request = http::Request::get("/readyz").body(Vec::new()).unwrap();
+                if client.request_text(request).await.is_ok_and(|body| body.trim() == "ok") {
+                    return true;
+                }
+                let running = self.apiserver.lock().unwrap().as_mut().is_some_and(Process::is_running);
+                assert!(running, "kube-apiserver exited; {}", log_tail());
+                false
+            })
+            .await
+    }
+
+    /// Stops kube-apiserver (etcd and the nodes keep running), to test behaviour in an outage.
+    pub fn stop_apiserver(&self) {
+        if let Some(p) = self.apiserver.lock().unwrap().take() {
+            p.stop();
+        }
+    }
+
+    pub async fn restart_apiserver(&self) {
+        self.stop_apiserver();
+        self.start_apiserver().await;
+    }
+
+    pub async fn admin(&self) -> Client {
+        client_from_kubeconfig(&self.admin_kubeconfig).await
+    }
+
+    /// A kubeconfig and client for a ServiceAccount, with a token from the TokenRequest API.
+    pub async fn service_account_client(&self, namespace: &str, name: &str) -> (Client, PathBuf) {
+        let admin = self.admin().await;
+        let accounts: Api<ServiceAccount> = Api::namespaced(admin, namespace);
+        let request = TokenRequest {
+            spec: Some(TokenRequestSpec {
+                expiration_seconds: Some(3600),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let token = accounts
+            .create_token_request(name, &PostParams::default(), &request)
+            .await
+            .unwrap_or_else(|e| panic!("TokenRequest for {namespace}/{name}: {e}"))
+            .status
+            .expect("token status")
+            .token
+            .expect("a token");
+        let path = self.dir.join(format!("sa-{namespace}-{name}.kubeconfig"));
+        write_kubeconfig(&path, &self.server, &self.pki.ca(), &Identity::Token(token));
+        (client_from_kubeconfig(&path).await, path)
+    }
+
+    /// Applies `manifests/rbac.yaml` with the real kubectl (once per control plane: concurrent
+    /// applies of the same objects race) and returns a kubeconfig for its ServiceAccount.
+    pub async fn anchor_service_account(&self) -> PathBuf {
+        self.anchor_rbac
+            .get_or_init(|| async {
+                let out = Command::new(tool("kubectl"))
+                    .arg(format!("--kubeconfig={}", self.admin_kubeconfig.display()))
+                    .args(["apply", "-f"])
+                    .arg(repo_root().join("manifests/rbac.yaml"))
+                    .output()
+                    .unwrap();
+                assert!(
+                    out.status.success(),
+                    "kubectl apply manifests/rbac.yaml: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            })
+            .await;
+        self.service_account_client("kube-system", "kube-anchor").await.1
+    }
+
+    /// A fresh namespace for one test.
+    pub async fn namespace(&self, prefix: &str) -> String {
+        let admin = self.admin().await;
+        let name = format!("{prefix}-{}", fastrand::u32(..) % 1_000_000);
+        let ns = Namespace {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.clone()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        Api::<Namespace>::all(admin)
+            .create(&PostParams::default(), &ns)
+            .await
+            .unwrap();
+        name
+    }
+
+    /// Starts kube-controller-manager and kube-scheduler once (DaemonSets, service accounts,
+    /// garbage collection, scheduling).
+    pub fn start_controllers(&self) {
+        let mut controllers = self.controllers.lock().unwrap();
+        if !controllers.is_empty() {
+            return;
+        }
+        let kubeconfig = self.admin_kubeconfig.display().to_string();
+        let mut kcm = Command::new(tool("kube-controller-manager"));
+        kcm.args([
+            format!("--kubeconfig={kubeconfig}"),
+            "--leader-elect=false".into(),
+            "--secure-port=0".into(),
+            format!(
+                "--service-account-private-key-file={}",
+                self.pki.dir.join("sa.key").display()
+            ),
+            format!("--root-ca-file={}", self.pki.ca().display()),
+            "--use-service-account-credentials=false".into(),
+            "--controllers=*".into(),
+            "--concurrent-gc-syncs=5".into(),
+            "--v=1".into(),
+        ]);
+        controllers.push(Process::start("kube-controller-manager", kcm, &self.dir));
+        let mut scheduler = Command::new(tool("kube-scheduler"));
+        scheduler.args([
+            format!("--kubeconfig={kubeconfig}"),
+            "--leader-elect=false".into(),
+            "--secure-port=0".into(),
+            "--v=1".into(),
+        ]);
+        controllers.push(Process::start("kube-scheduler", scheduler, &self.dir));
+    }
+
+    /// Resident memory of etcd, kube-apiserver and the controllers of this control plane, in KiB.
+    pub fn control_plane_rss_kib(&self) -> u64 {
+        let mut pids: Vec<u32> = self.controllers.lock().unwrap().iter().map(Process::pid).collect();
+        pids.extend(self.etcd.lock().unwrap().as_ref().map(Process::pid));
+        pids.extend(self.apiserver.lock().unwrap().as_ref().map(Process::pid));
+        pids.iter().map(|p| rss_kib(&p.to_string())).sum()
+    }
+
+    /// Starts kube-apiserver again after [`ControlPlane::stop_apiserver`].
+    pub async fn start_apiserver_again(&self) {
+        self.start_apiserver().await;
+    }
+
+    pub fn log_of(&self, process: &str) -> PathBuf {
+        self.dir.join(format!("{process}.log"))
+    }
+}
+
+/// Waits for an Event in `namespace` with `reason` (and, when given, regarding the object
+/// named `regarding`), as kube-anchor publishes them.
+pub async fn event(
+    client: &Client,
+    namespace: &str,
+    reason: &str,
+    regarding: Option<&str>,
+    timeout: Duration,
+) -> k8s_openapi::api::events::v1::Event {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), namespace);
+    eventually(timeout, &format!("a {reason} Event"), || {
+        let events = events.clone();
+        async move {
+            events
+                .list(&kube::api::ListParams::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some(reason)
+                        && regarding
+                            .is_none_or(|name| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+                })
+        }
+    })
+    .await
+}

@@ -1,0 +1,342 @@
+//! The nodes of a test control plane: kubelets, each with its own static pod directory. A node
+//! runs kubemark's fake runtime ([`ControlPlane::add_node`]) or the process runtime of
+//! `tools/kube`, whose containers are real processes ([`ControlPlane::add_process_node`]): such a
+//! node has an address of its own (127.0.1.N), lives in a PID namespace of its own, and can be
+//! hard-killed and started again.
+
+#![allow(dead_code)]
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::Api;
+
+use super::control_plane::ControlPlane;
+use super::pki::{Identity, write_kubeconfig};
+use super::poll::Poll;
+use super::processes::{Process, free_port, rss_kib, tool};
+
+pub struct TestNode {
+    pub name: String,
+    pub static_pod_dir: PathBuf,
+    pub root: PathBuf,
+    pub kubelet_port: u16,
+    /// `None` while stopped ([`ControlPlane::stop_kubelet`]).
+    process: Option<Process>,
+    program: PathBuf,
+    command: Vec<String>,
+}
+
+/// How a node runs its containers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Runtime {
+    /// kubemark's fake runtime: every container "runs" and reports Running; no process starts.
+    Fake,
+    /// `tools/kube`'s process runtime: containers are real processes (see procruntime.go).
+    Process,
+}
+
+/// Fills `dir` with the "images" of process nodes: links named like the last element of an
+/// image's repository (`registry.k8s.io/etcd:3.6.8-0` runs `etcd`) to the binaries.
+pub fn link_images(dir: &Path) {
+    fs::create_dir_all(dir).unwrap();
+    let kube_anchor = PathBuf::from(env!("CARGO_BIN_EXE_kube-anchor"));
+    let mut images = vec![("kube-anchor".to_owned(), kube_anchor)];
+    for name in [
+        "etcd",
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "kubectl",
+    ] {
+        images.push((name.to_owned(), fs::canonicalize(tool(name)).unwrap()));
+    }
+    for (name, target) in images {
+        std::os::unix::fs::symlink(target, dir.join(name)).unwrap();
+    }
+}
+
+/// The command line of a process node's kubelet: the process runtime in a PID namespace of its
+/// own (PID 1 of the namespace is the kubelet: when it dies the kernel kills every process of
+/// the node, as at a power cut; --kill-child makes it die with unshare, which dies with the test
+/// binary). `root/host` plays the node's `/`.
+pub fn process_kubelet_args(
+    name: &str,
+    ip: &str,
+    root: &Path,
+    kubeconfig: &Path,
+    client_ca: &Path,
+    image_dir: &Path,
+    port: u16,
+) -> Vec<String> {
+    let mut args: Vec<String> = ["--pid", "--fork", "--kill-child", "--mount-proc"]
+        .map(String::from)
+        .into_iter()
+        .chain([tool("kubelet").display().to_string()])
+        .collect();
+    args.extend([
+        format!("--kubeconfig={}", kubeconfig.display()),
+        format!("--node-name={name}"),
+        format!("--root-dir={}", root.join("kubelet").display()),
+        format!(
+            "--pod-manifest-path={}",
+            root.join("host/etc/kubernetes/manifests").display()
+        ),
+        format!("--port={port}"),
+        format!("--node-ip={ip}"),
+        "--v=1".into(),
+        "--runtime=process".into(),
+        format!("--image-dir={}", image_dir.display()),
+        format!("--host-root={}", root.join("host").display()),
+        format!("--client-ca-file={}", client_ca.display()),
+    ]);
+    args
+}
+
+/// Waits until `init`, PID 1 of a process node's namespace, is gone (the kernel kills the rest of
+/// the namespace first), at most 30 s.
+pub fn wait_namespace_gone(init: Option<u32>) {
+    if let Some(pid) = init {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl ControlPlane {
+    /// Starts a kubelet with kubemark's fake runtime registering Node `name` with `labels`;
+    /// waits until the Node is Ready.
+    pub async fn add_node(&self, name: &str, labels: &[(&str, &str)]) -> NodeHandle {
+        self.start_node(name, labels, Runtime::Fake, "127.0.0.1").await
+    }
+
+    /// Starts a node whose containers are real processes: a kubelet with the process runtime in
+    /// a PID namespace of its own (everything of the node dies at once with its first process,
+    /// as at a power cut), with the next free address 127.0.1.N. Images are the binaries in
+    /// [`ControlPlane::image_dir`]. Waits until the Node is Ready.
+    pub async fn add_process_node(&self, name: &str, labels: &[(&str, &str)]) -> NodeHandle {
+        static NEXT: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(1);
+        let ip = format!("127.0.1.{}", NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst));
+        self.start_node(name, labels, Runtime::Process, &ip).await
+    }
+
+    /// The "registry" of process nodes: an image is the binary named like the last element of
+    /// its repository (`registry.k8s.io/etcd:3.6.8-0` runs `etcd`).
+    pub fn image_dir(&self) -> PathBuf {
+        let dir = self.dir.join("images");
+        static MADE: OnceLock<()> = OnceLock::new();
+        MADE.get_or_init(|| link_images(&dir));
+        dir
+    }
+
+    async fn start_node(&self, name: &str, labels: &[(&str, &str)], runtime: Runtime, ip: &str) -> NodeHandle {
+        let root = self.dir.join("nodes").join(name);
+        // The node's `/` for kube-anchor's --host-root: the kubelet reads /etc/kubernetes/manifests.
+        let static_pod_dir = root.join("host/etc/kubernetes/manifests");
+        fs::create_dir_all(&static_pod_dir).unwrap();
+        let (crt, key) = self.pki.issue(
+            &format!("node-{name}"),
+            &format!("system:node:{name}"),
+            Some("system:nodes"),
+            &[],
+        );
+        let kubeconfig = root.join("kubelet.kubeconfig");
+        write_kubeconfig(
+            &kubeconfig,
+            &self.server,
+            &self.pki.ca(),
+            &Identity::Cert { cert: crt, key },
+        );
+        let kubelet_port = free_port();
+        let (program, mut args) = match runtime {
+            Runtime::Fake => (
+                tool("kubelet"),
+                vec![
+                    format!("--kubeconfig={}", kubeconfig.display()),
+                    format!("--node-name={name}"),
+                    format!("--root-dir={}", root.join("kubelet").display()),
+                    format!("--pod-manifest-path={}", static_pod_dir.display()),
+                    format!("--port={kubelet_port}"),
+                    format!("--node-ip={ip}"),
+                    "--v=1".into(),
+                ],
+            ),
+            Runtime::Process => (
+                PathBuf::from("unshare"),
+                process_kubelet_args(
+                    name,
+                    ip,
+                    &root,
+                    &kubeconfig,
+                    &self.pki.ca(),
+                    &self.image_dir(),
+                    kubelet_port,
+                ),
+            ),
+        };
+        if !labels.is_empty() {
+            let labels: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            args.push(format!("--node-labels={}", labels.join(",")));
+        }
+        let mut cmd = Command::new(&program);
+        cmd.args(&args);
+        let process = Process::start(&format!("kubelet-{name}"), cmd, &self.dir);
+        let node = TestNode {
+            name: name.into(),
+            static_pod_dir: static_pod_dir.clone(),
+            root: root.clone(),
+            kubelet_port,
+            process: Some(process),
+            program,
+            command: args,
+        };
+        self.nodes.lock().unwrap().insert(name.into(), node);
+        self.wait_node_ready(name, Duration::from_secs(60)).await;
+        // The kubelet refuses to report a loopback node IP, and a pod's status.hostIP (the
+        // downward API's NODE_IP, and a hostNetwork pod's IP) comes from the Node's addresses:
+        // set them as a cloud provider would.
+        let nodes: Api<Node> = Api::all(self.admin().await);
+        let status = serde_json::json!({"status": {"addresses": [
+            {"type": "InternalIP", "address": ip},
+            {"type": "Hostname", "address": name}
+        ]}});
+        nodes
+            .patch_status(
+                name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&status),
+            )
+            .await
+            .unwrap();
+        NodeHandle {
+            name: name.into(),
+            static_pod_dir,
+            root,
+            kubelet_port,
+            ip: ip.into(),
+        }
+    }
+
+    async fn wait_node_ready(&self, name: &str, timeout: Duration) {
+        let nodes: Api<Node> = Api::all(self.admin().await);
+        let kubelet_log = || {
+            let tail = self
+                .nodes
+                .lock()
+                .unwrap()
+                .get(name)
+                .and_then(|n| n.process.as_ref().map(|p| p.log_tail(40)))
+                .unwrap_or_default();
+            format!("kubelet log tail:\n{tail}")
+        };
+        Poll::new(timeout, format!("node {name} Ready"))
+            .every(Duration::from_millis(250))
+            .context(kubelet_log)
+            .until_async(|| async {
+                let Ok(Some(node)) = nodes.get_opt(name).await else {
+                    return false;
+                };
+                node.status
+                    .and_then(|s| s.conditions)
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True")
+            })
+            .await;
+    }
+
+    /// Kills a node's kubelet, as a power loss would. On a process node every process of the
+    /// node dies with it; returns once they all have.
+    pub fn stop_kubelet(&self, name: &str) {
+        let process = self.nodes.lock().unwrap().get_mut(name).and_then(|n| n.process.take());
+        if let Some(p) = process {
+            // unshare's child is PID 1 of the node's namespace; it is gone only after every
+            // other process of the namespace is.
+            let init = namespace_init(p.pid());
+            p.stop();
+            wait_namespace_gone(init);
+        }
+    }
+
+    /// Resident memory of every process of a process node (kubelet and containers), in KiB.
+    pub fn node_rss_kib(&self, name: &str) -> u64 {
+        let unshare = self.nodes.lock().unwrap()[name].process.as_ref().map(Process::pid);
+        unshare.map(namespace_rss_kib).unwrap_or(0)
+    }
+
+    /// Starts a stopped kubelet again with its first command line; does not wait for the API.
+    pub fn start_kubelet(&self, name: &str) {
+        self.start_kubelet_with(name, None);
+    }
+
+    /// Starts a stopped kubelet again with a kubeconfig that points at an address where no API
+    /// server answers: the node comes back on its own, as after a reboot with the control plane
+    /// down (its containers see the same dead address).
+    pub fn start_kubelet_without_api(&self, name: &str) {
+        let root = self.nodes.lock().unwrap()[name].root.clone();
+        let kubeconfig = root.join("kubelet.kubeconfig");
+        let text = fs::read_to_string(&kubeconfig).unwrap();
+        let dead = format!("https://127.0.0.1:{}", free_port());
+        let offline = root.join("kubelet-offline.kubeconfig");
+        fs::write(&offline, text.replace(&self.server, &dead)).unwrap();
+        self.start_kubelet_with(name, Some(&offline));
+    }
+
+    fn start_kubelet_with(&self, name: &str, kubeconfig: Option<&Path>) {
+        let mut nodes = self.nodes.lock().unwrap();
+        let node = nodes.get_mut(name).expect("a node of this control plane");
+        assert!(node.process.is_none(), "kubelet {name} is running");
+        let mut cmd = Command::new(&node.program);
+        for arg in &node.command {
+            match kubeconfig {
+                Some(path) if arg.starts_with("--kubeconfig=") => cmd.arg(format!("--kubeconfig={}", path.display())),
+                _ => cmd.arg(arg),
+            };
+        }
+        node.process = Some(Process::start(&format!("kubelet-{name}"), cmd, &self.dir));
+    }
+}
+
+/// What a test needs to know about a node.
+#[derive(Debug, Clone)]
+pub struct NodeHandle {
+    pub name: String,
+    pub static_pod_dir: PathBuf,
+    pub root: PathBuf,
+    pub kubelet_port: u16,
+    /// The Node's InternalIP: 127.0.0.1 for fake-runtime nodes, 127.0.1.N for process nodes.
+    pub ip: String,
+}
+
+impl NodeHandle {
+    /// The directory that plays the node's `/` (pass it as `--host-root`).
+    pub fn host_root(&self) -> PathBuf {
+        self.root.join("host")
+    }
+}
+
+/// PID 1 of a process node's namespace: the only child of its `unshare`.
+pub fn namespace_init(unshare: u32) -> Option<u32> {
+    let children = fs::read_to_string(format!("/proc/{unshare}/task/{unshare}/children")).ok()?;
+    children.split_whitespace().next()?.parse().ok()
+}
+
+/// Resident memory of every process in the PID namespace of a process node whose `unshare` is
+/// `unshare`, in KiB.
+pub fn namespace_rss_kib(unshare: u32) -> u64 {
+    let Some(ns) = namespace_init(unshare).and_then(|pid| fs::read_link(format!("/proc/{pid}/ns/pid")).ok()) else {
+        return 0;
+    };
+    let mut total = 0;
+    for entry in fs::read_dir("/proc").unwrap().flatten() {
+        if fs::read_link(entry.path().join("ns/pid")).ok().as_ref() == Some(&ns) {
+            total += rss_kib(&entry.file_name().to_string_lossy());
+        }
+    }
+    total
+}
