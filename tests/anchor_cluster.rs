@@ -143,13 +143,12 @@ async fn readiness_follows_the_mirror_pod_and_a_failed_trial_rolls_back() {
     assert_eq!(d.metric("kube_anchor_converged"), 1.0);
 
     // It survives its trial and becomes last-known-good.
-    let lkg = loop {
-        let s = status_json(&volume.config(), &node);
-        if s["lastKnownGoodHash"] == good_hash {
-            break s;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    };
+    let lkg = Poll::new(WAIT, "the version last-known-good after its 25 s trial")
+        .every(Duration::from_millis(250))
+        .until_async(|| async {
+            Some(status_json(&volume.config(), &node)).filter(|s| s["lastKnownGoodHash"] == good_hash)
+        })
+        .await;
     let good_manifest = fs::read_to_string(&manifest).unwrap();
     assert!(lkg["badVersions"].as_array().is_none_or(|b| b.is_empty()));
 
