@@ -136,6 +136,27 @@ pub enum Action {
     Retire { name: String },
 }
 
+/// The state after `action`, which [`decide`] assumed done, failed: the belief it changed is
+/// taken back (from `before`, the state the decision started from), so the next step asks for
+/// the same action again.
+pub fn undo(mut next: State, action: &Action, before: &State) -> State {
+    match action {
+        Action::Checkpoint { name, .. } => next.generations.retain(|g| &g.name != name),
+        Action::Activate { name } => next
+            .generations
+            .iter_mut()
+            .filter(|g| &g.name == name)
+            .for_each(|g| g.active = false),
+        Action::Deactivate { name } => next
+            .generations
+            .iter_mut()
+            .filter(|g| &g.name == name)
+            .for_each(|g| g.active = true),
+        Action::Retire { .. } => next = before.clone(),
+    }
+    next
+}
+
 pub fn decide(state: &State, obs: &Observation, cfg: &Config) -> (State, Vec<Action>) {
     let mut s = state.clone();
     let mut actions = Vec::new();
@@ -389,6 +410,46 @@ mod tests {
             name: format!("pod-{uid}"),
             active,
             host_network,
+        }
+    }
+
+    /// A failed action takes back exactly the belief it changed, so the next step asks again.
+    #[test]
+    fn undo_takes_back_what_a_failed_action_changed() {
+        let before = State {
+            unwanted_since: Some(Duration::from_secs(3)),
+            ..with(vec![generation("a", true, false)])
+        };
+        let name = |uid: &str| format!("pod-{uid}");
+        let cases = [
+            (
+                with(vec![generation("a", true, false), generation("b", false, false)]),
+                Action::Checkpoint {
+                    uid: "b".into(),
+                    name: name("b"),
+                },
+                with(vec![generation("a", true, false)]),
+            ),
+            (
+                with(vec![generation("a", true, false)]),
+                Action::Activate { name: name("a") },
+                with(vec![generation("a", false, false)]),
+            ),
+            (
+                with(vec![generation("a", false, true)]),
+                Action::Deactivate { name: name("a") },
+                with(vec![generation("a", true, true)]),
+            ),
+            (with(vec![]), Action::Retire { name: name("a") }, before.clone()),
+            // Another generation's action leaves this one alone.
+            (
+                with(vec![generation("a", true, false)]),
+                Action::Activate { name: name("z") },
+                with(vec![generation("a", true, false)]),
+            ),
+        ];
+        for (next, action, want) in cases {
+            assert_eq!(undo(next.clone(), &action, &before), want, "{action:?} after {next:?}");
         }
     }
 

@@ -755,6 +755,17 @@ impl Marker {
     }
 }
 
+/// What one pass saw of the node.
+struct Seen {
+    api_reachable: bool,
+    /// The kubelet's running pods by owner; `None` when it did not answer.
+    local: Option<BTreeMap<String, Vec<Local>>>,
+    /// This node's pods as the API shows them.
+    pods_here: Vec<std::sync::Arc<Pod>>,
+    /// The checkpointable parents by owner, with their pods.
+    parents: BTreeMap<String, Vec<(Parent, Pod)>>,
+}
+
 struct Machine {
     fs: HostFs,
     paths: Paths,
@@ -852,6 +863,8 @@ impl Machine {
     }
 
     /// One pass; returns how many actions failed.
+    /// One pass: observe the node (the kubelet's pods, this node's pods in the API), then per
+    /// owner decide (the pure `checkpoint::decide`) and execute what it asks.
     async fn step(
         &mut self,
         setup: &Setup,
@@ -860,12 +873,35 @@ impl Machine {
         kubelet: &KubeletClient,
         decommissioned: bool,
     ) -> u64 {
-        let mut failed = 0;
-        let api_reachable = api.reachable();
+        let seen = self.observe(setup, now, api, kubelet).await;
         let client = api.client.as_ref();
-        let node = setup.node.as_str();
-        // What the kubelet really runs: pods of an owner, never checkpoint copies. A failed
-        // query is "unknown", never "nothing runs".
+        // Looked up at most once per pass, and only when an owner has to be asked.
+        let mut node_facts: Option<Option<decommission::NodeFacts>> = None;
+        let mut failed = 0;
+        for key in self.owner_keys(&seen) {
+            let wants = self.owner_wants(setup, api, &key, &seen, &mut node_facts).await;
+            let obs = self.observation(&key, &seen, now, wants, decommissioned);
+            let state = self.states.get(&key).cloned().unwrap_or_default();
+            tracing::debug!(owner = %key, ?state, ?obs, "deciding");
+            let (mut next, actions) = checkpoint::decide(&state, &obs, &setup.cfg);
+            for action in actions {
+                if !self.execute(setup, client, &key, &action, &seen).await {
+                    // Undo the state machine's belief so the next step tries again.
+                    next = checkpoint::undo(next, &action, &state);
+                    if !matches!(&action, Action::Checkpoint { name, .. } if self.refused.contains(name)) {
+                        failed += 1;
+                    }
+                }
+            }
+            self.record(key, next, decommissioned);
+        }
+        failed
+    }
+
+    /// What this node shows: the kubelet's own pods by owner (`None`: the kubelet did not
+    /// answer, which is "unknown", never "nothing runs"), and this node's pods in the API.
+    /// Keeps the seen-since-boot memory up to date.
+    async fn observe(&mut self, setup: &Setup, now: Duration, api: &ApiLink, kubelet: &KubeletClient) -> Seen {
         let local_pods = match kubelet.pods().await {
             Ok(pods) => {
                 setup.metrics.kubelet_unknown.set(0);
@@ -880,6 +916,7 @@ impl Machine {
         let mut local: BTreeMap<String, Vec<Local>> = BTreeMap::new();
         let mut seen = BTreeSet::new();
         let mut memory = self.memory.clone();
+        // Owned pods only, never checkpoint copies.
         for pod in local_pods.iter().flatten().filter(|p| !is_checkpoint_or_static(p)) {
             let (Some(key), Some(uid)) = (sanitize::controller_key(pod), pod.metadata.uid.clone()) else {
                 continue;
@@ -918,7 +955,7 @@ impl Machine {
         if self.self_owner.is_none() {
             self.self_owner = self.memory.self_owner.clone();
         }
-
+        let api_reachable = api.reachable();
         let mut parents: BTreeMap<String, Vec<(Parent, Pod)>> = BTreeMap::new();
         if api_reachable {
             for pod in pods_here.iter().filter(|p| sanitize::is_parent(p)) {
@@ -939,149 +976,172 @@ impl Machine {
                 ));
             }
         }
-        // Looked up at most once per pass, and only when an owner has to be asked.
-        let mut node_facts: Option<Option<decommission::NodeFacts>> = None;
+        Seen {
+            api_reachable,
+            local: local_pods.is_some().then_some(local),
+            pods_here,
+            parents,
+        }
+    }
 
-        // The checkpointer's own owner last: in a decommission it goes when nothing else is left.
+    /// Every owner with a checkpoint or a parent; the checkpointer's own owner last: in a
+    /// decommission it goes when nothing else is left.
+    fn owner_keys(&self, seen: &Seen) -> Vec<String> {
         let mut keys: Vec<String> = self
             .states
             .keys()
-            .chain(parents.keys())
+            .chain(seen.parents.keys())
             .cloned()
             .collect::<BTreeSet<_>>()
             .into_iter()
             .collect();
         keys.sort_by_key(|k| Some(k) == self.self_owner.as_ref());
-        for key in keys {
-            let is_self = Some(&key) == self.self_owner.as_ref();
-            let wants = match (api_reachable, client) {
-                // The owner's own pod, live on this node, is its word that it wants the node:
-                // no GET per pass while everything runs (watches only in steady state).
-                (true, _) if owner_has_pod_here(&key, &pods_here) => Some(true),
-                (true, Some(c)) => {
-                    if node_facts.is_none() {
-                        node_facts = Some(
-                            match kubeapi::lookup(&Api::<Node>::all(c.clone()), node, API_TIMEOUT).await {
-                                Lookup::Found(n) => Some(decommission::node_facts(&n)),
-                                _ => None,
-                            },
-                        );
-                    }
-                    owner_wants_node(c, &key, node_facts.as_ref().and_then(Option::as_ref), &pods_here).await
+        keys
+    }
+
+    /// Whether the owner still wants this node (`None`: no answer).
+    async fn owner_wants(
+        &self,
+        setup: &Setup,
+        api: &ApiLink,
+        key: &str,
+        seen: &Seen,
+        node_facts: &mut Option<Option<decommission::NodeFacts>>,
+    ) -> Option<bool> {
+        match (seen.api_reachable, api.client.as_ref()) {
+            // The owner's own pod, live on this node, is its word that it wants the node:
+            // no GET per pass while everything runs (watches only in steady state).
+            (true, _) if owner_has_pod_here(key, &seen.pods_here) => Some(true),
+            (true, Some(c)) => {
+                if node_facts.is_none() {
+                    *node_facts = Some(
+                        match kubeapi::lookup(&Api::<Node>::all(c.clone()), &setup.node, API_TIMEOUT).await {
+                            Lookup::Found(n) => Some(decommission::node_facts(&n)),
+                            _ => None,
+                        },
+                    );
                 }
-                _ => None,
-            };
-            let others_left = self.states.iter().any(|(k, s)| k != &key && !s.generations.is_empty());
-            let obs = Observation {
-                now,
-                api_reachable,
-                parents: parents
-                    .get(&key)
-                    .map(|p| p.iter().map(|(p, _)| p.clone()).collect())
-                    .unwrap_or_default(),
-                local: match &local_pods {
-                    Some(_) => LocalView::Known(local.get(&key).cloned().unwrap_or_default()),
-                    None => LocalView::Unknown {
-                        seen_since_boot: self.memory.seen.contains(&key),
-                    },
+                owner_wants_node(c, key, node_facts.as_ref().and_then(Option::as_ref), &seen.pods_here).await
+            }
+            _ => None,
+        }
+    }
+
+    fn observation(
+        &self,
+        key: &str,
+        seen: &Seen,
+        now: Duration,
+        wants: Option<bool>,
+        decommissioned: bool,
+    ) -> Observation {
+        Observation {
+            now,
+            api_reachable: seen.api_reachable,
+            parents: seen
+                .parents
+                .get(key)
+                .map(|p| p.iter().map(|(p, _)| p.clone()).collect())
+                .unwrap_or_default(),
+            local: match &seen.local {
+                Some(local) => LocalView::Known(local.get(key).cloned().unwrap_or_default()),
+                None => LocalView::Unknown {
+                    seen_since_boot: self.memory.seen.contains(key),
                 },
-                owner_wants_node: wants,
-                is_self,
-                decommissioned,
-                others_left,
-            };
-            let state = self.states.get(&key).cloned().unwrap_or_default();
-            tracing::debug!(owner = %key, ?state, ?obs, "deciding");
-            let (mut next, actions) = checkpoint::decide(&state, &obs, &setup.cfg);
-            for action in actions {
-                tracing::info!(owner = %key, ?action, "checkpoint action");
-                let result = match &action {
-                    Action::Checkpoint { name, .. } => {
-                        let parent = parents
-                            .get(&key)
-                            .and_then(|ps| ps.iter().find(|(p, _)| &p.name == name))
-                            .map(|(_, pod)| pod.clone());
-                        match (parent, client) {
-                            (Some(_), Some(_)) if self.refused.contains(name) => {
-                                Err(anyhow::anyhow!("parent {name} cannot be checkpointed (reported)"))
-                            }
-                            (Some(pod), Some(c)) => match sanitize::sanitize(&pod, &self.paths.layout) {
-                                Err(e) => {
-                                    // A parent that cannot run as a static pod: tell its owner's
-                                    // operator where they look (an Event on the pod), once.
-                                    tracing::error!(parent = %name, error = %e, "not checkpointable");
-                                    let sink = kubeapi::EventSink::new(
-                                        c.clone(),
-                                        pod.metadata.namespace.as_deref().unwrap_or("default"),
-                                        pod.metadata.name.as_deref().unwrap_or_default(),
-                                    );
-                                    sink.publish(true, "NotCheckpointable", "Checkpoint", e.to_string())
-                                        .await;
-                                    self.refused.insert(name.clone());
-                                    Err(e.into())
-                                }
-                                Ok(_) => self.checkpoint(c, &pod).await,
-                            },
-                            _ => Err(anyhow::anyhow!("parent {name} vanished")),
+            },
+            owner_wants_node: wants,
+            is_self: Some(key) == self.self_owner.as_deref(),
+            decommissioned,
+            others_left: self.states.iter().any(|(k, s)| k != key && !s.generations.is_empty()),
+        }
+    }
+
+    /// Carries out one action; `false` when it failed (logged and counted here).
+    async fn execute(
+        &mut self,
+        setup: &Setup,
+        client: Option<&kube::Client>,
+        key: &str,
+        action: &Action,
+        seen: &Seen,
+    ) -> bool {
+        tracing::info!(owner = %key, ?action, "checkpoint action");
+        let result = match action {
+            Action::Checkpoint { name, .. } => {
+                let parent = seen
+                    .parents
+                    .get(key)
+                    .and_then(|ps| ps.iter().find(|(p, _)| &p.name == name))
+                    .map(|(_, pod)| pod.clone());
+                match (parent, client) {
+                    (Some(_), Some(_)) if self.refused.contains(name) => {
+                        Err(anyhow::anyhow!("parent {name} cannot be checkpointed (reported)"))
+                    }
+                    (Some(pod), Some(c)) => match sanitize::sanitize(&pod, &self.paths.layout) {
+                        Err(e) => {
+                            // A parent that cannot run as a static pod: tell its owner's
+                            // operator where they look (an Event on the pod), once.
+                            tracing::error!(parent = %name, error = %e, "not checkpointable");
+                            let sink = kubeapi::EventSink::new(
+                                c.clone(),
+                                pod.metadata.namespace.as_deref().unwrap_or("default"),
+                                pod.metadata.name.as_deref().unwrap_or_default(),
+                            );
+                            sink.publish(true, "NotCheckpointable", "Checkpoint", e.to_string())
+                                .await;
+                            self.refused.insert(name.clone());
+                            Err(e.into())
                         }
-                    }
-                    Action::Activate { name } => self.activate(name),
-                    Action::Deactivate { name } => self.remove_file(&self.paths.active_file(name)),
-                    Action::Retire { name } => self.retire(name),
-                };
-                let kind = match &action {
-                    Action::Checkpoint { .. } => "checkpoint",
-                    Action::Activate { .. } => "activate",
-                    Action::Deactivate { .. } => "deactivate",
-                    Action::Retire { .. } => "retire",
-                };
-                if result.is_ok() {
-                    setup
-                        .metrics
-                        .actions
-                        .get_or_create(&ActionLabels { action: kind })
-                        .inc();
-                }
-                if let Err(e) = result {
-                    let reported = matches!(&action, Action::Checkpoint { name, .. } if self.refused.contains(name));
-                    if reported {
-                        tracing::debug!(owner = %key, ?action, "parent not checkpointable (already reported)");
-                    } else {
-                        failed += 1;
-                        setup.metrics.failed_actions.inc();
-                        tracing::error!(owner = %key, ?action, error = %crate::logging::error_chain(&e), "checkpoint action failed; will retry");
-                    }
-                    // Undo the state machine's belief so the next step tries again.
-                    match &action {
-                        Action::Checkpoint { name, .. } => next.generations.retain(|g| &g.name != name),
-                        Action::Activate { name } => next
-                            .generations
-                            .iter_mut()
-                            .filter(|g| &g.name == name)
-                            .for_each(|g| g.active = false),
-                        Action::Deactivate { name } => next
-                            .generations
-                            .iter_mut()
-                            .filter(|g| &g.name == name)
-                            .for_each(|g| g.active = true),
-                        Action::Retire { .. } => next = state.clone(),
-                    }
+                        Ok(_) => self.checkpoint(c, &pod).await,
+                    },
+                    _ => Err(anyhow::anyhow!("parent {name} vanished")),
                 }
             }
-            if decommissioned {
-                for g in &next.generations {
-                    if self.left_reported.insert(g.name.clone()) {
-                        tracing::warn!(owner = %key, checkpoint = %g.name, active = g.active, "decommissioned checkpointer: checkpoint left until its owner's pod runs Ready here or the owner no longer wants this node");
-                    }
-                }
+            Action::Activate { name } => self.activate(name),
+            Action::Deactivate { name } => self.remove_file(&self.paths.active_file(name)),
+            Action::Retire { name } => self.retire(name),
+        };
+        let kind = match action {
+            Action::Checkpoint { .. } => "checkpoint",
+            Action::Activate { .. } => "activate",
+            Action::Deactivate { .. } => "deactivate",
+            Action::Retire { .. } => "retire",
+        };
+        match result {
+            Ok(()) => {
+                setup
+                    .metrics
+                    .actions
+                    .get_or_create(&ActionLabels { action: kind })
+                    .inc();
+                true
             }
-            if next.generations.is_empty() && next.unwanted_since.is_none() {
-                self.states.remove(&key);
-            } else {
-                self.states.insert(key, next);
+            Err(_) if matches!(action, Action::Checkpoint { name, .. } if self.refused.contains(name)) => {
+                tracing::debug!(owner = %key, ?action, "parent not checkpointable (already reported)");
+                false
+            }
+            Err(e) => {
+                setup.metrics.failed_actions.inc();
+                tracing::error!(owner = %key, ?action, error = %crate::logging::error_chain(&e), "checkpoint action failed; will retry");
+                false
             }
         }
-        failed
+    }
+
+    /// Keeps the owner's next state (forgets an owner with nothing left).
+    fn record(&mut self, key: String, next: State, decommissioned: bool) {
+        if decommissioned {
+            for g in &next.generations {
+                if self.left_reported.insert(g.name.clone()) {
+                    tracing::warn!(owner = %key, checkpoint = %g.name, active = g.active, "decommissioned checkpointer: checkpoint left until its owner's pod runs Ready here or the owner no longer wants this node");
+                }
+            }
+        }
+        if next.generations.is_empty() && next.unwanted_since.is_none() {
+            self.states.remove(&key);
+        } else {
+            self.states.insert(key, next);
+        }
     }
 
     /// Writes a new generation: the secret and configmap files first, the inactive manifest last.
