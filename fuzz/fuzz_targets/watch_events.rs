@@ -5,7 +5,7 @@
 #![no_main]
 
 use kube_anchor_core::change::{
-    Action, Event, IN_CREATE, IN_DELETE_SELF, IN_IGNORED, IN_MOVE_SELF, IN_MOVED_TO, IN_Q_OVERFLOW, classify,
+    Reaction, Event, IN_CREATE, IN_DELETE_SELF, IN_IGNORED, IN_MOVE_SELF, IN_MOVED_TO, IN_Q_OVERFLOW, classify,
 };
 use kube_anchor_core::hostpath::is_our_temp;
 use libfuzzer_sys::fuzz_target;
@@ -30,16 +30,16 @@ fuzz_target!(|data: &[u8]| {
         let action = classify(&event);
         let about_the_watch = mask & (IN_Q_OVERFLOW | IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF) != 0;
         if is_our_temp(name) && !about_the_watch {
-            assert_eq!(action, Action::Ignore, "{event:?}");
+            assert_eq!(action, Reaction::Ignore, "{event:?}");
         }
         if mask & IN_MOVED_TO != 0 && event.moved_from.is_some() && !about_the_watch {
-            assert_eq!(action, Action::Ignore, "our own commit: {event:?}");
+            assert_eq!(action, Reaction::Ignore, "our own commit: {event:?}");
         }
-        if action == Action::SyncIfSymlink {
+        if action == Reaction::SyncIfSymlink {
             assert!(mask & IN_CREATE != 0, "{event:?}");
         }
         if !event.input && !event.managed && !about_the_watch {
-            assert_eq!(action, Action::Ignore, "{event:?}");
+            assert_eq!(action, Reaction::Ignore, "{event:?}");
         }
     }
 });

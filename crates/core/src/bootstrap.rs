@@ -57,13 +57,13 @@ pub enum BootstrapError {
 
 /// What bootstrap knows of the node: what a DaemonSet's nodeSelector and downward API see.
 #[derive(Debug, Clone)]
-pub struct NodeFacts {
+pub struct ThisNode {
     pub name: String,
     pub ip: String,
     pub labels: BTreeMap<String, String>,
 }
 
-impl NodeFacts {
+impl ThisNode {
     /// `kubernetes.io/hostname` is always the node's name, as the kubelet labels it.
     pub fn new(name: &str, ip: &str, labels: impl IntoIterator<Item = (String, String)>) -> Self {
         let mut labels: BTreeMap<String, String> = labels.into_iter().collect();
@@ -107,7 +107,7 @@ impl std::fmt::Debug for MountedFile {
 /// One anchor DaemonSet as its pod on this node would run: its environment (downward API
 /// resolved, `$(VAR)` expanded) and the files of its ConfigMap and Secret volumes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AnchorPod {
+pub struct PlannedAnchor {
     pub namespace: String,
     pub daemonset: String,
     pub env: BTreeMap<String, String>,
@@ -116,7 +116,7 @@ pub struct AnchorPod {
     pub sources: Vec<String>,
 }
 
-impl AnchorPod {
+impl PlannedAnchor {
     pub fn env(&self, name: &str) -> Option<&str> {
         self.env.get(name).map(String::as_str).filter(|v| !v.is_empty())
     }
@@ -186,7 +186,7 @@ impl Objects {
 
     /// The anchor pods the node would run: every DaemonSet whose container runs `kube-anchor run`
     /// and whose node selection (nodeSelector, required node affinity) the node satisfies.
-    pub fn anchors_for(&self, node: &NodeFacts) -> Result<Vec<AnchorPod>, BootstrapError> {
+    pub fn anchors_for(&self, node: &ThisNode) -> Result<Vec<PlannedAnchor>, BootstrapError> {
         let mut pods = Vec::new();
         for ds in &self.daemonsets {
             let (namespace, name) = key_of(&ds.metadata);
@@ -219,7 +219,7 @@ impl Objects {
                 &namespace,
                 &name,
             )?;
-            pods.push(AnchorPod {
+            pods.push(PlannedAnchor {
                 namespace,
                 daemonset: name,
                 env,
@@ -388,7 +388,7 @@ fn is_anchor(c: &Container) -> bool {
 /// fields bootstrap can know, and `$(VAR)` references to earlier variables expanded.
 fn environment(
     c: &Container,
-    node: &NodeFacts,
+    node: &ThisNode,
     namespace: &str,
     daemonset: &str,
     annotations: &BTreeMap<String, String>,
@@ -561,8 +561,8 @@ spec:
         o
     }
 
-    fn control_plane_node(name: &str) -> NodeFacts {
-        NodeFacts::new(
+    fn control_plane_node(name: &str) -> ThisNode {
+        ThisNode::new(
             name,
             "10.0.0.1",
             [("node-role.kubernetes.io/control-plane".into(), String::new())],
@@ -607,7 +607,7 @@ spec:
             Err(BootstrapError::NoAnchors { .. })
         ));
         assert!(matches!(
-            o.anchors_for(&NodeFacts::new("cp-1", "10.0.0.1", [])),
+            o.anchors_for(&ThisNode::new("cp-1", "10.0.0.1", [])),
             Err(BootstrapError::NoAnchors { .. })
         ));
     }
@@ -619,7 +619,7 @@ spec:
             o.anchors_for(&control_plane_node("cp-2")),
             Err(BootstrapError::NoAnchors { .. })
         ));
-        let unlabelled = NodeFacts::new("cp-1", "10.0.0.1", []);
+        let unlabelled = ThisNode::new("cp-1", "10.0.0.1", []);
         let err = o.anchors_for(&unlabelled).unwrap_err();
         assert!(
             err.to_string()

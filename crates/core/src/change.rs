@@ -44,7 +44,7 @@ pub struct Event<'a> {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Action {
+pub enum Reaction {
     Ignore,
     /// Sync only if the new entry is a symbolic link (a link is complete once created; a
     /// regular file is complete at its `close_write`). The watcher checks with `lstat`.
@@ -53,27 +53,27 @@ pub enum Action {
 }
 
 /// Whether an event completes a change the daemon must act on. Pure.
-pub fn classify(e: &Event) -> Action {
+pub fn classify(e: &Event) -> Reaction {
     // Lost events, or the watch itself gone (directory deleted or moved): look again.
     if e.mask & (IN_Q_OVERFLOW | IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF) != 0 {
-        return Action::Sync;
+        return Reaction::Sync;
     }
     if e.name.is_empty() || is_our_temp(e.name) {
-        return Action::Ignore;
+        return Reaction::Ignore;
     }
     // Our own commit: a temp file renamed over its target.
     if e.mask & IN_MOVED_TO != 0 && e.moved_from.is_some_and(is_our_temp) {
-        return Action::Ignore;
+        return Reaction::Ignore;
     }
     let input = if !e.input {
-        Action::Ignore
+        Reaction::Ignore
     } else if e.name.starts_with(b"..") {
         // The kubelet writes a new timestamped directory, points `..data_tmp` at it and renames
         // that over `..data`: only the last step publishes anything.
         if e.name == DATA_LINK.as_bytes() && e.mask & (IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_MOVED_FROM) != 0 {
-            Action::Sync
+            Reaction::Sync
         } else {
-            Action::Ignore
+            Reaction::Ignore
         }
     } else {
         completes(e.mask, false)
@@ -81,7 +81,7 @@ pub fn classify(e: &Event) -> Action {
     let host = if e.managed {
         completes(e.mask, true)
     } else {
-        Action::Ignore
+        Reaction::Ignore
     };
     input.max(host)
 }
@@ -89,19 +89,19 @@ pub fn classify(e: &Event) -> Action {
 /// The rule for a plain entry: a rename, deletion or finished write completes a change; a
 /// creation completes one only for a link (or, on the host, a directory in a file's place); an
 /// `IN_MODIFY` waits for its `close_write`. A mode change matters only on the host.
-fn completes(mask: u32, host: bool) -> Action {
+fn completes(mask: u32, host: bool) -> Reaction {
     if mask & (IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE) != 0 || (host && mask & IN_ATTRIB != 0) {
-        Action::Sync
+        Reaction::Sync
     } else if mask & IN_CREATE != 0 {
         if host && mask & IN_ISDIR != 0 {
-            Action::Sync
+            Reaction::Sync
         } else if mask & IN_ISDIR != 0 {
-            Action::Ignore
+            Reaction::Ignore
         } else {
-            Action::SyncIfSymlink
+            Reaction::SyncIfSymlink
         }
     } else {
-        Action::Ignore
+        Reaction::Ignore
     }
 }
 
@@ -135,9 +135,9 @@ mod tests {
 
     #[test]
     fn event_to_action_table() {
-        use Action::*;
+        use Reaction::*;
         let tmp = ".scheduler.conf.Ab12Z.kube-anchor.tmp";
-        let cases: Vec<(Event, Action, &str)> = vec![
+        let cases: Vec<(Event, Reaction, &str)> = vec![
             // A ConfigMap/Secret volume update, step by step.
             (
                 input(IN_CREATE | IN_ISDIR, "..2026_11_22_00_00_01.1"),

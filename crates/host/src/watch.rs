@@ -16,7 +16,7 @@ use std::path::PathBuf;
 
 use futures::{FutureExt, StreamExt};
 use inotify::{EventMask, EventStream, Inotify, WatchDescriptor, WatchMask};
-use kube_anchor_core::change::{self, Action, Event, IN_MOVED_FROM, IN_MOVED_TO, IN_Q_OVERFLOW};
+use kube_anchor_core::change::{self, Event, IN_MOVED_FROM, IN_MOVED_TO, IN_Q_OVERFLOW, Reaction};
 
 /// What every directory is watched for (reads and opens are never asked for: our own hashing
 /// of every file would otherwise wake us up).
@@ -163,14 +163,14 @@ impl DirWatcher {
             managed,
         };
         let action = match change::classify(&event) {
-            Action::SyncIfSymlink => {
+            Reaction::SyncIfSymlink => {
                 let entry = dir
                     .expect("checked above")
                     .join(raw.name.as_deref().unwrap_or_default());
                 if std::fs::symlink_metadata(entry).is_ok_and(|m| m.file_type().is_symlink()) {
-                    Action::Sync
+                    Reaction::Sync
                 } else {
-                    Action::Ignore
+                    Reaction::Ignore
                 }
             }
             a => a,
@@ -192,7 +192,7 @@ impl DirWatcher {
             }
             self.release(raw.wd);
         }
-        action == Action::Sync
+        action == Reaction::Sync
     }
 }
 

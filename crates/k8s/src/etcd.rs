@@ -73,7 +73,7 @@ pub struct Endpoint {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Status {
+pub struct EndpointStatus {
     pub member_id: u64,
     pub leader: u64,
     pub is_learner: bool,
@@ -261,7 +261,7 @@ impl Endpoint {
         Ok(())
     }
 
-    pub async fn status(&self) -> Result<Status, EtcdError> {
+    pub async fn status(&self) -> Result<EndpointStatus, EtcdError> {
         let raw: RawStatus = self
             .call("status", "/v3/maintenance/status", serde_json::json!({}))
             .await?;
@@ -272,7 +272,7 @@ impl Endpoint {
                 reason,
             })
         };
-        Ok(Status {
+        Ok(EndpointStatus {
             member_id: parse(&raw.header.member_id)?,
             leader: parse(&raw.leader)?,
             is_learner: raw.is_learner,

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 
 use crate::engine::{ApplyReport, Engine, Inputs};
-use kube_anchor_core::bootstrap::{AnchorPod, BootstrapError, NodeFacts, Objects, boot_order};
+use kube_anchor_core::bootstrap::{BootstrapError, Objects, PlannedAnchor, ThisNode, boot_order};
 use kube_anchor_core::config::Role;
 use kube_anchor_core::pinned::PinnedInputs;
 use kube_anchor_k8s::direct::HealthCheck;
@@ -72,7 +72,7 @@ pub enum BootNodeError {
 pub struct Request {
     /// `helm template` outputs: (name for messages, path; `-` is stdin).
     pub sources: Vec<PathBuf>,
-    pub node: NodeFacts,
+    pub node: ThisNode,
     /// Components that must be among the node's anchors.
     pub required: Vec<String>,
     pub host_root: PathBuf,
@@ -106,7 +106,7 @@ pub enum Progress {
 
 /// An anchor pod staged on disk, its inputs loaded.
 struct Staged {
-    pod: AnchorPod,
+    pod: PlannedAnchor,
     root: PathBuf,
     engine: Engine,
     inputs: Inputs,
@@ -228,7 +228,7 @@ fn read_source(path: &Path) -> Result<String, BootNodeError> {
 
 /// Writes the pod's volume files under `root` (as the container would see them) and loads its
 /// config as `run` would, with the node's name and address as variables.
-fn stage_pod(root: PathBuf, pod: AnchorPod, node: &NodeFacts, host_root: &Path) -> anyhow::Result<Staged> {
+fn stage_pod(root: PathBuf, pod: PlannedAnchor, node: &ThisNode, host_root: &Path) -> anyhow::Result<Staged> {
     let to_staged = |p: &Path| staged_path(&root, p);
     for file in &pod.files {
         let path = to_staged(&file.path);

@@ -205,7 +205,7 @@ fn bootstrap(args: BootstrapArgs) -> anyhow::Result<ExitCode> {
     }
     let request = crate::bootstrap_node::Request {
         sources: args.from.clone(),
-        node: kube_anchor_core::bootstrap::NodeFacts::new(&args.node_name, &args.node_ip, labels),
+        node: kube_anchor_core::bootstrap::ThisNode::new(&args.node_name, &args.node_ip, labels),
         required: args.components.clone(),
         host_root: args.host_root.clone(),
         wait_timeout: args.wait_timeout,
