@@ -9,6 +9,7 @@
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -92,7 +93,18 @@ fn fake_api() -> (u16, Arc<AtomicUsize>) {
     (port, requests)
 }
 
+/// This build; with `KUBE_ANCHOR_BENCH_BASELINE=<another kube-anchor binary>`, that one too, in
+/// the same run (rows marked "baseline"), so a change is judged against its predecessor on the
+/// same machine under the same load.
 pub fn measure(quick: bool) -> Vec<Row> {
+    let mut rows = measure_binary(quick, Path::new(crate::support::fixture::BIN), "");
+    if let Some(baseline) = std::env::var_os("KUBE_ANCHOR_BENCH_BASELINE") {
+        rows.extend(measure_binary(quick, Path::new(&baseline), " [baseline]"));
+    }
+    rows
+}
+
+fn measure_binary(quick: bool, bin: &Path, label: &str) -> Vec<Row> {
     let changes = if quick { QUICK_CHANGES } else { CHANGES };
     let work = tempfile::tempdir().unwrap();
     let node = work.path().join("node");
@@ -113,10 +125,12 @@ pub fn measure(quick: bool) -> Vec<Row> {
     let initial = refs(&files("kubeconfig 0"));
     let initial: Vec<(&str, &[u8])> = initial.iter().map(|(n, c)| (*n, c.as_slice())).collect();
     let mut volume = ConfigVolume::new(&work.path().join("config"), &initial);
-    let d = Daemon::start(
+    let d = Daemon::start_binary(
+        bin,
         &volume.config(),
         &node,
         "bench-node",
+        &[],
         &[],
         &work.path().join("daemon.log"),
     );
@@ -175,11 +189,13 @@ pub fn measure(quick: bool) -> Vec<Row> {
         ),
     )
     .unwrap();
-    let d = Daemon::start(
+    let d = Daemon::start_binary(
+        bin,
         &volume.config(),
         &node,
         "bench-node",
         &["--kubeconfig".into(), kubeconfig_file.display().to_string()],
+        &[],
         &work.path().join("daemon-api.log"),
     );
     let started = Instant::now();
@@ -203,7 +219,7 @@ pub fn measure(quick: bool) -> Vec<Row> {
     let (c50, c99) = percentiles(change);
     let (r50, r99) = percentiles(repair);
     let cpu = ticks as f64 / 100.0; // USER_HZ on Linux
-    vec![
+    let rows = vec![
         Row::new(
             format!("run: input change -> fsynced host file ({changes} changes)"),
             format!("p50 {}, p99 {}", ms(c50), ms(c99)),
@@ -239,5 +255,8 @@ pub fn measure(quick: bool) -> Vec<Row> {
             idle_requests.to_string(),
             "0",
         ),
-    ]
+    ];
+    rows.into_iter()
+        .map(|r| Row::new(format!("{}{label}", r.what), r.value, r.target))
+        .collect()
 }

@@ -119,13 +119,26 @@ impl Daemon {
         env: &[(String, String)],
         log: &Path,
     ) -> Self {
+        Self::start_binary(Path::new(BIN), config, host_root, node_name, extra, env, log)
+    }
+
+    /// [`Daemon::start_with_env`] of another build of kube-anchor (the benchmark's baseline).
+    pub fn start_binary(
+        bin: &Path,
+        config: &Path,
+        host_root: &Path,
+        node_name: &str,
+        extra: &[String],
+        env: &[(String, String)],
+        log: &Path,
+    ) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap()
             .port();
         let out = fs::File::create(log).unwrap();
-        let child = Command::new(BIN)
+        let child = Command::new(bin)
             .arg("run")
             .arg("--config")
             .arg(config)
