@@ -67,10 +67,10 @@ fn container_starts(kubelet_log: &Path) -> BTreeMap<String, Vec<String>> {
         };
         let id = id.split('"').next().unwrap_or_default();
         let parts: Vec<&str> = id.split('_').collect();
-        if let [_, "kube-system", uid, _, container, _] = parts[..] {
-            if COMPONENTS.contains(&container) {
-                out.entry(container.to_owned()).or_default().push(uid.to_owned());
-            }
+        if let [_, "kube-system", uid, _, container, _] = parts[..]
+            && COMPONENTS.contains(&container)
+        {
+            out.entry(container.to_owned()).or_default().push(uid.to_owned());
         }
     }
     out

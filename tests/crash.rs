@@ -173,8 +173,7 @@ fn a_full_disk_keeps_the_old_files() {
     let node = f.node();
     let check = f.dir.path().join("after");
     fs::create_dir_all(&check).unwrap();
-    let script = format!(
-        r#"set -eu
+    let script = r#"set -eu
 mount -t tmpfs -o size=2m tmpfs "$NODE"
 "$BIN" apply --config "$CONFIG" --host-root "$NODE" >/dev/null 2>&1
 cp -a "$NODE/." "$CHECK/before"
@@ -183,10 +182,9 @@ set +e
 "$BIN" apply --config "$CONFIG" --host-root "$NODE" 2>"$CHECK/stderr"
 echo $? > "$CHECK/code"
 cp -a "$NODE/." "$CHECK/after"
-"#
-    );
+"#;
     let status = std::process::Command::new("unshare")
-        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .args(["--mount", "--propagation", "private", "sh", "-c", script])
         .env("NODE", &node)
         .env("BIN", BIN)
         .env("CONFIG", f.config())

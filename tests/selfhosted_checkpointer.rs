@@ -154,12 +154,11 @@ fn self_checkpoint_active(host: &Path) -> bool {
         .unwrap_or(false)
 }
 
-/// Every node's checkpoint files every 200 ms until stopped: (since `start`, node, files,
-/// active).
-fn checkpoint_samples(
-    hosts: Vec<PathBuf>,
-    start: Instant,
-) -> Background<Vec<(Duration, usize, BTreeSet<String>, bool)>> {
+/// (since `start`, node, files, active).
+type CheckpointSample = (Duration, usize, BTreeSet<String>, bool);
+
+/// Every node's checkpoint files every 200 ms until stopped.
+fn checkpoint_samples(hosts: Vec<PathBuf>, start: Instant) -> Background<Vec<CheckpointSample>> {
     Background::sample(Duration::from_millis(200), Vec::new(), move |samples| {
         for (i, host) in hosts.iter().enumerate() {
             let (files, active) = checkpoint_files(host);

@@ -2,6 +2,8 @@
 //! client, no async runtime. The adapters (`kube-anchor-host`, `kube-anchor-k8s`) observe and
 //! act; the modes (`kube-anchor-modes`) wire observation → decision → execution.
 
+#![forbid(unsafe_code)]
+
 pub mod bootstrap;
 pub mod change;
 pub mod checkpoint;

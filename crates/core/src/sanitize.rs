@@ -502,12 +502,11 @@ pub enum MaterializeError {
     },
 }
 
-/// The files of one checkpoint volume: `fetched` holds the data of each Secret/ConfigMap by
-/// (kind, name); `None` means not found.
-pub fn materialize(
-    material: &Material,
-    fetched: &BTreeMap<(SourceKind, String), Option<BTreeMap<String, Vec<u8>>>>,
-) -> Result<Vec<(HostPath, Vec<u8>)>, MaterializeError> {
+/// The data of each Secret/ConfigMap by (kind, name), as fetched; `None` means not found.
+pub type Fetched = BTreeMap<(SourceKind, String), Option<BTreeMap<String, Vec<u8>>>>;
+
+/// The files of one checkpoint volume, from what was `fetched`.
+pub fn materialize(material: &Material, fetched: &Fetched) -> Result<Vec<(HostPath, Vec<u8>)>, MaterializeError> {
     let mut files = Vec::new();
     for source in &material.sources {
         let data = match fetched

@@ -702,12 +702,10 @@ mod tests {
     #[test]
     fn a_yaml_tag_is_refused_not_a_panic() {
         let text = include_str!("../../../fuzz/seeds/staticpod/regression-yaml-tag.yaml");
-        let e = parse(Path::new("pod.yaml"), text).err().expect("refused");
+        let e = parse(Path::new("pod.yaml"), text).expect_err("refused");
         assert!(e.to_string().contains("YAML tag"), "{e}");
         let tagged_key = "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec:\n  containers: [{name: c, image: i}]\n  ? !k key\n  : v\n";
-        let e = parse(Path::new("pod.yaml"), tagged_key)
-            .err()
-            .expect("a tagged key is refused");
+        let e = parse(Path::new("pod.yaml"), tagged_key).expect_err("a tagged key is refused");
         assert!(e.to_string().contains("YAML tag"), "{e}");
         // Whatever is accepted can be written, and is accepted again.
         let ok =

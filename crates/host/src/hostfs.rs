@@ -268,10 +268,10 @@ impl HostFs {
             };
             // Make earlier steps durable before a step of the other kind (the manifest after
             // its credentials, credentials after their manifest is gone).
-            if previous_role.is_some_and(|r| r != role) {
-                if let Err(e) = sync_dirs(&mut unsynced_dirs) {
-                    return Err((e, done));
-                }
+            if previous_role.is_some_and(|r| r != role)
+                && let Err(e) = sync_dirs(&mut unsynced_dirs)
+            {
+                return Err((e, done));
             }
             previous_role = Some(role);
             let result = match op {

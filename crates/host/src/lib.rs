@@ -2,6 +2,8 @@
 //! one executor of `plan::Op`s, ledger storage, the state lock), inotify change notification and
 //! the process's memory.
 
+#![deny(unsafe_code)] // `memory` alone allows it (mallopt, madvise).
+
 pub mod hostfs;
 pub mod memory;
 pub mod watch;

@@ -1,5 +1,8 @@
 //! Keeping the daemon small: at most two malloc arenas, and no start-up code kept resident.
 
+// The one module with unsafe code: two libc calls, each with its SAFETY note.
+#![allow(unsafe_code)]
+
 /// At most two glibc malloc arenas for the threads there are (tokio's blocking pool, the
 /// executor's concurrent fsyncs); glibc would otherwise give each thread one of its own.
 pub fn limit_malloc_arenas() {

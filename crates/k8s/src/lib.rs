@@ -2,6 +2,8 @@
 //! servers, mirror pods, Events, the rollout Lease, the removal evidence), the kubelet and health
 //! URLs, and etcd's cluster API.
 
+#![forbid(unsafe_code)]
+
 pub mod direct;
 pub mod etcd;
 pub mod evidence;

@@ -4,6 +4,8 @@
 //! decide → execute → record) and [`etcd_member`] (join and leave, carried out) which they share;
 //! and the process around them: [`cli`], [`logging`], [`server`], [`metrics`], [`shutdown`].
 
+#![forbid(unsafe_code)]
+
 pub mod anchor;
 pub mod bootstrap_node;
 pub mod checkpointer;

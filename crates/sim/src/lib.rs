@@ -4,6 +4,8 @@
 //! a seeded generator, so the same seed gives the same trajectories. design.md lists each
 //! assumption and where its numbers come from.
 
+#![forbid(unsafe_code)]
+
 use std::time::Duration;
 
 use kube_anchor_core::checkpoint::{self, Action, Generation, Local, LocalView, Observation, Parent, State};
