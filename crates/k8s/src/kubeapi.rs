@@ -440,3 +440,74 @@ fn lease_view(lease: &k8s_openapi::api::coordination::v1::Lease) -> kube_anchor_
         },
     }
 }
+
+/// An API client built when first needed and tried again until it is: a kubeconfig not mounted
+/// yet, or an in-cluster config without its service-account files (a static copy), must not
+/// stop the work that needs no API. The daemons own one each.
+pub struct LazyClient {
+    kubeconfig: Option<PathBuf>,
+    api_servers: Vec<http::Uri>,
+    agent: String,
+    /// The least time between two attempts (zero: whenever asked).
+    retry_every: Duration,
+    next_attempt: std::time::Instant,
+    client: Option<Client>,
+    last_error: Option<String>,
+}
+
+/// What [`LazyClient::connect`] did.
+pub enum Connect {
+    /// A client was built just now (what hangs on it can be set up).
+    Built(Client),
+    /// There was one already, or it is not time to try again.
+    Unchanged,
+    /// No kubeconfig and not in a cluster: there is no API to reach.
+    NotConfigured,
+    /// It could not be built; `repeated` when the error is the one of the last attempt.
+    Failed { error: String, repeated: bool },
+}
+
+impl LazyClient {
+    pub fn new(kubeconfig: Option<PathBuf>, api_servers: Vec<http::Uri>, agent: String, retry_every: Duration) -> Self {
+        Self {
+            kubeconfig,
+            api_servers,
+            agent,
+            retry_every,
+            next_attempt: std::time::Instant::now(),
+            client: None,
+            last_error: None,
+        }
+    }
+
+    pub fn client(&self) -> Option<&Client> {
+        self.client.as_ref()
+    }
+
+    /// Whether the last attempt failed (and why).
+    pub fn last_error(&self) -> Option<&str> {
+        self.last_error.as_deref()
+    }
+
+    pub async fn connect(&mut self) -> Connect {
+        let now = std::time::Instant::now();
+        if self.client.is_some() || now < self.next_attempt {
+            return Connect::Unchanged;
+        }
+        self.next_attempt = now + self.retry_every;
+        match client(self.kubeconfig.as_deref(), &self.api_servers, &self.agent).await {
+            Ok(Some(client)) => {
+                self.last_error = None;
+                self.client = Some(client.clone());
+                Connect::Built(client)
+            }
+            Ok(None) => Connect::NotConfigured,
+            Err(e) => {
+                let error = e.to_string();
+                let repeated = self.last_error.as_deref() == Some(error.as_str());
+                self.last_error = Some(error.clone());
+                Connect::Failed { error, repeated }
+            }
+        }
+    }
+}

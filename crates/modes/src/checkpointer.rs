@@ -602,15 +602,12 @@ async fn turn(
 /// the API is reachable. A client that cannot be built (no kubeconfig, an in-cluster config
 /// without its service-account files — as in the static copy) is no API, retried now and then.
 struct ApiLink {
-    kubeconfig: Option<std::path::PathBuf>,
-    api_servers: Vec<http::Uri>,
     node: String,
-    client: Option<kube::Client>,
+    lazy: kubeapi::LazyClient,
     store: Option<reflector::Store<Pod>>,
     api_ok: Option<tokio::sync::watch::Receiver<bool>>,
     wake: tokio::sync::mpsc::Receiver<()>,
     wake_tx: tokio::sync::mpsc::Sender<()>,
-    next_attempt: Instant,
 }
 
 const CLIENT_RETRY: Duration = Duration::from_secs(30);
@@ -618,38 +615,27 @@ const CLIENT_RETRY: Duration = Duration::from_secs(30);
 impl ApiLink {
     fn new(kubeconfig: Option<std::path::PathBuf>, api_servers: Vec<http::Uri>, node: String) -> Self {
         let (wake_tx, wake) = tokio::sync::mpsc::channel(1);
+        let agent = kubeapi::user_agent("checkpointer", Some(&node));
         Self {
-            kubeconfig,
-            api_servers,
             node,
-            client: None,
+            lazy: kubeapi::LazyClient::new(kubeconfig, api_servers, agent, CLIENT_RETRY),
             store: None,
             api_ok: None,
             wake,
             wake_tx,
-            next_attempt: Instant::now(),
         }
     }
 
     async fn ensure(&mut self) {
-        if self.client.is_some() || Instant::now() < self.next_attempt {
-            return;
-        }
-        self.next_attempt = Instant::now() + CLIENT_RETRY;
-        let client = match kubeapi::client(
-            self.kubeconfig.as_deref(),
-            &self.api_servers,
-            &kubeapi::user_agent("checkpointer", Some(&self.node)),
-        )
-        .await
-        {
-            Ok(Some(client)) => client,
-            Ok(None) => {
+        let client = match self.lazy.connect().await {
+            kubeapi::Connect::Built(client) => client,
+            kubeapi::Connect::Unchanged => return,
+            kubeapi::Connect::NotConfigured => {
                 tracing::debug!("no API client configured; working from the node alone");
                 return;
             }
-            Err(e) => {
-                tracing::warn!(error = %e, "no API client; working from the node alone, retrying later");
+            kubeapi::Connect::Failed { error, .. } => {
+                tracing::warn!(%error, "no API client; working from the node alone, retrying later");
                 return;
             }
         };
@@ -666,9 +652,12 @@ impl ApiLink {
                 let _ = wake_tx.try_send(());
             }
         });
-        self.client = Some(client);
         self.store = Some(store);
         self.api_ok = Some(api_ok);
+    }
+
+    fn client(&self) -> Option<&kube::Client> {
+        self.lazy.client()
     }
 
     fn reachable(&self) -> bool {
@@ -874,7 +863,7 @@ impl Machine {
         decommissioned: bool,
     ) -> u64 {
         let seen = self.observe(setup, now, api, kubelet).await;
-        let client = api.client.as_ref();
+        let client = api.client();
         // Looked up at most once per pass, and only when an owner has to be asked.
         let mut node_facts: Option<Option<decommission::NodeFacts>> = None;
         let mut failed = 0;
@@ -1008,7 +997,7 @@ impl Machine {
         seen: &Seen,
         node_facts: &mut Option<Option<decommission::NodeFacts>>,
     ) -> Option<bool> {
-        match (seen.api_reachable, api.client.as_ref()) {
+        match (seen.api_reachable, api.client()) {
             // The owner's own pod, live on this node, is its word that it wants the node:
             // no GET per pass while everything runs (watches only in steady state).
             (true, _) if owner_has_pod_here(key, &seen.pods_here) => Some(true),
