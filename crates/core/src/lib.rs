@@ -11,6 +11,7 @@ pub mod digest;
 pub mod errors;
 pub mod hostpath;
 pub mod ledger;
+pub mod lifecycle;
 pub mod membership;
 pub mod pinned;
 pub mod plan;
