@@ -20,4 +20,5 @@ pub mod rollout;
 pub mod sanitize;
 pub mod staticpod;
 pub mod trial;
+pub mod turn;
 pub mod yaml;
