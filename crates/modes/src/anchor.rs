@@ -23,8 +23,10 @@ use crate::shutdown;
 use kube_anchor_core::change::DATA_LINK;
 use kube_anchor_core::desired::Desired;
 use kube_anchor_core::ledger::BadVersion;
+use kube_anchor_core::lifecycle::{LkgAction, LkgCheck, LkgEvaluated, Version, VersionAction, VersionEvent};
 use kube_anchor_core::pinned::{MAX_MARKER_BYTES, PinnedInputs};
-use kube_anchor_core::trial::{Assessment, MirrorPod, Observation, Trial, TrialOutcome, assess};
+use kube_anchor_core::trial::{Assessment, MirrorPod, Observation, assess};
+use kube_anchor_core::turn::{Answer, Turn, TurnAction, TurnEvent};
 use kube_anchor_host::watch::{DirRole, DirWatcher};
 use kube_anchor_k8s::direct::HealthCheck;
 use kube_anchor_k8s::kubeapi::{self, EventSink};
@@ -67,15 +69,10 @@ struct Daemon {
     accepted: Option<Desired>,
     /// Set while the inputs belong to another revision of the pod template.
     awaiting_rollout: Option<String>,
-    trial: Option<Trial>,
-    /// Set while the inputs name a known-bad version and the last-known-good one is kept.
-    held_back: Option<String>,
+    /// Settled, on trial, or held back from a known-bad version.
+    version: Version,
     /// Judges the last-known-good version while it is held in place of a bad one.
-    lkg_check: Option<Trial>,
-    /// Set when the held last-known-good version fails as well.
-    lkg_failing: Option<String>,
-    /// Whether the ledger's record of a failing last-known-good has been brought in line.
-    lkg_recorded: bool,
+    lkg: LkgCheck,
     input_error: Option<String>,
     converged: bool,
     started: Instant,
@@ -86,18 +83,14 @@ struct Daemon {
     membership_pending: Option<String>,
     /// The component's rollout Lease (see [`kube_anchor_core::rollout`]), once there is a client.
     rollout_lease: Option<kubeapi::RolloutLease>,
-    /// The version this node has the turn to roll out, and when the Lease was last renewed.
-    turn: Option<(String, Instant)>,
-    /// A version waiting for this node's turn, and why it waits.
-    waiting_turn: Option<(String, String)>,
-    /// Whether this process has looked at the Lease for a turn an earlier one held.
-    turn_recovered: bool,
+    /// The turn this node holds to roll a version out (or one an earlier process held, not
+    /// looked at yet), and a version waiting for one.
+    turn: Turn,
 }
 
-/// How soon a version waiting for the rollout Lease asks again, and how often a held Lease is
-/// renewed.
+/// How soon a version waiting for the rollout Lease asks again (a held one is renewed every
+/// [`kube_anchor_core::turn::TURN_RENEW`]).
 const TURN_RETRY: Duration = Duration::from_secs(2);
-const TURN_RENEW: Duration = Duration::from_secs(10);
 
 /// How soon an unfinished etcd join is looked at again.
 const MEMBERSHIP_RETRY: Duration = Duration::from_secs(2);
@@ -146,11 +139,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         written: None,
         accepted: None,
         awaiting_rollout: None,
-        trial: None,
-        held_back: None,
-        lkg_check: None,
-        lkg_failing: None,
-        lkg_recorded: false,
+        version: Version::default(),
+        lkg: LkgCheck::default(),
         input_error: None,
         converged: false,
         started: Instant::now(),
@@ -158,9 +148,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         member_record: None,
         membership_pending: None,
         rollout_lease: None,
-        turn: None,
-        waiting_turn: None,
-        turn_recovered: false,
+        turn: Turn::default(),
     };
     daemon.connect().await;
     daemon.run(draining).await;
@@ -201,7 +189,7 @@ impl Daemon {
                     // Deadlines from the last sync: evaluations in between must not push them back.
                     _ = tokio::time::sleep_until(synced + self.args.resync_period) => break,
                     _ = sleep_until_opt(self.membership_pending.as_ref().map(|_| synced + MEMBERSHIP_RETRY)) => break,
-                    _ = sleep_until_opt(self.waiting_turn.as_ref().map(|_| synced + TURN_RETRY)) => break,
+                    _ = sleep_until_opt(self.turn.waiting.as_ref().map(|_| synced + TURN_RETRY)) => break,
                     true = mirror_changed => self.evaluate().await,
                     _ = sleep_opt(tick) => self.evaluate().await,
                     _ = sleep_until_opt(release_code_at) => {
@@ -224,7 +212,7 @@ impl Daemon {
     fn evaluation_interval(&self) -> Option<Duration> {
         if self.client.is_none() && self.health.is_none() {
             None // nothing to learn by looking again
-        } else if self.trial.is_some() || (!self.converged && self.written.is_some()) {
+        } else if self.version.trial().is_some() || (!self.converged && self.written.is_some()) {
             Some(TRIAL_TICK)
         } else if self.health.is_some() {
             Some(self.args.health_interval)
@@ -521,18 +509,18 @@ impl Daemon {
                 &target.content_hash,
                 ledger.last_known_good.as_deref(),
             );
-        if turn_needed && self.turn.as_ref().map(|(h, _)| h) != Some(&target.content_hash) {
-            if self.waiting_turn.as_ref().map(|(h, _)| h) != Some(&target.content_hash) {
-                tracing::info!(component = %self.component, content_hash = %target.content_hash, "new version: waiting for this node's turn to roll it out");
-                let why = format!(
-                    "version {} waits for this node's turn to roll it out",
-                    target.content_hash
-                );
-                self.waiting_turn = Some((target.content_hash.clone(), why));
+        let actions = self.step_turn(TurnEvent::Gate {
+            version: &target.content_hash,
+            needed: turn_needed,
+        });
+        for action in actions {
+            if let TurnAction::AnnounceWaiting { version } = action {
+                tracing::info!(component = %self.component, content_hash = %version, "new version: waiting for this node's turn to roll it out");
             }
+        }
+        if self.turn.waiting.is_some() {
             return Ok(());
         }
-        self.waiting_turn = None;
         let report = self.engine.apply(&target, self.args.prune)?;
         let written = report.written.len() as u64;
         if written > 0 {
@@ -544,15 +532,20 @@ impl Daemon {
                 tracing::info!(component = %self.component, content_hash = %target.content_hash, files = written, "wrote a new version");
             }
         }
-        if ledger.last_known_good.as_deref() == Some(target.content_hash.as_str()) {
-            self.trial = None;
-        } else if self.trial.as_ref().is_none_or(|t| t.hash != target.content_hash) {
-            tracing::info!(component = %self.component, content_hash = %target.content_hash, trial = %humantime::format_duration(self.args.trial_period), "version on trial");
-            self.trial = Some(Trial::start(&target.content_hash, self.monotonic()));
+        let now = self.monotonic();
+        let actions = self.step_version(VersionEvent::Written {
+            hash: &target.content_hash,
+            last_known_good: ledger.last_known_good.as_deref() == Some(target.content_hash.as_str()),
+            held_back,
+            now,
+        });
+        for action in actions {
+            if let VersionAction::AnnounceTrial { hash } = action {
+                tracing::info!(component = %self.component, content_hash = %hash, trial = %humantime::format_duration(self.args.trial_period), "version on trial");
+            }
         }
         self.ensure_mirror_watch(&target);
         self.written = Some(target);
-        self.held_back = held_back;
         Ok(())
     }
 
@@ -610,7 +603,7 @@ impl Daemon {
             let reason = self
                 .input_error
                 .clone()
-                .or_else(|| self.waiting_turn.as_ref().map(|(_, why)| why.clone()))
+                .or_else(|| self.turn.waiting.as_ref().map(|w| w.why.clone()))
                 .or_else(|| self.awaiting_rollout.clone())
                 .unwrap_or_else(|| "nothing written yet".into());
             self.shared.update(|s| (s.ready, s.reason) = (false, reason));
@@ -627,7 +620,7 @@ impl Daemon {
             health,
         };
         // Restarts are a trial's evidence, and only those it saw.
-        match self.trial.as_mut().or(self.lkg_check.as_mut()) {
+        match self.version.trial_mut().or(self.lkg.check_mut()) {
             Some(trial) => trial.restarts_in_trial(&mut observation.mirror),
             None => {
                 if let Some(mirror) = observation.mirror.as_mut() {
@@ -636,19 +629,24 @@ impl Daemon {
             }
         }
         let assessment = assess(&observation, &written.content_hash, self.args.crash_loop_threshold);
-        if let Some(trial) = self.trial.as_mut() {
-            match trial.step(&assessment, self.started.elapsed(), self.args.trial_period) {
-                TrialOutcome::Pending => {}
-                TrialOutcome::Passed => self.promote(&written).await,
-                TrialOutcome::Failed(reason) => self.rollback(&written, reason).await,
+        let actions = self.step_version(VersionEvent::Assessed {
+            assessment: &assessment,
+            now: self.started.elapsed(),
+            period: self.args.trial_period,
+        });
+        for action in actions {
+            match action {
+                VersionAction::Promote => self.promote(&written).await,
+                VersionAction::RollBack { reason } => self.rollback(&written, reason).await,
+                VersionAction::AnnounceTrial { .. } => {} // only when written
             }
         }
         self.check_last_known_good(&written, &assessment).await;
         self.converged = assessment == Assessment::Converged;
         self.shared.metrics.converged.set(i64::from(self.converged));
-        let held_back = match (&self.held_back, &self.lkg_failing) {
+        let held_back = match (self.version.held_back(), self.lkg.failing()) {
             (Some(h), Some(failing)) => Some(format!("{failing}; {h}")),
-            (h, _) => h.clone(),
+            (h, _) => h.map(str::to_owned),
         };
         // A process that never saw its own inputs cannot tell whether it is an old pod whose
         // inputs moved on (restarted container) or a new one whose inputs have not arrived yet;
@@ -660,7 +658,7 @@ impl Daemon {
         let (ready, reason) = match (
             self.input_error
                 .as_ref()
-                .or(self.waiting_turn.as_ref().map(|(_, why)| why))
+                .or(self.turn.waiting.as_ref().map(|w| &w.why))
                 .or(unproven.as_ref())
                 .or(self.membership_pending.as_ref()),
             &held_back,
@@ -693,7 +691,7 @@ impl Daemon {
     /// or gives it back (recording a rolled-back revision). Once per process, after the first
     /// answer from the API.
     async fn recover_turn(&mut self) {
-        if self.turn_recovered || self.turn.is_some() {
+        if !self.turn.needs_recovery() {
             return;
         }
         let Some(lease) = self.rollout_lease.clone() else {
@@ -702,111 +700,118 @@ impl Daemon {
         let Ok(ledger) = self.engine.ledger(&self.component) else {
             return;
         };
-        match lease.held_here().await {
-            Ok(false) => {}
-            Ok(true) => {
-                let rolled_back = self
-                    .accepted
-                    .as_ref()
-                    .map(|d| &d.content_hash)
-                    .filter(|h| ledger.bad_version(h).is_some());
-                match rolled_back.or(ledger.content_hash.as_ref()).cloned() {
-                    Some(hash) => {
-                        if ledger.last_known_good.as_ref() != Some(&hash) && ledger.bad_version(&hash).is_none() {
-                            tracing::info!(component = %self.component, content_hash = %hash, lease = lease.name(), "this node holds the rollout turn for the version on trial: keeping it");
-                        }
-                        self.turn = Some((hash, Instant::now()));
-                    }
-                    // Nothing written here: nothing to keep the turn for.
-                    None => {
-                        if let Err(e) = lease.release(None).await {
-                            tracing::warn!(component = %self.component, error = %e, "rollout Lease: cannot give back an earlier turn; retrying");
-                            return;
-                        }
-                    }
-                }
-            }
+        let accepted = self.accepted.as_ref().map(|d| d.content_hash.clone());
+        let event = match lease.held_here().await {
+            Ok(false) => TurnEvent::NotHeldHere,
+            Ok(true) => TurnEvent::HeldHere {
+                ledger: &ledger,
+                accepted: accepted.as_deref(),
+                now: Instant::now(),
+            },
             Err(e) => {
                 tracing::debug!(component = %self.component, error = %e, "rollout Lease unreadable; looking again at the next sync");
                 return;
             }
+        };
+        let actions = self.step_turn(event);
+        for action in actions {
+            match action {
+                TurnAction::Resume { version } => {
+                    tracing::info!(component = %self.component, content_hash = %version, lease = lease.name(), "this node holds the rollout turn for the version on trial: keeping it");
+                }
+                TurnAction::GiveBackEarlier => {
+                    if let Err(e) = lease.release(None).await {
+                        tracing::warn!(component = %self.component, error = %e, "rollout Lease: cannot give back an earlier turn; retrying");
+                        return;
+                    }
+                    self.step_turn(TurnEvent::EarlierGivenBack);
+                }
+                _ => {}
+            }
         }
-        self.turn_recovered = true;
     }
 
     /// Asks for this node's turn for the version waiting for it; true when it was given.
     async fn take_turn(&mut self) -> bool {
-        let Some((hash, _)) = self.waiting_turn.clone() else {
+        if self.turn.waiting.is_none() {
             return false;
-        };
-        let why = match &self.rollout_lease {
-            None => "no API to take the rollout Lease from: keeping the version the node runs".to_owned(),
-            Some(lease) => match lease.ask(self.input_revision().as_deref()).await {
-                Ok(kube_anchor_core::rollout::Turn::Take) => {
-                    tracing::info!(component = %self.component, content_hash = %hash, lease = lease.name(), "this node's turn: rolling out");
-                    self.turn = Some((hash, Instant::now()));
-                    self.waiting_turn = None;
-                    return true;
-                }
-                Ok(kube_anchor_core::rollout::Turn::Held { by, renewed }) => {
-                    let silent =
-                        renewed.and_then(|r| kube_anchor_core::rollout::silent_for(r, std::time::SystemTime::now()));
-                    match silent {
-                        None => format!(
-                            "waiting for its turn: {by} is rolling out {} (Lease {})",
-                            self.component,
-                            lease.name()
-                        ),
-                        Some(quiet) => format!(
-                            "waiting for its turn: {by} holds the Lease {} but has not renewed it for {}; it keeps the turn until it gives it back or its Node is deleted (if {by} is gone for good: kubectl delete lease {})",
-                            lease.name(),
-                            // Whole minutes: the reason (and its log line) changes once a minute, not at every ask.
-                            humantime::format_duration(Duration::from_secs(quiet.as_secs() / 60 * 60)),
-                            lease.name()
-                        ),
-                    }
-                }
-                Ok(kube_anchor_core::rollout::Turn::FailedElsewhere { node }) => format!(
-                    "this input revision was rolled back on {node} (Lease {}); not trying it here",
-                    lease.name()
-                ),
-                Err(e) => format!("cannot read the rollout Lease {}: {e}", lease.name()),
+        }
+        let answer = match &self.rollout_lease {
+            None => Answer::NoLease,
+            Some(lease) => Answer::Lease {
+                lease: lease.name().to_owned(),
+                turn: lease
+                    .ask(self.input_revision().as_deref())
+                    .await
+                    .map_err(|e| e.to_string()),
             },
         };
-        let why = format!("version {hash} waits: {why}");
-        if self.waiting_turn.as_ref().map(|(_, w)| w) != Some(&why) {
-            tracing::info!(component = %self.component, reason = %why, "not this node's turn yet");
+        let component = self.component.clone();
+        let actions = self.step_turn(TurnEvent::Asked {
+            answer,
+            component: &component,
+            now: Instant::now(),
+            wall: SystemTime::now(),
+        });
+        let mut given = false;
+        for action in actions {
+            match action {
+                TurnAction::Go { version, lease } => {
+                    tracing::info!(component = %self.component, content_hash = %version, lease = lease.as_str(), "this node's turn: rolling out");
+                    given = true;
+                }
+                TurnAction::NotYet { why } => {
+                    tracing::info!(component = %self.component, reason = %why, "not this node's turn yet");
+                }
+                _ => {}
+            }
         }
-        self.waiting_turn = Some((hash, why));
-        false
+        given
     }
 
     /// Renews the turn while its version is on trial; gives it back once the version is
     /// last-known-good or rolled back (recording the revision, so no other node tries it).
     async fn keep_or_give_back_turn(&mut self) {
-        let (Some((hash, renewed)), Some(lease)) = (self.turn.clone(), self.rollout_lease.clone()) else {
+        let (Some(_), Some(lease)) = (self.turn.holding(), self.rollout_lease.clone()) else {
             return;
         };
         let Ok(ledger) = self.engine.ledger(&self.component) else {
             return;
         };
-        let failed = ledger.bad_version(&hash).is_some();
-        let result = if ledger.last_known_good.as_deref() == Some(hash.as_str()) || failed {
-            let revision = self.input_revision().filter(|_| failed);
-            lease.release(revision.as_deref()).await.map(|()| {
-                tracing::info!(component = %self.component, content_hash = %hash, failed, "gave back the rollout turn");
-                self.turn = None;
-            })
-        } else if renewed.elapsed() >= TURN_RENEW {
-            lease.ask(self.input_revision().as_deref()).await.map(|_| {
-                self.turn = Some((hash, Instant::now()));
-            })
-        } else {
-            Ok(())
-        };
-        if let Err(e) = result {
-            tracing::warn!(component = %self.component, error = %e, "rollout Lease: retrying");
+        let actions = self.step_turn(TurnEvent::Review {
+            ledger: &ledger,
+            now: Instant::now(),
+        });
+        for action in actions {
+            let result = match action {
+                TurnAction::GiveBack { version, failed } => {
+                    let revision = self.input_revision().filter(|_| failed);
+                    lease.release(revision.as_deref()).await.map(|()| {
+                        tracing::info!(component = %self.component, content_hash = %version, failed, "gave back the rollout turn");
+                        self.step_turn(TurnEvent::GivenBack);
+                    })
+                }
+                TurnAction::Renew => lease.ask(self.input_revision().as_deref()).await.map(|_| {
+                    self.step_turn(TurnEvent::Renewed { now: Instant::now() });
+                }),
+                _ => Ok(()),
+            };
+            if let Err(e) = result {
+                tracing::warn!(component = %self.component, error = %e, "rollout Lease: retrying");
+            }
         }
+    }
+
+    fn step_turn(&mut self, event: TurnEvent<'_>) -> Vec<TurnAction> {
+        let (turn, actions) = std::mem::take(&mut self.turn).step(event);
+        self.turn = turn;
+        actions
+    }
+
+    fn step_version(&mut self, event: VersionEvent<'_>) -> Vec<VersionAction> {
+        let (version, actions) = std::mem::take(&mut self.version).step(event);
+        self.version = version;
+        actions
     }
 
     /// While the last-known-good version is kept in place of the inputs' bad one, it is judged
@@ -814,75 +819,59 @@ impl Daemon {
     /// `/readyz` reason) rather than kept silently. It is not rolled back further: there is
     /// nothing older known to be good.
     async fn check_last_known_good(&mut self, written: &Desired, assessment: &Assessment) {
-        if self.trial.is_some() || self.held_back.is_none() {
-            self.lkg_check = None;
-            self.set_lkg_failing(None);
-            return;
-        }
-        let now = self.monotonic();
-        let check = match &mut self.lkg_check {
-            Some(check) if check.hash == written.content_hash => check,
-            slot => slot.insert(Trial::start(&written.content_hash, now)),
+        let event = LkgEvaluated {
+            held_back: self.version.held_back().is_some(),
+            hash: &written.content_hash,
+            assessment,
+            now: self.monotonic(),
+            period: self.args.trial_period,
         };
-        match check.step(assessment, now, self.args.trial_period) {
-            TrialOutcome::Pending => {}
-            TrialOutcome::Passed => self.set_lkg_failing(None),
-            TrialOutcome::Failed(reason) => {
-                *check = Trial::start(&written.content_hash, now);
-                if self.lkg_failing.is_none() {
-                    let note = format!(
-                        "last-known-good {} is failing too ({reason}); kept, as nothing older is known to be good: the node needs an operator",
-                        written.content_hash
-                    );
+        let (lkg, actions) = std::mem::take(&mut self.lkg).step(event);
+        self.lkg = lkg;
+        for action in actions {
+            match action {
+                LkgAction::Report { note } => {
                     tracing::error!(component = %self.component, "{note}");
-                    self.publish(true, "LastKnownGoodFailing", note.clone()).await;
-                    self.set_lkg_failing(Some((written.content_hash.clone(), note)));
+                    self.publish(true, "LastKnownGoodFailing", note).await;
+                }
+                LkgAction::ConvergedAgain => {
+                    tracing::info!(component = %self.component, "last-known-good runs converged again");
+                }
+                LkgAction::Record { failing, if_different } => {
+                    // The first record also clears one an earlier process left (read first: no
+                    // ledger write at every start).
+                    if if_different {
+                        let recorded = self
+                            .engine
+                            .ledger(&self.component)
+                            .ok()
+                            .and_then(|l| l.last_known_good_failing);
+                        if recorded.map(|r| r.hash) == failing.as_ref().map(|f| f.hash.clone()) {
+                            continue;
+                        }
+                    }
+                    // Recorded so `status` shows it too; a failure to record is logged, not fatal.
+                    let record = failing.map(|f| BadVersion {
+                        hash: f.hash,
+                        at: now_rfc3339(),
+                        reason: f.note,
+                    });
+                    if let Err(e) = self
+                        .engine
+                        .update_ledger(&self.component, |l| l.last_known_good_failing = record)
+                    {
+                        tracing::error!(component = %self.component, error = %e, "could not record the last-known-good state");
+                    }
                 }
             }
         }
-    }
-
-    fn set_lkg_failing(&mut self, failing: Option<(String, String)>) {
-        // The first call also clears a record an earlier process left (read first: no ledger
-        // write at every start).
-        let changed = if self.lkg_recorded {
-            failing.is_some() != self.lkg_failing.is_some()
-        } else {
-            self.lkg_recorded = true;
-            let recorded = self
-                .engine
-                .ledger(&self.component)
-                .ok()
-                .and_then(|l| l.last_known_good_failing);
-            recorded.map(|r| r.hash) != failing.as_ref().map(|(hash, _)| hash.clone())
-        };
-        if failing.is_none() && self.lkg_failing.is_some() {
-            tracing::info!(component = %self.component, "last-known-good runs converged again");
-        }
-        if changed {
-            // Recorded so `status` shows it too; a failure to record is logged, not fatal.
-            let record = failing.as_ref().map(|(hash, note)| BadVersion {
-                hash: hash.clone(),
-                at: now_rfc3339(),
-                reason: note.clone(),
-            });
-            if let Err(e) = self
-                .engine
-                .update_ledger(&self.component, |l| l.last_known_good_failing = record)
-            {
-                tracing::error!(component = %self.component, error = %e, "could not record the last-known-good state");
-            }
-        }
-        let failing = failing.map(|(_, note)| note);
         self.shared
             .metrics
             .last_known_good_failing
-            .set(i64::from(failing.is_some()));
-        self.lkg_failing = failing;
+            .set(i64::from(self.lkg.failing().is_some()));
     }
 
     async fn promote(&mut self, written: &Desired) {
-        self.trial = None;
         match self.engine.promote(written) {
             Ok(()) => {
                 tracing::info!(component = %self.component, content_hash = %written.content_hash, "survived its trial: now last-known-good");
@@ -905,7 +894,8 @@ impl Daemon {
             Ok(_) => {
                 // The first version on a node is never rolled back to nothing.
                 tracing::warn!(component = %self.component, content_hash = %failed.content_hash, %reason, "failed its trial, but there is no last-known-good version: kept");
-                self.trial = Some(Trial::start(&failed.content_hash, self.monotonic()));
+                let now = self.monotonic();
+                self.step_version(VersionEvent::NoLastKnownGood { now });
                 return;
             }
             Err(e) => {
@@ -932,8 +922,7 @@ impl Daemon {
         );
         tracing::warn!(component = %self.component, "{note}");
         self.publish(true, "RolledBack", note.clone()).await;
-        self.trial = None;
-        self.held_back = Some(note);
+        self.step_version(VersionEvent::RolledBack { note });
         self.ensure_mirror_watch(&lkg);
         self.written = Some(lkg);
     }
