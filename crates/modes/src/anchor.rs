@@ -634,14 +634,22 @@ impl Daemon {
             now: self.started.elapsed(),
             period: self.args.trial_period,
         });
+        let mut rolled_back = false;
         for action in actions {
             match action {
                 VersionAction::Promote => self.promote(&written).await,
-                VersionAction::RollBack { reason } => self.rollback(&written, reason).await,
+                VersionAction::RollBack { reason } => {
+                    self.rollback(&written, reason).await;
+                    rolled_back = true;
+                }
                 VersionAction::AnnounceTrial { .. } => {} // only when written
             }
         }
-        self.check_last_known_good(&written, &assessment).await;
+        // What was assessed is the version just rolled back, not the last-known-good one now
+        // held in its place: that one is judged from the next evaluation on, by its own hash.
+        if !rolled_back {
+            self.check_last_known_good(&written, &assessment).await;
+        }
         self.converged = assessment == Assessment::Converged;
         self.shared.metrics.converged.set(i64::from(self.converged));
         let held_back = match (self.version.held_back(), self.lkg.failing()) {
