@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context;
-use kube::Client;
 use tokio::sync::watch;
 
 use crate::cli::RunArgs;
@@ -56,9 +55,9 @@ struct Daemon {
     shared: Arc<Shared>,
     /// A kubeconfig was given or this runs in a cluster.
     api_wanted: bool,
-    client: Option<Client>,
-    /// Why no client could be built yet (an unreadable kubeconfig is retried at every sync).
-    client_error: Option<String>,
+    /// The API client, built at the first sync that can (an unreadable kubeconfig is retried at
+    /// every sync).
+    api: kubeapi::LazyClient,
     events: Option<EventSink>,
     health: Option<HealthCheck>,
     watcher: DirWatcher,
@@ -124,14 +123,19 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         .map(|url| HealthCheck::new(url, args.health_ca_file.as_deref()))
         .transpose()?;
     let watcher = DirWatcher::new().context("starting inotify")?;
+    let api = kubeapi::LazyClient::new(
+        args.identity.kubeconfig.clone(),
+        args.identity.api_servers.clone(),
+        kubeapi::user_agent(&format!("run {component}"), args.identity.node_name.as_deref()),
+        Duration::ZERO,
+    );
     let mut daemon = Daemon {
         args,
         engine,
         component,
         shared,
         api_wanted,
-        client: None,
-        client_error: None,
+        api,
         events: None,
         health,
         watcher,
@@ -210,7 +214,7 @@ impl Daemon {
     /// Periodic evaluation is needed only while a version is on trial or not converged, and
     /// (slower) to keep checking a health URL.
     fn evaluation_interval(&self) -> Option<Duration> {
-        if self.client.is_none() && self.health.is_none() {
+        if self.api.client().is_none() && self.health.is_none() {
             None // nothing to learn by looking again
         } else if self.version.trial().is_some() || (!self.converged && self.written.is_some()) {
             Some(TRIAL_TICK)
@@ -229,54 +233,40 @@ impl Daemon {
     /// (or in-cluster files not mounted yet) must not stop the file sync: no API is no
     /// evidence, and the next sync tries again.
     async fn connect(&mut self) {
-        if self.client.is_some() || !self.api_wanted {
+        if !self.api_wanted {
             return;
         }
-        match kubeapi::client(
-            self.args.identity.kubeconfig.as_deref(),
-            &self.args.identity.api_servers,
-            &kubeapi::user_agent(
-                &format!("run {}", self.component),
-                self.args.identity.node_name.as_deref(),
-            ),
-        )
-        .await
-        {
-            Ok(client) => {
-                if self.client_error.take().is_some() {
-                    tracing::info!(component = %self.component, "API client ready");
+        let had_failed = self.api.last_error().is_some();
+        let client = match self.api.connect().await {
+            kubeapi::Connect::Built(client) => client,
+            kubeapi::Connect::Unchanged | kubeapi::Connect::NotConfigured => return,
+            kubeapi::Connect::Failed { error, repeated } => {
+                if !repeated {
+                    tracing::warn!(component = %self.component, %error, "no API client (keeping files in sync; retrying at every sync)");
                 }
-                self.events = match (&client, &self.args.identity.pod_name, &self.args.identity.pod_namespace) {
-                    (Some(c), Some(name), Some(ns)) => Some(EventSink::new(c.clone(), ns, name)),
-                    _ => None,
-                };
-                // Written for readers of the Lease only: kube-anchor never takes a turn over on
-                // a timer (`rollout::decide`).
-                let lease_duration = self.args.trial_period + Duration::from_secs(120);
-                self.rollout_lease = match (
-                    &client,
-                    &self.args.identity.node_name,
-                    &self.args.identity.pod_namespace,
-                ) {
-                    (Some(c), Some(node), Some(ns)) => Some(kubeapi::RolloutLease::new(
-                        c.clone(),
-                        ns,
-                        &self.component,
-                        node,
-                        lease_duration,
-                    )),
-                    _ => None,
-                };
-                self.client = client;
+                return;
             }
-            Err(e) => {
-                let message = e.to_string();
-                if self.client_error.as_deref() != Some(message.as_str()) {
-                    tracing::warn!(component = %self.component, error = %message, "no API client (keeping files in sync; retrying at every sync)");
-                }
-                self.client_error = Some(message);
-            }
+        };
+        if had_failed {
+            tracing::info!(component = %self.component, "API client ready");
         }
+        self.events = match (&self.args.identity.pod_name, &self.args.identity.pod_namespace) {
+            (Some(name), Some(ns)) => Some(EventSink::new(client.clone(), ns, name)),
+            _ => None,
+        };
+        // Written for readers of the Lease only: kube-anchor never takes a turn over on a timer
+        // (`rollout::decide`).
+        let lease_duration = self.args.trial_period + Duration::from_secs(120);
+        self.rollout_lease = match (&self.args.identity.node_name, &self.args.identity.pod_namespace) {
+            (Some(node), Some(ns)) => Some(kubeapi::RolloutLease::new(
+                client,
+                ns,
+                &self.component,
+                node,
+                lease_duration,
+            )),
+            _ => None,
+        };
     }
 
     async fn sync(&mut self) {
@@ -578,7 +568,7 @@ impl Daemon {
     }
 
     fn ensure_mirror_watch(&mut self, target: &Desired) {
-        let (Some(client), Some(node)) = (&self.client, &self.args.identity.node_name) else {
+        let (Some(client), Some(node)) = (self.api.client(), &self.args.identity.node_name) else {
             return;
         };
         let name = format!("{}-{}", target.pod_name, node.to_lowercase());
