@@ -14,7 +14,7 @@ use crate::staticpod::CONTENT_HASH_ANNOTATION;
 
 /// What the node shows about the version we wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Observation {
+pub struct VersionView {
     /// Whether there is an API client at all (no kubeconfig and not in a cluster: none).
     pub api_configured: bool,
     /// The mirror pod as the API shows it; `None` when the API cannot be asked.
@@ -93,7 +93,7 @@ impl Assessment {
 /// A failing health check counts against a version only when it cannot be blamed on the rest of
 /// the control plane: with the API unreachable, or with the component saying it lacks etcd (or
 /// etcd saying it lacks a leader), a perfectly good version fails its health check too.
-fn health_failure_is_evidence(observation: &Observation, reason: &str) -> Result<(), String> {
+fn health_failure_is_evidence(observation: &VersionView, reason: &str) -> Result<(), String> {
     if observation.api_configured && observation.mirror.is_none() {
         return Err(format!(
             "API unreachable, health check failing ({reason}): not evidence against the version"
@@ -106,7 +106,7 @@ fn health_failure_is_evidence(observation: &Observation, reason: &str) -> Result
     Ok(())
 }
 
-pub fn assess(observation: &Observation, hash: &str, crash_loop_threshold: u32) -> Assessment {
+pub fn assess(observation: &VersionView, hash: &str, crash_loop_threshold: u32) -> Assessment {
     if let Some(Err(reason)) = &observation.health {
         return match health_failure_is_evidence(observation, reason) {
             Ok(()) => Assessment::NotConverged(format!("health check failing: {reason}")),
@@ -247,7 +247,7 @@ mod tests {
         let observe = |trial: &mut Trial, restarts: u32| {
             let mut mirror = present(H, "Running", true, restarts);
             trial.restarts_in_trial(&mut mirror);
-            let observation = Observation {
+            let observation = VersionView {
                 api_configured: true,
                 mirror,
                 health: None,
@@ -273,7 +273,7 @@ mod tests {
         if let Some(m) = promoted.as_mut() {
             m.forget_restarts();
         }
-        let observation = Observation {
+        let observation = VersionView {
             api_configured: true,
             mirror: promoted,
             health: None,
@@ -296,8 +296,8 @@ mod tests {
         })
     }
 
-    fn obs(mirror: Option<MirrorPod>, health: Option<Result<(), String>>) -> Observation {
-        Observation {
+    fn obs(mirror: Option<MirrorPod>, health: Option<Result<(), String>>) -> VersionView {
+        VersionView {
             api_configured: true,
             mirror,
             health,
@@ -308,7 +308,8 @@ mod tests {
     fn assessment_table() {
         let ok = Some(Ok(()));
         let bad = Some(Err("500".to_string()));
-        let cases: Vec<(Observation, fn(&Assessment) -> bool)> = vec![
+        type Case = (VersionView, fn(&Assessment) -> bool);
+        let cases: Vec<Case> = vec![
             (obs(present(H, "Running", true, 0), None), |a| {
                 *a == Assessment::Converged
             }),
@@ -347,7 +348,7 @@ mod tests {
             (obs(None, ok), |a| matches!(a, Assessment::Unknown(_))),
             (obs(None, bad.clone()), |a| matches!(a, Assessment::Unknown(_))),
             (
-                Observation {
+                VersionView {
                     api_configured: false,
                     mirror: None,
                     health: None,
@@ -355,7 +356,7 @@ mod tests {
                 |a| matches!(a, Assessment::Unknown(r) if r.contains("no API client")),
             ),
             (
-                Observation {
+                VersionView {
                     api_configured: false,
                     mirror: None,
                     health: bad,

@@ -24,7 +24,7 @@ use kube_anchor_core::desired::Desired;
 use kube_anchor_core::ledger::BadVersion;
 use kube_anchor_core::lifecycle::{LkgAction, LkgCheck, LkgEvaluated, Version, VersionAction, VersionEvent};
 use kube_anchor_core::pinned::{MAX_MARKER_BYTES, PinnedInputs};
-use kube_anchor_core::trial::{Assessment, MirrorPod, Observation, assess};
+use kube_anchor_core::trial::{Assessment, MirrorPod, VersionView, assess};
 use kube_anchor_core::turn::{Answer, Turn, TurnAction, TurnEvent};
 use kube_anchor_host::watch::{DirRole, DirWatcher};
 use kube_anchor_k8s::direct::HealthCheck;
@@ -604,7 +604,7 @@ impl Daemon {
             Some(h) => Some(h.check().await),
             None => None,
         };
-        let mut observation = Observation {
+        let mut observation = VersionView {
             api_configured: self.api_wanted,
             mirror,
             health,
