@@ -15,6 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::Pod;
+use kube_anchor_host::hostfs::{Follow, MAX_INPUT_BYTES, read_regular};
 use serde_json::{Value, json};
 
 /// The charts `import` writes values for, in the order the components start.
@@ -1011,7 +1012,9 @@ pub fn values_document(c: &ComponentImport, nodes: &[NodeIdentity]) -> String {
 // ---------------------------------------------------------------------------------------------
 // IO: reading nodes, writing values
 
-/// Reads a node's kubeadm manifests and every path they name, below `root`.
+/// Reads a node's kubeadm manifests and every path they name, below `root`. Each file is read
+/// only when it is a regular file of at most [`MAX_INPUT_BYTES`]: a FIFO, a device or a huge
+/// file is refused, naming it, and cannot hang or exhaust the import.
 pub fn read_node(root: &Path, name: Option<String>) -> Result<NodeInput, ImportError> {
     let dir = root.join(MANIFEST_DIR.trim_start_matches('/'));
     let entries = std::fs::read_dir(&dir).map_err(|source| ImportError::Read {
@@ -1034,9 +1037,17 @@ pub fn read_node(root: &Path, name: Option<String>) -> Result<NodeInput, ImportE
     let mut pods = Vec::new();
     for file in names {
         let path = dir.join(&file);
-        let text = std::fs::read_to_string(&path).map_err(|source| ImportError::Read {
+        let read_err = |source| ImportError::Read {
             path: path.clone(),
             source,
+        };
+        // A manifest is read through a symlink; the files it names are not (see read_entry).
+        let bytes = read_regular(&path, MAX_INPUT_BYTES, Follow::Yes).map_err(read_err)?;
+        let text = String::from_utf8(bytes).map_err(|_| {
+            read_err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "stream did not contain valid UTF-8",
+            ))
         })?;
         pods.push(parse_manifest(&format!("{MANIFEST_DIR}/{file}"), &text)?);
     }
@@ -1069,7 +1080,7 @@ fn read_entry(root: &Path, path: &str) -> Result<HostEntry, ImportError> {
     } else if meta.is_dir() {
         HostEntry::Directory
     } else {
-        let content = std::fs::read(&full).map_err(|source| ImportError::Read {
+        let content = read_regular(&full, MAX_INPUT_BYTES, Follow::No).map_err(|source| ImportError::Read {
             path: full.clone(),
             source,
         })?;
@@ -1531,5 +1542,66 @@ mod tests {
         assert_eq!(credential_name("/etc/kubernetes/pki/ca.crt"), "ca.crt");
         assert_eq!(credential_name("/etc/kubernetes/pki/etcd/ca.crt"), "etcd-ca.crt");
         assert_eq!(credential_name("/etc/kubernetes/scheduler.conf"), "scheduler.conf");
+    }
+
+    /// A root whose manifest directory holds `manifests` (file name, text).
+    fn node_root(manifests: &[(&str, String)]) -> tempfile::TempDir {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join(MANIFEST_DIR.trim_start_matches('/'));
+        std::fs::create_dir_all(&dir).unwrap();
+        for (name, text) in manifests {
+            std::fs::write(dir.join(name), text).unwrap();
+        }
+        root
+    }
+
+    /// `read_node` on another thread, so that a read that waits forever fails the test.
+    fn read_node_within(root: &Path) -> Result<NodeInput, ImportError> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let root = root.to_owned();
+        std::thread::spawn(move || tx.send(read_node(&root, None)));
+        rx.recv_timeout(std::time::Duration::from_secs(10))
+            .expect("read_node still reading after 10 s")
+    }
+
+    #[test]
+    fn a_manifest_that_is_a_fifo_is_refused_naming_it() {
+        let root = node_root(&[]);
+        let fifo = root.path().join("etc/kubernetes/manifests/etcd.yaml");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let err = read_node_within(root.path()).unwrap_err();
+        assert!(
+            matches!(err, ImportError::Read { ref path, .. } if *path == fifo),
+            "{err}"
+        );
+        assert!(err.to_string().contains("is a FIFO, not a regular file"), "{err}");
+    }
+
+    #[test]
+    fn a_named_file_over_the_input_bound_is_refused_naming_it() {
+        let root = node_root(&[(
+            "kube-scheduler.yaml",
+            pod("kube-scheduler", &["--kubeconfig=/etc/kubernetes/scheduler.conf"], &[]),
+        )]);
+        let conf = root.path().join("etc/kubernetes/scheduler.conf");
+        // Sparse: no bytes written.
+        std::fs::File::create(&conf)
+            .unwrap()
+            .set_len(MAX_INPUT_BYTES + 1)
+            .unwrap();
+        let err = read_node_within(root.path()).unwrap_err();
+        assert!(
+            matches!(err, ImportError::Read { ref path, .. } if *path == conf),
+            "{err}"
+        );
+        assert!(err.to_string().contains("larger than the limit"), "{err}");
+        // At the bound it is read.
+        std::fs::File::create(&conf).unwrap().set_len(MAX_INPUT_BYTES).unwrap();
+        let node = read_node_within(root.path()).unwrap();
+        assert!(matches!(
+            node.files.get("/etc/kubernetes/scheduler.conf"),
+            Some(HostEntry::File { content, .. }) if content.len() as u64 == MAX_INPUT_BYTES
+        ));
     }
 }
