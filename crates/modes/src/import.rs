@@ -15,6 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::Pod;
+use kube_anchor_host::hostfs::{Follow, MAX_INPUT_BYTES, read_regular};
 use serde_json::{Value, json};
 
 /// The charts `import` writes values for, in the order the components start.
@@ -579,176 +580,210 @@ fn split_image(pod: &ComponentPod) -> Result<(String, String), ImportError> {
     Ok((repo.to_owned(), version))
 }
 
+/// One chart's values and what import carries, from the component's pod on every node.
 fn plan_component(component: &str, nodes: &[NodeInput], ids: &[NodeIdentity]) -> Result<ComponentImport, ImportError> {
-    let pods: Vec<&ComponentPod> = nodes
-        .iter()
-        .map(|n| n.pods.iter().find(|p| p.component == component).expect("checked"))
-        .collect();
-    let differ = |what: &str, i: usize, va: &str, vb: &str| ImportError::NodesDiffer {
-        component: component.into(),
-        what: what.into(),
-        first: format!("{} ({va:?})", ids[0].name),
-        second: format!("{} ({vb:?})", ids[i].name),
+    let on = OnNodes {
+        component,
+        nodes,
+        ids,
+        pods: nodes
+            .iter()
+            .map(|n| n.pods.iter().find(|p| p.component == component).expect("checked"))
+            .collect(),
     };
+    let (image, version) = on.image()?;
+    let flags = on.command_line()?;
+    check_probes(component, &flags)?;
+    let args = ChartArgs::of(component, &flags);
+    let files = on.files()?;
+    let values = values_of(&on, &image, &version, &flags, &args, &files);
+    Ok(ComponentImport {
+        component: component.into(),
+        image,
+        version,
+        extra_args: args.extra_args.keys().cloned().collect(),
+        omit_args: args.omit_args,
+        files: files.carried,
+        volumes_not_carried: volumes_not_carried(on.pods[0], &flags),
+        values,
+    })
+}
 
-    // Image and version: one for every node.
-    let (image, version) = split_image(pods[0])?;
-    for (i, pod) in pods.iter().enumerate().skip(1) {
-        if pod.image != pods[0].image {
-            return Err(differ("the image", i, &pods[0].image, &pod.image));
+/// One component's pod on every node, with the nodes it was read from.
+struct OnNodes<'a> {
+    component: &'a str,
+    nodes: &'a [NodeInput],
+    ids: &'a [NodeIdentity],
+    /// In the nodes' order.
+    pods: Vec<&'a ComponentPod>,
+}
+
+impl<'a> OnNodes<'a> {
+    /// `what` differs between the first node (`va`) and node `i` (`vb`).
+    fn differ(&self, what: &str, i: usize, va: &str, vb: &str) -> ImportError {
+        ImportError::NodesDiffer {
+            component: self.component.into(),
+            what: what.into(),
+            first: format!("{} ({va:?})", self.ids[0].name),
+            second: format!("{} ({vb:?})", self.ids[i].name),
         }
     }
 
-    // The command line, with each node's name and address as variables.
-    let lines: Vec<BTreeMap<String, String>> = pods
-        .iter()
-        .zip(ids)
-        .map(|(pod, id)| {
-            pod.flags
-                .iter()
-                .map(|(n, v)| (n.clone(), with_variables(n, v, id)))
-                .collect()
-        })
-        .collect();
-    let mut flags: BTreeMap<String, String> = lines[0].clone();
-    // etcd reads --initial-cluster(-state) only to create a member whose data dir is empty; a
-    // joined node's list names the members before it. One list of every member, state
-    // `existing`, serves every node that already holds its data.
-    let bootstrap_only = ["initial-cluster", "initial-cluster-state"];
-    if component == "etcd" && nodes.len() > 1 {
-        let mut members: Vec<String> = Vec::new();
-        for pod in &pods {
-            for m in pod.flag("initial-cluster").unwrap_or_default().split(',') {
-                if !m.is_empty() && !members.iter().any(|x| x == m) {
-                    members.push(m.to_owned());
+    /// Image and version: one for every node.
+    fn image(&self) -> Result<(String, String), ImportError> {
+        let pods = &self.pods;
+        let (image, version) = split_image(pods[0])?;
+        for (i, pod) in pods.iter().enumerate().skip(1) {
+            if pod.image != pods[0].image {
+                return Err(self.differ("the image", i, &pods[0].image, &pod.image));
+            }
+        }
+        Ok((image, version))
+    }
+
+    /// The command line, with each node's name and address as variables: one for every node.
+    fn command_line(&self) -> Result<BTreeMap<String, String>, ImportError> {
+        let lines: Vec<BTreeMap<String, String>> = self
+            .pods
+            .iter()
+            .zip(self.ids)
+            .map(|(pod, id)| {
+                pod.flags
+                    .iter()
+                    .map(|(n, v)| (n.clone(), with_variables(n, v, id)))
+                    .collect()
+            })
+            .collect();
+        let mut flags: BTreeMap<String, String> = lines[0].clone();
+        // etcd reads --initial-cluster(-state) only to create a member whose data dir is empty; a
+        // joined node's list names the members before it. One list of every member, state
+        // `existing`, serves every node that already holds its data.
+        let bootstrap_only = ["initial-cluster", "initial-cluster-state"];
+        if self.component == "etcd" && self.nodes.len() > 1 {
+            let mut members: Vec<String> = Vec::new();
+            for pod in &self.pods {
+                for m in pod.flag("initial-cluster").unwrap_or_default().split(',') {
+                    if !m.is_empty() && !members.iter().any(|x| x == m) {
+                        members.push(m.to_owned());
+                    }
+                }
+            }
+            flags.insert("initial-cluster".into(), members.join(","));
+            flags.insert("initial-cluster-state".into(), "existing".into());
+        }
+        for (i, line) in lines.iter().enumerate().skip(1) {
+            let names: BTreeSet<&String> = line.keys().chain(lines[0].keys()).collect();
+            for name in names {
+                if self.component == "etcd" && bootstrap_only.contains(&name.as_str()) {
+                    continue;
+                }
+                let (a, b) = (lines[0].get(name), line.get(name));
+                if a != b {
+                    let show = |v: Option<&String>| v.map_or("not set".to_owned(), |v| format!("--{name}={v}"));
+                    return Err(self.differ(&format!("--{name}"), i, &show(a), &show(b)));
                 }
             }
         }
-        flags.insert("initial-cluster".into(), members.join(","));
-        flags.insert("initial-cluster-state".into(), "existing".into());
+        Ok(flags)
     }
-    for (i, line) in lines.iter().enumerate().skip(1) {
-        let names: BTreeSet<&String> = line.keys().chain(lines[0].keys()).collect();
-        for name in names {
-            if component == "etcd" && bootstrap_only.contains(&name.as_str()) {
+
+    /// Files: every path the pods name that is a file under /etc/kubernetes.
+    fn files(&self) -> Result<Credentials, ImportError> {
+        let mut files = Credentials::default();
+        let mut seen_paths = BTreeSet::new();
+        for (flag, path) in self.pods.iter().flat_map(|p| p.named_paths()) {
+            if !seen_paths.insert(path.clone()) {
                 continue;
             }
-            let (a, b) = (lines[0].get(name), line.get(name));
-            if a != b {
-                let show = |v: Option<&String>| v.map_or("not set".to_owned(), |v| format!("--{name}={v}"));
-                return Err(differ(&format!("--{name}"), i, &show(a), &show(b)));
+            let contents = self.contents(&flag, &path)?;
+            if contents.is_empty() {
+                continue; // a directory (a data dir) or an absent path outside /etc/kubernetes
             }
+            let name = self.carried_name(&flag, &path, contents.len(), &files.carried)?;
+            let (texts, mode) = self.texts_and_mode(&path, &contents)?;
+            files.add(self.ids, name, path, mode, &texts);
         }
+        Ok(files)
     }
 
-    check_probes(component, &flags)?;
-
-    // Flags as chart values.
-    let mut component_values = serde_json::Map::new();
-    component_values.insert("image".into(), json!(image));
-    component_values.insert("version".into(), json!(version));
-    let mut extra_args = serde_json::Map::new();
-    let mut omit_args = Vec::new();
-    let fixed = chart_flags(component);
-    for (name, how) in fixed {
-        match (flags.get(*name), how) {
-            (None, _) => omit_args.push(name.to_string()),
-            (Some(v), Fixed::Literal(want)) if v == want => {}
-            (Some(v), Fixed::Literal(_)) => {
-                extra_args.insert(name.to_string(), json!(v));
-            }
-            (Some(v), Fixed::Value(key)) => {
-                component_values.insert(key.to_string(), json!(v));
-            }
-            (Some(v), Fixed::Port(key)) => match v.parse::<u16>() {
-                Ok(port) => {
-                    component_values.insert(key.to_string(), json!(port));
-                }
-                Err(_) => {
-                    extra_args.insert(name.to_string(), json!(v));
-                }
-            },
-        }
-    }
-    for (name, v) in &flags {
-        if !fixed.iter().any(|(f, _)| f == name) {
-            extra_args.insert(name.clone(), json!(v));
-        }
-    }
-    let extra_names: Vec<String> = extra_args.keys().cloned().collect();
-    component_values.insert("extraArgs".into(), Value::Object(extra_args));
-    component_values.insert("omitArgs".into(), json!(omit_args));
-    if let Some(resources) = &pods[0].resources {
-        component_values.insert("resources".into(), resources.clone());
-    }
-
-    // Files: every path the pods name that is a file under /etc/kubernetes.
-    let mut carried: Vec<CarriedFile> = Vec::new();
-    let mut shared_credentials = serde_json::Map::new();
-    let mut per_node: BTreeMap<String, serde_json::Map<String, Value>> = BTreeMap::new();
-    let mut seen_paths = BTreeSet::new();
-    for (flag, path) in pods.iter().flat_map(|p| p.named_paths()) {
-        if !seen_paths.insert(path.clone()) {
-            continue;
-        }
+    /// The file at `path` on each node that has one: its content and mode. A symlink, or a
+    /// file under /etc/kubernetes missing from a node, is refused.
+    fn contents(&self, flag: &str, path: &str) -> Result<Vec<(&'a [u8], u32)>, ImportError> {
         let mut contents: Vec<(&[u8], u32)> = Vec::new();
-        for ((node, id), pod) in nodes.iter().zip(ids).zip(&pods) {
-            match node.files.get(&path).unwrap_or(&HostEntry::Missing) {
+        for ((node, id), pod) in self.nodes.iter().zip(self.ids).zip(&self.pods) {
+            match node.files.get(path).unwrap_or(&HostEntry::Missing) {
                 HostEntry::File { content, mode } => contents.push((content, *mode)),
                 HostEntry::Directory => {}
                 HostEntry::Symlink => {
                     return Err(ImportError::UnusableFile {
-                        path,
+                        path: path.into(),
                         node: id.name.clone(),
                         problem: "a symlink; kube-anchor writes regular files".into(),
                     });
                 }
-                HostEntry::Missing if under(&path, KUBERNETES_DIR) => {
+                HostEntry::Missing if under(path, KUBERNETES_DIR) => {
                     return Err(ImportError::MissingFile {
                         manifest: pod.manifest.clone(),
-                        flag,
-                        path,
+                        flag: flag.into(),
+                        path: path.into(),
                         node: id.name.clone(),
                     });
                 }
                 HostEntry::Missing => {}
             }
         }
-        if contents.is_empty() {
-            continue; // a directory (a data dir) or an absent path outside /etc/kubernetes
-        }
-        if !under(&path, KUBERNETES_DIR) {
+        Ok(contents)
+    }
+
+    /// The credential name of a file found on `found` nodes: it must be on every node, below
+    /// a directory the chart mounts, and its name not taken by a file already `carried`.
+    fn carried_name(
+        &self,
+        flag: &str,
+        path: &str,
+        found: usize,
+        carried: &[CarriedFile],
+    ) -> Result<String, ImportError> {
+        let component = self.component;
+        if !under(path, KUBERNETES_DIR) {
             return Err(ImportError::OutsideKubernetesDir {
-                manifest: pods[0].manifest.clone(),
-                flag,
-                path,
+                manifest: self.pods[0].manifest.clone(),
+                flag: flag.into(),
+                path: path.into(),
             });
         }
-        if contents.len() != nodes.len() {
-            return Err(differ(&format!("{path} (a file on one, not on the other)"), 1, "", ""));
+        if found != self.nodes.len() {
+            return Err(self.differ(&format!("{path} (a file on one, not on the other)"), 1, "", ""));
         }
-        if !chart_mounts(component).iter().any(|m| under(&path, m)) {
+        if !chart_mounts(component).iter().any(|m| under(path, m)) {
             return Err(ImportError::UnusableFile {
-                path,
-                node: ids[0].name.clone(),
+                path: path.into(),
+                node: self.ids[0].name.clone(),
                 problem: format!(
                     "named by --{flag} but not below a directory the {component} chart mounts ({})",
                     chart_mounts(component).join(", ")
                 ),
             });
         }
-        let name = credential_name(&path);
+        let name = credential_name(path);
         if let Some(other) = carried.iter().find(|f| f.name == name) {
             return Err(ImportError::NameCollision {
                 name,
                 a: other.path.clone(),
-                b: path,
+                b: path.into(),
             });
         }
+        Ok(name)
+    }
+
+    /// Each node's content of a file as text, and the mode they share: UTF-8, no setuid,
+    /// setgid or sticky bits, the same mode on every node.
+    fn texts_and_mode(&self, path: &str, contents: &[(&'a [u8], u32)]) -> Result<(Vec<&'a str>, u32), ImportError> {
+        let ids = self.ids;
         let mut texts = Vec::new();
-        for ((content, _), id) in contents.iter().zip(ids) {
+        for (&(content, _), id) in contents.iter().zip(ids) {
             let text = std::str::from_utf8(content).map_err(|_| ImportError::UnusableFile {
-                path: path.clone(),
+                path: path.into(),
                 node: id.name.clone(),
                 problem: "not UTF-8 text; chart credentials are text".into(),
             })?;
@@ -757,7 +792,7 @@ fn plan_component(component: &str, nodes: &[NodeInput], ids: &[NodeIdentity]) ->
         let mode = contents[0].1;
         if let Some(i) = contents.iter().position(|(_, m)| m & 0o7000 != 0) {
             return Err(ImportError::UnusableFile {
-                path,
+                path: path.into(),
                 node: ids[i].name.clone(),
                 problem: format!(
                     "mode {:04o}: a credential cannot carry setuid, setgid or sticky bits",
@@ -766,68 +801,143 @@ fn plan_component(component: &str, nodes: &[NodeInput], ids: &[NodeIdentity]) ->
             });
         }
         if let Some(i) = contents.iter().position(|(_, m)| *m != mode) {
-            return Err(differ(
+            return Err(self.differ(
                 &format!("the mode of {path}"),
                 i,
                 &format!("{mode:04o}"),
                 &format!("{:04o}", contents[i].1),
             ));
         }
+        Ok((texts, mode))
+    }
+}
+
+/// The files a chart carries and their contents: identical on every node in `credentials`,
+/// else in `perNode.<node>.credentials`.
+#[derive(Default)]
+struct Credentials {
+    carried: Vec<CarriedFile>,
+    shared: serde_json::Map<String, Value>,
+    per_node: BTreeMap<String, serde_json::Map<String, Value>>,
+}
+
+impl Credentials {
+    /// The file at `path`, credential `name`: `texts` is its content on each node of `ids`.
+    fn add(&mut self, ids: &[NodeIdentity], name: String, path: String, mode: u32, texts: &[&str]) {
         let shared = texts.iter().all(|t| *t == texts[0]);
         if shared {
-            shared_credentials.insert(name.clone(), json!(texts[0]));
+            self.shared.insert(name.clone(), json!(texts[0]));
         } else {
             for (text, id) in texts.iter().zip(ids) {
-                per_node
+                self.per_node
                     .entry(id.name.clone())
                     .or_default()
                     .insert(name.clone(), json!(text));
             }
         }
-        carried.push(CarriedFile {
+        self.carried.push(CarriedFile {
             name,
             path,
             mode: format!("{mode:04o}"),
             shared,
         });
     }
+}
 
+/// The command line against the chart's fixed one (see [`chart_flags`]).
+struct ChartArgs {
+    /// Flags the chart states as a value of its own (`component.<key>`).
+    chart_values: Vec<(&'static str, Value)>,
+    /// Flags the chart does not fix, or fixes to another value.
+    extra_args: serde_json::Map<String, Value>,
+    /// Flags the chart fixes that kubeadm does not set.
+    omit_args: Vec<String>,
+}
+
+impl ChartArgs {
+    fn of(component: &str, flags: &BTreeMap<String, String>) -> Self {
+        let mut chart_values = Vec::new();
+        let mut extra_args = serde_json::Map::new();
+        let mut omit_args = Vec::new();
+        let fixed = chart_flags(component);
+        for (name, how) in fixed {
+            match (flags.get(*name), how) {
+                (None, _) => omit_args.push(name.to_string()),
+                (Some(v), Fixed::Literal(want)) if v == want => {}
+                (Some(v), Fixed::Literal(_)) => {
+                    extra_args.insert(name.to_string(), json!(v));
+                }
+                (Some(v), Fixed::Value(key)) => chart_values.push((*key, json!(v))),
+                (Some(v), Fixed::Port(key)) => match v.parse::<u16>() {
+                    Ok(port) => chart_values.push((*key, json!(port))),
+                    Err(_) => {
+                        extra_args.insert(name.to_string(), json!(v));
+                    }
+                },
+            }
+        }
+        for (name, v) in flags {
+            if !fixed.iter().any(|(f, _)| f == name) {
+                extra_args.insert(name.clone(), json!(v));
+            }
+        }
+        ChartArgs {
+            chart_values,
+            extra_args,
+            omit_args,
+        }
+    }
+}
+
+/// kubeadm's hostPath volumes the chart does not mount: outside /etc/kubernetes and not the
+/// data dir.
+fn volumes_not_carried(pod: &ComponentPod, flags: &BTreeMap<String, String>) -> Vec<String> {
     let data_dir = flags.get("data-dir").cloned().unwrap_or_default();
-    let volumes_not_carried: Vec<String> = pods[0]
-        .host_paths
+    pod.host_paths
         .iter()
         .map(|(p, _)| p.clone())
         .filter(|p| !under(p, KUBERNETES_DIR) && *p != data_dir)
-        .collect();
+        .collect()
+}
 
+/// The chart's values document.
+fn values_of(
+    on: &OnNodes,
+    image: &str,
+    version: &str,
+    flags: &BTreeMap<String, String>,
+    args: &ChartArgs,
+    files: &Credentials,
+) -> Value {
+    let mut component_values = serde_json::Map::new();
+    component_values.insert("image".into(), json!(image));
+    component_values.insert("version".into(), json!(version));
+    for (key, value) in &args.chart_values {
+        component_values.insert(key.to_string(), value.clone());
+    }
+    component_values.insert("extraArgs".into(), Value::Object(args.extra_args.clone()));
+    component_values.insert("omitArgs".into(), json!(args.omit_args));
+    if let Some(resources) = &on.pods[0].resources {
+        component_values.insert("resources".into(), resources.clone());
+    }
     let mut values = json!({
         "component": Value::Object(component_values),
-        "files": carried.iter().map(|f| json!({"name": f.name, "path": f.path, "mode": f.mode})).collect::<Vec<_>>(),
-        "credentials": Value::Object(shared_credentials),
-        "perNode": per_node.into_iter().map(|(n, c)| (n, json!({"credentials": Value::Object(c)}))).collect::<serde_json::Map<_, _>>(),
+        "files": files.carried.iter().map(|f| json!({"name": f.name, "path": f.path, "mode": f.mode})).collect::<Vec<_>>(),
+        "credentials": Value::Object(files.shared.clone()),
+        "perNode": files.per_node.iter().map(|(n, c)| (n.clone(), json!({"credentials": Value::Object(c.clone())}))).collect::<serde_json::Map<_, _>>(),
     });
     // The anchor's health check of the apiserver, on loopback at its port. Not verified against
     // a CA: kubeadm's serving certificate names the node's address and service IP, not
     // 127.0.0.1, so a verified check would never pass (and the endpoint answers only a status).
     // etcd's chart default (http://127.0.0.1:2381/health) is served: see check_probes.
-    if component == "kube-apiserver" {
+    if on.component == "kube-apiserver" {
         let port = flags.get("secure-port").map_or("6443", String::as_str);
         values["anchor"] = json!({
             "healthURL": format!("https://127.0.0.1:{port}/readyz"),
             "healthCAFile": "",
         });
     }
-
-    Ok(ComponentImport {
-        component: component.into(),
-        image,
-        version,
-        extra_args: extra_names,
-        omit_args,
-        files: carried,
-        volumes_not_carried,
-        values,
-    })
+    values
 }
 
 /// The charts' probes are fixed (etcd's metrics URL, the controller-manager's and scheduler's
@@ -902,7 +1012,9 @@ pub fn values_document(c: &ComponentImport, nodes: &[NodeIdentity]) -> String {
 // ---------------------------------------------------------------------------------------------
 // IO: reading nodes, writing values
 
-/// Reads a node's kubeadm manifests and every path they name, below `root`.
+/// Reads a node's kubeadm manifests and every path they name, below `root`. Each file is read
+/// only when it is a regular file of at most [`MAX_INPUT_BYTES`]: a FIFO, a device or a huge
+/// file is refused, naming it, and cannot hang or exhaust the import.
 pub fn read_node(root: &Path, name: Option<String>) -> Result<NodeInput, ImportError> {
     let dir = root.join(MANIFEST_DIR.trim_start_matches('/'));
     let entries = std::fs::read_dir(&dir).map_err(|source| ImportError::Read {
@@ -925,9 +1037,17 @@ pub fn read_node(root: &Path, name: Option<String>) -> Result<NodeInput, ImportE
     let mut pods = Vec::new();
     for file in names {
         let path = dir.join(&file);
-        let text = std::fs::read_to_string(&path).map_err(|source| ImportError::Read {
+        let read_err = |source| ImportError::Read {
             path: path.clone(),
             source,
+        };
+        // A manifest is read through a symlink; the files it names are not (see read_entry).
+        let bytes = read_regular(&path, MAX_INPUT_BYTES, Follow::Yes).map_err(read_err)?;
+        let text = String::from_utf8(bytes).map_err(|_| {
+            read_err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "stream did not contain valid UTF-8",
+            ))
         })?;
         pods.push(parse_manifest(&format!("{MANIFEST_DIR}/{file}"), &text)?);
     }
@@ -960,7 +1080,7 @@ fn read_entry(root: &Path, path: &str) -> Result<HostEntry, ImportError> {
     } else if meta.is_dir() {
         HostEntry::Directory
     } else {
-        let content = std::fs::read(&full).map_err(|source| ImportError::Read {
+        let content = read_regular(&full, MAX_INPUT_BYTES, Follow::No).map_err(|source| ImportError::Read {
             path: full.clone(),
             source,
         })?;
@@ -1422,5 +1542,66 @@ mod tests {
         assert_eq!(credential_name("/etc/kubernetes/pki/ca.crt"), "ca.crt");
         assert_eq!(credential_name("/etc/kubernetes/pki/etcd/ca.crt"), "etcd-ca.crt");
         assert_eq!(credential_name("/etc/kubernetes/scheduler.conf"), "scheduler.conf");
+    }
+
+    /// A root whose manifest directory holds `manifests` (file name, text).
+    fn node_root(manifests: &[(&str, String)]) -> tempfile::TempDir {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join(MANIFEST_DIR.trim_start_matches('/'));
+        std::fs::create_dir_all(&dir).unwrap();
+        for (name, text) in manifests {
+            std::fs::write(dir.join(name), text).unwrap();
+        }
+        root
+    }
+
+    /// `read_node` on another thread, so that a read that waits forever fails the test.
+    fn read_node_within(root: &Path) -> Result<NodeInput, ImportError> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let root = root.to_owned();
+        std::thread::spawn(move || tx.send(read_node(&root, None)));
+        rx.recv_timeout(std::time::Duration::from_secs(10))
+            .expect("read_node still reading after 10 s")
+    }
+
+    #[test]
+    fn a_manifest_that_is_a_fifo_is_refused_naming_it() {
+        let root = node_root(&[]);
+        let fifo = root.path().join("etc/kubernetes/manifests/etcd.yaml");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let err = read_node_within(root.path()).unwrap_err();
+        assert!(
+            matches!(err, ImportError::Read { ref path, .. } if *path == fifo),
+            "{err}"
+        );
+        assert!(err.to_string().contains("is a FIFO, not a regular file"), "{err}");
+    }
+
+    #[test]
+    fn a_named_file_over_the_input_bound_is_refused_naming_it() {
+        let root = node_root(&[(
+            "kube-scheduler.yaml",
+            pod("kube-scheduler", &["--kubeconfig=/etc/kubernetes/scheduler.conf"], &[]),
+        )]);
+        let conf = root.path().join("etc/kubernetes/scheduler.conf");
+        // Sparse: no bytes written.
+        std::fs::File::create(&conf)
+            .unwrap()
+            .set_len(MAX_INPUT_BYTES + 1)
+            .unwrap();
+        let err = read_node_within(root.path()).unwrap_err();
+        assert!(
+            matches!(err, ImportError::Read { ref path, .. } if *path == conf),
+            "{err}"
+        );
+        assert!(err.to_string().contains("larger than the limit"), "{err}");
+        // At the bound it is read.
+        std::fs::File::create(&conf).unwrap().set_len(MAX_INPUT_BYTES).unwrap();
+        let node = read_node_within(root.path()).unwrap();
+        assert!(matches!(
+            node.files.get("/etc/kubernetes/scheduler.conf"),
+            Some(HostEntry::File { content, .. }) if content.len() as u64 == MAX_INPUT_BYTES
+        ));
     }
 }

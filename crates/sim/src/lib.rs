@@ -191,93 +191,316 @@ pub fn anchor_recovery_estimate_s(boot_s: &[f64]) -> f64 {
 
 /// One trajectory.
 pub fn run_trajectory(policy: Policy, nodes: usize, variant: Variant, seed: u64) -> Outcome {
-    let mut rng = Rng::new(seed);
-    let start_delay = |rng: &mut Rng| {
-        if variant == Variant::ColdImages {
-            rng.secs(20.0, 60.0)
-        } else {
-            rng.secs(2.0, 8.0)
+    let mut trajectory = Trajectory::new(policy, nodes, variant, seed);
+    for t in 0..=HORIZON {
+        if !trajectory.step(t) {
+            break;
         }
-    };
-    let lost_node = if variant == Variant::NodeLost {
-        Some((rng.next_u64() % nodes as u64) as usize)
-    } else {
-        None
-    };
-    // A stream of its own, so that the other policies' trajectories stay those of the same seed.
-    let mut checkpointer_rng = Rng::new(seed ^ 0x00C4_EC4B_0117_E5ED);
-    let mut ns: Vec<NodeSim> = (0..nodes)
-        .map(|i| {
-            let boot = rng.secs(20.0, 120.0);
-            let kubelet_at = boot + rng.secs(2.0, 10.0);
-            let etcd_at = kubelet_at + start_delay(&mut rng);
-            let slots = (0..COMPONENTS.len())
-                .map(|_| Slot {
-                    pods: vec![ApiPod {
-                        generation: 0,
-                        bind_at: None,
-                        bound: true,
-                        running_since: None,
-                        ready_since: None,
-                        deleted: None,
-                    }],
-                    copy_since: None,
-                    copy_ready: None,
-                    copy_wanted: false,
-                    bootkube_checkpoint: true,
-                    gone_since: None,
-                    state: State {
-                        generations: vec![Generation {
-                            uid: "g0".into(),
-                            name: "g0".into(),
-                            active: false,
-                            host_network: true,
-                        }],
-                        ..Default::default()
-                    },
-                })
-                .collect();
-            NodeSim {
-                returns: lost_node != Some(i),
-                kubelet_at,
-                etcd_at,
-                checkpointer_at: kubelet_at + rng.secs(1.0, 3.0),
-                checkpointer_pod_delay: start_delay(&mut checkpointer_rng),
-                tick_phase: rng.next_u64() % TICK,
-                slots,
-            }
-        })
-        .collect();
-    let quorum = nodes / 2 + 1;
-    // Per (node, component) start and readiness delays of any copy or pod, drawn once.
-    let delays: Vec<Vec<(u64, u64)>> = (0..nodes)
-        .map(|_| {
-            (0..COMPONENTS.len())
-                .map(|_| (start_delay(&mut rng), rng.secs(5.0, 15.0)))
-                .collect()
-        })
-        .collect();
-    let evict_after = rng.secs(20.0, 120.0); // API up -> old parent pods deleted
-    let schedule_delay = |rng: &mut Rng| {
-        if variant == Variant::SlowScheduler {
-            rng.secs(60.0, 420.0)
-        } else {
-            rng.secs(1.0, 3.0)
-        }
-    };
-    let mut flap_until = 0u64;
-    let mut next_flap = if variant == Variant::FlappingApiserver {
-        rng.secs(60.0, 180.0)
-    } else {
-        u64::MAX
-    };
+    }
+    trajectory.outcome()
+}
 
-    // The lower bound: quorum, and every returned node's components from disk with no delay.
+/// A container's start: 2–8 s, or 20–60 s when its image must be pulled again.
+fn start_delay(variant: Variant, rng: &mut Rng) -> u64 {
+    if variant == Variant::ColdImages {
+        rng.secs(20.0, 60.0)
+    } else {
+        rng.secs(2.0, 8.0)
+    }
+}
+
+/// How long the scheduler takes to place a pod.
+fn schedule_delay(variant: Variant, rng: &mut Rng) -> u64 {
+    if variant == Variant::SlowScheduler {
+        rng.secs(60.0, 420.0)
+    } else {
+        rng.secs(1.0, 3.0)
+    }
+}
+
+/// What every node sees in one second of a trajectory.
+#[derive(Debug, Clone, Copy)]
+struct Tick {
+    t: u64,
+    api: bool,
+    /// The old pods (of before the reboot) are deleted: some time after the API is first back.
+    evicting: bool,
+    kcm_leads: bool,
+    scheduler_leads: bool,
+}
+
+impl Slot {
+    /// A component on a node just after the power cut: its DaemonSet pod still bound in the
+    /// API, its checkpoint on disk, nothing running.
+    fn after_power_cut() -> Self {
+        Slot {
+            pods: vec![ApiPod {
+                generation: 0,
+                bind_at: None,
+                bound: true,
+                running_since: None,
+                ready_since: None,
+                deleted: None,
+            }],
+            copy_since: None,
+            copy_ready: None,
+            copy_wanted: false,
+            bootkube_checkpoint: true,
+            gone_since: None,
+            state: State {
+                generations: vec![Generation {
+                    uid: "g0".into(),
+                    name: "g0".into(),
+                    active: false,
+                    host_network: true,
+                }],
+                ..Default::default()
+            },
+        }
+    }
+
+    /// A copy or a pod, started and Ready.
+    fn running(&self, t: u64) -> bool {
+        self.copy_ready.is_some_and(|r| t >= r)
+            || self
+                .pods
+                .iter()
+                .any(|p| p.deleted.is_none() && p.ready_since.is_some_and(|r| t >= r))
+    }
+
+    /// A pod of the API has started (Ready or not): it holds the component's ports.
+    fn pod_started(&self, t: u64) -> bool {
+        self.pods
+            .iter()
+            .any(|p| p.deleted.is_none() && p.running_since.is_some_and(|r| t >= r))
+    }
+
+    /// The API side: old pods are deleted some time after the API is back; the DaemonSet
+    /// controller (kcm) creates a replacement; the scheduler binds it; the kubelet starts it.
+    fn api_side(&mut self, tick: Tick, (start, ready): (u64, u64), variant: Variant, rng: &mut Rng) {
+        let Tick {
+            t,
+            api,
+            evicting,
+            kcm_leads,
+            scheduler_leads,
+        } = tick;
+        if evicting {
+            for p in self
+                .pods
+                .iter_mut()
+                .filter(|p| p.generation == 0 && p.deleted.is_none())
+            {
+                p.deleted = Some(t);
+            }
+        }
+        let live = self.pods.iter().filter(|p| p.deleted.is_none()).count();
+        if live == 0 && api && kcm_leads {
+            let generation = self.pods.last().map(|p| p.generation + 1).unwrap_or(1);
+            self.pods.push(ApiPod {
+                generation,
+                bind_at: None,
+                bound: false,
+                running_since: None,
+                ready_since: None,
+                deleted: None,
+            });
+        }
+        let copy_running = self.copy_since.is_some();
+        for p in self.pods.iter_mut().filter(|p| p.deleted.is_none() && p.generation > 0) {
+            if !p.bound && p.bind_at.is_none() && api && scheduler_leads {
+                p.bind_at = Some(t + schedule_delay(variant, rng));
+            }
+            if !p.bound && p.bind_at.is_some_and(|at| t >= at) {
+                // The binding needs a scheduler and an API at that moment; else retry.
+                p.bound = api && scheduler_leads;
+                p.bind_at = None;
+            }
+            // hostNetwork: the pod cannot start while a copy holds its ports.
+            if p.bound && p.running_since.is_none() && !copy_running {
+                p.running_since = Some(t + start);
+                p.ready_since = Some(t + start + ready);
+            }
+            if copy_running && p.running_since.is_some_and(|r| t < r) {
+                p.running_since = None;
+                p.ready_since = None;
+            }
+        }
+    }
+
+    /// bootkube's checkpointer: the checkpoint goes once the parent has been gone for the grace
+    /// period; the copy runs while the checkpoint is kept and no replacement runs.
+    fn bootkube_checkpointer(&mut self, tick: Tick, grace_s: u64) {
+        let t = tick.t;
+        let parent_in_api = self.pods[0].deleted.is_none();
+        // bootkube judged "gone" from its last view of the API, which goes stale (not
+        // refreshed) while the API is down.
+        if parent_in_api {
+            self.gone_since = None;
+        } else if tick.api || self.gone_since.is_some() {
+            self.gone_since.get_or_insert(t);
+        }
+        let replacement_running = self.pod_started(t);
+        if self.bootkube_checkpoint && self.gone_since.is_some_and(|g| t >= g + grace_s) {
+            self.bootkube_checkpoint = false;
+        }
+        self.copy_wanted = self.bootkube_checkpoint && !replacement_running;
+    }
+
+    /// kube-anchor's checkpointer: the real state machine, fed what the checkpointer would see.
+    fn guarded_checkpointer(&mut self, tick: Tick, daemonset_copy: bool, cfg: &checkpoint::Config) {
+        let obs = self.guarded_observation(tick, daemonset_copy);
+        let (next, actions) = checkpoint::decide(&self.state, &obs, cfg);
+        self.state = next;
+        for a in actions {
+            if let Action::Retire { .. } = a {
+                debug_assert!(tick.api, "guarded retired with the API down");
+            }
+        }
+        self.copy_wanted = self.state.generations.iter().any(|g| g.active);
+    }
+
+    /// What the guarded checkpointer observes: the API and the kubelet through its DaemonSet
+    /// copy, or nothing but the clock through its static copy (no credentials), which acts
+    /// until the DaemonSet copy runs.
+    fn guarded_observation(&self, tick: Tick, daemonset_copy: bool) -> Observation {
+        let Tick { t, api, .. } = tick;
+        let parents = self
+            .pods
+            .iter()
+            .filter(|p| p.deleted.is_none() && p.generation > 0)
+            .map(|p| Parent {
+                uid: format!("g{}", p.generation),
+                name: format!("g{}", p.generation),
+                ready_since: p.ready_since.filter(|r| t >= *r).map(Duration::from_secs),
+                host_network: true,
+            })
+            .collect();
+        let local = self
+            .pods
+            .iter()
+            .filter(|p| p.deleted.is_none() && p.generation > 0 && p.bound)
+            .map(|p| Local {
+                uid: format!("g{}", p.generation),
+                ready_since: p.ready_since.filter(|r| t >= *r).map(Duration::from_secs),
+            })
+            .collect();
+        if daemonset_copy {
+            Observation {
+                now: Duration::from_secs(t),
+                api_reachable: api,
+                parents: if api { parents } else { Vec::new() },
+                local: LocalView::Known(local),
+                owner_wants_node: api.then_some(true),
+                is_self: false,
+                decommissioned: false,
+                others_left: false,
+            }
+        } else {
+            Observation {
+                now: Duration::from_secs(t),
+                api_reachable: false,
+                parents: Vec::new(),
+                // After the reboot nothing was seen running yet.
+                local: LocalView::Unknown { seen_since_boot: false },
+                owner_wants_node: None,
+                is_self: false,
+                decommissioned: false,
+                others_left: false,
+            }
+        }
+    }
+
+    /// The kubelet starts the copy from disk when it is wanted and no pod holds the ports, and
+    /// stops it when it is no longer wanted.
+    fn start_or_stop_copy(&mut self, t: u64, start: u64, ready: u64) {
+        let pod_holds_ports = self.pod_started(t);
+        if self.copy_wanted && self.copy_since.is_none() && !pod_holds_ports {
+            self.copy_since = Some(t);
+            self.copy_ready = Some(t + start + ready);
+        } else if !self.copy_wanted {
+            self.copy_since = None;
+            self.copy_ready = None;
+        }
+    }
+}
+
+/// The pre-stop hook of the anchor of component `c` on node `i`, deleted with the DaemonSet
+/// pod it belongs to, decides with the real decision function: true when it removes the
+/// static copy.
+fn anchor_pre_stop_removes(i: usize, c: usize) -> bool {
+    let this = ThisPod {
+        namespace: "kube-system".into(),
+        name: format!("{}-anchor-n{i}", COMPONENTS[c]),
+        node: format!("n{i}"),
+    };
+    let evidence = Evidence {
+        pod: Lookup::Found(PodFacts {
+            owner: Some(Owner {
+                name: COMPONENTS[c].into(),
+                uid: "ds".into(),
+            }),
+            deleting: true,
+        }),
+        daemonset: Some(Lookup::Found(DaemonSetFacts {
+            namespace: "kube-system".into(),
+            name: COMPONENTS[c].into(),
+            uid: "ds".into(),
+            deleting: false,
+            selection: NodeSelection::default(),
+            decommission: false,
+        })),
+        node: Lookup::Found(NodeFacts {
+            name: format!("n{i}"),
+            labels: Default::default(),
+            deleting: false,
+            decommission: false,
+        }),
+        anchors: Some(Lookup::Found(Anchors::default())),
+    };
+    matches!(
+        decommission::decide(
+            CleanupMode::Guarded,
+            QuorumGuard::Auto.applies_to(COMPONENTS[c]),
+            &this,
+            &evidence,
+        ),
+        Decision::Remove(_)
+    )
+}
+
+impl NodeSim {
+    /// One node's reboot, drawn from `rng` (and the checkpointer's pod delay from
+    /// `checkpointer_rng`). The order of the draws is part of the model: the same seed gives
+    /// the same trajectory.
+    fn reboot(returns: bool, variant: Variant, rng: &mut Rng, checkpointer_rng: &mut Rng) -> Self {
+        let boot = rng.secs(20.0, 120.0);
+        let kubelet_at = boot + rng.secs(2.0, 10.0);
+        let etcd_at = kubelet_at + start_delay(variant, rng);
+        let slots = (0..COMPONENTS.len()).map(|_| Slot::after_power_cut()).collect();
+        NodeSim {
+            returns,
+            kubelet_at,
+            etcd_at,
+            checkpointer_at: kubelet_at + rng.secs(1.0, 3.0),
+            checkpointer_pod_delay: start_delay(variant, checkpointer_rng),
+            tick_phase: rng.next_u64() % TICK,
+            slots,
+        }
+    }
+
+    /// Whether component `c` runs on this node: a copy or a pod, started and Ready.
+    fn running(&self, c: usize, t: u64) -> bool {
+        self.slots[c].running(t)
+    }
+}
+
+/// The lower bound: quorum, and every returned node's components from disk with no delay.
+fn lower_bound_s(ns: &[NodeSim], delays: &[Vec<(u64, u64)>], quorum: usize) -> u64 {
     let mut etcd_times: Vec<u64> = ns.iter().filter(|n| n.returns).map(|n| n.etcd_at).collect();
     etcd_times.sort();
     let quorum_at = etcd_times.get(quorum - 1).copied().unwrap_or(u64::MAX);
-    let lower_bound_s = ns
-        .iter()
+    ns.iter()
         .enumerate()
         .filter(|(_, n)| n.returns)
         .map(|(i, n)| {
@@ -288,303 +511,237 @@ pub fn run_trajectory(policy: Policy, nodes: usize, variant: Variant, seed: u64)
         })
         .max()
         .unwrap_or(0)
-        .max(quorum_at);
+        .max(quorum_at)
+}
 
-    let mut api_first_up: Option<u64> = None;
-    let mut leader_since = [None::<u64>; 3];
-    let mut lost_at = [None::<u64>; 3];
-    let mut ttr: Option<u64> = None;
-    let cfg = checkpoint::Config {
-        ready_window: Duration::from_secs(30),
-        stable_window: Duration::from_secs(120),
-        handoff_timeout: Duration::from_secs(90),
-        retire_grace: Duration::from_secs(300),
-        max_backoff: Duration::from_secs(600),
-    };
+/// One trajectory's state: the reboot drawn from its seed, and the cluster as it stands.
+struct Trajectory {
+    policy: Policy,
+    variant: Variant,
+    rng: Rng,
+    ns: Vec<NodeSim>,
+    quorum: usize,
+    /// Per (node, component) start and readiness delays of any copy or pod, drawn once.
+    delays: Vec<Vec<(u64, u64)>>,
+    /// API up -> old parent pods deleted.
+    evict_after: u64,
+    /// FlappingApiserver: every API server is down until `flap_until`; the next crash is at
+    /// `next_flap`.
+    flap_until: u64,
+    next_flap: u64,
+    lower_bound_s: u64,
+    api_first_up: Option<u64>,
+    leader_since: [Option<u64>; 3],
+    lost_at: [Option<u64>; 3],
+    ttr: Option<u64>,
+    cfg: checkpoint::Config,
+}
 
-    for t in 0..=HORIZON {
-        let etcd_up = ns.iter().filter(|n| n.returns && t >= n.etcd_at).count() >= quorum;
-        // Components running on a node: a copy or a pod, started and Ready.
-        let running = |n: &NodeSim, c: usize| {
-            let s = &n.slots[c];
-            s.copy_ready.is_some_and(|r| t >= r)
-                || s.pods
-                    .iter()
-                    .any(|p| p.deleted.is_none() && p.ready_since.is_some_and(|r| t >= r))
+impl Trajectory {
+    /// The reboot: every node's boot and every start delay, drawn from `seed`.
+    fn new(policy: Policy, nodes: usize, variant: Variant, seed: u64) -> Self {
+        let mut rng = Rng::new(seed);
+        let lost_node = if variant == Variant::NodeLost {
+            Some((rng.next_u64() % nodes as u64) as usize)
+        } else {
+            None
         };
-        if variant == Variant::FlappingApiserver && t >= next_flap {
-            flap_until = t + rng.secs(5.0, 20.0);
-            next_flap = t + rng.secs(60.0, 180.0);
+        // A stream of its own, so that the other policies' trajectories stay those of the same seed.
+        let mut checkpointer_rng = Rng::new(seed ^ 0x00C4_EC4B_0117_E5ED);
+        let ns: Vec<NodeSim> = (0..nodes)
+            .map(|i| NodeSim::reboot(lost_node != Some(i), variant, &mut rng, &mut checkpointer_rng))
+            .collect();
+        let quorum = nodes / 2 + 1;
+        let delays: Vec<Vec<(u64, u64)>> = (0..nodes)
+            .map(|_| {
+                (0..COMPONENTS.len())
+                    .map(|_| (start_delay(variant, &mut rng), rng.secs(5.0, 15.0)))
+                    .collect()
+            })
+            .collect();
+        let evict_after = rng.secs(20.0, 120.0);
+        let next_flap = if variant == Variant::FlappingApiserver {
+            rng.secs(60.0, 180.0)
+        } else {
+            u64::MAX
+        };
+        let lower_bound_s = lower_bound_s(&ns, &delays, quorum);
+        Trajectory {
+            policy,
+            variant,
+            rng,
+            ns,
+            quorum,
+            delays,
+            evict_after,
+            flap_until: 0,
+            next_flap,
+            lower_bound_s,
+            api_first_up: None,
+            leader_since: [None; 3],
+            lost_at: [None; 3],
+            ttr: None,
+            cfg: checkpoint::Config {
+                ready_window: Duration::from_secs(30),
+                stable_window: Duration::from_secs(120),
+                handoff_timeout: Duration::from_secs(90),
+                retire_grace: Duration::from_secs(300),
+                max_backoff: Duration::from_secs(600),
+            },
         }
-        let api = etcd_up && t >= flap_until && ns.iter().any(|n| n.returns && running(n, APISERVER));
+    }
+
+    /// Second `t`. False once nothing is left that could bring an API server back.
+    fn step(&mut self, t: u64) -> bool {
+        let etcd_up = self.ns.iter().filter(|n| n.returns && t >= n.etcd_at).count() >= self.quorum;
+        self.crash_apiservers(t);
+        let api = etcd_up && t >= self.flap_until && self.running_anywhere(APISERVER, t);
         if api {
-            api_first_up.get_or_insert(t);
+            self.api_first_up.get_or_insert(t);
         }
-        // Leaders: a candidate running with the API up; the old lease must expire first.
+        let tick = self.elect_leaders(t, api);
+        for i in 0..self.ns.len() {
+            let n = &self.ns[i];
+            if !n.returns || t < n.kubelet_at {
+                continue;
+            }
+            let checkpointers_act = t >= n.checkpointer_at && (t + n.tick_phase).is_multiple_of(TICK);
+            self.api_side(i, tick);
+            // Copies started from disk.
+            match self.policy {
+                Policy::Anchor => self.anchors(i, t),
+                _ if checkpointers_act => self.checkpointers(i, tick),
+                _ => {}
+            }
+            self.start_or_stop_copies(i, t);
+        }
+        self.record_losses(t);
+        if etcd_up && self.all_running(t) {
+            self.ttr.get_or_insert(t);
+        }
+        !self.hopeless(t, api)
+    }
+
+    /// FlappingApiserver: every serving API server crashes now and then.
+    fn crash_apiservers(&mut self, t: u64) {
+        if self.variant == Variant::FlappingApiserver && t >= self.next_flap {
+            self.flap_until = t + self.rng.secs(5.0, 20.0);
+            self.next_flap = t + self.rng.secs(60.0, 180.0);
+        }
+    }
+
+    /// Component `c` runs on some returned node.
+    fn running_anywhere(&self, c: usize, t: u64) -> bool {
+        self.ns.iter().any(|n| n.returns && n.running(c, t))
+    }
+
+    /// Leaders: a candidate running with the API up; the old lease must expire first.
+    fn elect_leaders(&mut self, t: u64, api: bool) -> Tick {
         for c in [KCM, SCHEDULER] {
-            let candidate = api && ns.iter().any(|n| n.returns && running(n, c));
-            leader_since[c] = match (candidate, leader_since[c]) {
+            let candidate = api && self.running_anywhere(c, t);
+            self.leader_since[c] = match (candidate, self.leader_since[c]) {
                 (true, Some(s)) => Some(s),
                 (true, None) => Some(t + LEASE + RETRY),
                 (false, _) => None,
             };
         }
-        let kcm_leads = leader_since[KCM].is_some_and(|s| t >= s);
-        let scheduler_leads = leader_since[SCHEDULER].is_some_and(|s| t >= s);
-
-        for (i, n) in ns.iter_mut().enumerate() {
-            if !n.returns || t < n.kubelet_at {
-                continue;
-            }
-            for c in 0..COMPONENTS.len() {
-                let (start, ready) = delays[i][c];
-                let s = &mut n.slots[c];
-                // The API side: old pods are deleted some time after the API is back; the
-                // DaemonSet controller (kcm) creates a replacement; the scheduler binds it.
-                if let Some(up) = api_first_up {
-                    for p in s.pods.iter_mut().filter(|p| p.generation == 0 && p.deleted.is_none()) {
-                        if api && t >= up + evict_after {
-                            p.deleted = Some(t);
-                        }
-                    }
-                }
-                let live = s.pods.iter().filter(|p| p.deleted.is_none()).count();
-                if live == 0 && api && kcm_leads {
-                    let generation = s.pods.last().map(|p| p.generation + 1).unwrap_or(1);
-                    s.pods.push(ApiPod {
-                        generation,
-                        bind_at: None,
-                        bound: false,
-                        running_since: None,
-                        ready_since: None,
-                        deleted: None,
-                    });
-                }
-                let copy_running = s.copy_since.is_some();
-                for p in s.pods.iter_mut().filter(|p| p.deleted.is_none() && p.generation > 0) {
-                    if !p.bound && p.bind_at.is_none() && api && scheduler_leads {
-                        p.bind_at = Some(t + schedule_delay(&mut rng));
-                    }
-                    if !p.bound && p.bind_at.is_some_and(|at| t >= at) {
-                        // The binding needs a scheduler and an API at that moment; else retry.
-                        p.bound = api && scheduler_leads;
-                        p.bind_at = None;
-                    }
-                    // hostNetwork: the pod cannot start while a copy holds its ports.
-                    if p.bound && p.running_since.is_none() && !copy_running {
-                        p.running_since = Some(t + start);
-                        p.ready_since = Some(t + start + ready);
-                    }
-                    if copy_running && p.running_since.is_some_and(|r| t < r) {
-                        p.running_since = None;
-                        p.ready_since = None;
-                    }
-                }
-            }
-            // Copies started from disk.
-            match policy {
-                Policy::Anchor => {
-                    for c in 0..COMPONENTS.len() {
-                        let s = &mut n.slots[c];
-                        s.copy_wanted = true;
-                        // The anchor pods are deleted and replaced like any DaemonSet pod; their
-                        // pre-stop hook decides with the real decision function.
-                        if s.pods.first().is_some_and(|p| p.deleted == Some(t)) {
-                            let this = ThisPod {
-                                namespace: "kube-system".into(),
-                                name: format!("{}-anchor-n{i}", COMPONENTS[c]),
-                                node: format!("n{i}"),
-                            };
-                            let evidence = Evidence {
-                                pod: Lookup::Found(PodFacts {
-                                    owner: Some(Owner {
-                                        name: COMPONENTS[c].into(),
-                                        uid: "ds".into(),
-                                    }),
-                                    deleting: true,
-                                }),
-                                daemonset: Some(Lookup::Found(DaemonSetFacts {
-                                    namespace: "kube-system".into(),
-                                    name: COMPONENTS[c].into(),
-                                    uid: "ds".into(),
-                                    deleting: false,
-                                    selection: NodeSelection::default(),
-                                    decommission: false,
-                                })),
-                                node: Lookup::Found(NodeFacts {
-                                    name: format!("n{i}"),
-                                    labels: Default::default(),
-                                    deleting: false,
-                                    decommission: false,
-                                }),
-                                anchors: Some(Lookup::Found(Anchors::default())),
-                            };
-                            if let Decision::Remove(_) = decommission::decide(
-                                CleanupMode::Guarded,
-                                QuorumGuard::Auto.applies_to(COMPONENTS[c]),
-                                &this,
-                                &evidence,
-                            ) {
-                                s.copy_wanted = false;
-                            }
-                        }
-                    }
-                }
-                _ if t >= n.checkpointer_at && (t + n.tick_phase) % TICK == 0 => {
-                    for c in 0..COMPONENTS.len() {
-                        let s = &mut n.slots[c];
-                        match policy {
-                            Policy::Bootkube { grace_s } => {
-                                let parent = &s.pods[0];
-                                let parent_in_api = parent.deleted.is_none();
-                                // bootkube judged "gone" from its last view of the API, which
-                                // goes stale (not refreshed) while the API is down.
-                                if parent_in_api {
-                                    s.gone_since = None;
-                                } else if api || s.gone_since.is_some() {
-                                    s.gone_since.get_or_insert(t);
-                                }
-                                let replacement_running = s
-                                    .pods
-                                    .iter()
-                                    .any(|p| p.deleted.is_none() && p.running_since.is_some_and(|r| t >= r));
-                                if s.bootkube_checkpoint && s.gone_since.is_some_and(|g| t >= g + grace_s) {
-                                    s.bootkube_checkpoint = false;
-                                }
-                                s.copy_wanted = s.bootkube_checkpoint && !replacement_running;
-                            }
-                            Policy::Guarded => {
-                                let parents = s
-                                    .pods
-                                    .iter()
-                                    .filter(|p| p.deleted.is_none() && p.generation > 0)
-                                    .map(|p| Parent {
-                                        uid: format!("g{}", p.generation),
-                                        name: format!("g{}", p.generation),
-                                        ready_since: p.ready_since.filter(|r| t >= *r).map(Duration::from_secs),
-                                        host_network: true,
-                                    })
-                                    .collect();
-                                let local = s
-                                    .pods
-                                    .iter()
-                                    .filter(|p| p.deleted.is_none() && p.generation > 0 && p.bound)
-                                    .map(|p| Local {
-                                        uid: format!("g{}", p.generation),
-                                        ready_since: p.ready_since.filter(|r| t >= *r).map(Duration::from_secs),
-                                    })
-                                    .collect();
-                                // The static copy (no credentials) until the DaemonSet copy runs.
-                                let daemonset_copy = api_first_up.is_some_and(|up| t >= up + n.checkpointer_pod_delay);
-                                let obs = if daemonset_copy {
-                                    Observation {
-                                        now: Duration::from_secs(t),
-                                        api_reachable: api,
-                                        parents: if api { parents } else { Vec::new() },
-                                        local: LocalView::Known(local),
-                                        owner_wants_node: api.then_some(true),
-                                        is_self: false,
-                                        decommissioned: false,
-                                        others_left: false,
-                                    }
-                                } else {
-                                    Observation {
-                                        now: Duration::from_secs(t),
-                                        api_reachable: false,
-                                        parents: Vec::new(),
-                                        // After the reboot nothing was seen running yet.
-                                        local: LocalView::Unknown { seen_since_boot: false },
-                                        owner_wants_node: None,
-                                        is_self: false,
-                                        decommissioned: false,
-                                        others_left: false,
-                                    }
-                                };
-                                let (next, actions) = checkpoint::decide(&s.state, &obs, &cfg);
-                                s.state = next;
-                                for a in actions {
-                                    if let Action::Retire { .. } = a {
-                                        debug_assert!(api, "guarded retired with the API down");
-                                    }
-                                }
-                                s.copy_wanted = s.state.generations.iter().any(|g| g.active);
-                            }
-                            Policy::Anchor => unreachable!(),
-                        }
-                    }
-                }
-                _ => {}
-            }
-            for c in 0..COMPONENTS.len() {
-                let (start, ready) = delays[i][c];
-                let s = &mut n.slots[c];
-                let pod_holds_ports = s
-                    .pods
-                    .iter()
-                    .any(|p| p.deleted.is_none() && p.running_since.is_some_and(|r| t >= r));
-                if s.copy_wanted && s.copy_since.is_none() && !pod_holds_ports {
-                    s.copy_since = Some(t);
-                    s.copy_ready = Some(t + start + ready);
-                } else if !s.copy_wanted {
-                    s.copy_since = None;
-                    s.copy_ready = None;
-                }
-            }
-        }
-
-        // Loss bookkeeping: when each component last had no running instance anywhere.
-        for (c, lost) in lost_at.iter_mut().enumerate() {
-            if ns.iter().any(|n| n.returns && running(n, c)) {
-                *lost = None;
-            } else if t >= api_first_up.unwrap_or(u64::MAX) {
-                lost.get_or_insert(t);
-            }
-        }
-        let all_running = etcd_up
-            && ns
-                .iter()
-                .filter(|n| n.returns)
-                .all(|n| (0..COMPONENTS.len()).all(|c| running(n, c)));
-        if all_running {
-            ttr.get_or_insert(t);
-        }
-        // Nothing left that could bring an API server back: no copy wanted, no bound pod.
-        let hopeless = t > 600
-            && !api
-            && ns.iter().all(|n| {
-                let s = &n.slots[APISERVER];
-                !n.returns || (!s.copy_wanted && !s.pods.iter().any(|p| p.deleted.is_none() && p.bound))
-            });
-        if hopeless {
-            break;
+        Tick {
+            t,
+            api,
+            evicting: api && self.api_first_up.is_some_and(|up| t >= up + self.evict_after),
+            kcm_leads: self.leader_since[KCM].is_some_and(|s| t >= s),
+            scheduler_leads: self.leader_since[SCHEDULER].is_some_and(|s| t >= s),
         }
     }
-    // Recovered means: it came back and it is still all there at the end of the horizon.
-    let end = HORIZON;
-    let recovered_at_end = lost_at.iter().all(Option::is_none)
-        && ns.iter().filter(|n| n.returns).all(|n| {
-            (0..COMPONENTS.len()).all(|c| {
-                let s = &n.slots[c];
-                s.copy_ready.is_some_and(|r| end >= r)
-                    || s.pods
-                        .iter()
-                        .any(|p| p.deleted.is_none() && p.ready_since.is_some_and(|r| end >= r))
+
+    /// The API side of every component on node `i`.
+    fn api_side(&mut self, i: usize, tick: Tick) {
+        for (c, s) in self.ns[i].slots.iter_mut().enumerate() {
+            s.api_side(tick, self.delays[i][c], self.variant, &mut self.rng);
+        }
+    }
+
+    /// The anchor policy: every copy is wanted until the anchor's pre-stop hook removes it.
+    /// The anchor pods are deleted and replaced like any DaemonSet pod.
+    fn anchors(&mut self, i: usize, t: u64) {
+        for (c, s) in self.ns[i].slots.iter_mut().enumerate() {
+            s.copy_wanted = true;
+            if s.pods.first().is_some_and(|p| p.deleted == Some(t)) && anchor_pre_stop_removes(i, c) {
+                s.copy_wanted = false;
+            }
+        }
+    }
+
+    /// The checkpointer of node `i` acts on each of its checkpoints.
+    fn checkpointers(&mut self, i: usize, tick: Tick) {
+        let n = &mut self.ns[i];
+        // guarded: the static copy (no credentials) until the DaemonSet copy runs.
+        let daemonset_copy = self
+            .api_first_up
+            .is_some_and(|up| tick.t >= up + n.checkpointer_pod_delay);
+        for s in &mut n.slots {
+            match self.policy {
+                Policy::Bootkube { grace_s } => s.bootkube_checkpointer(tick, grace_s),
+                Policy::Guarded => s.guarded_checkpointer(tick, daemonset_copy, &self.cfg),
+                Policy::Anchor => unreachable!(),
+            }
+        }
+    }
+
+    fn start_or_stop_copies(&mut self, i: usize, t: u64) {
+        for (c, s) in self.ns[i].slots.iter_mut().enumerate() {
+            let (start, ready) = self.delays[i][c];
+            s.start_or_stop_copy(t, start, ready);
+        }
+    }
+
+    /// Loss bookkeeping: when each component last had no running instance anywhere.
+    fn record_losses(&mut self, t: u64) {
+        for c in 0..COMPONENTS.len() {
+            if self.running_anywhere(c, t) {
+                self.lost_at[c] = None;
+            } else if t >= self.api_first_up.unwrap_or(u64::MAX) {
+                self.lost_at[c].get_or_insert(t);
+            }
+        }
+    }
+
+    /// Every returned node runs every component.
+    fn all_running(&self, t: u64) -> bool {
+        self.ns
+            .iter()
+            .filter(|n| n.returns)
+            .all(|n| (0..COMPONENTS.len()).all(|c| n.running(c, t)))
+    }
+
+    /// Nothing left that could bring an API server back: no copy wanted, no bound pod.
+    fn hopeless(&self, t: u64, api: bool) -> bool {
+        t > 600
+            && !api
+            && self.ns.iter().all(|n| {
+                let s = &n.slots[APISERVER];
+                !n.returns || (!s.copy_wanted && !s.pods.iter().any(|p| p.deleted.is_none() && p.bound))
             })
-        });
-    let recovered = ttr.is_some() && recovered_at_end;
-    let first_lost = (0..COMPONENTS.len())
-        .filter_map(|c| lost_at[c].map(|t| (t, COMPONENTS[c])))
-        .min()
-        .map(|(_, c)| c);
-    Outcome {
-        recovered,
-        ttr_s: if recovered { ttr } else { None },
-        lower_bound_s,
-        first_lost: if recovered {
-            None
-        } else {
-            first_lost.or(Some(COMPONENTS[APISERVER]))
-        },
+    }
+
+    fn outcome(&self) -> Outcome {
+        // Recovered means: it came back and it is still all there at the end of the horizon.
+        let recovered_at_end = self.lost_at.iter().all(Option::is_none) && self.all_running(HORIZON);
+        let recovered = self.ttr.is_some() && recovered_at_end;
+        let first_lost = (0..COMPONENTS.len())
+            .filter_map(|c| self.lost_at[c].map(|t| (t, COMPONENTS[c])))
+            .min()
+            .map(|(_, c)| c);
+        Outcome {
+            recovered,
+            ttr_s: if recovered { self.ttr } else { None },
+            lower_bound_s: self.lower_bound_s,
+            first_lost: if recovered {
+                None
+            } else {
+                first_lost.or(Some(COMPONENTS[APISERVER]))
+            },
+        }
     }
 }
 
