@@ -91,7 +91,7 @@ impl<T> Lookup<T> {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Owner {
+pub struct DaemonSetRef {
     pub name: String,
     pub uid: String,
 }
@@ -100,7 +100,7 @@ pub struct Owner {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodFacts {
     /// Its controlling DaemonSet.
-    pub owner: Option<Owner>,
+    pub owner: Option<DaemonSetRef>,
     /// It has a deletionTimestamp.
     pub deleting: bool,
 }
@@ -428,9 +428,9 @@ fn requirement_matches(r: &NodeSelectorRequirement, value: Option<&str>) -> bool
 }
 
 /// The controlling DaemonSet of a pod, if any.
-pub fn daemonset_owner(pod: &Pod) -> Option<Owner> {
+pub fn daemonset_owner(pod: &Pod) -> Option<DaemonSetRef> {
     pod.metadata.owner_references.as_ref()?.iter().find_map(|r| {
-        (r.kind == "DaemonSet" && r.controller == Some(true)).then(|| Owner {
+        (r.kind == "DaemonSet" && r.controller == Some(true)).then(|| DaemonSetRef {
             name: r.name.clone(),
             uid: r.uid.clone(),
         })
@@ -519,7 +519,7 @@ mod tests {
 
     fn pod(owned: bool, deleting: bool) -> Lookup<PodFacts> {
         Lookup::Found(PodFacts {
-            owner: owned.then(|| Owner {
+            owner: owned.then(|| DaemonSetRef {
                 name: "kube-apiserver".into(),
                 uid: "ds-1".into(),
             }),
@@ -920,7 +920,7 @@ mod tests {
         assert_eq!(
             pod_facts(&pod),
             PodFacts {
-                owner: Some(Owner {
+                owner: Some(DaemonSetRef {
                     name: "kube-apiserver".into(),
                     uid: "ds-1".into()
                 }),

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use kube_anchor_core::checkpoint::{self, Action, Generation, Local, LocalView, Observation, Parent, State};
 use kube_anchor_core::decommission::{
-    self, Anchors, CleanupMode, DaemonSetFacts, Decision, Evidence, Lookup, NodeFacts, NodeSelection, Owner, PodFacts,
-    QuorumGuard, ThisPod,
+    self, Anchors, CleanupMode, DaemonSetFacts, DaemonSetRef, Decision, Evidence, Lookup, NodeFacts, NodeSelection,
+    PodFacts, QuorumGuard, ThisPod,
 };
 
 /// The control-plane components that are DaemonSet pods (with checkpoints) or static pods
@@ -119,7 +119,7 @@ const RETRY: u64 = 2; // leader-election retry period
 const TICK: u64 = 5; // checkpointer interval
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct Outcome {
+pub struct TrajectoryOutcome {
     pub recovered: bool,
     /// First time every returned node ran all components with an etcd quorum.
     pub ttr_s: Option<u64>,
@@ -190,7 +190,7 @@ pub fn anchor_recovery_estimate_s(boot_s: &[f64]) -> f64 {
 }
 
 /// One trajectory.
-pub fn run_trajectory(policy: Policy, nodes: usize, variant: Variant, seed: u64) -> Outcome {
+pub fn run_trajectory(policy: Policy, nodes: usize, variant: Variant, seed: u64) -> TrajectoryOutcome {
     let mut trajectory = Trajectory::new(policy, nodes, variant, seed);
     for t in 0..=HORIZON {
         if !trajectory.step(t) {
@@ -436,7 +436,7 @@ fn anchor_pre_stop_removes(i: usize, c: usize) -> bool {
     };
     let evidence = Evidence {
         pod: Lookup::Found(PodFacts {
-            owner: Some(Owner {
+            owner: Some(DaemonSetRef {
                 name: COMPONENTS[c].into(),
                 uid: "ds".into(),
             }),
@@ -724,7 +724,7 @@ impl Trajectory {
             })
     }
 
-    fn outcome(&self) -> Outcome {
+    fn outcome(&self) -> TrajectoryOutcome {
         // Recovered means: it came back and it is still all there at the end of the horizon.
         let recovered_at_end = self.lost_at.iter().all(Option::is_none) && self.all_running(HORIZON);
         let recovered = self.ttr.is_some() && recovered_at_end;
@@ -732,7 +732,7 @@ impl Trajectory {
             .filter_map(|c| self.lost_at[c].map(|t| (t, COMPONENTS[c])))
             .min()
             .map(|(_, c)| c);
-        Outcome {
+        TrajectoryOutcome {
             recovered,
             ttr_s: if recovered { self.ttr } else { None },
             lower_bound_s: self.lower_bound_s,
