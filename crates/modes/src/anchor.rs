@@ -94,7 +94,7 @@ const TURN_RETRY: Duration = Duration::from_secs(2);
 /// How soon an unfinished etcd join is looked at again.
 const MEMBERSHIP_RETRY: Duration = Duration::from_secs(2);
 
-pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     let engine = Engine::new(&args.node.host_root, &args.node.state_dir, &args.node.allowed_roots)?;
     // The component name comes from the config; a config unreadable at start is an error (the
     // node is left as it is and the pod restarts). Later bad pushes are reported, not fatal.

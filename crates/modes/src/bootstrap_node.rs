@@ -29,7 +29,7 @@ const MAX_TEMPLATE_BYTES: u64 = 64 << 20;
 const HEALTH_POLL: Duration = Duration::from_secs(1);
 
 #[derive(Debug, thiserror::Error)]
-pub enum BootNodeError {
+pub(crate) enum BootNodeError {
     #[error("{}: cannot read: {source}", .path.display())]
     Read { path: PathBuf, source: std::io::Error },
     #[error(transparent)]
@@ -69,7 +69,7 @@ pub enum BootNodeError {
 
 /// What bootstrap is asked to do.
 #[derive(Debug, Clone)]
-pub struct Request {
+pub(crate) struct Request {
     /// `helm template` outputs: (name for messages, path; `-` is stdin).
     pub sources: Vec<PathBuf>,
     pub node: ThisNode,
@@ -82,7 +82,7 @@ pub struct Request {
 /// One step of the progress, printed as it happens.
 #[derive(Debug, Clone, serde::Serialize)]
 #[serde(tag = "event", rename_all = "camelCase")]
-pub enum Progress {
+pub(crate) enum Progress {
     /// Every input read, rendered and checked; nothing written yet.
     #[serde(rename_all = "camelCase")]
     Checked { node: String, components: Vec<String> },
@@ -125,7 +125,7 @@ impl Staged {
 
 /// Reads the sources, picks the node's anchors and checks them all, then applies and waits for
 /// each component in boot order. `report` receives each step as it happens.
-pub async fn bootstrap(
+pub(crate) async fn bootstrap(
     request: &Request,
     mut report: impl FnMut(&Progress, Option<&ApplyReport>),
 ) -> anyhow::Result<()> {

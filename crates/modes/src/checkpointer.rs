@@ -51,7 +51,7 @@ use kube_anchor_k8s::kubeapi::{self, API_TIMEOUT};
 const DIR_MODE: u32 = 0o700;
 const MANIFEST_MODE: FileMode = FileMode(0o600);
 
-pub async fn main(args: CheckpointerArgs) -> anyhow::Result<ExitCode> {
+pub(crate) async fn main(args: CheckpointerArgs) -> anyhow::Result<ExitCode> {
     match args.action {
         Some(CheckpointerAction::Sanitize { node, file }) => sanitize_command(node.as_deref(), file.as_deref()),
         Some(CheckpointerAction::PreStop(args)) => pre_stop(*args).await,

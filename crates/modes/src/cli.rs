@@ -6,7 +6,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use kube_anchor_core::decommission;
 
 /// `kube-anchor --version`: the crate version and the commit it was built from.
-pub const VERSION: &str = concat!(
+pub(crate) const VERSION: &str = concat!(
     env!("CARGO_PKG_VERSION"),
     " (commit ",
     env!("KUBE_ANCHOR_GIT_COMMIT"),

@@ -25,11 +25,11 @@ use kube_anchor_k8s::etcd::{Cluster, Credentials, Endpoint, EtcdError};
 
 /// How long one etcd call may take (a membership change commits through raft, with an fsync
 /// on a quorum of members).
-pub const ETCD_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const ETCD_TIMEOUT: Duration = Duration::from_secs(10);
 const RECORD_MODE: FileMode = FileMode(0o600);
 
 #[derive(Debug, thiserror::Error)]
-pub enum MemberError {
+pub(crate) enum MemberError {
     #[error(transparent)]
     Etcd(#[from] EtcdError),
     #[error(transparent)]
@@ -51,7 +51,7 @@ pub enum MemberError {
 
 /// The state of the join after one step.
 #[derive(Debug, Clone)]
-pub struct JoinReport {
+pub(crate) struct JoinReport {
     /// What the manifest renders with; `None`: write nothing yet.
     pub record: Option<Record>,
     /// The decision and what came of it, for logs and readiness.
@@ -60,7 +60,7 @@ pub struct JoinReport {
     pub pending: bool,
 }
 
-pub fn record_path(state_dir: &HostPath, component: &str) -> Result<HostPath, MemberError> {
+pub(crate) fn record_path(state_dir: &HostPath, component: &str) -> Result<HostPath, MemberError> {
     state_dir
         .join(&format!("{STATE_SUBDIR}/{}", Record::file_name(component)))
         .map_err(|e| MemberError::Record {
@@ -71,7 +71,7 @@ pub fn record_path(state_dir: &HostPath, component: &str) -> Result<HostPath, Me
 
 /// The record, `None` when there is none. A record that fails its checksum is an error: the node
 /// keeps what it has until someone looks.
-pub fn load_record(engine: &Engine, component: &str) -> Result<Option<Record>, MemberError> {
+pub(crate) fn load_record(engine: &Engine, component: &str) -> Result<Option<Record>, MemberError> {
     let path = record_path(&engine.state_dir, component)?;
     match engine.fs.read(&path)? {
         None => Ok(None),
@@ -85,7 +85,7 @@ pub fn load_record(engine: &Engine, component: &str) -> Result<Option<Record>, M
     }
 }
 
-pub fn store_record(engine: &Engine, component: &str, record: &Record) -> Result<(), MemberError> {
+pub(crate) fn store_record(engine: &Engine, component: &str, record: &Record) -> Result<(), MemberError> {
     let path = record_path(&engine.state_dir, component)?;
     engine
         .fs
@@ -94,7 +94,7 @@ pub fn store_record(engine: &Engine, component: &str, record: &Record) -> Result
 }
 
 /// This node's name and peer URL, rendered like the manifest.
-pub fn me(inputs: &Inputs, member: &EtcdMember) -> Result<Me, MemberError> {
+pub(crate) fn me(inputs: &Inputs, member: &EtcdMember) -> Result<Me, MemberError> {
     let vars = inputs.environment_variables();
     let render = |field: &'static str, text: &str| {
         kube_anchor_core::render::render(Path::new(field), text.as_bytes(), &vars)
@@ -162,7 +162,7 @@ fn outcome(action: &str, result: impl Into<String>) -> Option<Outcome> {
 /// For the one-shot verbs: one join step, and the record the manifest renders with, or an
 /// error saying why there is none yet (nothing may be written then). `None` without
 /// `spec.etcdMember`.
-pub async fn join_before_write(engine: &Engine, inputs: &Inputs) -> anyhow::Result<Option<Record>> {
+pub(crate) async fn join_before_write(engine: &Engine, inputs: &Inputs) -> anyhow::Result<Option<Record>> {
     use anyhow::Context;
     if inputs.anchor.etcd_member.is_none() {
         return Ok(None);
@@ -183,7 +183,7 @@ pub async fn join_before_write(engine: &Engine, inputs: &Inputs) -> anyhow::Resu
 }
 
 /// One join step: observe, decide, act, record. Never removes anything.
-pub async fn join_step(engine: &Engine, inputs: &Inputs) -> Result<JoinReport, MemberError> {
+pub(crate) async fn join_step(engine: &Engine, inputs: &Inputs) -> Result<JoinReport, MemberError> {
     let member = inputs
         .anchor
         .etcd_member
@@ -330,7 +330,7 @@ pub async fn join_step(engine: &Engine, inputs: &Inputs) -> Result<JoinReport, M
 
 /// What the leave step found and did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LeaveReport {
+pub(crate) enum LeaveReport {
     Removed { id: u64 },
     NotAMember,
     Refused(String),
@@ -338,7 +338,11 @@ pub enum LeaveReport {
 
 /// Removes this node's member when [`membership::decide_leave`] allows it. Called by pre-stop
 /// once the decommission is proved, before anything is removed from the node.
-pub async fn leave_step(engine: &Engine, inputs: &Inputs, member: &EtcdMember) -> Result<LeaveReport, MemberError> {
+pub(crate) async fn leave_step(
+    engine: &Engine,
+    inputs: &Inputs,
+    member: &EtcdMember,
+) -> Result<LeaveReport, MemberError> {
     let component = &inputs.anchor.name;
     let me = me(inputs, member)?;
     let creds = credentials(member)?;
@@ -405,7 +409,7 @@ async fn healthy_members(members: &[membership::Member], creds: &Credentials) ->
 }
 
 /// Waits until this member's client URL stops answering (etcd stopped), at most until `until`.
-pub async fn wait_etcd_stopped(inputs: &Inputs, member: &EtcdMember, until: Instant) -> bool {
+pub(crate) async fn wait_etcd_stopped(inputs: &Inputs, member: &EtcdMember, until: Instant) -> bool {
     let (Ok(url), Ok(creds)) = (own_client_url(inputs, member), credentials(member)) else {
         return false;
     };
@@ -427,7 +431,7 @@ pub async fn wait_etcd_stopped(inputs: &Inputs, member: &EtcdMember, until: Inst
 
 /// The snapshot of the data dir saved before it is deleted.
 #[derive(Debug, Clone)]
-pub struct SavedData {
+pub(crate) struct SavedData {
     pub snapshot: PathBuf,
     pub pruned: Vec<String>,
 }
@@ -435,7 +439,7 @@ pub struct SavedData {
 /// Saves `member/snap/db` under `<state-dir>/v1/<component>-snapshots/` (fsynced, at most
 /// `snapshots.maxBytes`, the newest `snapshots.keep` kept), then deletes the data dir. Any
 /// failure keeps the data dir.
-pub fn save_and_remove_data_dir(
+pub(crate) fn save_and_remove_data_dir(
     engine: &Engine,
     component: &str,
     member: &EtcdMember,

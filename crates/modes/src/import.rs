@@ -19,14 +19,14 @@ use kube_anchor_host::hostfs::{Follow, MAX_INPUT_BYTES, read_regular};
 use serde_json::{Value, json};
 
 /// The charts `import` writes values for, in the order the components start.
-pub const COMPONENTS: [&str; 4] = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"];
+pub(crate) const COMPONENTS: [&str; 4] = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"];
 /// kubeadm's directory, the only one kube-anchor writes below.
-pub const KUBERNETES_DIR: &str = "/etc/kubernetes";
-pub const MANIFEST_DIR: &str = "/etc/kubernetes/manifests";
+pub(crate) const KUBERNETES_DIR: &str = "/etc/kubernetes";
+pub(crate) const MANIFEST_DIR: &str = "/etc/kubernetes/manifests";
 const ADVERTISE_ANNOTATION: &str = "kubeadm.kubernetes.io/kube-apiserver.advertise-address.endpoint";
 
 #[derive(Debug, thiserror::Error)]
-pub enum ImportError {
+pub(crate) enum ImportError {
     #[error("{}: cannot read: {source}", .path.display())]
     Read { path: PathBuf, source: std::io::Error },
     #[error("{}: cannot write: {source}", .path.display())]
@@ -102,7 +102,7 @@ pub enum ImportError {
 
 /// One kubeadm static pod, as read from a node.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ComponentPod {
+pub(crate) struct ComponentPod {
     pub component: String,
     /// The manifest's host path (for messages).
     pub manifest: String,
@@ -116,13 +116,13 @@ pub struct ComponentPod {
 }
 
 impl ComponentPod {
-    pub fn flag(&self, name: &str) -> Option<&str> {
+    pub(crate) fn flag(&self, name: &str) -> Option<&str> {
         self.flags.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
     }
 
     /// Host paths the pod names that may be files to carry: absolute flag values and hostPath
     /// volumes of a file type. (The IO layer looks each one up.)
-    pub fn named_paths(&self) -> Vec<(String, String)> {
+    pub(crate) fn named_paths(&self) -> Vec<(String, String)> {
         let mut out: Vec<(String, String)> = self
             .flags
             .iter()
@@ -148,7 +148,7 @@ fn not_kubeadm(manifest: &str, problem: impl Into<String>) -> ImportError {
 /// Parses one manifest (`manifest` is its host path, for messages) as a kubeadm control-plane
 /// pod: kind Pod in kube-system, labels `component` (one of [`COMPONENTS`]) and
 /// `tier: control-plane`, one container running the component with `--name=value` flags.
-pub fn parse_manifest(manifest: &str, text: &str) -> Result<ComponentPod, ImportError> {
+pub(crate) fn parse_manifest(manifest: &str, text: &str) -> Result<ComponentPod, ImportError> {
     let raw = kube_anchor_core::yaml::document(text).map_err(|e| not_kubeadm(manifest, e.to_string()))?;
     let raw: Value =
         serde_json::to_value(raw).map_err(|e| not_kubeadm(manifest, format!("not JSON-shaped YAML: {e}")))?;
@@ -243,7 +243,7 @@ pub fn parse_manifest(manifest: &str, text: &str) -> Result<ComponentPod, Import
 
 /// How a chart states one of its fixed flags.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fixed {
+pub(crate) enum Fixed {
     /// The same value on every install (after `${NODE_NAME}`/`${NODE_IP}` rendering).
     Literal(&'static str),
     /// `component.<key>` of the values.
@@ -253,7 +253,7 @@ pub enum Fixed {
 }
 
 /// The fixed flags of each chart's `_pod.tpl`, by flag name (a unit test reads the templates).
-pub fn chart_flags(component: &str) -> &'static [(&'static str, Fixed)] {
+pub(crate) fn chart_flags(component: &str) -> &'static [(&'static str, Fixed)] {
     use Fixed::*;
     match component {
         "etcd" => &[
@@ -350,7 +350,7 @@ pub fn chart_flags(component: &str) -> &'static [(&'static str, Fixed)] {
 
 /// Host directories each chart's pod mounts: a file kubeadm's flags name elsewhere under
 /// /etc/kubernetes would not be visible to the component.
-pub fn chart_mounts(component: &str) -> &'static [&'static str] {
+pub(crate) fn chart_mounts(component: &str) -> &'static [&'static str] {
     match component {
         "etcd" => &["/etc/kubernetes/pki/etcd"],
         "kube-apiserver" => &["/etc/kubernetes/pki", "/etc/kubernetes/encryption"],
@@ -365,7 +365,7 @@ pub fn chart_mounts(component: &str) -> &'static [&'static str] {
 
 /// What the IO layer found at a path a pod names.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HostEntry {
+pub(crate) enum HostEntry {
     File { content: Vec<u8>, mode: u32 },
     Directory,
     Symlink,
@@ -374,7 +374,7 @@ pub enum HostEntry {
 
 /// One node as read: its name (when given), its kubeadm pods, and what is at the paths they name.
 #[derive(Debug, Clone)]
-pub struct NodeInput {
+pub(crate) struct NodeInput {
     pub name: Option<String>,
     pub pods: Vec<ComponentPod>,
     pub files: BTreeMap<String, HostEntry>,
@@ -382,7 +382,7 @@ pub struct NodeInput {
 
 /// The node's name and address, which the charts render as `${NODE_NAME}` and `${NODE_IP}`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct NodeIdentity {
+pub(crate) struct NodeIdentity {
     pub name: String,
     pub ip: String,
 }
@@ -414,7 +414,7 @@ fn identity(node: &NodeInput, label: &str) -> Result<NodeIdentity, ImportError> 
 
 /// `value` with the node's address written `${NODE_IP}` wherever it stands alone (not inside a
 /// longer address or name), and, for etcd's member flags, its name written `${NODE_NAME}`.
-pub fn with_variables(flag: &str, value: &str, node: &NodeIdentity) -> String {
+pub(crate) fn with_variables(flag: &str, value: &str, node: &NodeIdentity) -> String {
     let value = replace_token(value, &node.ip, "${NODE_IP}");
     match flag {
         "name" if value == node.name => "${NODE_NAME}".into(),
@@ -457,7 +457,7 @@ fn replace_token(text: &str, token: &str, with: &str) -> String {
 
 /// A file the chart writes: its credential name, host path and mode.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct CarriedFile {
+pub(crate) struct CarriedFile {
     pub name: String,
     pub path: String,
     pub mode: String,
@@ -467,7 +467,7 @@ pub struct CarriedFile {
 
 /// One chart's values and what import did and did not carry over.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct ComponentImport {
+pub(crate) struct ComponentImport {
     pub component: String,
     pub image: String,
     pub version: String,
@@ -482,14 +482,14 @@ pub struct ComponentImport {
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct ImportPlan {
+pub(crate) struct ImportPlan {
     pub nodes: Vec<NodeIdentity>,
     pub components: Vec<ComponentImport>,
 }
 
 /// The credential name of a file under /etc/kubernetes: its path below it, `pki/` dropped and
 /// `/` written `-` (pki/etcd/ca.crt is etcd-ca.crt, as in the charts' defaults).
-pub fn credential_name(path: &str) -> String {
+pub(crate) fn credential_name(path: &str) -> String {
     let rel = path.trim_start_matches(KUBERNETES_DIR).trim_start_matches('/');
     let rel = rel.strip_prefix("pki/").unwrap_or(rel);
     rel.replace('/', "-")
@@ -502,7 +502,7 @@ fn under(path: &str, dir: &str) -> bool {
 /// From every node's pods and files, the values of each chart. Checks everything before
 /// anything is written: every component on every node, every named file present, no file
 /// outside /etc/kubernetes, one command line for every node.
-pub fn plan(nodes: &[NodeInput], labels: &[String]) -> Result<ImportPlan, ImportError> {
+pub(crate) fn plan(nodes: &[NodeInput], labels: &[String]) -> Result<ImportPlan, ImportError> {
     let mut identities = Vec::new();
     for (node, label) in nodes.iter().zip(labels) {
         for component in COMPONENTS {
@@ -943,7 +943,7 @@ fn values_of(
 /// The charts' probes are fixed (etcd's metrics URL, the controller-manager's and scheduler's
 /// secure ports on 127.0.0.1, the apiserver's on `${NODE_IP}`): a command line that serves them
 /// elsewhere would have the kubelet restart the component as unhealthy, so it is refused.
-pub fn check_probes(component: &str, flags: &BTreeMap<String, String>) -> Result<(), ImportError> {
+pub(crate) fn check_probes(component: &str, flags: &BTreeMap<String, String>) -> Result<(), ImportError> {
     let unserved = |probe: &str, flag: &str| ImportError::ProbeUnserved {
         component: component.into(),
         probe: probe.into(),
@@ -994,7 +994,7 @@ pub fn check_probes(component: &str, flags: &BTreeMap<String, String>) -> Result
 }
 
 /// The values file of one chart: a header comment and the values as YAML.
-pub fn values_document(c: &ComponentImport, nodes: &[NodeIdentity]) -> String {
+pub(crate) fn values_document(c: &ComponentImport, nodes: &[NodeIdentity]) -> String {
     let mut out = format!(
         "# Values for charts/{} made by `kube-anchor import` from the kubeadm node(s) {}.\n\
          # They hold private keys: keep this file as secret as the node's {KUBERNETES_DIR}.\n",
@@ -1015,7 +1015,7 @@ pub fn values_document(c: &ComponentImport, nodes: &[NodeIdentity]) -> String {
 /// Reads a node's kubeadm manifests and every path they name, below `root`. Each file is read
 /// only when it is a regular file of at most [`MAX_INPUT_BYTES`]: a FIFO, a device or a huge
 /// file is refused, naming it, and cannot hang or exhaust the import.
-pub fn read_node(root: &Path, name: Option<String>) -> Result<NodeInput, ImportError> {
+pub(crate) fn read_node(root: &Path, name: Option<String>) -> Result<NodeInput, ImportError> {
     let dir = root.join(MANIFEST_DIR.trim_start_matches('/'));
     let entries = std::fs::read_dir(&dir).map_err(|source| ImportError::Read {
         path: dir.clone(),
@@ -1094,7 +1094,7 @@ fn read_entry(root: &Path, path: &str) -> Result<HostEntry, ImportError> {
 /// Writes `docs` (file name, content) into `dir` (created 0700; an existing one must not be
 /// open to group or others), each 0600. All files are written to temporary names first and
 /// renamed only once all of them are complete, so a failure leaves no partial values set.
-pub fn write_values(dir: &Path, docs: &[(String, String)]) -> Result<Vec<PathBuf>, ImportError> {
+pub(crate) fn write_values(dir: &Path, docs: &[(String, String)]) -> Result<Vec<PathBuf>, ImportError> {
     use std::io::Write;
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 
@@ -1147,7 +1147,7 @@ pub fn write_values(dir: &Path, docs: &[(String, String)]) -> Result<Vec<PathBuf
 }
 
 /// Parses `NAME=ROOT` of `--node`.
-pub fn parse_node_arg(raw: &str) -> Result<(String, PathBuf), ImportError> {
+pub(crate) fn parse_node_arg(raw: &str) -> Result<(String, PathBuf), ImportError> {
     match raw.split_once('=') {
         Some((name, root)) if !name.is_empty() && !root.is_empty() => Ok((name.into(), root.into())),
         _ => Err(ImportError::NodeArg(raw.into())),
@@ -1155,7 +1155,7 @@ pub fn parse_node_arg(raw: &str) -> Result<(String, PathBuf), ImportError> {
 }
 
 /// Reads every node, plans, and writes one values file per chart into `output_dir`.
-pub fn import(
+pub(crate) fn import(
     nodes: &[(Option<String>, PathBuf)],
     output_dir: &Path,
 ) -> Result<(ImportPlan, Vec<PathBuf>), ImportError> {

@@ -5,17 +5,18 @@
 //! and the process around them: [`cli`], [`logging`], [`server`], [`metrics`], [`shutdown`].
 
 #![forbid(unsafe_code)]
+#![warn(unreachable_pub)]
 
-pub mod anchor;
-pub mod bootstrap_node;
-pub mod checkpointer;
-pub mod cli;
+mod anchor;
+mod bootstrap_node;
+mod checkpointer;
+mod cli;
 pub mod commands;
 pub mod engine;
-pub mod etcd_member;
-pub mod import;
-pub mod logging;
-pub mod metrics;
-pub mod prestop;
-pub mod server;
-pub mod shutdown;
+mod etcd_member;
+mod import;
+mod logging;
+mod metrics;
+mod prestop;
+mod server;
+mod shutdown;

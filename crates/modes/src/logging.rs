@@ -16,7 +16,7 @@ use tracing_subscriber::{EnvFilter, Layer, Registry};
 use crate::cli::LogFormat;
 
 /// The least severe level logged.
-pub fn default_level(format: LogFormat, verbose: u8, daemon: bool) -> &'static str {
+pub(crate) fn default_level(format: LogFormat, verbose: u8, daemon: bool) -> &'static str {
     match (verbose, format, daemon) {
         (2.., _, _) => "debug",
         (1, _, _) | (_, LogFormat::Json, _) | (_, _, true) => "info",
@@ -24,7 +24,7 @@ pub fn default_level(format: LogFormat, verbose: u8, daemon: bool) -> &'static s
     }
 }
 
-pub fn init(format: LogFormat, level: &str) {
+pub(crate) fn init(format: LogFormat, level: &str) {
     // Colour only on a terminal: a pod's log file (and journald) would keep the escape codes.
     let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     match std::env::var("RUST_LOG") {
@@ -59,7 +59,7 @@ where
 
 /// The error and its causes on one line; a cause already spelled out by the message above it
 /// (our typed errors name their source) is not repeated.
-pub fn error_chain(e: &anyhow::Error) -> String {
+pub(crate) fn error_chain(e: &anyhow::Error) -> String {
     kube_anchor_core::errors::error_chain(e.as_ref())
 }
 

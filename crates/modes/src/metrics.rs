@@ -8,7 +8,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-pub struct Metrics {
+pub(crate) struct Metrics {
     registry: Registry,
     /// Files written because the inputs changed.
     pub writes: Counter,
@@ -27,7 +27,7 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    pub fn new(component: &str) -> Self {
+    pub(crate) fn new(component: &str) -> Self {
         let mut m = Self::unregistered(component);
         let registry = &mut m.registry;
         registry.register("writes", "Files written because the inputs changed", m.writes.clone());
@@ -66,7 +66,7 @@ impl Metrics {
         m
     }
 
-    pub fn set_etcd_member(&self, record: Option<&kube_anchor_core::membership::Record>, pending: bool) {
+    pub(crate) fn set_etcd_member(&self, record: Option<&kube_anchor_core::membership::Record>, pending: bool) {
         self.etcd_member.clear();
         self.etcd_join_pending.set(i64::from(pending));
         if let Some(r) = record {
@@ -89,7 +89,7 @@ impl Metrics {
 
     /// The same prefix and labels with nothing registered: for a daemon with metrics of its own
     /// (the checkpointer), added with [`Metrics::register`].
-    pub fn unregistered(component: &str) -> Self {
+    pub(crate) fn unregistered(component: &str) -> Self {
         Self {
             registry: Registry::with_prefix_and_labels(
                 "kube_anchor",
@@ -107,11 +107,11 @@ impl Metrics {
         }
     }
 
-    pub fn register(&mut self, name: &str, help: &str, metric: impl prometheus_client::registry::Metric) {
+    pub(crate) fn register(&mut self, name: &str, help: &str, metric: impl prometheus_client::registry::Metric) {
         self.registry.register(name, help, metric);
     }
 
-    pub fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         let mut out = String::new();
         encode(&mut out, &self.registry).expect("writing to a String");
         out

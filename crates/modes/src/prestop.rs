@@ -41,7 +41,7 @@ const FINAL_STEP: Duration = Duration::from_secs(2);
 /// short wait for the static pod to stop, the credentials.
 const REMOVAL_RESERVE: Duration = Duration::from_secs(5);
 
-pub async fn run(args: PreStopArgs) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(args: PreStopArgs) -> anyhow::Result<ExitCode> {
     let deadline = Instant::now() + args.timeout;
     match tokio::time::timeout(args.timeout, run_inner(&args, deadline)).await {
         Ok(result) => result,

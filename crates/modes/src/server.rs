@@ -25,7 +25,7 @@ use crate::metrics::Metrics;
 const STUCK_AFTER: Duration = Duration::from_secs(120);
 
 #[derive(Debug, Clone)]
-pub struct Status {
+pub(crate) struct Status {
     pub draining: bool,
     pub ready: bool,
     /// Why it is not ready (shown in the 503 body).
@@ -33,13 +33,13 @@ pub struct Status {
     pub sync_started: Option<Instant>,
 }
 
-pub struct Shared {
+pub(crate) struct Shared {
     pub status: Mutex<Status>,
     pub metrics: Metrics,
 }
 
 impl Shared {
-    pub fn new(metrics: Metrics) -> Arc<Self> {
+    pub(crate) fn new(metrics: Metrics) -> Arc<Self> {
         Arc::new(Self {
             status: Mutex::new(Status {
                 draining: false,
@@ -51,11 +51,11 @@ impl Shared {
         })
     }
 
-    pub fn update(&self, change: impl FnOnce(&mut Status)) {
+    pub(crate) fn update(&self, change: impl FnOnce(&mut Status)) {
         change(&mut self.status.lock().expect("status lock"));
     }
 
-    pub fn snapshot(&self) -> Status {
+    pub(crate) fn snapshot(&self) -> Status {
         self.status.lock().expect("status lock").clone()
     }
 }
@@ -64,7 +64,7 @@ impl Shared {
 const REBIND_INTERVAL: Duration = Duration::from_secs(30);
 
 #[derive(Debug, thiserror::Error)]
-pub enum ServerError {
+pub(crate) enum ServerError {
     #[error("{}: cannot serve the health endpoints: {source}", .path.display())]
     Socket { path: PathBuf, source: std::io::Error },
     #[error("{}: exists and is not a socket; refusing to replace it", .path.display())]
@@ -85,7 +85,11 @@ fn router(shared: Arc<Shared>) -> Router {
 /// another process holds is retried in the background; without one, `listen` is the probe
 /// endpoint and must be ours, so failing to bind it is an error (else the probes would ask
 /// whoever holds it).
-pub async fn start(socket: Option<&Path>, listen: Option<SocketAddr>, shared: Arc<Shared>) -> Result<(), ServerError> {
+pub(crate) async fn start(
+    socket: Option<&Path>,
+    listen: Option<SocketAddr>,
+    shared: Arc<Shared>,
+) -> Result<(), ServerError> {
     if let Some(path) = socket {
         let listener = bind_socket(path)?;
         tracing::info!(socket = %path.display(), "serving /healthz, /readyz, /metrics");
@@ -148,7 +152,7 @@ async fn serve_tcp(addr: SocketAddr, app: Router) {
 
 /// What a probe got: the HTTP status and the body.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProbeAnswer {
+pub(crate) struct ProbeAnswer {
     pub status: u16,
     pub body: String,
 }
@@ -156,7 +160,7 @@ pub struct ProbeAnswer {
 /// `GET <path>` over the unix socket, bounded by `timeout` (the kubelet's exec probe has its
 /// own timeout, but a hung daemon must fail the probe, not hang it). hyper's HTTP/1 client, the
 /// same stack the daemon serves with.
-pub async fn probe(socket: &Path, path: &str, timeout: Duration) -> std::io::Result<ProbeAnswer> {
+pub(crate) async fn probe(socket: &Path, path: &str, timeout: Duration) -> std::io::Result<ProbeAnswer> {
     use http_body_util::BodyExt;
     let ask = async {
         let stream = tokio::net::UnixStream::connect(socket).await?;

@@ -6,10 +6,10 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 
 /// Exit code of an aborted run (128 + SIGTERM).
-pub const ABORT_EXIT_CODE: i32 = 143;
+pub(crate) const ABORT_EXIT_CODE: i32 = 143;
 
 /// Resolves `draining` to true on the first signal; exits the process on the second.
-pub fn install() -> std::io::Result<watch::Receiver<bool>> {
+pub(crate) fn install() -> std::io::Result<watch::Receiver<bool>> {
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let (tx, rx) = watch::channel(false);
