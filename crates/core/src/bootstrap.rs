@@ -15,9 +15,9 @@ use k8s_openapi::api::core::v1::{ConfigMap, Container, Secret, Volume};
 use crate::decommission;
 
 /// The env var by which an anchor DaemonSet's container names its config (the chart sets it).
-pub const CONFIG_ENV: &str = "KUBE_ANCHOR_CONFIG";
+pub(crate) const CONFIG_ENV: &str = "KUBE_ANCHOR_CONFIG";
 /// The components of a control plane, in the order they must come up.
-pub const CONTROL_PLANE: [&str; 4] = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"];
+pub(crate) const CONTROL_PLANE: [&str; 4] = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"];
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BootstrapError {

@@ -12,17 +12,17 @@ use crate::hostpath::is_our_temp;
 
 /// The kernel's inotify mask bits (`<sys/inotify.h>`) that [`classify`] reads.
 pub const IN_MODIFY: u32 = 0x0000_0002;
-pub const IN_ATTRIB: u32 = 0x0000_0004;
-pub const IN_CLOSE_WRITE: u32 = 0x0000_0008;
+pub(crate) const IN_ATTRIB: u32 = 0x0000_0004;
+pub(crate) const IN_CLOSE_WRITE: u32 = 0x0000_0008;
 pub const IN_MOVED_FROM: u32 = 0x0000_0040;
 pub const IN_MOVED_TO: u32 = 0x0000_0080;
 pub const IN_CREATE: u32 = 0x0000_0100;
-pub const IN_DELETE: u32 = 0x0000_0200;
+pub(crate) const IN_DELETE: u32 = 0x0000_0200;
 pub const IN_DELETE_SELF: u32 = 0x0000_0400;
 pub const IN_MOVE_SELF: u32 = 0x0000_0800;
 pub const IN_Q_OVERFLOW: u32 = 0x0000_4000;
 pub const IN_IGNORED: u32 = 0x0000_8000;
-pub const IN_ISDIR: u32 = 0x4000_0000;
+pub(crate) const IN_ISDIR: u32 = 0x4000_0000;
 
 /// The symlink whose atomic replacement publishes a new generation of a ConfigMap/Secret volume.
 pub const DATA_LINK: &str = "..data";

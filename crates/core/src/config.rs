@@ -9,10 +9,10 @@ use serde::Deserialize;
 use crate::hostpath::{AllowedRoots, HostPath};
 use crate::render::is_variable_name;
 
-pub const API_VERSION: &str = "kube-anchor.io/v1alpha1";
-pub const KIND: &str = "Anchor";
+pub(crate) const API_VERSION: &str = "kube-anchor.io/v1alpha1";
+pub(crate) const KIND: &str = "Anchor";
 /// Mode of the manifest when the config gives none (what kubeadm writes).
-pub const DEFAULT_MANIFEST_MODE: FileMode = FileMode(0o600);
+pub(crate) const DEFAULT_MANIFEST_MODE: FileMode = FileMode(0o600);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {

@@ -23,10 +23,10 @@ use k8s_openapi::api::core::v1::{Node, NodeSelectorRequirement, NodeSelectorTerm
 
 /// The labels every anchor DaemonSet and pod carries (the charts' `kube-anchor-lib.labels`):
 /// `app.kubernetes.io/name=kube-anchor` and the component's name under [`COMPONENT_LABEL`].
-pub const ANCHOR_NAME_LABEL: (&str, &str) = ("app.kubernetes.io/name", "kube-anchor");
-pub const COMPONENT_LABEL: &str = "app.kubernetes.io/component";
+pub(crate) const ANCHOR_NAME_LABEL: (&str, &str) = ("app.kubernetes.io/name", "kube-anchor");
+pub(crate) const COMPONENT_LABEL: &str = "app.kubernetes.io/component";
 /// On a Node or an anchor DaemonSet, `"true"` lets the quorum guard remove the last copies.
-pub const DECOMMISSION_ANNOTATION: &str = "kube-anchor.io/decommission";
+pub(crate) const DECOMMISSION_ANNOTATION: &str = "kube-anchor.io/decommission";
 
 /// The label selector of every anchor of `component`.
 pub fn anchor_selector(component: &str) -> String {
@@ -58,7 +58,7 @@ pub enum QuorumGuard {
 impl QuorumGuard {
     /// The components whose copies form a quorum (etcd members; API servers behind one
     /// endpoint, where losing most of them at once is an outage).
-    pub const QUORUM_COMPONENTS: [&str; 2] = ["etcd", "kube-apiserver"];
+    pub(crate) const QUORUM_COMPONENTS: [&str; 2] = ["etcd", "kube-apiserver"];
 
     pub fn applies_to(self, component: &str) -> bool {
         match self {
@@ -428,7 +428,7 @@ fn requirement_matches(r: &NodeSelectorRequirement, value: Option<&str>) -> bool
 }
 
 /// The controlling DaemonSet of a pod, if any.
-pub fn daemonset_owner(pod: &Pod) -> Option<DaemonSetRef> {
+pub(crate) fn daemonset_owner(pod: &Pod) -> Option<DaemonSetRef> {
     pod.metadata.owner_references.as_ref()?.iter().find_map(|r| {
         (r.kind == "DaemonSet" && r.controller == Some(true)).then(|| DaemonSetRef {
             name: r.name.clone(),

@@ -75,7 +75,7 @@ impl HostPath {
     }
 
     /// A path that may be written: absolute, below one of `roots`, and not a root itself.
-    pub fn parse_allowed(raw: &str, roots: &AllowedRoots) -> Result<Self, HostPathError> {
+    pub(crate) fn parse_allowed(raw: &str, roots: &AllowedRoots) -> Result<Self, HostPathError> {
         let path = Self::parse(raw)?;
         if path.0 == Path::new("/") {
             return Err(HostPathError::Root { path: raw.into() });

@@ -12,7 +12,7 @@ use crate::config::{FileMode, Owner, Role};
 use crate::digest::sha256_hex;
 use crate::hostpath::HostPath;
 
-pub const SCHEMA_VERSION: u32 = 1;
+pub(crate) const SCHEMA_VERSION: u32 = 1;
 /// The state dir holds one subdirectory per schema, so a future format never reads this one.
 pub const STATE_SUBDIR: &str = "v1";
 
@@ -49,7 +49,7 @@ impl LedgerEntry {
     }
 
     /// True when `sha256` is content this entry says we wrote.
-    pub fn is_ours(&self, sha256: &str) -> bool {
+    pub(crate) fn is_ours(&self, sha256: &str) -> bool {
         self.sha256 == sha256 || self.previous_sha256.as_deref() == Some(sha256)
     }
 }
@@ -269,7 +269,7 @@ impl Ledger {
     }
 
     /// Manifests first (a pod must stop before its files go), then the rest, each by path.
-    pub fn entries_in_removal_order(&self) -> impl Iterator<Item = &LedgerEntry> {
+    pub(crate) fn entries_in_removal_order(&self) -> impl Iterator<Item = &LedgerEntry> {
         let manifests = self.files.iter().filter(|e| e.role == Role::Manifest);
         manifests.chain(self.files.iter().filter(|e| e.role != Role::Manifest))
     }

@@ -18,7 +18,7 @@ fn ready_condition(pod: &Pod) -> Option<&PodCondition> {
 }
 
 /// The Ready condition is True.
-pub fn is_ready(pod: &Pod) -> bool {
+pub(crate) fn is_ready(pod: &Pod) -> bool {
     ready_condition(pod).is_some_and(|c| c.status == "True")
 }
 

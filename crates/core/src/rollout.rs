@@ -22,7 +22,7 @@ use std::time::{Duration, SystemTime};
 /// A holder renews every few seconds through its trial; one that has not for this long is
 /// silent: `/readyz` of the waiting anchors says so, and only then is its Node looked up (a
 /// holder that still renews has a Node). It keeps the turn either way.
-pub const HOLDER_SILENT: Duration = Duration::from_secs(60);
+pub(crate) const HOLDER_SILENT: Duration = Duration::from_secs(60);
 
 /// How long a holder last renewed at `renewed` has been silent, if it is.
 pub fn silent_for(renewed: SystemTime, now: SystemTime) -> Option<Duration> {

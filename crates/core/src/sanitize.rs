@@ -14,11 +14,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use crate::hostpath::{HostPath, HostPathError};
 use crate::staticpod;
 
-pub const CHECKPOINT_ANNOTATION: &str = "checkpointer.alpha.coreos.com/checkpoint";
+pub(crate) const CHECKPOINT_ANNOTATION: &str = "checkpointer.alpha.coreos.com/checkpoint";
 pub const CHECKPOINT_OF_ANNOTATION: &str = "checkpointer.alpha.coreos.com/checkpoint-of";
 /// `<kind>/<namespace>/<name>/<uid>` of the parent's controller: checkpoints are keyed by
 /// owner, not pod name.
-pub const CHECKPOINT_OWNER_ANNOTATION: &str = "kube-anchor.io/checkpoint-owner";
+pub(crate) const CHECKPOINT_OWNER_ANNOTATION: &str = "kube-anchor.io/checkpoint-owner";
 pub const CONFIG_SOURCE_ANNOTATION: &str = "kubernetes.io/config.source";
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -207,7 +207,7 @@ pub fn controller_key(pod: &Pod) -> Option<String> {
 }
 
 /// `<kind>/<namespace>/<name>`, a ReplicaSet of a Deployment resolved to the Deployment.
-pub fn owner_key(kind: &str, namespace: &str, name: &str, labels: Option<&BTreeMap<String, String>>) -> String {
+pub(crate) fn owner_key(kind: &str, namespace: &str, name: &str, labels: Option<&BTreeMap<String, String>>) -> String {
     let hash = labels.and_then(|l| l.get("pod-template-hash"));
     if kind == "ReplicaSet"
         && let Some(deployment) = hash.and_then(|h| name.strip_suffix(&format!("-{h}")))
@@ -503,7 +503,7 @@ pub enum MaterializeError {
 }
 
 /// The data of each Secret/ConfigMap by (kind, name), as fetched; `None` means not found.
-pub type Fetched = BTreeMap<(SourceKind, String), Option<BTreeMap<String, Vec<u8>>>>;
+pub(crate) type Fetched = BTreeMap<(SourceKind, String), Option<BTreeMap<String, Vec<u8>>>>;
 
 /// The files of one checkpoint volume, from what was `fetched`.
 pub fn materialize(material: &Material, fetched: &Fetched) -> Result<Vec<(HostPath, Vec<u8>)>, MaterializeError> {

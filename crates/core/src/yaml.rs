@@ -8,7 +8,7 @@ use serde_yaml_ng::Value;
 /// More open `[`/`{` than this refuse a YAML text before it is parsed: libyaml (under
 /// serde_yaml_ng) spends time quadratic in the flow depth before any recursion limit applies,
 /// and nothing kube-anchor reads nests a tenth as deep.
-pub const MAX_FLOW_DEPTH: usize = 1000;
+pub(crate) const MAX_FLOW_DEPTH: usize = 1000;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum YamlError {
@@ -22,15 +22,15 @@ pub enum YamlError {
     Tag { field: String },
 }
 
-pub const MERGE_KEY_PROBLEM: &str = "a YAML merge key (<<); the kubelet's decoder merges it and this validation \
+pub(crate) const MERGE_KEY_PROBLEM: &str = "a YAML merge key (<<); the kubelet's decoder merges it and this validation \
                                      would not see the result: write the fields out";
-pub const TAG_PROBLEM: &str = "a YAML tag (`!…`); the kubelet's decoder and this one read tagged nodes \
+pub(crate) const TAG_PROBLEM: &str = "a YAML tag (`!…`); the kubelet's decoder and this one read tagged nodes \
                                differently, and it cannot be written back as it was: remove the tag";
 
 /// `Err(byte offset)` of the first bracket past [`MAX_FLOW_DEPTH`]. Every `[`/`{` counts,
 /// quoted or not (a scanner that skips quotes can be fooled into skipping real brackets); a
 /// real manifest never comes close.
-pub fn check_flow_depth(text: &str) -> Result<(), usize> {
+pub(crate) fn check_flow_depth(text: &str) -> Result<(), usize> {
     let mut depth = 0usize;
     for (offset, byte) in text.bytes().enumerate() {
         match byte {
@@ -69,7 +69,7 @@ pub fn document(text: &str) -> Result<Value, YamlError> {
 }
 
 /// The first merge key, else the first tagged node, by its field path.
-pub fn refuse_merge_keys_and_tags(value: &Value) -> Result<(), YamlError> {
+pub(crate) fn refuse_merge_keys_and_tags(value: &Value) -> Result<(), YamlError> {
     if let Some(field) = first_path(value, String::new(), &|k| k.as_str() == Some("<<"), &|_| false) {
         return Err(YamlError::MergeKey { field });
     }

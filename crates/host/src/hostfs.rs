@@ -30,7 +30,7 @@ pub const MAX_INPUT_BYTES: u64 = 16 * 1024 * 1024;
 /// snapshot (base64 of every file) stays readable within [`MAX_STATE_BYTES`].
 pub const MAX_TOTAL_INPUT_BYTES: u64 = 32 * 1024 * 1024;
 /// The most bytes read from one state file (ledger, last-known-good snapshot) or host file.
-pub const MAX_STATE_BYTES: u64 = 64 * 1024 * 1024;
+pub(crate) const MAX_STATE_BYTES: u64 = 64 * 1024 * 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum HostFsError {
@@ -711,7 +711,7 @@ pub enum Follow {
 /// Opens a file for reading only when it is a regular file. Non-blocking, so a FIFO with no
 /// writer never hangs the open; `fstat` on the open file refuses FIFOs, devices, sockets and
 /// directories, naming what was found.
-pub fn open_regular(path: &Path, follow: Follow) -> io::Result<File> {
+pub(crate) fn open_regular(path: &Path, follow: Follow) -> io::Result<File> {
     let mut flags = libc::O_NONBLOCK;
     if follow == Follow::No {
         flags |= libc::O_NOFOLLOW;

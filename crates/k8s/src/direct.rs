@@ -103,7 +103,7 @@ fn direct_client(
 }
 
 /// DER certificates from a PEM bundle.
-pub fn pem_certificates(pem: &[u8]) -> Vec<Vec<u8>> {
+pub(crate) fn pem_certificates(pem: &[u8]) -> Vec<Vec<u8>> {
     use rustls_pki_types::CertificateDer;
     use rustls_pki_types::pem::PemObject;
     CertificateDer::pem_slice_iter(pem)

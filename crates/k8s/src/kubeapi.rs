@@ -227,7 +227,7 @@ fn not_found_of<K: kube::Resource<DynamicType = ()>>(status: &kube::core::Status
 
 /// LIST objects by label selector in every namespace, as evidence: `Found` with the items, or
 /// `Unavailable` (a list never proves anything by failing).
-pub async fn list_all<K>(
+pub(crate) async fn list_all<K>(
     api: &Api<K>,
     label_selector: &str,
     timeout: Duration,
