@@ -1,5 +1,7 @@
 //! `kube-anchor run` against the real control plane and a kubemark node: readiness follows the
-//! mirror pod, and a version that fails its trial is rolled back with an Event.
+//! mirror pod, and a version that fails its trial is rolled back with an Event; a version that
+//! crash-loops on a node whose containers are real processes is rolled back without being taken
+//! for a failing last-known-good one.
 
 mod support;
 
@@ -54,7 +56,7 @@ fn status_json(config: &Path, node: &NodeHandle) -> serde_json::Value {
 }
 
 /// `kube-anchor run` for `node` as the anchor pod `pod` would run it, judged by the mirror pod
-/// and the health server on `health_port`.
+/// and the health server on `health_port`, with the further arguments `extra`.
 #[allow(clippy::too_many_arguments)]
 fn start_anchor(
     node: &NodeHandle,
@@ -65,6 +67,7 @@ fn start_anchor(
     health_port: u16,
     volume: &ConfigVolume,
     work: &Path,
+    extra: &[&str],
 ) -> Daemon {
     let args: Vec<String> = [
         "--kubeconfig",
@@ -81,6 +84,7 @@ fn start_anchor(
         &format!("http://127.0.0.1:{health_port}/readyz"),
     ]
     .iter()
+    .chain(extra)
     .map(|s| s.to_string())
     .collect();
     Daemon::start(
@@ -128,6 +132,7 @@ async fn readiness_follows_the_mirror_pod_and_a_failed_trial_rolls_back() {
         health_port,
         &volume,
         work.path(),
+        &[],
     );
 
     // Written -> mirror pod with our hash, Running and Ready -> /readyz 200.
@@ -237,6 +242,7 @@ async fn a_failing_last_known_good_is_reported_loudly() {
         health_port,
         &volume,
         work.path(),
+        &[],
     );
     wait_ready(&d).await;
     let good_hash = status_json(&volume.config(), &node)["contentHash"]
@@ -286,4 +292,125 @@ async fn a_failing_last_known_good_is_reported_loudly() {
         .until_async(|| async { d.metric("kube_anchor_last_known_good_failing") <= 0.0 })
         .await;
     assert!(status_json(&volume.config(), &node)["lastKnownGoodFailing"].is_null());
+}
+
+/// The files of an anchor whose static pod, on a process node, runs `command` as a real process.
+fn process_volume_files(namespace: &str, command: &str) -> Vec<(&'static str, Vec<u8>)> {
+    let pod = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: kube-scheduler, namespace: {namespace}}}\nspec:\n  hostNetwork: true\n  terminationGracePeriodSeconds: 1\n  containers: [{{name: s, image: 'kube-anchor/kube-anchor:0.1.0', command: {command}}}]\n"
+    );
+    let mut files = volume_files(namespace, "unused");
+    files[1].1 = pod.into_bytes();
+    files
+}
+
+/// A crash-looping push rolled back to the last-known-good version: a good version (a process
+/// that keeps running) becomes last-known-good; a push whose container exits 1 soon after it
+/// starts is restarted by the kubelet past `--crash-loop-threshold` and rolled back. The evaluation that
+/// rolls it back must not judge that crash loop as the last-known-good version's own: no
+/// `LastKnownGoodFailing` Event, no `lastKnownGoodFailing` naming the bad hash in the ledger,
+/// `kube_anchor_last_known_good_failing` 0 and no such reason in `/readyz`, over several
+/// evaluations after the rollback.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_crash_looping_push_is_rolled_back_without_a_false_last_known_good_failing() {
+    let started = Instant::now();
+    let cp = control_plane::shared().await;
+    let node = cp.add_process_node("crash-node", &[]).await;
+    let ns = cp.namespace("crash").await;
+    let kubeconfig = cp.anchor_service_account().await;
+    let work = tempfile::tempdir().unwrap();
+    let mut volume = ConfigVolume::new(
+        &work.path().join("config"),
+        &refs(&process_volume_files(&ns, "[sleep, infinity]")),
+    );
+    let manifest = node.host_root().join("etc/kubernetes/manifests/kube-scheduler.yaml");
+    let pod = "crash-anchor";
+    // A crash loop is more than one restart within the trial. The bad container below runs 2 s,
+    // so the trial sees it first with no restart; the kubelet restarts it at once, then after a
+    // 10 s back-off: a crash loop ~15 s after the kubelet starts the new pod (itself ~15 s after
+    // the push), well before a trial period spent not converged would fail it instead.
+    let d = start_anchor(
+        &node,
+        &ns,
+        &kubeconfig,
+        pod,
+        "45s",
+        health_server(|| 200),
+        &volume,
+        work.path(),
+        &["--crash-loop-threshold", "1"],
+    );
+    let log = || format!("log:\n{}", d.log_text());
+    let deadline = Instant::now() + WAIT;
+    wait_ready(&d).await;
+    let good_hash = status_json(&volume.config(), &node)["contentHash"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    Poll::by(deadline, "the running version last-known-good")
+        .every(Duration::from_millis(250))
+        .context(log)
+        .until_async(|| async { status_json(&volume.config(), &node)["lastKnownGoodHash"] == good_hash })
+        .await;
+    let good_manifest = fs::read_to_string(&manifest).unwrap();
+    eprintln!("last-known-good after {:?}", started.elapsed());
+
+    // The push: its container exits 1 after 2 s, and the kubelet restarts it.
+    volume.update(&refs(&process_volume_files(&ns, "[sh, -c, 'sleep 2; exit 1']")));
+    let deadline = Instant::now() + WAIT;
+    let bad = Poll::by(deadline, "the crash-looping version rolled back")
+        .every(Duration::from_millis(250))
+        .context(log)
+        .until_async(|| async {
+            let s = status_json(&volume.config(), &node);
+            s["badVersions"].as_array().is_some_and(|b| !b.is_empty()).then_some(s)
+        })
+        .await;
+    eprintln!("rolled back after {:?}", started.elapsed());
+    let bad_hash = bad["badVersions"][0]["hash"].as_str().unwrap().to_owned();
+    assert_ne!(bad_hash, good_hash);
+    let reason = bad["badVersions"][0]["reason"].as_str().unwrap();
+    assert!(reason.contains("restarted"), "failed by its crash loop: {bad}");
+    assert_eq!(
+        fs::read_to_string(&manifest).unwrap(),
+        good_manifest,
+        "last-known-good manifest restored"
+    );
+    assert_eq!(d.metric("kube_anchor_rollbacks_total"), 1.0);
+    let rolled_back = control_plane::event(&cp.admin().await, &ns, "RolledBack", Some(pod), WAIT).await;
+    assert!(
+        rolled_back.note.as_deref().unwrap_or_default().contains(&good_hash),
+        "{rolled_back:?}"
+    );
+
+    // The evaluation that rolled back, and those after it, judge the last-known-good version by
+    // its own runs: nothing reports it failing.
+    let events: Api<Event> = Api::namespaced(cp.admin().await, &ns);
+    let until = Instant::now() + Duration::from_secs(4);
+    while Instant::now() < until {
+        assert_eq!(
+            d.metric("kube_anchor_last_known_good_failing"),
+            0.0,
+            "the rolled-back version taken for a failing last-known-good; {}",
+            log()
+        );
+        let status = status_json(&volume.config(), &node);
+        let failing = &status["lastKnownGoodFailing"];
+        assert!(
+            failing.is_null(),
+            "the ledger records a failing last-known-good: {failing}"
+        );
+        let (_, body) = d.get("/readyz").unwrap();
+        assert!(!body.contains("failing too"), "/readyz: {body}");
+        let list = events.list(&ListParams::default()).await.unwrap();
+        let false_alarm = list
+            .items
+            .iter()
+            .find(|e| e.reason.as_deref() == Some("LastKnownGoodFailing"));
+        assert!(false_alarm.is_none(), "a LastKnownGoodFailing Event: {false_alarm:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(d.metric("kube_anchor_rollbacks_total"), 1.0);
+    assert_eq!(fs::read_to_string(&manifest).unwrap(), good_manifest);
+    eprintln!("done after {:?}", started.elapsed());
 }
