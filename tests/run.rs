@@ -379,29 +379,41 @@ fn inputs_of_another_revision_wait_for_the_pod_to_be_replaced() {
 /// Two anchors of one component on a node (a renamed release, a `perNode` toggle) share the
 /// host network: the probes go over each pod's own socket, and a TCP port the other holds is
 /// not fatal.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 #[test]
 fn probes_use_the_pod_socket_and_a_taken_port_is_not_fatal() {
     let s = Setup::new("kubeconfig v1");
     let first = s.start(&[]);
     let socket = s.dir.path().join("health.sock");
     let log = s.dir.path().join("second.log");
-    let mut second = std::process::Command::new(support::fixture::BIN)
-        .arg("run")
-        .arg("--config")
-        .arg(s.volume.config())
-        .arg("--host-root")
-        .arg(s.dir.path().join("node"))
-        .arg("--health-socket")
-        .arg(&socket)
-        .arg("--listen")
-        .arg(format!("127.0.0.1:{}", first.port))
-        .env("NODE_NAME", "cp-1")
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .env_remove("KUBECONFIG")
-        .stdout(fs::File::create(&log).unwrap())
-        .stderr(fs::File::create(s.dir.path().join("second.err")).unwrap())
-        .spawn()
-        .unwrap();
+    // Killed however the test ends: a failed assertion must not leave a daemon running.
+    let mut second = KillOnDrop(
+        std::process::Command::new(support::fixture::BIN)
+            .arg("run")
+            .arg("--config")
+            .arg(s.volume.config())
+            .arg("--host-root")
+            .arg(s.dir.path().join("node"))
+            .arg("--health-socket")
+            .arg(&socket)
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{}", first.port))
+            .env("NODE_NAME", "cp-1")
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env_remove("KUBECONFIG")
+            .stdout(fs::File::create(&log).unwrap())
+            .stderr(fs::File::create(s.dir.path().join("second.err")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
     let probe = |endpoint: &str| {
         std::process::Command::new(support::fixture::BIN)
             .args(["probe", endpoint, "--socket"])
@@ -423,15 +435,15 @@ fn probes_use_the_pod_socket_and_a_taken_port_is_not_fatal() {
     std::thread::sleep(Duration::from_millis(500));
     let stderr = fs::read_to_string(s.dir.path().join("second.err")).unwrap();
     assert!(
-        second.try_wait().unwrap().is_none(),
+        second.0.try_wait().unwrap().is_none(),
         "a taken port must not stop the daemon:\n{stderr}"
     );
     assert!(stderr.contains("cannot listen"), "{stderr}");
     // The port still answers for the first anchor, which keeps running too.
     assert_eq!(first.get("/healthz").unwrap().0, 200);
     // No daemon behind the socket: the probe fails, naming the socket.
-    second.kill().unwrap();
-    second.wait().unwrap();
+    second.0.kill().unwrap();
+    second.0.wait().unwrap();
     let dead = probe("healthz");
     assert_eq!(dead.status.code(), Some(1));
     assert!(
