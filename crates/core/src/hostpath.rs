@@ -172,9 +172,16 @@ impl AllowedRoots {
     }
 }
 
+/// The roots a config may name: the state dir is kube-anchor's own, so a message listing where
+/// a config may write leaves it out.
 impl fmt::Display for AllowedRoots {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let names: Vec<String> = self.roots.iter().map(ToString::to_string).collect();
+        let names: Vec<String> = self
+            .roots
+            .iter()
+            .filter(|r| Some(*r) != self.state_dir.as_ref())
+            .map(ToString::to_string)
+            .collect();
         f.write_str(&names.join(", "))
     }
 }
@@ -263,6 +270,11 @@ mod tests {
             assert!(matches!(err, HostPathError::InStateDir { .. }), "{bad}: {err}");
         }
         assert!(HostPath::parse_allowed("/etc/kubernetes/a", &r).is_ok());
+        // Where a config may write leaves the state dir out: it is refused there.
+        assert_eq!(
+            HostPath::parse_allowed("/etc/shadow", &r).unwrap_err().to_string(),
+            "/etc/shadow: outside the allowed roots (/etc/kubernetes)"
+        );
         // kube-anchor itself still writes there.
         assert!(
             r.root_of(&HostPath::parse("/var/lib/kube-anchor/v1/etcd.json").unwrap())

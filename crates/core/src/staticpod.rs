@@ -105,13 +105,13 @@ pub fn parse(file: &Path, text: &str) -> Result<StaticPod, ManifestError> {
     match document.get("apiVersion").and_then(Value::as_str) {
         Some("v1") => {}
         other => {
-            return Err(invalid("apiVersion", format!("expected \"v1\", found {other:?}")));
+            return Err(invalid("apiVersion", format!("expected \"v1\", found {}", found(other))));
         }
     }
     match document.get("kind").and_then(Value::as_str) {
         Some("Pod") => {}
         other => {
-            return Err(invalid("kind", format!("expected \"Pod\", found {other:?}")));
+            return Err(invalid("kind", format!("expected \"Pod\", found {}", found(other))));
         }
     }
     yaml::refuse_merge_keys_and_tags(&document).map_err(yaml_error)?;
@@ -121,6 +121,13 @@ pub fn parse(file: &Path, text: &str) -> Result<StaticPod, ManifestError> {
             format!("does not decode as a v1 Pod: {e}{}", yaml11_hint(&e.to_string())),
         )
     })?;
+    if let Some(field) = unknown_field(&document, &pod) {
+        return Err(invalid(
+            &field,
+            "not a field of a v1 Pod (Kubernetes 1.36): the kubelet would ignore it, so the pod would run without it"
+                .into(),
+        ));
+    }
     let name = pod.metadata.name.clone().filter(|n| !n.is_empty());
     let name = name.ok_or_else(|| invalid("metadata.name", "required".into()))?;
     if pod.spec.is_none() {
@@ -140,6 +147,43 @@ pub fn parse(file: &Path, text: &str) -> Result<StaticPod, ManifestError> {
         namespace: pod.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
         document,
     })
+}
+
+/// A string field's value for a message: quoted, or "none".
+fn found(value: Option<&str>) -> String {
+    value.map_or_else(|| "none".to_owned(), |v| format!("{v:?}"))
+}
+
+/// The first field of `document` that decoding as a Pod dropped (a typo such as `hostNetwrok`),
+/// as a dotted path. The kubelet's decoder drops unknown fields silently; the manifest then runs
+/// without what its author meant. The Pod type of `k8s-openapi` is the field list: whatever it
+/// does not write back, it did not know. A null value is dropped by both and is not unknown.
+fn unknown_field(document: &Value, pod: &Pod) -> Option<String> {
+    let decoded = serde_yaml_ng::to_value(pod).ok()?;
+    first_dropped(document, &decoded, "")
+}
+
+fn first_dropped(written: &Value, decoded: &Value, at: &str) -> Option<String> {
+    let join = |key: &str| if at.is_empty() { key.to_owned() } else { format!("{at}.{key}") };
+    match (written, decoded) {
+        (Value::Mapping(w), Value::Mapping(d)) => w.iter().find_map(|(key, value)| {
+            let name = match key {
+                Value::String(s) => s.clone(),
+                other => serde_yaml_ng::to_string(other).unwrap_or_default().trim().to_owned(),
+            };
+            match d.get(key) {
+                None if value.is_null() => None,
+                None => Some(join(&name)),
+                Some(back) => first_dropped(value, back, &join(&name)),
+            }
+        }),
+        (Value::Sequence(w), Value::Sequence(d)) => w
+            .iter()
+            .zip(d)
+            .enumerate()
+            .find_map(|(i, (value, back))| first_dropped(value, back, &format!("{at}[{i}]"))),
+        _ => None,
+    }
 }
 
 /// Why a YAML 1.1 habit failed to decode: the kubelet's decoder reads `0644` as octal and `yes`
@@ -511,7 +555,7 @@ fn volume_references(v: &Volume) -> Vec<(String, &'static str)> {
 mod tests {
     use super::*;
 
-    const GOOD: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: kube-apiserver\n  namespace: kube-system\n  annotations:\n    keep: me\nspec:\n  hostNetwork: true\n  containers:\n  - name: kube-apiserver\n    image: registry.k8s.io/kube-apiserver:v1.36.3\n    unknownFutureField: kept\n  volumes:\n  - name: pki\n    hostPath:\n      path: /etc/kubernetes/pki\n";
+    const GOOD: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: kube-apiserver\n  namespace: kube-system\n  annotations:\n    keep: me\nspec:\n  hostNetwork: true\n  containers:\n  - name: kube-apiserver\n    image: registry.k8s.io/kube-apiserver:v1.36.3\n    resources: {limits: {example.com/gpu: 1}}\n  volumes:\n  - name: pki\n    hostPath:\n      path: /etc/kubernetes/pki\n";
 
     fn p(text: &str) -> Result<StaticPod, ManifestError> {
         parse(Path::new("m.yaml"), text)
@@ -539,7 +583,7 @@ mod tests {
         let v: Value = serde_yaml_ng::from_str(&out).unwrap();
         assert_eq!(v["metadata"]["annotations"][CONTENT_HASH_ANNOTATION], "sha256:abc");
         assert_eq!(v["metadata"]["annotations"]["keep"], "me");
-        assert_eq!(v["spec"]["containers"][0]["unknownFutureField"], "kept");
+        assert_eq!(v["spec"]["containers"][0]["resources"]["limits"]["example.com/gpu"], 1);
         // An operator-supplied hash annotation is overwritten, not duplicated.
         let again = p(&out).unwrap().to_yaml_with_hash("sha256:def");
         let v: Value = serde_yaml_ng::from_slice(&again).unwrap();
@@ -697,6 +741,38 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_field_the_pod_type_does_not_have_is_refused_naming_it() {
+        let base = "apiVersion: v1\nkind: Pod\nmetadata: {name: a, labels: {any-key: v}, annotations: {x: y}}\nspec:\n  hostNetwork: true\n  nodeSelector: {any/key: v}\n  containers:\n  - name: c\n    image: i\n    resources: {limits: {example.com/x: 1}}\n    env: [{name: A, value: null}]\n  volumes:\n  - name: v\n    hostPath: {path: /etc/kubernetes/pki, type: Directory}\n";
+        assert!(p(base).is_ok(), "free-form maps keep any key, a null is no field");
+        for (typo, field) in [
+            ("hostNetwork: true", "spec.hostNetwrok"),
+            ("    image: i", "spec.containers[0].imagePullPolcy"),
+            ("type: Directory", "spec.volumes[0].hostPath.tpye"),
+            ("kind: Pod", "metdata"),
+        ] {
+            let with = match typo {
+                "hostNetwork: true" => base.replace("hostNetwork: true", "hostNetwrok: true"),
+                "    image: i" => base.replace("    image: i", "    image: i\n    imagePullPolcy: Always"),
+                "type: Directory" => base.replace("type: Directory", "tpye: Directory"),
+                _ => base.replace("kind: Pod", "kind: Pod\nmetdata: {}"),
+            };
+            let e = p(&with).expect_err(field);
+            let message = e.to_string();
+            assert!(message.contains(field) && message.contains("not a field of a v1 Pod"), "{field}: {message}");
+        }
+    }
+
+    #[test]
+    fn a_wrong_kind_is_quoted_not_debug_printed() {
+        let e = p("apiVersion: v1\nkind: Deployment\nmetadata: {name: a}\nspec: {containers: [{name: c, image: i}]}\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("found \"Deployment\"") && !e.contains("Some("), "{e}");
+        let e = p("apiVersion: v1\nmetadata: {name: a}\n").unwrap_err().to_string();
+        assert!(e.contains("found none"), "{e}");
+    }
+
     /// Found by `cargo fuzz` (target `staticpod`): a `!` tag on an unknown field's mapping was
     /// accepted, and writing the manifest then panicked in the YAML emitter.
     #[test]
@@ -709,7 +785,7 @@ mod tests {
         assert!(e.to_string().contains("YAML tag"), "{e}");
         // Whatever is accepted can be written, and is accepted again.
         let ok =
-            "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c, image: i}], x: {a: 'on'}}\n";
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c, image: i}], nodeSelector: {a: 'on'}}\n";
         let pod = parse(Path::new("pod.yaml"), ok).unwrap();
         let written = pod.to_yaml_with_hash("sha256:00");
         parse(Path::new("w.yaml"), std::str::from_utf8(&written).unwrap()).unwrap();
