@@ -277,15 +277,36 @@ fn remove_takes_only_what_still_holds_what_was_written_and_is_idempotent() {
         !f.host("/var/lib/kube-anchor/v1/kube-apiserver.json").exists(),
         "ledger entry gone"
     );
-    // Again: nothing to do, still success; by component name too.
+    // Again: nothing to do, still success.
     assert_success(&f.run("remove", &[]));
-    let out = std::process::Command::new(BIN)
-        .args(["remove", "--component", "kube-apiserver", "--host-root"])
-        .arg(f.node())
-        .output()
-        .unwrap();
+    // By a name typed by hand: nothing recorded is refused as a likely typo, naming what is
+    // recorded, unless told it may be missing.
+    let by_name = |name: &str, extra: &[&str]| {
+        std::process::Command::new(BIN)
+            .args(["remove", "--component", name])
+            .args(extra)
+            .arg("--host-root")
+            .arg(f.node())
+            .output()
+            .unwrap()
+    };
+    let out = by_name("kube-apiserver", &["--ignore-not-found"]);
     assert_success(&out);
     assert!(stdout(&out).contains("0 file(s) removed"));
+    let out = by_name("kube-apiserver", &[]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    f.apply();
+    let out = by_name("kube-apiserver-typo", &[]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("kube-apiserver-typo: nothing recorded") && err.contains("recorded there: kube-apiserver)"),
+        "{err}"
+    );
+    assert!(
+        f.host("/etc/kubernetes/manifests/kube-apiserver.yaml").exists(),
+        "nothing removed"
+    );
 }
 
 #[test]
@@ -856,4 +877,122 @@ fn logs_written_to_a_file_or_pipe_carry_no_colour_codes() {
     let err = stderr(&out);
     assert!(err.contains("INFO"), "info logs expected with -v:\n{err}");
     assert!(!err.contains('\u{1b}'), "escape codes in a piped log:\n{err:?}");
+}
+
+/// `KUBECONFIG=` (set but empty, as a shell profile may leave it) means no kubeconfig, as for
+/// kubectl; it was a command-line error (exit 2) before any verb ran.
+#[test]
+fn an_empty_kubeconfig_variable_is_no_kubeconfig() {
+    let f = Fixture::new();
+    f.apply();
+    let out = f.command("pre-stop").env("KUBECONFIG", "").output().unwrap();
+    assert_success(&out);
+    assert!(stdout(&out).contains("kube-apiserver: keep"), "{out:?}");
+    assert!(f.host("/etc/kubernetes/manifests/kube-apiserver.yaml").exists());
+}
+
+/// A file kube-anchor replaces without having written it (an operator's own `pki/ca.crt`) is
+/// kept in the state dir, private, before it is replaced, and `remove` puts it back with its
+/// mode; a manifest that was there is kept too but not started again.
+#[test]
+fn a_replaced_file_kube_anchor_did_not_write_is_kept_and_put_back_by_remove() {
+    let f = Fixture::new();
+    fs::create_dir_all(f.host("/etc/kubernetes/pki")).unwrap();
+    fs::create_dir_all(f.host("/etc/kubernetes/manifests")).unwrap();
+    fs::write(f.host("/etc/kubernetes/pki/ca.crt"), "THE OPERATOR'S CA\n").unwrap();
+    fs::set_permissions(f.host("/etc/kubernetes/pki/ca.crt"), fs::Permissions::from_mode(0o640)).unwrap();
+    fs::write(f.manifest_path(), "kubeadm's manifest\n").unwrap();
+    let out = f.apply();
+    let text = stdout(&out);
+    assert!(text.contains("kept       /etc/kubernetes/pki/ca.crt"), "{text}");
+    assert_eq!(f.read("/etc/kubernetes/pki/ca.crt"), "CA CERT\n");
+    let kept_dir = f.host("/var/lib/kube-anchor/v1/originals/kube-apiserver");
+    let kept: Vec<_> = fs::read_dir(&kept_dir).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(kept.len(), 2, "the CA and the manifest: {kept:?}");
+    for k in &kept {
+        assert_eq!(fs::metadata(k).unwrap().permissions().mode() & 0o777, 0o600, "{k:?}");
+    }
+    // A later change of the wanted content keeps the first original, not kube-anchor's own.
+    f.source("ca.crt", "CA CERT 2\n");
+    f.apply();
+    let out = f.run("remove", &[]);
+    assert_success(&out);
+    let text = stdout(&out);
+    assert!(text.contains("restored   /etc/kubernetes/pki/ca.crt"), "{text}");
+    assert_eq!(f.read("/etc/kubernetes/pki/ca.crt"), "THE OPERATOR'S CA\n");
+    assert_eq!(
+        fs::metadata(f.host("/etc/kubernetes/pki/ca.crt"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o640
+    );
+    assert!(!f.host("/etc/kubernetes/pki/apiserver.key").exists());
+    // The manifest is gone (the static pod stops), its original kept and named.
+    assert!(!f.manifest_path().exists());
+    let kept_manifest = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("kept").map(str::trim))
+        .and_then(|l| l.split(':').next())
+        .expect("the kept manifest is named");
+    assert_eq!(
+        fs::read_to_string(f.host(kept_manifest)).unwrap(),
+        "kubeadm's manifest\n"
+    );
+    assert!(!f.host("/var/lib/kube-anchor/v1/kube-apiserver.json").exists());
+}
+
+/// The kept original gone from the state dir: the path is removed as before, and said.
+#[test]
+fn a_lost_original_is_reported_and_nothing_else_is_kept_back() {
+    let f = Fixture::new();
+    fs::create_dir_all(f.host("/etc/kubernetes/pki")).unwrap();
+    fs::write(f.host("/etc/kubernetes/pki/ca.crt"), "THE OPERATOR'S CA\n").unwrap();
+    f.apply();
+    fs::remove_dir_all(f.host("/var/lib/kube-anchor/v1/originals")).unwrap();
+    let out = f.run("remove", &[]);
+    assert_success(&out);
+    assert!(stdout(&out).contains("gone from the state dir"), "{}", stdout(&out));
+    assert!(!f.host("/etc/kubernetes/pki/ca.crt").exists());
+}
+
+/// `apply --dry-run` prints what would change as a diff and changes nothing; a private file's
+/// content never reaches stdout.
+#[test]
+fn dry_run_shows_a_diff_and_changes_nothing() {
+    let f = Fixture::new();
+    f.apply();
+    f.source("ca.crt", "CA CERT ROTATED\n");
+    f.source("apiserver.key", "NEW PRIVATE KEY\n");
+    f.source("kube-apiserver.yaml", MANIFEST.replace("v1.36.3", "v1.36.4"));
+    let before = f.snapshot();
+    let out = f.run("apply", &["--dry-run"]);
+    assert_success(&out);
+    let text = stdout(&out);
+    assert_eq!(f.snapshot(), before, "a dry run writes nothing");
+    assert!(text.contains("3 change(s) would be made"), "{text}");
+    assert!(
+        text.contains("-CA CERT\n+CA CERT ROTATED"),
+        "a certificate is shown: {text}"
+    );
+    assert!(
+        text.contains(
+            "-    image: registry.k8s.io/kube-apiserver:v1.36.3\n+    image: registry.k8s.io/kube-apiserver:v1.36.4"
+        ),
+        "the manifest is shown: {text}"
+    );
+    assert!(!text.contains("PRIVATE KEY"), "a key never: {text}");
+    assert!(
+        text.contains("content differs (not shown: mode 0600 -> 0600)"),
+        "{text}"
+    );
+    let out = f.run("apply", &["--dry-run", "--output", "json"]);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["changes"].as_array().unwrap().len(), 3, "{doc}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("PRIVATE KEY"));
+    // Nothing to do: said so.
+    f.apply();
+    let out = f.run("apply", &["--dry-run"]);
+    assert!(stdout(&out).contains("no changes"), "{}", stdout(&out));
 }

@@ -32,6 +32,28 @@ pub struct LedgerEntry {
     /// leaves either content on disk, and both count as ours.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previous_sha256: Option<String>,
+    /// The file the path held before kube-anchor first wrote it, when kube-anchor did not write
+    /// that one (a hand-made `pki/ca.crt`): its content is kept in the state dir
+    /// ([`Original::file_name`]) and put back when kube-anchor removes the path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub original: Option<Original>,
+}
+
+/// A file kube-anchor replaced without having written it: what to put back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Original {
+    pub sha256: String,
+    pub mode: FileMode,
+    pub owner: Owner,
+}
+
+impl Original {
+    /// Where its content is kept, below the state dir: by content, so no path needs escaping
+    /// and one file serves every path that held the same bytes.
+    pub fn file_name(&self, component: &str) -> String {
+        format!("{STATE_SUBDIR}/originals/{component}/{}", self.sha256)
+    }
 }
 
 impl LedgerEntry {
@@ -45,6 +67,7 @@ impl LedgerEntry {
             role: file.role,
             written_at: now.into(),
             previous_sha256: None,
+            original: None,
         }
     }
 
@@ -257,9 +280,16 @@ impl Ledger {
             .map(|i| &self.files[i])
     }
 
-    pub fn record(&mut self, entry: LedgerEntry) {
+    /// Records `entry`; the original the path held before kube-anchor's first write stays with
+    /// the path until it is put back.
+    pub fn record(&mut self, mut entry: LedgerEntry) {
         match self.files.binary_search_by(|e| e.path.cmp(&entry.path)) {
-            Ok(i) => self.files[i] = entry,
+            Ok(i) => {
+                if entry.original.is_none() {
+                    entry.original = self.files[i].original.take();
+                }
+                self.files[i] = entry;
+            }
             Err(i) => self.files.insert(i, entry),
         }
     }
@@ -341,6 +371,7 @@ mod tests {
                 role,
                 written_at: "2026-11-22T13:00:00Z".into(),
                 previous_sha256: None,
+                original: None,
             });
         }
         l

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use crate::config::{FileMode, Owner, Role};
 use crate::desired::{Desired, DesiredFile};
 use crate::hostpath::HostPath;
-use crate::ledger::{Ledger, LedgerEntry};
+use crate::ledger::{Ledger, LedgerEntry, Original};
 
 /// What the node holds at a path.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,6 +94,9 @@ pub enum Notice {
     Orphaned { path: HostPath },
     /// Not removed: `manifest` was changed by hand and stays, and may need it.
     KeptForManifest { path: HostPath, manifest: HostPath },
+    /// The file it held before kube-anchor first wrote it was kept, but is gone from the state
+    /// dir (or changed there): removed without putting it back.
+    OriginalLost { path: HostPath },
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -179,6 +182,43 @@ fn remove(entry: &LedgerEntry, have: &Observed) -> Op {
     }
 }
 
+/// The files the writes of `ops` replace that kube-anchor did not write (no ledger entry): each
+/// is kept before it is replaced, and put back when kube-anchor removes the path.
+pub fn originals(ledger: &Ledger, ops: &[Op], observations: &Observations) -> Vec<(HostPath, Original)> {
+    ops.iter()
+        .filter_map(|op| match op {
+            Op::Write { file, .. } if ledger.get(&file.path).is_none() => match observed(observations, &file.path) {
+                Observed::File { sha256, mode, owner } => Some((
+                    file.path.clone(),
+                    Original {
+                        sha256: sha256.clone(),
+                        mode: *mode,
+                        owner: *owner,
+                    },
+                )),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect()
+}
+
+/// Among the removals of `ops`, the credentials whose original is put back instead of leaving
+/// nothing (the engine turns each into a write of the kept content). A manifest's original is
+/// not: putting back a static pod the operator is removing (often an older version of it,
+/// kubeadm's from before adoption) would start it again. It stays kept in the state dir.
+pub fn restorations(ledger: &Ledger, ops: &[Op]) -> Vec<(HostPath, Original)> {
+    ops.iter()
+        .filter_map(|op| match op {
+            Op::Remove { path, role, .. } if *role != Role::Manifest => ledger
+                .get(path)
+                .and_then(|e| e.original.clone())
+                .map(|o| (path.clone(), o)),
+            _ => None,
+        })
+        .collect()
+}
+
 /// What `remove` does, and which ledger entries stay ours afterwards.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RemovePlan {
@@ -252,6 +292,7 @@ pub fn adopt(
 /// then covers it, so `remove` never strands a file we wrote.
 pub fn intent(ledger: &Ledger, ops: &[Op], observations: &Observations, now: &str) -> Ledger {
     let mut intent = ledger.clone();
+    let originals = originals(ledger, ops, observations);
     for op in ops {
         let Op::Write { file, sha256, .. } = op else { continue };
         let mut entry = LedgerEntry::written(file, sha256.clone(), now);
@@ -260,6 +301,7 @@ pub fn intent(ledger: &Ledger, ops: &[Op], observations: &Observations, now: &st
             .and_then(|e| observed(observations, &file.path).recorded_sha256(e))
             .filter(|previous| *previous != sha256)
             .map(str::to_owned);
+        entry.original = originals.iter().find(|(p, _)| *p == file.path).map(|(_, o)| o.clone());
         intent.record(entry);
     }
     intent
@@ -417,9 +459,51 @@ mod tests {
                 role: *role,
                 written_at: "2026-01-01T00:00:00Z".into(),
                 previous_sha256: None,
+                original: None,
             });
         }
         l
+    }
+
+    #[test]
+    fn only_files_kube_anchor_did_not_write_are_kept_and_only_credentials_put_back() {
+        let d = desired();
+        // Both paths hold something else; only the key has no ledger entry.
+        let ledger = ledger_of(&[("/k/m.yaml", "OLD POD", Role::Manifest)]);
+        let obs: Observations = [(hp("/k/key"), on_disk("THEIRS")), (hp("/k/m.yaml"), on_disk("OLD POD"))].into();
+        let plan = plan_apply(&d, &obs, &ledger, false).unwrap();
+        let kept = originals(&ledger, &plan.ops, &obs);
+        assert_eq!(kept.len(), 1);
+        assert_eq!(kept[0].0, hp("/k/key"));
+        assert_eq!(kept[0].1.sha256, crate::digest::sha256_hex(b"THEIRS"));
+        // A missing path has nothing to keep.
+        let none: Observations = [(hp("/k/m.yaml"), on_disk("OLD POD"))].into();
+        assert!(originals(&ledger, &plan_apply(&d, &none, &ledger, false).unwrap().ops, &none).is_empty());
+        // The intent already carries it, so a crash right after the rename still knows it.
+        let intent = intent(&ledger, &plan.ops, &obs, "now");
+        assert_eq!(intent.get(&hp("/k/key")).unwrap().original, Some(kept[0].1.clone()));
+        // On removal: the credential's original is put back, the manifest's is not.
+        let mut after = ledger_of(&[
+            ("/k/key", "KEY", Role::Credential),
+            ("/k/m.yaml", "POD", Role::Manifest),
+        ]);
+        for path in ["/k/key", "/k/m.yaml"] {
+            let mut e = after.get(&hp(path)).unwrap().clone();
+            e.original = Some(kept[0].1.clone());
+            after.record(e);
+        }
+        let held: Observations = [(hp("/k/key"), on_disk("KEY")), (hp("/k/m.yaml"), on_disk("POD"))].into();
+        let removal = plan_remove(&after, &[Role::Manifest, Role::Credential], &held);
+        let restored: Vec<HostPath> = restorations(&after, &removal.plan.ops)
+            .into_iter()
+            .map(|(p, _)| p)
+            .collect();
+        assert_eq!(restored, [hp("/k/key")]);
+        // Recording a new write keeps the original with the path.
+        let mut e = after.get(&hp("/k/key")).unwrap().clone();
+        e.original = None;
+        after.record(e);
+        assert!(after.get(&hp("/k/key")).unwrap().original.is_some());
     }
 
     fn reasons(plan: &Plan) -> Vec<(String, WriteReason)> {

@@ -105,7 +105,10 @@ pub fn parse(file: &Path, text: &str) -> Result<StaticPod, ManifestError> {
     match document.get("apiVersion").and_then(Value::as_str) {
         Some("v1") => {}
         other => {
-            return Err(invalid("apiVersion", format!("expected \"v1\", found {}", found(other))));
+            return Err(invalid(
+                "apiVersion",
+                format!("expected \"v1\", found {}", found(other)),
+            ));
         }
     }
     match document.get("kind").and_then(Value::as_str) {
@@ -164,7 +167,13 @@ fn unknown_field(document: &Value, pod: &Pod) -> Option<String> {
 }
 
 fn first_dropped(written: &Value, decoded: &Value, at: &str) -> Option<String> {
-    let join = |key: &str| if at.is_empty() { key.to_owned() } else { format!("{at}.{key}") };
+    let join = |key: &str| {
+        if at.is_empty() {
+            key.to_owned()
+        } else {
+            format!("{at}.{key}")
+        }
+    };
     match (written, decoded) {
         (Value::Mapping(w), Value::Mapping(d)) => w.iter().find_map(|(key, value)| {
             let name = match key {
@@ -759,7 +768,10 @@ mod tests {
             };
             let e = p(&with).expect_err(field);
             let message = e.to_string();
-            assert!(message.contains(field) && message.contains("not a field of a v1 Pod"), "{field}: {message}");
+            assert!(
+                message.contains(field) && message.contains("not a field of a v1 Pod"),
+                "{field}: {message}"
+            );
         }
     }
 
@@ -784,8 +796,7 @@ mod tests {
         let e = parse(Path::new("pod.yaml"), tagged_key).expect_err("a tagged key is refused");
         assert!(e.to_string().contains("YAML tag"), "{e}");
         // Whatever is accepted can be written, and is accepted again.
-        let ok =
-            "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c, image: i}], nodeSelector: {a: 'on'}}\n";
+        let ok = "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c, image: i}], nodeSelector: {a: 'on'}}\n";
         let pod = parse(Path::new("pod.yaml"), ok).unwrap();
         let written = pod.to_yaml_with_hash("sha256:00");
         parse(Path::new("w.yaml"), std::str::from_utf8(&written).unwrap()).unwrap();

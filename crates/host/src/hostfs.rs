@@ -980,6 +980,7 @@ mod tests {
             role: Role::Credential,
             written_at: "t".into(),
             previous_sha256: None,
+            original: None,
         });
         n.fs.store_ledger(&state, &l).unwrap();
         assert_eq!(n.fs.load_ledger(&state, "c").unwrap().ledger, l);

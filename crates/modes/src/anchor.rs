@@ -111,7 +111,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         shared.clone(),
     )
     .await?;
-    let api_wanted = args.identity.kubeconfig.is_some() || std::env::var_os("KUBERNETES_SERVICE_HOST").is_some();
+    let api_wanted = args.identity.kubeconfig().is_some() || std::env::var_os("KUBERNETES_SERVICE_HOST").is_some();
     if !api_wanted {
         tracing::warn!(
             "no kubeconfig and not in a cluster: keeping files in sync, but nothing can prove the static pod runs"
@@ -124,7 +124,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         .transpose()?;
     let watcher = DirWatcher::new().context("starting inotify")?;
     let api = kubeapi::LazyClient::new(
-        args.identity.kubeconfig.clone(),
+        args.identity.kubeconfig().map(ToOwned::to_owned),
         args.identity.api_servers.clone(),
         kubeapi::user_agent(&format!("run {component}"), args.identity.node_name.as_deref()),
         Duration::ZERO,

@@ -135,7 +135,7 @@ async fn pre_stop(args: CheckpointerPreStopArgs) -> anyhow::Result<ExitCode> {
     let client = match tokio::time::timeout(
         remaining(),
         kubeapi::client(
-            identity.kubeconfig.as_deref(),
+            identity.kubeconfig(),
             &identity.api_servers,
             &kubeapi::user_agent("checkpointer pre-stop", identity.node_name.as_deref()),
         ),
@@ -414,13 +414,13 @@ async fn run(args: CheckpointerRunArgs) -> anyhow::Result<()> {
     .await?;
     let mut draining = crate::shutdown::install()?;
     let mut api = ApiLink::new(
-        args.identity.kubeconfig.clone(),
+        args.identity.kubeconfig().map(ToOwned::to_owned),
         args.identity.api_servers.clone(),
         setup.node.clone(),
     );
     let kubelet = KubeletClient::new(
         &args.kubelet_url,
-        kubeapi::bearer_token(args.identity.kubeconfig.as_deref()).await,
+        kubeapi::bearer_token(args.identity.kubeconfig()).await,
         args.kubelet_ca_file.as_deref(),
     )?;
     // The DaemonSet copy says it is alive for as long as it runs.

@@ -132,6 +132,10 @@ pub struct ApplyArgs {
     /// when they still hold what was written).
     #[arg(long, env = "KUBE_ANCHOR_PRUNE")]
     pub prune: bool,
+    /// Show what would change, as a diff, and change nothing. Only files readable by everyone
+    /// (before and after) show their content; for the others the diff says only that it differs.
+    #[arg(long)]
+    pub dry_run: bool,
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub output: OutputFormat,
 }
@@ -227,6 +231,10 @@ pub struct RemoveArgs {
     pub component: ComponentArgs,
     #[command(flatten)]
     pub node: NodeArgs,
+    /// With --component: succeed when nothing is recorded for it here (by default a name with
+    /// no ledger on this node is refused, as a likely typo).
+    #[arg(long)]
+    pub ignore_not_found: bool,
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub output: OutputFormat,
 }
@@ -463,8 +471,9 @@ pub struct IdentityArgs {
     #[arg(long, env = "POD_NAMESPACE")]
     pub pod_namespace: Option<String>,
     /// Kubeconfig; without it the in-cluster service account is used when present, else no API.
-    #[arg(long, env = "KUBECONFIG")]
-    pub kubeconfig: Option<PathBuf>,
+    /// An empty value (`KUBECONFIG=`) is no kubeconfig, as for kubectl.
+    #[arg(long = "kubeconfig", id = "kubeconfig", env = "KUBECONFIG", value_parser = maybe_path)]
+    kubeconfig_arg: Option<PathBuf>,
     /// Further API servers (`https://host:port`, comma-separated in the env var), tried in turn
     /// when the kubeconfig's or in-cluster address fails, with the same credentials: an anchor
     /// whose API path is its own node's API server must still see the API when that server is
@@ -473,7 +482,17 @@ pub struct IdentityArgs {
     pub api_servers: Vec<http::Uri>,
 }
 
+/// A path that may be given empty: parsed as the empty path, which means none.
+fn maybe_path(raw: &str) -> Result<PathBuf, std::convert::Infallible> {
+    Ok(PathBuf::from(raw))
+}
+
 impl IdentityArgs {
+    /// The kubeconfig, unless none or an empty one was given.
+    pub fn kubeconfig(&self) -> Option<&std::path::Path> {
+        self.kubeconfig_arg.as_deref().filter(|p| !p.as_os_str().is_empty())
+    }
+
     /// This pod, as the downward API names it (all three are needed to look anything up).
     pub fn this_pod(&self) -> Option<kube_anchor_core::decommission::ThisPod> {
         match (&self.pod_name, &self.pod_namespace, &self.node_name) {

@@ -13,7 +13,7 @@ use crate::cli::{
     ApplyArgs, BootstrapArgs, Cli, Command, ImportArgs, NodeArgs, OutputFormat, ProbeArgs, ProbeEndpoint, RemoveArgs,
     RetryArgs, StatusArgs,
 };
-use crate::engine::{ApplyReport, Engine, Inputs, RemoveReport, StatusReport};
+use crate::engine::{ApplyReport, Engine, Inputs, Preview, PreviewAction, PreviewChange, RemoveReport, StatusReport};
 use crate::logging;
 use kube_anchor_core::plan::Notice;
 use kube_anchor_host::hostfs::SetAside;
@@ -181,6 +181,11 @@ fn apply(args: ApplyArgs) -> anyhow::Result<ExitCode> {
     let inputs = Inputs::load(&args.config, engine.roots())?;
     let record = join_etcd(&engine, &inputs)?;
     let desired = inputs.desired(&inputs.variables(record.as_ref()))?;
+    if args.dry_run {
+        let preview = engine.preview(&desired, args.prune)?;
+        print_preview(&preview, args.output);
+        return Ok(ExitCode::SUCCESS);
+    }
     // An explicit apply takes a decommissioned component back.
     if engine.recommission(&desired.component, None)? {
         tracing::info!(component = %desired.component, "lifted the decommission marker");
@@ -287,6 +292,21 @@ fn etcd_record(engine: &Engine, inputs: &Inputs) -> anyhow::Result<Option<kube_a
 fn remove(args: RemoveArgs) -> anyhow::Result<ExitCode> {
     let engine = engine(&args.node)?;
     let component = args.component.name(engine.roots())?;
+    // A name typed by hand with nothing recorded is likely a typo (as `kubectl delete` of a
+    // missing object); a config's name is a real component, and removing it again succeeds.
+    let recorded = engine.recorded_components();
+    if args.component.component.is_some() && !args.ignore_not_found && !recorded.contains(&component) {
+        anyhow::bail!(
+            "{component}: nothing recorded for this component in {} (components recorded there: {}); \
+             --ignore-not-found to succeed anyway",
+            engine.state_dir,
+            if recorded.is_empty() {
+                "none".into()
+            } else {
+                recorded.join(", ")
+            }
+        );
+    }
     let report = engine.remove(&component)?;
     log_notices(&report.notices, report.set_aside.as_ref());
     tracing::info!(component = %report.component, removed = report.removed.len(), "removed");
@@ -342,6 +362,11 @@ fn notice_text(notice: &Notice) -> String {
         Notice::KeptForManifest { path, manifest } => {
             format!("{path}: kept, because {manifest} was changed by hand and stays, and may need it")
         }
+        Notice::OriginalLost { path } => {
+            format!(
+                "{path}: the file it held before kube-anchor wrote it is gone from the state dir; removed without putting it back"
+            )
+        }
     }
 }
 
@@ -380,6 +405,9 @@ fn apply_json(r: &ApplyReport) -> serde_json::Value {
             .map(|(p, why)| json!({"path": p, "action": "written", "reason": why})),
     );
     files.extend(r.removed.iter().map(|p| json!({"path": p, "action": "removed"})));
+    files.extend(r.restored.iter().map(|p| json!({"path": p, "action": "restored"})));
+    // A replaced file is also among `written`: said once more, as what was kept.
+    files.extend(r.replaced.iter().map(|p| json!({"path": p, "action": "kept-original"})));
     files.extend(r.unchanged.iter().map(|p| {
         let action = if r.adopted.contains(p) { "adopted" } else { "unchanged" };
         json!({"path": p, "action": action})
@@ -412,6 +440,12 @@ fn print_apply(r: &ApplyReport, format: OutputFormat) {
             for p in &r.removed {
                 println!("  removed    {p}");
             }
+            for p in &r.restored {
+                println!("  restored   {p} (the file it held before kube-anchor wrote it)");
+            }
+            for p in &r.replaced {
+                println!("  kept       {p}: the file there before, not written by kube-anchor (`remove` puts it back)");
+            }
             for p in &r.unchanged {
                 if r.adopted.contains(p) {
                     println!("  adopted    {p} (already held what the config wants; now in the ledger)");
@@ -426,17 +460,114 @@ fn print_apply(r: &ApplyReport, format: OutputFormat) {
     }
 }
 
+/// A file's content may be shown only when it is no secret: a manifest (rendered from a
+/// ConfigMap, never from a Secret) or a file everyone on the node may read anyway (a
+/// certificate). A key or a kubeconfig never reaches stdout.
+fn showable(c: &PreviewChange) -> bool {
+    let world_readable = |mode: Option<kube_anchor_core::config::FileMode>| mode.is_none_or(|m| m.0 & 0o004 != 0);
+    c.role == kube_anchor_core::config::Role::Manifest
+        || (world_readable(c.before_mode) && world_readable(c.after_mode))
+}
+
+fn preview_action(c: &PreviewChange) -> String {
+    match c.action {
+        PreviewAction::Write(reason) => serde_json::to_value(reason)
+            .expect("enum")
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+        PreviewAction::Remove => "remove".into(),
+        PreviewAction::Restore => "restore-original".into(),
+    }
+}
+
+fn print_preview(p: &Preview, format: OutputFormat) {
+    let warnings = warnings(&p.notices, None);
+    if format == OutputFormat::Json {
+        let changes: Vec<serde_json::Value> = p
+            .changes
+            .iter()
+            .map(|c| json!({"path": c.path, "action": preview_action(c), "keepsOriginal": c.keeps_original}))
+            .collect();
+        let out = json!({"component": p.component, "contentHash": p.content_hash, "dryRun": true, "changes": changes, "warnings": warnings});
+        println!("{out}");
+        return;
+    }
+    if p.changes.is_empty() {
+        println!("{}: no changes ({}; dry run)", p.component, p.content_hash);
+    } else {
+        println!(
+            "{}: {} change(s) would be made ({}; dry run, nothing written)",
+            p.component,
+            p.changes.len(),
+            p.content_hash
+        );
+    }
+    for c in &p.changes {
+        let mode = |m: Option<kube_anchor_core::config::FileMode>| m.map_or("-".to_owned(), |m| format!("{:04o}", m.0));
+        println!("  {:<17} {}", preview_action(c), c.path);
+        if c.before_mode != c.after_mode && c.before_mode.is_some() && c.after_mode.is_some() {
+            println!("    mode {} -> {}", mode(c.before_mode), mode(c.after_mode));
+        }
+        if c.keeps_original {
+            println!("    the file there was not written by kube-anchor: kept in the state dir, put back by `remove`");
+        }
+        if c.before == c.after {
+            continue;
+        }
+        if !showable(c) {
+            let modes = [c.before_mode, c.after_mode]
+                .into_iter()
+                .flatten()
+                .map(|m| mode(Some(m)));
+            println!(
+                "    content differs (not shown: mode {})",
+                modes.collect::<Vec<_>>().join(" -> ")
+            );
+            continue;
+        }
+        let text = |b: &Option<Vec<u8>>| {
+            b.as_deref()
+                .map(String::from_utf8_lossy)
+                .unwrap_or_default()
+                .into_owned()
+        };
+        let (before, after) = (text(&c.before), text(&c.after));
+        let diff = similar::TextDiff::from_lines(&before, &after);
+        let path = c.path.to_string();
+        print!(
+            "{}",
+            diff.unified_diff()
+                .context_radius(3)
+                .header(&format!("{path} (on the node)"), &format!("{path} (wanted)"))
+        );
+    }
+    for w in warnings {
+        println!("  warning    {w}");
+    }
+}
+
 fn print_remove(r: &RemoveReport, format: OutputFormat) {
     let warnings = warnings(&r.notices, r.set_aside.as_ref());
     match format {
         OutputFormat::Json => println!(
             "{}",
-            json!({"component": r.component, "removed": r.removed, "warnings": warnings})
+            json!({"component": r.component, "removed": r.removed, "restored": r.restored,
+                   "originalsKept": r.originals_kept.iter().map(|(p, k)| json!({"path": p, "keptAt": k})).collect::<Vec<_>>(),
+                   "warnings": warnings})
         ),
         OutputFormat::Text => {
             println!("{}: {} file(s) removed", r.component, r.removed.len());
             for p in &r.removed {
                 println!("  removed    {p}");
+            }
+            for p in &r.restored {
+                println!("  restored   {p} (the file it held before kube-anchor wrote it)");
+            }
+            for (p, kept) in &r.originals_kept {
+                println!(
+                    "  kept       {kept}: the manifest {p} held before kube-anchor wrote it (not started again; copy it back to run it)"
+                );
             }
             for w in warnings {
                 println!("  warning    {w}");

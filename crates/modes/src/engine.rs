@@ -6,8 +6,9 @@ use std::time::SystemTime;
 
 use kube_anchor_core::config::{self, Anchor, ConfigError, Role};
 use kube_anchor_core::desired::{self, Desired, DesiredError};
+use kube_anchor_core::digest::sha256_hex;
 use kube_anchor_core::hostpath::{AllowedRoots, HostPath, HostPathError};
-use kube_anchor_core::ledger::{Ledger, LedgerEntry, Snapshot};
+use kube_anchor_core::ledger::{Ledger, LedgerEntry, Original, Snapshot};
 use kube_anchor_core::plan::{self, FileStatus, Notice, Op, PlanError, WriteReason};
 use kube_anchor_core::render::Variables;
 use kube_anchor_host::hostfs::{
@@ -70,6 +71,11 @@ pub struct ApplyReport {
     pub content_hash: String,
     pub written: Vec<(HostPath, WriteReason)>,
     pub removed: Vec<HostPath>,
+    /// Files kube-anchor did not write that this apply replaced: kept in the state dir, put
+    /// back by `remove`.
+    pub replaced: Vec<HostPath>,
+    /// Paths given back their kept original (with `--prune`).
+    pub restored: Vec<HostPath>,
     pub unchanged: Vec<HostPath>,
     /// Among `unchanged`: files that already held what the config wants and are now recorded
     /// as written by kube-anchor (no ledger entry, or a stale one).
@@ -83,14 +89,49 @@ pub struct ApplyReport {
 
 impl ApplyReport {
     pub fn changed(&self) -> bool {
-        !self.written.is_empty() || !self.removed.is_empty()
+        !self.written.is_empty() || !self.removed.is_empty() || !self.restored.is_empty()
     }
+}
+
+/// What `apply --dry-run` shows.
+#[derive(Debug, Clone)]
+pub struct Preview {
+    pub component: String,
+    pub content_hash: String,
+    pub changes: Vec<PreviewChange>,
+    pub notices: Vec<Notice>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PreviewAction {
+    Write(WriteReason),
+    Remove,
+    /// A removal that puts back the file the path held before kube-anchor wrote it.
+    Restore,
+}
+
+#[derive(Debug, Clone)]
+pub struct PreviewChange {
+    pub path: HostPath,
+    pub role: Role,
+    pub action: PreviewAction,
+    /// The write replaces a file kube-anchor did not write; it would be kept first.
+    pub keeps_original: bool,
+    pub before: Option<Vec<u8>>,
+    pub before_mode: Option<config::FileMode>,
+    pub after: Option<Vec<u8>>,
+    pub after_mode: Option<config::FileMode>,
 }
 
 #[derive(Debug, Clone, Default)]
 pub struct RemoveReport {
     pub component: String,
     pub removed: Vec<HostPath>,
+    /// Paths given back the file they held before kube-anchor first wrote them.
+    pub restored: Vec<HostPath>,
+    /// Manifests removed whose original (the static pod there before kube-anchor's) is not put
+    /// back: where it is kept, to copy back by hand.
+    pub originals_kept: Vec<(HostPath, HostPath)>,
     pub notices: Vec<Notice>,
     pub set_aside: Option<SetAside>,
 }
@@ -215,6 +256,26 @@ impl Engine {
         Ok(Self { fs, state_dir })
     }
 
+    /// The components with a ledger on this node (what `apply` or `run` recorded), by name.
+    pub fn recorded_components(&self) -> Vec<String> {
+        let Ok(dir) = self.state_dir.join(kube_anchor_core::ledger::STATE_SUBDIR) else {
+            return Vec::new();
+        };
+        let Some(entries) = self.fs.resolve(&dir).ok().and_then(|real| std::fs::read_dir(real).ok()) else {
+            return Vec::new();
+        };
+        let mut names: Vec<String> = entries
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter_map(|name| {
+                let component = name.strip_suffix(".json")?;
+                (!component.contains('.') && kube_anchor_core::config::is_component_name(component))
+                    .then(|| component.to_owned())
+            })
+            .collect();
+        names.sort();
+        names
+    }
+
     pub fn roots(&self) -> &AllowedRoots {
         self.fs.roots()
     }
@@ -256,9 +317,15 @@ impl Engine {
             .collect();
         let now = now_rfc3339();
         report.adopted = plan::adopt(&mut ledger, desired, &observations, &report.unchanged, &now);
+        // Files kube-anchor replaces without having written them are kept first: `remove`
+        // puts them back.
+        let originals = plan::originals(&ledger, &plan.ops, &observations);
+        self.keep_originals(&desired.component, &originals)?;
+        report.replaced = originals.iter().map(|(p, _)| p.clone()).collect();
+        let (ops, restores) = self.restoring(&desired.component, &ledger, plan.ops, &mut report.notices);
         // The intent is on disk before the first rename, so no crash strands a file we wrote.
-        let intent = if plan.ops.iter().any(|op| matches!(op, Op::Write { .. })) {
-            let intent = plan::intent(&ledger, &plan.ops, &observations, &now);
+        let intent = if ops.iter().any(|op| matches!(op, Op::Write { .. })) {
+            let intent = plan::intent(&ledger, &ops, &observations, &now);
             Some((
                 HostFs::ledger_path(&self.state_dir, &desired.component)?,
                 intent.encode(),
@@ -266,7 +333,7 @@ impl Engine {
         } else {
             None
         };
-        let result = self.fs.execute_with_intent(&plan.ops, intent);
+        let result = self.fs.execute_with_intent(&ops, intent);
         let (done, error) = match result {
             Ok(done) => (done, None),
             Err((e, done)) => (done, Some(e)),
@@ -274,6 +341,10 @@ impl Engine {
         let wrote = done.iter().filter(|d| matches!(d, Done::Wrote { .. })).count();
         for (d, reason) in done.into_iter().zip(reasons) {
             match d {
+                Done::Wrote { path, .. } if restores.iter().any(|(p, _)| *p == path) => {
+                    ledger.forget(&path);
+                    report.restored.push(path);
+                }
                 Done::Wrote {
                     path,
                     sha256,
@@ -284,7 +355,9 @@ impl Engine {
                     report
                         .written
                         .push((path.clone(), reason.expect("a write has a reason")));
-                    ledger.record(entry_for(path, sha256, mode, owner, role, &now));
+                    let mut entry = entry_for(path, sha256, mode, owner, role, &now);
+                    entry.original = originals.iter().find(|(p, _)| *p == entry.path).map(|(_, o)| o.clone());
+                    ledger.record(entry);
                 }
                 Done::Removed { path } => {
                     ledger.forget(&path);
@@ -297,6 +370,7 @@ impl Engine {
         }
         // Record what was done even when a later step failed: `remove` relies on it.
         let stored = self.fs.store_ledger(&self.state_dir, &ledger);
+        self.drop_originals(&desired.component, &ledger, &restores, &report.restored);
         match (error, stored) {
             (Some(e), _) => Err(e.into()),
             (None, Err(source)) if wrote > 0 => Err(EngineError::LedgerAfterWrite {
@@ -306,6 +380,65 @@ impl Engine {
             }),
             (None, stored) => stored.map(|()| report).map_err(Into::into),
         }
+    }
+
+    /// What [`Engine::apply`] would do, changing nothing: each write or removal with the bytes
+    /// before and after (for a diff; the caller decides what may be shown).
+    pub fn preview(&self, desired: &Desired, prune: bool) -> Result<Preview, EngineError> {
+        let ledger = self
+            .fs
+            .read_ledger(&self.state_dir, &desired.component)?
+            .unwrap_or_else(|_| Ledger::new(&desired.component));
+        let paths = paths_of(desired, &ledger);
+        let observations = self.fs.observe_all(&paths)?;
+        let plan = plan::plan_apply(desired, &observations, &ledger, prune)?;
+        let originals = plan::originals(&ledger, &plan.ops, &observations);
+        let restorations = plan::restorations(&ledger, &plan.ops);
+        let mut changes = Vec::new();
+        for op in &plan.ops {
+            let path = op.path().clone();
+            let before_mode = match observations.get(&path) {
+                Some(plan::Observed::File { mode, .. }) => Some(*mode),
+                _ => None,
+            };
+            let before = match before_mode {
+                Some(_) => self.fs.read(&path)?,
+                None => None,
+            };
+            let change = match op {
+                Op::Write { file, reason, .. } => PreviewChange {
+                    role: file.role,
+                    keeps_original: originals.iter().any(|(p, _)| *p == path),
+                    action: PreviewAction::Write(*reason),
+                    before,
+                    before_mode,
+                    after: Some(file.content.clone()),
+                    after_mode: Some(file.mode),
+                    path,
+                },
+                Op::Remove { role, .. } => PreviewChange {
+                    role: *role,
+                    keeps_original: false,
+                    action: if restorations.iter().any(|(p, _)| *p == path) {
+                        PreviewAction::Restore
+                    } else {
+                        PreviewAction::Remove
+                    },
+                    before,
+                    before_mode,
+                    after: None,
+                    after_mode: None,
+                    path,
+                },
+            };
+            changes.push(change);
+        }
+        Ok(Preview {
+            component: desired.component.clone(),
+            content_hash: desired.content_hash.clone(),
+            changes,
+            notices: plan.notices,
+        })
     }
 
     /// Removes what the ledger says this component wrote and what still holds it, the
@@ -332,14 +465,31 @@ impl Engine {
             set_aside: loaded.set_aside,
             ..Default::default()
         };
-        let (done, error) = match self.fs.execute(&plan.ops) {
+        let (ops, restores) = self.restoring(component, &ledger, plan.ops, &mut report.notices);
+        for op in &ops {
+            if let Op::Remove { path, .. } = op
+                && let Some(original) = ledger.get(path).and_then(|e| e.original.as_ref())
+            {
+                report
+                    .originals_kept
+                    .push((path.clone(), self.state_dir.join(&original.file_name(component))?));
+            }
+        }
+        let (done, error) = match self.fs.execute(&ops) {
             Ok(done) => (done, None),
             Err((e, done)) => (done, Some(e)),
         };
         for d in done {
-            if let Done::Removed { path } = d {
-                ledger.forget(&path);
-                report.removed.push(path);
+            match d {
+                Done::Removed { path } => {
+                    ledger.forget(&path);
+                    report.removed.push(path);
+                }
+                // Only restores write here.
+                Done::Wrote { path, .. } => {
+                    ledger.forget(&path);
+                    report.restored.push(path);
+                }
             }
         }
         if error.is_none() {
@@ -355,6 +505,7 @@ impl Engine {
             }
         }
         let stored = self.fs.store_ledger(&self.state_dir, &ledger);
+        self.drop_originals(component, &ledger, &restores, &report.restored);
         if !ledger.has_files() {
             // The last-known-good snapshot holds keys: it goes with the files.
             self.fs.remove_snapshot(&self.state_dir, component)?;
@@ -388,6 +539,93 @@ impl Engine {
         }
         self.update_ledger(component, |l| l.decommissioned = None)?;
         Ok(true)
+    }
+
+    /// Keeps the content of each file in `originals` in the state dir (private, 0600: a
+    /// replaced file may hold a key) before anything replaces it. The bytes are checked against
+    /// what was observed: a file changed since is not replaced.
+    fn keep_originals(&self, component: &str, originals: &[(HostPath, Original)]) -> Result<(), EngineError> {
+        for (path, original) in originals {
+            let bytes = self.fs.read(path)?.unwrap_or_default();
+            if sha256_hex(&bytes) != original.sha256 {
+                return Err(HostFsError::Changed { path: path.clone() }.into());
+            }
+            let kept = self.state_dir.join(&original.file_name(component))?;
+            self.fs
+                .write_file(&kept, &bytes, config::FileMode(0o600), Role::Credential)?;
+        }
+        Ok(())
+    }
+
+    /// `ops` with each removal of a path that has a kept original replaced by a write of that
+    /// original (its content, mode and owner), and the restorations made. An original that is
+    /// gone from the state dir, or no longer holds its bytes, cannot be put back: the path is
+    /// removed as before, and a notice says so.
+    fn restoring(
+        &self,
+        component: &str,
+        ledger: &Ledger,
+        mut ops: Vec<Op>,
+        notices: &mut Vec<Notice>,
+    ) -> (Vec<Op>, Vec<(HostPath, Original)>) {
+        let mut restores = Vec::new();
+        for (path, original) in plan::restorations(ledger, &ops) {
+            let kept = self.state_dir.join(&original.file_name(component)).ok();
+            let content = kept
+                .as_ref()
+                .and_then(|k| self.fs.read(k).ok().flatten())
+                .filter(|bytes| sha256_hex(bytes) == original.sha256);
+            let Some(content) = content else {
+                notices.push(Notice::OriginalLost { path });
+                continue;
+            };
+            let role = ledger.get(&path).map_or(Role::Credential, |e| e.role);
+            let op = ops
+                .iter_mut()
+                .find(|op| *op.path() == path)
+                .expect("a removal of this path");
+            *op = Op::Write {
+                sha256: original.sha256.clone(),
+                file: kube_anchor_core::desired::DesiredFile {
+                    path: path.clone(),
+                    content,
+                    mode: original.mode,
+                    owner: Some(original.owner),
+                    role,
+                },
+                reason: WriteReason::Content,
+            };
+            restores.push((path, original));
+        }
+        (ops, restores)
+    }
+
+    /// Deletes the kept originals put back, unless another recorded path still needs the same
+    /// content.
+    fn drop_originals(
+        &self,
+        component: &str,
+        ledger: &Ledger,
+        restores: &[(HostPath, Original)],
+        restored: &[HostPath],
+    ) {
+        for (_, original) in restores.iter().filter(|(p, _)| restored.contains(p)) {
+            let needed = ledger
+                .entries()
+                .iter()
+                .any(|e| e.original.as_ref().is_some_and(|o| o.sha256 == original.sha256));
+            if needed {
+                continue;
+            }
+            let kept = self.state_dir.join(&original.file_name(component));
+            if let Some(real) = kept.ok().and_then(|k| self.fs.resolve(&k).ok()) {
+                let _ = std::fs::remove_file(&real);
+                if let Some(dir) = real.parent() {
+                    // Only when empty: the component's other originals stay.
+                    let _ = std::fs::remove_dir(dir);
+                }
+            }
+        }
     }
 
     /// The component's own state files (ledger, last-known-good snapshot), whose crash leftovers
@@ -500,5 +738,6 @@ fn entry_for(
         role,
         written_at: now.into(),
         previous_sha256: None,
+        original: None,
     }
 }

@@ -63,7 +63,7 @@ async fn run_inner(args: &PreStopArgs, deadline: Instant) -> anyhow::Result<Exit
     let client: Result<kube::Client, String> = match tokio::time::timeout(
         remaining(evidence_until),
         kubeapi::client(
-            args.identity.kubeconfig.as_deref(),
+            args.identity.kubeconfig(),
             &args.identity.api_servers,
             &kubeapi::user_agent(&format!("pre-stop {component}"), args.identity.node_name.as_deref()),
         ),
