@@ -120,8 +120,30 @@ fn import(args: ImportArgs) -> anyhow::Result<ExitCode> {
     };
     let (plan, written) = crate::import::import(&nodes, &args.output_dir)?;
     print_import(&plan, &written, args.output);
+    // The cluster's signing keys leave the node for Secrets: whoever reads those reads the CA.
+    let mut signing_keys: Vec<&str> = plan
+        .components
+        .iter()
+        .flat_map(|c| &c.files)
+        .map(|f| f.name.as_str())
+        .filter(|n| SIGNING_KEYS.contains(n))
+        .collect();
+    signing_keys.sort_unstable();
+    signing_keys.dedup();
+    if !signing_keys.is_empty() {
+        tracing::warn!(
+            keys = %signing_keys.join(", "),
+            "the values hold the cluster's signing keys ({}); installed, they live in Kubernetes Secrets: \
+             enable encryption at rest for Secrets and restrict who may read Secrets in the release \
+             namespace before installing",
+            signing_keys.join(", ")
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
+
+/// Credential names (as import names them) of the keys that sign the cluster's identities.
+const SIGNING_KEYS: &[&str] = &["ca.key", "sa.key", "etcd-ca.key", "front-proxy-ca.key"];
 
 /// Names, paths and flag names only: the values files hold the secrets, stdout never does.
 fn print_import(plan: &crate::import::ImportPlan, written: &[std::path::PathBuf], format: OutputFormat) {
@@ -164,8 +186,12 @@ fn print_import(plan: &crate::import::ImportPlan, written: &[std::path::PathBuf]
                 if !c.omit_args.is_empty() {
                     println!("  omitted    --{}", c.omit_args.join(", --"));
                 }
-                for v in &c.volumes_not_carried {
-                    println!("  not carried hostPath volume {v}");
+                for v in &c.extra_volumes {
+                    let ro = if v.read_only { ", read-only" } else { "" };
+                    println!(
+                        "  volume     {} at {} ({}{ro}; component.extraVolumes)",
+                        v.host_path, v.mount_path, v.path_type
+                    );
                 }
             }
         }

@@ -91,6 +91,21 @@ pub(crate) enum ImportError {
         flag: String,
         value: String,
     },
+    #[error(
+        "{manifest}: --{flag} names {path}, which no volume of the imported pod mounts (the chart's: {mounts}); the component would look for it inside its container"
+    )]
+    Unmounted {
+        manifest: String,
+        flag: String,
+        path: String,
+        mounts: String,
+    },
+    #[error("{manifest}: volume {volume}: {problem}")]
+    Volume {
+        manifest: String,
+        volume: String,
+        problem: String,
+    },
     #[error("node name {0:?} given twice")]
     DuplicateNode(String),
     #[error("--node {0:?}: expected NAME=ROOT")]
@@ -111,8 +126,22 @@ pub(crate) struct ComponentPod {
     pub flags: Vec<(String, String)>,
     /// hostPath volumes: (path, type).
     pub host_paths: Vec<(String, String)>,
+    /// The hostPath volumes the container mounts, in the manifest's order.
+    pub mounts: Vec<HostMount>,
     pub resources: Option<Value>,
     pub annotations: BTreeMap<String, String>,
+}
+
+/// A hostPath volume and where the container mounts it: the shape of the charts'
+/// `component.extraVolumes` (kubeadm's `HostPathMount`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct HostMount {
+    pub name: String,
+    pub host_path: String,
+    pub mount_path: String,
+    pub read_only: bool,
+    pub path_type: String,
 }
 
 impl ComponentPod {
@@ -215,9 +244,52 @@ pub(crate) fn parse_manifest(manifest: &str, text: &str) -> Result<ComponentPod,
         .image
         .clone()
         .ok_or_else(|| not_kubeadm(manifest, "the container has no image"))?;
-    let host_paths = spec
-        .volumes
-        .unwrap_or_default()
+    let volumes = spec.volumes.unwrap_or_default();
+    let mut mounts = Vec::new();
+    for volume in &volumes {
+        let bad = |problem: &str| ImportError::Volume {
+            manifest: manifest.into(),
+            volume: volume.name.clone(),
+            problem: problem.into(),
+        };
+        let used: Vec<_> = container
+            .volume_mounts
+            .iter()
+            .flatten()
+            .filter(|m| m.name == volume.name)
+            .collect();
+        let Some(host) = &volume.host_path else {
+            if used.is_empty() {
+                continue;
+            }
+            return Err(bad(
+                "not a hostPath volume; only hostPath volumes (what kubeadm writes) can be carried into a chart",
+            ));
+        };
+        match used.as_slice() {
+            [] => {}
+            [mount]
+                if mount.sub_path.is_some() || mount.sub_path_expr.is_some() || mount.mount_propagation.is_some() =>
+            {
+                return Err(bad(
+                    "mounted with subPath or mountPropagation, which the charts' extraVolumes cannot state",
+                ));
+            }
+            [mount] => mounts.push(HostMount {
+                name: volume.name.clone(),
+                host_path: host.path.clone(),
+                mount_path: mount.mount_path.clone(),
+                read_only: mount.read_only.unwrap_or(false),
+                path_type: host
+                    .type_
+                    .clone()
+                    .filter(|t| !t.is_empty())
+                    .unwrap_or_else(|| "DirectoryOrCreate".into()),
+            }),
+            _ => return Err(bad("mounted more than once")),
+        }
+    }
+    let host_paths = volumes
         .into_iter()
         .filter_map(|v| v.host_path)
         .map(|h| (h.path, h.type_.unwrap_or_default()))
@@ -233,6 +305,7 @@ pub(crate) fn parse_manifest(manifest: &str, text: &str) -> Result<ComponentPod,
         image,
         flags,
         host_paths,
+        mounts,
         resources,
         annotations: pod.metadata.annotations.unwrap_or_default().into_iter().collect(),
     })
@@ -360,6 +433,17 @@ pub(crate) fn chart_mounts(component: &str) -> &'static [&'static str] {
     }
 }
 
+/// The volume names each chart's pod uses itself: an extra volume of the same name is renamed.
+pub(crate) fn chart_volume_names(component: &str) -> &'static [&'static str] {
+    match component {
+        "etcd" => &["data", "pki"],
+        "kube-apiserver" => &["pki", "encryption"],
+        "kube-controller-manager" => &["pki", "kubeconfig"],
+        "kube-scheduler" => &["kubeconfig"],
+        _ => &[],
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Pure: node variables
 
@@ -415,17 +499,14 @@ fn identity(node: &NodeInput, label: &str) -> Result<NodeIdentity, ImportError> 
 /// `value` with the node's address written `${NODE_IP}` wherever it stands alone (not inside a
 /// longer address or name), and, for etcd's member flags, its name written `${NODE_NAME}`.
 pub(crate) fn with_variables(flag: &str, value: &str, node: &NodeIdentity) -> String {
+    // etcd's member list is the same on every node, so it stays literal: rendered with the
+    // node's own variables, every node would name only itself (the etcd chart refuses that).
+    if flag == "initial-cluster" {
+        return value.into();
+    }
     let value = replace_token(value, &node.ip, "${NODE_IP}");
     match flag {
         "name" if value == node.name => "${NODE_NAME}".into(),
-        "initial-cluster" => value
-            .split(',')
-            .map(|member| match member.split_once('=') {
-                Some((name, url)) if name == node.name => format!("${{NODE_NAME}}={url}"),
-                _ => member.to_owned(),
-            })
-            .collect::<Vec<_>>()
-            .join(","),
         _ => value,
     }
 }
@@ -475,8 +556,9 @@ pub(crate) struct ComponentImport {
     pub extra_args: Vec<String>,
     pub omit_args: Vec<String>,
     pub files: Vec<CarriedFile>,
-    /// kubeadm's hostPath volumes the chart does not mount (e.g. the host's CA bundles).
-    pub volumes_not_carried: Vec<String>,
+    /// kubeadm's hostPath volumes the chart does not mount itself (the host's CA bundles, an
+    /// audit log dir): carried as `component.extraVolumes`.
+    pub extra_volumes: Vec<HostMount>,
     #[serde(skip)]
     pub values: Value,
 }
@@ -595,8 +677,10 @@ fn plan_component(component: &str, nodes: &[NodeInput], ids: &[NodeIdentity]) ->
     let flags = on.command_line()?;
     check_probes(component, &flags)?;
     let args = ChartArgs::of(component, &flags);
-    let files = on.files()?;
-    let values = values_of(&on, &image, &version, &flags, &args, &files);
+    let extra_volumes = on.extra_volumes(&flags)?;
+    check_mounted(on.pods[0], &flags, &extra_volumes)?;
+    let files = on.files(&extra_volumes)?;
+    let values = values_of(&on, &image, &version, &flags, &args, &files, &extra_volumes);
     Ok(ComponentImport {
         component: component.into(),
         image,
@@ -604,7 +688,7 @@ fn plan_component(component: &str, nodes: &[NodeInput], ids: &[NodeIdentity]) ->
         extra_args: args.extra_args.keys().cloned().collect(),
         omit_args: args.omit_args,
         files: files.carried,
-        volumes_not_carried: volumes_not_carried(on.pods[0], &flags),
+        extra_volumes,
         values,
     })
 }
@@ -687,19 +771,68 @@ impl<'a> OnNodes<'a> {
         Ok(flags)
     }
 
-    /// Files: every path the pods name that is a file under /etc/kubernetes.
-    fn files(&self) -> Result<Credentials, ImportError> {
+    /// The hostPath volumes kubeadm mounts that the chart does not mount itself, the same on
+    /// every node. One the chart mounts at the same place is the chart's; a volume mounted where
+    /// the chart mounts something else is refused.
+    fn extra_volumes(&self, flags: &BTreeMap<String, String>) -> Result<Vec<HostMount>, ImportError> {
+        let chart = chart_mount_paths(self.component, flags);
+        let of = |pod: &ComponentPod| -> Result<Vec<HostMount>, ImportError> {
+            let mut extra = Vec::new();
+            for m in &pod.mounts {
+                if chart.contains(&m.mount_path) {
+                    if m.host_path == m.mount_path {
+                        continue;
+                    }
+                    return Err(ImportError::Volume {
+                        manifest: pod.manifest.clone(),
+                        volume: m.name.clone(),
+                        problem: format!(
+                            "mounts host path {} at {}, where the {} chart mounts the host's own {}",
+                            m.host_path, m.mount_path, self.component, m.mount_path
+                        ),
+                    });
+                }
+                let mut m = m.clone();
+                if chart_volume_names(self.component).contains(&m.name.as_str()) {
+                    m.name = format!("kubeadm-{}", m.name);
+                }
+                extra.push(m);
+            }
+            Ok(extra)
+        };
+        let first = of(self.pods[0])?;
+        for (i, pod) in self.pods.iter().enumerate().skip(1) {
+            let other = of(pod)?;
+            if other != first {
+                let show = |v: &[HostMount]| {
+                    v.iter()
+                        .map(|m| format!("{}:{}", m.host_path, m.mount_path))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                };
+                return Err(self.differ("hostPath volumes", i, &show(&first), &show(&other)));
+            }
+        }
+        Ok(first)
+    }
+
+    /// Files: every path the pods name that is a file under /etc/kubernetes. A file in a carried
+    /// volume outside /etc/kubernetes (an audit log) is the component's data, not carried.
+    fn files(&self, extra: &[HostMount]) -> Result<Credentials, ImportError> {
         let mut files = Credentials::default();
         let mut seen_paths = BTreeSet::new();
         for (flag, path) in self.pods.iter().flat_map(|p| p.named_paths()) {
             if !seen_paths.insert(path.clone()) {
                 continue;
             }
+            if !under(&path, KUBERNETES_DIR) && extra.iter().any(|v| under(&path, &v.host_path)) {
+                continue;
+            }
             let contents = self.contents(&flag, &path)?;
             if contents.is_empty() {
                 continue; // a directory (a data dir) or an absent path outside /etc/kubernetes
             }
-            let name = self.carried_name(&flag, &path, contents.len(), &files.carried)?;
+            let name = self.carried_name(&flag, &path, contents.len(), &files.carried, extra)?;
             let (texts, mode) = self.texts_and_mode(&path, &contents)?;
             files.add(self.ids, name, path, mode, &texts);
         }
@@ -743,6 +876,7 @@ impl<'a> OnNodes<'a> {
         path: &str,
         found: usize,
         carried: &[CarriedFile],
+        extra: &[HostMount],
     ) -> Result<String, ImportError> {
         let component = self.component;
         if !under(path, KUBERNETES_DIR) {
@@ -755,7 +889,12 @@ impl<'a> OnNodes<'a> {
         if found != self.nodes.len() {
             return Err(self.differ(&format!("{path} (a file on one, not on the other)"), 1, "", ""));
         }
-        if !chart_mounts(component).iter().any(|m| under(path, m)) {
+        // Visible to the component: below a chart mount, or a carried volume mounted where it
+        // lies on the host.
+        let in_extra = extra
+            .iter()
+            .any(|v| v.host_path == v.mount_path && under(path, &v.host_path));
+        if !in_extra && !chart_mounts(component).iter().any(|m| under(path, m)) {
             return Err(ImportError::UnusableFile {
                 path: path.into(),
                 node: self.ids[0].name.clone(),
@@ -889,15 +1028,35 @@ impl ChartArgs {
     }
 }
 
-/// kubeadm's hostPath volumes the chart does not mount: outside /etc/kubernetes and not the
-/// data dir.
-fn volumes_not_carried(pod: &ComponentPod, flags: &BTreeMap<String, String>) -> Vec<String> {
-    let data_dir = flags.get("data-dir").cloned().unwrap_or_default();
-    pod.host_paths
-        .iter()
-        .map(|(p, _)| p.clone())
-        .filter(|p| !under(p, KUBERNETES_DIR) && *p != data_dir)
-        .collect()
+/// The directories (and files) the chart's own pod mounts, at the same path on the host and in
+/// the container: its fixed mounts and etcd's data dir.
+fn chart_mount_paths(component: &str, flags: &BTreeMap<String, String>) -> Vec<String> {
+    let mut paths: Vec<String> = chart_mounts(component).iter().map(|m| m.to_string()).collect();
+    if component == "etcd"
+        && let Some(data_dir) = flags.get("data-dir")
+    {
+        paths.push(data_dir.clone());
+    }
+    paths
+}
+
+/// Every flag naming an absolute path must find it mounted in the imported pod (the chart's
+/// mounts or the carried volumes): a path left to the container's own filesystem (an audit log
+/// written into the image) would lose what the flag is for.
+fn check_mounted(pod: &ComponentPod, flags: &BTreeMap<String, String>, extra: &[HostMount]) -> Result<(), ImportError> {
+    let mut mounts = chart_mount_paths(&pod.component, flags);
+    mounts.extend(extra.iter().map(|v| v.mount_path.clone()));
+    for (flag, value) in flags {
+        if value.starts_with('/') && !mounts.iter().any(|m| under(value, m)) {
+            return Err(ImportError::Unmounted {
+                manifest: pod.manifest.clone(),
+                flag: flag.clone(),
+                path: value.clone(),
+                mounts: chart_mount_paths(&pod.component, flags).join(", "),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The chart's values document.
@@ -908,6 +1067,7 @@ fn values_of(
     flags: &BTreeMap<String, String>,
     args: &ChartArgs,
     files: &Credentials,
+    extra_volumes: &[HostMount],
 ) -> Value {
     let mut component_values = serde_json::Map::new();
     component_values.insert("image".into(), json!(image));
@@ -919,6 +1079,9 @@ fn values_of(
     component_values.insert("omitArgs".into(), json!(args.omit_args));
     if let Some(resources) = &on.pods[0].resources {
         component_values.insert("resources".into(), resources.clone());
+    }
+    if !extra_volumes.is_empty() {
+        component_values.insert("extraVolumes".into(), json!(extra_volumes));
     }
     let mut values = json!({
         "component": Value::Object(component_values),
@@ -1244,6 +1407,12 @@ mod tests {
             .enumerate()
             .map(|(i, (p, t))| json!({"name": format!("v{i}"), "hostPath": {"path": p, "type": t}}))
             .collect();
+        // Mounted where they lie, read-only, as kubeadm does.
+        let mounts: Vec<Value> = volumes
+            .iter()
+            .enumerate()
+            .map(|(i, (p, _))| json!({"name": format!("v{i}"), "mountPath": p, "readOnly": true}))
+            .collect();
         let mut command = vec![component.to_owned()];
         command.extend(flags.iter().map(|f| f.to_string()));
         let annotations = if component == "kube-apiserver" {
@@ -1260,7 +1429,7 @@ mod tests {
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": component, "namespace": "kube-system", "annotations": annotations,
                          "labels": {"component": component, "tier": "control-plane"}},
-            "spec": {"containers": [{"name": component, "image": image, "command": command}], "volumes": vols},
+            "spec": {"containers": [{"name": component, "image": image, "command": command, "volumeMounts": mounts}], "volumes": vols},
         }))
         .unwrap()
     }
@@ -1354,10 +1523,8 @@ mod tests {
         assert_eq!(etcd["component"]["version"], "v3.6.8-0");
         assert_eq!(etcd["component"]["image"], "registry.k8s.io/etcd");
         assert_eq!(etcd["component"]["dataDir"], "/var/lib/etcd");
-        assert_eq!(
-            etcd["component"]["initialCluster"],
-            "${NODE_NAME}=https://${NODE_IP}:2380"
-        );
+        // Literal: the same member list on every node the chart selects.
+        assert_eq!(etcd["component"]["initialCluster"], "cp-1=https://10.0.0.1:2380");
         // Equal to the chart's fixed flag after rendering: no value needed.
         assert!(etcd["component"]["extraArgs"].get("advertise-client-urls").is_none());
         assert!(etcd["component"]["extraArgs"].get("name").is_none());
@@ -1385,7 +1552,110 @@ mod tests {
         assert_eq!(apiserver.values["component"]["securePort"], 6443);
         assert_eq!(apiserver.values["anchor"]["healthCAFile"], "");
         assert_eq!(apiserver.values["anchor"]["healthURL"], "https://127.0.0.1:6443/readyz");
-        assert_eq!(apiserver.volumes_not_carried, ["/etc/ssl/certs"]);
+        assert_eq!(
+            apiserver.extra_volumes,
+            [HostMount {
+                name: "v0".into(),
+                host_path: "/etc/ssl/certs".into(),
+                mount_path: "/etc/ssl/certs".into(),
+                read_only: true,
+                path_type: "DirectoryOrCreate".into(),
+            }]
+        );
+        assert_eq!(
+            apiserver.values["component"]["extraVolumes"][0]["hostPath"],
+            "/etc/ssl/certs"
+        );
+    }
+
+    /// kubeadm's audit logging: a policy file and a log dir, each a hostPath volume the charts
+    /// do not mount. Both are carried, the policy as a credential, the log as data.
+    #[test]
+    fn every_hostpath_volume_is_carried_or_the_import_refused() {
+        let mut n = node("cp-1", "10.0.0.1", "k");
+        let audit = r#"apiVersion: v1
+kind: Pod
+metadata: {name: kube-apiserver, namespace: kube-system, labels: {component: kube-apiserver, tier: control-plane}, annotations: {"kubeadm.kubernetes.io/kube-apiserver.advertise-address.endpoint": "10.0.0.1:6443"}}
+spec:
+  containers:
+  - name: kube-apiserver
+    image: registry.k8s.io/kube-apiserver:v1.36.3
+    command: [kube-apiserver, --advertise-address=10.0.0.1, --audit-policy-file=/etc/kubernetes/audit/policy.yaml, --audit-log-path=/var/log/kubernetes/audit/audit.log]
+    volumeMounts:
+    - {name: audit, mountPath: /etc/kubernetes/audit, readOnly: true}
+    - {name: audit-log, mountPath: /var/log/kubernetes/audit}
+    - {name: pki, mountPath: /etc/kubernetes/pki, readOnly: true}
+  volumes:
+  - {name: audit, hostPath: {path: /etc/kubernetes/audit, type: DirectoryOrCreate}}
+  - {name: audit-log, hostPath: {path: /var/log/kubernetes/audit, type: DirectoryOrCreate}}
+  - {name: pki, hostPath: {path: /etc/kubernetes/pki, type: DirectoryOrCreate}}
+"#;
+        let i = n.pods.iter().position(|p| p.component == "kube-apiserver").unwrap();
+        n.pods[i] = parse_manifest("/etc/kubernetes/manifests/kube-apiserver.yaml", audit).unwrap();
+        n.files
+            .insert("/etc/kubernetes/audit/policy.yaml".into(), file("rules: []", 0o600));
+        n.files
+            .insert("/var/log/kubernetes/audit/audit.log".into(), file("{}", 0o600));
+        let nodes = [n];
+        let imported = plan(&nodes, &labels(&nodes)).unwrap();
+        let apiserver = component(&imported, "kube-apiserver");
+        let carried: Vec<(&str, &str, bool)> = apiserver
+            .extra_volumes
+            .iter()
+            .map(|v| (v.name.as_str(), v.host_path.as_str(), v.read_only))
+            .collect();
+        assert_eq!(
+            carried,
+            [
+                ("audit", "/etc/kubernetes/audit", true),
+                ("audit-log", "/var/log/kubernetes/audit", false)
+            ],
+            "pki is the chart's own mount"
+        );
+        assert_eq!(apiserver.values["credentials"]["audit-policy.yaml"], "rules: []");
+        assert!(
+            apiserver.files.iter().all(|f| !f.path.starts_with("/var/log")),
+            "a log is no credential"
+        );
+
+        // The same log flag with no volume: the log would go into the container; refused, naming it.
+        let bare = audit.replace("    - {name: audit-log, mountPath: /var/log/kubernetes/audit}\n", "");
+        let mut n = node("cp-1", "10.0.0.1", "k");
+        n.pods[i] = parse_manifest("/etc/kubernetes/manifests/kube-apiserver.yaml", &bare).unwrap();
+        n.files
+            .insert("/etc/kubernetes/audit/policy.yaml".into(), file("rules: []", 0o600));
+        let nodes = [n];
+        let e = plan(&nodes, &labels(&nodes)).unwrap_err().to_string();
+        assert!(
+            e.contains("--audit-log-path") && e.contains("no volume of the imported pod mounts"),
+            "{e}"
+        );
+
+        // A volume mounted where the chart mounts the host's own directory: refused.
+        let moved = audit.replace(
+            "{name: pki, hostPath: {path: /etc/kubernetes/pki,",
+            "{name: pki, hostPath: {path: /srv/pki,",
+        );
+        let mut n = node("cp-1", "10.0.0.1", "k");
+        n.pods[i] = parse_manifest("/etc/kubernetes/manifests/kube-apiserver.yaml", &moved).unwrap();
+        n.files
+            .insert("/etc/kubernetes/audit/policy.yaml".into(), file("rules: []", 0o600));
+        let nodes = [n];
+        let e = plan(&nodes, &labels(&nodes)).unwrap_err().to_string();
+        assert!(e.contains("volume pki") && e.contains("/srv/pki"), "{e}");
+
+        // Not a hostPath volume: refused.
+        let empty_dir = audit.replace(
+            "{name: audit-log, hostPath: {path: /var/log/kubernetes/audit, type: DirectoryOrCreate}}",
+            "{name: audit-log, emptyDir: {}}",
+        );
+        let e = parse_manifest("/etc/kubernetes/manifests/kube-apiserver.yaml", &empty_dir)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("volume audit-log") && e.contains("not a hostPath volume"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -1439,11 +1709,23 @@ mod tests {
             .flags
             .push(("oidc-ca-file".into(), "/etc/ssl/oidc.pem".into()));
         n.files.insert("/etc/ssl/oidc.pem".into(), file("pem", 0o644));
-        let err = plan(&[n], &["cp-1".into()]).unwrap_err();
+        // Not below any mount: kubeadm's pod could not read it either, and the chart's would not.
+        let err = plan(std::slice::from_ref(&n), &["cp-1".into()]).unwrap_err();
         assert!(
-            matches!(err, ImportError::OutsideKubernetesDir { ref path, .. } if path == "/etc/ssl/oidc.pem"),
+            matches!(err, ImportError::Unmounted { ref path, ref flag, .. } if path == "/etc/ssl/oidc.pem" && flag == "oidc-ca-file"),
             "{err}"
         );
+        // Below a host directory the pod mounts (and import carries): the host's file, read
+        // in place like the CA bundles, not a credential the anchor writes.
+        n.pods[1].flags.retain(|(f, _)| f != "oidc-ca-file");
+        n.pods[1]
+            .flags
+            .push(("oidc-ca-file".into(), "/etc/ssl/certs/oidc.pem".into()));
+        n.files.insert("/etc/ssl/certs/oidc.pem".into(), file("pem", 0o644));
+        let imported = plan(&[n], &["cp-1".into()]).unwrap();
+        let apiserver = component(&imported, "kube-apiserver");
+        assert!(apiserver.files.iter().all(|f| f.path != "/etc/ssl/certs/oidc.pem"));
+        assert_eq!(apiserver.extra_volumes[0].host_path, "/etc/ssl/certs");
     }
 
     #[test]
@@ -1527,13 +1809,14 @@ mod tests {
         assert_eq!(with_variables("x", "10.0.0.10,110.0.0.1", &id), "10.0.0.10,110.0.0.1");
         assert_eq!(with_variables("name", "cp-1", &id), "${NODE_NAME}");
         assert_eq!(with_variables("cluster-name", "cp-1", &id), "cp-1");
+        // The member list is the same on every node: literal.
         assert_eq!(
             with_variables(
                 "initial-cluster",
                 "cp-0=https://10.0.0.9:2380,cp-1=https://10.0.0.1:2380",
                 &id
             ),
-            "cp-0=https://10.0.0.9:2380,${NODE_NAME}=https://${NODE_IP}:2380"
+            "cp-0=https://10.0.0.9:2380,cp-1=https://10.0.0.1:2380"
         );
     }
 
