@@ -16,7 +16,7 @@ use kube_anchor_core::render::{Variables, render};
 use serde_yaml_ng::Value;
 use support::fixture::BIN;
 use support::helm::*;
-use support::kubeadm::{KubeadmNode, kubeadm_node, run_ok};
+use support::kubeadm::{KubeadmNode, kubeadm_node, kubeadm_node_with, run_ok};
 use support::kubectl::kubectl_ok;
 
 const COMPONENTS: [&str; 4] = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"];
@@ -110,6 +110,28 @@ fn rendered_pod(inputs: &NodeInputs, node: &KubeadmNode) -> Value {
     serde_yaml_ng::from_str(&text).unwrap()
 }
 
+/// A pod's hostPath mounts: (host path, mount path, read-only), sorted.
+fn host_mounts(pod: &Value) -> Vec<(String, String, bool)> {
+    let volumes = pod["spec"]["volumes"].as_sequence().cloned().unwrap_or_default();
+    let mounts = container(pod)["volumeMounts"]
+        .as_sequence()
+        .cloned()
+        .unwrap_or_default();
+    let mut out: Vec<(String, String, bool)> = mounts
+        .iter()
+        .filter_map(|m| {
+            let volume = volumes.iter().find(|v| v["name"] == m["name"])?;
+            Some((
+                volume["hostPath"]["path"].as_str()?.to_owned(),
+                m["mountPath"].as_str()?.to_owned(),
+                m["readOnly"].as_bool().unwrap_or(false),
+            ))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 /// For every chart and node: the rendered static pod runs kubeadm's image and flags, and the
 /// Secrets hold every file kubeadm's pod names, byte for byte, at the same path and mode.
 fn assert_charts_reproduce(nodes: &[&KubeadmNode], out: &Path, etcd_flags_may_differ: &[&str]) {
@@ -133,6 +155,14 @@ fn assert_charts_reproduce(nodes: &[&KubeadmNode], out: &Path, etcd_flags_may_di
                 f
             };
             assert_eq!(command(&pod)[0], command(&kubeadm)[0], "{component}: the binary");
+            // Every directory kubeadm's pod sees from the host, the chart's sees at the same
+            // place (the chart's own mounts, or the ones import carried).
+            assert_eq!(
+                host_mounts(&pod),
+                host_mounts(&kubeadm),
+                "{component} on {}: hostPath mounts",
+                node.name
+            );
             assert_eq!(flags(&pod), flags(&kubeadm), "{component} on {}: flags", node.name);
 
             let files = anchor_files(&inputs);
@@ -607,4 +637,100 @@ fn awkward_text_reaches_the_secret_byte_for_byte() {
             "{name} changed on its way through the values and helm"
         );
     }
+}
+
+/// kubeadm's audit logging (ClusterConfiguration `apiServer.extraArgs` and `extraVolumes`): the
+/// policy file and the log dir are volumes the chart does not mount itself. Import carries both,
+/// the chart renders them where kubeadm mounted them, and the takeover writes the manifest only.
+#[test]
+fn a_kubeadm_node_with_audit_logging_keeps_its_volumes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("cp-1");
+    fs::create_dir_all(root.join("etc/kubernetes/audit")).unwrap();
+    fs::write(
+        root.join("etc/kubernetes/audit/policy.yaml"),
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules: [{level: Metadata}]\n",
+    )
+    .unwrap();
+    fs::set_permissions(
+        root.join("etc/kubernetes/audit/policy.yaml"),
+        fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    let node = kubeadm_node_with(
+        &root,
+        "cp-1",
+        "10.11.0.1",
+        None,
+        "extraArgs: [{name: audit-policy-file, value: /etc/kubernetes/audit/policy.yaml}, \
+         {name: audit-log-path, value: /var/log/kubernetes/audit/audit.log}], \
+         extraVolumes: [{name: audit, hostPath: /etc/kubernetes/audit, mountPath: /etc/kubernetes/audit, readOnly: true, pathType: DirectoryOrCreate}, \
+         {name: audit-log, hostPath: /var/log/kubernetes/audit, mountPath: /var/log/kubernetes/audit, pathType: DirectoryOrCreate}]",
+    );
+    // The log the running apiserver wrote: the component's data, never a credential.
+    fs::create_dir_all(root.join("var/log/kubernetes/audit")).unwrap();
+    fs::write(
+        root.join("var/log/kubernetes/audit/audit.log"),
+        "{\"kind\":\"Event\"}\n",
+    )
+    .unwrap();
+    let out = tmp.path().join("values");
+    let summary = run_ok(
+        import(&[
+            "--host-root",
+            node.root.to_str().unwrap(),
+            "--output-dir",
+            out.to_str().unwrap(),
+        ]),
+        "import",
+    );
+    assert!(
+        summary.contains("volume     /var/log/kubernetes/audit at /var/log/kubernetes/audit"),
+        "{summary}"
+    );
+    // The kubeadm pod's mounts, the chart's rendered ones, flags and files: all the same.
+    assert_charts_reproduce(&[&node], &out, &[]);
+    let inputs = rendered(&out.join("kube-apiserver.yaml"), "kube-apiserver", "cp-1");
+    assert!(
+        anchor_files(&inputs)
+            .iter()
+            .any(|(_, p, m)| p == "/etc/kubernetes/audit/policy.yaml" && m == "0600")
+    );
+    assert!(anchor_files(&inputs).iter().all(|(_, p, _)| !p.starts_with("/var/log")));
+    // The takeover: the policy adopted as it is, the manifest written with both volumes.
+    let copy = tmp.path().join("apply-root");
+    copy_tree(&node.root, &copy);
+    let report = apply(&inputs, &tmp.path().join("work"), &copy, &node);
+    let policy = report["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"] == "/etc/kubernetes/audit/policy.yaml")
+        .cloned();
+    assert_eq!(policy.unwrap()["action"], "adopted", "{report}");
+    let written: Value = serde_yaml_ng::from_str(
+        &fs::read_to_string(copy.join("etc/kubernetes/manifests/kube-apiserver.yaml")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(host_mounts(&written), host_mounts(&node.manifest("kube-apiserver")));
+    // Without the log volume the same flag is refused, naming it: its log would go into the
+    // container.
+    let manifest = root.join("etc/kubernetes/manifests/kube-apiserver.yaml");
+    let mut pod: Value = serde_yaml_ng::from_str(&fs::read_to_string(&manifest).unwrap()).unwrap();
+    let mounts = pod["spec"]["containers"][0]["volumeMounts"].as_sequence_mut().unwrap();
+    mounts.retain(|m| m["name"] != "audit-log");
+    fs::write(&manifest, serde_yaml_ng::to_string(&pod).unwrap()).unwrap();
+    let refused = import(&[
+        "--host-root",
+        node.root.to_str().unwrap(),
+        "--output-dir",
+        tmp.path().join("v2").to_str().unwrap(),
+    ]);
+    assert_eq!(refused.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains("--audit-log-path") && err.contains("no volume of the imported pod mounts"),
+        "{err}"
+    );
+    assert!(!tmp.path().join("v2").exists(), "nothing written");
 }

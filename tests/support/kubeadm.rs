@@ -51,6 +51,18 @@ pub fn run_ok(out: Output, what: &str) -> String {
 /// every serving certificate's names, and that address is then replaced by `ip` in the
 /// manifests and kubeconfigs kubeadm wrote: the one change to kubeadm's output.
 pub fn kubeadm_node(root: &Path, name: &str, ip: &str, shared_from: Option<&KubeadmNode>) -> KubeadmNode {
+    kubeadm_node_with(root, name, ip, shared_from, "")
+}
+
+/// [`kubeadm_node`] with more of ClusterConfiguration's `apiServer` (flow-mapping entries, e.g.
+/// `extraArgs: [...], extraVolumes: [...]`).
+pub fn kubeadm_node_with(
+    root: &Path,
+    name: &str,
+    ip: &str,
+    shared_from: Option<&KubeadmNode>,
+    api_server: &str,
+) -> KubeadmNode {
     fs::create_dir_all(root).unwrap();
     if let Some(first) = shared_from {
         for f in [
@@ -75,6 +87,7 @@ pub fn kubeadm_node(root: &Path, name: &str, ip: &str, shared_from: Option<&Kube
     } else {
         (ip.to_owned(), "[]".to_owned())
     };
+    let sep = if api_server.is_empty() { "" } else { ", " };
     // kubeadm chroots into --rootfs before it reads the config, so the config lives inside the
     // root.
     fs::write(
@@ -85,7 +98,7 @@ pub fn kubeadm_node(root: &Path, name: &str, ip: &str, shared_from: Option<&Kube
              nodeRegistration: {{name: {name}, criSocket: unix:///run/containerd/containerd.sock}}\n\
              ---\napiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\n\
              kubernetesVersion: v1.36.3\n\
-             apiServer: {{certSANs: {sans}}}\n\
+             apiServer: {{certSANs: {sans}{sep}{api_server}}}\n\
              etcd: {{local: {{serverCertSANs: {sans}, peerCertSANs: {sans}}}}}\n\
              networking: {{serviceSubnet: 10.96.0.0/12, podSubnet: 10.244.0.0/16}}\n"
         ),

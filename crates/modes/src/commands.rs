@@ -432,8 +432,6 @@ fn apply_json(r: &ApplyReport) -> serde_json::Value {
     );
     files.extend(r.removed.iter().map(|p| json!({"path": p, "action": "removed"})));
     files.extend(r.restored.iter().map(|p| json!({"path": p, "action": "restored"})));
-    // A replaced file is also among `written`: said once more, as what was kept.
-    files.extend(r.replaced.iter().map(|p| json!({"path": p, "action": "kept-original"})));
     files.extend(r.unchanged.iter().map(|p| {
         let action = if r.adopted.contains(p) { "adopted" } else { "unchanged" };
         json!({"path": p, "action": action})
@@ -443,6 +441,8 @@ fn apply_json(r: &ApplyReport) -> serde_json::Value {
         "contentHash": r.content_hash,
         "changed": r.changed(),
         "files": files,
+        // Among the written: files kube-anchor did not write, kept in the state dir first.
+        "keptOriginals": r.replaced,
         "warnings": warnings(&r.notices, r.set_aside.as_ref()),
     })
 }
