@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use kube::api::{Api, ListParams};
 use support::control_plane;
 use support::fixture::BIN;
-use support::helm::{chart, helm, ok};
+use support::helm::{chart, configmap_files, helm, of_kind, ok, template};
 use support::nodes::NodeHandle;
 use support::poll::{Poll, eventually};
 use support::processes::{self, free_port};
@@ -238,6 +238,125 @@ async fn static_pods_run_fight_for_ports_crash_loop_and_survive_a_hard_kill() {
         etcd_health(&format!("{}:{client}", n2.ip)).is_some(),
         "pn-2 was not touched"
     );
+}
+
+/// The kube-apiserver chart's probes, as rendered: (liveness, readiness, startup).
+fn chart_probes() -> (serde_json::Value, serde_json::Value, serde_json::Value) {
+    let values: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(&fs::read_to_string(Path::new(&chart("kube-apiserver")).join("values.yaml")).unwrap())
+            .unwrap();
+    // Every credential the chart requires, as placeholders: only the manifest is used.
+    let sets: Vec<String> = values["files"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|f| format!("credentials.{}=x", f["name"].as_str().unwrap().replace('.', "\\.")))
+        .collect();
+    let mut args = Vec::new();
+    for set in &sets {
+        args.extend(["--set-string", set.as_str()]);
+    }
+    let docs = template("probes", "kube-apiserver", &args);
+    let pod: serde_json::Value =
+        serde_yaml_ng::from_slice(&configmap_files(of_kind(&docs, "ConfigMap")[0])["pod.yaml"]).unwrap();
+    let c = &pod["spec"]["containers"][0];
+    (c["livenessProbe"].clone(), c["readinessProbe"].clone(), c["startupProbe"].clone())
+}
+
+/// A kube-apiserver stand-in whose health endpoints answer after 3 s, as a loaded one does.
+fn slow_pod(name: &str, port: u16, probes: [(&str, serde_json::Value); 3]) -> String {
+    let script = "import http.server, sys, time\n\
+class H(http.server.BaseHTTPRequestHandler):\n    \
+def do_GET(self):\n        time.sleep(3); self.send_response(200); self.end_headers(); self.wfile.write(b'ok')\n    \
+def log_message(self, *a): pass\n\
+http.server.ThreadingHTTPServer((sys.argv[1], int(sys.argv[2])), H).serve_forever()\n";
+    let mut container = serde_json::json!({
+        "name": "kube-apiserver",
+        "image": "registry.k8s.io/kube-apiserver:v1.36.3",
+        "command": ["python3", "-c", script, "${NODE_IP}", port.to_string()],
+    });
+    for (field, mut probe) in probes {
+        if probe.is_null() {
+            continue;
+        }
+        // The chart's probe, aimed at the stand-in: same timings, plain HTTP on its port.
+        probe["httpGet"]["port"] = port.into();
+        probe["httpGet"]["scheme"] = "HTTP".into();
+        container[field] = probe;
+    }
+    serde_yaml_ng::to_string(&serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "kube-system"},
+        "spec": {"hostNetwork": true, "containers": [container]},
+    }))
+    .unwrap()
+}
+
+/// A kube-apiserver slower than 1 s on its health endpoints is not killed by the chart's own
+/// probes (kubeadm's timings: 15 s timeouts, a startup probe), while the 1 s timeout the charts
+/// had fails on the same endpoint at once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slow_health_endpoint_passes_the_charts_probes_and_fails_a_one_second_timeout() {
+    let cp = control_plane::shared().await;
+    let node = cp.add_process_node("pn-probe", &[]).await;
+    let pods: Api<Pod> = Api::namespaced(cp.admin().await, "kube-system");
+    let (liveness, readiness, startup) = chart_probes();
+    for probe in [&liveness, &readiness, &startup] {
+        assert!(probe["timeoutSeconds"].as_u64().unwrap() >= 15, "{probe}");
+    }
+    let one_second = |p: &serde_json::Value| {
+        let mut p = p.clone();
+        p["timeoutSeconds"] = 1.into();
+        p
+    };
+    apply(
+        &node,
+        "slow-chart",
+        &slow_pod(
+            "slow-chart",
+            free_port(),
+            [("livenessProbe", liveness.clone()), ("readinessProbe", readiness.clone()), ("startupProbe", startup)],
+        ),
+    );
+    apply(
+        &node,
+        "slow-1s",
+        &slow_pod(
+            "slow-1s",
+            free_port(),
+            [
+                ("livenessProbe", one_second(&liveness)),
+                ("readinessProbe", one_second(&readiness)),
+                ("startupProbe", serde_json::Value::Null),
+            ],
+        ),
+    );
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(cp.admin().await, "kube-system");
+    let unhealthy = |pod: String| {
+        let events = events.clone();
+        async move {
+            let list = events
+                .list(&ListParams::default().fields(&format!("involvedObject.name={pod},reason=Unhealthy")))
+                .await
+                .ok()?;
+            list.items.into_iter().next()
+        }
+    };
+    // The endpoint really is slow: the 1 s timeout fails on it.
+    let seen = eventually(WAIT, "the 1 s probe fails on the slow endpoint", || {
+        unhealthy(format!("slow-1s-{}", node.name))
+    })
+    .await;
+    assert!(seen.message.unwrap_or_default().contains("Timeout"), "a timeout, not a refusal");
+    // The chart's probes pass on it: Ready, and still never restarted nor unhealthy three
+    // liveness periods later.
+    let pod = wait_ready(&pods, &format!("slow-chart-{}", node.name)).await;
+    let period = liveness["periodSeconds"].as_u64().unwrap_or(10);
+    tokio::time::sleep(Duration::from_secs(3 * period)).await;
+    let pod = pods.get(pod.metadata.name.as_deref().unwrap()).await.unwrap();
+    assert!(ready(&pod), "{:?}", pod.status);
+    assert_eq!(container(&pod).unwrap().restart_count, 0);
+    assert!(unhealthy(format!("slow-chart-{}", node.name)).await.is_none());
 }
 
 #[tokio::test(flavor = "multi_thread")]
