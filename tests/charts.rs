@@ -12,7 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_yaml_ng::Value;
 use support::control_plane;
@@ -39,14 +40,121 @@ fn render(chart_name: &str, extra: &[&str]) -> Vec<Value> {
     template("rel", chart_name, extra)
 }
 
+/// Only what a chart needs to render beside its defaults, taken from its example values: the
+/// credentials, per-node credentials and etcd member list, as `--set-json` arguments.
+fn required(name: &str) -> Vec<String> {
+    let values: Value = serde_yaml_ng::from_str(&fs::read_to_string(example(name)).unwrap()).unwrap();
+    let mut args = Vec::new();
+    for key in ["credentials", "perNode", "component.initialCluster"] {
+        let value = key.split('.').fold(&values, |v, k| &v[k]);
+        if !value.is_null() {
+            args.push("--set-json".to_owned());
+            args.push(format!("{key}={}", serde_json::to_string(value).unwrap()));
+        }
+    }
+    args
+}
+
+/// stdout and stderr of a helm run that must fail.
+fn refused(out: &std::process::Output) -> String {
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.status.success(), "accepted:\n{text}");
+    text
+}
+
+const NO_MEMBER_LIST: &str = "component.initialCluster is required while membership.enabled is false";
+
 #[test]
 fn every_chart_lints_strictly_with_default_and_example_values() {
     for name in ANCHOR_CHARTS {
         let dir = chart(name);
+        // Lint runs a template's `fail` as a message only ("funcMap fail"): values the charts
+        // refuse are refused by helm template and helm install (etcd_needs_one_member_list…).
         ok(&helm(&["lint", "--strict", &dir]));
         ok(&helm(&["lint", "--strict", &dir, "-f", &example(name)]));
     }
     ok(&helm(&["lint", "--strict", &chart("pod-checkpointer")]));
+}
+
+/// The etcd chart's defaults rendered `--initial-cluster=${NODE_NAME}=https://${NODE_IP}:2380`:
+/// a fresh install on three nodes made three one-member clusters. Without membership the member
+/// list is required, and must be the same on every node (no variable).
+#[test]
+fn etcd_needs_one_member_list_for_every_node() {
+    let dir = chart("etcd");
+    let err = refused(&helm(&["template", "rel", &dir]));
+    assert!(
+        err.contains(NO_MEMBER_LIST) && err.contains("name=https://ip:2380") && err.contains("membership.enabled=true"),
+        "{err}"
+    );
+    let work = tempfile::tempdir().unwrap();
+    let values = |name: &str, text: &str| {
+        let file = work.path().join(name);
+        fs::write(&file, text).unwrap();
+        file.display().to_string()
+    };
+    let example = example("etcd");
+    for (text, from) in [
+        (
+            "component: {initialCluster: \"${NODE_NAME}=https://${NODE_IP}:2380\"}",
+            "component.initialCluster \"${NODE_NAME}=https://${NODE_IP}:2380\" names a variable",
+        ),
+        (
+            "component: {initialCluster: \"cp-1=https://10.0.0.11:2380,cp-2=https://${NODE_IP}:2380\"}",
+            "component.initialCluster \"cp-1=https://10.0.0.11:2380,cp-2=https://${NODE_IP}:2380\" names a variable",
+        ),
+        (
+            "component: {extraArgs: {initial-cluster: \"${NODE_NAME}=https://10.0.0.11:2380\"}}",
+            "component.extraArgs.initial-cluster \"${NODE_NAME}=https://10.0.0.11:2380\" names a variable",
+        ),
+        // Membership lets the anchors record each node's list, but not one that names every node.
+        (
+            "component: {initialCluster: \"${NODE_NAME}=https://${NODE_IP}:2380\"}\nmembership: {enabled: true, endpoints: [\"https://10.0.0.11:2379\"]}\ncredentials: {anchor-client.crt: c, anchor-client.key: k}",
+            "names a variable",
+        ),
+    ] {
+        let file = values("variable.yaml", text);
+        let err = refused(&helm(&["template", "rel", &dir, "-f", &example, "-f", &file]));
+        assert!(
+            err.contains(from) && err.contains("the same on every node"),
+            "{text}: {err}"
+        );
+    }
+    let err = refused(&helm(&[
+        "template",
+        "rel",
+        &dir,
+        "-f",
+        &example,
+        "--set",
+        "component.initialClusterState=maybe",
+    ]));
+    assert!(err.contains("initialClusterState"), "{err}");
+
+    // The example's list, as it stands, on every node's manifest.
+    let docs = render("etcd", &["-f", &example]);
+    let pod = of_kind(&docs, "ConfigMap")[0]["data"]["pod.yaml"].as_str().unwrap();
+    assert!(
+        pod.contains(
+            "- --initial-cluster=cp-1=https://10.0.0.11:2380,cp-2=https://10.0.0.12:2380,cp-3=https://10.0.0.13:2380\n"
+        ),
+        "{pod}"
+    );
+    // With membership the anchors record the list: none needed, and a list left out of the
+    // command line (omitArgs) is not asked for.
+    let membership = values(
+        "membership.yaml",
+        "component: {initialCluster: \"\"}\nmembership: {enabled: true, endpoints: [\"https://10.0.0.11:2379\"]}\ncredentials: {anchor-client.crt: c, anchor-client.key: k}",
+    );
+    render("etcd", &["-f", &example, "-f", &membership]);
+    let omitted = values("omitted.yaml", "component: {initialCluster: \"\", omitArgs: [initial-cluster]}");
+    let docs = render("etcd", &["-f", &example, "-f", &omitted]);
+    let pod = of_kind(&docs, "ConfigMap")[0]["data"]["pod.yaml"].as_str().unwrap();
+    assert!(!pod.contains("--initial-cluster="), "{pod}");
 }
 
 #[test]
@@ -98,7 +206,7 @@ fn the_checkpointer_daemonset_checkpoints_itself_with_narrow_mounts() {
 #[test]
 fn rendered_daemonsets_are_what_an_anchor_needs() {
     for name in ANCHOR_CHARTS {
-        for values in [vec![], vec!["-f".to_string(), example(name)]] {
+        for values in [required(name), vec!["-f".to_string(), example(name)]] {
             let extra: Vec<&str> = values.iter().map(String::as_str).collect();
             let docs = render(name, &extra);
             let daemonsets = of_kind(&docs, "DaemonSet");
@@ -417,8 +525,10 @@ fn api_servers_reach_the_anchor_and_the_checkpointer_only_when_set() {
 #[test]
 fn extra_args_replace_fixed_flags_in_place_and_omit_args_drop_them() {
     for name in ANCHOR_CHARTS {
+        let required = required(name);
+        let required: Vec<&str> = required.iter().map(String::as_str).collect();
         let command = |extra: &[&str]| -> Vec<String> {
-            let docs = render(name, extra);
+            let docs = render(name, &[&required[..], extra].concat());
             let pod: Value =
                 serde_yaml_ng::from_str(of_kind(&docs, "ConfigMap")[0]["data"]["pod.yaml"].as_str().unwrap()).unwrap();
             serde_yaml_ng::from_value(pod["spec"]["containers"][0]["command"].clone()).unwrap()
@@ -511,6 +621,68 @@ async fn rendered_output_passes_a_server_side_dry_run() {
         &cp.admin_kubeconfig,
         &["apply", "--dry-run=server", "-f", file.to_str().unwrap()],
     ));
+}
+
+/// `helm install` of the etcd chart with its defaults, against the real API server: refused
+/// before anything is created (no release record, no object of the release).
+#[tokio::test(flavor = "multi_thread")]
+async fn installing_etcd_with_its_defaults_creates_nothing() {
+    let cp = control_plane::shared().await;
+    let ns = cp.namespace("etcddefaults").await;
+    let kubeconfig = cp.admin_kubeconfig.display().to_string();
+    let release = format!("etcd-{ns}");
+    let err = refused(&helm(&[
+        "install",
+        &release,
+        &chart("etcd"),
+        "-n",
+        &ns,
+        "--kubeconfig",
+        &kubeconfig,
+        "--wait=false",
+    ]));
+    assert!(err.contains(NO_MEMBER_LIST), "{err}");
+    // Every status by default (a failed or pending release too).
+    let listed = ok(&helm(&["list", "-q", "-n", &ns, "--kubeconfig", &kubeconfig]));
+    assert!(listed.trim().is_empty(), "a release was recorded: {listed}");
+    let admin = cp.admin().await;
+    let of_release = ListParams::default().labels(&format!("app.kubernetes.io/instance={release}"));
+    let mut left: Vec<String> = Vec::new();
+    macro_rules! names {
+        ($kind:ty) => {
+            Api::<$kind>::namespaced(admin.clone(), &ns)
+                .list(&of_release)
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .filter_map(|o| o.metadata.name)
+                .collect::<Vec<_>>()
+        };
+    }
+    left.extend(names!(DaemonSet));
+    left.extend(names!(ConfigMap));
+    left.extend(names!(ServiceAccount));
+    left.extend(names!(Role));
+    left.extend(names!(RoleBinding));
+    left.extend(
+        Api::<Secret>::namespaced(admin.clone(), &ns)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter_map(|o| o.metadata.name)
+            .filter(|n| n.starts_with("sh.helm.release") || n.starts_with(&release)),
+    );
+    let full = format!("{release}-anchor");
+    if Api::<ClusterRole>::all(admin.clone()).get_opt(&full).await.unwrap().is_some() {
+        left.push(format!("ClusterRole {full}"));
+    }
+    if Api::<ClusterRoleBinding>::all(admin.clone()).get_opt(&full).await.unwrap().is_some() {
+        left.push(format!("ClusterRoleBinding {full}"));
+    }
+    assert!(left.is_empty(), "created by a refused install: {left:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

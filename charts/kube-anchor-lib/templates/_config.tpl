@@ -95,6 +95,7 @@ change only when the DaemonSet rollout replaces its anchor pod.
 {{- end -}}
 
 {{- define "kube-anchor-lib.configmap" -}}
+{{- include "kube-anchor-lib.validate" . -}}
 apiVersion: v1
 kind: ConfigMap
 metadata:
@@ -108,6 +109,7 @@ data:
 {{- end -}}
 
 {{- define "kube-anchor-lib.secrets" -}}
+{{- include "kube-anchor-lib.validate" . -}}
 apiVersion: v1
 kind: Secret
 metadata:

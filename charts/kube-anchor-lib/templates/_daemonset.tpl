@@ -5,6 +5,7 @@ credentials next to the shared ones.
 */}}
 
 {{- define "kube-anchor-lib.daemonset" -}}
+{{- include "kube-anchor-lib.validate" . -}}
 {{- if .Values.perNode }}
 {{- range $nodeName, $node := .Values.perNode }}
 ---

@@ -657,9 +657,12 @@ impl<'a> OnNodes<'a> {
         let mut flags: BTreeMap<String, String> = lines[0].clone();
         // etcd reads --initial-cluster(-state) only to create a member whose data dir is empty; a
         // joined node's list names the members before it. One list of every member, state
-        // `existing`, serves every node that already holds its data.
+        // `existing`, serves every node that already holds its data. The list is written as it
+        // stands, without variables, also for one node: the chart renders it on every node it
+        // selects, and a list that differs per node would have each new node start a cluster of
+        // its own (the chart refuses a variable there).
         let bootstrap_only = ["initial-cluster", "initial-cluster-state"];
-        if self.component == "etcd" && self.nodes.len() > 1 {
+        if self.component == "etcd" {
             let mut members: Vec<String> = Vec::new();
             for pod in &self.pods {
                 for m in pod.flag("initial-cluster").unwrap_or_default().split(',') {
@@ -668,8 +671,12 @@ impl<'a> OnNodes<'a> {
                     }
                 }
             }
-            flags.insert("initial-cluster".into(), members.join(","));
-            flags.insert("initial-cluster-state".into(), "existing".into());
+            if !members.is_empty() {
+                flags.insert("initial-cluster".into(), members.join(","));
+            }
+            if self.nodes.len() > 1 {
+                flags.insert("initial-cluster-state".into(), "existing".into());
+            }
         }
         for (i, line) in lines.iter().enumerate().skip(1) {
             let names: BTreeSet<&String> = line.keys().chain(lines[0].keys()).collect();
@@ -1354,10 +1361,8 @@ mod tests {
         assert_eq!(etcd["component"]["version"], "v3.6.8-0");
         assert_eq!(etcd["component"]["image"], "registry.k8s.io/etcd");
         assert_eq!(etcd["component"]["dataDir"], "/var/lib/etcd");
-        assert_eq!(
-            etcd["component"]["initialCluster"],
-            "${NODE_NAME}=https://${NODE_IP}:2380"
-        );
+        // The member list as kubeadm wrote it: the same on every node the chart selects.
+        assert_eq!(etcd["component"]["initialCluster"], "cp-1=https://10.0.0.1:2380");
         // Equal to the chart's fixed flag after rendering: no value needed.
         assert!(etcd["component"]["extraArgs"].get("advertise-client-urls").is_none());
         assert!(etcd["component"]["extraArgs"].get("name").is_none());
