@@ -560,6 +560,120 @@ fn extra_args_replace_fixed_flags_in_place_and_omit_args_drop_them() {
     }
 }
 
+/// The static pod a chart renders (pod.yaml of its ConfigMap), variables left in.
+fn static_pod(chart_name: &str, extra: &[&str]) -> Value {
+    let docs = render(chart_name, extra);
+    let text = of_kind(&docs, "ConfigMap")[0]["data"]["pod.yaml"].as_str().unwrap().to_owned();
+    serde_yaml_ng::from_str(&text).unwrap()
+}
+
+/// The timing fields of a probe, by name.
+fn timing(probe: &Value) -> BTreeMap<String, i64> {
+    probe
+        .as_mapping()
+        .unwrap_or_else(|| panic!("no probe: {probe:?}"))
+        .iter()
+        .filter_map(|(k, v)| Some((k.as_str()?.to_owned(), v.as_i64()?)))
+        .collect()
+}
+
+/// Every component is probed as kubeadm probes it (cmd/kubeadm/app/util/staticpod of the pinned
+/// release: LivenessProbe, ReadinessProbe and StartupProbe, the last with kubeadm's 4-minute
+/// control-plane timeout), and the anchor accepts the manifest.
+#[test]
+fn component_probes_are_kubeadms() {
+    let want = |fields: &[(&str, i64)]| -> BTreeMap<String, i64> {
+        fields.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+    };
+    let startup = want(&[
+        ("initialDelaySeconds", 10),
+        ("periodSeconds", 10),
+        ("timeoutSeconds", 15),
+        ("failureThreshold", 24),
+    ]);
+    let liveness = want(&[
+        ("initialDelaySeconds", 10),
+        ("periodSeconds", 10),
+        ("timeoutSeconds", 15),
+        ("failureThreshold", 8),
+    ]);
+    let readiness = want(&[("periodSeconds", 1), ("timeoutSeconds", 15), ("failureThreshold", 3)]);
+    for name in ANCHOR_CHARTS {
+        let pod = static_pod(name, &["-f", &example(name)]);
+        let c = &pod["spec"]["containers"][0];
+        assert_eq!(timing(&c["startupProbe"]), startup, "{name}");
+        assert_eq!(timing(&c["livenessProbe"]), liveness, "{name}");
+        // Started once it answers what keeps it alive.
+        assert_eq!(c["startupProbe"]["httpGet"], c["livenessProbe"]["httpGet"], "{name}");
+        assert!(c["livenessProbe"]["httpGet"]["path"].is_string(), "{name}");
+        if *name == "kube-controller-manager" {
+            // kubeadm's has none either.
+            assert!(c["readinessProbe"].is_null(), "{name}");
+        } else {
+            assert_eq!(timing(&c["readinessProbe"]), readiness, "{name}");
+            assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz", "{name}");
+        }
+        // What the anchor writes: it accepts a startupProbe.
+        let text = serde_yaml_ng::to_string(&pod).unwrap();
+        let vars = kube_anchor_core::render::Variables::new(["NODE_NAME", "NODE_IP"], |n| {
+            Some(if n == "NODE_NAME" { "cp-1".into() } else { "10.0.0.11".into() })
+        });
+        let rendered = kube_anchor_core::render::render(Path::new("pod.yaml"), text.as_bytes(), &vars).unwrap();
+        kube_anchor_core::staticpod::parse(Path::new("pod.yaml"), &rendered).unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+
+    // The timing is set field by field over the defaults; a 0 stays 0; the endpoint stays.
+    let pod = static_pod(
+        "kube-scheduler",
+        &[
+            "-f",
+            &example("kube-scheduler"),
+            "--set",
+            "component.probes.liveness.failureThreshold=3",
+            "--set",
+            "component.probes.startup.initialDelaySeconds=0",
+            "--set",
+            "component.probes.readiness.successThreshold=2",
+        ],
+    );
+    let c = &pod["spec"]["containers"][0];
+    let mut changed = liveness.clone();
+    changed.insert("failureThreshold".into(), 3);
+    assert_eq!(timing(&c["livenessProbe"]), changed);
+    let mut changed = startup.clone();
+    changed.insert("initialDelaySeconds".into(), 0);
+    assert_eq!(timing(&c["startupProbe"]), changed);
+    let mut changed = readiness.clone();
+    changed.insert("successThreshold".into(), 2);
+    assert_eq!(timing(&c["readinessProbe"]), changed);
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/livez");
+
+    // Only the timing: no endpoint, no other kind, no success threshold but 1 where Kubernetes
+    // allows none, no readiness where the chart has no readiness probe.
+    for (chart_name, set, needle) in [
+        ("kube-scheduler", "component.probes.liveness.httpGet.path=/x", "httpGet"),
+        ("kube-scheduler", "component.probes.exec.periodSeconds=1", "exec"),
+        ("kube-scheduler", "component.probes.liveness.successThreshold=2", "successThreshold"),
+        ("kube-scheduler", "component.probes.startup.periodSeconds=0", "periodSeconds"),
+        (
+            "kube-controller-manager",
+            "component.probes.readiness.periodSeconds=2",
+            "component.probes.readiness: kube-controller-manager has no readiness probe",
+        ),
+    ] {
+        let err = refused(&helm(&[
+            "template",
+            "rel",
+            &chart(chart_name),
+            "-f",
+            &example(chart_name),
+            "--set",
+            set,
+        ]));
+        assert!(err.contains(needle), "{set}: {err}");
+    }
+}
+
 #[test]
 fn charts_share_one_values_schema() {
     let common = fs::read_to_string(repo_root().join("charts/common/values.schema.json")).unwrap();

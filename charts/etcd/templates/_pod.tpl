@@ -40,13 +40,14 @@ spec:
             "--peer-cert-file=/etc/kubernetes/pki/etcd/peer.crt"
             "--peer-key-file=/etc/kubernetes/pki/etcd/peer.key"
         ))) | trim | nindent 8 }}
-      livenessProbe:
-        httpGet: {host: {{ include "kube-anchor-lib.probeHost" $c.localAddress }}, path: /livez, port: 2381, scheme: HTTP}
-        initialDelaySeconds: 10
-        failureThreshold: 8
-      readinessProbe:
-        httpGet: {host: {{ include "kube-anchor-lib.probeHost" $c.localAddress }}, path: /readyz, port: 2381, scheme: HTTP}
-        periodSeconds: 1
+      {{- $host := include "kube-anchor-lib.probeHost" $c.localAddress }}
+      {{- /* Started once it serves local reads (/livez), not /readyz as kubeadm's: /readyz fails
+      on a learner and without a quorum, and a member joining as a learner (membership) or
+      waiting for the others after a full-cluster reboot must not be restarted for it. */}}
+      {{- include "kube-anchor-lib.probes" (dict "component" $c
+          "liveness" (printf "{host: %s, path: /livez, port: 2381, scheme: HTTP}" $host)
+          "readiness" (printf "{host: %s, path: /readyz, port: 2381, scheme: HTTP}" $host)
+          "startup" (printf "{host: %s, path: /livez, port: 2381, scheme: HTTP}" $host)) | trim | nindent 6 }}
       resources:
         {{- toYaml $c.resources | nindent 8 }}
       volumeMounts:

@@ -37,13 +37,10 @@ spec:
             (printf "--service-cluster-ip-range=%v" $c.serviceClusterIPRange)
             "--encryption-provider-config=/etc/kubernetes/encryption/config.yaml"
         )) | trim | nindent 8 }}
-      livenessProbe:
-        httpGet: {host: "${NODE_IP}", path: /livez, port: {{ $c.securePort }}, scheme: HTTPS}
-        initialDelaySeconds: 10
-        failureThreshold: 8
-      readinessProbe:
-        httpGet: {host: "${NODE_IP}", path: /readyz, port: {{ $c.securePort }}, scheme: HTTPS}
-        periodSeconds: 1
+      {{- include "kube-anchor-lib.probes" (dict "component" $c
+          "liveness" (printf "{host: \"${NODE_IP}\", path: /livez, port: %v, scheme: HTTPS}" $c.securePort)
+          "readiness" (printf "{host: \"${NODE_IP}\", path: /readyz, port: %v, scheme: HTTPS}" $c.securePort)
+          "startup" (printf "{host: \"${NODE_IP}\", path: /livez, port: %v, scheme: HTTPS}" $c.securePort)) | trim | nindent 6 }}
       resources:
         {{- toYaml $c.resources | nindent 8 }}
       volumeMounts:

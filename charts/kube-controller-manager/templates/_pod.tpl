@@ -30,10 +30,11 @@ spec:
             "--use-service-account-credentials=true"
             "--leader-elect=true"
         )) | trim | nindent 8 }}
-      livenessProbe:
-        httpGet: {host: {{ include "kube-anchor-lib.probeHost" $c.localAddress }}, path: /healthz, port: 10257, scheme: HTTPS}
-        initialDelaySeconds: 10
-        failureThreshold: 8
+      {{- $host := include "kube-anchor-lib.probeHost" $c.localAddress }}
+      {{- /* No readiness probe, as kubeadm's. */}}
+      {{- include "kube-anchor-lib.probes" (dict "component" $c
+          "liveness" (printf "{host: %s, path: /healthz, port: 10257, scheme: HTTPS}" $host)
+          "startup" (printf "{host: %s, path: /healthz, port: 10257, scheme: HTTPS}" $host)) | trim | nindent 6 }}
       resources:
         {{- toYaml $c.resources | nindent 8 }}
       volumeMounts:

@@ -23,13 +23,11 @@ spec:
             (printf "--bind-address=%s" $c.localAddress)
             "--leader-elect=true"
         )) | trim | nindent 8 }}
-      livenessProbe:
-        httpGet: {host: {{ include "kube-anchor-lib.probeHost" $c.localAddress }}, path: /livez, port: 10259, scheme: HTTPS}
-        initialDelaySeconds: 10
-        failureThreshold: 8
-      readinessProbe:
-        httpGet: {host: {{ include "kube-anchor-lib.probeHost" $c.localAddress }}, path: /readyz, port: 10259, scheme: HTTPS}
-        periodSeconds: 1
+      {{- $host := include "kube-anchor-lib.probeHost" $c.localAddress }}
+      {{- include "kube-anchor-lib.probes" (dict "component" $c
+          "liveness" (printf "{host: %s, path: /livez, port: 10259, scheme: HTTPS}" $host)
+          "readiness" (printf "{host: %s, path: /readyz, port: 10259, scheme: HTTPS}" $host)
+          "startup" (printf "{host: %s, path: /livez, port: 10259, scheme: HTTPS}" $host)) | trim | nindent 6 }}
       resources:
         {{- toYaml $c.resources | nindent 8 }}
       volumeMounts:
