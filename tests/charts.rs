@@ -68,16 +68,143 @@ fn refused(out: &std::process::Output) -> String {
 
 const NO_MEMBER_LIST: &str = "component.initialCluster is required while membership.enabled is false";
 
+/// The defaults name no credentials, so they are refused (by helm template and helm install:
+/// helm lint runs a template's `fail` as a message only, "funcMap fail"), naming every missing
+/// one; the examples lint strictly.
 #[test]
 fn every_chart_lints_strictly_with_default_and_example_values() {
+    let defaults: Value = serde_yaml_ng::from_str(
+        &fs::read_to_string(repo_root().join("charts/kube-apiserver/values.yaml")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(defaults["files"].as_sequence().unwrap().len(), 11);
     for name in ANCHOR_CHARTS {
         let dir = chart(name);
-        // Lint runs a template's `fail` as a message only ("funcMap fail"): values the charts
-        // refuse are refused by helm template and helm install (etcd_needs_one_member_list…).
+        let err = refused(&helm(&["template", "rel", &dir]));
+        let defaults: Value = serde_yaml_ng::from_str(
+            &fs::read_to_string(repo_root().join("charts").join(name).join("values.yaml")).unwrap(),
+        )
+        .unwrap();
+        let files: Vec<&str> = defaults["files"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|f| f["name"].as_str().unwrap())
+            .collect();
+        assert!(
+            err.contains(&format!("- no content for {}: ", files.join(", "))),
+            "{name}: {err}"
+        );
         ok(&helm(&["lint", "--strict", &dir]));
         ok(&helm(&["lint", "--strict", &dir, "-f", &example(name)]));
     }
     ok(&helm(&["lint", "--strict", &chart("pod-checkpointer")]));
+}
+
+/// A key of `credentials` or of `perNode.<node>.credentials` that names no credential (a typo
+/// would leave the file it meant empty) is refused by name, with the valid names; every
+/// credential must have its content, shared or on every node of perNode; all problems at once.
+#[test]
+fn credentials_are_checked_by_name() {
+    let dir = chart("kube-apiserver");
+    let apiserver = example("kube-apiserver");
+    let names = "ca.crt, apiserver.crt, apiserver.key, apiserver-kubelet-client.crt, \
+                 apiserver-kubelet-client.key, etcd-ca.crt, apiserver-etcd-client.crt, \
+                 apiserver-etcd-client.key, sa.pub, sa.key, encryption-config.yaml";
+    let err = refused(&helm(&[
+        "template",
+        "rel",
+        &dir,
+        "-f",
+        &apiserver,
+        "--set",
+        "credentials.apiserver\\.crtt=x",
+        "--set",
+        "perNode.cp-1.credentials.sa\\.pubb=y",
+    ]));
+    assert!(
+        err.contains(&format!(
+            "- credentials.apiserver.crtt, perNode.cp-1.credentials.sa.pubb: no such credential; the names are {names} ("
+        )),
+        "{err}"
+    );
+
+    let work = tempfile::tempdir().unwrap();
+    let values = |name: &str, text: &str| {
+        let file = work.path().join(name);
+        fs::write(&file, text).unwrap();
+        file.display().to_string()
+    };
+    // Per node: in every node's credentials, or shared.
+    let mut etcd: Value = serde_yaml_ng::from_str(&fs::read_to_string(example("etcd")).unwrap()).unwrap();
+    for (node, key) in [("cp-2", "peer.key"), ("cp-3", "peer.key"), ("cp-3", "server.crt")] {
+        etcd["perNode"][node]["credentials"]
+            .as_mapping_mut()
+            .unwrap()
+            .remove(key)
+            .unwrap();
+    }
+    let file = values("etcd.yaml", &serde_yaml_ng::to_string(&etcd).unwrap());
+    let err = refused(&helm(&["template", "rel", &chart("etcd"), "-f", &file]));
+    assert!(
+        err.contains("- no content for server.crt (nodes cp-3), peer.key (nodes cp-2, cp-3): ")
+            && err.contains("--set-file 'perNode.cp-3.credentials.server\\.crt=<file>'"),
+        "{err}"
+    );
+    // Shared content serves every node.
+    let shared = values("shared.yaml", "credentials: {server.crt: s, peer.key: p}");
+    render("etcd", &["-f", &file, "-f", &shared]);
+
+    // Membership's client credentials and the health endpoint's CA are credentials too (and
+    // required); the Secret carries each.
+    let membership = values(
+        "membership.yaml",
+        "membership: {enabled: true, endpoints: [\"https://10.0.0.11:2379\"]}\nanchor: {healthCAFile: health-ca.crt}",
+    );
+    let err = refused(&helm(&["template", "rel", &chart("etcd"), "-f", &example("etcd"), "-f", &membership]));
+    assert!(
+        err.contains("- no content for anchor-client.crt, anchor-client.key, health-ca.crt: "),
+        "{err}"
+    );
+    let given = values(
+        "given.yaml",
+        "credentials: {anchor-client.crt: c, anchor-client.key: k, health-ca.crt: h}",
+    );
+    let docs = render("etcd", &["-f", &example("etcd"), "-f", &membership, "-f", &given]);
+    let secret = &of_kind(&docs, "Secret")[0]["data"];
+    for key in ["anchor-client.crt", "anchor-client.key", "health-ca.crt", "etcd-ca.crt"] {
+        assert!(secret[key].is_string(), "{key}: {secret:?}");
+    }
+}
+
+/// Every value has a place in the schema: a misspelt key is refused, not ignored.
+#[test]
+fn values_outside_the_schema_are_refused() {
+    for name in ANCHOR_CHARTS {
+        for (set, needle) in [
+            ("nodeSelectr.a=b", "additional properties 'nodeSelectr' not allowed"),
+            ("component.extraArg.v=2", "additional properties 'extraArg' not allowed"),
+            ("component.probes.liveness.timeout=3", "timeout"),
+        ] {
+            let err = refused(&helm(&[
+                "template",
+                "rel",
+                &chart(name),
+                "-f",
+                &example(name),
+                "--set",
+                set,
+            ]));
+            assert!(
+                err.contains(needle) && err.contains("values don't meet the specifications of the schema"),
+                "{name} {set}: {err}"
+            );
+        }
+    }
+    for set in ["checkpointr.port=1", "component.namespace=x"] {
+        let err = refused(&helm(&["template", "rel", &chart("pod-checkpointer"), "--set", set]));
+        assert!(err.contains("additional properties"), "{set}: {err}");
+    }
 }
 
 /// The etcd chart's defaults rendered `--initial-cluster=${NODE_NAME}=https://${NODE_IP}:2380`:
@@ -507,12 +634,18 @@ fn api_servers_reach_the_anchor_and_the_checkpointer_only_when_set() {
     let list = "{https://10.0.0.1:6443,https://10.0.0.2:6443}";
     let want = Some("https://10.0.0.1:6443,https://10.0.0.2:6443".to_owned());
     for (chart_name, key) in [("kube-apiserver", "anchor"), ("pod-checkpointer", "checkpointer")] {
+        let required = if chart_name == "pod-checkpointer" {
+            vec![]
+        } else {
+            required(chart_name)
+        };
+        let required: Vec<&str> = required.iter().map(String::as_str).collect();
         assert!(
-            api_servers_env(&render(chart_name, &[])).iter().all(Option::is_none),
+            api_servers_env(&render(chart_name, &required)).iter().all(Option::is_none),
             "{chart_name}: set by default"
         );
         let set = format!("{key}.apiServers={list}");
-        let envs = api_servers_env(&render(chart_name, &["--set", &set]));
+        let envs = api_servers_env(&render(chart_name, &[&required[..], &["--set", &set]].concat()));
         assert!(
             !envs.is_empty() && envs.iter().all(|e| *e == want),
             "{chart_name}: {envs:?}"

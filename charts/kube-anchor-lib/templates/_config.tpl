@@ -54,11 +54,7 @@ pod.yaml: |
 
 {{/* Credentials shared by every node: base64 data of the Secret. */}}
 {{- define "kube-anchor-lib.secretData" -}}
-{{- $names := list -}}
-{{- range .Values.files }}{{ $names = append $names .name }}{{ end -}}
-{{- $m := .Values.membership | default dict -}}
-{{- if $m.enabled }}{{ $names = concat $names (list $m.clientCA $m.clientCert $m.clientKey) }}{{ end -}}
-{{- range (uniq $names) }}
+{{- range include "kube-anchor-lib.credentialNames" . | fromJsonArray }}
 {{- if hasKey $.Values.credentials . }}
 {{ . }}: {{ index $.Values.credentials . | b64enc }}
 {{- end }}

@@ -33,15 +33,4 @@ take it off every node, annotate first:
 A version that failed its trial is not written again; after fixing the cause elsewhere:
 
   kubectl -n {{ .Release.Namespace }} exec <anchor pod> -- kube-anchor retry
-{{- $missing := list -}}
-{{- range .Values.files -}}
-{{- if and (not (hasKey $.Values.credentials .name)) (not $.Values.perNode) -}}
-{{- $missing = append $missing .name -}}
-{{- end -}}
-{{- end -}}
-{{- if $missing }}
-
-WARNING: no content given for {{ join ", " $missing }} (values `credentials`): the anchors will
-report not ready until it is.
-{{- end }}
 {{- end -}}
