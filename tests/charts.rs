@@ -807,6 +807,103 @@ fn component_probes_are_kubeadms() {
     }
 }
 
+/// The usual chart values: pull secrets, pod labels and annotations (never the chart's own),
+/// nameOverride (names only: the labels the anchors find each other by stay), and the images
+/// pinned by digest.
+#[test]
+fn pull_secrets_pod_metadata_names_and_digests() {
+    let digest = format!("sha256:{}", "ab".repeat(32));
+    let conventions = [
+        "--set",
+        "imagePullSecrets[0].name=regcred",
+        "--set",
+        "podLabels.team=control-plane",
+        "--set",
+        "podAnnotations.example\\.com/note=kept",
+        "--set",
+        "nameOverride=keeper",
+    ];
+    for name in ANCHOR_CHARTS {
+        let component = *name;
+        let set_digest = format!("component.digest={digest}");
+        let docs = render(
+            name,
+            &[&["-f", &example(name), "--set", &set_digest], &conventions[..]].concat(),
+        );
+        for doc in &docs {
+            let meta = &doc["metadata"];
+            let what = format!("{name}: {} {}", doc["kind"].as_str().unwrap(), meta["name"].as_str().unwrap());
+            assert!(meta["name"].as_str().unwrap().starts_with("rel-keeper"), "{what}");
+            assert_eq!(meta["labels"]["app.kubernetes.io/name"], "kube-anchor", "{what}");
+            assert_eq!(meta["labels"]["app.kubernetes.io/component"], component, "{what}");
+            assert_eq!(meta["labels"]["app.kubernetes.io/instance"], "rel", "{what}");
+        }
+        for ds in of_kind(&docs, "DaemonSet") {
+            let template = &ds["spec"]["template"];
+            let spec = &template["spec"];
+            assert_eq!(spec["imagePullSecrets"][0]["name"], "regcred", "{name}");
+            assert_eq!(spec["serviceAccountName"], "rel-keeper", "{name}");
+            let labels = &template["metadata"]["labels"];
+            assert_eq!(labels["team"], "control-plane", "{name}");
+            assert_eq!(labels["app.kubernetes.io/name"], "kube-anchor", "{name}");
+            assert_eq!(labels["app.kubernetes.io/component"], component, "{name}");
+            for (k, v) in ds["spec"]["selector"]["matchLabels"].as_mapping().unwrap() {
+                assert_eq!(&labels[k.as_str().unwrap()], v, "{name}: the selector selects the pods");
+            }
+            let annotations = &template["metadata"]["annotations"];
+            assert_eq!(annotations["example.com/note"], "kept", "{name}");
+            assert!(annotations["kube-anchor.io/expect-inputs"].is_string(), "{name}");
+        }
+        let pod = static_pod(name, &["-f", &example(name), "--set", &set_digest]);
+        assert_eq!(
+            pod["spec"]["containers"][0]["image"],
+            format!("registry.k8s.io/{name}@{digest}").as_str(),
+            "{name}"
+        );
+        // Without a digest, the version's tag.
+        let pod = static_pod(name, &["-f", &example(name)]);
+        assert!(!pod["spec"]["containers"][0]["image"].as_str().unwrap().contains('@'), "{name}");
+
+        for (set, needle) in [
+            ("podLabels.app\\.kubernetes\\.io/name=other", "podLabels: app.kubernetes.io/name: the chart sets these itself"),
+            ("podLabels.app\\.kubernetes\\.io/component=other", "podLabels: app.kubernetes.io/component: the chart sets"),
+            ("podLabels.kube-anchor\\.io/daemonset=other", "podLabels: kube-anchor.io/daemonset: the chart sets"),
+            ("podAnnotations.kube-anchor\\.io/expect-inputs=x", "podAnnotations: kube-anchor.io/expect-inputs: the chart sets"),
+            ("component.digest=latest", "digest"),
+            ("imagePullSecrets[0].nam=regcred", "nam"),
+        ] {
+            let err = refused(&helm(&["template", "rel", &chart(name), "-f", &example(name), "--set", set]));
+            assert!(err.contains(needle), "{name} {set}: {err}");
+        }
+    }
+
+    // The pod-checkpointer chart: the same, and its image by digest as documented.
+    let checkpointer = chart("pod-checkpointer");
+    let docs = render(
+        "pod-checkpointer",
+        &[&["--set", &format!("image.digest={digest}")], &conventions[..]].concat(),
+    );
+    let ds = of_kind(&docs, "DaemonSet")[0];
+    assert_eq!(ds["metadata"]["name"], "rel-keeper");
+    let template = &ds["spec"]["template"];
+    assert_eq!(
+        template["spec"]["containers"][0]["image"],
+        format!("kube-anchor/kube-anchor@{digest}").as_str()
+    );
+    assert_eq!(template["spec"]["imagePullSecrets"][0]["name"], "regcred");
+    assert_eq!(template["metadata"]["labels"]["team"], "control-plane");
+    assert_eq!(template["metadata"]["labels"]["app.kubernetes.io/component"], "pod-checkpointer");
+    assert_eq!(template["metadata"]["annotations"]["example.com/note"], "kept");
+    assert_eq!(template["metadata"]["annotations"]["checkpointer.alpha.coreos.com/checkpoint"], "true");
+    for set in [
+        "podLabels.app\\.kubernetes\\.io/instance=other",
+        "podAnnotations.checkpointer\\.alpha\\.coreos\\.com/checkpoint-of=x",
+        "image.digest=latest",
+    ] {
+        refused(&helm(&["template", "rel", &checkpointer, "--set", set]));
+    }
+}
+
 #[test]
 fn charts_share_one_values_schema() {
     let common = fs::read_to_string(repo_root().join("charts/common/values.schema.json")).unwrap();
@@ -1168,7 +1265,6 @@ async fn install_upgrade_and_uninstall_a_component_chart() {
         let answer = String::from_utf8_lossy(&out.stdout).trim().to_owned();
         assert_eq!(answer == "yes", allowed, "{verb} {resource}: {answer}");
     }
-
     // The DaemonSet pod runs; its anchor (run here as a process against the node's directories,
     // the node's runtime being a fake) writes the static pod, and the mirror pod appears.
     let pod = running_pod(&admin, &ns, &node, None).await;

@@ -13,7 +13,7 @@ spec:
   securityContext: {seccompProfile: {type: RuntimeDefault}}
   containers:
     - name: etcd
-      image: {{ printf "%s:%s" $c.image (trimPrefix "v" $c.version) }}
+      image: {{ include "kube-anchor-lib.componentImage" (dict "component" $c "tag" (trimPrefix "v" $c.version)) }}
       command:
         - etcd
         {{- /* The same member list on every node (etcd.problems refuses it empty or per node). */}}

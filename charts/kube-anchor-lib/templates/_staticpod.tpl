@@ -1,5 +1,15 @@
 {{/* Parts of the components' static pods, written once for every component chart. */}}
 
+{{/* The component's image: <image>@<digest> when component.digest pins it, else <image>:<tag>.
+Takes (dict "component" .Values.component "tag" "<the version's tag>"). */}}
+{{- define "kube-anchor-lib.componentImage" -}}
+{{- if .component.digest -}}
+{{- printf "%s@%s" .component.image .component.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .component.image .tag -}}
+{{- end -}}
+{{- end -}}
+
 {{/*
 The component container's kubelet probes, as kubeadm writes them (cmd/kubeadm/app/util/staticpod:
 LivenessProbe, ReadinessProbe, StartupProbe with kubeadm's default 4-minute control-plane

@@ -13,7 +13,7 @@ spec:
   securityContext: {seccompProfile: {type: RuntimeDefault}}
   containers:
     - name: kube-apiserver
-      image: {{ printf "%s:%s" $c.image $c.version }}
+      image: {{ include "kube-anchor-lib.componentImage" (dict "component" $c "tag" $c.version) }}
       command:
         - kube-apiserver
         {{- include "kube-anchor-lib.args" (dict "component" $c "fixed" (list

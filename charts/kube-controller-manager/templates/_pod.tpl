@@ -13,7 +13,7 @@ spec:
   securityContext: {seccompProfile: {type: RuntimeDefault}}
   containers:
     - name: kube-controller-manager
-      image: {{ printf "%s:%s" $c.image $c.version }}
+      image: {{ include "kube-anchor-lib.componentImage" (dict "component" $c "tag" $c.version) }}
       command:
         - kube-controller-manager
         {{- include "kube-anchor-lib.args" (dict "component" $c "fixed" (list
