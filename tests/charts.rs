@@ -904,6 +904,45 @@ fn pull_secrets_pod_metadata_names_and_digests() {
     }
 }
 
+/// What `helm uninstall` keeps (resource-policy keep), the NOTES say how to delete, object by
+/// object.
+#[test]
+fn the_notes_name_every_object_kept_on_uninstall() {
+    for name in ANCHOR_CHARTS.iter().chain(&["pod-checkpointer"]) {
+        let mut args = vec!["install", "rel", "--dry-run=client", "-n", "ns"];
+        let dir = chart(name);
+        args.push(&dir);
+        let example = example(name);
+        if *name != "pod-checkpointer" {
+            args.extend(["-f", example.as_str()]);
+        } else {
+            args.extend(["--set", "checkpointNamespaces={ns,other}"]);
+        }
+        let out = ok(&helm(&args));
+        let (manifest, notes) = out.split_once("\nNOTES:\n").unwrap();
+        let manifest = manifest.split_once("\nMANIFEST:\n").unwrap().1;
+        let kept: Vec<Value> = documents(manifest)
+            .into_iter()
+            .filter(|d| d["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep")
+            .collect();
+        assert!(kept.len() >= 5, "{name}: {kept:?}");
+        for object in kept {
+            let kind = object["kind"].as_str().unwrap().to_lowercase();
+            let object_name = object["metadata"]["name"].as_str().unwrap();
+            let namespace = object["metadata"]["namespace"].as_str();
+            let named = notes.lines().any(|l| {
+                let words: Vec<&str> = l.split_whitespace().collect();
+                words.first() == Some(&"kubectl")
+                    && words.contains(&"delete")
+                    && words.iter().any(|w| w.split(',').any(|k| k == kind))
+                    && words.last() == Some(&object_name)
+                    && namespace.is_none_or(|ns| l.contains(&format!(" -n {ns} ")))
+            });
+            assert!(named, "{name}: no delete of {kind} {object_name} in {namespace:?}:\n{notes}");
+        }
+    }
+}
+
 #[test]
 fn charts_share_one_values_schema() {
     let common = fs::read_to_string(repo_root().join("charts/common/values.schema.json")).unwrap();
@@ -1265,6 +1304,34 @@ async fn install_upgrade_and_uninstall_a_component_chart() {
         let answer = String::from_utf8_lossy(&out.stdout).trim().to_owned();
         assert_eq!(answer == "yes", allowed, "{verb} {resource}: {answer}");
     }
+    // The rollout Lease, kube-anchor-<component>, in the release's namespace only (a Role).
+    for (verb, resource, namespace, allowed) in [
+        ("get", "leases.coordination.k8s.io/kube-anchor-kube-scheduler", ns.as_str(), true),
+        ("update", "leases.coordination.k8s.io/kube-anchor-kube-scheduler", &ns, true),
+        ("create", "leases.coordination.k8s.io", &ns, true),
+        ("get", "leases.coordination.k8s.io/kube-anchor-etcd", &ns, false),
+        ("update", "leases.coordination.k8s.io/other", &ns, false),
+        ("delete", "leases.coordination.k8s.io/kube-anchor-kube-scheduler", &ns, false),
+        ("list", "leases.coordination.k8s.io", &ns, false),
+        ("create", "leases.coordination.k8s.io", "kube-system", false),
+        ("get", "leases.coordination.k8s.io/kube-anchor-kube-scheduler", "default", false),
+    ] {
+        let out = kubectl(
+            &cp.admin_kubeconfig,
+            &[
+                "auth",
+                "can-i",
+                verb,
+                resource,
+                "-n",
+                namespace,
+                &format!("--as=system:serviceaccount:{ns}:sched-anchor"),
+            ],
+        );
+        let answer = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        assert_eq!(answer == "yes", allowed, "{verb} {resource} in {namespace}: {answer}");
+    }
+
     // The DaemonSet pod runs; its anchor (run here as a process against the node's directories,
     // the node's runtime being a fake) writes the static pod, and the mirror pod appears.
     let pod = running_pod(&admin, &ns, &node, None).await;

@@ -18,8 +18,10 @@ Why a node is not ready, and what each anchor wrote:
 sees the DaemonSet go); an upgrade, a reboot or an API outage never does. The anchors'
 ServiceAccount and RBAC outlive the release (the hooks need them to prove the decommission);
 once the anchor pods are gone:
-
+{{ if .Values.serviceAccount.create }}
   kubectl -n {{ .Release.Namespace }} delete serviceaccount {{ include "kube-anchor-lib.serviceAccountName" . }}
+{{- end }}
+  kubectl -n {{ .Release.Namespace }} delete rolebinding,role {{ $full }}
   kubectl delete clusterrolebinding,clusterrole {{ $full }}
 {{- if or (eq (toString .Values.anchor.quorumGuard) "on") (and (eq (toString .Values.anchor.quorumGuard) "auto") (has .Values.component.name (list "etcd" "kube-apiserver"))) }}
 
