@@ -807,6 +807,91 @@ fn component_probes_are_kubeadms() {
     }
 }
 
+/// component.extraVolumes, kubeadm's HostPathMount shape (name, hostPath, mountPath, readOnly,
+/// pathType): a hostPath volume and a mount on the component container each, after the chart's
+/// own; a name or mountPath used twice is refused.
+#[test]
+fn extra_volumes_are_host_path_mounts_of_the_component() {
+    let work = tempfile::tempdir().unwrap();
+    let values = |name: &str, text: &str| {
+        let file = work.path().join(name);
+        fs::write(&file, text).unwrap();
+        file.display().to_string()
+    };
+    let extra = values(
+        "extra.yaml",
+        "component:\n  extraVolumes:\n    - {name: audit, hostPath: /var/log/kubernetes/audit, mountPath: /var/log/audit}\n    - {name: ca-certs, hostPath: /etc/ssl/certs, mountPath: /etc/ssl/certs, readOnly: true, pathType: Directory}\n",
+    );
+    for name in ANCHOR_CHARTS {
+        let plain = static_pod(name, &["-f", &example(name)]);
+        let pod = static_pod(name, &["-f", &example(name), "-f", &extra]);
+        let own_volumes = plain["spec"]["volumes"].as_sequence().unwrap().clone();
+        let own_mounts = plain["spec"]["containers"][0]["volumeMounts"].as_sequence().unwrap().clone();
+        let volumes = pod["spec"]["volumes"].as_sequence().unwrap();
+        let mounts = pod["spec"]["containers"][0]["volumeMounts"].as_sequence().unwrap();
+        assert_eq!(volumes[..own_volumes.len()], own_volumes[..], "{name}: the chart's own first");
+        assert_eq!(mounts[..own_mounts.len()], own_mounts[..], "{name}");
+        let added: Vec<String> = volumes[own_volumes.len()..]
+            .iter()
+            .chain(&mounts[own_mounts.len()..])
+            .map(|v| serde_json::to_string(v).unwrap())
+            .collect();
+        assert_eq!(
+            added,
+            [
+                r#"{"name":"audit","hostPath":{"path":"/var/log/kubernetes/audit","type":"DirectoryOrCreate"}}"#,
+                r#"{"name":"ca-certs","hostPath":{"path":"/etc/ssl/certs","type":"Directory"}}"#,
+                r#"{"name":"audit","mountPath":"/var/log/audit"}"#,
+                r#"{"name":"ca-certs","mountPath":"/etc/ssl/certs","readOnly":true}"#,
+            ],
+            "{name}"
+        );
+        let text = serde_yaml_ng::to_string(&pod).unwrap().replace("${NODE_IP}", "10.0.0.11").replace("${NODE_NAME}", "cp-1");
+        kube_anchor_core::staticpod::parse(Path::new("pod.yaml"), &text).unwrap_or_else(|e| panic!("{name}: {e}"));
+
+        let own_name = own_volumes[0]["name"].as_str().unwrap();
+        let own_path = own_mounts[0]["mountPath"].as_str().unwrap();
+        for (text, needle) in [
+            (
+                format!("component: {{extraVolumes: [{{name: {own_name}, hostPath: /a, mountPath: /a}}]}}"),
+                format!("component.extraVolumes[0]: the volume name {own_name} is taken by the chart's volume {own_name}"),
+            ),
+            (
+                format!("component: {{extraVolumes: [{{name: a, hostPath: /a, mountPath: \"{own_path}/\"}}]}}"),
+                format!("component.extraVolumes[0]: the mountPath {own_path} is taken by the chart's volume {own_name}"),
+            ),
+            (
+                "component: {extraVolumes: [{name: a, hostPath: /a, mountPath: /a}, {name: a, hostPath: /b, mountPath: /b}]}".to_owned(),
+                "component.extraVolumes[1]: the volume name a is taken by component.extraVolumes[0]".to_owned(),
+            ),
+            (
+                "component: {extraVolumes: [{name: a, hostPath: /a, mountPath: /a}, {name: b, hostPath: /b, mountPath: /a}]}".to_owned(),
+                "component.extraVolumes[1]: the mountPath /a is taken by component.extraVolumes[0]".to_owned(),
+            ),
+            (
+                "component: {extraVolumes: [{name: a, hostPath: /a, mountPath: /a, pathType: Dir}]}".to_owned(),
+                "pathType".to_owned(),
+            ),
+            (
+                "component: {extraVolumes: [{name: a, hostPath: /a, mountPath: /a, ro: true}]}".to_owned(),
+                "additional properties 'ro' not allowed".to_owned(),
+            ),
+            (
+                "component: {extraVolumes: [{name: a, hostPath: a, mountPath: /a}]}".to_owned(),
+                "hostPath".to_owned(),
+            ),
+            (
+                "component: {extraVolumes: [{name: A_1, hostPath: /a, mountPath: /a}]}".to_owned(),
+                "name".to_owned(),
+            ),
+        ] {
+            let file = values("bad.yaml", &text);
+            let err = refused(&helm(&["template", "rel", &chart(name), "-f", &example(name), "-f", &file]));
+            assert!(err.contains(&needle), "{name}: {text}: {err}");
+        }
+    }
+}
+
 /// The usual chart values: pull secrets, pod labels and annotations (never the chart's own),
 /// nameOverride (names only: the labels the anchors find each other by stay), and the images
 /// pinned by digest.

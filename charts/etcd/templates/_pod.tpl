@@ -1,6 +1,9 @@
 {{/* The static pod manifest the anchor renders (${NODE_NAME}, ${NODE_IP}) and writes. */}}
 {{- define "etcd.pod" -}}
 {{- $c := .Values.component -}}
+{{- $mounts := dict "component" $c "own" (list
+    (dict "name" "data" "hostPath" $c.dataDir "mountPath" $c.dataDir)
+    (dict "name" "pki" "hostPath" "/etc/kubernetes/pki/etcd" "mountPath" "/etc/kubernetes/pki/etcd" "readOnly" true)) -}}
 apiVersion: v1
 kind: Pod
 metadata:
@@ -50,14 +53,8 @@ spec:
           "startup" (printf "{host: %s, path: /livez, port: 2381, scheme: HTTP}" $host)) | trim | nindent 6 }}
       resources:
         {{- toYaml $c.resources | nindent 8 }}
-      volumeMounts:
-        - {name: data, mountPath: {{ $c.dataDir }}}
-        - {name: pki, mountPath: /etc/kubernetes/pki/etcd, readOnly: true}
-  volumes:
-    - name: data
-      hostPath: {path: {{ $c.dataDir }}, type: DirectoryOrCreate}
-    - name: pki
-      hostPath: {path: /etc/kubernetes/pki/etcd, type: DirectoryOrCreate}
+      {{- include "kube-anchor-lib.volumeMounts" $mounts | nindent 6 }}
+  {{- include "kube-anchor-lib.volumes" $mounts | nindent 2 }}
 {{- end -}}
 
 

@@ -42,3 +42,56 @@ for it is refused.
 {{- end }}
 {{- end }}
 {{- end -}}
+
+{{/*
+The component container's hostPath volumes, in kubeadm's HostPathMount shape: the chart's own
+(own: a list of (dict "name" "hostPath" "mountPath" "readOnly" "pathType")), then
+component.extraVolumes. A name or a mountPath used twice is refused. JSON list, each with
+readOnly (default false) and pathType (default DirectoryOrCreate). Takes (dict "component"
+.Values.component "own" <list>).
+*/}}
+{{- define "kube-anchor-lib.hostPathMounts" -}}
+{{- $all := list -}}
+{{- $names := dict -}}
+{{- $paths := dict -}}
+{{- $own := .own | default list -}}
+{{- $extra := .component.extraVolumes | default list -}}
+{{- range $i, $m := concat $own $extra }}
+{{- $at := printf "the chart's volume %s" $m.name }}
+{{- if ge $i (len $own) }}{{ $at = printf "component.extraVolumes[%d]" (sub $i (len $own)) }}{{ end }}
+{{- $path := clean $m.mountPath }}
+{{- if hasKey $names $m.name }}
+{{- fail (printf "%s: the volume name %s is taken by %s" $at $m.name (get $names $m.name)) }}
+{{- end }}
+{{- if hasKey $paths $path }}
+{{- fail (printf "%s: the mountPath %s is taken by %s" $at $path (get $paths $path)) }}
+{{- end }}
+{{- $_ := set $names $m.name $at }}
+{{- $_ := set $paths $path $at }}
+{{- $all = append $all (dict "name" $m.name "hostPath" $m.hostPath "mountPath" $m.mountPath "readOnly" (default false $m.readOnly) "pathType" (default "DirectoryOrCreate" $m.pathType)) }}
+{{- end }}
+{{- toJson $all -}}
+{{- end -}}
+
+{{/* A path in a flow mapping: as it is when it needs no quotes (the manifests stay as they were),
+else quoted. */}}
+{{- define "kube-anchor-lib.flowPath" -}}
+{{- if regexMatch "^/[-/._a-zA-Z0-9]*$" . }}{{ . }}{{ else }}{{ toJson . }}{{ end -}}
+{{- end -}}
+
+{{/* The volumeMounts of the component container (see kube-anchor-lib.hostPathMounts). */}}
+{{- define "kube-anchor-lib.volumeMounts" -}}
+volumeMounts:
+{{- range include "kube-anchor-lib.hostPathMounts" . | fromJsonArray }}
+  - {name: {{ .name }}, mountPath: {{ include "kube-anchor-lib.flowPath" .mountPath }}{{ if .readOnly }}, readOnly: true{{ end }}}
+{{- end }}
+{{- end -}}
+
+{{/* The volumes of the static pod (see kube-anchor-lib.hostPathMounts). */}}
+{{- define "kube-anchor-lib.volumes" -}}
+volumes:
+{{- range include "kube-anchor-lib.hostPathMounts" . | fromJsonArray }}
+  - name: {{ .name }}
+    hostPath: {path: {{ include "kube-anchor-lib.flowPath" .hostPath }}, type: {{ .pathType }}}
+{{- end }}
+{{- end -}}

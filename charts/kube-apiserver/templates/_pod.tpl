@@ -1,6 +1,9 @@
 {{/* The static pod manifest the anchor renders (${NODE_NAME}, ${NODE_IP}) and writes. */}}
 {{- define "kube-apiserver.pod" -}}
 {{- $c := .Values.component -}}
+{{- $mounts := dict "component" $c "own" (list
+    (dict "name" "pki" "hostPath" "/etc/kubernetes/pki" "mountPath" "/etc/kubernetes/pki" "readOnly" true)
+    (dict "name" "encryption" "hostPath" "/etc/kubernetes/encryption" "mountPath" "/etc/kubernetes/encryption" "readOnly" true)) -}}
 apiVersion: v1
 kind: Pod
 metadata:
@@ -43,14 +46,8 @@ spec:
           "startup" (printf "{host: \"${NODE_IP}\", path: /livez, port: %v, scheme: HTTPS}" $c.securePort)) | trim | nindent 6 }}
       resources:
         {{- toYaml $c.resources | nindent 8 }}
-      volumeMounts:
-        - {name: pki, mountPath: /etc/kubernetes/pki, readOnly: true}
-        - {name: encryption, mountPath: /etc/kubernetes/encryption, readOnly: true}
-  volumes:
-    - name: pki
-      hostPath: {path: /etc/kubernetes/pki, type: DirectoryOrCreate}
-    - name: encryption
-      hostPath: {path: /etc/kubernetes/encryption, type: DirectoryOrCreate}
+      {{- include "kube-anchor-lib.volumeMounts" $mounts | nindent 6 }}
+  {{- include "kube-anchor-lib.volumes" $mounts | nindent 2 }}
 {{- end -}}
 
 

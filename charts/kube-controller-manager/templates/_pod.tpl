@@ -1,6 +1,9 @@
 {{/* The static pod manifest the anchor renders (${NODE_NAME}, ${NODE_IP}) and writes. */}}
 {{- define "kube-controller-manager.pod" -}}
 {{- $c := .Values.component -}}
+{{- $mounts := dict "component" $c "own" (list
+    (dict "name" "pki" "hostPath" "/etc/kubernetes/pki" "mountPath" "/etc/kubernetes/pki" "readOnly" true)
+    (dict "name" "kubeconfig" "hostPath" "/etc/kubernetes/controller-manager.conf" "mountPath" "/etc/kubernetes/controller-manager.conf" "readOnly" true "pathType" "FileOrCreate")) -}}
 apiVersion: v1
 kind: Pod
 metadata:
@@ -37,14 +40,8 @@ spec:
           "startup" (printf "{host: %s, path: /healthz, port: 10257, scheme: HTTPS}" $host)) | trim | nindent 6 }}
       resources:
         {{- toYaml $c.resources | nindent 8 }}
-      volumeMounts:
-        - {name: pki, mountPath: /etc/kubernetes/pki, readOnly: true}
-        - {name: kubeconfig, mountPath: /etc/kubernetes/controller-manager.conf, readOnly: true}
-  volumes:
-    - name: pki
-      hostPath: {path: /etc/kubernetes/pki, type: DirectoryOrCreate}
-    - name: kubeconfig
-      hostPath: {path: /etc/kubernetes/controller-manager.conf, type: FileOrCreate}
+      {{- include "kube-anchor-lib.volumeMounts" $mounts | nindent 6 }}
+  {{- include "kube-anchor-lib.volumes" $mounts | nindent 2 }}
 {{- end -}}
 
 

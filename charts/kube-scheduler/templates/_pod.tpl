@@ -1,6 +1,8 @@
 {{/* The static pod manifest the anchor renders (${NODE_NAME}, ${NODE_IP}) and writes. */}}
 {{- define "kube-scheduler.pod" -}}
 {{- $c := .Values.component -}}
+{{- $mounts := dict "component" $c "own" (list
+    (dict "name" "kubeconfig" "hostPath" "/etc/kubernetes/scheduler.conf" "mountPath" "/etc/kubernetes/scheduler.conf" "readOnly" true "pathType" "FileOrCreate")) -}}
 apiVersion: v1
 kind: Pod
 metadata:
@@ -30,11 +32,8 @@ spec:
           "startup" (printf "{host: %s, path: /livez, port: 10259, scheme: HTTPS}" $host)) | trim | nindent 6 }}
       resources:
         {{- toYaml $c.resources | nindent 8 }}
-      volumeMounts:
-        - {name: kubeconfig, mountPath: /etc/kubernetes/scheduler.conf, readOnly: true}
-  volumes:
-    - name: kubeconfig
-      hostPath: {path: /etc/kubernetes/scheduler.conf, type: FileOrCreate}
+      {{- include "kube-anchor-lib.volumeMounts" $mounts | nindent 6 }}
+  {{- include "kube-anchor-lib.volumes" $mounts | nindent 2 }}
 {{- end -}}
 
 
