@@ -23,7 +23,8 @@ render() { # name chart args...
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # RBAC of an anchor, under the plain name the examples use.
-render rbac kube-scheduler kube-anchor --set fullnameOverride=kube-anchor --set serviceAccount.name=kube-anchor \
+render rbac kube-scheduler kube-anchor -f "$root/examples/values/kube-scheduler.yaml" \
+  --set fullnameOverride=kube-anchor --set serviceAccount.name=kube-anchor \
   --show-only templates/rbac.yaml > "$tmp/rbac.yaml"
 for chart in kube-apiserver kube-controller-manager kube-scheduler etcd; do
   render "$chart" "$chart" "$chart" -f "$root/examples/values/$chart.yaml" > "$tmp/$chart.yaml"

@@ -12,7 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_yaml_ng::Value;
 use support::control_plane;
@@ -39,14 +40,248 @@ fn render(chart_name: &str, extra: &[&str]) -> Vec<Value> {
     template("rel", chart_name, extra)
 }
 
+/// Only what a chart needs to render beside its defaults, taken from its example values: the
+/// credentials, per-node credentials and etcd member list, as `--set-json` arguments.
+fn required(name: &str) -> Vec<String> {
+    let values: Value = serde_yaml_ng::from_str(&fs::read_to_string(example(name)).unwrap()).unwrap();
+    let mut args = Vec::new();
+    for key in ["credentials", "perNode", "component.initialCluster"] {
+        let value = key.split('.').fold(&values, |v, k| &v[k]);
+        if !value.is_null() {
+            args.push("--set-json".to_owned());
+            args.push(format!("{key}={}", serde_json::to_string(value).unwrap()));
+        }
+    }
+    args
+}
+
+/// stdout and stderr of a helm run that must fail.
+fn refused(out: &std::process::Output) -> String {
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.status.success(), "accepted:\n{text}");
+    text
+}
+
+const NO_MEMBER_LIST: &str = "component.initialCluster is required while membership.enabled is false";
+
+/// The defaults name no credentials, so they are refused (by helm template and helm install:
+/// helm lint runs a template's `fail` as a message only, "funcMap fail"), naming every missing
+/// one; the examples lint strictly.
 #[test]
 fn every_chart_lints_strictly_with_default_and_example_values() {
+    let defaults: Value = serde_yaml_ng::from_str(
+        &fs::read_to_string(repo_root().join("charts/kube-apiserver/values.yaml")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(defaults["files"].as_sequence().unwrap().len(), 11);
     for name in ANCHOR_CHARTS {
         let dir = chart(name);
+        let err = refused(&helm(&["template", "rel", &dir]));
+        let defaults: Value = serde_yaml_ng::from_str(
+            &fs::read_to_string(repo_root().join("charts").join(name).join("values.yaml")).unwrap(),
+        )
+        .unwrap();
+        let files: Vec<&str> = defaults["files"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|f| f["name"].as_str().unwrap())
+            .collect();
+        assert!(
+            err.contains(&format!("- no content for {}: ", files.join(", "))),
+            "{name}: {err}"
+        );
         ok(&helm(&["lint", "--strict", &dir]));
         ok(&helm(&["lint", "--strict", &dir, "-f", &example(name)]));
     }
     ok(&helm(&["lint", "--strict", &chart("pod-checkpointer")]));
+}
+
+/// A key of `credentials` or of `perNode.<node>.credentials` that names no credential (a typo
+/// would leave the file it meant empty) is refused by name, with the valid names; every
+/// credential must have its content, shared or on every node of perNode; all problems at once.
+#[test]
+fn credentials_are_checked_by_name() {
+    let dir = chart("kube-apiserver");
+    let apiserver = example("kube-apiserver");
+    let names = "ca.crt, apiserver.crt, apiserver.key, apiserver-kubelet-client.crt, \
+                 apiserver-kubelet-client.key, etcd-ca.crt, apiserver-etcd-client.crt, \
+                 apiserver-etcd-client.key, sa.pub, sa.key, encryption-config.yaml";
+    let err = refused(&helm(&[
+        "template",
+        "rel",
+        &dir,
+        "-f",
+        &apiserver,
+        "--set",
+        "credentials.apiserver\\.crtt=x",
+        "--set",
+        "perNode.cp-1.credentials.sa\\.pubb=y",
+    ]));
+    assert!(
+        err.contains(&format!(
+            "- credentials.apiserver.crtt, perNode.cp-1.credentials.sa.pubb: no such credential; the names are {names} ("
+        )),
+        "{err}"
+    );
+
+    let work = tempfile::tempdir().unwrap();
+    let values = |name: &str, text: &str| {
+        let file = work.path().join(name);
+        fs::write(&file, text).unwrap();
+        file.display().to_string()
+    };
+    // Per node: in every node's credentials, or shared.
+    let mut etcd: Value = serde_yaml_ng::from_str(&fs::read_to_string(example("etcd")).unwrap()).unwrap();
+    for (node, key) in [("cp-2", "peer.key"), ("cp-3", "peer.key"), ("cp-3", "server.crt")] {
+        etcd["perNode"][node]["credentials"]
+            .as_mapping_mut()
+            .unwrap()
+            .remove(key)
+            .unwrap();
+    }
+    let file = values("etcd.yaml", &serde_yaml_ng::to_string(&etcd).unwrap());
+    let err = refused(&helm(&["template", "rel", &chart("etcd"), "-f", &file]));
+    assert!(
+        err.contains("- no content for server.crt (nodes cp-3), peer.key (nodes cp-2, cp-3): ")
+            && err.contains("--set-file 'perNode.cp-3.credentials.server\\.crt=<file>'"),
+        "{err}"
+    );
+    // Shared content serves every node.
+    let shared = values("shared.yaml", "credentials: {server.crt: s, peer.key: p}");
+    render("etcd", &["-f", &file, "-f", &shared]);
+
+    // Membership's client credentials and the health endpoint's CA are credentials too (and
+    // required); the Secret carries each.
+    let membership = values(
+        "membership.yaml",
+        "membership: {enabled: true, endpoints: [\"https://10.0.0.11:2379\"]}\nanchor: {healthCAFile: health-ca.crt}",
+    );
+    let err = refused(&helm(&["template", "rel", &chart("etcd"), "-f", &example("etcd"), "-f", &membership]));
+    assert!(
+        err.contains("- no content for anchor-client.crt, anchor-client.key, health-ca.crt: "),
+        "{err}"
+    );
+    let given = values(
+        "given.yaml",
+        "credentials: {anchor-client.crt: c, anchor-client.key: k, health-ca.crt: h}",
+    );
+    let docs = render("etcd", &["-f", &example("etcd"), "-f", &membership, "-f", &given]);
+    let secret = &of_kind(&docs, "Secret")[0]["data"];
+    for key in ["anchor-client.crt", "anchor-client.key", "health-ca.crt", "etcd-ca.crt"] {
+        assert!(secret[key].is_string(), "{key}: {secret:?}");
+    }
+}
+
+/// Every value has a place in the schema: a misspelt key is refused, not ignored.
+#[test]
+fn values_outside_the_schema_are_refused() {
+    for name in ANCHOR_CHARTS {
+        for (set, needle) in [
+            ("nodeSelectr.a=b", "additional properties 'nodeSelectr' not allowed"),
+            ("component.extraArg.v=2", "additional properties 'extraArg' not allowed"),
+            ("component.probes.liveness.timeout=3", "timeout"),
+        ] {
+            let err = refused(&helm(&[
+                "template",
+                "rel",
+                &chart(name),
+                "-f",
+                &example(name),
+                "--set",
+                set,
+            ]));
+            assert!(
+                err.contains(needle) && err.contains("values don't meet the specifications of the schema"),
+                "{name} {set}: {err}"
+            );
+        }
+    }
+    for set in ["checkpointr.port=1", "component.namespace=x"] {
+        let err = refused(&helm(&["template", "rel", &chart("pod-checkpointer"), "--set", set]));
+        assert!(err.contains("additional properties"), "{set}: {err}");
+    }
+}
+
+/// The etcd chart's defaults rendered `--initial-cluster=${NODE_NAME}=https://${NODE_IP}:2380`:
+/// a fresh install on three nodes made three one-member clusters. Without membership the member
+/// list is required, and must be the same on every node (no variable).
+#[test]
+fn etcd_needs_one_member_list_for_every_node() {
+    let dir = chart("etcd");
+    let err = refused(&helm(&["template", "rel", &dir]));
+    assert!(
+        err.contains(NO_MEMBER_LIST) && err.contains("name=https://ip:2380") && err.contains("membership.enabled=true"),
+        "{err}"
+    );
+    let work = tempfile::tempdir().unwrap();
+    let values = |name: &str, text: &str| {
+        let file = work.path().join(name);
+        fs::write(&file, text).unwrap();
+        file.display().to_string()
+    };
+    let example = example("etcd");
+    for (text, from) in [
+        (
+            "component: {initialCluster: \"${NODE_NAME}=https://${NODE_IP}:2380\"}",
+            "component.initialCluster \"${NODE_NAME}=https://${NODE_IP}:2380\" names a variable",
+        ),
+        (
+            "component: {initialCluster: \"cp-1=https://10.0.0.11:2380,cp-2=https://${NODE_IP}:2380\"}",
+            "component.initialCluster \"cp-1=https://10.0.0.11:2380,cp-2=https://${NODE_IP}:2380\" names a variable",
+        ),
+        (
+            "component: {extraArgs: {initial-cluster: \"${NODE_NAME}=https://10.0.0.11:2380\"}}",
+            "component.extraArgs.initial-cluster \"${NODE_NAME}=https://10.0.0.11:2380\" names a variable",
+        ),
+        // Membership lets the anchors record each node's list, but not one that names every node.
+        (
+            "component: {initialCluster: \"${NODE_NAME}=https://${NODE_IP}:2380\"}\nmembership: {enabled: true, endpoints: [\"https://10.0.0.11:2379\"]}\ncredentials: {anchor-client.crt: c, anchor-client.key: k}",
+            "names a variable",
+        ),
+    ] {
+        let file = values("variable.yaml", text);
+        let err = refused(&helm(&["template", "rel", &dir, "-f", &example, "-f", &file]));
+        assert!(
+            err.contains(from) && err.contains("the same on every node"),
+            "{text}: {err}"
+        );
+    }
+    let err = refused(&helm(&[
+        "template",
+        "rel",
+        &dir,
+        "-f",
+        &example,
+        "--set",
+        "component.initialClusterState=maybe",
+    ]));
+    assert!(err.contains("initialClusterState"), "{err}");
+
+    // The example's list, as it stands, on every node's manifest.
+    let docs = render("etcd", &["-f", &example]);
+    let pod = of_kind(&docs, "ConfigMap")[0]["data"]["pod.yaml"].as_str().unwrap();
+    assert!(
+        pod.contains(
+            "- --initial-cluster=cp-1=https://10.0.0.11:2380,cp-2=https://10.0.0.12:2380,cp-3=https://10.0.0.13:2380\n"
+        ),
+        "{pod}"
+    );
+    // With membership the anchors record the list: none needed, and a list left out of the
+    // command line (omitArgs) is not asked for.
+    let membership = values(
+        "membership.yaml",
+        "component: {initialCluster: \"\"}\nmembership: {enabled: true, endpoints: [\"https://10.0.0.11:2379\"]}\ncredentials: {anchor-client.crt: c, anchor-client.key: k}",
+    );
+    render("etcd", &["-f", &example, "-f", &membership]);
+    let omitted = values("omitted.yaml", "component: {initialCluster: \"\", omitArgs: [initial-cluster]}");
+    let docs = render("etcd", &["-f", &example, "-f", &omitted]);
+    let pod = of_kind(&docs, "ConfigMap")[0]["data"]["pod.yaml"].as_str().unwrap();
+    assert!(!pod.contains("--initial-cluster="), "{pod}");
 }
 
 #[test]
@@ -98,7 +333,7 @@ fn the_checkpointer_daemonset_checkpoints_itself_with_narrow_mounts() {
 #[test]
 fn rendered_daemonsets_are_what_an_anchor_needs() {
     for name in ANCHOR_CHARTS {
-        for values in [vec![], vec!["-f".to_string(), example(name)]] {
+        for values in [required(name), vec!["-f".to_string(), example(name)]] {
             let extra: Vec<&str> = values.iter().map(String::as_str).collect();
             let docs = render(name, &extra);
             let daemonsets = of_kind(&docs, "DaemonSet");
@@ -399,12 +634,18 @@ fn api_servers_reach_the_anchor_and_the_checkpointer_only_when_set() {
     let list = "{https://10.0.0.1:6443,https://10.0.0.2:6443}";
     let want = Some("https://10.0.0.1:6443,https://10.0.0.2:6443".to_owned());
     for (chart_name, key) in [("kube-apiserver", "anchor"), ("pod-checkpointer", "checkpointer")] {
+        let required = if chart_name == "pod-checkpointer" {
+            vec![]
+        } else {
+            required(chart_name)
+        };
+        let required: Vec<&str> = required.iter().map(String::as_str).collect();
         assert!(
-            api_servers_env(&render(chart_name, &[])).iter().all(Option::is_none),
+            api_servers_env(&render(chart_name, &required)).iter().all(Option::is_none),
             "{chart_name}: set by default"
         );
         let set = format!("{key}.apiServers={list}");
-        let envs = api_servers_env(&render(chart_name, &["--set", &set]));
+        let envs = api_servers_env(&render(chart_name, &[&required[..], &["--set", &set]].concat()));
         assert!(
             !envs.is_empty() && envs.iter().all(|e| *e == want),
             "{chart_name}: {envs:?}"
@@ -417,8 +658,10 @@ fn api_servers_reach_the_anchor_and_the_checkpointer_only_when_set() {
 #[test]
 fn extra_args_replace_fixed_flags_in_place_and_omit_args_drop_them() {
     for name in ANCHOR_CHARTS {
+        let required = required(name);
+        let required: Vec<&str> = required.iter().map(String::as_str).collect();
         let command = |extra: &[&str]| -> Vec<String> {
-            let docs = render(name, extra);
+            let docs = render(name, &[&required[..], extra].concat());
             let pod: Value =
                 serde_yaml_ng::from_str(of_kind(&docs, "ConfigMap")[0]["data"]["pod.yaml"].as_str().unwrap()).unwrap();
             serde_yaml_ng::from_value(pod["spec"]["containers"][0]["command"].clone()).unwrap()
@@ -447,6 +690,341 @@ fn extra_args_replace_fixed_flags_in_place_and_omit_args_drop_them() {
         want.pop();
         want.push("--zz-extra=1".into());
         assert_eq!(changed, want, "{name}");
+    }
+}
+
+/// The static pod a chart renders (pod.yaml of its ConfigMap), variables left in.
+fn static_pod(chart_name: &str, extra: &[&str]) -> Value {
+    let docs = render(chart_name, extra);
+    let text = of_kind(&docs, "ConfigMap")[0]["data"]["pod.yaml"].as_str().unwrap().to_owned();
+    serde_yaml_ng::from_str(&text).unwrap()
+}
+
+/// The timing fields of a probe, by name.
+fn timing(probe: &Value) -> BTreeMap<String, i64> {
+    probe
+        .as_mapping()
+        .unwrap_or_else(|| panic!("no probe: {probe:?}"))
+        .iter()
+        .filter_map(|(k, v)| Some((k.as_str()?.to_owned(), v.as_i64()?)))
+        .collect()
+}
+
+/// Every component is probed as kubeadm probes it (cmd/kubeadm/app/util/staticpod of the pinned
+/// release: LivenessProbe, ReadinessProbe and StartupProbe, the last with kubeadm's 4-minute
+/// control-plane timeout), and the anchor accepts the manifest.
+#[test]
+fn component_probes_are_kubeadms() {
+    let want = |fields: &[(&str, i64)]| -> BTreeMap<String, i64> {
+        fields.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+    };
+    let startup = want(&[
+        ("initialDelaySeconds", 10),
+        ("periodSeconds", 10),
+        ("timeoutSeconds", 15),
+        ("failureThreshold", 24),
+    ]);
+    let liveness = want(&[
+        ("initialDelaySeconds", 10),
+        ("periodSeconds", 10),
+        ("timeoutSeconds", 15),
+        ("failureThreshold", 8),
+    ]);
+    let readiness = want(&[("periodSeconds", 1), ("timeoutSeconds", 15), ("failureThreshold", 3)]);
+    for name in ANCHOR_CHARTS {
+        let pod = static_pod(name, &["-f", &example(name)]);
+        let c = &pod["spec"]["containers"][0];
+        assert_eq!(timing(&c["startupProbe"]), startup, "{name}");
+        assert_eq!(timing(&c["livenessProbe"]), liveness, "{name}");
+        // Started once it answers what keeps it alive.
+        assert_eq!(c["startupProbe"]["httpGet"], c["livenessProbe"]["httpGet"], "{name}");
+        assert!(c["livenessProbe"]["httpGet"]["path"].is_string(), "{name}");
+        if *name == "kube-controller-manager" {
+            // kubeadm's has none either.
+            assert!(c["readinessProbe"].is_null(), "{name}");
+        } else {
+            assert_eq!(timing(&c["readinessProbe"]), readiness, "{name}");
+            assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz", "{name}");
+        }
+        // What the anchor writes: it accepts a startupProbe.
+        let text = serde_yaml_ng::to_string(&pod).unwrap();
+        let vars = kube_anchor_core::render::Variables::new(["NODE_NAME", "NODE_IP"], |n| {
+            Some(if n == "NODE_NAME" { "cp-1".into() } else { "10.0.0.11".into() })
+        });
+        let rendered = kube_anchor_core::render::render(Path::new("pod.yaml"), text.as_bytes(), &vars).unwrap();
+        kube_anchor_core::staticpod::parse(Path::new("pod.yaml"), &rendered).unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+
+    // The timing is set field by field over the defaults; a 0 stays 0; the endpoint stays.
+    let pod = static_pod(
+        "kube-scheduler",
+        &[
+            "-f",
+            &example("kube-scheduler"),
+            "--set",
+            "component.probes.liveness.failureThreshold=3",
+            "--set",
+            "component.probes.startup.initialDelaySeconds=0",
+            "--set",
+            "component.probes.readiness.successThreshold=2",
+        ],
+    );
+    let c = &pod["spec"]["containers"][0];
+    let mut changed = liveness.clone();
+    changed.insert("failureThreshold".into(), 3);
+    assert_eq!(timing(&c["livenessProbe"]), changed);
+    let mut changed = startup.clone();
+    changed.insert("initialDelaySeconds".into(), 0);
+    assert_eq!(timing(&c["startupProbe"]), changed);
+    let mut changed = readiness.clone();
+    changed.insert("successThreshold".into(), 2);
+    assert_eq!(timing(&c["readinessProbe"]), changed);
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/livez");
+
+    // Only the timing: no endpoint, no other kind, no success threshold but 1 where Kubernetes
+    // allows none, no readiness where the chart has no readiness probe.
+    for (chart_name, set, needle) in [
+        ("kube-scheduler", "component.probes.liveness.httpGet.path=/x", "httpGet"),
+        ("kube-scheduler", "component.probes.exec.periodSeconds=1", "exec"),
+        ("kube-scheduler", "component.probes.liveness.successThreshold=2", "successThreshold"),
+        ("kube-scheduler", "component.probes.startup.periodSeconds=0", "periodSeconds"),
+        (
+            "kube-controller-manager",
+            "component.probes.readiness.periodSeconds=2",
+            "component.probes.readiness: kube-controller-manager has no readiness probe",
+        ),
+    ] {
+        let err = refused(&helm(&[
+            "template",
+            "rel",
+            &chart(chart_name),
+            "-f",
+            &example(chart_name),
+            "--set",
+            set,
+        ]));
+        assert!(err.contains(needle), "{set}: {err}");
+    }
+}
+
+/// component.extraVolumes, kubeadm's HostPathMount shape (name, hostPath, mountPath, readOnly,
+/// pathType): a hostPath volume and a mount on the component container each, after the chart's
+/// own; a name or mountPath used twice is refused.
+#[test]
+fn extra_volumes_are_host_path_mounts_of_the_component() {
+    let work = tempfile::tempdir().unwrap();
+    let values = |name: &str, text: &str| {
+        let file = work.path().join(name);
+        fs::write(&file, text).unwrap();
+        file.display().to_string()
+    };
+    let extra = values(
+        "extra.yaml",
+        "component:\n  extraVolumes:\n    - {name: audit, hostPath: /var/log/kubernetes/audit, mountPath: /var/log/audit}\n    - {name: ca-certs, hostPath: /etc/ssl/certs, mountPath: /etc/ssl/certs, readOnly: true, pathType: Directory}\n",
+    );
+    for name in ANCHOR_CHARTS {
+        let plain = static_pod(name, &["-f", &example(name)]);
+        let pod = static_pod(name, &["-f", &example(name), "-f", &extra]);
+        let own_volumes = plain["spec"]["volumes"].as_sequence().unwrap().clone();
+        let own_mounts = plain["spec"]["containers"][0]["volumeMounts"].as_sequence().unwrap().clone();
+        let volumes = pod["spec"]["volumes"].as_sequence().unwrap();
+        let mounts = pod["spec"]["containers"][0]["volumeMounts"].as_sequence().unwrap();
+        assert_eq!(volumes[..own_volumes.len()], own_volumes[..], "{name}: the chart's own first");
+        assert_eq!(mounts[..own_mounts.len()], own_mounts[..], "{name}");
+        let added: Vec<String> = volumes[own_volumes.len()..]
+            .iter()
+            .chain(&mounts[own_mounts.len()..])
+            .map(|v| serde_json::to_string(v).unwrap())
+            .collect();
+        assert_eq!(
+            added,
+            [
+                r#"{"name":"audit","hostPath":{"path":"/var/log/kubernetes/audit","type":"DirectoryOrCreate"}}"#,
+                r#"{"name":"ca-certs","hostPath":{"path":"/etc/ssl/certs","type":"Directory"}}"#,
+                r#"{"name":"audit","mountPath":"/var/log/audit"}"#,
+                r#"{"name":"ca-certs","mountPath":"/etc/ssl/certs","readOnly":true}"#,
+            ],
+            "{name}"
+        );
+        let text = serde_yaml_ng::to_string(&pod).unwrap().replace("${NODE_IP}", "10.0.0.11").replace("${NODE_NAME}", "cp-1");
+        kube_anchor_core::staticpod::parse(Path::new("pod.yaml"), &text).unwrap_or_else(|e| panic!("{name}: {e}"));
+
+        let own_name = own_volumes[0]["name"].as_str().unwrap();
+        let own_path = own_mounts[0]["mountPath"].as_str().unwrap();
+        for (text, needle) in [
+            (
+                format!("component: {{extraVolumes: [{{name: {own_name}, hostPath: /a, mountPath: /a}}]}}"),
+                format!("component.extraVolumes[0]: the volume name {own_name} is taken by the chart's volume {own_name}"),
+            ),
+            (
+                format!("component: {{extraVolumes: [{{name: a, hostPath: /a, mountPath: \"{own_path}/\"}}]}}"),
+                format!("component.extraVolumes[0]: the mountPath {own_path} is taken by the chart's volume {own_name}"),
+            ),
+            (
+                "component: {extraVolumes: [{name: a, hostPath: /a, mountPath: /a}, {name: a, hostPath: /b, mountPath: /b}]}".to_owned(),
+                "component.extraVolumes[1]: the volume name a is taken by component.extraVolumes[0]".to_owned(),
+            ),
+            (
+                "component: {extraVolumes: [{name: a, hostPath: /a, mountPath: /a}, {name: b, hostPath: /b, mountPath: /a}]}".to_owned(),
+                "component.extraVolumes[1]: the mountPath /a is taken by component.extraVolumes[0]".to_owned(),
+            ),
+            (
+                "component: {extraVolumes: [{name: a, hostPath: /a, mountPath: /a, pathType: Dir}]}".to_owned(),
+                "pathType".to_owned(),
+            ),
+            (
+                "component: {extraVolumes: [{name: a, hostPath: /a, mountPath: /a, ro: true}]}".to_owned(),
+                "additional properties 'ro' not allowed".to_owned(),
+            ),
+            (
+                "component: {extraVolumes: [{name: a, hostPath: a, mountPath: /a}]}".to_owned(),
+                "hostPath".to_owned(),
+            ),
+            (
+                "component: {extraVolumes: [{name: A_1, hostPath: /a, mountPath: /a}]}".to_owned(),
+                "name".to_owned(),
+            ),
+        ] {
+            let file = values("bad.yaml", &text);
+            let err = refused(&helm(&["template", "rel", &chart(name), "-f", &example(name), "-f", &file]));
+            assert!(err.contains(&needle), "{name}: {text}: {err}");
+        }
+    }
+}
+
+/// The usual chart values: pull secrets, pod labels and annotations (never the chart's own),
+/// nameOverride (names only: the labels the anchors find each other by stay), and the images
+/// pinned by digest.
+#[test]
+fn pull_secrets_pod_metadata_names_and_digests() {
+    let digest = format!("sha256:{}", "ab".repeat(32));
+    let conventions = [
+        "--set",
+        "imagePullSecrets[0].name=regcred",
+        "--set",
+        "podLabels.team=control-plane",
+        "--set",
+        "podAnnotations.example\\.com/note=kept",
+        "--set",
+        "nameOverride=keeper",
+    ];
+    for name in ANCHOR_CHARTS {
+        let component = *name;
+        let set_digest = format!("component.digest={digest}");
+        let docs = render(
+            name,
+            &[&["-f", &example(name), "--set", &set_digest], &conventions[..]].concat(),
+        );
+        for doc in &docs {
+            let meta = &doc["metadata"];
+            let what = format!("{name}: {} {}", doc["kind"].as_str().unwrap(), meta["name"].as_str().unwrap());
+            assert!(meta["name"].as_str().unwrap().starts_with("rel-keeper"), "{what}");
+            assert_eq!(meta["labels"]["app.kubernetes.io/name"], "kube-anchor", "{what}");
+            assert_eq!(meta["labels"]["app.kubernetes.io/component"], component, "{what}");
+            assert_eq!(meta["labels"]["app.kubernetes.io/instance"], "rel", "{what}");
+        }
+        for ds in of_kind(&docs, "DaemonSet") {
+            let template = &ds["spec"]["template"];
+            let spec = &template["spec"];
+            assert_eq!(spec["imagePullSecrets"][0]["name"], "regcred", "{name}");
+            assert_eq!(spec["serviceAccountName"], "rel-keeper", "{name}");
+            let labels = &template["metadata"]["labels"];
+            assert_eq!(labels["team"], "control-plane", "{name}");
+            assert_eq!(labels["app.kubernetes.io/name"], "kube-anchor", "{name}");
+            assert_eq!(labels["app.kubernetes.io/component"], component, "{name}");
+            for (k, v) in ds["spec"]["selector"]["matchLabels"].as_mapping().unwrap() {
+                assert_eq!(&labels[k.as_str().unwrap()], v, "{name}: the selector selects the pods");
+            }
+            let annotations = &template["metadata"]["annotations"];
+            assert_eq!(annotations["example.com/note"], "kept", "{name}");
+            assert!(annotations["kube-anchor.io/expect-inputs"].is_string(), "{name}");
+        }
+        let pod = static_pod(name, &["-f", &example(name), "--set", &set_digest]);
+        assert_eq!(
+            pod["spec"]["containers"][0]["image"],
+            format!("registry.k8s.io/{name}@{digest}").as_str(),
+            "{name}"
+        );
+        // Without a digest, the version's tag.
+        let pod = static_pod(name, &["-f", &example(name)]);
+        assert!(!pod["spec"]["containers"][0]["image"].as_str().unwrap().contains('@'), "{name}");
+
+        for (set, needle) in [
+            ("podLabels.app\\.kubernetes\\.io/name=other", "podLabels: app.kubernetes.io/name: the chart sets these itself"),
+            ("podLabels.app\\.kubernetes\\.io/component=other", "podLabels: app.kubernetes.io/component: the chart sets"),
+            ("podLabels.kube-anchor\\.io/daemonset=other", "podLabels: kube-anchor.io/daemonset: the chart sets"),
+            ("podAnnotations.kube-anchor\\.io/expect-inputs=x", "podAnnotations: kube-anchor.io/expect-inputs: the chart sets"),
+            ("component.digest=latest", "digest"),
+            ("imagePullSecrets[0].nam=regcred", "nam"),
+        ] {
+            let err = refused(&helm(&["template", "rel", &chart(name), "-f", &example(name), "--set", set]));
+            assert!(err.contains(needle), "{name} {set}: {err}");
+        }
+    }
+
+    // The pod-checkpointer chart: the same, and its image by digest as documented.
+    let checkpointer = chart("pod-checkpointer");
+    let docs = render(
+        "pod-checkpointer",
+        &[&["--set", &format!("image.digest={digest}")], &conventions[..]].concat(),
+    );
+    let ds = of_kind(&docs, "DaemonSet")[0];
+    assert_eq!(ds["metadata"]["name"], "rel-keeper");
+    let template = &ds["spec"]["template"];
+    assert_eq!(
+        template["spec"]["containers"][0]["image"],
+        format!("kube-anchor/kube-anchor@{digest}").as_str()
+    );
+    assert_eq!(template["spec"]["imagePullSecrets"][0]["name"], "regcred");
+    assert_eq!(template["metadata"]["labels"]["team"], "control-plane");
+    assert_eq!(template["metadata"]["labels"]["app.kubernetes.io/component"], "pod-checkpointer");
+    assert_eq!(template["metadata"]["annotations"]["example.com/note"], "kept");
+    assert_eq!(template["metadata"]["annotations"]["checkpointer.alpha.coreos.com/checkpoint"], "true");
+    for set in [
+        "podLabels.app\\.kubernetes\\.io/instance=other",
+        "podAnnotations.checkpointer\\.alpha\\.coreos\\.com/checkpoint-of=x",
+        "image.digest=latest",
+    ] {
+        refused(&helm(&["template", "rel", &checkpointer, "--set", set]));
+    }
+}
+
+/// What `helm uninstall` keeps (resource-policy keep), the NOTES say how to delete, object by
+/// object.
+#[test]
+fn the_notes_name_every_object_kept_on_uninstall() {
+    for name in ANCHOR_CHARTS.iter().chain(&["pod-checkpointer"]) {
+        let mut args = vec!["install", "rel", "--dry-run=client", "-n", "ns"];
+        let dir = chart(name);
+        args.push(&dir);
+        let example = example(name);
+        if *name != "pod-checkpointer" {
+            args.extend(["-f", example.as_str()]);
+        } else {
+            args.extend(["--set", "checkpointNamespaces={ns,other}"]);
+        }
+        let out = ok(&helm(&args));
+        let (manifest, notes) = out.split_once("\nNOTES:\n").unwrap();
+        let manifest = manifest.split_once("\nMANIFEST:\n").unwrap().1;
+        let kept: Vec<Value> = documents(manifest)
+            .into_iter()
+            .filter(|d| d["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep")
+            .collect();
+        assert!(kept.len() >= 5, "{name}: {kept:?}");
+        for object in kept {
+            let kind = object["kind"].as_str().unwrap().to_lowercase();
+            let object_name = object["metadata"]["name"].as_str().unwrap();
+            let namespace = object["metadata"]["namespace"].as_str();
+            let named = notes.lines().any(|l| {
+                let words: Vec<&str> = l.split_whitespace().collect();
+                words.first() == Some(&"kubectl")
+                    && words.contains(&"delete")
+                    && words.iter().any(|w| w.split(',').any(|k| k == kind))
+                    && words.last() == Some(&object_name)
+                    && namespace.is_none_or(|ns| l.contains(&format!(" -n {ns} ")))
+            });
+            assert!(named, "{name}: no delete of {kind} {object_name} in {namespace:?}:\n{notes}");
+        }
     }
 }
 
@@ -511,6 +1089,68 @@ async fn rendered_output_passes_a_server_side_dry_run() {
         &cp.admin_kubeconfig,
         &["apply", "--dry-run=server", "-f", file.to_str().unwrap()],
     ));
+}
+
+/// `helm install` of the etcd chart with its defaults, against the real API server: refused
+/// before anything is created (no release record, no object of the release).
+#[tokio::test(flavor = "multi_thread")]
+async fn installing_etcd_with_its_defaults_creates_nothing() {
+    let cp = control_plane::shared().await;
+    let ns = cp.namespace("etcddefaults").await;
+    let kubeconfig = cp.admin_kubeconfig.display().to_string();
+    let release = format!("etcd-{ns}");
+    let err = refused(&helm(&[
+        "install",
+        &release,
+        &chart("etcd"),
+        "-n",
+        &ns,
+        "--kubeconfig",
+        &kubeconfig,
+        "--wait=false",
+    ]));
+    assert!(err.contains(NO_MEMBER_LIST), "{err}");
+    // Every status by default (a failed or pending release too).
+    let listed = ok(&helm(&["list", "-q", "-n", &ns, "--kubeconfig", &kubeconfig]));
+    assert!(listed.trim().is_empty(), "a release was recorded: {listed}");
+    let admin = cp.admin().await;
+    let of_release = ListParams::default().labels(&format!("app.kubernetes.io/instance={release}"));
+    let mut left: Vec<String> = Vec::new();
+    macro_rules! names {
+        ($kind:ty) => {
+            Api::<$kind>::namespaced(admin.clone(), &ns)
+                .list(&of_release)
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .filter_map(|o| o.metadata.name)
+                .collect::<Vec<_>>()
+        };
+    }
+    left.extend(names!(DaemonSet));
+    left.extend(names!(ConfigMap));
+    left.extend(names!(ServiceAccount));
+    left.extend(names!(Role));
+    left.extend(names!(RoleBinding));
+    left.extend(
+        Api::<Secret>::namespaced(admin.clone(), &ns)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter_map(|o| o.metadata.name)
+            .filter(|n| n.starts_with("sh.helm.release") || n.starts_with(&release)),
+    );
+    let full = format!("{release}-anchor");
+    if Api::<ClusterRole>::all(admin.clone()).get_opt(&full).await.unwrap().is_some() {
+        left.push(format!("ClusterRole {full}"));
+    }
+    if Api::<ClusterRoleBinding>::all(admin.clone()).get_opt(&full).await.unwrap().is_some() {
+        left.push(format!("ClusterRoleBinding {full}"));
+    }
+    assert!(left.is_empty(), "created by a refused install: {left:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -748,6 +1388,33 @@ async fn install_upgrade_and_uninstall_a_component_chart() {
         );
         let answer = String::from_utf8_lossy(&out.stdout).trim().to_owned();
         assert_eq!(answer == "yes", allowed, "{verb} {resource}: {answer}");
+    }
+    // The rollout Lease, kube-anchor-<component>, in the release's namespace only (a Role).
+    for (verb, resource, namespace, allowed) in [
+        ("get", "leases.coordination.k8s.io/kube-anchor-kube-scheduler", ns.as_str(), true),
+        ("update", "leases.coordination.k8s.io/kube-anchor-kube-scheduler", &ns, true),
+        ("create", "leases.coordination.k8s.io", &ns, true),
+        ("get", "leases.coordination.k8s.io/kube-anchor-etcd", &ns, false),
+        ("update", "leases.coordination.k8s.io/other", &ns, false),
+        ("delete", "leases.coordination.k8s.io/kube-anchor-kube-scheduler", &ns, false),
+        ("list", "leases.coordination.k8s.io", &ns, false),
+        ("create", "leases.coordination.k8s.io", "kube-system", false),
+        ("get", "leases.coordination.k8s.io/kube-anchor-kube-scheduler", "default", false),
+    ] {
+        let out = kubectl(
+            &cp.admin_kubeconfig,
+            &[
+                "auth",
+                "can-i",
+                verb,
+                resource,
+                "-n",
+                namespace,
+                &format!("--as=system:serviceaccount:{ns}:sched-anchor"),
+            ],
+        );
+        let answer = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        assert_eq!(answer == "yes", allowed, "{verb} {resource} in {namespace}: {answer}");
     }
 
     // The DaemonSet pod runs; its anchor (run here as a process against the node's directories,

@@ -190,7 +190,11 @@ fn charts_follow_the_crate_version_and_can_pin_the_image_by_digest() {
         }
     }
     let image = |extra: &[&str]| {
-        let docs = template("rel", "kube-scheduler", extra);
+        let docs = template(
+            "rel",
+            "kube-scheduler",
+            &[&["--set", "credentials.scheduler\\.conf=kubeconfig"], extra].concat(),
+        );
         of_kind(&docs, "DaemonSet")[0]["spec"]["template"]["spec"]["containers"][0]["image"]
             .as_str()
             .unwrap()

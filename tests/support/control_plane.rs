@@ -35,6 +35,23 @@ rules:
   - level: Metadata
 ";
 
+/// For the anchors the tests run in namespaces of their own as kube-system's `kube-anchor`
+/// (`manifests/rbac.yaml`, whose Role grants the rollout Lease in kube-system only): the Lease
+/// in any namespace. Not what the chart grants; the chart's own RBAC is tested in tests/charts.rs.
+const TEST_LEASES: &str = "apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: kube-anchor-test-leases}
+rules:
+  - {apiGroups: [coordination.k8s.io], resources: [leases], verbs: [get, create, update]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: kube-anchor-test-leases}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: kube-anchor-test-leases}
+subjects:
+  - {kind: ServiceAccount, name: kube-anchor, namespace: kube-system}
+";
+
 /// One line of the API server's audit log (the fields the tests read).
 #[derive(Debug, Clone, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -279,20 +296,34 @@ impl ControlPlane {
 
     /// Applies `manifests/rbac.yaml` with the real kubectl (once per control plane: concurrent
     /// applies of the same objects race) and returns a kubeconfig for its ServiceAccount.
+    ///
+    /// The tests run anchors as pods of their own namespace with this kube-system identity; the
+    /// chart grants the rollout Lease only in the anchors' own namespace (a Role), so the bed
+    /// grants it in every namespace too ([`TEST_LEASES`]).
     pub async fn anchor_service_account(&self) -> PathBuf {
         self.anchor_rbac
             .get_or_init(|| async {
-                let out = Command::new(tool("kubectl"))
-                    .arg(format!("--kubeconfig={}", self.admin_kubeconfig.display()))
-                    .args(["apply", "-f"])
-                    .arg(repo_root().join("manifests/rbac.yaml"))
-                    .output()
-                    .unwrap();
-                assert!(
-                    out.status.success(),
-                    "kubectl apply manifests/rbac.yaml: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
+                for (what, manifest) in [
+                    ("manifests/rbac.yaml", fs::read_to_string(repo_root().join("manifests/rbac.yaml")).unwrap()),
+                    ("the test bed's Lease grant", TEST_LEASES.to_owned()),
+                ] {
+                    let mut child = Command::new(tool("kubectl"))
+                        .arg(format!("--kubeconfig={}", self.admin_kubeconfig.display()))
+                        .args(["apply", "-f", "-"])
+                        .stdin(std::process::Stdio::piped())
+                        .stdout(std::process::Stdio::piped())
+                        .stderr(std::process::Stdio::piped())
+                        .spawn()
+                        .unwrap();
+                    use std::io::Write as _;
+                    child.stdin.take().unwrap().write_all(manifest.as_bytes()).unwrap();
+                    let out = child.wait_with_output().unwrap();
+                    assert!(
+                        out.status.success(),
+                        "kubectl apply {what}: {}",
+                        String::from_utf8_lossy(&out.stderr)
+                    );
+                }
             })
             .await;
         self.service_account_client("kube-system", "kube-anchor").await.1

@@ -54,11 +54,7 @@ pod.yaml: |
 
 {{/* Credentials shared by every node: base64 data of the Secret. */}}
 {{- define "kube-anchor-lib.secretData" -}}
-{{- $names := list -}}
-{{- range .Values.files }}{{ $names = append $names .name }}{{ end -}}
-{{- $m := .Values.membership | default dict -}}
-{{- if $m.enabled }}{{ $names = concat $names (list $m.clientCA $m.clientCert $m.clientKey) }}{{ end -}}
-{{- range (uniq $names) }}
+{{- range include "kube-anchor-lib.credentialNames" . | fromJsonArray }}
 {{- if hasKey $.Values.credentials . }}
 {{ . }}: {{ index $.Values.credentials . | b64enc }}
 {{- end }}
@@ -95,6 +91,7 @@ change only when the DaemonSet rollout replaces its anchor pod.
 {{- end -}}
 
 {{- define "kube-anchor-lib.configmap" -}}
+{{- include "kube-anchor-lib.validate" . -}}
 apiVersion: v1
 kind: ConfigMap
 metadata:
@@ -108,6 +105,7 @@ data:
 {{- end -}}
 
 {{- define "kube-anchor-lib.secrets" -}}
+{{- include "kube-anchor-lib.validate" . -}}
 apiVersion: v1
 kind: Secret
 metadata:

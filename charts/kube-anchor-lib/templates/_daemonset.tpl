@@ -5,6 +5,7 @@ credentials next to the shared ones.
 */}}
 
 {{- define "kube-anchor-lib.daemonset" -}}
+{{- include "kube-anchor-lib.validate" . -}}
 {{- if .Values.perNode }}
 {{- range $nodeName, $node := .Values.perNode }}
 ---
@@ -44,12 +45,23 @@ spec:
       labels:
         {{- include "kube-anchor-lib.labels" $r | nindent 8 }}
         kube-anchor.io/daemonset: {{ $name }}
+        {{- with $v.podLabels }}
+        {{- $taken := append (keys (include "kube-anchor-lib.labels" $r | fromYaml)) "kube-anchor.io/daemonset" }}
+        {{- include "kube-anchor-lib.podExtra" (dict "given" . "field" "podLabels" "taken" $taken "why" "the DaemonSet selects its pods by them, the anchors find each other by them") | nindent 8 }}
+        {{- end }}
       annotations:
         # The inputs this pod may apply (any input change rolls the DaemonSet; inputs refreshed
         # under a running pod wait for its replacement).
         kube-anchor.io/expect-inputs: {{ include "kube-anchor-lib.expectInputs" . | quote }}
+        {{- with $v.podAnnotations }}
+        {{- include "kube-anchor-lib.podExtra" (dict "given" . "field" "podAnnotations" "taken" (list "kube-anchor.io/expect-inputs") "why" "the inputs the anchor may apply") | nindent 8 }}
+        {{- end }}
     spec:
       serviceAccountName: {{ include "kube-anchor-lib.serviceAccountName" $r }}
+      {{- with $v.imagePullSecrets }}
+      imagePullSecrets:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
       # Works before any CNI is up, and reaches the component's loopback health endpoint.
       hostNetwork: true
       dnsPolicy: ClusterFirstWithHostNet

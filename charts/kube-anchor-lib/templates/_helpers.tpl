@@ -1,10 +1,12 @@
 {{/* Names and labels shared by every kube-anchor chart. */}}
 
+{{/* The name of the release's objects: <release>-anchor, nameOverride in place of "anchor", or
+fullnameOverride. Names only: the labels stay (the anchors find each other by them). */}}
 {{- define "kube-anchor-lib.fullname" -}}
 {{- if .Values.fullnameOverride -}}
 {{- .Values.fullnameOverride | trunc 50 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-anchor" .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name (.Values.nameOverride | default "anchor") | trunc 50 | trimSuffix "-" -}}
 {{- end -}}
 {{- end -}}
 
@@ -49,6 +51,20 @@ state dir. Each becomes one narrow hostPath mount under /host.
 {{- if not $covered -}}{{- $mounts = append $mounts $d -}}{{- end -}}
 {{- end -}}
 {{- $mounts | toJson -}}
+{{- end -}}
+
+{{/*
+Labels or annotations the values add to a pod (podLabels, podAnnotations), as YAML lines; none
+may set one the chart sets itself. Takes (dict "given" <map> "field" "podLabels" "taken" <list>
+"why" "<what the chart's own are for>").
+*/}}
+{{- define "kube-anchor-lib.podExtra" -}}
+{{- $clash := list -}}
+{{- range $key := keys .given | sortAlpha }}{{ if has $key $.taken }}{{ $clash = append $clash $key }}{{ end }}{{ end -}}
+{{- if $clash -}}
+{{- fail (printf "%s: %s: the chart sets these itself (%s); %s may only add others" .field (join ", " $clash) .why .field) -}}
+{{- end -}}
+{{- toYaml .given -}}
 {{- end -}}
 
 {{/* The image reference: pinned by digest when one is given (tools/image.sh prints it). */}}

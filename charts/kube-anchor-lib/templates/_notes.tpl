@@ -18,8 +18,10 @@ Why a node is not ready, and what each anchor wrote:
 sees the DaemonSet go); an upgrade, a reboot or an API outage never does. The anchors'
 ServiceAccount and RBAC outlive the release (the hooks need them to prove the decommission);
 once the anchor pods are gone:
-
+{{ if .Values.serviceAccount.create }}
   kubectl -n {{ .Release.Namespace }} delete serviceaccount {{ include "kube-anchor-lib.serviceAccountName" . }}
+{{- end }}
+  kubectl -n {{ .Release.Namespace }} delete rolebinding,role {{ $full }}
   kubectl delete clusterrolebinding,clusterrole {{ $full }}
 {{- if or (eq (toString .Values.anchor.quorumGuard) "on") (and (eq (toString .Values.anchor.quorumGuard) "auto") (has .Values.component.name (list "etcd" "kube-apiserver"))) }}
 
@@ -33,15 +35,4 @@ take it off every node, annotate first:
 A version that failed its trial is not written again; after fixing the cause elsewhere:
 
   kubectl -n {{ .Release.Namespace }} exec <anchor pod> -- kube-anchor retry
-{{- $missing := list -}}
-{{- range .Values.files -}}
-{{- if and (not (hasKey $.Values.credentials .name)) (not $.Values.perNode) -}}
-{{- $missing = append $missing .name -}}
-{{- end -}}
-{{- end -}}
-{{- if $missing }}
-
-WARNING: no content given for {{ join ", " $missing }} (values `credentials`): the anchors will
-report not ready until it is.
-{{- end }}
 {{- end -}}

@@ -1,6 +1,9 @@
 {{/* The static pod manifest the anchor renders (${NODE_NAME}, ${NODE_IP}) and writes. */}}
 {{- define "kube-apiserver.pod" -}}
 {{- $c := .Values.component -}}
+{{- $mounts := dict "component" $c "own" (list
+    (dict "name" "pki" "hostPath" "/etc/kubernetes/pki" "mountPath" "/etc/kubernetes/pki" "readOnly" true)
+    (dict "name" "encryption" "hostPath" "/etc/kubernetes/encryption" "mountPath" "/etc/kubernetes/encryption" "readOnly" true)) -}}
 apiVersion: v1
 kind: Pod
 metadata:
@@ -13,7 +16,7 @@ spec:
   securityContext: {seccompProfile: {type: RuntimeDefault}}
   containers:
     - name: kube-apiserver
-      image: {{ printf "%s:%s" $c.image $c.version }}
+      image: {{ include "kube-anchor-lib.componentImage" (dict "component" $c "tag" $c.version) }}
       command:
         - kube-apiserver
         {{- include "kube-anchor-lib.args" (dict "component" $c "fixed" (list
@@ -37,21 +40,16 @@ spec:
             (printf "--service-cluster-ip-range=%v" $c.serviceClusterIPRange)
             "--encryption-provider-config=/etc/kubernetes/encryption/config.yaml"
         )) | trim | nindent 8 }}
-      livenessProbe:
-        httpGet: {host: "${NODE_IP}", path: /livez, port: {{ $c.securePort }}, scheme: HTTPS}
-        initialDelaySeconds: 10
-        failureThreshold: 8
-      readinessProbe:
-        httpGet: {host: "${NODE_IP}", path: /readyz, port: {{ $c.securePort }}, scheme: HTTPS}
-        periodSeconds: 1
+      {{- include "kube-anchor-lib.probes" (dict "component" $c
+          "liveness" (printf "{host: \"${NODE_IP}\", path: /livez, port: %v, scheme: HTTPS}" $c.securePort)
+          "readiness" (printf "{host: \"${NODE_IP}\", path: /readyz, port: %v, scheme: HTTPS}" $c.securePort)
+          "startup" (printf "{host: \"${NODE_IP}\", path: /livez, port: %v, scheme: HTTPS}" $c.securePort)) | trim | nindent 6 }}
       resources:
         {{- toYaml $c.resources | nindent 8 }}
-      volumeMounts:
-        - {name: pki, mountPath: /etc/kubernetes/pki, readOnly: true}
-        - {name: encryption, mountPath: /etc/kubernetes/encryption, readOnly: true}
-  volumes:
-    - name: pki
-      hostPath: {path: /etc/kubernetes/pki, type: DirectoryOrCreate}
-    - name: encryption
-      hostPath: {path: /etc/kubernetes/encryption, type: DirectoryOrCreate}
+      {{- include "kube-anchor-lib.volumeMounts" $mounts | nindent 6 }}
+  {{- include "kube-anchor-lib.volumes" $mounts | nindent 2 }}
 {{- end -}}
+
+
+{{/* What the values schema cannot say of this chart (see kube-anchor-lib.validate): nothing. */}}
+{{- define "kube-apiserver.problems" -}}[]{{- end -}}

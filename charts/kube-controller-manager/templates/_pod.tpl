@@ -1,6 +1,9 @@
 {{/* The static pod manifest the anchor renders (${NODE_NAME}, ${NODE_IP}) and writes. */}}
 {{- define "kube-controller-manager.pod" -}}
 {{- $c := .Values.component -}}
+{{- $mounts := dict "component" $c "own" (list
+    (dict "name" "pki" "hostPath" "/etc/kubernetes/pki" "mountPath" "/etc/kubernetes/pki" "readOnly" true)
+    (dict "name" "kubeconfig" "hostPath" "/etc/kubernetes/controller-manager.conf" "mountPath" "/etc/kubernetes/controller-manager.conf" "readOnly" true "pathType" "FileOrCreate")) -}}
 apiVersion: v1
 kind: Pod
 metadata:
@@ -13,7 +16,7 @@ spec:
   securityContext: {seccompProfile: {type: RuntimeDefault}}
   containers:
     - name: kube-controller-manager
-      image: {{ printf "%s:%s" $c.image $c.version }}
+      image: {{ include "kube-anchor-lib.componentImage" (dict "component" $c "tag" $c.version) }}
       command:
         - kube-controller-manager
         {{- include "kube-anchor-lib.args" (dict "component" $c "fixed" (list
@@ -30,18 +33,17 @@ spec:
             "--use-service-account-credentials=true"
             "--leader-elect=true"
         )) | trim | nindent 8 }}
-      livenessProbe:
-        httpGet: {host: {{ include "kube-anchor-lib.probeHost" $c.localAddress }}, path: /healthz, port: 10257, scheme: HTTPS}
-        initialDelaySeconds: 10
-        failureThreshold: 8
+      {{- $host := include "kube-anchor-lib.probeHost" $c.localAddress }}
+      {{- /* No readiness probe, as kubeadm's. */}}
+      {{- include "kube-anchor-lib.probes" (dict "component" $c
+          "liveness" (printf "{host: %s, path: /healthz, port: 10257, scheme: HTTPS}" $host)
+          "startup" (printf "{host: %s, path: /healthz, port: 10257, scheme: HTTPS}" $host)) | trim | nindent 6 }}
       resources:
         {{- toYaml $c.resources | nindent 8 }}
-      volumeMounts:
-        - {name: pki, mountPath: /etc/kubernetes/pki, readOnly: true}
-        - {name: kubeconfig, mountPath: /etc/kubernetes/controller-manager.conf, readOnly: true}
-  volumes:
-    - name: pki
-      hostPath: {path: /etc/kubernetes/pki, type: DirectoryOrCreate}
-    - name: kubeconfig
-      hostPath: {path: /etc/kubernetes/controller-manager.conf, type: FileOrCreate}
+      {{- include "kube-anchor-lib.volumeMounts" $mounts | nindent 6 }}
+  {{- include "kube-anchor-lib.volumes" $mounts | nindent 2 }}
 {{- end -}}
+
+
+{{/* What the values schema cannot say of this chart (see kube-anchor-lib.validate): nothing. */}}
+{{- define "kube-controller-manager.problems" -}}[]{{- end -}}
