@@ -260,7 +260,11 @@ fn chart_probes() -> (serde_json::Value, serde_json::Value, serde_json::Value) {
     let pod: serde_json::Value =
         serde_yaml_ng::from_slice(&configmap_files(of_kind(&docs, "ConfigMap")[0])["pod.yaml"]).unwrap();
     let c = &pod["spec"]["containers"][0];
-    (c["livenessProbe"].clone(), c["readinessProbe"].clone(), c["startupProbe"].clone())
+    (
+        c["livenessProbe"].clone(),
+        c["readinessProbe"].clone(),
+        c["startupProbe"].clone(),
+    )
 }
 
 /// A kube-apiserver stand-in whose health endpoints answer after 3 s, as a loaded one does.
@@ -315,7 +319,11 @@ async fn a_slow_health_endpoint_passes_the_charts_probes_and_fails_a_one_second_
         &slow_pod(
             "slow-chart",
             free_port(),
-            [("livenessProbe", liveness.clone()), ("readinessProbe", readiness.clone()), ("startupProbe", startup)],
+            [
+                ("livenessProbe", liveness.clone()),
+                ("readinessProbe", readiness.clone()),
+                ("startupProbe", startup),
+            ],
         ),
     );
     apply(
@@ -347,7 +355,10 @@ async fn a_slow_health_endpoint_passes_the_charts_probes_and_fails_a_one_second_
         unhealthy(format!("slow-1s-{}", node.name))
     })
     .await;
-    assert!(seen.message.unwrap_or_default().contains("Timeout"), "a timeout, not a refusal");
+    assert!(
+        seen.message.unwrap_or_default().contains("Timeout"),
+        "a timeout, not a refusal"
+    );
     // The chart's probes pass on it: Ready, and still never restarted nor unhealthy three
     // liveness periods later.
     let pod = wait_ready(&pods, &format!("slow-chart-{}", node.name)).await;
