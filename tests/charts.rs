@@ -73,10 +73,9 @@ const NO_MEMBER_LIST: &str = "component.initialCluster is required while members
 /// one; the examples lint strictly.
 #[test]
 fn every_chart_lints_strictly_with_default_and_example_values() {
-    let defaults: Value = serde_yaml_ng::from_str(
-        &fs::read_to_string(repo_root().join("charts/kube-apiserver/values.yaml")).unwrap(),
-    )
-    .unwrap();
+    let defaults: Value =
+        serde_yaml_ng::from_str(&fs::read_to_string(repo_root().join("charts/kube-apiserver/values.yaml")).unwrap())
+            .unwrap();
     assert_eq!(defaults["files"].as_sequence().unwrap().len(), 11);
     for name in ANCHOR_CHARTS {
         let dir = chart(name);
@@ -161,7 +160,15 @@ fn credentials_are_checked_by_name() {
         "membership.yaml",
         "membership: {enabled: true, endpoints: [\"https://10.0.0.11:2379\"]}\nanchor: {healthCAFile: health-ca.crt}",
     );
-    let err = refused(&helm(&["template", "rel", &chart("etcd"), "-f", &example("etcd"), "-f", &membership]));
+    let err = refused(&helm(&[
+        "template",
+        "rel",
+        &chart("etcd"),
+        "-f",
+        &example("etcd"),
+        "-f",
+        &membership,
+    ]));
     assert!(
         err.contains("- no content for anchor-client.crt, anchor-client.key, health-ca.crt: "),
         "{err}"
@@ -278,7 +285,10 @@ fn etcd_needs_one_member_list_for_every_node() {
         "component: {initialCluster: \"\"}\nmembership: {enabled: true, endpoints: [\"https://10.0.0.11:2379\"]}\ncredentials: {anchor-client.crt: c, anchor-client.key: k}",
     );
     render("etcd", &["-f", &example, "-f", &membership]);
-    let omitted = values("omitted.yaml", "component: {initialCluster: \"\", omitArgs: [initial-cluster]}");
+    let omitted = values(
+        "omitted.yaml",
+        "component: {initialCluster: \"\", omitArgs: [initial-cluster]}",
+    );
     let docs = render("etcd", &["-f", &example, "-f", &omitted]);
     let pod = of_kind(&docs, "ConfigMap")[0]["data"]["pod.yaml"].as_str().unwrap();
     assert!(!pod.contains("--initial-cluster="), "{pod}");
@@ -641,7 +651,9 @@ fn api_servers_reach_the_anchor_and_the_checkpointer_only_when_set() {
         };
         let required: Vec<&str> = required.iter().map(String::as_str).collect();
         assert!(
-            api_servers_env(&render(chart_name, &required)).iter().all(Option::is_none),
+            api_servers_env(&render(chart_name, &required))
+                .iter()
+                .all(Option::is_none),
             "{chart_name}: set by default"
         );
         let set = format!("{key}.apiServers={list}");
@@ -696,7 +708,10 @@ fn extra_args_replace_fixed_flags_in_place_and_omit_args_drop_them() {
 /// The static pod a chart renders (pod.yaml of its ConfigMap), variables left in.
 fn static_pod(chart_name: &str, extra: &[&str]) -> Value {
     let docs = render(chart_name, extra);
-    let text = of_kind(&docs, "ConfigMap")[0]["data"]["pod.yaml"].as_str().unwrap().to_owned();
+    let text = of_kind(&docs, "ConfigMap")[0]["data"]["pod.yaml"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     serde_yaml_ng::from_str(&text).unwrap()
 }
 
@@ -715,9 +730,8 @@ fn timing(probe: &Value) -> BTreeMap<String, i64> {
 /// control-plane timeout), and the anchor accepts the manifest.
 #[test]
 fn component_probes_are_kubeadms() {
-    let want = |fields: &[(&str, i64)]| -> BTreeMap<String, i64> {
-        fields.iter().map(|(k, v)| (k.to_string(), *v)).collect()
-    };
+    let want =
+        |fields: &[(&str, i64)]| -> BTreeMap<String, i64> { fields.iter().map(|(k, v)| (k.to_string(), *v)).collect() };
     let startup = want(&[
         ("initialDelaySeconds", 10),
         ("periodSeconds", 10),
@@ -749,7 +763,11 @@ fn component_probes_are_kubeadms() {
         // What the anchor writes: it accepts a startupProbe.
         let text = serde_yaml_ng::to_string(&pod).unwrap();
         let vars = kube_anchor_core::render::Variables::new(["NODE_NAME", "NODE_IP"], |n| {
-            Some(if n == "NODE_NAME" { "cp-1".into() } else { "10.0.0.11".into() })
+            Some(if n == "NODE_NAME" {
+                "cp-1".into()
+            } else {
+                "10.0.0.11".into()
+            })
         });
         let rendered = kube_anchor_core::render::render(Path::new("pod.yaml"), text.as_bytes(), &vars).unwrap();
         kube_anchor_core::staticpod::parse(Path::new("pod.yaml"), &rendered).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -786,8 +804,16 @@ fn component_probes_are_kubeadms() {
     for (chart_name, set, needle) in [
         ("kube-scheduler", "component.probes.liveness.httpGet.path=/x", "httpGet"),
         ("kube-scheduler", "component.probes.exec.periodSeconds=1", "exec"),
-        ("kube-scheduler", "component.probes.liveness.successThreshold=2", "successThreshold"),
-        ("kube-scheduler", "component.probes.startup.periodSeconds=0", "periodSeconds"),
+        (
+            "kube-scheduler",
+            "component.probes.liveness.successThreshold=2",
+            "successThreshold",
+        ),
+        (
+            "kube-scheduler",
+            "component.probes.startup.periodSeconds=0",
+            "periodSeconds",
+        ),
         (
             "kube-controller-manager",
             "component.probes.readiness.periodSeconds=2",
@@ -826,10 +852,17 @@ fn extra_volumes_are_host_path_mounts_of_the_component() {
         let plain = static_pod(name, &["-f", &example(name)]);
         let pod = static_pod(name, &["-f", &example(name), "-f", &extra]);
         let own_volumes = plain["spec"]["volumes"].as_sequence().unwrap().clone();
-        let own_mounts = plain["spec"]["containers"][0]["volumeMounts"].as_sequence().unwrap().clone();
+        let own_mounts = plain["spec"]["containers"][0]["volumeMounts"]
+            .as_sequence()
+            .unwrap()
+            .clone();
         let volumes = pod["spec"]["volumes"].as_sequence().unwrap();
         let mounts = pod["spec"]["containers"][0]["volumeMounts"].as_sequence().unwrap();
-        assert_eq!(volumes[..own_volumes.len()], own_volumes[..], "{name}: the chart's own first");
+        assert_eq!(
+            volumes[..own_volumes.len()],
+            own_volumes[..],
+            "{name}: the chart's own first"
+        );
         assert_eq!(mounts[..own_mounts.len()], own_mounts[..], "{name}");
         let added: Vec<String> = volumes[own_volumes.len()..]
             .iter()
@@ -846,7 +879,10 @@ fn extra_volumes_are_host_path_mounts_of_the_component() {
             ],
             "{name}"
         );
-        let text = serde_yaml_ng::to_string(&pod).unwrap().replace("${NODE_IP}", "10.0.0.11").replace("${NODE_NAME}", "cp-1");
+        let text = serde_yaml_ng::to_string(&pod)
+            .unwrap()
+            .replace("${NODE_IP}", "10.0.0.11")
+            .replace("${NODE_NAME}", "cp-1");
         kube_anchor_core::staticpod::parse(Path::new("pod.yaml"), &text).unwrap_or_else(|e| panic!("{name}: {e}"));
 
         let own_name = own_volumes[0]["name"].as_str().unwrap();
@@ -917,7 +953,11 @@ fn pull_secrets_pod_metadata_names_and_digests() {
         );
         for doc in &docs {
             let meta = &doc["metadata"];
-            let what = format!("{name}: {} {}", doc["kind"].as_str().unwrap(), meta["name"].as_str().unwrap());
+            let what = format!(
+                "{name}: {} {}",
+                doc["kind"].as_str().unwrap(),
+                meta["name"].as_str().unwrap()
+            );
             assert!(meta["name"].as_str().unwrap().starts_with("rel-keeper"), "{what}");
             assert_eq!(meta["labels"]["app.kubernetes.io/name"], "kube-anchor", "{what}");
             assert_eq!(meta["labels"]["app.kubernetes.io/component"], component, "{what}");
@@ -947,17 +987,40 @@ fn pull_secrets_pod_metadata_names_and_digests() {
         );
         // Without a digest, the version's tag.
         let pod = static_pod(name, &["-f", &example(name)]);
-        assert!(!pod["spec"]["containers"][0]["image"].as_str().unwrap().contains('@'), "{name}");
+        assert!(
+            !pod["spec"]["containers"][0]["image"].as_str().unwrap().contains('@'),
+            "{name}"
+        );
 
         for (set, needle) in [
-            ("podLabels.app\\.kubernetes\\.io/name=other", "podLabels: app.kubernetes.io/name: the chart sets these itself"),
-            ("podLabels.app\\.kubernetes\\.io/component=other", "podLabels: app.kubernetes.io/component: the chart sets"),
-            ("podLabels.kube-anchor\\.io/daemonset=other", "podLabels: kube-anchor.io/daemonset: the chart sets"),
-            ("podAnnotations.kube-anchor\\.io/expect-inputs=x", "podAnnotations: kube-anchor.io/expect-inputs: the chart sets"),
+            (
+                "podLabels.app\\.kubernetes\\.io/name=other",
+                "podLabels: app.kubernetes.io/name: the chart sets these itself",
+            ),
+            (
+                "podLabels.app\\.kubernetes\\.io/component=other",
+                "podLabels: app.kubernetes.io/component: the chart sets",
+            ),
+            (
+                "podLabels.kube-anchor\\.io/daemonset=other",
+                "podLabels: kube-anchor.io/daemonset: the chart sets",
+            ),
+            (
+                "podAnnotations.kube-anchor\\.io/expect-inputs=x",
+                "podAnnotations: kube-anchor.io/expect-inputs: the chart sets",
+            ),
             ("component.digest=latest", "digest"),
             ("imagePullSecrets[0].nam=regcred", "nam"),
         ] {
-            let err = refused(&helm(&["template", "rel", &chart(name), "-f", &example(name), "--set", set]));
+            let err = refused(&helm(&[
+                "template",
+                "rel",
+                &chart(name),
+                "-f",
+                &example(name),
+                "--set",
+                set,
+            ]));
             assert!(err.contains(needle), "{name} {set}: {err}");
         }
     }
@@ -977,9 +1040,15 @@ fn pull_secrets_pod_metadata_names_and_digests() {
     );
     assert_eq!(template["spec"]["imagePullSecrets"][0]["name"], "regcred");
     assert_eq!(template["metadata"]["labels"]["team"], "control-plane");
-    assert_eq!(template["metadata"]["labels"]["app.kubernetes.io/component"], "pod-checkpointer");
+    assert_eq!(
+        template["metadata"]["labels"]["app.kubernetes.io/component"],
+        "pod-checkpointer"
+    );
     assert_eq!(template["metadata"]["annotations"]["example.com/note"], "kept");
-    assert_eq!(template["metadata"]["annotations"]["checkpointer.alpha.coreos.com/checkpoint"], "true");
+    assert_eq!(
+        template["metadata"]["annotations"]["checkpointer.alpha.coreos.com/checkpoint"],
+        "true"
+    );
     for set in [
         "podLabels.app\\.kubernetes\\.io/instance=other",
         "podAnnotations.checkpointer\\.alpha\\.coreos\\.com/checkpoint-of=x",
@@ -1023,7 +1092,10 @@ fn the_notes_name_every_object_kept_on_uninstall() {
                     && words.last() == Some(&object_name)
                     && namespace.is_none_or(|ns| l.contains(&format!(" -n {ns} ")))
             });
-            assert!(named, "{name}: no delete of {kind} {object_name} in {namespace:?}:\n{notes}");
+            assert!(
+                named,
+                "{name}: no delete of {kind} {object_name} in {namespace:?}:\n{notes}"
+            );
         }
     }
 }
@@ -1144,10 +1216,20 @@ async fn installing_etcd_with_its_defaults_creates_nothing() {
             .filter(|n| n.starts_with("sh.helm.release") || n.starts_with(&release)),
     );
     let full = format!("{release}-anchor");
-    if Api::<ClusterRole>::all(admin.clone()).get_opt(&full).await.unwrap().is_some() {
+    if Api::<ClusterRole>::all(admin.clone())
+        .get_opt(&full)
+        .await
+        .unwrap()
+        .is_some()
+    {
         left.push(format!("ClusterRole {full}"));
     }
-    if Api::<ClusterRoleBinding>::all(admin.clone()).get_opt(&full).await.unwrap().is_some() {
+    if Api::<ClusterRoleBinding>::all(admin.clone())
+        .get_opt(&full)
+        .await
+        .unwrap()
+        .is_some()
+    {
         left.push(format!("ClusterRoleBinding {full}"));
     }
     assert!(left.is_empty(), "created by a refused install: {left:?}");
@@ -1391,15 +1473,35 @@ async fn install_upgrade_and_uninstall_a_component_chart() {
     }
     // The rollout Lease, kube-anchor-<component>, in the release's namespace only (a Role).
     for (verb, resource, namespace, allowed) in [
-        ("get", "leases.coordination.k8s.io/kube-anchor-kube-scheduler", ns.as_str(), true),
-        ("update", "leases.coordination.k8s.io/kube-anchor-kube-scheduler", &ns, true),
+        (
+            "get",
+            "leases.coordination.k8s.io/kube-anchor-kube-scheduler",
+            ns.as_str(),
+            true,
+        ),
+        (
+            "update",
+            "leases.coordination.k8s.io/kube-anchor-kube-scheduler",
+            &ns,
+            true,
+        ),
         ("create", "leases.coordination.k8s.io", &ns, true),
         ("get", "leases.coordination.k8s.io/kube-anchor-etcd", &ns, false),
         ("update", "leases.coordination.k8s.io/other", &ns, false),
-        ("delete", "leases.coordination.k8s.io/kube-anchor-kube-scheduler", &ns, false),
+        (
+            "delete",
+            "leases.coordination.k8s.io/kube-anchor-kube-scheduler",
+            &ns,
+            false,
+        ),
         ("list", "leases.coordination.k8s.io", &ns, false),
         ("create", "leases.coordination.k8s.io", "kube-system", false),
-        ("get", "leases.coordination.k8s.io/kube-anchor-kube-scheduler", "default", false),
+        (
+            "get",
+            "leases.coordination.k8s.io/kube-anchor-kube-scheduler",
+            "default",
+            false,
+        ),
     ] {
         let out = kubectl(
             &cp.admin_kubeconfig,

@@ -304,7 +304,10 @@ impl ControlPlane {
         self.anchor_rbac
             .get_or_init(|| async {
                 for (what, manifest) in [
-                    ("manifests/rbac.yaml", fs::read_to_string(repo_root().join("manifests/rbac.yaml")).unwrap()),
+                    (
+                        "manifests/rbac.yaml",
+                        fs::read_to_string(repo_root().join("manifests/rbac.yaml")).unwrap(),
+                    ),
                     ("the test bed's Lease grant", TEST_LEASES.to_owned()),
                 ] {
                     let mut child = Command::new(tool("kubectl"))
