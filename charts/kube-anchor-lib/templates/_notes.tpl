@@ -27,9 +27,13 @@ once the anchor pods are gone:
 
 {{ .Values.component.name }} needs a quorum: the hooks keep it on a node while removing it would
 leave fewer than a quorum of Ready copies (a Warning Event DecommissionHeld says so). To really
-take it off every node, annotate first:
+take it off every node, annotate its Nodes first (a DaemonSet's own annotation is gone with it
+once `helm uninstall` has deleted it; the Node's lifts the guard for every kube-anchor component
+there, so remove it afterwards):
 
-  kubectl annotate daemonset -n {{ .Release.Namespace }} -l app.kubernetes.io/instance={{ .Release.Name }} kube-anchor.io/decommission=true
+  kubectl annotate node <node> kube-anchor.io/decommission=true
+  helm uninstall -n {{ .Release.Namespace }} {{ .Release.Name }}
+  kubectl annotate node <node> kube-anchor.io/decommission-
 {{- end }}
 
 A version that failed its trial is not written again; after fixing the cause elsewhere:
