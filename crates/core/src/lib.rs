@@ -21,6 +21,7 @@ pub mod plan;
 pub mod pod_status;
 pub mod render;
 pub mod rollout;
+pub mod runtime;
 pub mod sanitize;
 pub mod staticpod;
 pub mod trial;

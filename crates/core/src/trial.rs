@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 
+use crate::runtime::{self, Local, RuntimeView};
 use crate::staticpod::CONTENT_HASH_ANNOTATION;
 
 /// What the node shows about the version we wrote.
@@ -20,7 +21,36 @@ pub struct VersionView {
     /// The mirror pod as the API shows it; `None` when the API cannot be asked.
     pub mirror: Option<MirrorPod>,
     /// The component's own health endpoint; `None` when none is configured.
-    pub health: Option<Result<(), String>>,
+    pub health: Option<Result<(), HealthFailure>>,
+    /// The container runtime's view of the static pod; `None` when no runtime is configured.
+    pub runtime: Option<RuntimeView>,
+    /// Restarts of the version's containers within this trial, as the runtime counts them
+    /// (see [`Trial::runtime_restarts`]); 0 outside a trial.
+    pub runtime_restarts: u32,
+}
+
+/// A health check that did not pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthFailure {
+    /// The endpoint answered (an HTTP error status) rather than refusing, resetting or timing out.
+    pub answered: bool,
+    pub reason: String,
+}
+
+impl HealthFailure {
+    pub fn answered(reason: impl Into<String>) -> Self {
+        Self {
+            answered: true,
+            reason: reason.into(),
+        }
+    }
+
+    pub fn no_answer(reason: impl Into<String>) -> Self {
+        Self {
+            answered: false,
+            reason: reason.into(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,7 +101,9 @@ impl MirrorPod {
 /// The verdict on one observation of the version `hash`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Assessment {
-    /// Mirror pod with our hash, Running and Ready, and the health URL (if any) answers 2xx.
+    /// Converged: the mirror pod runs our hash Running and Ready, or the runtime runs every
+    /// container of our hash's sandbox and the health URL answers; and the health URL (if any)
+    /// answers 2xx.
     Converged,
     /// Evidence that it does not (yet) run as it should.
     NotConverged(String),
@@ -90,36 +122,19 @@ impl Assessment {
     }
 }
 
-/// A failing health check counts against a version only when it cannot be blamed on the rest of
-/// the control plane: with the API unreachable, or with the component saying it lacks etcd (or
-/// etcd saying it lacks a leader), a perfectly good version fails its health check too.
-fn health_failure_is_evidence(observation: &VersionView, reason: &str) -> Result<(), String> {
-    if observation.api_configured && observation.mirror.is_none() {
-        return Err(format!(
-            "API unreachable, health check failing ({reason}): not evidence against the version"
-        ));
-    }
-    const QUORUM_SIGNS: [&str; 3] = ["[-]etcd", "NO LEADER", "etcdserver: request timed out"];
-    if QUORUM_SIGNS.iter().any(|sign| reason.contains(sign)) {
-        return Err(format!("etcd unavailable ({reason}): not evidence against the version"));
-    }
-    Ok(())
+/// What the mirror pod says, before health and the runtime are weighed.
+enum FromApi {
+    Converged,
+    NotConverged(String),
+    CrashLooping(String),
+    Unknown(String),
 }
 
-pub fn assess(observation: &VersionView, hash: &str, crash_loop_threshold: u32) -> Assessment {
-    if let Some(Err(reason)) = &observation.health {
-        return match health_failure_is_evidence(observation, reason) {
-            Ok(()) => Assessment::NotConverged(format!("health check failing: {reason}")),
-            Err(why) => Assessment::Unknown(why),
-        };
-    }
+fn from_api(observation: &VersionView, hash: &str, crash_loop_threshold: u32) -> FromApi {
     match &observation.mirror {
-        None if !observation.api_configured => Assessment::Unknown("no API client: cannot see the mirror pod".into()),
-        None if observation.health.is_some() => {
-            Assessment::Unknown("API unreachable: cannot see the mirror pod (health URL answers)".into())
-        }
-        None => Assessment::Unknown("API unreachable: cannot see the mirror pod".into()),
-        Some(MirrorPod::Absent) => Assessment::NotConverged("no mirror pod yet".into()),
+        None if !observation.api_configured => FromApi::Unknown("no API client: cannot see the mirror pod".into()),
+        None => FromApi::Unknown("API unreachable: cannot see the mirror pod".into()),
+        Some(MirrorPod::Absent) => FromApi::NotConverged("no mirror pod yet".into()),
         Some(MirrorPod::Present {
             hash: running,
             phase,
@@ -128,19 +143,82 @@ pub fn assess(observation: &VersionView, hash: &str, crash_loop_threshold: u32) 
         }) => {
             if running.as_deref() != Some(hash) {
                 let running = running.as_deref().unwrap_or("no hash");
-                return Assessment::NotConverged(format!("mirror pod runs {running}, not {hash} yet"));
+                return FromApi::NotConverged(format!("mirror pod runs {running}, not {hash} yet"));
             }
             if *restarts > crash_loop_threshold {
-                return Assessment::CrashLooping(format!(
+                return FromApi::CrashLooping(format!(
                     "containers restarted {restarts} times (threshold {crash_loop_threshold})"
                 ));
             }
             match (phase.as_deref(), ready) {
-                (Some("Running"), true) => Assessment::Converged,
-                (Some("Running"), false) => Assessment::NotConverged("mirror pod Running but not Ready".into()),
-                (phase, _) => Assessment::NotConverged(format!("mirror pod phase {}", phase.unwrap_or("unknown"))),
+                (Some("Running"), true) => FromApi::Converged,
+                (Some("Running"), false) => FromApi::NotConverged("mirror pod Running but not Ready".into()),
+                (phase, _) => FromApi::NotConverged(format!("mirror pod phase {}", phase.unwrap_or("unknown"))),
             }
         }
+    }
+}
+
+/// A failing health check counts against a version only when it cannot be blamed on the rest of
+/// the control plane: with the component saying it lacks etcd (or etcd saying it lacks a
+/// leader), or with the API unreachable and the component answering with an error (a
+/// controller-manager that lost its leader lease), a perfectly good version fails its health
+/// check too. With the API unreachable, an endpoint that does not answer at all is evidence only
+/// when the runtime shows what runs: a component that runs and never serves (on one node, the
+/// API server on trial is the outage), or one that does not run.
+fn health_failure_is_evidence(
+    observation: &VersionView,
+    local: Option<&Local>,
+    failure: &HealthFailure,
+) -> Result<(), String> {
+    const QUORUM_SIGNS: [&str; 3] = ["[-]etcd", "NO LEADER", "etcdserver: request timed out"];
+    let reason = &failure.reason;
+    if QUORUM_SIGNS.iter().any(|sign| reason.contains(sign)) {
+        return Err(format!("etcd unavailable ({reason}): not evidence against the version"));
+    }
+    if observation.api_configured && observation.mirror.is_none() {
+        let runtime_sees = matches!(local, Some(Local::Running | Local::NotRunning(_)));
+        if failure.answered || !runtime_sees {
+            return Err(format!(
+                "API unreachable, health check failing ({reason}): not evidence against the version"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// One set of rules for both sources; the table is in design.md ("Evidence").
+pub fn assess(observation: &VersionView, hash: &str, crash_loop_threshold: u32) -> Assessment {
+    let api = from_api(observation, hash, crash_loop_threshold);
+    let local = observation
+        .runtime
+        .as_ref()
+        .map(|view| runtime::judge(view, hash, observation.runtime_restarts, crash_loop_threshold));
+    if let FromApi::CrashLooping(reason) = &api {
+        return Assessment::CrashLooping(reason.clone());
+    }
+    if let Some(Local::CrashLooping(reason)) = &local {
+        return Assessment::CrashLooping(format!("{reason} (container runtime)"));
+    }
+    if let Some(Err(failure)) = &observation.health {
+        return match health_failure_is_evidence(observation, local.as_ref(), failure) {
+            Ok(()) => Assessment::NotConverged(format!("health check failing: {}", failure.reason)),
+            Err(why) => Assessment::Unknown(why),
+        };
+    }
+    let health_answers = matches!(observation.health, Some(Ok(())));
+    match (api, local) {
+        (FromApi::Converged, _) => Assessment::Converged,
+        // The runtime runs it and it serves: converged, whatever a late mirror pod says.
+        (_, Some(Local::Running)) if health_answers => Assessment::Converged,
+        // Nothing but the runtime can be asked, and it runs it.
+        (FromApi::Unknown(_), Some(Local::Running)) if observation.health.is_none() => Assessment::Converged,
+        (FromApi::NotConverged(reason), _) => Assessment::NotConverged(reason),
+        (_, Some(Local::NotRunning(reason))) => Assessment::NotConverged(reason),
+        (FromApi::Unknown(api), Some(Local::Unknown(local))) => Assessment::Unknown(format!("{api}; {local}")),
+        (FromApi::Unknown(api), _) if health_answers => Assessment::Unknown(format!("{api} (health URL answers)")),
+        (FromApi::Unknown(api), _) => Assessment::Unknown(api),
+        (FromApi::CrashLooping(_), _) => unreachable!("returned above"),
     }
 }
 
@@ -162,6 +240,9 @@ pub struct Trial {
     /// from before (an earlier process of the anchor, a reboot, a component that exited while
     /// the control plane was down) are not this trial's evidence.
     pub restarts_before: Option<u32>,
+    /// The same for the runtime: the sandbox the trial first saw run its version and its
+    /// containers' restarts then. Another sandbox of the version (after a reboot) starts over.
+    pub runtime_restarts_before: Option<(String, u32)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -182,6 +263,26 @@ impl Trial {
             not_converged: Duration::ZERO,
             last_step: now,
             restarts_before: None,
+            runtime_restarts_before: None,
+        }
+    }
+
+    /// The restarts of this version's containers, as the runtime counts them, since this trial
+    /// first saw their sandbox.
+    pub fn runtime_restarts(&mut self, view: Option<&RuntimeView>) -> u32 {
+        let Some(RuntimeView::Pod(pod)) = view else {
+            return 0;
+        };
+        if pod.content_hash.as_deref() != Some(self.hash.as_str()) {
+            return 0;
+        }
+        let now = pod.restarts();
+        match &self.runtime_restarts_before {
+            Some((sandbox, before)) if *sandbox == pod.sandbox_id => now.saturating_sub(*before),
+            _ => {
+                self.runtime_restarts_before = Some((pod.sandbox_id.clone(), now));
+                0
+            }
         }
     }
 
@@ -251,6 +352,8 @@ mod tests {
                 api_configured: true,
                 mirror,
                 health: None,
+                runtime: None,
+                runtime_restarts: 0,
             };
             assess(&observation, H, 3)
         };
@@ -277,6 +380,8 @@ mod tests {
             api_configured: true,
             mirror: promoted,
             health: None,
+            runtime: None,
+            runtime_restarts: 0,
         };
         assert_eq!(assess(&observation, H, 3), Assessment::Converged);
         // Another version's mirror pod is left alone (it is not this trial's).
@@ -296,18 +401,20 @@ mod tests {
         })
     }
 
-    fn obs(mirror: Option<MirrorPod>, health: Option<Result<(), String>>) -> VersionView {
+    fn obs(mirror: Option<MirrorPod>, health: Option<Result<(), HealthFailure>>) -> VersionView {
         VersionView {
             api_configured: true,
             mirror,
             health,
+            runtime: None,
+            runtime_restarts: 0,
         }
     }
 
     #[test]
     fn assessment_table() {
         let ok = Some(Ok(()));
-        let bad = Some(Err("500".to_string()));
+        let bad = Some(Err(HealthFailure::answered("HTTP 500")));
         type Case = (VersionView, fn(&Assessment) -> bool);
         let cases: Vec<Case> = vec![
             (obs(present(H, "Running", true, 0), None), |a| {
@@ -352,6 +459,8 @@ mod tests {
                     api_configured: false,
                     mirror: None,
                     health: None,
+                    runtime: None,
+                    runtime_restarts: 0,
                 },
                 |a| matches!(a, Assessment::Unknown(r) if r.contains("no API client")),
             ),
@@ -360,6 +469,8 @@ mod tests {
                     api_configured: false,
                     mirror: None,
                     health: bad,
+                    runtime: None,
+                    runtime_restarts: 0,
                 },
                 |a| matches!(a, Assessment::NotConverged(_)),
             ),
@@ -368,6 +479,220 @@ mod tests {
             let a = assess(o, H, 3);
             assert!(check(&a), "case {i}: {o:?} -> {a:?}");
         }
+    }
+
+    /// design.md, "Evidence": the API, the runtime and the health URL weighed together.
+    #[test]
+    fn evidence_from_api_runtime_and_health() {
+        use crate::runtime::ContainerState::{Created, Exited, Running};
+        use crate::runtime::tests::{container, pod};
+        let unavailable = || RuntimeView::Unavailable {
+            reason: "connect: no such file".into(),
+        };
+        let runs = || pod(H, true, vec![container("c", 0, Running)]);
+        let refused = || Some(Err(HealthFailure::no_answer("connection refused")));
+        let answered = |body: &str| Some(Err(HealthFailure::answered(format!("HTTP 500: {body}"))));
+        let view = |mirror: Option<MirrorPod>, health, runtime: Option<RuntimeView>, restarts| VersionView {
+            api_configured: true,
+            mirror,
+            health,
+            runtime,
+            runtime_restarts: restarts,
+        };
+        type Case = (&'static str, VersionView, fn(&Assessment) -> bool);
+        let cases: Vec<Case> = vec![
+            (
+                "no API, the version exits again and again (a flag it refuses)",
+                view(None, refused(), Some(pod(H, true, vec![container("c", 4, Exited)])), 4),
+                |a| matches!(a, Assessment::CrashLooping(r) if r.contains("container runtime")),
+            ),
+            (
+                "no API, it runs and never serves (on one node: the outage is the version)",
+                view(None, refused(), Some(runs()), 0),
+                |a| matches!(a, Assessment::NotConverged(r) if r.contains("refused")),
+            ),
+            (
+                "no API, it exited once and does not answer",
+                view(None, refused(), Some(pod(H, true, vec![container("c", 1, Exited)])), 1),
+                |a| matches!(a, Assessment::NotConverged(_)),
+            ),
+            (
+                "no API, it runs and answers with an error: may be the outage's doing",
+                view(None, answered("[-]leaderElection failed"), Some(runs()), 0),
+                |a| matches!(a, Assessment::Unknown(r) if r.contains("API unreachable")),
+            ),
+            (
+                "no API, a kube-apiserver waiting for etcd",
+                view(None, answered("[-]etcd failed"), Some(runs()), 0),
+                |a| matches!(a, Assessment::Unknown(r) if r.contains("etcd")),
+            ),
+            (
+                "no API, an etcd alone after a reboot",
+                view(None, answered("RAFT NO LEADER"), Some(runs()), 0),
+                |a| matches!(a, Assessment::Unknown(_)),
+            ),
+            (
+                "no API, it runs and serves (a good kube-apiserver on one node)",
+                view(None, Some(Ok(())), Some(runs()), 0),
+                |a| *a == Assessment::Converged,
+            ),
+            (
+                "no API, it runs, no health URL",
+                view(None, None, Some(runs()), 0),
+                |a| *a == Assessment::Converged,
+            ),
+            (
+                "no API, the runtime holds no sandbox of it (the kubelet dropped the file)",
+                view(None, None, Some(RuntimeView::NoSandbox), 0),
+                |a| matches!(a, Assessment::NotConverged(r) if r.contains("no sandbox")),
+            ),
+            (
+                "no API, the old version still runs and answers",
+                view(
+                    None,
+                    Some(Ok(())),
+                    Some(pod("sha256:old", true, vec![container("c", 0, Running)])),
+                    0,
+                ),
+                |a| matches!(a, Assessment::NotConverged(r) if r.contains("sha256:old")),
+            ),
+            (
+                "no API, created and never started (image missing, start error)",
+                view(None, refused(), Some(pod(H, true, vec![container("c", 0, Created)])), 0),
+                |a| matches!(a, Assessment::NotConverged(_)),
+            ),
+            (
+                "no API, runtime socket unusable, health refused",
+                view(None, refused(), Some(unavailable()), 0),
+                |a| matches!(a, Assessment::Unknown(r) if r.contains("API unreachable")),
+            ),
+            (
+                "no API, runtime socket unusable, no health URL",
+                view(None, None, Some(unavailable()), 0),
+                |a| matches!(a, Assessment::Unknown(r) if r.contains("no such file")),
+            ),
+            (
+                "no API, no runtime configured, health refused: as before",
+                view(None, refused(), None, 0),
+                |a| matches!(a, Assessment::Unknown(_)),
+            ),
+            (
+                "a late mirror pod (Pending) while the runtime runs it and it serves",
+                view(present(H, "Pending", false, 0), Some(Ok(())), Some(runs()), 0),
+                |a| *a == Assessment::Converged,
+            ),
+            (
+                "a late mirror pod of the old version while the runtime runs the new one and it serves",
+                view(present("sha256:old", "Running", true, 0), Some(Ok(())), Some(runs()), 0),
+                |a| *a == Assessment::Converged,
+            ),
+            (
+                "a late mirror pod, and the runtime sees a crash loop",
+                view(
+                    present(H, "Pending", false, 0),
+                    refused(),
+                    Some(pod(H, true, vec![container("c", 5, Exited)])),
+                    5,
+                ),
+                |a| matches!(a, Assessment::CrashLooping(_)),
+            ),
+            (
+                "mirror pod Running but not Ready, the runtime runs it, no health URL: the mirror pod decides",
+                view(present(H, "Running", false, 0), None, Some(runs()), 0),
+                |a| matches!(a, Assessment::NotConverged(r) if r.contains("not Ready")),
+            ),
+            (
+                "mirror pod converged, runtime socket unusable",
+                view(present(H, "Running", true, 0), None, Some(unavailable()), 0),
+                |a| *a == Assessment::Converged,
+            ),
+            (
+                "no API client at all, the runtime runs it",
+                VersionView {
+                    api_configured: false,
+                    mirror: None,
+                    health: None,
+                    runtime: Some(runs()),
+                    runtime_restarts: 0,
+                },
+                |a| *a == Assessment::Converged,
+            ),
+        ];
+        for (name, v, check) in &cases {
+            let a = assess(v, H, 3);
+            assert!(check(&a), "{name}: {v:?} -> {a:?}");
+        }
+    }
+
+    /// The selfhosted failure this settles: a good kube-apiserver ran and served 46 s after its
+    /// write, the kubelet posted its mirror pod's status minutes late, and a 75 s trial failed
+    /// it. With the runtime's view it passes; the same lag under a crash-looping version still
+    /// fails.
+    #[test]
+    fn a_late_mirror_pod_does_not_fail_a_good_version_nor_save_a_bad_one() {
+        use crate::runtime::ContainerState::{Exited, Running};
+        use crate::runtime::tests::{container, pod};
+        let period = secs(75);
+        let run = |crash: bool| {
+            let mut trial = Trial::start(H, secs(0));
+            for t in (1..=300).step_by(3) {
+                let (runtime, health) = match (t, crash) {
+                    (..46, _) => (pod("sha256:old", false, vec![container("c", 0, Exited)]), None),
+                    (_, false) => (pod(H, true, vec![container("c", 0, Running)]), Some(Ok(()))),
+                    (_, true) => {
+                        let attempt = (t - 46) / 20;
+                        let state = if (t - 46) % 20 < 3 { Running } else { Exited };
+                        (
+                            pod(H, true, vec![container("c", attempt as u32, state)]),
+                            Some(Err(HealthFailure::no_answer("connection refused"))),
+                        )
+                    }
+                };
+                let mut v = VersionView {
+                    api_configured: true,
+                    mirror: present(H, "Pending", false, 0),
+                    health,
+                    runtime: Some(runtime),
+                    runtime_restarts: 0,
+                };
+                v.runtime_restarts = trial.runtime_restarts(v.runtime.as_ref());
+                let outcome = trial.step(&assess(&v, H, 3), secs(t), period);
+                if outcome != TrialOutcome::Pending {
+                    return (t, outcome);
+                }
+            }
+            (300, TrialOutcome::Pending)
+        };
+        let (at, good) = run(false);
+        assert_eq!(good, TrialOutcome::Passed, "at {at}s");
+        assert!(at < 46 + 75 + 5, "passed at {at}s");
+        let (_, bad) = run(true);
+        assert!(matches!(bad, TrialOutcome::Failed(_)), "{bad:?}");
+    }
+
+    #[test]
+    fn runtime_restarts_count_from_the_sandbox_the_trial_first_saw() {
+        use crate::runtime::ContainerState::Running;
+        use crate::runtime::tests::{container, pod};
+        let mut trial = Trial::start(H, secs(0));
+        let at = |attempt, sandbox: &str| {
+            let mut view = pod(H, true, vec![container("c", attempt, Running)]);
+            if let RuntimeView::Pod(p) = &mut view {
+                p.sandbox_id = sandbox.into();
+            }
+            view
+        };
+        assert_eq!(trial.runtime_restarts(Some(&at(2, "a"))), 0, "restarts from before");
+        assert_eq!(trial.runtime_restarts(Some(&at(5, "a"))), 3);
+        assert_eq!(
+            trial.runtime_restarts(Some(&at(0, "b"))),
+            0,
+            "a new sandbox starts over"
+        );
+        assert_eq!(trial.runtime_restarts(Some(&at(1, "b"))), 1);
+        let other = pod("sha256:old", true, vec![container("c", 9, Running)]);
+        assert_eq!(trial.runtime_restarts(Some(&other)), 0, "another version's");
+        assert_eq!(trial.runtime_restarts(None), 0);
     }
 
     fn secs(s: u64) -> Duration {
@@ -447,7 +772,11 @@ mod tests {
     #[test]
     fn a_health_failure_blamed_on_the_control_plane_is_no_evidence() {
         let running = || present(H, "Running", true, 0);
-        let failing = |body: &str| Some(Err(format!("HTTP 500 from https://127.0.0.1:6443/readyz: {body}")));
+        let failing = |body: &str| {
+            Some(Err(HealthFailure::answered(format!(
+                "HTTP 500 from https://127.0.0.1:6443/readyz: {body}"
+            ))))
+        };
         // API unreachable: whatever the health URL says is not held against the version.
         assert!(
             matches!(assess(&obs(None, failing("readyz check failed")), H, 3), Assessment::Unknown(r) if r.contains("API unreachable"))

@@ -1,0 +1,252 @@
+//! What the node's container runtime shows about a static pod: the local truth that needs no API
+//! server. The adapter (`kube_anchor_k8s::cri`) reads it over the CRI; this module holds the
+//! data and what it says about a version, purely.
+
+use serde::Serialize;
+
+/// The kubelet's own labels on every sandbox and container it makes (kubelet `kuberuntime`
+/// `labels.go`): how a static pod is found without asking the API.
+pub const POD_NAME_LABEL: &str = "io.kubernetes.pod.name";
+pub const POD_NAMESPACE_LABEL: &str = "io.kubernetes.pod.namespace";
+/// The kubelet copies a pod's annotations onto its sandbox, so a sandbox carries the content hash
+/// kube-anchor wrote into the manifest; and it marks where the pod came from.
+pub const CONFIG_SOURCE_ANNOTATION: &str = "kubernetes.io/config.source";
+
+/// One look at the runtime.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase", tag = "state")]
+pub enum RuntimeView {
+    /// The socket is missing, refused, hung or answered something unreadable: no evidence either
+    /// way (never "not running").
+    Unavailable { reason: String },
+    /// The runtime answered and holds no sandbox of this static pod.
+    NoSandbox,
+    /// The newest sandbox of this static pod (the kubelet makes one per version and keeps the
+    /// stopped ones for a while).
+    Pod(LocalPod),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LocalPod {
+    pub sandbox_id: String,
+    /// kube-anchor's content hash, from the sandbox's annotations.
+    pub content_hash: Option<String>,
+    /// SANDBOX_READY (its network and namespaces are up; false once stopped).
+    pub ready: bool,
+    /// Unix seconds.
+    pub created_at: i64,
+    /// The newest attempt of each container of the sandbox, by name.
+    pub containers: Vec<LocalContainer>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LocalContainer {
+    pub name: String,
+    /// 0 for the first start of a container in its sandbox; the kubelet counts restarts with it.
+    pub attempt: u32,
+    pub state: ContainerState,
+    /// Unix seconds, when known.
+    pub started_at: Option<i64>,
+    pub finished_at: Option<i64>,
+    pub exit_code: Option<i32>,
+    /// The runtime's reason for an exit (`Error`, `StartError`, `OOMKilled`, ...).
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub enum ContainerState {
+    Created,
+    Running,
+    Exited,
+    Unknown,
+}
+
+impl LocalPod {
+    /// Restarts of its containers within this sandbox.
+    pub fn restarts(&self) -> u32 {
+        self.containers.iter().map(|c| c.attempt).sum()
+    }
+
+    /// Every container's newest attempt runs.
+    pub fn all_running(&self) -> bool {
+        !self.containers.is_empty() && self.containers.iter().all(|c| c.state == ContainerState::Running)
+    }
+
+    /// Since when every container has run (the latest start), when all run.
+    pub fn running_since(&self) -> Option<i64> {
+        if !self.all_running() {
+            return None;
+        }
+        self.containers.iter().map(|c| c.started_at).max().flatten()
+    }
+}
+
+impl LocalContainer {
+    /// `kube-apiserver exited 1 (Error), attempt 3`.
+    pub fn describe(&self) -> String {
+        let state = match self.state {
+            ContainerState::Created => "created, not started".to_owned(),
+            ContainerState::Running => "running".to_owned(),
+            ContainerState::Unknown => "in an unknown state".to_owned(),
+            ContainerState::Exited => {
+                let code = self.exit_code.map(|c| format!(" {c}")).unwrap_or_default();
+                let reason = self.reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default();
+                format!("exited{code}{reason}")
+            }
+        };
+        format!("container {} {state}, attempt {}", self.name, self.attempt)
+    }
+}
+
+/// What the runtime says about the version `hash`, before health and the API are weighed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Local {
+    /// Every container of the version's sandbox runs.
+    Running,
+    /// Evidence that it does not run (yet): another version's sandbox, none, a container not
+    /// running.
+    NotRunning(String),
+    /// More restarts within the trial than the threshold.
+    CrashLooping(String),
+    /// The runtime could not be asked.
+    Unknown(String),
+}
+
+/// `restarts` are this trial's restarts of the version's containers (see `Trial::restarts_in_trial`).
+pub fn judge(view: &RuntimeView, hash: &str, restarts: u32, crash_loop_threshold: u32) -> Local {
+    let pod = match view {
+        RuntimeView::Unavailable { reason } => return Local::Unknown(format!("container runtime: {reason}")),
+        RuntimeView::NoSandbox => return Local::NotRunning("the runtime has no sandbox of the static pod".into()),
+        RuntimeView::Pod(pod) => pod,
+    };
+    if pod.content_hash.as_deref() != Some(hash) {
+        let other = pod.content_hash.as_deref().unwrap_or("no kube-anchor hash");
+        return Local::NotRunning(format!("the runtime runs {other}, not {hash} yet"));
+    }
+    if restarts > crash_loop_threshold {
+        let last = pod
+            .containers
+            .iter()
+            .max_by_key(|c| c.attempt)
+            .map(|c| format!(": {}", c.describe()))
+            .unwrap_or_default();
+        return Local::CrashLooping(format!(
+            "containers restarted {restarts} times (threshold {crash_loop_threshold}){last}"
+        ));
+    }
+    if !pod.ready {
+        return Local::NotRunning("its sandbox is not ready".into());
+    }
+    if pod.containers.is_empty() {
+        return Local::NotRunning("its sandbox has no container yet (image pull or create failing?)".into());
+    }
+    match pod.containers.iter().find(|c| c.state != ContainerState::Running) {
+        Some(c) => Local::NotRunning(c.describe()),
+        None => Local::Running,
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub(crate) fn container(name: &str, attempt: u32, state: ContainerState) -> LocalContainer {
+        LocalContainer {
+            name: name.into(),
+            attempt,
+            state,
+            started_at: Some(100),
+            finished_at: None,
+            exit_code: (state == ContainerState::Exited).then_some(1),
+            reason: (state == ContainerState::Exited).then(|| "Error".into()),
+        }
+    }
+
+    pub(crate) fn pod(hash: &str, ready: bool, containers: Vec<LocalContainer>) -> RuntimeView {
+        RuntimeView::Pod(LocalPod {
+            sandbox_id: "sb".into(),
+            content_hash: Some(hash.into()),
+            ready,
+            created_at: 90,
+            containers,
+        })
+    }
+
+    #[test]
+    fn judgement_table() {
+        use ContainerState::*;
+        const H: &str = "sha256:new";
+        let cases: Vec<(RuntimeView, u32, fn(&Local) -> bool)> = vec![
+            (
+                RuntimeView::Unavailable {
+                    reason: "no socket".into(),
+                },
+                0,
+                |l| matches!(l, Local::Unknown(r) if r.contains("no socket")),
+            ),
+            (RuntimeView::NoSandbox, 0, |l| matches!(l, Local::NotRunning(_))),
+            (
+                pod("sha256:old", true, vec![container("c", 0, Running)]),
+                0,
+                |l| matches!(l, Local::NotRunning(r) if r.contains("sha256:old")),
+            ),
+            (pod(H, true, vec![container("c", 0, Running)]), 0, |l| {
+                *l == Local::Running
+            }),
+            (pod(H, true, vec![container("c", 3, Running)]), 3, |l| {
+                *l == Local::Running
+            }),
+            (
+                pod(H, true, vec![container("c", 4, Exited)]),
+                4,
+                |l| matches!(l, Local::CrashLooping(r) if r.contains("exited 1 (Error), attempt 4")),
+            ),
+            (
+                pod(H, true, vec![container("c", 1, Exited)]),
+                1,
+                |l| matches!(l, Local::NotRunning(r) if r.contains("exited 1")),
+            ),
+            (
+                pod(H, true, vec![container("c", 0, Created)]),
+                0,
+                |l| matches!(l, Local::NotRunning(r) if r.contains("not started")),
+            ),
+            (
+                pod(H, true, vec![]),
+                0,
+                |l| matches!(l, Local::NotRunning(r) if r.contains("no container")),
+            ),
+            (
+                pod(H, false, vec![container("c", 0, Running)]),
+                0,
+                |l| matches!(l, Local::NotRunning(r) if r.contains("sandbox")),
+            ),
+            (
+                pod(H, true, vec![container("a", 0, Running), container("b", 0, Exited)]),
+                0,
+                |l| matches!(l, Local::NotRunning(r) if r.contains("container b")),
+            ),
+        ];
+        for (i, (view, restarts, check)) in cases.iter().enumerate() {
+            let got = judge(view, H, *restarts, 3);
+            assert!(check(&got), "case {i}: {view:?} -> {got:?}");
+        }
+    }
+
+    #[test]
+    fn running_since_is_the_latest_start_of_all_running() {
+        use ContainerState::*;
+        let RuntimeView::Pod(mut p) = pod("h", true, vec![container("a", 0, Running), container("b", 0, Running)])
+        else {
+            unreachable!()
+        };
+        p.containers[1].started_at = Some(150);
+        assert_eq!(p.running_since(), Some(150));
+        p.containers[0].state = Exited;
+        assert_eq!(p.running_since(), None);
+        assert_eq!(p.restarts(), 0);
+    }
+}
