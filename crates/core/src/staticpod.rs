@@ -12,7 +12,7 @@ use serde_yaml_ng::{Mapping, Value};
 
 use crate::yaml::{self, MAX_FLOW_DEPTH, YamlError};
 
-pub(crate) const CONTENT_HASH_ANNOTATION: &str = "kube-anchor.io/content-hash";
+pub const CONTENT_HASH_ANNOTATION: &str = "kube-anchor.io/content-hash";
 pub const MAX_MANIFEST_BYTES: usize = 10 * 1024 * 1024;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

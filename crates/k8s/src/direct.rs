@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::{Client, Config};
+use kube_anchor_core::trial::HealthFailure;
 use kube_anchor_host::hostfs::{Follow, MAX_INPUT_BYTES, read_regular};
 
 #[derive(Debug, thiserror::Error)]
@@ -57,7 +58,7 @@ impl HealthCheck {
         &self.url
     }
 
-    pub async fn check(&self) -> Result<(), String> {
+    pub async fn check(&self) -> Result<(), HealthFailure> {
         let request = http::Request::get(&self.path)
             .body(Vec::new())
             .expect("a valid request");
@@ -67,10 +68,15 @@ impl HealthCheck {
                 // The body names the failing checks (`[-]etcd failed`, `RAFT NO LEADER`), which
                 // tells a broken version from a missing quorum; it holds no secrets.
                 let body: String = status.message.chars().take(512).collect();
-                Err(format!("HTTP {} from {}: {}", status.code, self.url, body.trim()))
+                Err(HealthFailure::answered(format!(
+                    "HTTP {} from {}: {}",
+                    status.code,
+                    self.url,
+                    body.trim()
+                )))
             }
-            Ok(Err(e)) => Err(format!("{}: {e}", self.url)),
-            Err(_) => Err(format!("{}: timed out", self.url)),
+            Ok(Err(e)) => Err(HealthFailure::no_answer(format!("{}: {e}", self.url))),
+            Err(_) => Err(HealthFailure::no_answer(format!("{}: timed out", self.url))),
         }
     }
 }

@@ -154,7 +154,8 @@ impl EventSink {
         }
     }
 
-    pub async fn publish(&self, warning: bool, reason: &str, action: &str, note: String) {
+    /// True when the API took it.
+    pub async fn publish(&self, warning: bool, reason: &str, action: &str, note: String) -> bool {
         let event = Event {
             type_: if warning { EventType::Warning } else { EventType::Normal },
             reason: reason.into(),
@@ -163,10 +164,11 @@ impl EventSink {
             secondary: None,
         };
         match tokio::time::timeout(API_TIMEOUT, self.recorder.publish(&event, &self.pod)).await {
-            Ok(Ok(())) => {}
+            Ok(Ok(())) => return true,
             Ok(Err(e)) => tracing::warn!(reason, error = %e, "could not publish an Event"),
             Err(_) => tracing::warn!(reason, "could not publish an Event: API timeout"),
         }
+        false
     }
 }
 

@@ -24,9 +24,11 @@ use kube_anchor_core::desired::Desired;
 use kube_anchor_core::ledger::BadVersion;
 use kube_anchor_core::lifecycle::{LkgAction, LkgCheck, LkgEvaluated, Version, VersionAction, VersionEvent};
 use kube_anchor_core::pinned::{MAX_MARKER_BYTES, PinnedInputs};
+use kube_anchor_core::runtime::RuntimeView;
 use kube_anchor_core::trial::{Assessment, MirrorPod, VersionView, assess};
 use kube_anchor_core::turn::{Answer, Turn, TurnAction, TurnEvent};
 use kube_anchor_host::watch::{DirRole, DirWatcher};
+use kube_anchor_k8s::cri::{RuntimeObserver, StaticPodRef};
 use kube_anchor_k8s::direct::HealthCheck;
 use kube_anchor_k8s::kubeapi::{self, EventSink};
 
@@ -59,7 +61,12 @@ struct Daemon {
     /// every sync).
     api: kubeapi::LazyClient,
     events: Option<EventSink>,
+    /// Events not published yet (the API was unreachable): published, oldest first, once it
+    /// answers again. Bounded by [`MAX_UNPUBLISHED`].
+    unpublished: Vec<PendingEvent>,
     health: Option<HealthCheck>,
+    /// The container runtime, for what runs with no API; `None` with `--runtime-endpoint none`.
+    runtime: Option<RuntimeObserver>,
     watcher: DirWatcher,
     mirror: Option<MirrorWatch>,
     /// What is on the node now, as far as this process wrote or adopted it.
@@ -86,6 +93,16 @@ struct Daemon {
     /// looked at yet), and a version waiting for one.
     turn: Turn,
 }
+
+/// An Event kept until the API answers.
+struct PendingEvent {
+    warning: bool,
+    reason: String,
+    note: String,
+}
+
+/// Events kept while the API is unreachable; the oldest go first past this.
+const MAX_UNPUBLISHED: usize = 32;
 
 /// How soon a version waiting for the rollout Lease asks again (a held one is renewed every
 /// [`kube_anchor_core::turn::TURN_RENEW`]).
@@ -122,6 +139,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         .as_deref()
         .map(|url| HealthCheck::new(url, args.health_ca_file.as_deref()))
         .transpose()?;
+    let runtime = RuntimeObserver::new(&args.node.host_root, args.runtime.endpoint());
     let watcher = DirWatcher::new().context("starting inotify")?;
     let api = kubeapi::LazyClient::new(
         args.identity.kubeconfig().map(ToOwned::to_owned),
@@ -137,7 +155,9 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         api_wanted,
         api,
         events: None,
+        unpublished: Vec::new(),
         health,
+        runtime,
         watcher,
         mirror: None,
         written: None,
@@ -214,11 +234,11 @@ impl Daemon {
     /// Periodic evaluation is needed only while a version is on trial or not converged, and
     /// (slower) to keep checking a health URL.
     fn evaluation_interval(&self) -> Option<Duration> {
-        if self.api.client().is_none() && self.health.is_none() {
+        if self.api.client().is_none() && self.health.is_none() && self.runtime.is_none() {
             None // nothing to learn by looking again
         } else if self.version.trial().is_some() || (!self.converged && self.written.is_some()) {
             Some(TRIAL_TICK)
-        } else if self.health.is_some() {
+        } else if self.health.is_some() || self.runtime.is_some() {
             Some(self.args.health_interval)
         } else {
             None
@@ -604,19 +624,41 @@ impl Daemon {
             Some(h) => Some(h.check().await),
             None => None,
         };
+        let runtime = match &self.runtime {
+            Some(observer) => {
+                let pod = StaticPodRef {
+                    name: written.pod_name.clone(),
+                    namespace: written.pod_namespace.clone(),
+                    node: self.args.identity.node_name.clone(),
+                };
+                let view = observer.observe(&pod).await;
+                let observed = !matches!(view, RuntimeView::Unavailable { .. });
+                self.shared.metrics.runtime_observed.set(i64::from(observed));
+                Some(view)
+            }
+            None => None,
+        };
         let mut observation = VersionView {
             api_configured: self.api_wanted,
             mirror,
             health,
+            runtime,
+            runtime_restarts: 0,
         };
         // Restarts are a trial's evidence, and only those it saw.
         match self.version.trial_mut().or(self.lkg.check_mut()) {
-            Some(trial) => trial.restarts_in_trial(&mut observation.mirror),
+            Some(trial) => {
+                trial.restarts_in_trial(&mut observation.mirror);
+                observation.runtime_restarts = trial.runtime_restarts(observation.runtime.as_ref());
+            }
             None => {
                 if let Some(mirror) = observation.mirror.as_mut() {
                     mirror.forget_restarts();
                 }
             }
+        }
+        if !self.unpublished.is_empty() && self.api_answers() {
+            self.publish_unpublished().await;
         }
         let assessment = assess(&observation, &written.content_hash, self.args.crash_loop_threshold);
         let actions = self.step_version(VersionEvent::Assessed {
@@ -925,9 +967,42 @@ impl Daemon {
         self.written = Some(lkg);
     }
 
-    async fn publish(&self, warning: bool, reason: &str, note: String) {
-        if let Some(events) = &self.events {
-            events.publish(warning, reason, "Sync", note).await;
+    /// Publishes an Event now when the API answers, else keeps it for when it does: a rollback
+    /// made while the API was down (on one node, because of the version rolled back) is
+    /// reported once the API is back.
+    async fn publish(&mut self, warning: bool, reason: &str, note: String) {
+        if self.api_answers()
+            && self.unpublished.is_empty()
+            && let Some(events) = &self.events
+            && events.publish(warning, reason, "Sync", note.clone()).await
+        {
+            return;
+        }
+        if self.unpublished.len() == MAX_UNPUBLISHED {
+            self.unpublished.remove(0);
+        }
+        self.unpublished.push(PendingEvent {
+            warning,
+            reason: reason.into(),
+            note,
+        });
+    }
+
+    /// The mirror pod's watch is the anchor's sign of life from the API (without one, try).
+    fn api_answers(&self) -> bool {
+        self.mirror.as_ref().is_none_or(|m| m.rx.borrow().is_some())
+    }
+
+    async fn publish_unpublished(&mut self) {
+        let Some(events) = &self.events else { return };
+        while let Some(event) = self.unpublished.first() {
+            if !events
+                .publish(event.warning, &event.reason, "Sync", event.note.clone())
+                .await
+            {
+                return;
+            }
+            self.unpublished.remove(0);
         }
     }
 }

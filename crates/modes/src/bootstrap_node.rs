@@ -391,7 +391,7 @@ async fn wait_healthy(
                 );
                 return Ok(());
             }
-            Err(e) => e,
+            Err(e) => e.reason,
         };
         if started.elapsed() >= timeout {
             return Err(BootNodeError::Unhealthy {

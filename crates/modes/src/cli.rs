@@ -121,6 +121,28 @@ pub struct NodeArgs {
     pub allowed_roots: Vec<String>,
 }
 
+/// The node's container runtime, read over the CRI for what runs of a static pod.
+#[derive(Debug, Clone, Args)]
+pub struct RuntimeArgs {
+    /// The CRI socket on the host (resolved under --host-root), `unix:///path` or a path; `none`
+    /// to never ask the runtime. Default: the first of containerd's and CRI-O's usual sockets
+    /// that exists.
+    #[arg(long, env = "KUBE_ANCHOR_RUNTIME_ENDPOINT", value_parser = runtime_endpoint)]
+    pub runtime_endpoint: Option<kube_anchor_k8s::cri::RuntimeEndpoint>,
+}
+
+impl RuntimeArgs {
+    pub fn endpoint(&self) -> kube_anchor_k8s::cri::RuntimeEndpoint {
+        self.runtime_endpoint
+            .clone()
+            .unwrap_or(kube_anchor_k8s::cri::RuntimeEndpoint::Usual)
+    }
+}
+
+fn runtime_endpoint(value: &str) -> Result<kube_anchor_k8s::cri::RuntimeEndpoint, String> {
+    kube_anchor_k8s::cri::RuntimeEndpoint::parse(Some(value))
+}
+
 #[derive(Debug, Args)]
 pub struct ApplyArgs {
     /// The Anchor config file.
@@ -286,6 +308,8 @@ pub struct RunArgs {
     pub identity: IdentityArgs,
     #[command(flatten)]
     pub endpoints: EndpointArgs,
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
     /// Apply only inputs whose revision markers hold these hashes (`PATH=HASH,…`; the chart
     /// passes its pod template's `kube-anchor.io/expect-inputs` annotation through the downward
     /// API). Inputs refreshed under a running pod are then left for its replacement, so a new

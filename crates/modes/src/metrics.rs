@@ -19,6 +19,9 @@ pub(crate) struct Metrics {
     pub last_sync: Gauge<f64, AtomicU64>,
     pub converged: Gauge,
     pub last_known_good_failing: Gauge,
+    /// 1 when the container runtime answered the last look, 0 when it could not be asked
+    /// (missing, refused, hung, garbage); absent with `--runtime-endpoint none`.
+    pub runtime_observed: Gauge,
     /// `spec.etcdMember`: one series for this node's member (ID, role, peer URL, last join
     /// and leave results as labels).
     pub etcd_member: Family<Vec<(String, String)>, Gauge>,
@@ -52,6 +55,11 @@ impl Metrics {
             "last_known_good_failing",
             "1 when the last-known-good version, held in place of a bad one, fails as well",
             m.last_known_good_failing.clone(),
+        );
+        registry.register(
+            "runtime_observed",
+            "1 when the container runtime answered the last look at the static pod, 0 when it could not be asked",
+            m.runtime_observed.clone(),
         );
         registry.register(
             "etcd_member_info",
@@ -102,6 +110,7 @@ impl Metrics {
             last_sync: Gauge::default(),
             converged: Gauge::default(),
             last_known_good_failing: Gauge::default(),
+            runtime_observed: Gauge::default(),
             etcd_member: Family::default(),
             etcd_join_pending: Gauge::default(),
         }
