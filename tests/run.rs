@@ -531,3 +531,67 @@ fn retry_lets_the_daemon_try_a_bad_version_again() {
     });
     assert_eq!(retry(None).status.code(), Some(1), "nothing left to retry");
 }
+
+/// `rollback`, the operator's lever on a node with no API and no anchor running: refused with
+/// nothing changed while no version has passed a trial here; then the last-known-good files go
+/// back, the version the node ran is recorded as bad, and an anchor started afterwards keeps it
+/// out.
+#[test]
+fn rollback_puts_the_last_known_good_back_with_no_api_and_no_anchor() {
+    use kube_anchor_modes::engine::{Engine, Inputs};
+    let mut s = Setup::new("kubeconfig v1");
+    let node = s.dir.path().join("node");
+    let engine = Engine::new(&node, "/var/lib/kube-anchor", &["/etc/kubernetes".to_string()]).unwrap();
+    let config = s.volume.config();
+    let desired = || {
+        let inputs = Inputs::load(&config, engine.roots()).unwrap();
+        let vars = kube_anchor_core::render::Variables::new(["NODE_NAME"], |_| Some("cp-1".into()));
+        inputs.desired(&vars).unwrap()
+    };
+    let rollback = || {
+        std::process::Command::new(support::fixture::BIN)
+            .args(["rollback", "--component", "kube-scheduler", "--host-root"])
+            .arg(&node)
+            .output()
+            .unwrap()
+    };
+    let v1 = desired();
+    engine.apply(&v1, false).unwrap();
+    let manifest = s.read(MANIFEST).unwrap();
+    let refused = rollback();
+    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("no last-known-good version"),
+        "{refused:?}"
+    );
+    assert_eq!(s.read(MANIFEST).as_deref(), Some(manifest.as_str()), "nothing changed");
+
+    engine.promote(&v1).unwrap();
+    s.update("kubeconfig v2");
+    let v2 = desired();
+    engine.apply(&v2, false).unwrap();
+    assert_eq!(s.read(KUBECONFIG).as_deref(), Some("kubeconfig v2"));
+    let out = rollback();
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(&v1.content_hash) && stdout.contains(&v2.content_hash),
+        "{stdout}"
+    );
+    assert_eq!(s.read(KUBECONFIG).as_deref(), Some("kubeconfig v1"));
+    assert_eq!(s.read(MANIFEST).as_deref(), Some(manifest.as_str()));
+    let ledger = engine.ledger("kube-scheduler").unwrap();
+    assert_eq!(ledger.content_hash.as_deref(), Some(v1.content_hash.as_str()));
+    let bad = ledger.bad_version(&v2.content_hash).expect("v2 recorded as bad");
+    assert!(bad.reason.contains("by hand"), "{bad:?}");
+    // Again: already there, nothing more recorded.
+    let again = rollback();
+    assert!(again.status.success(), "{again:?}");
+    assert!(String::from_utf8_lossy(&again.stdout).contains("already on last-known-good"));
+
+    let d = s.start(&["--resync-period", "1s"]);
+    wait_until(WAIT, "the rolled-back version held back", &d, || {
+        d.get("/readyz").is_some_and(|(_, b)| b.contains("failed its trial"))
+    });
+    assert_eq!(s.read(KUBECONFIG).as_deref(), Some("kubeconfig v1"));
+}

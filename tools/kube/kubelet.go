@@ -147,7 +147,16 @@ func runKubelet(cmd *cobra.Command, o *kubeletOptions) error {
 		if o.imageDir == "" || o.hostRoot == "" {
 			return fmt.Errorf("--runtime=process needs --image-dir and --host-root")
 		}
-		endpoint := "unix://" + filepath.Join(o.rootDir, "process-cri.sock")
+		// containerd's own socket path on the node, so an anchor reaches this runtime exactly
+		// as it would containerd (its chart mounts the host's /run/containerd).
+		socket := filepath.Join(o.hostRoot, "run", "containerd", "containerd.sock")
+		if len(socket) >= 108 {
+			return fmt.Errorf("the runtime socket %s is longer than a unix socket path may be: use a shorter TMPDIR", socket)
+		}
+		if err := os.MkdirAll(filepath.Dir(socket), 0o755); err != nil {
+			return err
+		}
+		endpoint := "unix://" + socket
 		apiHost, apiPort := apiAddress(clientConfig.Host)
 		// Containers of an earlier run of this node died with it; their state goes too.
 		_ = os.RemoveAll(filepath.Join(o.rootDir, "process-runtime"))

@@ -117,6 +117,8 @@ spec:
             {{- with $v.anchor.beforeRemove }}
             - {name: KUBE_ANCHOR_BEFORE_REMOVE, value: {{ . | quote }}}
             {{- end }}
+            {{- /* The socket's directory is mounted at the same place under /host. */}}
+            - {name: KUBE_ANCHOR_RUNTIME_ENDPOINT, value: {{ $v.anchor.runtimeEndpoint | default "none" | quote }}}
             {{- with $v.anchor.apiServers }}
             - {name: KUBE_ANCHOR_API_SERVERS, value: {{ join "," . | quote }}}
             {{- end }}
@@ -155,6 +157,9 @@ spec:
             {{- range $i, $dir := include "kube-anchor-lib.hostDirs" $r | fromJsonArray }}
             - {name: host-{{ $i }}, mountPath: {{ printf "/host%s" $dir }}}
             {{- end }}
+            {{- with include "kube-anchor-lib.runtimeSocketDir" $r }}
+            - {name: runtime, mountPath: {{ printf "/host%s" . }}, readOnly: true}
+            {{- end }}
       volumes:
         - name: run
           emptyDir: {medium: Memory, sizeLimit: 1Mi}
@@ -171,5 +176,12 @@ spec:
         {{- range $i, $dir := include "kube-anchor-lib.hostDirs" $r | fromJsonArray }}
         - name: host-{{ $i }}
           hostPath: {path: {{ $dir }}, type: DirectoryOrCreate}
+        {{- end }}
+        {{- with include "kube-anchor-lib.runtimeSocketDir" $r }}
+        # A directory, not the socket: a runtime restart makes a new socket file, which a mount of
+        # the old one would never see. DirectoryOrCreate: an empty directory on a node of another
+        # runtime is harmless, a missing one would keep the pod from starting.
+        - name: runtime
+          hostPath: {path: {{ . }}, type: DirectoryOrCreate}
         {{- end }}
 {{- end -}}

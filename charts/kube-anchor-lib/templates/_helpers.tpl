@@ -112,3 +112,10 @@ Takes (dict "component" .Values.component "fixed" (list "--name=value" ...)).
 - {{ . }}
 {{- end -}}
 {{- end -}}
+
+{{/*
+The directory of anchor.runtimeEndpoint on the host ("" when the runtime is not asked).
+*/}}
+{{- define "kube-anchor-lib.runtimeSocketDir" -}}
+{{- with .Values.anchor.runtimeEndpoint }}{{ trimPrefix "unix://" . | dir }}{{ end }}
+{{- end -}}

@@ -68,6 +68,10 @@ pub enum Command {
     Remove(RemoveArgs),
     /// Compare the node with the config; exit 0 when everything is in sync, 3 otherwise.
     Status(StatusArgs),
+    /// Put the last-known-good version back on this node, with no API server and no running
+    /// anchor: its manifest and credentials are written again and the version the node ran is
+    /// recorded as bad, so no anchor writes it again until `retry`.
+    Rollback(RollbackArgs),
     /// Forget that a version failed its trial, so `run` tries it again at its next sync (after
     /// fixing what made it fail outside its inputs, e.g. a missing host directory).
     Retry(RetryArgs),
@@ -234,6 +238,17 @@ impl ComponentArgs {
             (None, None) => unreachable!("clap requires one of --config and --component"),
         })
     }
+}
+
+#[derive(Debug, Args)]
+pub struct RollbackArgs {
+    #[command(flatten)]
+    pub component: ComponentArgs,
+    #[command(flatten)]
+    pub node: NodeArgs,
+    /// Recorded with the version rolled back, as why it is bad.
+    #[arg(long, default_value = "rolled back by hand (kube-anchor rollback)")]
+    pub reason: String,
 }
 
 #[derive(Debug, Args)]

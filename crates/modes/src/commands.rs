@@ -11,7 +11,7 @@ use serde_json::json;
 
 use crate::cli::{
     ApplyArgs, BootstrapArgs, Cli, Command, ImportArgs, NodeArgs, OutputFormat, ProbeArgs, ProbeEndpoint, RemoveArgs,
-    RetryArgs, StatusArgs,
+    RetryArgs, RollbackArgs, StatusArgs,
 };
 use crate::engine::{ApplyReport, Engine, Inputs, Preview, PreviewAction, PreviewChange, RemoveReport, StatusReport};
 use crate::logging;
@@ -65,6 +65,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Retry(args) => retry(args),
+        Command::Rollback(args) => rollback(args),
         Command::Run(args) => {
             daemon_runtime()?.block_on(crate::anchor::run(args))?;
             Ok(ExitCode::SUCCESS)
@@ -337,6 +338,42 @@ fn remove(args: RemoveArgs) -> anyhow::Result<ExitCode> {
     log_notices(&report.notices, report.set_aside.as_ref());
     tracing::info!(component = %report.component, removed = report.removed.len(), "removed");
     print_remove(&report, args.output);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn rollback(args: RollbackArgs) -> anyhow::Result<ExitCode> {
+    let engine = engine(&args.node)?;
+    let component = args.component.name(engine.roots())?;
+    let current = engine.ledger(&component)?.content_hash;
+    let Some(lkg) = engine.last_known_good(&component)? else {
+        anyhow::bail!(
+            "{component}: no last-known-good version is recorded on this node (none has passed a trial here, or its snapshot is gone): nothing to roll back to; the node is left as it is"
+        );
+    };
+    let bad = current.filter(|c| *c != lkg.content_hash);
+    if let Some(bad) = &bad {
+        engine.update_ledger(&component, |l| {
+            l.mark_bad(kube_anchor_core::ledger::BadVersion {
+                hash: bad.clone(),
+                at: crate::engine::now_rfc3339(),
+                reason: args.reason.clone(),
+            })
+        })?;
+    }
+    let report = engine.apply(&lkg, false)?;
+    match bad {
+        Some(bad) => println!(
+            "{component}: rolled back to last-known-good {} ({} file(s) written); {bad} recorded as bad: {}",
+            lkg.content_hash,
+            report.written.len(),
+            args.reason
+        ),
+        None => println!(
+            "{component}: already on last-known-good {} ({} file(s) repaired); nothing recorded as bad",
+            lkg.content_hash,
+            report.written.len()
+        ),
+    }
     Ok(ExitCode::SUCCESS)
 }
 
