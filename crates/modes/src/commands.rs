@@ -352,13 +352,24 @@ fn rollback(args: RollbackArgs) -> anyhow::Result<ExitCode> {
     };
     let bad = current.filter(|c| *c != lkg.content_hash);
     if let Some(bad) = &bad {
-        engine.update_ledger(&component, |l| {
+        // Under the ledger's lock: an anchor that promoted another version since it was read
+        // has changed what there is to go back to.
+        let marked = engine.update_ledger(&component, |l| {
+            if l.last_known_good.as_deref() != Some(lkg.content_hash.as_str()) {
+                return false;
+            }
             l.mark_bad(kube_anchor_core::ledger::BadVersion {
                 hash: bad.clone(),
                 at: crate::engine::now_rfc3339(),
                 reason: args.reason.clone(),
-            })
+            });
+            true
         })?;
+        if !marked {
+            anyhow::bail!(
+                "{component}: the anchor promoted another version while this ran; nothing changed (run rollback again to go back to the new last-known-good)"
+            );
+        }
     }
     let report = engine.apply(&lkg, false)?;
     match bad {

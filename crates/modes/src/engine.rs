@@ -48,6 +48,14 @@ pub enum EngineError {
     /// `spec.etcdMember`: this node is not a member yet, so no manifest can be rendered.
     #[error("{component}: etcd membership: {reason}; nothing written yet")]
     MembershipPending { component: String, reason: String },
+    /// A promotion or rollback that raced another writer of the node (an operator's `rollback`
+    /// while the anchor runs): nothing recorded.
+    #[error("{component}: {hash}: {reason}")]
+    NotWhatTheNodeRuns {
+        component: String,
+        hash: String,
+        reason: String,
+    },
     #[error("{component} was decommissioned on this node at {at} ({reason}); not writing it again")]
     Decommissioned {
         component: String,
@@ -656,11 +664,26 @@ impl Engine {
     }
 
     /// `desired` survived its trial: keep its files as the last-known-good.
+    /// Refused, recording nothing, when the node no longer runs it or it was recorded as bad
+    /// meanwhile (an operator's `rollback` while the anchor judged it).
     pub fn promote(&self, desired: &Desired) -> Result<(), EngineError> {
+        let _lock = self.fs.lock(&self.state_dir, &desired.component)?;
+        let mut ledger = self.fs.load_ledger(&self.state_dir, &desired.component)?.ledger;
+        let refuse = |reason: &str| EngineError::NotWhatTheNodeRuns {
+            component: desired.component.clone(),
+            hash: desired.content_hash.clone(),
+            reason: reason.into(),
+        };
+        if ledger.content_hash.as_deref() != Some(desired.content_hash.as_str()) {
+            return Err(refuse("not what the node runs any more: not promoted"));
+        }
+        if ledger.bad_version(&desired.content_hash).is_some() {
+            return Err(refuse("recorded as bad meanwhile: not promoted"));
+        }
         self.fs.store_snapshot(&self.state_dir, &Snapshot::of(desired))?;
-        self.update_ledger(&desired.component, |l| {
-            l.last_known_good = Some(desired.content_hash.clone())
-        })
+        ledger.last_known_good = Some(desired.content_hash.clone());
+        self.fs.store_ledger(&self.state_dir, &ledger)?;
+        Ok(())
     }
 
     /// The last-known-good version, when the ledger names one and its snapshot is intact.

@@ -1,0 +1,265 @@
+//! One control-plane node (kubeadm's default shape, and every cluster in its first minutes),
+//! brought up from nothing with the example script and taken over by every chart. A push that
+//! breaks kube-apiserver or etcd takes the only API server down with it, so nothing the API says
+//! can judge it: the anchor judges it from what the node's container runtime shows (over the CRI
+//! socket, as it would containerd's), rolls it back, and the API comes back. A good version
+//! passes its trial despite the outage its own restart causes.
+//!
+//! In order, on one bed:
+//! 1. kube-apiserver with a flag it refuses: rolled back with no API; the bad hash is in the
+//!    ledger; the Warning Event (judged from the runtime) appears once the API is back;
+//! 2. kube-apiserver with a good change: passes its trial, nothing recorded as bad;
+//! 3. etcd with a flag it refuses (the API goes down with it): rolled back the same way;
+//! 4. `kube-anchor rollback` on the node while its anchors run: the previous version runs again.
+
+mod support;
+
+use std::fs;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Event;
+use kube::api::{Api, ListParams};
+use support::fixture::succeeded;
+use support::processes::test_dir;
+use support::selfhosted::{SelfHosted, script};
+
+const NODE: [(&str, &str); 1] = [("solo", "127.0.4.1")];
+
+/// Trials short enough for a test. The runtime's view makes the kube-apiserver trial safe at a
+/// minute here: its mirror pod's late status no longer counts once the runtime runs it and it
+/// serves (the 3-node bed keeps its longer trial for the nodes that have no such view).
+const TRIALS: [(&str, &str); 4] = [
+    ("etcd", "anchor: {trialPeriod: 25s, logFormat: plain}\n"),
+    (
+        "kube-apiserver",
+        "anchor: {trialPeriod: 60s, crashLoopThreshold: 2, logFormat: plain}\n",
+    ),
+    (
+        "kube-controller-manager",
+        "anchor: {trialPeriod: 25s, logFormat: plain}\n",
+    ),
+    ("kube-scheduler", "anchor: {trialPeriod: 25s, logFormat: plain}\n"),
+];
+
+fn upgrade(cluster: &SelfHosted, chart: &str, set: &str) {
+    succeeded(
+        &format!("cluster.sh upgrade {chart} --set {set}"),
+        &script("upgrade", &cluster.dir, &[chart, "--set", set], &[]),
+    );
+}
+
+fn ledger(cluster: &SelfHosted, component: &str) -> serde_json::Value {
+    let path = cluster.nodes[0]
+        .host()
+        .join(format!("var/lib/kube-anchor/v1/{component}.json"));
+    fs::read(&path)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .map(|v| v["ledger"].clone())
+        .unwrap_or_default()
+}
+
+fn bad_hashes(cluster: &SelfHosted, component: &str) -> Vec<String> {
+    ledger(cluster, component)["bad"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|b| b["hash"].as_str().map(str::to_owned)).collect())
+        .unwrap_or_default()
+}
+
+/// What a bad push did, as the test saw it.
+#[derive(Debug)]
+struct BadPush {
+    tried: String,
+    api_down_for: Duration,
+    api_back_after: Duration,
+}
+
+/// Pushes `set` to `component`'s chart and waits until the node runs the last-known-good version
+/// again and the API answers; the API must have been down in between (no API anywhere while the
+/// anchor judged the version).
+async fn bad_push(cluster: &SelfHosted, component: &str, set: &str, timeout: Duration) -> BadPush {
+    let node = &cluster.nodes[0];
+    let good = node.written_hash(component).expect("a version on the node");
+    assert_eq!(
+        ledger(cluster, component)["lastKnownGood"].as_str(),
+        Some(good.as_str()),
+        "{component}: the version before the push is last-known-good"
+    );
+    let pushed = Instant::now();
+    upgrade(cluster, component, set);
+    let mut tried = None;
+    let mut down_since: Option<Instant> = None;
+    let mut down_for = Duration::ZERO;
+    loop {
+        let written = node.written_hash(component);
+        if written.as_deref() != Some(good.as_str()) && written.is_some() {
+            tried = written.clone();
+        }
+        let answers = cluster.readyz(node).is_ok();
+        match (answers, down_since) {
+            (false, None) => down_since = Some(Instant::now()),
+            (true, Some(since)) => {
+                down_for += since.elapsed();
+                down_since = None;
+            }
+            _ => {}
+        }
+        if tried.is_some() && answers && written.as_deref() == Some(good.as_str()) && down_for > Duration::ZERO {
+            break;
+        }
+        assert!(
+            pushed.elapsed() < timeout,
+            "{component}: the bad push was not rolled back within {timeout:?} (tried {tried:?}, API down for {down_for:?} so far, written {written:?}); logs in {}",
+            cluster.dir.display()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let tried = tried.unwrap();
+    assert!(
+        bad_hashes(cluster, component).contains(&tried),
+        "{component}: {tried} not recorded as bad: {}",
+        ledger(cluster, component)
+    );
+    BadPush {
+        tried,
+        api_down_for: down_for,
+        api_back_after: pushed.elapsed(),
+    }
+}
+
+/// The anchor's Warning Event for the rollback, published once the API answered again; its
+/// note says the runtime showed the crash loop.
+async fn rolled_back_event(cluster: &SelfHosted, component: &str, hash: &str) -> String {
+    let client = cluster.client(0).await;
+    let events: Api<Event> = Api::namespaced(client, "kube-system");
+    support::poll::eventually(
+        Duration::from_secs(60),
+        &format!("{component}: a RolledBack Warning Event naming {hash}"),
+        || {
+            let events = events.clone();
+            async move {
+                let list = events.list(&ListParams::default()).await.ok()?;
+                list.items.into_iter().find_map(|e| {
+                    let note = e.message.clone().unwrap_or_default();
+                    (e.reason.as_deref() == Some("RolledBack")
+                        && e.type_.as_deref() == Some("Warning")
+                        && note.contains(hash))
+                    .then_some(note)
+                })
+            }
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_node_rolls_back_a_bad_push_with_no_api_and_keeps_a_good_one() {
+    let dir = test_dir().join("single-node");
+    println!(
+        "cluster dir (logs of every process; kept when the test fails): {}",
+        dir.display()
+    );
+    let cluster = SelfHosted::bootstrap(&dir, &NODE, &TRIALS).await;
+    cluster.install();
+    cluster.wait_anchors_ready(Duration::from_secs(240)).await;
+    cluster.wait_promoted("kube-apiserver", Duration::from_secs(180)).await;
+
+    // 1. A kube-apiserver that exits at start: the only API server is gone.
+    let apiserver = bad_push(
+        &cluster,
+        "kube-apiserver",
+        "component.extraArgs.no-such-flag=1",
+        Duration::from_secs(360),
+    )
+    .await;
+    let note = rolled_back_event(&cluster, "kube-apiserver", &apiserver.tried).await;
+    assert!(note.contains("container runtime"), "judged from the runtime: {note}");
+    println!(
+        "bad kube-apiserver push: API back {:.0}s after the push (down {:.0}s); {note}",
+        apiserver.api_back_after.as_secs_f64(),
+        apiserver.api_down_for.as_secs_f64()
+    );
+
+    // 2. A good kube-apiserver change: its own restart takes the API away for a while, and the
+    // version passes its trial all the same.
+    let bad_before = bad_hashes(&cluster, "kube-apiserver");
+    let pushed = Instant::now();
+    upgrade(&cluster, "kube-apiserver", "component.extraArgs.v=2");
+    let node = &cluster.nodes[0];
+    let promoted = support::poll::eventually(
+        Duration::from_secs(360),
+        "the good kube-apiserver version last-known-good",
+        || async {
+            let l = ledger(&cluster, "kube-apiserver");
+            let hash = l["contentHash"].as_str()?.to_owned();
+            (!bad_before.contains(&hash) && l["lastKnownGood"].as_str() == Some(hash.as_str())).then_some(hash)
+        },
+    )
+    .await;
+    assert_ne!(Some(promoted.as_str()), node.written_hash("etcd").as_deref());
+    assert_eq!(
+        bad_hashes(&cluster, "kube-apiserver"),
+        bad_before,
+        "a good version was recorded as bad"
+    );
+    cluster.readyz(node).expect("the API answers");
+    println!(
+        "good kube-apiserver push: last-known-good {:.0}s after the push",
+        pushed.elapsed().as_secs_f64()
+    );
+
+    // 3. An etcd that exits at start: the API goes down with it.
+    cluster.wait_promoted("etcd", Duration::from_secs(120)).await;
+    let etcd = bad_push(
+        &cluster,
+        "etcd",
+        "component.extraArgs.no-such-flag=1",
+        Duration::from_secs(300),
+    )
+    .await;
+    let note = rolled_back_event(&cluster, "etcd", &etcd.tried).await;
+    println!(
+        "bad etcd push: API back {:.0}s after the push (down {:.0}s); {note}",
+        etcd.api_back_after.as_secs_f64(),
+        etcd.api_down_for.as_secs_f64()
+    );
+
+    // 4. The operator's lever, while the anchors run: a new kube-scheduler version on trial is
+    // rolled back by hand; the previous one runs again and stays.
+    cluster.wait_promoted("kube-scheduler", Duration::from_secs(120)).await;
+    let first = node.written_hash("kube-scheduler").unwrap();
+    upgrade(&cluster, "kube-scheduler", "component.extraArgs.v=3");
+    let second = support::poll::eventually(
+        Duration::from_secs(180),
+        "the new kube-scheduler version written",
+        || async { node.written_hash("kube-scheduler").filter(|h| *h != first) },
+    )
+    .await;
+    let out = std::process::Command::new(support::fixture::BIN)
+        .args(["rollback", "--component", "kube-scheduler", "--host-root"])
+        .arg(node.host())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(&format!("rolled back to last-known-good {first}")),
+        "{stdout}"
+    );
+    assert!(bad_hashes(&cluster, "kube-scheduler").contains(&second));
+    let client = cluster.client(0).await;
+    support::poll::eventually(
+        Duration::from_secs(120),
+        "the previous kube-scheduler running again",
+        || async {
+            (cluster.static_pod_hash(&client, "kube-scheduler-solo").await.as_deref() == Some(first.as_str()))
+                .then_some(())
+        },
+    )
+    .await;
+    // The anchor keeps it: the inputs' version is recorded as bad.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(node.written_hash("kube-scheduler").as_deref(), Some(first.as_str()));
+    let l = ledger(&cluster, "kube-scheduler");
+    assert_eq!(l["lastKnownGood"].as_str(), Some(first.as_str()), "{l}");
+}
