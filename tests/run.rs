@@ -595,3 +595,74 @@ fn rollback_puts_the_last_known_good_back_with_no_api_and_no_anchor() {
     });
     assert_eq!(s.read(KUBECONFIG).as_deref(), Some("kubeconfig v1"));
 }
+
+/// A runtime socket that is missing, hangs or answers garbage while a version is on trial, with
+/// no API either: no evidence, so nothing is rolled back however many trial periods pass, and
+/// `/readyz` and the metric say why. (A real runtime cannot be made to hang or answer garbage:
+/// the sockets here are stand-ins, as in `kube_anchor_k8s::cri`'s own tests.)
+#[test]
+fn an_unusable_runtime_socket_during_a_trial_rolls_nothing_back() {
+    use kube_anchor_modes::engine::{Engine, Inputs};
+    use std::io::Write;
+    use std::os::unix::net::UnixListener;
+    for kind in ["missing", "hung", "garbage"] {
+        let mut s = Setup::new("kubeconfig v1");
+        let node = s.dir.path().join("node");
+        let engine = Engine::new(&node, "/var/lib/kube-anchor", &["/etc/kubernetes".to_string()]).unwrap();
+        let config = s.volume.config();
+        let desired = || {
+            let inputs = Inputs::load(&config, engine.roots()).unwrap();
+            let vars = kube_anchor_core::render::Variables::new(["NODE_NAME"], |_| Some("cp-1".into()));
+            inputs.desired(&vars).unwrap()
+        };
+        let v1 = desired();
+        engine.apply(&v1, false).unwrap();
+        engine.promote(&v1).unwrap();
+        s.update("kubeconfig v2");
+
+        let socket = s.dir.path().join(format!("{kind}.sock"));
+        if kind != "missing" {
+            let listener = UnixListener::bind(&socket).unwrap();
+            let garbage = kind == "garbage";
+            std::thread::spawn(move || {
+                let mut held = Vec::new();
+                for mut conn in listener.incoming().flatten() {
+                    if garbage {
+                        let _ = conn.write_all(b"\x00\x00\x04garbage, not HTTP/2");
+                    }
+                    held.push(conn);
+                }
+            });
+        }
+        let missing_kubeconfig = s.dir.path().join("missing.kubeconfig");
+        let d = s.start(&[
+            "--kubeconfig",
+            missing_kubeconfig.to_str().unwrap(),
+            "--trial-period",
+            "2s",
+            "--crash-loop-threshold",
+            "0",
+            "--runtime-endpoint",
+            socket.to_str().unwrap(),
+        ]);
+        wait_until(WAIT, "the new version written", &d, || {
+            s.read(KUBECONFIG).as_deref() == Some("kubeconfig v2")
+        });
+        // Several trial periods, each look at the runtime bounded by its own timeout.
+        std::thread::sleep(Duration::from_secs(7));
+        assert_eq!(s.read(KUBECONFIG).as_deref(), Some("kubeconfig v2"), "{kind}: rolled back");
+        assert!(engine.ledger("kube-scheduler").unwrap().bad.is_empty(), "{kind}");
+        let (code, body) = d.get("/readyz").unwrap();
+        assert_eq!(code, 503, "{kind}: {body}");
+        assert!(
+            body.contains("container runtime") && body.contains(&format!("{kind}.sock")),
+            "{kind}: {body}"
+        );
+        let (_, metrics) = d.get("/metrics").unwrap();
+        assert!(
+            metrics.contains("kube_anchor_runtime_observed{component=\"kube-scheduler\"} 0"),
+            "{kind}: {metrics}"
+        );
+        assert!(d.child_running(), "{kind}: {}", d.log_text());
+    }
+}
