@@ -429,6 +429,29 @@ fn rendered_daemonsets_are_what_an_anchor_needs() {
                     .filter(|v| v["hostPath"].is_mapping())
                 {
                     let path = v["hostPath"]["path"].as_str().unwrap();
+                    if v["name"] == "runtime" {
+                        // The container runtime's socket directory, read-only, where the
+                        // anchor's --runtime-endpoint names it.
+                        assert_eq!(path, "/run/containerd", "{context}");
+                        let mount = c["volumeMounts"]
+                            .as_sequence()
+                            .unwrap()
+                            .iter()
+                            .find(|m| m["name"] == "runtime")
+                            .unwrap_or_else(|| panic!("{context}: the runtime volume is not mounted"));
+                        assert_eq!(mount["mountPath"], "/host/run/containerd", "{context}");
+                        assert_eq!(mount["readOnly"], true, "{context}");
+                        assert!(
+                            c["env"]
+                                .as_sequence()
+                                .unwrap()
+                                .iter()
+                                .any(|e| e["name"] == "KUBE_ANCHOR_RUNTIME_ENDPOINT"
+                                    && e["value"] == "/run/containerd/containerd.sock"),
+                            "{context}"
+                        );
+                        continue;
+                    }
                     assert!(
                         path.starts_with("/etc/kubernetes") || path == "/var/lib/kube-anchor",
                         "{context}: hostPath {path}"

@@ -650,7 +650,11 @@ fn an_unusable_runtime_socket_during_a_trial_rolls_nothing_back() {
         });
         // Several trial periods, each look at the runtime bounded by its own timeout.
         std::thread::sleep(Duration::from_secs(7));
-        assert_eq!(s.read(KUBECONFIG).as_deref(), Some("kubeconfig v2"), "{kind}: rolled back");
+        assert_eq!(
+            s.read(KUBECONFIG).as_deref(),
+            Some("kubeconfig v2"),
+            "{kind}: rolled back"
+        );
         assert!(engine.ledger("kube-scheduler").unwrap().bad.is_empty(), "{kind}");
         let (code, body) = d.get("/readyz").unwrap();
         assert_eq!(code, 503, "{kind}: {body}");

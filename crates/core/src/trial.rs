@@ -202,7 +202,14 @@ pub fn assess(observation: &VersionView, hash: &str, crash_loop_threshold: u32) 
     }
     if let Some(Err(failure)) = &observation.health {
         return match health_failure_is_evidence(observation, local.as_ref(), failure) {
-            Ok(()) => Assessment::NotConverged(format!("health check failing: {}", failure.reason)),
+            Ok(()) => {
+                let runtime = match &local {
+                    Some(Local::NotRunning(what)) => format!("; container runtime: {what}"),
+                    Some(Local::Running) => "; container runtime: it runs".into(),
+                    _ => String::new(),
+                };
+                Assessment::NotConverged(format!("health check failing: {}{runtime}", failure.reason))
+            }
             Err(why) => Assessment::Unknown(why),
         };
     }

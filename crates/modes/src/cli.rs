@@ -559,6 +559,12 @@ pub struct StatusArgs {
     pub config: PathBuf,
     #[command(flatten)]
     pub node: NodeArgs,
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
+    /// The node's name, to find its static pod in the runtime (`<name>-<node>`); without it any
+    /// static pod of the component's name that kube-anchor wrote matches.
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: Option<String>,
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub output: OutputFormat,
 }

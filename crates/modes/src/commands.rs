@@ -16,7 +16,9 @@ use crate::cli::{
 use crate::engine::{ApplyReport, Engine, Inputs, Preview, PreviewAction, PreviewChange, RemoveReport, StatusReport};
 use crate::logging;
 use kube_anchor_core::plan::Notice;
+use kube_anchor_core::runtime::{ContainerState, RuntimeView};
 use kube_anchor_host::hostfs::SetAside;
+use kube_anchor_k8s::cri::{RuntimeObserver, StaticPodRef};
 
 pub const EXIT_ERROR: u8 = 1;
 pub const EXIT_OUT_OF_SYNC: u8 = 3;
@@ -417,7 +419,19 @@ fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
     let record = etcd_record(&engine, &inputs)?;
     let desired = inputs.desired(&inputs.variables(record.as_ref()))?;
     let report = engine.status(&desired)?;
-    print_status(&report, record.as_ref(), args.output);
+    let runtime = match RuntimeObserver::new(&args.node.host_root, args.runtime.endpoint()) {
+        Some(observer) => {
+            let pod = StaticPodRef {
+                name: desired.pod_name.clone(),
+                namespace: desired.pod_namespace.clone(),
+                node: args.node_name.clone(),
+            };
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            Some(rt.block_on(observer.observe(&pod)))
+        }
+        None => None,
+    };
+    print_status(&report, record.as_ref(), runtime.as_ref(), args.output);
     Ok(if report.in_sync() {
         ExitCode::SUCCESS
     } else {
@@ -650,7 +664,46 @@ fn print_remove(r: &RemoveReport, format: OutputFormat) {
     }
 }
 
-fn print_status(r: &StatusReport, member: Option<&kube_anchor_core::membership::Record>, format: OutputFormat) {
+/// The local truth beside the files: what the runtime runs, since when, with how many restarts.
+fn print_runtime(view: &RuntimeView) {
+    let at = |secs: Option<i64>| {
+        secs.and_then(|s| u64::try_from(s).ok())
+            .map(|s| {
+                humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_secs(s)).to_string()
+            })
+            .unwrap_or_else(|| "(unknown)".into())
+    };
+    match view {
+        RuntimeView::Unavailable { reason } => println!("  runtime       cannot be asked ({reason}): no evidence"),
+        RuntimeView::NoSandbox => println!("  runtime       no sandbox of the static pod"),
+        RuntimeView::Pod(pod) => {
+            println!(
+                "  runtime       runs {}{} (sandbox created {}), {} restart(s)",
+                pod.content_hash
+                    .as_deref()
+                    .unwrap_or("a version kube-anchor did not write"),
+                if pod.ready { "" } else { ", sandbox not ready" },
+                at(Some(pod.created_at)),
+                pod.restarts()
+            );
+            for c in &pod.containers {
+                let when = match c.state {
+                    ContainerState::Running => format!(" since {}", at(c.started_at)),
+                    ContainerState::Exited => format!(" at {}", at(c.finished_at)),
+                    _ => String::new(),
+                };
+                println!("  container     {}{when}", c.describe());
+            }
+        }
+    }
+}
+
+fn print_status(
+    r: &StatusReport,
+    member: Option<&kube_anchor_core::membership::Record>,
+    runtime: Option<&RuntimeView>,
+    format: OutputFormat,
+) {
     let warnings = warnings(&[], r.set_aside.as_ref());
     match format {
         OutputFormat::Json => {
@@ -671,6 +724,9 @@ fn print_status(r: &StatusReport, member: Option<&kube_anchor_core::membership::
             if let Some(m) = member {
                 out["etcdMember"] = json!(m);
             }
+            if let Some(view) = runtime {
+                out["runtime"] = json!(view);
+            }
             println!("{out}");
         }
         OutputFormat::Text => {
@@ -689,6 +745,9 @@ fn print_status(r: &StatusReport, member: Option<&kube_anchor_core::membership::
                     "  LAST-KNOWN-GOOD FAILING {} since {}: {}",
                     failing.hash, failing.at, failing.reason
                 );
+            }
+            if let Some(view) = runtime {
+                print_runtime(view);
             }
             if let Some(m) = member {
                 let id = m
