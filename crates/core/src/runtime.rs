@@ -101,6 +101,14 @@ impl LocalContainer {
     }
 }
 
+/// Whether a pod's containers (the newest attempt of each) show it running: one at least runs.
+/// Init containers have exited by then, and the runtime does not say which containers are init
+/// containers, so "every container runs" would never hold for such a pod; Ready is the kubelet's
+/// and the API's to say, this only confirms that something of the pod runs now.
+pub fn runs(states: &[ContainerState]) -> bool {
+    states.contains(&ContainerState::Running)
+}
+
 /// What the runtime says about the version `hash`, before health and the API are weighed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Local {
@@ -179,7 +187,8 @@ pub(crate) mod tests {
     fn judgement_table() {
         use ContainerState::*;
         const H: &str = "sha256:new";
-        let cases: Vec<(RuntimeView, u32, fn(&Local) -> bool)> = vec![
+        type Case = (RuntimeView, u32, fn(&Local) -> bool);
+        let cases: Vec<Case> = vec![
             (
                 RuntimeView::Unavailable {
                     reason: "no socket".into(),
@@ -233,6 +242,21 @@ pub(crate) mod tests {
         for (i, (view, restarts, check)) in cases.iter().enumerate() {
             let got = judge(view, H, *restarts, 3);
             assert!(check(&got), "case {i}: {view:?} -> {got:?}");
+        }
+    }
+
+    #[test]
+    fn a_pod_runs_when_a_container_runs() {
+        use ContainerState::*;
+        for (states, want) in [
+            (vec![], false),
+            (vec![Exited], false),
+            (vec![Created], false),
+            (vec![Exited, Running], true),
+            (vec![Running], true),
+            (vec![Unknown, Exited], false),
+        ] {
+            assert_eq!(runs(&states), want, "{states:?}");
         }
     }
 

@@ -142,6 +142,66 @@ impl RuntimeObserver {
     }
 }
 
+impl RuntimeObserver {
+    /// Every ready sandbox on the node by pod UID, and whether it runs (`runtime::runs`): the
+    /// checkpointer's check that a pod the kubelet or the API calls Ready really runs here.
+    pub async fn running_pods(&self) -> Result<BTreeMap<String, bool>, String> {
+        let (named, path) = self.socket()?;
+        match tokio::time::timeout(OBSERVE_TIMEOUT, running_pods_at(&path)).await {
+            Ok(Ok(pods)) => Ok(pods),
+            Ok(Err(e)) => Err(format!("unix://{}: {e}", named.display())),
+            Err(_) => Err(format!(
+                "unix://{}: no answer within {OBSERVE_TIMEOUT:?}",
+                named.display()
+            )),
+        }
+    }
+}
+
+async fn running_pods_at(path: &Path) -> Result<BTreeMap<String, bool>, String> {
+    let mut client = RuntimeServiceClient::new(channel(path)?);
+    let sandboxes = client
+        .list_pod_sandbox(ListPodSandboxRequest {
+            filter: Some(PodSandboxFilter {
+                state: Some(k8s_cri::v1::PodSandboxStateValue {
+                    state: PodSandboxState::SandboxReady as i32,
+                }),
+                ..Default::default()
+            }),
+        })
+        .await
+        .map_err(describe)?
+        .into_inner()
+        .items;
+    let containers = client
+        .list_containers(ListContainersRequest { filter: None })
+        .await
+        .map_err(describe)?
+        .into_inner()
+        .containers;
+    // The newest attempt of each container of each sandbox.
+    let mut by_sandbox: HashMap<String, BTreeMap<String, (u32, ContainerState)>> = HashMap::new();
+    for c in containers {
+        let Some(meta) = c.metadata else { continue };
+        let newest = by_sandbox.entry(c.pod_sandbox_id).or_default();
+        let entry = newest.entry(meta.name).or_insert((0, ContainerState::Unknown));
+        if meta.attempt >= entry.0 {
+            *entry = (meta.attempt, container_state(c.state));
+        }
+    }
+    Ok(sandboxes
+        .into_iter()
+        .filter_map(|s| {
+            let uid = s.metadata.map(|m| m.uid)?;
+            let states: Vec<ContainerState> = by_sandbox
+                .get(&s.id)
+                .map(|m| m.values().map(|(_, state)| *state).collect())
+                .unwrap_or_default();
+            Some((uid, kube_anchor_core::runtime::runs(&states)))
+        })
+        .collect())
+}
+
 fn channel(path: &Path) -> Result<Channel, String> {
     let path = path.to_owned();
     // The URI is a placeholder: the connector dials the unix socket.

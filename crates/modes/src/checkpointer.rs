@@ -237,6 +237,7 @@ struct CheckpointerMetrics {
     failed_actions: Counter,
     last_pass: Gauge<f64, AtomicU64>,
     kubelet_unknown: Gauge,
+    runtime_unknown: Gauge,
     checkpoints: Gauge,
     active: Gauge,
     actions: Family<ActionLabels, Counter>,
@@ -253,6 +254,11 @@ impl CheckpointerMetrics {
             "checkpointer_lock_held",
             "1 while this copy holds the checkpointer lock and acts",
             self.lock_held.clone(),
+        );
+        into.register(
+            "checkpointer_runtime_unknown",
+            "1 when the last look at the container runtime failed (nothing is confirmed running by it)",
+            self.runtime_unknown.clone(),
         );
         into.register(
             "checkpointer_passes",
@@ -321,6 +327,8 @@ struct Setup {
     checkpoint_of: Option<String>,
     shared: std::sync::Arc<Shared>,
     metrics: CheckpointerMetrics,
+    /// The container runtime: a pod counts as running here only while it shows it running.
+    runtime: Option<kube_anchor_k8s::cri::RuntimeObserver>,
 }
 
 /// The node side both verbs work on: the writer, the state dir and the checkpoint paths.
@@ -403,6 +411,7 @@ async fn run(args: CheckpointerRunArgs) -> anyhow::Result<()> {
             Shared::new(registry)
         },
         metrics,
+        runtime: kube_anchor_k8s::cri::RuntimeObserver::new(&args.node.host_root, args.runtime.endpoint()),
     };
     // Over a socket in the pod's own emptyDir: the DaemonSet copy and its static copy share the
     // host network and must never fight over a port.
@@ -747,7 +756,9 @@ impl Marker {
 /// What one pass saw of the node.
 struct Seen {
     api_reachable: bool,
-    /// The kubelet's running pods by owner; `None` when it did not answer.
+    /// The pods running here by owner: the kubelet's (Ready only while the runtime, when it
+    /// answers, runs them too), or with no kubelet answer the API's that the runtime runs;
+    /// `None` when neither can tell.
     local: Option<BTreeMap<String, Vec<Local>>>,
     /// This node's pods as the API shows them.
     pods_here: Vec<std::sync::Arc<Pod>>,
@@ -902,14 +913,46 @@ impl Machine {
                 None
             }
         };
+        // The second local truth: the runtime's sandboxes by pod UID. `None`: not asked, or it
+        // did not answer (then the kubelet's word stands alone, as before).
+        let runtime = match &setup.runtime {
+            Some(observer) => match observer.running_pods().await {
+                Ok(pods) => {
+                    setup.metrics.runtime_unknown.set(0);
+                    Some(pods)
+                }
+                Err(e) => {
+                    setup.metrics.runtime_unknown.set(1);
+                    tracing::debug!(error = %e, "container runtime unavailable");
+                    None
+                }
+            },
+            None => None,
+        };
+        let runs_here = |uid: &str| runtime.as_ref().map(|r| r.get(uid).copied().unwrap_or(false));
+        // One view of this node's pods in the API for the whole pass.
+        let pods_here = api.pods();
+        let api_reachable = api.reachable();
+        // What runs here: the kubelet's pods, each Ready only while the runtime (when it
+        // answers) runs it too; with no kubelet answer, the API's pods on this node that the
+        // runtime runs, Ready as the API shows them.
+        let (source, from_runtime): (Vec<Pod>, bool) = match (&local_pods, &runtime) {
+            (Some(pods), _) => (pods.clone(), false),
+            (None, Some(_)) if api_reachable => (pods_here.iter().map(|p| (**p).clone()).collect(), true),
+            (None, _) => (Vec::new(), false),
+        };
+        let local_known = local_pods.is_some() || from_runtime;
         let mut local: BTreeMap<String, Vec<Local>> = BTreeMap::new();
         let mut seen = BTreeSet::new();
         let mut memory = self.memory.clone();
         // Owned pods only, never checkpoint copies.
-        for pod in local_pods.iter().flatten().filter(|p| !is_checkpoint_or_static(p)) {
+        for pod in source.iter().filter(|p| !is_checkpoint_or_static(p)) {
             let (Some(key), Some(uid)) = (sanitize::controller_key(pod), pod.metadata.uid.clone()) else {
                 continue;
             };
+            if from_runtime && runs_here(&uid) != Some(true) {
+                continue;
+            }
             if let Some((name, namespace)) = &setup.pod
                 && pod.metadata.name.as_ref() == Some(name)
                 && pod.metadata.namespace.as_ref() == Some(namespace)
@@ -920,16 +963,14 @@ impl Machine {
                 memory.seen.insert(key.clone());
             }
             seen.insert(uid.clone());
-            let ready_since =
-                pod_status::is_running_ready(pod).then(|| *self.local_ready_since.entry(uid.clone()).or_insert(now));
+            let ready = pod_status::is_running_ready(pod) && runs_here(&uid) != Some(false);
+            let ready_since = ready.then(|| *self.local_ready_since.entry(uid.clone()).or_insert(now));
             if ready_since.is_none() {
                 self.local_ready_since.remove(&uid);
             }
             local.entry(key).or_default().push(Local { uid, ready_since });
         }
         self.local_ready_since.retain(|uid, _| seen.contains(uid));
-        // One view of this node's pods in the API for the whole pass.
-        let pods_here = api.pods();
         if let Some((name, namespace)) = &setup.pod
             && let Some(own) = pods_here
                 .iter()
@@ -944,7 +985,6 @@ impl Machine {
         if self.self_owner.is_none() {
             self.self_owner = self.memory.self_owner.clone();
         }
-        let api_reachable = api.reachable();
         let mut parents: BTreeMap<String, Vec<(Parent, Pod)>> = BTreeMap::new();
         if api_reachable {
             for pod in pods_here.iter().filter(|p| sanitize::is_parent(p)) {
@@ -967,7 +1007,7 @@ impl Machine {
         }
         Seen {
             api_reachable,
-            local: local_pods.is_some().then_some(local),
+            local: local_known.then_some(local),
             pods_here,
             parents,
         }

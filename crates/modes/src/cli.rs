@@ -441,6 +441,8 @@ pub struct CheckpointerRunArgs {
     pub identity: IdentityArgs,
     #[command(flatten)]
     pub endpoints: EndpointArgs,
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
     /// Inactive checkpoints (kept for the next boot).
     #[arg(
         long,
