@@ -327,9 +327,19 @@ fn the_checkpointer_daemonset_checkpoints_itself_with_narrow_mounts() {
             "/etc/kubernetes/manifests",
             "/etc/kubernetes/checkpoint-secrets",
             "/etc/kubernetes/checkpoint-configmaps",
-            "/var/lib/kube-anchor"
+            "/var/lib/kube-anchor",
+            "/run/containerd"
         ]
     );
+    // The runtime socket's directory is the one mount it only reads.
+    let runtime = container["volumeMounts"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "runtime")
+        .expect("the runtime socket's directory is mounted");
+    assert_eq!(runtime["mountPath"], "/host/run/containerd");
+    assert_eq!(runtime["readOnly"], true);
     let out = helm(&[
         "template",
         "rel",

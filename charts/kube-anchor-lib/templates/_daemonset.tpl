@@ -118,6 +118,9 @@ spec:
             - {name: KUBE_ANCHOR_BEFORE_REMOVE, value: {{ . | quote }}}
             {{- end }}
             {{- /* The socket's directory is mounted at the same place under /host. */}}
+            {{- with $v.anchor.dependsOn }}
+            - {name: KUBE_ANCHOR_DEPENDS_ON, value: {{ join "," . | quote }}}
+            {{- end }}
             - {name: KUBE_ANCHOR_RUNTIME_ENDPOINT, value: {{ $v.anchor.runtimeEndpoint | default "none" | quote }}}
             {{- with $v.anchor.apiServers }}
             - {name: KUBE_ANCHOR_API_SERVERS, value: {{ join "," . | quote }}}

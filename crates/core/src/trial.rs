@@ -27,6 +27,9 @@ pub struct VersionView {
     /// Restarts of the version's containers within this trial, as the runtime counts them
     /// (see [`Trial::runtime_restarts`]); 0 outside a trial.
     pub runtime_restarts: u32,
+    /// A component this one needs that kube-anchor runs on this node (`--depends-on`: etcd for
+    /// kube-apiserver) and that the runtime does not show running, with what it shows.
+    pub dependency_down: Option<String>,
 }
 
 /// A health check that did not pass.
@@ -187,8 +190,20 @@ fn health_failure_is_evidence(
     Ok(())
 }
 
-/// One set of rules for both sources; the table is in design.md ("Evidence").
+/// One set of rules for both sources; the table is in design.md ("Evidence"). A failure while a
+/// component this one needs does not run on the node (a kube-apiserver exits when its etcd is
+/// gone) is no evidence against this one's version.
 pub fn assess(observation: &VersionView, hash: &str, crash_loop_threshold: u32) -> Assessment {
+    let verdict = assess_sources(observation, hash, crash_loop_threshold);
+    match (&verdict, &observation.dependency_down) {
+        (Assessment::NotConverged(why) | Assessment::CrashLooping(why), Some(down)) => {
+            Assessment::Unknown(format!("{why}, while {down}: not evidence against the version"))
+        }
+        _ => verdict,
+    }
+}
+
+fn assess_sources(observation: &VersionView, hash: &str, crash_loop_threshold: u32) -> Assessment {
     let api = from_api(observation, hash, crash_loop_threshold);
     let local = observation
         .runtime
@@ -361,6 +376,7 @@ mod tests {
                 health: None,
                 runtime: None,
                 runtime_restarts: 0,
+                dependency_down: None,
             };
             assess(&observation, H, 3)
         };
@@ -389,6 +405,7 @@ mod tests {
             health: None,
             runtime: None,
             runtime_restarts: 0,
+            dependency_down: None,
         };
         assert_eq!(assess(&observation, H, 3), Assessment::Converged);
         // Another version's mirror pod is left alone (it is not this trial's).
@@ -415,6 +432,7 @@ mod tests {
             health,
             runtime: None,
             runtime_restarts: 0,
+            dependency_down: None,
         }
     }
 
@@ -468,6 +486,7 @@ mod tests {
                     health: None,
                     runtime: None,
                     runtime_restarts: 0,
+                    dependency_down: None,
                 },
                 |a| matches!(a, Assessment::Unknown(r) if r.contains("no API client")),
             ),
@@ -478,6 +497,7 @@ mod tests {
                     health: bad,
                     runtime: None,
                     runtime_restarts: 0,
+                    dependency_down: None,
                 },
                 |a| matches!(a, Assessment::NotConverged(_)),
             ),
@@ -505,6 +525,7 @@ mod tests {
             health,
             runtime,
             runtime_restarts: restarts,
+            dependency_down: None,
         };
         type Case = (&'static str, VersionView, fn(&Assessment) -> bool);
         let cases: Vec<Case> = vec![
@@ -621,6 +642,7 @@ mod tests {
                     health: None,
                     runtime: Some(runs()),
                     runtime_restarts: 0,
+                    dependency_down: None,
                 },
                 |a| *a == Assessment::Converged,
             ),
@@ -629,6 +651,36 @@ mod tests {
             let a = assess(v, H, 3);
             assert!(check(&a), "{name}: {v:?} -> {a:?}");
         }
+    }
+
+    /// On one node, a good kube-apiserver on trial exits because a bad etcd push took etcd
+    /// away: while etcd does not run there, neither its exits nor its silence count.
+    #[test]
+    fn a_failure_while_a_needed_component_is_down_is_no_evidence() {
+        use crate::runtime::ContainerState::Exited;
+        use crate::runtime::tests::{container, pod};
+        let view = |restarts, down: Option<&str>| VersionView {
+            api_configured: true,
+            mirror: None,
+            health: Some(Err(HealthFailure::no_answer("connection refused"))),
+            runtime: Some(pod(H, true, vec![container("c", restarts, Exited)])),
+            runtime_restarts: restarts,
+            dependency_down: down.map(Into::into),
+        };
+        let etcd = Some("etcd does not run on this node (container etcd exited 2 (Error), attempt 1)");
+        assert!(matches!(assess(&view(0, None), H, 3), Assessment::NotConverged(_)));
+        assert!(matches!(assess(&view(5, None), H, 3), Assessment::CrashLooping(_)));
+        for restarts in [0, 5] {
+            assert!(
+                matches!(assess(&view(restarts, etcd), H, 3), Assessment::Unknown(r) if r.contains("etcd does not run")),
+                "{restarts} restarts"
+            );
+        }
+        // Converged stays converged.
+        let mut ok = view(0, etcd);
+        ok.mirror = present(H, "Running", true, 0);
+        ok.health = None;
+        assert_eq!(assess(&ok, H, 3), Assessment::Converged);
     }
 
     /// The selfhosted failure this settles: a good kube-apiserver ran and served 46 s after its
@@ -661,6 +713,7 @@ mod tests {
                     health,
                     runtime: Some(runtime),
                     runtime_restarts: 0,
+                    dependency_down: None,
                 };
                 v.runtime_restarts = trial.runtime_restarts(v.runtime.as_ref());
                 let outcome = trial.step(&assess(&v, H, 3), secs(t), period);

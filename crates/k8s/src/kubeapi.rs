@@ -172,6 +172,16 @@ impl EventSink {
     }
 }
 
+/// A request of the daemon's own loop, bounded by [`API_TIMEOUT`]: an API server that accepts
+/// requests but cannot answer them (its etcd is gone) holds a request for a minute, and the
+/// loop that judges the version on trial must not wait that long.
+pub async fn bounded<T>(request: impl std::future::Future<Output = Result<T, kube::Error>>) -> Result<T, String> {
+    match tokio::time::timeout(API_TIMEOUT, request).await {
+        Ok(result) => result.map_err(|e| e.to_string()),
+        Err(_) => Err(format!("no answer within {}", humantime::format_duration(API_TIMEOUT))),
+    }
+}
+
 /// What a timed-out request says: how long it really waited (a budget already spent is 0 s).
 fn no_answer(started: std::time::Instant, timeout: Duration) -> String {
     let waited = Duration::from_millis(started.elapsed().as_millis() as u64);

@@ -24,7 +24,7 @@ use kube_anchor_core::desired::Desired;
 use kube_anchor_core::ledger::BadVersion;
 use kube_anchor_core::lifecycle::{LkgAction, LkgCheck, LkgEvaluated, Version, VersionAction, VersionEvent};
 use kube_anchor_core::pinned::{MAX_MARKER_BYTES, PinnedInputs};
-use kube_anchor_core::runtime::RuntimeView;
+use kube_anchor_core::runtime::{Local, RuntimeView};
 use kube_anchor_core::trial::{Assessment, MirrorPod, VersionView, assess};
 use kube_anchor_core::turn::{Answer, Turn, TurnAction, TurnEvent};
 use kube_anchor_host::watch::{DirRole, DirWatcher};
@@ -92,6 +92,8 @@ struct Daemon {
     /// The turn this node holds to roll a version out (or one an earlier process held, not
     /// looked at yet), and a version waiting for one.
     turn: Turn,
+    /// The last rollout Lease error logged at warn (the same one again is logged at debug).
+    lease_error: Option<String>,
 }
 
 /// An Event kept until the API answers.
@@ -173,6 +175,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         membership_pending: None,
         rollout_lease: None,
         turn: Turn::default(),
+        lease_error: None,
     };
     daemon.connect().await;
     daemon.run(draining).await;
@@ -644,6 +647,7 @@ impl Daemon {
             health,
             runtime,
             runtime_restarts: 0,
+            dependency_down: None,
         };
         // Restarts are a trial's evidence, and only those it saw.
         match self.version.trial_mut().or(self.lkg.check_mut()) {
@@ -660,7 +664,14 @@ impl Daemon {
         if !self.unpublished.is_empty() && self.api_answers() {
             self.publish_unpublished().await;
         }
-        let assessment = assess(&observation, &written.content_hash, self.args.crash_loop_threshold);
+        let mut assessment = assess(&observation, &written.content_hash, self.args.crash_loop_threshold);
+        // The components it needs are looked at only when there is something to excuse.
+        if matches!(assessment, Assessment::NotConverged(_) | Assessment::CrashLooping(_)) {
+            observation.dependency_down = self.dependency_down().await;
+            if observation.dependency_down.is_some() {
+                assessment = assess(&observation, &written.content_hash, self.args.crash_loop_threshold);
+            }
+        }
         let actions = self.step_version(VersionEvent::Assessed {
             assessment: &assessment,
             now: self.started.elapsed(),
@@ -713,6 +724,34 @@ impl Daemon {
         self.keep_or_give_back_turn().await;
     }
 
+    /// The first `--depends-on` component with a version on this node that the runtime shows not
+    /// running (what it shows). One the node does not run, or that has no last-known-good to
+    /// name its static pod yet, or a runtime that cannot be asked, tells nothing.
+    async fn dependency_down(&self) -> Option<String> {
+        let observer = self.runtime.as_ref()?;
+        for component in self.args.depends_on.iter().filter(|c| !c.is_empty()) {
+            let Ok(ledger) = self.engine.ledger(component) else {
+                continue;
+            };
+            let (Some(hash), Ok(Some(known))) = (ledger.content_hash, self.engine.last_known_good(component)) else {
+                continue;
+            };
+            let pod = StaticPodRef {
+                name: known.pod_name,
+                namespace: known.pod_namespace,
+                node: self.args.identity.node_name.clone(),
+            };
+            let view = observer.observe(&pod).await;
+            match kube_anchor_core::runtime::judge(&view, &hash, 0, u32::MAX) {
+                Local::NotRunning(what) | Local::CrashLooping(what) => {
+                    return Some(format!("{component} does not run on this node ({what})"));
+                }
+                Local::Running | Local::Unknown(_) => {}
+            }
+        }
+        None
+    }
+
     /// The input revision this pod applies (its config marker), which names a version across
     /// nodes whose credentials differ.
     fn input_revision(&self) -> Option<String> {
@@ -741,7 +780,7 @@ impl Daemon {
             return;
         };
         let accepted = self.accepted.as_ref().map(|d| d.content_hash.clone());
-        let event = match lease.held_here().await {
+        let event = match kubeapi::bounded(lease.held_here()).await {
             Ok(false) => TurnEvent::NotHeldHere,
             Ok(true) => TurnEvent::HeldHere {
                 ledger: &ledger,
@@ -760,7 +799,7 @@ impl Daemon {
                     tracing::info!(component = %self.component, content_hash = %version, lease = lease.name(), "this node holds the rollout turn for the version on trial: keeping it");
                 }
                 TurnAction::GiveBackEarlier => {
-                    if let Err(e) = lease.release(None).await {
+                    if let Err(e) = kubeapi::bounded(lease.release(None)).await {
                         tracing::warn!(component = %self.component, error = %e, "rollout Lease: cannot give back an earlier turn; retrying");
                         return;
                     }
@@ -780,10 +819,7 @@ impl Daemon {
             None => Answer::NoLease,
             Some(lease) => Answer::Lease {
                 lease: lease.name().to_owned(),
-                turn: lease
-                    .ask(self.input_revision().as_deref())
-                    .await
-                    .map_err(|e| e.to_string()),
+                turn: kubeapi::bounded(lease.ask(self.input_revision().as_deref())).await,
             },
         };
         let component = self.component.clone();
@@ -815,6 +851,11 @@ impl Daemon {
         let (Some(_), Some(lease)) = (self.turn.holding(), self.rollout_lease.clone()) else {
             return;
         };
+        // Kept until the API answers again (a renewal missed then is no loss: no other node
+        // takes a turn over on a timer).
+        if !self.api_answers() {
+            return;
+        }
         let Ok(ledger) = self.engine.ledger(&self.component) else {
             return;
         };
@@ -826,18 +867,25 @@ impl Daemon {
             let result = match action {
                 TurnAction::GiveBack { version, failed } => {
                     let revision = self.input_revision().filter(|_| failed);
-                    lease.release(revision.as_deref()).await.map(|()| {
+                    kubeapi::bounded(lease.release(revision.as_deref())).await.map(|()| {
                         tracing::info!(component = %self.component, content_hash = %version, failed, "gave back the rollout turn");
                         self.step_turn(TurnEvent::GivenBack);
                     })
                 }
-                TurnAction::Renew => lease.ask(self.input_revision().as_deref()).await.map(|_| {
-                    self.step_turn(TurnEvent::Renewed { now: Instant::now() });
-                }),
+                TurnAction::Renew => kubeapi::bounded(lease.ask(self.input_revision().as_deref()))
+                    .await
+                    .map(|_| {
+                        self.step_turn(TurnEvent::Renewed { now: Instant::now() });
+                    }),
                 _ => Ok(()),
             };
-            if let Err(e) = result {
-                tracing::warn!(component = %self.component, error = %e, "rollout Lease: retrying");
+            match result {
+                Err(e) if self.lease_error.as_ref() != Some(&e) => {
+                    tracing::warn!(component = %self.component, error = %e, "rollout Lease: retrying");
+                    self.lease_error = Some(e);
+                }
+                Err(e) => tracing::debug!(component = %self.component, error = %e, "rollout Lease: retrying"),
+                Ok(()) => self.lease_error = None,
             }
         }
     }

@@ -331,6 +331,11 @@ pub struct RunArgs {
     /// version reaches nodes only as fast as the DaemonSet rollout replaces anchor pods.
     #[arg(long, env = "KUBE_ANCHOR_EXPECT_INPUTS")]
     pub expect_inputs: Option<kube_anchor_core::pinned::PinnedInputs>,
+    /// Components this one needs that kube-anchor may run on the same node (kube-apiserver:
+    /// etcd). While the runtime shows one of them not running, this component's failures are
+    /// not held against its version on trial.
+    #[arg(long, env = "KUBE_ANCHOR_DEPENDS_ON", value_delimiter = ',')]
+    pub depends_on: Vec<String>,
     /// Full resync as a backstop to change notification.
     #[arg(long, env = "KUBE_ANCHOR_RESYNC_PERIOD", default_value = "1m", value_parser = duration)]
     pub resync_period: std::time::Duration,
