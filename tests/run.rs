@@ -51,6 +51,19 @@ impl Setup {
         fs::read_to_string(self.host(path)).ok()
     }
 
+    /// The engine on this setup's node, as the one-shot verbs and the daemon use it.
+    fn engine(&self) -> kube_anchor_modes::engine::Engine {
+        let node = self.dir.path().join("node");
+        kube_anchor_modes::engine::Engine::new(&node, "/var/lib/kube-anchor", &["/etc/kubernetes".to_string()]).unwrap()
+    }
+
+    /// The version the current inputs make on node cp-1.
+    fn desired(&self, engine: &kube_anchor_modes::engine::Engine) -> kube_anchor_core::desired::Desired {
+        let inputs = kube_anchor_modes::engine::Inputs::load(&self.volume.config(), engine.roots()).unwrap();
+        let vars = kube_anchor_core::render::Variables::new(["NODE_NAME"], |_| Some("cp-1".into()));
+        inputs.desired(&vars).unwrap()
+    }
+
     fn start(&self, extra: &[&str]) -> Daemon {
         let args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
         Daemon::start(
@@ -476,22 +489,15 @@ fn an_unreadable_kubeconfig_does_not_stop_the_file_sync() {
 #[test]
 fn retry_lets_the_daemon_try_a_bad_version_again() {
     use kube_anchor_core::ledger::BadVersion;
-    use kube_anchor_modes::engine::{Engine, Inputs};
     let mut s = Setup::new("kubeconfig v1");
     let node = s.dir.path().join("node");
-    let engine = Engine::new(&node, "/var/lib/kube-anchor", &["/etc/kubernetes".to_string()]).unwrap();
-    let config = s.volume.config();
-    let desired = || {
-        let inputs = Inputs::load(&config, engine.roots()).unwrap();
-        let vars = kube_anchor_core::render::Variables::new(["NODE_NAME"], |_| Some("cp-1".into()));
-        inputs.desired(&vars).unwrap()
-    };
+    let engine = s.engine();
     // v1 ran and became last-known-good; v2 failed its trial.
-    let v1 = desired();
+    let v1 = s.desired(&engine);
     engine.apply(&v1, false).unwrap();
     engine.promote(&v1).unwrap();
     s.update("kubeconfig v2");
-    let v2 = desired();
+    let v2 = s.desired(&engine);
     engine
         .update_ledger("kube-scheduler", |l| {
             l.mark_bad(BadVersion {
@@ -538,16 +544,9 @@ fn retry_lets_the_daemon_try_a_bad_version_again() {
 /// out.
 #[test]
 fn rollback_puts_the_last_known_good_back_with_no_api_and_no_anchor() {
-    use kube_anchor_modes::engine::{Engine, Inputs};
     let mut s = Setup::new("kubeconfig v1");
     let node = s.dir.path().join("node");
-    let engine = Engine::new(&node, "/var/lib/kube-anchor", &["/etc/kubernetes".to_string()]).unwrap();
-    let config = s.volume.config();
-    let desired = || {
-        let inputs = Inputs::load(&config, engine.roots()).unwrap();
-        let vars = kube_anchor_core::render::Variables::new(["NODE_NAME"], |_| Some("cp-1".into()));
-        inputs.desired(&vars).unwrap()
-    };
+    let engine = s.engine();
     let rollback = || {
         std::process::Command::new(support::fixture::BIN)
             .args(["rollback", "--component", "kube-scheduler", "--host-root"])
@@ -555,7 +554,7 @@ fn rollback_puts_the_last_known_good_back_with_no_api_and_no_anchor() {
             .output()
             .unwrap()
     };
-    let v1 = desired();
+    let v1 = s.desired(&engine);
     engine.apply(&v1, false).unwrap();
     let manifest = s.read(MANIFEST).unwrap();
     let refused = rollback();
@@ -568,7 +567,7 @@ fn rollback_puts_the_last_known_good_back_with_no_api_and_no_anchor() {
 
     engine.promote(&v1).unwrap();
     s.update("kubeconfig v2");
-    let v2 = desired();
+    let v2 = s.desired(&engine);
     engine.apply(&v2, false).unwrap();
     assert_eq!(s.read(KUBECONFIG).as_deref(), Some("kubeconfig v2"));
     let out = rollback();
@@ -602,20 +601,12 @@ fn rollback_puts_the_last_known_good_back_with_no_api_and_no_anchor() {
 /// the sockets here are stand-ins, as in `kube_anchor_k8s::cri`'s own tests.)
 #[test]
 fn an_unusable_runtime_socket_during_a_trial_rolls_nothing_back() {
-    use kube_anchor_modes::engine::{Engine, Inputs};
     use std::io::Write;
     use std::os::unix::net::UnixListener;
     for kind in ["missing", "hung", "garbage"] {
         let mut s = Setup::new("kubeconfig v1");
-        let node = s.dir.path().join("node");
-        let engine = Engine::new(&node, "/var/lib/kube-anchor", &["/etc/kubernetes".to_string()]).unwrap();
-        let config = s.volume.config();
-        let desired = || {
-            let inputs = Inputs::load(&config, engine.roots()).unwrap();
-            let vars = kube_anchor_core::render::Variables::new(["NODE_NAME"], |_| Some("cp-1".into()));
-            inputs.desired(&vars).unwrap()
-        };
-        let v1 = desired();
+        let engine = s.engine();
+        let v1 = s.desired(&engine);
         engine.apply(&v1, false).unwrap();
         engine.promote(&v1).unwrap();
         s.update("kubeconfig v2");
