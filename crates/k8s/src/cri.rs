@@ -160,46 +160,63 @@ impl RuntimeObserver {
 
 async fn running_pods_at(path: &Path) -> Result<BTreeMap<String, bool>, String> {
     let mut client = RuntimeServiceClient::new(channel(path)?);
-    let sandboxes = client
-        .list_pod_sandbox(ListPodSandboxRequest {
-            filter: Some(PodSandboxFilter {
-                state: Some(k8s_cri::v1::PodSandboxStateValue {
-                    state: PodSandboxState::SandboxReady as i32,
-                }),
-                ..Default::default()
-            }),
-        })
-        .await
-        .map_err(describe)?
-        .into_inner()
-        .items;
-    let containers = client
-        .list_containers(ListContainersRequest { filter: None })
-        .await
-        .map_err(describe)?
-        .into_inner()
-        .containers;
-    // The newest attempt of each container of each sandbox.
-    let mut by_sandbox: HashMap<String, BTreeMap<String, (u32, ContainerState)>> = HashMap::new();
-    for c in containers {
-        let Some(meta) = c.metadata else { continue };
-        let newest = by_sandbox.entry(c.pod_sandbox_id).or_default();
-        let entry = newest.entry(meta.name).or_insert((0, ContainerState::Unknown));
-        if meta.attempt >= entry.0 {
-            *entry = (meta.attempt, container_state(c.state));
-        }
-    }
+    let ready = PodSandboxFilter {
+        state: Some(k8s_cri::v1::PodSandboxStateValue {
+            state: PodSandboxState::SandboxReady as i32,
+        }),
+        ..Default::default()
+    };
+    let sandboxes = sandboxes(&mut client, ready).await?;
+    let containers = newest_containers(&mut client, ContainerFilter::default()).await?;
     Ok(sandboxes
         .into_iter()
         .filter_map(|s| {
             let uid = s.metadata.map(|m| m.uid)?;
-            let states: Vec<ContainerState> = by_sandbox
-                .get(&s.id)
-                .map(|m| m.values().map(|(_, state)| *state).collect())
-                .unwrap_or_default();
+            let states: Vec<ContainerState> = containers
+                .iter()
+                .filter(|((sandbox, _), _)| *sandbox == s.id)
+                .map(|(_, (_, _, state))| *state)
+                .collect();
             Some((uid, kube_anchor_core::runtime::runs(&states)))
         })
         .collect())
+}
+
+type Client = RuntimeServiceClient<Channel>;
+
+async fn sandboxes(client: &mut Client, filter: PodSandboxFilter) -> Result<Vec<k8s_cri::v1::PodSandbox>, String> {
+    Ok(client
+        .list_pod_sandbox(ListPodSandboxRequest { filter: Some(filter) })
+        .await
+        .map_err(describe)?
+        .into_inner()
+        .items)
+}
+
+/// The newest attempt of each container of each sandbox: (sandbox, name) → (attempt, id, state).
+/// The kubelet keeps the last dead attempt beside a new one.
+async fn newest_containers(
+    client: &mut Client,
+    filter: ContainerFilter,
+) -> Result<BTreeMap<(String, String), (u32, String, ContainerState)>, String> {
+    let containers = client
+        .list_containers(ListContainersRequest { filter: Some(filter) })
+        .await
+        .map_err(describe)?
+        .into_inner()
+        .containers;
+    let mut newest: BTreeMap<(String, String), (u32, String, ContainerState)> = BTreeMap::new();
+    for c in containers {
+        let Some(meta) = c.metadata else { continue };
+        let state = container_state(c.state);
+        let entry = newest
+            .entry((c.pod_sandbox_id, meta.name))
+            .or_insert((meta.attempt, c.id.clone(), state));
+        if meta.attempt >= entry.0 {
+            *entry = (meta.attempt, c.id, state);
+        }
+    }
+    Ok(newest)
 }
 
 fn channel(path: &Path) -> Result<Channel, String> {
@@ -228,17 +245,11 @@ async fn observe_at(path: &Path, pod: &StaticPodRef) -> Result<RuntimeView, Stri
     if let Some(node) = &pod.node {
         labels.insert(POD_NAME_LABEL.into(), format!("{}-{}", pod.name, node.to_lowercase()));
     }
-    let sandboxes = client
-        .list_pod_sandbox(ListPodSandboxRequest {
-            filter: Some(PodSandboxFilter {
-                label_selector: labels,
-                ..Default::default()
-            }),
-        })
-        .await
-        .map_err(describe)?
-        .into_inner()
-        .items;
+    let filter = PodSandboxFilter {
+        label_selector: labels,
+        ..Default::default()
+    };
+    let sandboxes = sandboxes(&mut client, filter).await?;
     let newest = sandboxes
         .into_iter()
         .filter(|s| {
@@ -249,28 +260,13 @@ async fn observe_at(path: &Path, pod: &StaticPodRef) -> Result<RuntimeView, Stri
     let Some(sandbox) = newest else {
         return Ok(RuntimeView::NoSandbox);
     };
-    let containers = client
-        .list_containers(ListContainersRequest {
-            filter: Some(ContainerFilter {
-                pod_sandbox_id: sandbox.id.clone(),
-                ..Default::default()
-            }),
-        })
-        .await
-        .map_err(describe)?
-        .into_inner()
-        .containers;
-    // The newest attempt of each container name (the kubelet keeps the last dead one too).
-    let mut newest: BTreeMap<String, (u32, String)> = BTreeMap::new();
-    for c in containers {
-        let Some(meta) = c.metadata else { continue };
-        let entry = newest.entry(meta.name).or_insert((meta.attempt, c.id.clone()));
-        if meta.attempt >= entry.0 {
-            *entry = (meta.attempt, c.id);
-        }
-    }
+    let filter = ContainerFilter {
+        pod_sandbox_id: sandbox.id.clone(),
+        ..Default::default()
+    };
+    let newest = newest_containers(&mut client, filter).await?;
     let mut local = Vec::with_capacity(newest.len());
-    for (name, (attempt, id)) in newest {
+    for ((_, name), (attempt, id, _)) in newest {
         let status = client
             .container_status(ContainerStatusRequest {
                 container_id: id,
