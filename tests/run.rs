@@ -661,3 +661,34 @@ fn an_unusable_runtime_socket_during_a_trial_rolls_nothing_back() {
         assert!(d.child_running(), "{kind}: {}", d.log_text());
     }
 }
+
+/// An operator's `rollback` while the anchor judges the version it replaces: the anchor's
+/// promotion of that version, coming after, is refused and records nothing, so the rollback
+/// stands (before, the anchor made the rolled-back version last-known-good and wrote it again).
+#[test]
+fn a_promotion_after_an_operators_rollback_is_refused() {
+    let mut s = Setup::new("kubeconfig v1");
+    let engine = s.engine();
+    let v1 = s.desired(&engine);
+    engine.apply(&v1, false).unwrap();
+    engine.promote(&v1).unwrap();
+    s.update("kubeconfig v2");
+    let v2 = s.desired(&engine);
+    engine.apply(&v2, false).unwrap();
+    let out = std::process::Command::new(support::fixture::BIN)
+        .args(["rollback", "--component", "kube-scheduler", "--host-root"])
+        .arg(s.dir.path().join("node"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    // The anchor's trial of v2 ends now, converged as far as it saw.
+    let refused = engine.promote(&v2).unwrap_err().to_string();
+    assert!(refused.contains("not what the node runs"), "{refused}");
+    let ledger = engine.ledger("kube-scheduler").unwrap();
+    assert_eq!(ledger.last_known_good.as_deref(), Some(v1.content_hash.as_str()));
+    assert_eq!(s.read(KUBECONFIG).as_deref(), Some("kubeconfig v1"));
+    // Recorded bad, even where the node still ran it: refused as well.
+    engine.apply(&v2, false).unwrap();
+    let refused = engine.promote(&v2).unwrap_err().to_string();
+    assert!(refused.contains("recorded as bad"), "{refused}");
+}

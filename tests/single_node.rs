@@ -240,7 +240,8 @@ async fn a_single_node_rolls_back_a_bad_push_with_no_api_and_keeps_a_good_one() 
         &cluster,
         "etcd",
         "component.extraArgs.no-such-flag=1",
-        Duration::from_secs(300),
+        // About a minute here; an evaluation held by a hung Lease renewal once took four.
+        Duration::from_secs(180),
     )
     .await;
     let note = rolled_back_event(&cluster, "etcd", &etcd.tried).await;
