@@ -20,7 +20,7 @@ pub(crate) struct Metrics {
     pub converged: Gauge,
     pub last_known_good_failing: Gauge,
     /// 1 when the container runtime answered the last look, 0 when it could not be asked
-    /// (missing, refused, hung, garbage); absent with `--runtime-endpoint none`.
+    /// (missing, refused, hung, garbage) or is never asked (`--runtime-endpoint none`).
     pub runtime_observed: Gauge,
     /// `spec.etcdMember`: one series for this node's member (ID, role, peer URL, last join
     /// and leave results as labels).
