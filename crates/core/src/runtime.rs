@@ -119,6 +119,9 @@ pub enum Local {
     NotRunning(String),
     /// More restarts within the trial than the threshold.
     CrashLooping(String),
+    /// The previous version's sandbox still runs: the kubelet is stopping it (a grace period)
+    /// before it starts this one. Not this version's doing, so no evidence either way.
+    PreviousStopping(String),
     /// The runtime could not be asked.
     Unknown(String),
 }
@@ -132,6 +135,11 @@ pub fn judge(view: &RuntimeView, hash: &str, restarts: u32, crash_loop_threshold
     };
     if pod.content_hash.as_deref() != Some(hash) {
         let other = pod.content_hash.as_deref().unwrap_or("no kube-anchor hash");
+        if pod.ready && runs(&pod.containers.iter().map(|c| c.state).collect::<Vec<_>>()) {
+            return Local::PreviousStopping(format!(
+                "the runtime still runs {other} (the kubelet stops it before {hash} starts)"
+            ));
+        }
         return Local::NotRunning(format!("the runtime runs {other}, not {hash} yet"));
     }
     if restarts > crash_loop_threshold {
@@ -199,6 +207,16 @@ pub(crate) mod tests {
             (RuntimeView::NoSandbox, 0, |l| matches!(l, Local::NotRunning(_))),
             (
                 pod("sha256:old", true, vec![container("c", 0, Running)]),
+                0,
+                |l| matches!(l, Local::PreviousStopping(r) if r.contains("sha256:old")),
+            ),
+            (
+                pod("sha256:old", false, vec![container("c", 0, Exited)]),
+                0,
+                |l| matches!(l, Local::NotRunning(r) if r.contains("sha256:old")),
+            ),
+            (
+                pod("sha256:old", true, vec![container("c", 2, Exited)]),
                 0,
                 |l| matches!(l, Local::NotRunning(r) if r.contains("sha256:old")),
             ),

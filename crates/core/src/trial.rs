@@ -179,6 +179,9 @@ fn health_failure_is_evidence(
     if QUORUM_SIGNS.iter().any(|sign| reason.contains(sign)) {
         return Err(format!("etcd unavailable ({reason}): not evidence against the version"));
     }
+    if let Some(Local::PreviousStopping(what)) = local {
+        return Err(format!("{what}; health check failing meanwhile ({reason})"));
+    }
     if observation.api_configured && observation.mirror.is_none() {
         let runtime_sees = matches!(local, Some(Local::Running | Local::NotRunning(_)));
         if failure.answered || !runtime_sees {
@@ -231,6 +234,9 @@ fn assess_sources(observation: &VersionView, hash: &str, crash_loop_threshold: u
     let health_answers = matches!(observation.health, Some(Ok(())));
     match (api, local) {
         (FromApi::Converged, _) => Assessment::Converged,
+        // The kubelet is still stopping the previous version: whatever the mirror pod says
+        // (the old hash), this version has not had its turn to run yet.
+        (_, Some(Local::PreviousStopping(what))) => Assessment::Unknown(what),
         // The runtime runs it and it serves: converged, whatever a late mirror pod says.
         (_, Some(Local::Running)) if health_answers => Assessment::Converged,
         // Nothing but the runtime can be asked, and it runs it.
@@ -575,11 +581,31 @@ mod tests {
                 |a| matches!(a, Assessment::NotConverged(r) if r.contains("no sandbox")),
             ),
             (
-                "no API, the old version still runs and answers",
+                "no API, the old version still runs and answers: the kubelet stops it first",
                 view(
                     None,
                     Some(Ok(())),
                     Some(pod("sha256:old", true, vec![container("c", 0, Running)])),
+                    0,
+                ),
+                |a| matches!(a, Assessment::Unknown(r) if r.contains("sha256:old")),
+            ),
+            (
+                "the mirror pod shows the old version while the kubelet stops it, health refused",
+                view(
+                    present("sha256:old", "Running", true, 0),
+                    refused(),
+                    Some(pod("sha256:old", true, vec![container("c", 0, Running)])),
+                    0,
+                ),
+                |a| matches!(a, Assessment::Unknown(r) if r.contains("stops it")),
+            ),
+            (
+                "no API, the old version stopped and nothing new started",
+                view(
+                    None,
+                    refused(),
+                    Some(pod("sha256:old", false, vec![container("c", 0, Exited)])),
                     0,
                 ),
                 |a| matches!(a, Assessment::NotConverged(r) if r.contains("sha256:old")),

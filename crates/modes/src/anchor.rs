@@ -746,7 +746,7 @@ impl Daemon {
                 Local::NotRunning(what) | Local::CrashLooping(what) => {
                     return Some(format!("{component} does not run on this node ({what})"));
                 }
-                Local::Running | Local::Unknown(_) => {}
+                Local::Running | Local::PreviousStopping(_) | Local::Unknown(_) => {}
             }
         }
         None
