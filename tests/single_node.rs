@@ -26,11 +26,13 @@ use support::selfhosted::{SelfHosted, script};
 
 const NODE: [(&str, &str); 1] = [("solo", "127.0.4.1")];
 
-/// Trials short enough for a test. The runtime's view makes the kube-apiserver trial safe at a
-/// minute here: its mirror pod's late status no longer counts once the runtime runs it and it
-/// serves (the 3-node bed keeps its longer trial for the nodes that have no such view).
+/// Trials short enough for a test, long enough for a restart on one node. The runtime's view
+/// makes a minute safe for kube-apiserver: its mirror pod's late status no longer counts once the
+/// runtime runs it and it serves. etcd needs a minute too: while it restarts the API hangs, and
+/// the kubelet's deletion of the old mirror pod waits on it (about 20 s here) before it starts
+/// the new etcd, time in which no version runs.
 const TRIALS: [(&str, &str); 4] = [
-    ("etcd", "anchor: {trialPeriod: 25s, logFormat: plain}\n"),
+    ("etcd", "anchor: {trialPeriod: 60s, logFormat: plain}\n"),
     (
         "kube-apiserver",
         "anchor: {trialPeriod: 60s, crashLoopThreshold: 2, logFormat: plain}\n",
@@ -240,8 +242,8 @@ async fn a_single_node_rolls_back_a_bad_push_with_no_api_and_keeps_a_good_one() 
         &cluster,
         "etcd",
         "component.extraArgs.no-such-flag=1",
-        // About a minute here; an evaluation held by a hung Lease renewal once took four.
-        Duration::from_secs(180),
+        // About 90 s here; an evaluation held by a hung Lease renewal once took four minutes.
+        Duration::from_secs(200),
     )
     .await;
     let note = rolled_back_event(&cluster, "etcd", &etcd.tried).await;
