@@ -1,7 +1,8 @@
 //! Nodes whose containers are real processes (the process runtime of `tools/kube`): a static
 //! pod written by `kube-anchor apply` really runs and turns Ready through a real probe, a
 //! command that exits crash-loops under the kubelet's own back-off, two hostNetwork processes
-//! on one node really fight for a port while the same port on another node is free, a node
+//! on one node really fight for a port while the same port on another node is free, containers
+//! and their exec probes get the user and capabilities their securityContext asks for, a node
 //! hard-killed and started again with no API server brings its static pods back from disk, and
 //! the project's chart installed with helm runs `kube-anchor run` as a real DaemonSet pod that
 //! writes its component, which then runs too; a bad `helm upgrade` really crash-loops the
@@ -52,6 +53,47 @@ fn apply(node: &NodeHandle, name: &str, manifest: &str) {
         "apply {name}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Three containers that write their own privileges (`/proc/self/status`) to a hostPath: one
+/// as the anchors run (root, CHOWN alone, no escalation; its exec probe reports too), one as
+/// user 65534, one with no securityContext.
+fn privileges_pod() -> String {
+    let report = |name: &str| format!("[sh, -c, \"cat /proc/self/status > /out/{name}; exec sleep 3600\"]");
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{name: privileges, namespace: kube-system}}
+spec:
+  hostNetwork: true
+  terminationGracePeriodSeconds: 1
+  volumes: [{{name: out, hostPath: {{path: /var/lib/privileges}}}}]
+  containers:
+  - name: confined
+    image: kube-anchor/kube-anchor:0.1.0
+    command: {confined}
+    securityContext:
+      runAsUser: 0
+      allowPrivilegeEscalation: false
+      capabilities: {{drop: [ALL], add: [CHOWN]}}
+    readinessProbe:
+      exec: {{command: [sh, -c, "cat /proc/self/status > /out/confined-probe"]}}
+      periodSeconds: 1
+    volumeMounts: [{{name: out, mountPath: /out}}]
+  - name: nobody
+    image: kube-anchor/kube-anchor:0.1.0
+    command: {nobody}
+    securityContext: {{runAsUser: 65534, runAsGroup: 65534}}
+    volumeMounts: [{{name: out, mountPath: /out}}]
+  - name: default
+    image: kube-anchor/kube-anchor:0.1.0
+    command: {default}
+    volumeMounts: [{{name: out, mountPath: /out}}]
+"#,
+        confined = report("confined"),
+        nobody = report("nobody"),
+        default = report("default"),
+    )
 }
 
 /// A single-member etcd on the node's address, with a real HTTP readiness probe.
@@ -156,6 +198,12 @@ async fn static_pods_run_fight_for_ports_crash_loop_and_survive_a_hard_kill() {
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: unknown-image\n  namespace: kube-system\nspec:\n  hostNetwork: true\n  containers:\n  - name: main\n    image: registry.example/no-such-image:1\n",
     );
 
+    // Privileges as runc enforces them: each container reports its own and its exec probe's.
+    let out = n2.host_root().join("var/lib/privileges");
+    fs::create_dir_all(&out).unwrap();
+    fs::set_permissions(&out, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    apply(&n2, "privileges", &privileges_pod());
+
     for node in [&n1, &n2] {
         let pod = wait_ready(&pods, &format!("etcd-{}", node.name)).await;
         assert_eq!(pod.status.as_ref().unwrap().pod_ip.as_deref(), Some(node.ip.as_str()));
@@ -175,6 +223,30 @@ async fn static_pods_run_fight_for_ports_crash_loop_and_survive_a_hard_kill() {
         cp.control_plane_rss_kib() / 1024,
         cp.node_rss_kib(&n1.name) / 1024,
         cp.node_rss_kib(&n2.name) / 1024
+    );
+    wait_ready(&pods, "privileges-pn-2").await;
+    let report = |name: &str| {
+        let text = fs::read_to_string(out.join(name)).unwrap_or_default();
+        let field = |key: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(key))
+                .map(|v| v.split_whitespace().next().unwrap_or_default().to_owned())
+                .unwrap_or_else(|| panic!("{name}: no {key} in {text:?}"))
+        };
+        (field("Uid:"), field("CapEff:"), field("NoNewPrivs:"))
+    };
+    let chown_only = ("0".to_owned(), "0000000000000001".to_owned(), "1".to_owned());
+    assert_eq!(report("confined"), chown_only, "drop ALL, add CHOWN, no escalation");
+    assert_eq!(report("confined-probe"), chown_only, "its exec probe runs as it does");
+    assert_eq!(
+        report("nobody"),
+        ("65534".to_owned(), "0000000000000000".to_owned(), "0".to_owned()),
+        "runAsUser 65534: no capabilities"
+    );
+    // containerd's default set, the same as Docker's.
+    assert_eq!(
+        report("default"),
+        ("0".to_owned(), "00000000a80425fb".to_owned(), "0".to_owned())
     );
     apply(&n1, "etcd-twin", &etcd_manifest("etcd-twin", client, peer));
     // A second etcd on the same node and ports: it really fails to bind, and the kubelet

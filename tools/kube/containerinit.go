@@ -59,9 +59,10 @@ func containerInit(args []string) {
 	if err != nil {
 		fail("%v", err)
 	}
+	argv := spec.Privileges.command(append([]string{path}, spec.Args[1:]...))
 	unix.CloseOnExec(3)
-	err = syscall.Exec(path, spec.Args, spec.Env)
-	fail("exec %s: %v", path, err)
+	err = syscall.Exec(argv[0], argv, spec.Env)
+	fail("exec %s: %v", argv[0], err)
 }
 
 // lookPath finds a command in the container's PATH, inside the container's root.

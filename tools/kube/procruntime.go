@@ -25,9 +25,14 @@ package main
 //     own at /proc/sys/kernel/random/boot_id, made anew when the runtime starts (the machine's
 //     boot id does not change when a test "reboots" a node);
 //
-// Not isolated: processes share the node's network (every sandbox reports the node IP), run as
-// root with all capabilities, and have no cgroup limits. The node's processes share one PID
-// namespace, made by the test harness, so killing the node kills them all at once.
+//   - a container's privileges are enforced as runc enforces them (privileges.go): its user,
+//     group and supplementary groups, its capability set (containerd's defaults, then the
+//     pod's add and drop; all of them only when privileged), no_new_privs, a read-only root;
+//     exec probes and preStop hooks run with the same privileges.
+//
+// Not isolated: processes share the node's network (every sandbox reports the node IP), have no
+// seccomp profile and no cgroup limits. The node's processes share one PID namespace, made by
+// the test harness, so killing the node kills them all at once.
 
 import (
 	"bufio"
@@ -91,8 +96,10 @@ func newProcessRuntime(opts processRuntimeOptions) (*processRuntime, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := exec.LookPath("nsenter"); err != nil {
-		return nil, fmt.Errorf("the process runtime runs exec probes with nsenter (util-linux): %w", err)
+	for _, tool := range []string{"nsenter", "setpriv"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return nil, fmt.Errorf("the process runtime needs %s (util-linux): %w", tool, err)
+		}
 	}
 	r := &processRuntime{
 		RemoteRuntime: fakeremote.NewFakeRemoteRuntime(),
@@ -308,6 +315,8 @@ type containerSpec struct {
 	Mounts         []specMount `json:"mounts"`
 	// The node's boot id, bound over the container's /proc/sys/kernel/random/boot_id.
 	BootID string `json:"bootID"`
+	// What the process may do, applied by setpriv as the last step before the command.
+	Privileges privileges `json:"privileges"`
 }
 
 type specMount struct {
@@ -332,6 +341,7 @@ func (r *processRuntime) spec(c *processContainer, dir string) (containerSpec, e
 		Cwd:            c.config.GetWorkingDir(),
 		ReadonlyRootfs: c.config.GetLinux().GetSecurityContext().GetReadonlyRootfs(),
 		BootID:         r.bootIDFile(),
+		Privileges:     containerPrivileges(c.config.GetLinux().GetSecurityContext()),
 	}
 	for _, m := range c.config.GetMounts() {
 		source := m.HostPath
@@ -559,7 +569,9 @@ func (r *processRuntime) ExecSync(ctx context.Context, req *runtimeapi.ExecSyncR
 		ctx, cancel = context.WithTimeout(ctx, time.Duration(req.Timeout)*time.Second)
 		defer cancel()
 	}
-	args := append([]string{"--target", fmt.Sprint(pid), "--mount", "--root", "--wd", "--"}, req.Cmd...)
+	// As runc exec does: the command gets the container's user and capabilities.
+	args := append([]string{"--target", fmt.Sprint(pid), "--mount", "--root", "--wd", "--"},
+		containerPrivileges(c.config.GetLinux().GetSecurityContext()).command(req.Cmd)...)
 	cmd := exec.CommandContext(ctx, "nsenter", args...)
 	cmd.Env = c.env
 	var stdout, stderr strings.Builder
