@@ -16,6 +16,9 @@ spec:
     - source: ../secrets/{{ .name }}
       path: {{ .path }}
       mode: {{ .mode | quote }}
+{{- with .owner }}
+      owner: {{ . | quote }}
+{{- end }}
 {{- if .template }}
       template: true
 {{- end }}

@@ -144,13 +144,16 @@ spec:
             periodSeconds: 10
             failureThreshold: 6
           securityContext:
-            # Root to write root-owned files; CHOWN only to set configured owners.
+            # Root to write root-owned files; CHOWN to give a file its configured owner, and
+            # DAC_READ_SEARCH to read it back (drift, status, the check before a removal): root
+            # without it cannot read another user's private file. The minimum, proven by
+            # tests/least_privilege.rs.
             runAsUser: 0
             readOnlyRootFilesystem: true
             allowPrivilegeEscalation: false
             capabilities:
               drop: [ALL]
-              add: [CHOWN]
+              add: [CHOWN, DAC_READ_SEARCH]
           resources:
             {{- toYaml $v.anchor.resources | nindent 12 }}
           volumeMounts:

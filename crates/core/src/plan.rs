@@ -103,6 +103,71 @@ pub enum Notice {
 pub enum PlanError {
     #[error("{path}: is a {kind}, not a file; refusing to replace it")]
     NotAFile { path: HostPath, kind: &'static str },
+    #[error(
+        "{path}: refusing to write it as {owner} mode {mode}: this process ({reader}) could not read it back, so every later sync, status and removal of it would fail; grant the container CAP_DAC_READ_SEARCH (the charts do) or choose an owner or mode it can read"
+    )]
+    WouldNotReadBack {
+        path: HostPath,
+        owner: Owner,
+        mode: FileMode,
+        reader: Reader,
+    },
+}
+
+/// Who reads the files back: kube-anchor reads every file it wrote again (drift repair,
+/// `status`, the check before a removal), so it must never write one it cannot read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reader {
+    pub uid: u32,
+    /// The effective gid first, then the supplementary groups.
+    pub gids: Vec<u32>,
+    /// CAP_DAC_READ_SEARCH or CAP_DAC_OVERRIDE in the effective set: reads any file.
+    pub reads_any: bool,
+}
+
+impl Reader {
+    /// The kernel's rule: the owner's bits for the owner, else the group's for a member, else
+    /// the others' (never a union of them).
+    pub fn can_read(&self, owner: Owner, mode: FileMode) -> bool {
+        let bits = if owner.uid == self.uid {
+            mode.0 >> 6
+        } else if self.gids.contains(&owner.gid) {
+            mode.0 >> 3
+        } else {
+            mode.0
+        };
+        self.reads_any || bits & 0o4 != 0
+    }
+}
+
+impl std::fmt::Display for Reader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "uid {}", self.uid)?;
+        if !self.reads_any {
+            write!(f, " without CAP_DAC_READ_SEARCH")?;
+        }
+        Ok(())
+    }
+}
+
+/// Refuses, before anything is written, a file that `reader` could not read back once written.
+pub fn check_readable(desired: &Desired, reader: &Reader) -> Result<(), PlanError> {
+    for file in &desired.files {
+        // Without an owner the file is the writer's own.
+        let owner = file.owner.unwrap_or(Owner {
+            uid: reader.uid,
+            gid: reader.gids.first().copied().unwrap_or(reader.uid),
+        });
+        if !reader.can_read(owner, file.mode) {
+            return Err(PlanError::WouldNotReadBack {
+                path: file.path.clone(),
+                owner,
+                mode: file.mode,
+                reader: reader.clone(),
+            });
+        }
+    }
+    Ok(())
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -463,6 +528,66 @@ mod tests {
             });
         }
         l
+    }
+
+    #[test]
+    fn a_file_is_written_only_when_the_writer_can_read_it_back() {
+        let root = |reads_any| Reader {
+            uid: 0,
+            gids: vec![0],
+            reads_any,
+        };
+        let other = Some(Owner { uid: 1000, gid: 1000 });
+        let group = Some(Owner { uid: 1000, gid: 0 });
+        // (owner, mode, root with CAP_DAC_READ_SEARCH, root without, a process of uid 1000)
+        let table = [
+            (None, 0o600, true, true, true),
+            (None, 0o200, true, false, false),
+            (other, 0o600, true, false, true),
+            (other, 0o644, true, true, true),
+            (other, 0o640, true, false, true),
+            (group, 0o640, true, true, true),
+            (group, 0o600, true, false, true),
+            // The owner's bits alone count for the owner, however open the rest is.
+            (other, 0o044, true, true, false),
+        ];
+        for (owner, mode, with_cap, without, user) in table {
+            let mut d = desired();
+            d.files[0].owner = owner;
+            d.files[0].mode = FileMode(mode);
+            let user_reader = Reader {
+                uid: 1000,
+                gids: vec![1000],
+                reads_any: false,
+            };
+            let case = format!("{owner:?} {mode:04o}");
+            assert_eq!(
+                check_readable(&d, &root(true)).is_ok(),
+                with_cap,
+                "{case} root with the capability"
+            );
+            assert_eq!(check_readable(&d, &root(false)).is_ok(), without, "{case} root without");
+            let e = check_readable(&d, &user_reader);
+            // The manifest (0600, owned by 0:0) is unreadable to uid 1000 anyway: judge the key.
+            let key_refused = matches!(&e, Err(PlanError::WouldNotReadBack { path, .. }) if *path == hp("/k/key"));
+            assert_eq!(!key_refused, user, "{case} uid 1000: {e:?}");
+        }
+        let e = check_readable(
+            &{
+                let mut d = desired();
+                d.files[0].owner = other;
+                d
+            },
+            &root(false),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.starts_with(
+                "/k/key: refusing to write it as 1000:1000 mode 0600: this process (uid 0 without CAP_DAC_READ_SEARCH)"
+            ),
+            "{e}"
+        );
     }
 
     #[test]

@@ -20,7 +20,7 @@ use tempfile::{NamedTempFile, TempPath};
 use kube_anchor_core::config::{FileMode, Owner, Role};
 use kube_anchor_core::hostpath::{AllowedRoots, HostPath, HostPathError, TEMP_SUFFIX};
 use kube_anchor_core::ledger::{CorruptLedger, Ledger, STATE_SUBDIR, Snapshot, decode_checked, encode_checked};
-use kube_anchor_core::plan::{Observations, Observed, Op};
+use kube_anchor_core::plan::{Observations, Observed, Op, Reader};
 
 const LEDGER_MODE: FileMode = FileMode(0o600);
 /// The most bytes read from one input: the config file and each `source:`. Checked while
@@ -52,6 +52,40 @@ pub enum HostFsError {
     },
     #[error("{path}: changed since it was checked; left in place")]
     Changed { path: HostPath },
+    #[error(
+        "{path}: cannot read it (owner {owner}, mode {mode}): {source}; kube-anchor reads back every file it manages, and root reads another user's private file only with CAP_DAC_READ_SEARCH (the charts grant it)"
+    )]
+    Unreadable {
+        path: HostPath,
+        owner: Owner,
+        mode: FileMode,
+        source: io::Error,
+    },
+}
+
+/// This process as a reader of the files it writes (for `plan::check_readable`). A failed
+/// capability query counts as no capability: the check then errs on the side of refusing.
+pub fn reader() -> Reader {
+    use rustix::thread::CapabilitySet;
+    let euid = rustix::process::geteuid().as_raw();
+    let mut gids = vec![rustix::process::getegid().as_raw()];
+    gids.extend(
+        rustix::process::getgroups()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|g| g.as_raw()),
+    );
+    let reads_any = rustix::thread::capabilities(None)
+        .map(|c| {
+            c.effective
+                .intersects(CapabilitySet::DAC_READ_SEARCH | CapabilitySet::DAC_OVERRIDE)
+        })
+        .unwrap_or(false);
+    Reader {
+        uid: euid,
+        gids,
+        reads_any,
+    }
 }
 
 fn io_err<'a>(path: &'a HostPath, op: &'static str) -> impl FnOnce(io::Error) -> HostFsError + 'a {
@@ -678,7 +712,18 @@ fn observe_real(path: &HostPath, real: &Path) -> Result<Observed, HostFsError> {
         });
     }
     // Checked again on the open file: whatever was swapped in since is never read through.
-    let mut file = open_regular(real, Follow::No).map_err(io_err(path, "open"))?;
+    let mut file = open_regular(real, Follow::No).map_err(|source| match source.kind() {
+        io::ErrorKind::PermissionDenied => HostFsError::Unreadable {
+            path: path.clone(),
+            owner: Owner {
+                uid: meta.uid(),
+                gid: meta.gid(),
+            },
+            mode: FileMode(meta.mode() & 0o7777),
+            source,
+        },
+        _ => io_err(path, "open")(source),
+    })?;
     let mut hasher = Sha256::new();
     let mut buf = [0u8; 64 * 1024];
     loop {

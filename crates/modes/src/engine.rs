@@ -12,7 +12,7 @@ use kube_anchor_core::ledger::{Ledger, LedgerEntry, Original, Snapshot};
 use kube_anchor_core::plan::{self, FileStatus, Notice, Op, PlanError, WriteReason};
 use kube_anchor_core::render::Variables;
 use kube_anchor_host::hostfs::{
-    Done, Follow, HostFs, HostFsError, MAX_INPUT_BYTES, MAX_TOTAL_INPUT_BYTES, SetAside, read_regular,
+    Done, Follow, HostFs, HostFsError, MAX_INPUT_BYTES, MAX_TOTAL_INPUT_BYTES, SetAside, read_regular, reader,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -311,6 +311,7 @@ impl Engine {
         report.cleaned_temps = self
             .fs
             .clean_stale_temps(paths.iter().chain(&self.state_files(&desired.component)?));
+        plan::check_readable(desired, &reader())?;
         let observations = self.fs.observe_all(&paths)?;
         let plan = plan::plan_apply(desired, &observations, &ledger, prune)?;
         report.notices = plan.notices;
@@ -398,6 +399,7 @@ impl Engine {
             .read_ledger(&self.state_dir, &desired.component)?
             .unwrap_or_else(|_| Ledger::new(&desired.component));
         let paths = paths_of(desired, &ledger);
+        plan::check_readable(desired, &reader())?;
         let observations = self.fs.observe_all(&paths)?;
         let plan = plan::plan_apply(desired, &observations, &ledger, prune)?;
         let originals = plan::originals(&ledger, &plan.ops, &observations);
