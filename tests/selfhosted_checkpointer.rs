@@ -20,6 +20,7 @@ mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -90,6 +91,9 @@ spec:
       annotations: {{checkpointer.alpha.coreos.com/checkpoint: "true"}}
     spec:
       hostNetwork: true
+      # Not root: its checkpointed Secret is then given to another user, which the
+      # checkpointer (CHOWN alone, enforced by the process runtime) must manage.
+      securityContext: {{runAsUser: 65534, runAsGroup: 65534}}
       nodeSelector: {{node-role.kubernetes.io/control-plane: ""}}
       tolerations: [{{operator: Exists}}]
       terminationGracePeriodSeconds: 5
@@ -312,6 +316,16 @@ async fn checkpoints_bring_a_self_hosted_component_back_after_a_full_cluster_reb
     )
     .await;
     let before: Vec<BTreeSet<String>> = cluster.nodes.iter().map(|n| checkpoint_files(&n.host()).0).collect();
+    for (n, files) in cluster.nodes.iter().zip(&before) {
+        let secret = files.iter().find(|f| f.starts_with("checkpoint-secrets/")).unwrap();
+        let meta = fs::metadata(n.host().join("etc/kubernetes").join(secret)).unwrap();
+        assert_eq!(
+            (meta.uid(), meta.gid()),
+            (65534, 65534),
+            "{}: {secret} belongs to the pod's user",
+            n.name
+        );
+    }
     let pods_before = component_pods(&client).await;
     for n in &cluster.nodes {
         assert_eq!(component_processes(&n.ip), 1, "{}: before the reboot", n.name);

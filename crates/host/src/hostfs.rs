@@ -544,6 +544,33 @@ impl HostFs {
         }
     }
 
+    /// Makes `path` a root-owned directory of exactly `mode` (its missing parents get the usual
+    /// directory mode), after the same path checks as a write. A symlink or a file there is an
+    /// error, never followed or replaced.
+    pub fn ensure_dir(&self, path: &HostPath, mode: u32) -> Result<(), HostFsError> {
+        let real = self.resolve(path)?;
+        let parent = real.parent().expect("below a root");
+        self.create_dirs(path, parent, &mut Vec::new())?;
+        match fs::DirBuilder::new().mode(mode).create(&real) {
+            Ok(()) => sync_dir(path, parent)?,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io_err(path, "create directory")(e)),
+        }
+        let meta = fs::symlink_metadata(&real).map_err(io_err(path, "inspect"))?;
+        if !meta.is_dir() {
+            return Err(HostFsError::Io {
+                path: path.clone(),
+                op: "create directory",
+                source: io::Error::other("something else is in the way"),
+            });
+        }
+        // Also after the create: the umask may have narrowed it.
+        if meta.mode() & 0o7777 != mode {
+            fs::set_permissions(&real, fs::Permissions::from_mode(mode)).map_err(io_err(path, "set directory mode"))?;
+        }
+        Ok(())
+    }
+
     /// Removes a directory tree we own (checkpoint secrets), after the same path checks as a
     /// write; symlinks inside are removed, never followed. A missing tree is success.
     pub fn remove_tree(&self, path: &HostPath) -> Result<(), HostFsError> {
@@ -886,6 +913,32 @@ mod tests {
         fn real(&self, p: &str) -> PathBuf {
             self.dir.path().join(p.trim_start_matches('/'))
         }
+    }
+
+    #[test]
+    fn ensure_dir_gives_the_leaf_its_own_mode_and_never_follows_a_symlink() {
+        let dir = tempfile::tempdir().unwrap();
+        let roots = AllowedRoots::new([hp("/etc/kubernetes")]);
+        let fs = HostFs::new(dir.path(), roots).unwrap().with_dir_mode(0o700);
+        let mode = |p: &str| fs::metadata(dir.path().join(p)).unwrap().mode() & 0o7777;
+        fs.ensure_dir(&hp("/etc/kubernetes/cs/ns/pod/vol"), 0o755).unwrap();
+        assert_eq!(mode("etc/kubernetes/cs/ns/pod"), 0o700);
+        assert_eq!(mode("etc/kubernetes/cs/ns/pod/vol"), 0o755);
+        // An existing directory of another mode is set to it.
+        fs::set_permissions(
+            dir.path().join("etc/kubernetes/cs/ns/pod/vol"),
+            fs::Permissions::from_mode(0o700),
+        )
+        .unwrap();
+        fs.ensure_dir(&hp("/etc/kubernetes/cs/ns/pod/vol"), 0o755).unwrap();
+        assert_eq!(mode("etc/kubernetes/cs/ns/pod/vol"), 0o755);
+        // A symlink in its place is an error; what it points at keeps its mode.
+        let elsewhere = dir.path().join("elsewhere");
+        fs::create_dir(&elsewhere).unwrap();
+        fs::set_permissions(&elsewhere, fs::Permissions::from_mode(0o700)).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, dir.path().join("etc/kubernetes/cs/ns/pod/link")).unwrap();
+        assert!(fs.ensure_dir(&hp("/etc/kubernetes/cs/ns/pod/link"), 0o755).is_err());
+        assert_eq!(mode("elsewhere"), 0o700);
     }
 
     #[test]

@@ -49,6 +49,10 @@ use kube_anchor_k8s::kubeapi::{self, API_TIMEOUT};
 
 /// Checkpoint data is private: 0700 directories.
 const DIR_MODE: u32 = 0o700;
+/// A checkpointed volume's own directory, the root of its mount in the copy's container: the
+/// pod's user enters it as it enters a kubelet volume (its files keep the pod's owner and mode;
+/// the 0700 parents keep every other user of the node out).
+const VOLUME_DIR_MODE: u32 = 0o755;
 const MANIFEST_MODE: FileMode = FileMode(0o600);
 
 pub(crate) async fn main(args: CheckpointerArgs) -> anyhow::Result<ExitCode> {
@@ -1221,6 +1225,8 @@ impl Machine {
         }
         let mut ops = Vec::new();
         for m in &checkpoint.materials {
+            // Not the parents' 0700: a pod that does not run as root could not enter it.
+            self.fs.ensure_dir(&m.dir, VOLUME_DIR_MODE)?;
             for (path, content) in sanitize::materialize(m, &fetched)? {
                 ops.push(write_op(
                     path,
