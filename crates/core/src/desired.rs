@@ -36,6 +36,9 @@ pub struct Desired {
     pub content_hash: String,
     pub pod_name: String,
     pub pod_namespace: String,
+    /// `NODE_IP` where the config declares it: a serving certificate must cover it
+    /// (`credentials::check`). `None` for a version read back from the ledger.
+    pub node_ip: Option<std::net::IpAddr>,
 }
 
 impl Desired {
@@ -85,6 +88,7 @@ pub fn build(anchor: &Anchor, sources: &[Vec<u8>], vars: &Variables) -> Result<D
         content_hash,
         pod_name: pod.name,
         pod_namespace: pod.namespace,
+        node_ip: vars.get("NODE_IP").and_then(|ip| ip.trim().parse().ok()),
     })
 }
 

@@ -199,6 +199,7 @@ impl Snapshot {
             content_hash: self.content_hash.clone(),
             pod_name: self.pod_name.clone(),
             pod_namespace: self.pod_namespace.clone(),
+            node_ip: None,
         })
     }
 

@@ -8,6 +8,7 @@ pub mod bootstrap;
 pub mod change;
 pub mod checkpoint;
 pub mod config;
+pub mod credentials;
 pub mod decommission;
 pub mod desired;
 pub mod digest;

@@ -502,6 +502,7 @@ mod tests {
             content_hash: "sha256:x".into(),
             pod_name: "c".into(),
             pod_namespace: "kube-system".into(),
+            node_ip: None,
         }
     }
 

@@ -39,6 +39,11 @@ impl Variables {
             .collect();
         Self { allowed, values }
     }
+
+    /// The value of an allowed variable on this node.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.values.get(name).map(String::as_str)
+    }
 }
 
 pub(crate) fn is_variable_name(name: &str) -> bool {

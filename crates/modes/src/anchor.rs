@@ -388,6 +388,16 @@ impl Daemon {
                 // pre-stop decommissioned the component: this pod is on its way out.
                 self.input_error = Some(format!("decommissioned at {at} ({reason}): not writing"));
             }
+            Err(EngineError::Credentials(e)) => {
+                self.shared.metrics.sync_errors.inc();
+                let message = format!("credentials refused, nothing written: {e}");
+                // Once per refusal, not at every resync.
+                if self.input_error.as_deref() != Some(message.as_str()) {
+                    tracing::error!(component = %self.component, error = %e, "credentials refused; the node keeps what it has");
+                    self.queue_event(true, "CredentialsRefused", e.to_string());
+                }
+                self.input_error = Some(message);
+            }
             Err(e) => {
                 self.shared.metrics.sync_errors.inc();
                 let message = crate::logging::error_chain(&anyhow::Error::from(e));
@@ -500,6 +510,10 @@ impl Daemon {
             },
             None => (desired, None),
         };
+        if held_back.is_none() {
+            // Before the rollout turn: a refused version takes no turn and goes no further.
+            self.engine.check_credentials(&target)?;
+        }
         let previous = ledger.content_hash.clone();
         // Replacing the version the node runs waits for this node's turn (`kube_anchor_core::rollout`);
         // until then the node keeps what it has.
@@ -1026,6 +1040,11 @@ impl Daemon {
         {
             return;
         }
+        self.queue_event(warning, reason, note);
+    }
+
+    /// Keeps an Event for the next time the API answers (the oldest goes when the queue is full).
+    fn queue_event(&mut self, warning: bool, reason: &str, note: String) {
         if self.unpublished.len() == MAX_UNPUBLISHED {
             self.unpublished.remove(0);
         }

@@ -179,6 +179,9 @@ pub(crate) async fn bootstrap(
             .inputs
             .desired(&s.inputs.variables(record.as_ref()))
             .with_context(|| format!("{component}: rendering"))?;
+        s.engine
+            .check_credentials(&desired)
+            .with_context(|| format!("applying {component}"))?;
         // Bootstrap is an explicit apply: it takes a decommissioned component back.
         s.engine.recommission(&desired.component, None)?;
         let applied = s

@@ -210,6 +210,9 @@ fn apply(args: ApplyArgs) -> anyhow::Result<ExitCode> {
     let inputs = Inputs::load(&args.config, engine.roots())?;
     let record = join_etcd(&engine, &inputs)?;
     let desired = inputs.desired(&inputs.variables(record.as_ref()))?;
+    engine
+        .check_credentials(&desired)
+        .with_context(|| format!("applying {}", desired.component))?;
     if args.dry_run {
         let preview = engine.preview(&desired, args.prune)?;
         print_preview(&preview, args.output);

@@ -30,6 +30,8 @@ pub enum EngineError {
     Desired(#[from] DesiredError),
     #[error(transparent)]
     Plan(#[from] PlanError),
+    #[error("refusing this version, nothing written: {0}")]
+    Credentials(Box<kube_anchor_core::credentials::CredentialError>),
     #[error(transparent)]
     HostFs(#[from] HostFsError),
     #[error(transparent)]
@@ -389,6 +391,41 @@ impl Engine {
             }),
             (None, stored) => stored.map(|()| report).map_err(Into::into),
         }
+    }
+
+    /// Refuses a new version whose credentials would break the component
+    /// (`credentials::check`), before anything is written. Versions read back from the ledger
+    /// (last-known-good, rollback) are not judged again: they ran here.
+    pub fn check_credentials(&self, desired: &Desired) -> Result<(), EngineError> {
+        use kube_anchor_core::credentials::{self, Context, File};
+        let observations = self.fs.observe_all(desired.files.iter().map(|f| &f.path))?;
+        let files: Vec<File> = desired
+            .files
+            .iter()
+            .map(|f| File {
+                path: &f.path,
+                content: &f.content,
+                changes: !matches!(
+                    observations.get(&f.path),
+                    Some(plan::Observed::File { sha256, .. }) if *sha256 == kube_anchor_core::digest::sha256_hex(&f.content)
+                ),
+            })
+            .collect();
+        let (manifest, credentials) = files.split_last().expect("the manifest is always last");
+        let on_node = |path: &HostPath| self.fs.read(path).ok().flatten();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        credentials::check(
+            credentials,
+            manifest,
+            &Context {
+                now,
+                node_ip: desired.node_ip,
+                on_node: &on_node,
+            },
+        )
+        .map_err(|e| EngineError::Credentials(Box::new(e)))
     }
 
     /// What [`Engine::apply`] would do, changing nothing: each write or removal with the bytes
