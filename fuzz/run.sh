@@ -11,7 +11,7 @@ cd "$(dirname "$0")"
 seconds=${1:-60}
 shift || true
 targets=("$@")
-((${#targets[@]})) || targets=(config render staticpod sanitize ledger watch_events)
+((${#targets[@]})) || targets=(config render staticpod sanitize ledger watch_events credentials)
 
 nice -n 19 cargo +nightly fuzz build
 # The built targets are run directly: editing the crate while they run does not rebuild them.
