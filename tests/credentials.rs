@@ -135,3 +135,135 @@ fn an_expired_certificate_is_written_where_the_node_has_nothing_better() {
     f.apply();
     assert_eq!(f.read(CERT), expired);
 }
+
+/// Expiry seen coming with no API: `status` and `check-expiration` list every certificate (also
+/// those inside a kubeconfig) with its notAfter, `check-expiration` exits 3 once one is within
+/// `--warn-within`, and `run` exports each file's earliest notAfter as a metric.
+#[test]
+fn expiry_is_visible_in_status_check_expiration_and_the_metric() {
+    use base64::Engine as _;
+    let ca = new_ca();
+    let key = KeyPair::generate().unwrap();
+    let cert = leaf(&ca, &["10.0.0.10"], 2024, 2124, &key);
+    let mut f = fixture(&ca, &cert, &key);
+    let client = KeyPair::generate().unwrap();
+    let client_cert = leaf(&ca, &[], 2024, 2100, &client);
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    f.files.push((
+        "scheduler.conf".into(),
+        "/etc/kubernetes/scheduler.conf".into(),
+        "0600".into(),
+    ));
+    f.write_config();
+    f.source(
+        "scheduler.conf",
+        format!(
+            "apiVersion: v1\nkind: Config\nusers:\n- name: s\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\n",
+            b64(&client_cert),
+            b64(&client.serialize_pem())
+        ),
+    );
+    f.apply();
+
+    let status = f.run("status", &["--output", "json", "--runtime-endpoint", "none"]);
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    let places: Vec<(String, String)> = status["certificates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["place"].as_str().unwrap().into(),
+                c["notAfter"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    for expected in [
+        (CA.to_owned(), "2124-01-01T00:00:00Z".to_owned()),
+        (CERT.to_owned(), "2124-01-01T00:00:00Z".to_owned()),
+        (
+            "/etc/kubernetes/scheduler.conf (user s: client-certificate-data)".to_owned(),
+            "2100-01-01T00:00:00Z".to_owned(),
+        ),
+    ] {
+        assert!(places.contains(&expected), "{expected:?} in {places:?}");
+    }
+
+    let host_root = f.node();
+    let node = ["--host-root", host_root.to_str().unwrap()];
+    let check = |extra: &[&str]| {
+        std::process::Command::new(BIN)
+            .arg("check-expiration")
+            .args(node)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = check(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.lines()
+            .nth(1)
+            .unwrap()
+            .contains("(user s: client-certificate-data)"),
+        "soonest first:\n{text}"
+    );
+    // Within 100 years everything expires: exit 3, and the JSON says which.
+    let out = check(&["--warn-within", "36600d", "--output", "json"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let certs = doc["certificates"].as_array().unwrap();
+    assert_eq!(certs.len(), 3, "{doc:#}");
+    assert!(
+        certs
+            .iter()
+            .all(|c| c["component"] == "kube-apiserver" && c["expiresWithinWarning"] == true && c["expired"] == false)
+    );
+
+    // The daemon's metric: each file's earliest notAfter.
+    let missing = f.dir.path().join("missing.kubeconfig");
+    let d = support::daemon::Daemon::start_with_env(
+        &f.config(),
+        &f.node(),
+        "cp-1",
+        &[
+            "--kubeconfig".into(),
+            missing.display().to_string(),
+            "--runtime-endpoint".into(),
+            "none".into(),
+        ],
+        &[("NODE_IP".into(), "10.0.0.10".into())],
+        &f.dir.path().join("run.log"),
+    );
+    support::poll::Poll::new(std::time::Duration::from_secs(30), "the expiry metric")
+        .every(std::time::Duration::from_millis(100))
+        .context(|| format!("{}\n{:?}", d.log_text(), d.get("/metrics")))
+        .until(|| {
+            d.get("/metrics")
+                .is_some_and(|(_, body)| body.contains("certificate_expiry"))
+        });
+    let (_, body) = d.get("/metrics").unwrap();
+    let line = |path: &str| {
+        body.lines()
+            .find(|l| {
+                l.starts_with("kube_anchor_certificate_expiry_timestamp_seconds")
+                    && l.contains(&format!("path=\"{path}\""))
+            })
+            .unwrap_or_else(|| panic!("no expiry of {path} in:\n{body}"))
+            .rsplit(' ')
+            .next()
+            .unwrap()
+            .to_owned()
+    };
+    let seconds = |rfc3339: &str| {
+        humantime::parse_rfc3339(rfc3339)
+            .unwrap()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            .to_string()
+    };
+    assert_eq!(line(CERT), seconds("2124-01-01T00:00:00Z"));
+    assert_eq!(line("/etc/kubernetes/scheduler.conf"), seconds("2100-01-01T00:00:00Z"));
+}

@@ -103,6 +103,9 @@ spec:
             - {name: KUBE_ANCHOR_RESYNC_PERIOD, value: {{ $v.anchor.resyncPeriod | quote }}}
             - {name: KUBE_ANCHOR_TRIAL_PERIOD, value: {{ $v.anchor.trialPeriod | quote }}}
             - {name: KUBE_ANCHOR_CRASH_LOOP_THRESHOLD, value: {{ $v.anchor.crashLoopThreshold | quote }}}
+            {{- with $v.anchor.certificateExpiryWarning }}
+            - {name: KUBE_ANCHOR_CERTIFICATE_EXPIRY_WARNING, value: {{ . | quote }}}
+            {{- end }}
             - {name: KUBE_ANCHOR_CLEANUP, value: {{ $v.anchor.cleanup | quote }}}
             - {name: KUBE_ANCHOR_PRESTOP_TIMEOUT, value: {{ $v.anchor.preStopTimeout | quote }}}
             - {name: KUBE_ANCHOR_QUORUM_GUARD, value: {{ $v.anchor.quorumGuard | default "auto" | quote }}}

@@ -236,6 +236,65 @@ fn validity(cert: &Cert, ctx: &Context) -> Result<(), CredentialError> {
     })
 }
 
+/// One certificate a managed file holds, for expiry reports (`status`, `check-expiration`, the
+/// expiry metric and Event).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Expiry {
+    /// The host path of the file.
+    pub path: String,
+    /// Where in it: the path, or the path and the kubeconfig field.
+    pub place: String,
+    pub subject: String,
+    /// RFC 3339.
+    pub not_after: String,
+    /// Seconds since the epoch.
+    pub not_after_seconds: i64,
+}
+
+/// The certificates `content` holds (PEM blocks or a kubeconfig's embedded ones), each with its
+/// notAfter; nothing for content of another kind or that does not parse.
+pub fn expiries(path: &HostPath, content: &[u8]) -> Vec<Expiry> {
+    let mut places: Vec<(String, Vec<u8>)> = Vec::new();
+    if let Some(blocks) = pem_blocks(content) {
+        places.extend(
+            blocks
+                .into_iter()
+                .filter(|b| b.label == "CERTIFICATE")
+                .map(|b| (path.to_string(), b.contents)),
+        );
+    } else {
+        let file = File {
+            path,
+            content,
+            changes: false,
+        };
+        for (cert, _, ca) in kubeconfig(&file).into_iter().flatten() {
+            places.extend(cert.into_iter().chain(ca).map(|c| (c.place, c.der)));
+        }
+    }
+    places
+        .into_iter()
+        .filter_map(|(place, der)| {
+            let (_, c) = x509_parser::parse_x509_certificate(&der).ok()?;
+            Some(Expiry {
+                path: path.to_string(),
+                place,
+                subject: c.subject().to_string(),
+                not_after: rfc3339(c.validity().not_after.timestamp()),
+                not_after_seconds: c.validity().not_after.timestamp(),
+            })
+        })
+        .collect()
+}
+
+fn rfc3339(seconds: i64) -> String {
+    let at = std::time::UNIX_EPOCH
+        .checked_add(std::time::Duration::from_secs(seconds.max(0) as u64))
+        .unwrap_or(std::time::UNIX_EPOCH);
+    humantime::format_rfc3339_seconds(at).to_string()
+}
+
 /// Every certificate a file holds: its PEM blocks, or a kubeconfig's embedded ones.
 fn certificates_in(path: &HostPath, bytes: &[u8]) -> Vec<Vec<u8>> {
     if let Some(blocks) = pem_blocks(bytes) {
@@ -761,6 +820,31 @@ mod tests {
         )
         .unwrap_err();
         assert!(matches!(e, CredentialError::OutsideValidity { .. }), "{e}");
+    }
+
+    #[test]
+    fn expiries_of_pem_files_and_kubeconfigs() {
+        let ca = ca("kubernetes");
+        let (cert, key) = leaf(&ca, &[NODE], 2026, 2028, None);
+        let path = hp("/etc/kubernetes/pki/apiserver.crt");
+        let found = expiries(&path, cert.as_bytes());
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].subject, "CN=kube-apiserver");
+        assert_eq!(found[0].not_after, "2028-01-01T00:00:00Z");
+        assert_eq!(found[0].not_after_seconds, 1_830_297_600);
+        let conf = hp("/etc/kubernetes/scheduler.conf");
+        let places: Vec<String> = expiries(&conf, kubeconfig_text(&ca, &cert, &key).as_bytes())
+            .into_iter()
+            .map(|e| format!("{} {}", e.place, e.not_after))
+            .collect();
+        assert_eq!(
+            places,
+            [
+                "/etc/kubernetes/scheduler.conf (user scheduler: client-certificate-data) 2028-01-01T00:00:00Z",
+                "/etc/kubernetes/scheduler.conf (certificate-authority-data) 2035-01-01T00:00:00Z"
+            ]
+        );
+        assert!(expiries(&path, key.as_bytes()).is_empty());
     }
 
     #[test]

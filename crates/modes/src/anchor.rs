@@ -64,6 +64,10 @@ struct Daemon {
     /// Events not published yet (the API was unreachable): published, oldest first, once it
     /// answers again. Bounded by [`MAX_UNPUBLISHED`].
     unpublished: Vec<PendingEvent>,
+    /// When the certificates were last read, and of which version (see `scan_certificates`).
+    certificates_scanned: Option<(Instant, String)>,
+    /// (place, notAfter) of the certificates a `CertificateExpiresSoon` Event was made for.
+    expiry_announced: BTreeSet<(String, i64)>,
     health: Option<HealthCheck>,
     /// The container runtime, for what runs with no API; `None` with `--runtime-endpoint none`.
     runtime: Option<RuntimeObserver>,
@@ -104,6 +108,8 @@ struct PendingEvent {
 }
 
 /// Events kept while the API is unreachable; the oldest go first past this.
+/// How often the credentials' certificates are read again while the version stays the same.
+const CERTIFICATE_SCAN_PERIOD: Duration = Duration::from_secs(3600);
 const MAX_UNPUBLISHED: usize = 32;
 
 /// How soon a version waiting for the rollout Lease asks again (a held one is renewed every
@@ -158,6 +164,8 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         api,
         events: None,
         unpublished: Vec::new(),
+        certificates_scanned: None,
+        expiry_announced: BTreeSet::new(),
         health,
         runtime,
         watcher,
@@ -375,6 +383,7 @@ impl Daemon {
                     .duration_since(SystemTime::UNIX_EPOCH)
                     .unwrap_or_default();
                 self.shared.metrics.last_sync.set(now.as_secs_f64());
+                self.scan_certificates(now.as_secs() as i64);
             }
             Err(EngineError::InputsChanging { reads, .. }) => {
                 // Not an error: the swap that interrupted the last read is queued and brings
@@ -1041,6 +1050,38 @@ impl Daemon {
             return;
         }
         self.queue_event(warning, reason, note);
+    }
+
+    /// The expiry metric and `CertificateExpiresSoon` Events, from the credentials on the node:
+    /// read again when the version changes and otherwise hourly, not at every sync.
+    fn scan_certificates(&mut self, now: i64) {
+        let version = self.engine.ledger(&self.component).ok().and_then(|l| l.content_hash);
+        let version = version.unwrap_or_default();
+        if self
+            .certificates_scanned
+            .as_ref()
+            .is_some_and(|(at, v)| *v == version && at.elapsed() < CERTIFICATE_SCAN_PERIOD)
+        {
+            return;
+        }
+        self.certificates_scanned = Some((Instant::now(), version));
+        let Ok(certificates) = self.engine.certificates(&self.component) else {
+            return;
+        };
+        self.shared.metrics.set_certificates(&certificates);
+        let horizon = now.saturating_add(self.args.certificate_expiry_warning.as_secs() as i64);
+        for c in certificates {
+            if c.not_after_seconds <= horizon && self.expiry_announced.insert((c.place.clone(), c.not_after_seconds)) {
+                let when = if c.not_after_seconds <= now {
+                    "expired"
+                } else {
+                    "expires"
+                };
+                let note = format!("{} ({}) {when} at {}", c.place, c.subject, c.not_after);
+                tracing::warn!(component = %self.component, certificate = %c.place, not_after = %c.not_after, "certificate {when} soon");
+                self.queue_event(true, "CertificateExpiresSoon", note);
+            }
+        }
     }
 
     /// Keeps an Event for the next time the API answers (the oldest goes when the queue is full).

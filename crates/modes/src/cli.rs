@@ -68,6 +68,10 @@ pub enum Command {
     Remove(RemoveArgs),
     /// Compare the node with the config; exit 0 when everything is in sync, 3 otherwise.
     Status(StatusArgs),
+    /// Every certificate of every component kube-anchor manages on this node (its files and the
+    /// certificates embedded in its kubeconfigs) with its expiry, read from disk with no API;
+    /// exit 3 when one has expired or expires within --warn-within.
+    CheckExpiration(CheckExpirationArgs),
     /// Put the last-known-good version back on this node, with no API server and no running
     /// anchor: its manifest and credentials are written again and the version the node ran is
     /// recorded as bad, so no anchor writes it again until `retry`.
@@ -342,6 +346,11 @@ pub struct RunArgs {
     /// How long a newly written version must run converged before it becomes last-known-good.
     #[arg(long, env = "KUBE_ANCHOR_TRIAL_PERIOD", default_value = "5m", value_parser = duration)]
     pub trial_period: std::time::Duration,
+    /// A certificate of the component's credentials expiring sooner than this gets a Warning
+    /// Event `CertificateExpiresSoon` (once per certificate); every expiry is also the metric
+    /// kube_anchor_certificate_expiry_timestamp_seconds.
+    #[arg(long, env = "KUBE_ANCHOR_CERTIFICATE_EXPIRY_WARNING", default_value = "30d", value_parser = duration)]
+    pub certificate_expiry_warning: std::time::Duration,
     /// Container restarts of the new static pod that count as a crash loop during its trial.
     #[arg(long, env = "KUBE_ANCHOR_CRASH_LOOP_THRESHOLD", default_value_t = 3)]
     pub crash_loop_threshold: u32,
@@ -572,6 +581,17 @@ pub struct StatusArgs {
     /// static pod of the component's name that kube-anchor wrote matches.
     #[arg(long, env = "NODE_NAME")]
     pub node_name: Option<String>,
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckExpirationArgs {
+    #[command(flatten)]
+    pub node: NodeArgs,
+    /// A certificate expiring sooner than this counts as expiring (exit 3).
+    #[arg(long, default_value = "30d", value_parser = humantime::parse_duration)]
+    pub warn_within: std::time::Duration,
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub output: OutputFormat,
 }

@@ -10,8 +10,8 @@ use clap::{CommandFactory, Parser};
 use serde_json::json;
 
 use crate::cli::{
-    ApplyArgs, BootstrapArgs, Cli, Command, ImportArgs, NodeArgs, OutputFormat, ProbeArgs, ProbeEndpoint, RemoveArgs,
-    RetryArgs, RollbackArgs, StatusArgs,
+    ApplyArgs, BootstrapArgs, CheckExpirationArgs, Cli, Command, ImportArgs, NodeArgs, OutputFormat, ProbeArgs,
+    ProbeEndpoint, RemoveArgs, RetryArgs, RollbackArgs, StatusArgs,
 };
 use crate::engine::{ApplyReport, Engine, Inputs, Preview, PreviewAction, PreviewChange, RemoveReport, StatusReport};
 use crate::logging;
@@ -55,6 +55,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Remove(args) => remove(args),
         Command::Import(args) => import(args),
         Command::Status(args) => status(args),
+        Command::CheckExpiration(args) => check_expiration(args),
         Command::Checkpointer(args) => tokio::runtime::Runtime::new()?.block_on(crate::checkpointer::main(args)),
         Command::PreStop(args) => tokio::runtime::Runtime::new()?.block_on(crate::prestop::run(args)),
         Command::Probe(args) => probe(args),
@@ -442,6 +443,58 @@ fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
+fn check_expiration(args: CheckExpirationArgs) -> anyhow::Result<ExitCode> {
+    let engine = engine(&args.node)?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let horizon = now.saturating_add(args.warn_within.as_secs() as i64);
+    let mut rows = Vec::new();
+    for component in engine.recorded_components() {
+        for cert in engine.certificates(&component)? {
+            rows.push((component.clone(), cert));
+        }
+    }
+    rows.sort_by_key(|(_, c)| c.not_after_seconds);
+    let expiring = rows.iter().any(|(_, c)| c.not_after_seconds <= horizon);
+    match args.output {
+        OutputFormat::Json => {
+            let certificates: Vec<serde_json::Value> = rows
+                .iter()
+                .map(|(component, c)| {
+                    let mut v = json!(c);
+                    v["component"] = json!(component);
+                    v["expired"] = json!(c.not_after_seconds <= now);
+                    v["expiresWithinWarning"] = json!(c.not_after_seconds <= horizon);
+                    v
+                })
+                .collect();
+            println!("{}", json!({"schemaVersion": 1, "certificates": certificates}));
+        }
+        OutputFormat::Text => {
+            println!(
+                "{:<24} {:<21} {:>9}  {:<30} CERTIFICATE",
+                "COMPONENT", "EXPIRES", "RESIDUAL", "SUBJECT"
+            );
+            for (component, c) in &rows {
+                let residual = match c.not_after_seconds - now {
+                    left if left <= 0 => "expired".to_owned(),
+                    left => format!("{}d", left / 86_400),
+                };
+                println!(
+                    "{component:<24} {:<21} {residual:>9}  {:<30} {}",
+                    c.not_after, c.subject, c.place
+                );
+            }
+        }
+    }
+    Ok(if expiring {
+        ExitCode::from(EXIT_OUT_OF_SYNC)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
 fn notice_text(notice: &Notice) -> String {
     match notice {
         Notice::LeftModified { path } => {
@@ -721,6 +774,7 @@ fn print_status(
                 "badVersions": r.bad,
                 "lastKnownGoodFailing": r.last_known_good_failing,
                 "files": r.files,
+                "certificates": r.certificates,
                 "warnings": warnings,
             });
             let mut out = out;
@@ -751,6 +805,9 @@ fn print_status(
             }
             if let Some(view) = runtime {
                 print_runtime(view);
+            }
+            for c in &r.certificates {
+                println!("  certificate   {} ({}) expires {}", c.place, c.subject, c.not_after);
             }
             if let Some(m) = member {
                 let id = m

@@ -156,6 +156,8 @@ pub struct StatusReport {
     pub last_known_good_failing: Option<kube_anchor_core::ledger::BadVersion>,
     pub files: Vec<FileStatus>,
     pub set_aside: Option<SetAside>,
+    /// The certificates of the credentials the component has on the node.
+    pub certificates: Vec<kube_anchor_core::credentials::Expiry>,
 }
 
 impl StatusReport {
@@ -770,7 +772,27 @@ impl Engine {
             last_known_good_failing: ledger.last_known_good_failing.clone(),
             files: plan::status(desired, &observations, &ledger),
             set_aside,
+            certificates: self.certificates_of(&ledger),
         })
+    }
+
+    /// The certificates of every credential `component` has on the node (its ledger), read
+    /// from disk; none when it has no usable ledger.
+    pub fn certificates(&self, component: &str) -> Result<Vec<kube_anchor_core::credentials::Expiry>, EngineError> {
+        Ok(match self.fs.read_ledger(&self.state_dir, component)? {
+            Ok(ledger) => self.certificates_of(&ledger),
+            Err(_) => Vec::new(),
+        })
+    }
+
+    fn certificates_of(&self, ledger: &Ledger) -> Vec<kube_anchor_core::credentials::Expiry> {
+        ledger
+            .entries()
+            .iter()
+            .filter(|e| e.role == Role::Credential)
+            .filter_map(|e| Some((e, self.fs.read(&e.path).ok()??)))
+            .flat_map(|(e, bytes)| kube_anchor_core::credentials::expiries(&e.path, &bytes))
+            .collect()
     }
 }
 

@@ -27,6 +27,8 @@ pub(crate) struct Metrics {
     pub etcd_member: Family<Vec<(String, String)>, Gauge>,
     /// 1 while the etcd join is not finished (waiting, or a learner not promoted yet).
     pub etcd_join_pending: Gauge,
+    /// The earliest notAfter of the certificates in each credential file, by path.
+    pub certificate_expiry: Family<Vec<(String, String)>, Gauge>,
 }
 
 impl Metrics {
@@ -71,7 +73,26 @@ impl Metrics {
             "1 while this node's etcd join is not finished",
             m.etcd_join_pending.clone(),
         );
+        registry.register(
+            "certificate_expiry_timestamp_seconds",
+            "Unix time at which the earliest certificate of a credential file (also one embedded in a kubeconfig) expires",
+            m.certificate_expiry.clone(),
+        );
         m
+    }
+
+    pub(crate) fn set_certificates(&self, certificates: &[kube_anchor_core::credentials::Expiry]) {
+        let mut earliest = std::collections::BTreeMap::<&str, i64>::new();
+        for c in certificates {
+            let at = earliest.entry(&c.path).or_insert(c.not_after_seconds);
+            *at = (*at).min(c.not_after_seconds);
+        }
+        self.certificate_expiry.clear();
+        for (path, at) in earliest {
+            self.certificate_expiry
+                .get_or_create(&vec![("path".to_owned(), path.to_owned())])
+                .set(at);
+        }
     }
 
     pub(crate) fn set_etcd_member(&self, record: Option<&kube_anchor_core::membership::Record>, pending: bool) {
@@ -113,6 +134,7 @@ impl Metrics {
             runtime_observed: Gauge::default(),
             etcd_member: Family::default(),
             etcd_join_pending: Gauge::default(),
+            certificate_expiry: Family::default(),
         }
     }
 
