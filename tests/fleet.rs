@@ -459,3 +459,118 @@ async fn per_node_daemonsets_replaced_at_once_still_roll_one_node_at_a_time() {
         "two nodes in transition at once"
     );
 }
+
+/// A kubeconfig whose embedded client certificate belongs to `key`; `wrong_key` embeds another
+/// key instead (a Secret updated with one half of a renewal).
+fn scheduler_kubeconfig(wrong_key: bool) -> String {
+    use base64::Engine as _;
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    static PKI: std::sync::OnceLock<(String, String, String, String)> = std::sync::OnceLock::new();
+    let (ca, cert, key, other) = PKI.get_or_init(|| {
+        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.distinguished_name.push(DnType::CommonName, "kubernetes");
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca_key = KeyPair::generate().unwrap();
+        let ca_pem = ca.self_signed(&ca_key).unwrap().pem();
+        let mut client = CertificateParams::new(Vec::<String>::new()).unwrap();
+        client
+            .distinguished_name
+            .push(DnType::CommonName, "system:kube-scheduler");
+        let key = KeyPair::generate().unwrap();
+        let cert = client
+            .signed_by(&key, &Issuer::from_params(&ca, &ca_key))
+            .unwrap()
+            .pem();
+        (
+            ca_pem,
+            cert,
+            key.serialize_pem(),
+            KeyPair::generate().unwrap().serialize_pem(),
+        )
+    });
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: \"https://127.0.0.1:6443\", certificate-authority-data: {}}}\nusers:\n- name: scheduler\n  user: {{client-certificate-data: {}, client-key-data: {}}}\ncontexts:\n- name: c\n  context: {{cluster: c, user: scheduler}}\ncurrent-context: c\n",
+        b64(ca),
+        b64(cert),
+        b64(if wrong_key { other } else { key })
+    )
+}
+
+/// A `helm upgrade` whose Secret carries a key of another certificate: the first node's anchor
+/// refuses it before anything is written (its static pod never restarts), says so on `/readyz`
+/// and in a Warning Event, and takes no rollout turn; no other node sees it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_push_with_a_mismatched_key_is_refused_by_the_first_anchor_before_anything_restarts() {
+    let cp = control_plane::shared().await;
+    let ns = cp.namespace("badkey").await;
+    let kubeconfig = cp.anchor_service_account().await;
+    let work = tempfile::tempdir().unwrap();
+    let values = |name: &str, wrong_key: bool| {
+        let path = work.path().join(name);
+        let mut credentials = serde_yaml_ng::Mapping::new();
+        credentials.insert("scheduler.conf".into(), scheduler_kubeconfig(wrong_key).into());
+        let mut doc = serde_yaml_ng::Mapping::new();
+        doc.insert("credentials".into(), credentials.into());
+        fs::write(&path, serde_yaml_ng::to_string(&doc).unwrap()).unwrap();
+        path
+    };
+    let good = revision(&ns, &values("good.yaml", false), "one");
+    let bad = revision(&ns, &values("bad.yaml", true), "two");
+    let mut nodes = three_nodes(cp, "badkey", work.path(), &good).await;
+    install(&mut nodes, &good, &kubeconfig, &ns).await;
+    let before: Vec<(String, String)> = nodes
+        .iter()
+        .map(|n| {
+            let conf = fs::read_to_string(n.handle.host_root().join("etc/kubernetes/scheduler.conf")).unwrap();
+            (n.manifest(), conf)
+        })
+        .collect();
+
+    for node in &mut nodes {
+        node.refresh(&bad);
+    }
+    nodes[0].replace_pod(&bad, &kubeconfig, &ns);
+    let event = control_plane::event(
+        &cp.admin().await,
+        &ns,
+        "CredentialsRefused",
+        Some(&format!("fleet-anchor-{}-{}", nodes[0].handle.name, nodes[0].pods)),
+        WAIT,
+    )
+    .await;
+    let note = event.note.unwrap_or_default();
+    assert!(
+        note.contains(
+            "/etc/kubernetes/scheduler.conf (user scheduler: client-key-data): the private key does not belong"
+        ) && note.contains("CN=system:kube-scheduler"),
+        "{note}"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!nodes[0].ready(), "{}", nodes[0].log());
+    let (_, reason) = nodes[0].anchor.as_ref().unwrap().get("/readyz").unwrap();
+    assert!(reason.contains("credentials refused"), "{reason}");
+    assert!(
+        !nodes[0].log().contains("waiting for this node's turn")
+            && !nodes[0].log().contains("this node's turn: rolling out"),
+        "{}",
+        nodes[0].log()
+    );
+    for (node, (manifest, conf)) in nodes.iter().zip(&before) {
+        assert_eq!(
+            &node.manifest(),
+            manifest,
+            "{}: the static pod was not touched",
+            node.handle.name
+        );
+        assert_eq!(
+            &fs::read_to_string(node.handle.host_root().join("etc/kubernetes/scheduler.conf")).unwrap(),
+            conf,
+            "{}",
+            node.handle.name
+        );
+    }
+    for node in &nodes[1..] {
+        assert!(node.ready(), "{}: {}", node.handle.name, node.log());
+    }
+}
