@@ -165,7 +165,10 @@ async fn a_daemonset_parent_is_checkpointed_activated_and_retired_only_after_its
     // as root enters it; the directories above it 0700.
     let volume_dir = secret_file(&p1).parent().unwrap().to_path_buf();
     assert_eq!(fs::metadata(&volume_dir).unwrap().mode() & 0o777, 0o755);
-    assert_eq!(fs::metadata(volume_dir.parent().unwrap()).unwrap().mode() & 0o777, 0o700);
+    assert_eq!(
+        fs::metadata(volume_dir.parent().unwrap()).unwrap().mode() & 0o777,
+        0o700
+    );
     let checkpoint: Pod = serde_json::from_slice(&fs::read(inactive(&p1)).unwrap()).unwrap();
     let volumes: Vec<String> = checkpoint
         .spec

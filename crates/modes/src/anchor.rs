@@ -635,6 +635,10 @@ impl Daemon {
     }
 
     async fn evaluate(&mut self) {
+        // Also with nothing written: a refusal's Event is all an operator may get.
+        if !self.unpublished.is_empty() && self.api_answers() {
+            self.publish_unpublished().await;
+        }
         let Some(written) = self.written.clone() else {
             let reason = self
                 .input_error
@@ -683,9 +687,6 @@ impl Daemon {
                     mirror.forget_restarts();
                 }
             }
-        }
-        if !self.unpublished.is_empty() && self.api_answers() {
-            self.publish_unpublished().await;
         }
         let mut assessment = assess(&observation, &written.content_hash, self.args.crash_loop_threshold);
         // The components it needs are looked at only when there is something to excuse.
