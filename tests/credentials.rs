@@ -267,3 +267,129 @@ fn expiry_is_visible_in_status_check_expiration_and_the_metric() {
     assert_eq!(line(CERT), seconds("2124-01-01T00:00:00Z"));
     assert_eq!(line("/etc/kubernetes/scheduler.conf"), seconds("2100-01-01T00:00:00Z"));
 }
+
+/// A renewal made on the node the way `kubeadm certs renew` makes it (a new key written in
+/// place, then its certificate) is kept by `run`, not reverted: the metric, `status` and
+/// `apply` say so. A credential changed in a way that is no renewal is still repaired. Once
+/// the config carries the renewal the node is in sync again, and `remove` takes the renewed
+/// files, which kube-anchor now holds in its ledger.
+#[test]
+fn a_renewal_made_on_the_node_is_kept_until_the_config_carries_it() {
+    use std::time::Duration;
+    let ca = new_ca();
+    let key = KeyPair::generate().unwrap();
+    let cert = leaf(&ca, &["10.0.0.10"], 2024, 2100, &key);
+    let f = fixture(&ca, &cert, &key);
+    f.apply();
+    let missing = f.dir.path().join("missing.kubeconfig");
+    let start = || {
+        support::daemon::Daemon::start_with_env(
+            &f.config(),
+            &f.node(),
+            "cp-1",
+            &[
+                "--kubeconfig".into(),
+                missing.display().to_string(),
+                "--runtime-endpoint".into(),
+                "none".into(),
+            ],
+            &[("NODE_IP".into(), "10.0.0.10".into())],
+            &f.dir.path().join("run.log"),
+        )
+    };
+    let d = start();
+    let metric = |d: &support::daemon::Daemon, path: &str| {
+        d.get("/metrics").and_then(|(_, body)| {
+            body.lines()
+                .find(|l| {
+                    l.starts_with("kube_anchor_credential_renewed_on_node") && l.contains(&format!("path=\"{path}\""))
+                })
+                .map(str::to_owned)
+        })
+    };
+    support::poll::Poll::new(Duration::from_secs(30), "the first sync")
+        .every(Duration::from_millis(100))
+        .context(|| d.log_text())
+        .until(|| {
+            d.get("/metrics")
+                .is_some_and(|(_, body)| body.contains("certificate_expiry"))
+        });
+
+    // kubeadm's order: the new key, then the certificate, each written in place.
+    let new_key = KeyPair::generate().unwrap();
+    let renewed = leaf(&ca, &["10.0.0.10", "cp-1"], 2024, 2110, &new_key);
+    std::fs::write(f.host(KEY), new_key.serialize_pem()).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    std::fs::write(f.host(CERT), &renewed).unwrap();
+    support::poll::Poll::new(Duration::from_secs(30), "the renewal reported by the metric")
+        .every(Duration::from_millis(100))
+        .context(|| d.log_text())
+        .until(|| metric(&d, CERT).is_some() && metric(&d, KEY).is_some());
+    // Kept: well past the time a repair waits for a credential to settle.
+    std::thread::sleep(Duration::from_secs(5));
+    assert_eq!(f.read(CERT), renewed, "{}", d.log_text());
+    assert_eq!(f.read(KEY), new_key.serialize_pem(), "{}", d.log_text());
+    assert_eq!(d.metric("kube_anchor_repairs_total"), 0.0, "{}", d.log_text());
+    let log = d.log_text();
+    assert!(
+        log.contains("CN=kube-apiserver renewed on the node: valid until 2110-01-01T00:00:00Z (the version's until 2100-01-01T00:00:00Z), with a new key"),
+        "{log}"
+    );
+    drop(d);
+
+    // The one-shot verbs agree: `status` in sync (exit 0) with the renewal named, `apply`
+    // keeps it and says why.
+    let out = f.run("status", &["--output", "json", "--runtime-endpoint", "none"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let state = |path: &str| {
+        status["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["path"] == path)
+            .map(|f| f["state"].as_str().unwrap().to_owned())
+    };
+    assert_eq!(state(CERT).as_deref(), Some("renewed-on-node"), "{status:#}");
+    assert_eq!(state(KEY).as_deref(), Some("renewed-on-node"), "{status:#}");
+    assert!(
+        status["certificates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["place"] == CERT && c["notAfter"] == "2110-01-01T00:00:00Z"),
+        "status shows the certificate the node holds: {status:#}"
+    );
+    let out = f.apply();
+    let text = stdout(&out);
+    assert!(
+        text.contains(&format!("renewed    {CERT}")) && text.contains("kept, not reverted"),
+        "{text}"
+    );
+    assert_eq!(f.read(CERT), renewed);
+
+    // A change that is no renewal (another CA's certificate for the same key) is repaired.
+    let d = start();
+    let foreign = new_ca();
+    std::fs::write(f.host(CERT), leaf(&foreign, &["10.0.0.10"], 2024, 2120, &new_key)).unwrap();
+    support::poll::Poll::new(Duration::from_secs(30), "the foreign certificate repaired")
+        .every(Duration::from_millis(100))
+        .context(|| d.log_text())
+        .until(|| f.read(CERT) == cert && f.read(KEY) == key.serialize_pem());
+    drop(d);
+
+    // The config carries a renewal: written like any new version, in sync, nothing kept.
+    std::fs::write(f.host(CERT), &renewed).unwrap();
+    std::fs::write(f.host(KEY), new_key.serialize_pem()).unwrap();
+    assert!(stdout(&f.apply()).contains("renewed    "));
+    f.source("apiserver.crt", &renewed);
+    f.source("apiserver.key", new_key.serialize_pem());
+    let text = stdout(&f.apply());
+    assert!(
+        !text.contains("renewed") && text.contains(&format!("adopted    {CERT}")),
+        "{text}"
+    );
+    let out = f.run("remove", &[]);
+    assert_success(&out);
+    assert!(!f.host(CERT).exists() && !f.host(KEY).exists(), "{}", stdout(&out));
+}

@@ -475,6 +475,280 @@ fn covers_node(leaves: &[Cert], manifest: &File, ctx: &Context) -> Result<(), Cr
     Ok(())
 }
 
+/// A credential the node holds in place of the version's because it was renewed there
+/// (`kubeadm certs renew`): kept, not reverted, until the version carries it or a later one
+/// (design.md, "Renewals made on the node").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Renewed {
+    pub path: HostPath,
+    /// What the node holds there.
+    pub content: Vec<u8>,
+    /// For the operator: which certificate, valid until when, against the version's date.
+    pub detail: String,
+}
+
+/// A credential of the version next to what the node holds at its path.
+pub struct Held<'a> {
+    pub path: &'a HostPath,
+    pub wanted: &'a [u8],
+    pub on_node: Option<&'a [u8]>,
+}
+
+/// The files among `files` whose content on the node is a renewal of the version's, each
+/// certificate in them being the version's with the same subject, issuer and CA flag, every
+/// name it had, a later notAfter, valid at `now` and signed by the version's CA of that name
+/// (where the version carries it); everything else in the file the same, except a private key
+/// that belongs to the renewed certificate (kubeadm renews with a new key). A key file
+/// (`x.key`) is kept with its renewed `x.crt` when it holds the renewed certificate's key, and
+/// a renewed `x.crt` with a new key only when `x.key` holds that key.
+pub fn renewed_on_node(files: &[Held<'_>], now: i64) -> Vec<Renewed> {
+    let cas: Vec<Vec<u8>> = files
+        .iter()
+        .flat_map(|f| certificates_in(f.path, f.wanted))
+        .filter(|der| x509_parser::parse_x509_certificate(der).is_ok_and(|(_, c)| c.is_ca()))
+        .collect();
+    let mut renewed: Vec<(Renewed, RenewedFile)> = files
+        .iter()
+        .filter_map(|f| {
+            let node = f.on_node.filter(|n| *n != f.wanted)?;
+            let found = match (pem_blocks(f.wanted), pem_blocks(node)) {
+                (Some(wanted), Some(held)) => renewed_pem(&wanted, &held, &cas, now)?,
+                (None, None) => renewed_kubeconfig(f.path, f.wanted, node, &cas, now)?,
+                _ => return None,
+            };
+            Some((
+                Renewed {
+                    path: f.path.clone(),
+                    content: node.to_vec(),
+                    detail: String::new(),
+                },
+                found,
+            ))
+        })
+        .collect();
+    // The kubeadm pairing across files: a new key in `x.key` is kept with the renewed `x.crt`
+    // it belongs to. `Some(None)`: the key file is managed but holds no key judged here.
+    let key_beside = |cert: &HostPath| -> Option<(HostPath, Option<Vec<u8>>)> {
+        let key_path = HostPath::parse(&format!("{}.key", cert.to_string().strip_suffix(".crt")?)).ok()?;
+        let key = files.iter().find(|f| *f.path == key_path)?;
+        Some((key_path, key.on_node.and_then(first_key)))
+    };
+    let kept_keys: Vec<(HostPath, String)> = renewed
+        .iter()
+        .filter_map(|(r, f)| {
+            let leaf = f.certificates.first().filter(|c| c.new_key)?;
+            let (key_path, key) = key_beside(&r.path)?;
+            (key.as_ref() == Some(&leaf.public_key)).then(|| (key_path, r.path.to_string()))
+        })
+        .collect();
+    renewed.retain_mut(|(r, f)| {
+        if f.certificates.is_empty() {
+            // A key alone: kept only beside its renewed certificate.
+            return match kept_keys.iter().find(|(k, _)| *k == r.path) {
+                Some((_, cert)) if f.new_keys.len() == 1 => {
+                    r.detail = format!("the key of {cert}, renewed on the node with it");
+                    true
+                }
+                _ => false,
+            };
+        }
+        // A renewed certificate's new key must be there to sign with: in the same file, or in
+        // `x.key` beside it (a key the component does not carry is not judged); and every new
+        // key in the file belongs to a renewed certificate.
+        let keys_found = f.certificates.iter().filter(|c| c.new_key).all(|c| {
+            f.new_keys.contains(&c.public_key)
+                || key_beside(&r.path).is_none_or(|(_, key)| key.as_ref() == Some(&c.public_key))
+        });
+        let keys_belong = f
+            .new_keys
+            .iter()
+            .all(|k| f.certificates.iter().any(|c| c.public_key == *k));
+        if !(keys_found && keys_belong) {
+            return false;
+        }
+        r.detail = f
+            .certificates
+            .iter()
+            .map(|c| {
+                format!(
+                    "{} renewed on the node: valid until {} (the version's until {}){}",
+                    c.subject,
+                    c.not_after,
+                    c.wanted_not_after,
+                    if c.new_key { ", with a new key" } else { "" }
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        true
+    });
+    renewed.into_iter().map(|(r, _)| r).collect()
+}
+
+/// What a renewed file holds that differs from the version's.
+struct RenewedFile {
+    certificates: Vec<RenewedCertificate>,
+    /// Private keys in the file that differ from the version's: their public keys.
+    new_keys: Vec<Vec<u8>>,
+}
+
+struct RenewedCertificate {
+    subject: String,
+    not_after: String,
+    wanted_not_after: String,
+    new_key: bool,
+    public_key: Vec<u8>,
+}
+
+fn renewed_pem(wanted: &[Pem], held: &[Pem], cas: &[Vec<u8>], now: i64) -> Option<RenewedFile> {
+    if wanted.len() != held.len() {
+        return None;
+    }
+    let mut found = RenewedFile {
+        certificates: Vec::new(),
+        new_keys: Vec::new(),
+    };
+    for (w, h) in wanted.iter().zip(held) {
+        if w.label != h.label {
+            return None;
+        }
+        if w.contents == h.contents {
+            continue;
+        }
+        if w.label == "CERTIFICATE" {
+            found.certificates.push(renews(&w.contents, &h.contents, cas, now)?);
+        } else if w.label.ends_with("PRIVATE KEY") {
+            found.new_keys.push(public_key(&h.label, &h.contents)?);
+        } else {
+            return None;
+        }
+    }
+    Some(found)
+}
+
+/// A kubeconfig whose only differences are its users' client certificates and keys.
+fn renewed_kubeconfig(path: &HostPath, wanted: &[u8], held: &[u8], cas: &[Vec<u8>], now: i64) -> Option<RenewedFile> {
+    let parse = |bytes: &[u8]| -> Option<serde_yaml_ng::Value> {
+        let doc: serde_yaml_ng::Value = serde_yaml_ng::from_slice(bytes).ok()?;
+        (doc.get("kind")?.as_str()? == "Config").then_some(doc)
+    };
+    let (wanted_doc, held_doc) = (parse(wanted)?, parse(held)?);
+    if without_client_credentials(&wanted_doc) != without_client_credentials(&held_doc) {
+        return None;
+    }
+    let wanted_file = File {
+        path,
+        content: wanted,
+        changes: false,
+    };
+    let held_file = File {
+        path,
+        content: held,
+        changes: false,
+    };
+    // The kubeconfig's own CA counts as the version's.
+    let mut cas = cas.to_vec();
+    cas.extend(
+        kubeconfig(&wanted_file)?
+            .into_iter()
+            .filter_map(|(_, _, ca)| ca.map(|c| c.der)),
+    );
+    let mut found = RenewedFile {
+        certificates: Vec::new(),
+        new_keys: Vec::new(),
+    };
+    for ((w_cert, w_key, _), (h_cert, h_key, _)) in kubeconfig(&wanted_file)?.into_iter().zip(kubeconfig(&held_file)?) {
+        let (w_cert, h_cert) = match (w_cert, h_cert) {
+            (Some(w), Some(h)) => (w, h),
+            (None, None) => continue,
+            _ => return None,
+        };
+        if w_cert.der == h_cert.der {
+            if w_key.map(|k| k.public) != h_key.map(|k| k.public) {
+                return None;
+            }
+            continue;
+        }
+        let renewal = renews(&w_cert.der, &h_cert.der, &cas, now)?;
+        if renewal.new_key {
+            let key = h_key?.public?;
+            if key != renewal.public_key {
+                return None;
+            }
+            found.new_keys.push(key);
+        } else if w_key.map(|k| k.public) != h_key.map(|k| k.public) {
+            return None;
+        }
+        found.certificates.push(renewal);
+    }
+    Some(found)
+}
+
+/// The document with every user's embedded client certificate and key taken out.
+fn without_client_credentials(doc: &serde_yaml_ng::Value) -> serde_yaml_ng::Value {
+    let mut doc = doc.clone();
+    if let Some(users) = doc.get_mut("users").and_then(|u| u.as_sequence_mut()) {
+        for user in users {
+            if let Some(auth) = user.get_mut("user").and_then(|a| a.as_mapping_mut()) {
+                auth.remove("client-certificate-data");
+                auth.remove("client-key-data");
+            }
+        }
+    }
+    doc
+}
+
+/// `held` renews `wanted` (see [`renewed_on_node`]).
+fn renews(wanted: &[u8], held: &[u8], cas: &[Vec<u8>], now: i64) -> Option<RenewedCertificate> {
+    let (_, w) = x509_parser::parse_x509_certificate(wanted).ok()?;
+    let (_, h) = x509_parser::parse_x509_certificate(held).ok()?;
+    let same = h.subject().as_raw() == w.subject().as_raw()
+        && h.issuer().as_raw() == w.issuer().as_raw()
+        && h.is_ca() == w.is_ca()
+        && h.validity().not_after.timestamp() > w.validity().not_after.timestamp()
+        && valid_at(&h, now).is_ok()
+        && names(&w).iter().all(|n| names(&h).contains(n));
+    if !same {
+        return None;
+    }
+    let new_key = h.public_key().raw != w.public_key().raw;
+    let signed = if h.subject().as_raw() == h.issuer().as_raw() {
+        // A CA renewed in place keeps its key, or every certificate it signed breaks.
+        !new_key && h.verify_signature(None).is_ok()
+    } else {
+        let named: Vec<X509Certificate> = cas
+            .iter()
+            .filter_map(|der| x509_parser::parse_x509_certificate(der).ok().map(|(_, c)| c))
+            .filter(|ca| ca.subject().as_raw() == h.issuer().as_raw())
+            .collect();
+        named.is_empty() || named.iter().any(|ca| h.verify_signature(Some(ca.public_key())).is_ok())
+    };
+    signed.then(|| RenewedCertificate {
+        subject: h.subject().to_string(),
+        not_after: rfc3339(h.validity().not_after.timestamp()),
+        wanted_not_after: rfc3339(w.validity().not_after.timestamp()),
+        new_key,
+        public_key: h.public_key().subject_public_key.data.to_vec(),
+    })
+}
+
+/// A certificate's subject alternative names, as text.
+fn names(c: &X509Certificate) -> Vec<String> {
+    match c.subject_alternative_name() {
+        Ok(Some(san)) => san.value.general_names.iter().map(|n| n.to_string()).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The public key of the first private key in a PEM file; `None` inside when it is of a
+/// format not judged.
+fn first_key(pem: &[u8]) -> Option<Vec<u8>> {
+    let block = pem_blocks(pem)?
+        .into_iter()
+        .find(|b| b.label.ends_with("PRIVATE KEY"))?;
+    public_key(&block.label, &block.contents)
+}
+
 type User<'a> = (Option<Cert<'a>>, Option<Key<'a>>, Option<Cert<'a>>);
 
 /// A kubeconfig's embedded credentials, per user: (client certificate, its key, the cluster CA
@@ -872,5 +1146,140 @@ mod tests {
             &[],
         )
         .unwrap();
+    }
+
+    /// `renewed_on_node` over the apiserver's files: the version holds `wanted`, the node `held`.
+    fn kept(wanted: &[(&'static str, String)], held: &[(&'static str, String)]) -> Vec<String> {
+        let paths: Vec<HostPath> = wanted.iter().map(|(p, _)| hp(p)).collect();
+        let files: Vec<Held> = paths
+            .iter()
+            .zip(wanted)
+            .map(|(path, (p, content))| Held {
+                path,
+                wanted: content.as_bytes(),
+                on_node: held.iter().find(|(q, _)| q == p).map(|(_, c)| c.as_bytes()),
+            })
+            .collect();
+        renewed_on_node(&files, NOW)
+            .into_iter()
+            .map(|r| {
+                assert!(!r.detail.is_empty());
+                r.path.to_string()
+            })
+            .collect()
+    }
+
+    const CRT: &str = "/etc/kubernetes/pki/apiserver.crt";
+    const KEY: &str = "/etc/kubernetes/pki/apiserver.key";
+
+    #[test]
+    fn a_renewal_on_the_node_is_kept_with_its_key() {
+        let ca = ca("kubernetes");
+        let key = KeyPair::generate().unwrap();
+        let wanted = apiserver(&ca, &leaf(&ca, &[NODE, "cp-1"], 2026, 2028, Some(&key)));
+        // The same key, a later notAfter: the certificate is kept, the key was never different.
+        let same_key = apiserver(&ca, &leaf(&ca, &[NODE, "cp-1"], 2026, 2029, Some(&key)));
+        assert_eq!(kept(&wanted, &same_key), [CRT]);
+        // kubeadm's way, a new key: both kept, together.
+        let new_key = apiserver(&ca, &leaf(&ca, &[NODE, "cp-1", "more"], 2026, 2029, None));
+        assert_eq!(kept(&wanted, &new_key), [CRT, KEY]);
+        let renewed = kept(&wanted, &new_key);
+        let detail = renewed_on_node(
+            &[
+                Held {
+                    path: &hp(CRT),
+                    wanted: wanted[1].1.as_bytes(),
+                    on_node: Some(new_key[1].1.as_bytes()),
+                },
+                Held {
+                    path: &hp(KEY),
+                    wanted: wanted[2].1.as_bytes(),
+                    on_node: Some(new_key[2].1.as_bytes()),
+                },
+            ],
+            NOW,
+        );
+        assert_eq!(renewed.len(), detail.len());
+        assert_eq!(
+            detail[0].detail,
+            "CN=kube-apiserver renewed on the node: valid until 2029-01-01T00:00:00Z (the version's until 2028-01-01T00:00:00Z), with a new key"
+        );
+        assert_eq!(
+            detail[1].detail,
+            format!("the key of {CRT}, renewed on the node with it")
+        );
+        assert_eq!(detail[1].content, new_key[2].1.as_bytes());
+    }
+
+    #[test]
+    fn drift_that_is_no_renewal_is_not_kept() {
+        let ca1 = ca("kubernetes");
+        let key = KeyPair::generate().unwrap();
+        let wanted = apiserver(&ca1, &leaf(&ca1, &[NODE, "cp-1"], 2026, 2028, Some(&key)));
+        let with = |crt: &(String, String)| apiserver(&ca1, crt);
+        let cases: Vec<(&str, Vec<(&'static str, String)>)> = vec![
+            (
+                "an earlier notAfter",
+                with(&leaf(&ca1, &[NODE, "cp-1"], 2026, 2027, Some(&key))),
+            ),
+            ("a name dropped", with(&leaf(&ca1, &[NODE], 2026, 2029, Some(&key)))),
+            (
+                "not valid yet",
+                with(&leaf(&ca1, &[NODE, "cp-1"], 2028, 2030, Some(&key))),
+            ),
+            ("signed by another CA of the same name", {
+                let other = ca("kubernetes");
+                with(&leaf(&other, &[NODE, "cp-1"], 2026, 2029, Some(&key)))
+            }),
+            ("a new key, the old key file", {
+                let (cert, _) = leaf(&ca1, &[NODE, "cp-1"], 2026, 2029, None);
+                with(&(cert, key.serialize_pem()))
+            }),
+            ("a new key that is not the certificate's", {
+                let (cert, _) = leaf(&ca1, &[NODE, "cp-1"], 2026, 2029, None);
+                with(&(cert, KeyPair::generate().unwrap().serialize_pem()))
+            }),
+            (
+                "a key changed alone",
+                with(&(wanted[1].1.clone(), KeyPair::generate().unwrap().serialize_pem())),
+            ),
+            (
+                "a garbled certificate",
+                with(&(wanted[1].1.replace("MII", "MIX"), key.serialize_pem())),
+            ),
+        ];
+        for (case, held) in cases {
+            assert!(
+                kept(&wanted, &held).is_empty(),
+                "{case}: kept {:?}",
+                kept(&wanted, &held)
+            );
+        }
+        // Another subject.
+        let mut params = CertificateParams::new(vec![NODE.to_string(), "cp-1".into()]).unwrap();
+        params.distinguished_name.push(DnType::CommonName, "someone-else");
+        params.not_before = date_time_ymd(2026, 1, 1);
+        params.not_after = date_time_ymd(2029, 1, 1);
+        let other = params
+            .signed_by(&key, &Issuer::from_params(&ca1.params, &ca1.key))
+            .unwrap();
+        assert!(kept(&wanted, &with(&(other.pem(), key.serialize_pem()))).is_empty());
+    }
+
+    #[test]
+    fn a_kubeconfig_renewed_on_the_node_is_kept_and_other_changes_are_not() {
+        let ca = ca("kubernetes");
+        let (cert, key) = leaf(&ca, &[], 2026, 2028, None);
+        let (renewed, renewed_key) = leaf(&ca, &[], 2026, 2029, None);
+        let path = "/etc/kubernetes/scheduler.conf";
+        let wanted = [(path, kubeconfig_text(&ca, &cert, &key))];
+        assert_eq!(
+            kept(&wanted, &[(path, kubeconfig_text(&ca, &renewed, &renewed_key))]),
+            [path]
+        );
+        // The renewed certificate with the old key, or another server: not kept.
+        assert!(kept(&wanted, &[(path, kubeconfig_text(&ca, &renewed, &key))]).is_empty());
+        let moved = kubeconfig_text(&ca, &renewed, &renewed_key).replace(":6443", ":7443");
+        assert!(kept(&wanted, &[(path, moved)]).is_empty());
     }
 }

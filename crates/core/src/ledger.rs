@@ -37,6 +37,10 @@ pub struct LedgerEntry {
     /// ([`Original::file_name`]) and put back when kube-anchor removes the path.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub original: Option<Original>,
+    /// The content is a renewal made on the node that kube-anchor keeps
+    /// (`credentials::renewed_on_node`), not what it wrote: still judged as one at each sync.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub renewed_on_node: bool,
 }
 
 /// A file kube-anchor replaced without having written it: what to put back.
@@ -68,11 +72,12 @@ impl LedgerEntry {
             written_at: now.into(),
             previous_sha256: None,
             original: None,
+            renewed_on_node: false,
         }
     }
 
     /// True when `sha256` is content this entry says we wrote.
-    pub(crate) fn is_ours(&self, sha256: &str) -> bool {
+    pub fn is_ours(&self, sha256: &str) -> bool {
         self.sha256 == sha256 || self.previous_sha256.as_deref() == Some(sha256)
     }
 }
@@ -373,6 +378,7 @@ mod tests {
                 written_at: "2026-11-22T13:00:00Z".into(),
                 previous_sha256: None,
                 original: None,
+                renewed_on_node: false,
             });
         }
         l

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use crate::config::{FileMode, Owner, Role};
+use crate::credentials::Renewed;
 use crate::desired::{Desired, DesiredFile};
 use crate::hostpath::HostPath;
 use crate::ledger::{Ledger, LedgerEntry, Original};
@@ -97,6 +98,9 @@ pub enum Notice {
     /// The file it held before kube-anchor first wrote it was kept, but is gone from the state
     /// dir (or changed there): removed without putting it back.
     OriginalLost { path: HostPath },
+    /// A credential renewed on the node (`kubeadm certs renew`): kept, not reverted, until the
+    /// config carries it or a later one.
+    RenewedOnNode { path: HostPath, detail: String },
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -175,6 +179,10 @@ pub struct Plan {
     /// In execution order.
     pub ops: Vec<Op>,
     pub unchanged: Vec<HostPath>,
+    /// Credentials renewed on the node, kept as they are (see [`keep_renewed`]).
+    pub renewed: Vec<HostPath>,
+    /// Credentials whose changed content is not repaired yet (see [`hold_credential_drift`]).
+    pub held: Vec<HostPath>,
     pub notices: Vec<Notice>,
 }
 
@@ -237,6 +245,106 @@ pub fn plan_apply(
         }
     }
     Ok(plan)
+}
+
+/// Renewals made on the node (`credentials::renewed_on_node`) stand in for the writes that
+/// would revert them: the write goes, or, where the node's mode or owner is not the wanted one,
+/// becomes a write of the node's content with the wanted mode and owner. Each is noticed. The
+/// ledger then takes the renewed content as its own ([`adopt`]), so `remove` removes it.
+pub fn keep_renewed(plan: &mut Plan, renewed: &[Renewed], observations: &Observations) {
+    let mut kept_as_is = Vec::new();
+    for op in &mut plan.ops {
+        let Op::Write {
+            file,
+            sha256,
+            reason: reason @ WriteReason::Content,
+        } = op
+        else {
+            continue;
+        };
+        let Some(kept) = renewed.iter().find(|r| r.path == file.path) else {
+            continue;
+        };
+        plan.notices.push(Notice::RenewedOnNode {
+            path: kept.path.clone(),
+            detail: kept.detail.clone(),
+        });
+        *sha256 = crate::digest::sha256_hex(&kept.content);
+        file.content = kept.content.clone();
+        plan.renewed.push(file.path.clone());
+        match observed(observations, &file.path) {
+            Observed::File { mode, .. } if *mode != file.mode => *reason = WriteReason::Mode,
+            Observed::File { owner, .. } if file.owner.is_some_and(|want| want != *owner) => {
+                *reason = WriteReason::Owner
+            }
+            _ => kept_as_is.push(file.path.clone()),
+        }
+    }
+    plan.ops.retain(|op| !kept_as_is.contains(op.path()));
+}
+
+/// The credentials whose content on the node may be a renewal made there: files kube-anchor
+/// wrote that hold something else now, or a renewal it keeps already. Content the ledger says
+/// kube-anchor wrote is never one: a version that goes back to an older certificate is judged
+/// by `credentials::check` like any other.
+pub fn renewal_candidates<'a>(desired: &'a Desired, observations: &Observations, ledger: &Ledger) -> Vec<&'a HostPath> {
+    desired
+        .files
+        .iter()
+        .filter(|f| f.role == Role::Credential)
+        .filter(|f| match (observed(observations, &f.path), ledger.get(&f.path)) {
+            (Observed::File { sha256, .. }, Some(entry)) => {
+                *sha256 != crate::digest::sha256_hex(&f.content) && (!entry.is_ours(sha256) || entry.renewed_on_node)
+            }
+            _ => false,
+        })
+        .map(|f| &f.path)
+        .collect()
+}
+
+/// Records the kept renewals as kube-anchor's, marked as renewals, so `remove` takes them and
+/// the next sync judges them again (after any write of `keep_renewed`).
+pub fn adopt_renewed(
+    ledger: &mut Ledger,
+    desired: &Desired,
+    observations: &Observations,
+    renewed: &[HostPath],
+    now: &str,
+) {
+    for file in desired.files.iter().filter(|f| renewed.contains(&f.path)) {
+        let Observed::File { sha256, .. } = observed(observations, &file.path) else {
+            continue;
+        };
+        let current = ledger
+            .get(&file.path)
+            .is_some_and(|e| e.sha256 == *sha256 && e.renewed_on_node && e.previous_sha256.is_none());
+        if !current {
+            let mut entry = LedgerEntry::written(file, sha256.clone(), now);
+            entry.renewed_on_node = true;
+            ledger.record(entry);
+        }
+    }
+}
+
+/// Holds back the repair of credentials kube-anchor wrote whose content changed on the node:
+/// a renewal is written one file at a time (kubeadm writes the new key, then the certificate,
+/// each in place), so the first half alone looks like tampering, and reverting it would lose
+/// the renewal. The daemon repairs them once the node has been left alone for a moment.
+pub fn hold_credential_drift(plan: &mut Plan, ledger: &Ledger) {
+    let held: Vec<HostPath> = plan
+        .ops
+        .iter()
+        .filter_map(|op| match op {
+            Op::Write {
+                file,
+                reason: WriteReason::Content,
+                ..
+            } if file.role == Role::Credential && ledger.get(&file.path).is_some() => Some(file.path.clone()),
+            _ => None,
+        })
+        .collect();
+    plan.ops.retain(|op| !held.contains(op.path()));
+    plan.held = held;
 }
 
 fn remove(entry: &LedgerEntry, have: &Observed) -> Op {
@@ -342,7 +450,11 @@ pub fn adopt(
             continue;
         };
         let current = ledger.get(&file.path).is_some_and(|e| {
-            e.sha256 == *sha256 && e.mode == file.mode && e.owner == file.owner && e.previous_sha256.is_none()
+            e.sha256 == *sha256
+                && e.mode == file.mode
+                && e.owner == file.owner
+                && e.previous_sha256.is_none()
+                && !e.renewed_on_node
         });
         if !current {
             ledger.record(LedgerEntry::written(file, sha256.clone(), now));
@@ -385,6 +497,8 @@ pub enum FileState {
     Unmanaged,
     /// The ledger has it, the config no longer wants it.
     Orphaned,
+    /// A credential renewed on the node, kept until the config carries it (counts as in sync).
+    RenewedOnNode,
 }
 
 impl FileState {
@@ -395,6 +509,7 @@ impl FileState {
             FileState::Missing => "missing",
             FileState::Unmanaged => "unmanaged",
             FileState::Orphaned => "orphaned",
+            FileState::RenewedOnNode => "renewed-on-node",
         }
     }
 }
@@ -409,7 +524,7 @@ pub struct FileStatus {
     pub detail: Option<String>,
 }
 
-pub fn status(desired: &Desired, observations: &Observations, ledger: &Ledger) -> Vec<FileStatus> {
+pub fn status(desired: &Desired, observations: &Observations, ledger: &Ledger, renewed: &[Renewed]) -> Vec<FileStatus> {
     let mut out = Vec::new();
     for file in &desired.files {
         let sha256 = crate::digest::sha256_hex(&file.content);
@@ -419,7 +534,10 @@ pub fn status(desired: &Desired, observations: &Observations, ledger: &Ledger) -
             Observed::Missing => (FileState::Missing, None),
             _ if !recorded => (FileState::Unmanaged, Some(difference(file, &sha256, have))),
             _ if have.holds(file, &sha256) => (FileState::InSync, None),
-            _ => (FileState::Drifted, Some(difference(file, &sha256, have))),
+            _ => match renewed.iter().find(|r| r.path == file.path) {
+                Some(r) => (FileState::RenewedOnNode, Some(r.detail.clone())),
+                None => (FileState::Drifted, Some(difference(file, &sha256, have))),
+            },
         };
         let detail = detail.filter(|d| !d.is_empty());
         out.push(FileStatus {
@@ -526,9 +644,103 @@ mod tests {
                 written_at: "2026-01-01T00:00:00Z".into(),
                 previous_sha256: None,
                 original: None,
+                renewed_on_node: false,
             });
         }
         l
+    }
+
+    #[test]
+    fn a_renewal_on_the_node_replaces_the_repair_and_is_adopted() {
+        let d = desired();
+        let ledger = ledger_of(&[
+            ("/k/key", "KEY", Role::Credential),
+            ("/k/m.yaml", "POD", Role::Manifest),
+        ]);
+        let renewed = [Renewed {
+            path: hp("/k/key"),
+            content: b"RENEWED".to_vec(),
+            detail: "renewed".into(),
+        }];
+        let mut obs = Observations::new();
+        obs.insert(hp("/k/key"), on_disk("RENEWED"));
+        obs.insert(hp("/k/m.yaml"), on_disk("POD"));
+        let mut plan = plan_apply(&d, &obs, &ledger, false).unwrap();
+        assert_eq!(plan.ops.len(), 1, "the repair");
+        keep_renewed(&mut plan, &renewed, &obs);
+        assert!(plan.ops.is_empty(), "{plan:?}");
+        assert_eq!(plan.renewed, [hp("/k/key")]);
+        assert_eq!(
+            plan.notices,
+            [Notice::RenewedOnNode {
+                path: hp("/k/key"),
+                detail: "renewed".into()
+            }]
+        );
+        // The ledger takes the renewed content: `remove` removes it.
+        let mut ledger = ledger;
+        assert_eq!(renewal_candidates(&d, &obs, &ledger), [&hp("/k/key")]);
+        adopt_renewed(&mut ledger, &d, &obs, &plan.renewed, "now");
+        let entry = ledger.get(&hp("/k/key")).unwrap();
+        assert!(entry.is_ours(&crate::digest::sha256_hex(b"RENEWED")) && entry.renewed_on_node);
+        assert_eq!(renewal_candidates(&d, &obs, &ledger), [&hp("/k/key")], "judged again");
+        // What kube-anchor wrote itself is never a candidate (a version going back to an older
+        // certificate is judged by `credentials::check`).
+        let wrote = ledger_of(&[("/k/key", "RENEWED", Role::Credential)]);
+        assert!(renewal_candidates(&d, &obs, &wrote).is_empty());
+        let removal = plan_remove(&ledger, &[Role::Credential, Role::Manifest], &obs);
+        assert_eq!(removal.plan.ops.len(), 2, "{removal:?}");
+
+        // With the mode changed as well: its own content written back with the wanted mode.
+        obs.insert(
+            hp("/k/key"),
+            Observed::File {
+                sha256: crate::digest::sha256_hex(b"RENEWED"),
+                mode: FileMode(0o644),
+                owner: Owner { uid: 0, gid: 0 },
+            },
+        );
+        let mut plan = plan_apply(&d, &obs, &ledger, false).unwrap();
+        keep_renewed(&mut plan, &renewed, &obs);
+        match plan.ops.as_slice() {
+            [Op::Write { file, reason, .. }] => {
+                assert_eq!(
+                    (file.content.as_slice(), file.mode, *reason),
+                    (&b"RENEWED"[..], FileMode(0o600), WriteReason::Mode)
+                );
+            }
+            ops => panic!("{ops:?}"),
+        }
+    }
+
+    #[test]
+    fn a_changed_credential_is_held_and_nothing_else() {
+        let d = desired();
+        let ledger = ledger_of(&[
+            ("/k/key", "KEY", Role::Credential),
+            ("/k/m.yaml", "POD", Role::Manifest),
+        ]);
+        let mut obs = Observations::new();
+        obs.insert(hp("/k/key"), on_disk("HALF A RENEWAL"));
+        obs.insert(hp("/k/m.yaml"), on_disk("EDITED"));
+        let mut plan = plan_apply(&d, &obs, &ledger, false).unwrap();
+        hold_credential_drift(&mut plan, &ledger);
+        assert_eq!(plan.held, [hp("/k/key")]);
+        assert_eq!(
+            plan.ops.iter().map(|op| op.path().clone()).collect::<Vec<_>>(),
+            [hp("/k/m.yaml")]
+        );
+        // Missing, or a file kube-anchor never wrote: not held.
+        for (obs_key, ledger) in [
+            (Observed::Missing, ledger.clone()),
+            (on_disk("SOMEONE'S"), ledger_of(&[("/k/m.yaml", "POD", Role::Manifest)])),
+        ] {
+            let mut obs = obs.clone();
+            obs.insert(hp("/k/key"), obs_key);
+            let mut plan = plan_apply(&d, &obs, &ledger, false).unwrap();
+            hold_credential_drift(&mut plan, &ledger);
+            assert!(plan.held.is_empty() && plan.ops.len() == 2, "{plan:?}");
+        }
     }
 
     #[test]
@@ -872,7 +1084,7 @@ mod tests {
             (hp("/k/m.yaml"), on_disk("EDITED")),
             (hp("/k/orphan"), on_disk("O")),
         ]);
-        let states: Vec<(String, FileState)> = status(&d, &obs, &ledger)
+        let states: Vec<(String, FileState)> = status(&d, &obs, &ledger, &[])
             .into_iter()
             .map(|s| (s.path.to_string(), s.state))
             .collect();

@@ -1079,6 +1079,7 @@ mod tests {
             written_at: "t".into(),
             previous_sha256: None,
             original: None,
+            renewed_on_node: false,
         });
         n.fs.store_ledger(&state, &l).unwrap();
         assert_eq!(n.fs.load_ledger(&state, "c").unwrap().ledger, l);

@@ -15,15 +15,17 @@ use anyhow::Context;
 use tokio::sync::watch;
 
 use crate::cli::RunArgs;
-use crate::engine::{Engine, EngineError, Inputs, now_rfc3339};
+use crate::engine::{ApplyReport, Engine, EngineError, Inputs, now_rfc3339};
 use crate::metrics::Metrics;
 use crate::server::{self, Shared};
 use crate::shutdown;
 use kube_anchor_core::change::DATA_LINK;
 use kube_anchor_core::desired::Desired;
+use kube_anchor_core::hostpath::HostPath;
 use kube_anchor_core::ledger::BadVersion;
 use kube_anchor_core::lifecycle::{LkgAction, LkgCheck, LkgEvaluated, Version, VersionAction, VersionEvent};
 use kube_anchor_core::pinned::{MAX_MARKER_BYTES, PinnedInputs};
+use kube_anchor_core::plan::Notice;
 use kube_anchor_core::runtime::{Local, RuntimeView};
 use kube_anchor_core::trial::{Assessment, MirrorPod, VersionView, assess};
 use kube_anchor_core::turn::{Answer, Turn, TurnAction, TurnEvent};
@@ -68,6 +70,10 @@ struct Daemon {
     certificates_scanned: Option<(Instant, String)>,
     /// (place, notAfter) of the certificates a `CertificateExpiresSoon` Event was made for.
     expiry_announced: BTreeSet<(String, i64)>,
+    /// Renewals made on the node already announced by an Event (path and what it holds).
+    renewals_announced: BTreeSet<(HostPath, String)>,
+    /// When a credential changed on the node was first seen and its repair held back.
+    credential_drift_since: Option<tokio::time::Instant>,
     health: Option<HealthCheck>,
     /// The container runtime, for what runs with no API; `None` with `--runtime-endpoint none`.
     runtime: Option<RuntimeObserver>,
@@ -115,6 +121,9 @@ const MAX_UNPUBLISHED: usize = 32;
 /// How soon a version waiting for the rollout Lease asks again (a held one is renewed every
 /// [`kube_anchor_core::turn::TURN_RENEW`]).
 const TURN_RETRY: Duration = Duration::from_secs(2);
+/// How long a credential changed on the node is left before it is repaired: long enough for a
+/// renewal written file by file (kubeadm: the key, then the certificate) to complete.
+const CREDENTIAL_SETTLE: Duration = Duration::from_secs(2);
 
 /// How soon an unfinished etcd join is looked at again.
 const MEMBERSHIP_RETRY: Duration = Duration::from_secs(2);
@@ -166,6 +175,8 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         unpublished: Vec::new(),
         certificates_scanned: None,
         expiry_announced: BTreeSet::new(),
+        renewals_announced: BTreeSet::new(),
+        credential_drift_since: None,
         health,
         runtime,
         watcher,
@@ -225,6 +236,7 @@ impl Daemon {
                     _ = tokio::time::sleep_until(synced + self.args.resync_period) => break,
                     _ = sleep_until_opt(self.membership_pending.as_ref().map(|_| synced + MEMBERSHIP_RETRY)) => break,
                     _ = sleep_until_opt(self.turn.waiting.as_ref().map(|_| synced + TURN_RETRY)) => break,
+                    _ = sleep_until_opt(self.credential_drift_since.map(|since| since + CREDENTIAL_SETTLE)) => break,
                     true = mirror_changed => self.evaluate().await,
                     _ = sleep_opt(tick) => self.evaluate().await,
                     _ = sleep_until_opt(release_code_at) => {
@@ -557,7 +569,21 @@ impl Daemon {
         if self.turn.waiting.is_some() {
             return Ok(());
         }
-        let report = self.engine.apply(&target, self.args.prune)?;
+        // A credential changed on the node is repaired only once the node has been left alone
+        // for CREDENTIAL_SETTLE: it may be the first half of a renewal (`plan::hold_credential_drift`).
+        let repairing = previous.as_deref() == Some(target.content_hash.as_str());
+        let hold = repairing
+            && self
+                .credential_drift_since
+                .is_none_or(|since| since.elapsed() < CREDENTIAL_SETTLE);
+        let report = self.engine.apply_holding(&target, self.args.prune, hold)?;
+        self.credential_drift_since = if report.held.is_empty() {
+            None
+        } else {
+            tracing::info!(component = %self.component, files = ?report.held.iter().map(ToString::to_string).collect::<Vec<_>>(), settle = ?CREDENTIAL_SETTLE, "credential changed on the node: repaired once it settles, unless it is a renewal");
+            Some(self.credential_drift_since.unwrap_or_else(tokio::time::Instant::now))
+        };
+        self.note_renewals(&report);
         let written = report.written.len() as u64;
         if written > 0 {
             if previous.as_deref() == Some(target.content_hash.as_str()) {
@@ -1023,9 +1049,12 @@ impl Daemon {
         if let Err(e) = self.engine.update_ledger(&self.component, |l| l.mark_bad(bad)) {
             tracing::error!(component = %self.component, error = %e, "could not record the bad version");
         }
-        if let Err(e) = self.engine.apply(&lkg, false) {
-            tracing::error!(component = %self.component, error = %e, "rollback to last-known-good failed; will retry at the next sync");
-            return;
+        match self.engine.apply(&lkg, false) {
+            Ok(report) => self.note_renewals(&report),
+            Err(e) => {
+                tracing::error!(component = %self.component, error = %e, "rollback to last-known-good failed; will retry at the next sync");
+                return;
+            }
         }
         self.shared.metrics.rollbacks.inc();
         let note = format!(
@@ -1081,6 +1110,25 @@ impl Daemon {
                 let note = format!("{} ({}) {when} at {}", c.place, c.subject, c.not_after);
                 tracing::warn!(component = %self.component, certificate = %c.place, not_after = %c.not_after, "certificate {when} soon");
                 self.queue_event(true, "CertificateExpiresSoon", note);
+            }
+        }
+    }
+
+    /// A credential renewed on the node and kept: the metric, and a Warning Event once per
+    /// renewal, since the node now differs from the chart's Secret until it carries the renewal.
+    fn note_renewals(&mut self, report: &ApplyReport) {
+        self.shared.metrics.set_renewed_on_node(&report.renewed);
+        for notice in &report.notices {
+            let Notice::RenewedOnNode { path, detail } = notice else {
+                continue;
+            };
+            if self.renewals_announced.insert((path.clone(), detail.clone())) {
+                tracing::warn!(component = %self.component, path = %path, "{detail}; kept until the config carries it");
+                self.queue_event(
+                    true,
+                    "CertificateRenewedOnNode",
+                    format!("{path}: {detail}; kept, not reverted: carry the renewal into the chart's Secret"),
+                );
             }
         }
     }

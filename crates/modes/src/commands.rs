@@ -445,9 +445,7 @@ fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
 
 fn check_expiration(args: CheckExpirationArgs) -> anyhow::Result<ExitCode> {
     let engine = engine(&args.node)?;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64);
+    let now = crate::engine::unix_now();
     let horizon = now.saturating_add(args.warn_within.as_secs() as i64);
     let mut rows = Vec::new();
     for component in engine.recorded_components() {
@@ -511,6 +509,11 @@ fn notice_text(notice: &Notice) -> String {
                 "{path}: the file it held before kube-anchor wrote it is gone from the state dir; removed without putting it back"
             )
         }
+        Notice::RenewedOnNode { path, detail } => {
+            format!(
+                "{path}: {detail}; kept, not reverted, until the config carries it (README, \"Certificates renewed on the node\")"
+            )
+        }
     }
 }
 
@@ -554,6 +557,11 @@ fn apply_json(r: &ApplyReport) -> serde_json::Value {
         let action = if r.adopted.contains(p) { "adopted" } else { "unchanged" };
         json!({"path": p, "action": action})
     }));
+    files.extend(
+        r.renewed
+            .iter()
+            .map(|p| json!({"path": p, "action": "renewed-on-node"})),
+    );
     json!({
         "component": r.component,
         "contentHash": r.content_hash,
@@ -596,6 +604,9 @@ fn print_apply(r: &ApplyReport, format: OutputFormat) {
                 } else {
                     println!("  unchanged  {p}");
                 }
+            }
+            for p in &r.renewed {
+                println!("  renewed    {p} (renewed on the node; kept, see the warning)");
             }
             for w in warnings(&r.notices, r.set_aside.as_ref()) {
                 println!("  warning    {w}");

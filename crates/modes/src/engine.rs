@@ -90,6 +90,11 @@ pub struct ApplyReport {
     /// Among `unchanged`: files that already held what the config wants and are now recorded
     /// as written by kube-anchor (no ledger entry, or a stale one).
     pub adopted: Vec<HostPath>,
+    /// Credentials renewed on the node and kept (design.md, "Renewals made on the node").
+    pub renewed: Vec<HostPath>,
+    /// Credentials changed on the node whose repair waits (`Engine::apply_holding`).
+    #[serde(skip)]
+    pub held: Vec<HostPath>,
     #[serde(skip)]
     pub notices: Vec<Notice>,
     #[serde(skip)]
@@ -161,8 +166,11 @@ pub struct StatusReport {
 }
 
 impl StatusReport {
+    /// Every file holds what the config wants, or a renewal of it kept on purpose.
     pub fn in_sync(&self) -> bool {
-        self.files.iter().all(|f| f.state == plan::FileState::InSync)
+        self.files
+            .iter()
+            .all(|f| matches!(f.state, plan::FileState::InSync | plan::FileState::RenewedOnNode))
     }
 }
 
@@ -295,6 +303,17 @@ impl Engine {
     /// Makes the node hold `desired`: writes what differs (credentials, then the manifest) and
     /// records it. With `prune`, removes files this component wrote that it no longer wants.
     pub fn apply(&self, desired: &Desired, prune: bool) -> Result<ApplyReport, EngineError> {
+        self.apply_holding(desired, prune, false)
+    }
+
+    /// [`Engine::apply`]; with `hold_credential_drift`, credentials whose content changed on the
+    /// node are not repaired yet (`plan::hold_credential_drift`) but listed in `held`.
+    pub fn apply_holding(
+        &self,
+        desired: &Desired,
+        prune: bool,
+        hold_credential_drift: bool,
+    ) -> Result<ApplyReport, EngineError> {
         let _lock = self.fs.lock(&self.state_dir, &desired.component)?;
         let loaded = self.fs.load_ledger(&self.state_dir, &desired.component)?;
         let mut ledger = loaded.ledger;
@@ -317,9 +336,19 @@ impl Engine {
             .clean_stale_temps(paths.iter().chain(&self.state_files(&desired.component)?));
         plan::check_readable(desired, &reader())?;
         let observations = self.fs.observe_all(&paths)?;
-        let plan = plan::plan_apply(desired, &observations, &ledger, prune)?;
+        let mut plan = plan::plan_apply(desired, &observations, &ledger, prune)?;
+        plan::keep_renewed(
+            &mut plan,
+            &self.renewed_on_node(desired, &observations, &ledger),
+            &observations,
+        );
+        if hold_credential_drift {
+            plan::hold_credential_drift(&mut plan, &ledger);
+        }
         report.notices = plan.notices;
         report.unchanged = plan.unchanged;
+        report.renewed = plan.renewed;
+        report.held = plan.held;
         let reasons: Vec<Option<WriteReason>> = plan
             .ops
             .iter()
@@ -378,6 +407,7 @@ impl Engine {
                 }
             }
         }
+        plan::adopt_renewed(&mut ledger, desired, &observations, &report.renewed, &now);
         if error.is_none() {
             ledger.content_hash = Some(desired.content_hash.clone());
         }
@@ -401,28 +431,32 @@ impl Engine {
     pub fn check_credentials(&self, desired: &Desired) -> Result<(), EngineError> {
         use kube_anchor_core::credentials::{self, Context, File};
         let observations = self.fs.observe_all(desired.files.iter().map(|f| &f.path))?;
+        let ledger = self
+            .fs
+            .read_ledger(&self.state_dir, &desired.component)?
+            .unwrap_or_else(|_| Ledger::new(&desired.component));
+        // A renewal made on the node is kept, not written over: its file does not change.
+        let renewed = self.renewed_on_node(desired, &observations, &ledger);
         let files: Vec<File> = desired
             .files
             .iter()
             .map(|f| File {
                 path: &f.path,
                 content: &f.content,
-                changes: !matches!(
-                    observations.get(&f.path),
-                    Some(plan::Observed::File { sha256, .. }) if *sha256 == kube_anchor_core::digest::sha256_hex(&f.content)
-                ),
+                changes: !renewed.iter().any(|r| r.path == f.path)
+                    && !matches!(
+                        observations.get(&f.path),
+                        Some(plan::Observed::File { sha256, .. }) if *sha256 == kube_anchor_core::digest::sha256_hex(&f.content)
+                    ),
             })
             .collect();
         let (manifest, credentials) = files.split_last().expect("the manifest is always last");
         let on_node = |path: &HostPath| self.fs.read(path).ok().flatten();
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs() as i64);
         credentials::check(
             credentials,
             manifest,
             &Context {
-                now,
+                now: unix_now(),
                 node_ip: desired.node_ip,
                 on_node: &on_node,
             },
@@ -440,7 +474,12 @@ impl Engine {
         let paths = paths_of(desired, &ledger);
         plan::check_readable(desired, &reader())?;
         let observations = self.fs.observe_all(&paths)?;
-        let plan = plan::plan_apply(desired, &observations, &ledger, prune)?;
+        let mut plan = plan::plan_apply(desired, &observations, &ledger, prune)?;
+        plan::keep_renewed(
+            &mut plan,
+            &self.renewed_on_node(desired, &observations, &ledger),
+            &observations,
+        );
         let originals = plan::originals(&ledger, &plan.ops, &observations);
         let restorations = plan::restorations(&ledger, &plan.ops);
         let mut changes = Vec::new();
@@ -748,6 +787,45 @@ impl Engine {
         }
     }
 
+    /// The credentials this component wrote that the node now holds renewed
+    /// (`credentials::renewed_on_node`), among `plan::renewal_candidates`: a file kube-anchor
+    /// never wrote is replaced as before, its original kept.
+    fn renewed_on_node(
+        &self,
+        desired: &Desired,
+        observations: &plan::Observations,
+        ledger: &Ledger,
+    ) -> Vec<kube_anchor_core::credentials::Renewed> {
+        let candidates = plan::renewal_candidates(desired, observations, ledger);
+        if candidates.is_empty() {
+            return Vec::new();
+        }
+        let credentials: Vec<&desired::DesiredFile> =
+            desired.files.iter().filter(|f| f.role == Role::Credential).collect();
+        // What the node holds: read for a candidate; known to be the wanted bytes where the hash
+        // says so; not needed otherwise.
+        let on_node: Vec<Option<Vec<u8>>> = credentials
+            .iter()
+            .map(|f| match observations.get(&f.path) {
+                _ if candidates.contains(&&f.path) => self.fs.read(&f.path).ok().flatten(),
+                Some(plan::Observed::File { sha256, .. }) if *sha256 == sha256_hex(&f.content) => {
+                    Some(f.content.clone())
+                }
+                _ => None,
+            })
+            .collect();
+        let held: Vec<kube_anchor_core::credentials::Held> = credentials
+            .iter()
+            .zip(&on_node)
+            .map(|(f, on_node)| kube_anchor_core::credentials::Held {
+                path: &f.path,
+                wanted: &f.content,
+                on_node: on_node.as_deref(),
+            })
+            .collect();
+        kube_anchor_core::credentials::renewed_on_node(&held, unix_now())
+    }
+
     pub fn status(&self, desired: &Desired) -> Result<StatusReport, EngineError> {
         // Read-only: an unusable ledger is reported but left where it is.
         let (ledger, set_aside) = match self.fs.read_ledger(&self.state_dir, &desired.component)? {
@@ -770,7 +848,12 @@ impl Engine {
             last_known_good: ledger.last_known_good.clone(),
             bad: ledger.bad.clone(),
             last_known_good_failing: ledger.last_known_good_failing.clone(),
-            files: plan::status(desired, &observations, &ledger),
+            files: plan::status(
+                desired,
+                &observations,
+                &ledger,
+                &self.renewed_on_node(desired, &observations, &ledger),
+            ),
             set_aside,
             certificates: self.certificates_of(&ledger),
         })
@@ -794,6 +877,13 @@ impl Engine {
             .flat_map(|(e, bytes)| kube_anchor_core::credentials::expiries(&e.path, &bytes))
             .collect()
     }
+}
+
+/// Seconds since the epoch.
+pub fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
 }
 
 /// Every path the config wants or the ledger remembers.
@@ -823,5 +913,6 @@ fn entry_for(
         written_at: now.into(),
         previous_sha256: None,
         original: None,
+        renewed_on_node: false,
     }
 }

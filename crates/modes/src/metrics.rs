@@ -29,6 +29,8 @@ pub(crate) struct Metrics {
     pub etcd_join_pending: Gauge,
     /// The earliest notAfter of the certificates in each credential file, by path.
     pub certificate_expiry: Family<Vec<(String, String)>, Gauge>,
+    /// 1 for each credential renewed on the node and kept, by path, until the config carries it.
+    pub renewed_on_node: Family<Vec<(String, String)>, Gauge>,
 }
 
 impl Metrics {
@@ -78,7 +80,21 @@ impl Metrics {
             "Unix time at which the earliest certificate of a credential file (also one embedded in a kubeconfig) expires",
             m.certificate_expiry.clone(),
         );
+        registry.register(
+            "credential_renewed_on_node",
+            "1 for a credential file renewed on the node (kubeadm certs renew) and kept until the config carries the renewal",
+            m.renewed_on_node.clone(),
+        );
         m
+    }
+
+    pub(crate) fn set_renewed_on_node(&self, paths: &[kube_anchor_core::hostpath::HostPath]) {
+        self.renewed_on_node.clear();
+        for path in paths {
+            self.renewed_on_node
+                .get_or_create(&vec![("path".to_owned(), path.to_string())])
+                .set(1);
+        }
     }
 
     pub(crate) fn set_certificates(&self, certificates: &[kube_anchor_core::credentials::Expiry]) {
@@ -135,6 +151,7 @@ impl Metrics {
             etcd_member: Family::default(),
             etcd_join_pending: Gauge::default(),
             certificate_expiry: Family::default(),
+            renewed_on_node: Family::default(),
         }
     }
 
