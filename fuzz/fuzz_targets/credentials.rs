@@ -1,9 +1,10 @@
 //! The credential checks on arbitrary bytes: the input is cut into a certificate, its key and a
 //! kubeconfig (at the first two NUL bytes); `credentials::check` never panics, whatever PEM,
-//! DER, base64 or YAML it is given.
+//! DER, base64 or YAML it is given, nor does `credentials::renewed_on_node` with those parts as
+//! what the node holds in place of each other.
 #![no_main]
 
-use kube_anchor_core::credentials::{Context, File, check};
+use kube_anchor_core::credentials::{Context, File, Held, check, renewed_on_node};
 use kube_anchor_core::hostpath::HostPath;
 use libfuzzer_sys::fuzz_target;
 
@@ -36,4 +37,10 @@ fuzz_target!(|data: &[u8]| {
         &manifest,
         &Context { now: 1_800_000_000, node_ip: Some("10.0.0.1".parse().unwrap()), on_node: &on_node },
     );
+    let held = [
+        Held { path: &paths[0], wanted: cert, on_node: Some(key) },
+        Held { path: &paths[1], wanted: key, on_node: Some(cert) },
+        Held { path: &paths[2], wanted: kubeconfig, on_node: Some(cert) },
+    ];
+    let _ = renewed_on_node(&held, 1_800_000_000);
 });
