@@ -63,6 +63,24 @@ fn fixture(ca: &Ca, cert: &str, key: &KeyPair) -> Fixture {
     f
 }
 
+/// `kube-anchor run` on the fixture's node with no API server and no container runtime.
+fn run_offline(f: &Fixture) -> support::daemon::Daemon {
+    let missing = f.dir.path().join("missing.kubeconfig");
+    support::daemon::Daemon::start_with_env(
+        &f.config(),
+        &f.node(),
+        "cp-1",
+        &[
+            "--kubeconfig".into(),
+            missing.display().to_string(),
+            "--runtime-endpoint".into(),
+            "none".into(),
+        ],
+        &[("NODE_IP".into(), "10.0.0.10".into())],
+        &f.dir.path().join("run.log"),
+    )
+}
+
 /// `apply` refuses: exit 1, the message names `file` and says `what`, the node is unchanged
 /// (also with `--dry-run`).
 fn refused(f: &Fixture, file: &str, what: &str) {
@@ -222,20 +240,7 @@ fn expiry_is_visible_in_status_check_expiration_and_the_metric() {
     );
 
     // The daemon's metric: each file's earliest notAfter.
-    let missing = f.dir.path().join("missing.kubeconfig");
-    let d = support::daemon::Daemon::start_with_env(
-        &f.config(),
-        &f.node(),
-        "cp-1",
-        &[
-            "--kubeconfig".into(),
-            missing.display().to_string(),
-            "--runtime-endpoint".into(),
-            "none".into(),
-        ],
-        &[("NODE_IP".into(), "10.0.0.10".into())],
-        &f.dir.path().join("run.log"),
-    );
+    let d = run_offline(&f);
     support::poll::Poll::new(std::time::Duration::from_secs(30), "the expiry metric")
         .every(std::time::Duration::from_millis(100))
         .context(|| format!("{}\n{:?}", d.log_text(), d.get("/metrics")))
@@ -281,23 +286,7 @@ fn a_renewal_made_on_the_node_is_kept_until_the_config_carries_it() {
     let cert = leaf(&ca, &["10.0.0.10"], 2024, 2100, &key);
     let f = fixture(&ca, &cert, &key);
     f.apply();
-    let missing = f.dir.path().join("missing.kubeconfig");
-    let start = || {
-        support::daemon::Daemon::start_with_env(
-            &f.config(),
-            &f.node(),
-            "cp-1",
-            &[
-                "--kubeconfig".into(),
-                missing.display().to_string(),
-                "--runtime-endpoint".into(),
-                "none".into(),
-            ],
-            &[("NODE_IP".into(), "10.0.0.10".into())],
-            &f.dir.path().join("run.log"),
-        )
-    };
-    let d = start();
+    let d = run_offline(&f);
     let metric = |d: &support::daemon::Daemon, path: &str| {
         d.get("/metrics").and_then(|(_, body)| {
             body.lines()
@@ -369,7 +358,7 @@ fn a_renewal_made_on_the_node_is_kept_until_the_config_carries_it() {
     assert_eq!(f.read(CERT), renewed);
 
     // A change that is no renewal (another CA's certificate for the same key) is repaired.
-    let d = start();
+    let d = run_offline(&f);
     let foreign = new_ca();
     std::fs::write(f.host(CERT), leaf(&foreign, &["10.0.0.10"], 2024, 2120, &new_key)).unwrap();
     support::poll::Poll::new(Duration::from_secs(30), "the foreign certificate repaired")
