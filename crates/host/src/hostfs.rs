@@ -88,6 +88,23 @@ pub fn reader() -> Reader {
     }
 }
 
+/// Whether another process holds a write lock on `path` (a POSIX record lock or an open file
+/// description lock, which conflict with each other): asks for a shared lock without waiting
+/// and lets go at once. Needs only read access. A missing file is not locked.
+pub fn write_locked(path: &Path) -> io::Result<bool> {
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    match rustix::fs::fcntl_lock(&file, rustix::fs::FlockOperation::NonBlockingLockShared) {
+        // Closing the file (its last descriptor in this process) releases the lock.
+        Ok(()) => Ok(false),
+        Err(e) if e == rustix::io::Errno::AGAIN || e == rustix::io::Errno::ACCESS => Ok(true),
+        Err(e) => Err(e.into()),
+    }
+}
+
 fn io_err<'a>(path: &'a HostPath, op: &'static str) -> impl FnOnce(io::Error) -> HostFsError + 'a {
     move |source| HostFsError::Io {
         path: path.clone(),
@@ -1121,5 +1138,28 @@ mod tests {
             .collect();
         assert_eq!(names.len(), 3, "{names:?} ({second}, {third})");
         assert!(!file.exists());
+    }
+
+    #[test]
+    #[allow(unsafe_code)] // one fcntl to take etcd's kind of lock, which std does not offer
+    fn a_write_lock_such_as_etcds_is_seen_and_none_is_left_behind() {
+        use std::os::fd::AsRawFd;
+        let dir = tempfile::tempdir().unwrap();
+        let wal = dir.path().join("0000000000000000-0000000000000000.wal");
+        fs::write(&wal, b"wal").unwrap();
+        assert!(!write_locked(&wal).unwrap());
+        assert!(!write_locked(&dir.path().join("missing.wal")).unwrap());
+        // etcd's lock: an open file description write lock (F_OFD_SETLK), which conflicts with
+        // the record lock asked for even from the same process.
+        let holder = fs::OpenOptions::new().write(true).open(&wal).unwrap();
+        // SAFETY: a zeroed `flock` is a valid value; fcntl only reads it.
+        let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+        lock.l_type = libc::F_WRLCK as _;
+        lock.l_whence = libc::SEEK_SET as _;
+        // SAFETY: a valid descriptor and a valid `flock`.
+        assert_eq!(unsafe { libc::fcntl(holder.as_raw_fd(), libc::F_OFD_SETLK, &lock) }, 0);
+        assert!(write_locked(&wal).unwrap());
+        drop(holder);
+        assert!(!write_locked(&wal).unwrap(), "released with its holder");
     }
 }

@@ -2,7 +2,7 @@
 //! one executor of `plan::Op`s, ledger storage, the state lock), inotify change notification and
 //! the process's memory.
 
-#![deny(unsafe_code)] // `memory` alone allows it (mallopt, madvise).
+#![deny(unsafe_code)] // `memory` alone allows it (mallopt, madvise), and one test (fcntl).
 
 pub mod hostfs;
 pub mod memory;

@@ -387,11 +387,14 @@ pub struct PreStopArgs {
     /// only on a decommission (e.g. etcd leaving its cluster). A failure keeps every file.
     #[arg(long, env = "KUBE_ANCHOR_BEFORE_REMOVE")]
     pub before_remove: Option<String>,
-    /// The component's health endpoint: once it stops answering the credentials may go.
+    /// The component's health endpoint: once it stops answering the credentials may go (when
+    /// the container runtime cannot say so itself).
     #[arg(long, env = "KUBE_ANCHOR_HEALTH_URL")]
     pub health_url: Option<String>,
     #[arg(long, env = "KUBE_ANCHOR_HEALTH_CA_FILE")]
     pub health_ca_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
     /// Refuse to remove while fewer than a quorum of other Ready copies would remain, unless the
     /// Node or the DaemonSet is annotated `kube-anchor.io/decommission: "true"`. auto: on for
     /// etcd and kube-apiserver.

@@ -408,25 +408,62 @@ async fn healthy_members(members: &[membership::Member], creds: &Credentials) ->
     futures::future::join_all(checks).await.into_iter().flatten().collect()
 }
 
-/// Waits until this member's client URL stops answering (etcd stopped), at most until `until`.
-pub(crate) async fn wait_etcd_stopped(inputs: &Inputs, member: &EtcdMember, until: Instant) -> bool {
-    let (Ok(url), Ok(creds)) = (own_client_url(inputs, member), credentials(member)) else {
+/// Waits until etcd has stopped, at most until `until`: its client URL no longer answers, and
+/// no process holds its WAL. etcd closes its listeners first and keeps writing its data dir
+/// until it exits (a data dir deleted in between came back as a partial one); it holds a write
+/// lock on its WAL files (`pkg/fileutil`) for as long as it runs.
+pub(crate) async fn wait_etcd_stopped(engine: &Engine, inputs: &Inputs, member: &EtcdMember, until: Instant) -> bool {
+    let (Ok(url), Ok(creds), Ok(data)) = (
+        own_client_url(inputs, member),
+        credentials(member),
+        data_dir(engine, member),
+    ) else {
         return false;
     };
     let Ok(endpoint) = Endpoint::new(&url, &creds, Duration::from_secs(1)) else {
         return false;
     };
+    let mut silent = false;
     while Instant::now() < until {
-        match tokio::time::timeout(until.saturating_duration_since(Instant::now()), endpoint.status()).await {
-            // etcd itself answering with an error is still etcd running.
-            Ok(Err(EtcdError::Call { reason, .. })) if reason.contains("etcdserver:") => {}
-            Ok(Err(_)) => return true,
-            Ok(Ok(_)) => {}
-            Err(_) => break,
+        if !silent {
+            match tokio::time::timeout(until.saturating_duration_since(Instant::now()), endpoint.status()).await {
+                // etcd itself answering with an error is still etcd running.
+                Ok(Err(EtcdError::Call { reason, .. })) if reason.contains("etcdserver:") => {}
+                Ok(Err(_)) => silent = true,
+                Ok(Ok(_)) => {}
+                Err(_) => break,
+            }
+        }
+        if silent {
+            match wal_held(&data) {
+                Ok(false) => return true,
+                Ok(true) => {}
+                Err(e) => {
+                    tracing::warn!(data_dir = %data.display(), error = %e, "cannot tell whether etcd still holds its WAL; its data dir is kept");
+                    return false;
+                }
+            }
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     false
+}
+
+/// Whether a process holds a lock on one of the WAL files below `data`.
+fn wal_held(data: &Path) -> io::Result<bool> {
+    let wal = data.join("member/wal");
+    let entries = match fs::read_dir(&wal) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    for entry in entries {
+        let path = entry?.path();
+        if path.extension().is_some_and(|x| x == "wal") && kube_anchor_host::hostfs::write_locked(&path)? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// The snapshot of the data dir saved before it is deleted.

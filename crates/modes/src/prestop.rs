@@ -30,7 +30,9 @@ use kube_anchor_core::config::EtcdMember;
 use kube_anchor_core::config::Role;
 use kube_anchor_core::decommission::{self, Decision, Lookup, ThisPod};
 use kube_anchor_core::hostpath::HostPath;
+use kube_anchor_core::runtime::RuntimeView;
 use kube_anchor_core::staticpod;
+use kube_anchor_k8s::cri::{RuntimeObserver, StaticPodRef};
 use kube_anchor_k8s::direct::HealthCheck;
 use kube_anchor_k8s::evidence::{decide_with_evidence, remaining};
 use kube_anchor_k8s::kubeapi::{self, API_TIMEOUT, EventSink};
@@ -143,15 +145,15 @@ async fn run_inner(args: &PreStopArgs, deadline: Instant) -> anyhow::Result<Exit
         let budget = remaining(deadline).saturating_sub(FINAL_STEP);
         run_hook(command, budget).await?;
     }
-    let mirror = mirror_of(&engine, &component, args.identity.node_name.as_deref());
+    let pod = static_pod_of(&engine, &component, args.identity.node_name.as_deref());
     let manifests = engine.remove_roles(&component, &[Role::Manifest])?;
-    wait_stopped(args, client.as_ref().ok(), mirror, deadline).await;
+    wait_stopped(args, client.as_ref().ok(), pod, deadline).await;
     let credentials = engine.remove_roles(&component, &[Role::Credential])?;
     let mut removed: Vec<HostPath> = manifests.removed.into_iter().chain(credentials.removed).collect();
     if let Some((inputs, member)) = &etcd {
         // The data dir goes only once etcd has stopped and its database is saved.
         let until = deadline - FINAL_STEP.min(remaining(deadline));
-        if etcd_member::wait_etcd_stopped(inputs, member, until).await {
+        if etcd_member::wait_etcd_stopped(&engine, inputs, member, until).await {
             match etcd_member::save_and_remove_data_dir(&engine, &component, member) {
                 Ok(saved) => {
                     if let Some(s) = &saved {
@@ -252,32 +254,64 @@ async fn run_hook(command: &str, budget: Duration) -> anyhow::Result<()> {
 }
 
 /// (namespace, name) of the mirror pod of the manifest on disk, read before it is removed.
-fn mirror_of(engine: &Engine, component: &str, node: Option<&str>) -> Option<(String, String)> {
+/// The static pod this component's manifest describes on this node.
+fn static_pod_of(engine: &Engine, component: &str, node: Option<&str>) -> Option<StaticPodRef> {
     let ledger = engine.ledger(component).ok()?;
     let entry = ledger.entries().iter().find(|e| e.role == Role::Manifest)?;
     let bytes = engine.fs.read(&entry.path).ok()??;
     let pod = staticpod::parse(entry.path.as_path(), std::str::from_utf8(&bytes).ok()?).ok()?;
-    Some((pod.namespace, format!("{}-{}", pod.name, node?.to_lowercase())))
+    Some(StaticPodRef {
+        name: pod.name,
+        namespace: pod.namespace,
+        node: Some(node?.to_owned()),
+    })
 }
 
-/// Waits (bounded) until the static pod has stopped: its mirror pod is gone, or the health URL
-/// stops answering. With neither to look at, there is nothing to wait for.
-async fn wait_stopped(
-    args: &PreStopArgs,
-    client: Option<&kube::Client>,
-    mirror: Option<(String, String)>,
-    deadline: Instant,
-) {
+/// Waits (bounded) until the static pod has stopped. The container runtime says so best: no
+/// sandbox of the pod, or its sandbox stopped (the kubelet stops the sandbox only once it has
+/// dropped the pod; a component that merely exited is restarted in the same sandbox, as etcd is
+/// after its member is removed). Without an answer from the runtime: the mirror pod gone, or the
+/// health URL silent. With nothing to look at, there is nothing to wait for.
+async fn wait_stopped(args: &PreStopArgs, client: Option<&kube::Client>, pod: Option<StaticPodRef>, deadline: Instant) {
     let health = args
         .health_url
         .as_deref()
         .and_then(|u| HealthCheck::new(u, args.health_ca_file.as_deref()).ok());
+    let runtime = pod
+        .as_ref()
+        .and_then(|_| RuntimeObserver::new(&args.node.host_root, args.runtime.endpoint()));
+    let mirror = pod.as_ref().and_then(|p| {
+        Some((
+            p.namespace.clone(),
+            format!("{}-{}", p.name, p.node.as_ref()?.to_lowercase()),
+        ))
+    });
     let client = client.filter(|_| mirror.is_some());
-    if client.is_none() && health.is_none() {
+    if client.is_none() && health.is_none() && runtime.is_none() {
         return;
     }
     let until = deadline - FINAL_STEP.min(remaining(deadline));
     while Instant::now() < until {
+        if let (Some(observer), Some(pod)) = (&runtime, &pod) {
+            match observer.observe(pod).await {
+                RuntimeView::NoSandbox => {
+                    tracing::info!(pod = %pod.name, "the static pod is gone from the container runtime");
+                    return;
+                }
+                RuntimeView::Pod(p) if !p.ready => {
+                    tracing::info!(pod = %pod.name, "the static pod's sandbox is stopped");
+                    return;
+                }
+                RuntimeView::Pod(_) => {
+                    // Still there: a silent health URL may be a container about to be restarted.
+                    tokio::time::sleep(Duration::from_millis(250).min(remaining(until))).await;
+                    continue;
+                }
+                // No runtime to ask, and nothing else to look at: nothing to wait for.
+                RuntimeView::Unavailable { .. } if client.is_none() && health.is_none() => return,
+                RuntimeView::Unavailable { .. } => {}
+            }
+        }
         // Each probe ends by `until`: the credentials go after it, whatever the API does.
         if let Some(h) = &health
             && !matches!(tokio::time::timeout(remaining(until), h.check()).await, Ok(Ok(())))
