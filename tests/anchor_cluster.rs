@@ -414,3 +414,135 @@ async fn a_crash_looping_push_is_rolled_back_without_a_false_last_known_good_fai
     assert_eq!(fs::read_to_string(&manifest).unwrap(), good_manifest);
     eprintln!("done after {:?}", started.elapsed());
 }
+
+/// Local truth when the kubelet's reports lag behind: a kubelet cut off from the API server (its
+/// path to it severed while the server answers everyone else) runs every version the anchor
+/// writes, but the mirror pod the anchor reads keeps what the kubelet last posted. A good version passes its
+/// trial on the container runtime's word and the health URL, and a crash-looping one is rolled
+/// back with the runtime's view in its reason, with the API answering the anchor all along and
+/// the mirror pod never showing either version.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kubelet_whose_reports_lag_does_not_decide_the_trial() {
+    let cp = control_plane::shared().await;
+    let node = cp.add_process_node("lag-node", &[]).await;
+    let ns = cp.namespace("lag").await;
+    let kubeconfig = cp.anchor_service_account().await;
+    let work = tempfile::tempdir().unwrap();
+    let mut volume = ConfigVolume::new(
+        &work.path().join("config"),
+        &refs(&process_volume_files(&ns, "[sleep, infinity]")),
+    );
+    let manifest = node.host_root().join("etc/kubernetes/manifests/kube-scheduler.yaml");
+    let d = start_anchor(
+        &node,
+        &ns,
+        &kubeconfig,
+        "lag-anchor",
+        "20s",
+        health_server(|| 200),
+        &volume,
+        work.path(),
+        &["--crash-loop-threshold", "1"],
+    );
+    let log = || format!("log:\n{}", d.log_text());
+    wait_ready(&d).await;
+    let first = status_json(&volume.config(), &node)["contentHash"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    Poll::new(WAIT, "the first version last-known-good")
+        .every(Duration::from_millis(250))
+        .context(log)
+        .until_async(|| async { status_json(&volume.config(), &node)["lastKnownGoodHash"] == first })
+        .await;
+
+    // The kubelet's path to the API goes through a proxy the test cuts once the kubelet has
+    // posted the pod it started again (a kubelet that never reached an API since it started
+    // does not replace a static pod at all, so it would show nothing).
+    let server: std::net::SocketAddr = cp.server.trim_start_matches("https://").parse().unwrap();
+    let path = support::severable::Severable::start(server);
+    let restarted = k8s_openapi::jiff::Timestamp::now();
+    cp.stop_kubelet(&node.name);
+    cp.start_kubelet_through(&node.name, &path.url()).await;
+    let pods: Api<Pod> = Api::namespaced(cp.admin().await, &ns);
+    Poll::new(WAIT, "the restarted kubelet's report of the pod it started again")
+        .every(Duration::from_millis(250))
+        .context(log)
+        .until_async(|| async {
+            let Ok(Some(pod)) = pods.get_opt(&format!("kube-scheduler-{}", node.name)).await else {
+                return false;
+            };
+            let started = pod
+                .status
+                .and_then(|s| s.container_statuses)
+                .and_then(|c| c.first()?.state.clone()?.running?.started_at);
+            // startedAt has whole seconds.
+            started.is_some_and(|t| t.0.as_second() >= restarted.as_second())
+        })
+        .await;
+    path.sever();
+    let mirror_hash = || async {
+        pods.get_opt(&format!("kube-scheduler-{}", node.name))
+            .await
+            .unwrap()
+            .and_then(|p| p.metadata.annotations)
+            .and_then(|a| a.get("kube-anchor.io/content-hash").cloned())
+    };
+
+    // A good version: passes its trial although the mirror pod never shows it.
+    volume.update(&refs(&process_volume_files(&ns, "[sleep, '1000000']")));
+    let good = Poll::new(WAIT, "the good version last-known-good without its mirror pod")
+        .every(Duration::from_millis(250))
+        .context(log)
+        .until_async(|| async {
+            let s = status_json(&volume.config(), &node);
+            (s["contentHash"] != first.as_str() && s["lastKnownGoodHash"] == s["contentHash"])
+                .then(|| s["contentHash"].as_str().unwrap().to_owned())
+        })
+        .await;
+    assert_ne!(
+        mirror_hash().await.as_deref(),
+        Some(good.as_str()),
+        "the kubelet's reports did lag"
+    );
+    assert!(
+        status_json(&volume.config(), &node)["badVersions"]
+            .as_array()
+            .is_none_or(|b| b.is_empty()),
+        "{}",
+        log()
+    );
+    let good_manifest = fs::read_to_string(&manifest).unwrap();
+
+    // A crash-looping version under the same lag: rolled back, the runtime's view named.
+    volume.update(&refs(&process_volume_files(&ns, "[sh, -c, 'sleep 2; exit 1']")));
+    let bad = Poll::new(WAIT, "the crash-looping version rolled back without its mirror pod")
+        .every(Duration::from_millis(250))
+        .context(|| {
+            format!(
+                "/readyz: {:?}\nstatus: {}\n{}",
+                d.get("/readyz"),
+                status_json(&volume.config(), &node),
+                log()
+            )
+        })
+        .until_async(|| async {
+            let s = status_json(&volume.config(), &node);
+            s["badVersions"].as_array().is_some_and(|b| !b.is_empty()).then_some(s)
+        })
+        .await;
+    // Failed with what the node shows beside what the stale mirror pod says: the runtime's view
+    // of the container (not converged, or a crash loop once restarted often enough).
+    let reason = bad["badVersions"][0]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("container runtime"),
+        "failed on the runtime's word: {bad}"
+    );
+    assert_eq!(
+        fs::read_to_string(&manifest).unwrap(),
+        good_manifest,
+        "last-known-good restored"
+    );
+    assert_ne!(mirror_hash().await.as_deref(), Some(good.as_str()), "{}", log());
+    cp.stop_kubelet(&node.name);
+}

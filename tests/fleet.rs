@@ -460,46 +460,98 @@ async fn per_node_daemonsets_replaced_at_once_still_roll_one_node_at_a_time() {
     );
 }
 
-/// A kubeconfig whose embedded client certificate belongs to `key`; `wrong_key` embeds another
-/// key instead (a Secret updated with one half of a renewal).
-fn scheduler_kubeconfig(wrong_key: bool) -> String {
-    use base64::Engine as _;
-    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
-    static PKI: std::sync::OnceLock<(String, String, String, String)> = std::sync::OnceLock::new();
-    let (ca, cert, key, other) = PKI.get_or_init(|| {
+/// The scheduler's test PKI: a CA and a client certificate that expires in 10 days (inside the
+/// anchors' default warning horizon of 30 days).
+struct SchedulerPki {
+    ca: rcgen::CertificateParams,
+    ca_key: rcgen::KeyPair,
+    ca_pem: String,
+    cert: String,
+    key: String,
+    other_key: String,
+}
+
+fn scheduler_pki() -> &'static SchedulerPki {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+    static PKI: std::sync::OnceLock<SchedulerPki> = std::sync::OnceLock::new();
+    PKI.get_or_init(|| {
         let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
         ca.distinguished_name.push(DnType::CommonName, "kubernetes");
         ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         let ca_key = KeyPair::generate().unwrap();
         let ca_pem = ca.self_signed(&ca_key).unwrap().pem();
-        let mut client = CertificateParams::new(Vec::<String>::new()).unwrap();
-        client
-            .distinguished_name
-            .push(DnType::CommonName, "system:kube-scheduler");
         let key = KeyPair::generate().unwrap();
-        let cert = client
-            .signed_by(&key, &Issuer::from_params(&ca, &ca_key))
-            .unwrap()
-            .pem();
-        (
+        let cert = scheduler_certificate(&ca, &ca_key, &key, 10);
+        SchedulerPki {
+            ca,
+            ca_key,
             ca_pem,
             cert,
-            key.serialize_pem(),
-            KeyPair::generate().unwrap().serialize_pem(),
-        )
-    });
+            key: key.serialize_pem(),
+            other_key: KeyPair::generate().unwrap().serialize_pem(),
+        }
+    })
+}
+
+/// The scheduler's client certificate for `key`, valid until `days` from today.
+fn scheduler_certificate(
+    ca: &rcgen::CertificateParams,
+    ca_key: &rcgen::KeyPair,
+    key: &rcgen::KeyPair,
+    days: u64,
+) -> String {
+    let mut client = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    client
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "system:kube-scheduler");
+    let until = humantime::format_rfc3339_seconds(std::time::SystemTime::now() + Duration::from_secs(days * 86_400))
+        .to_string();
+    client.not_after = rcgen::date_time_ymd(
+        until[0..4].parse().unwrap(),
+        until[5..7].parse().unwrap(),
+        until[8..10].parse().unwrap(),
+    );
+    client
+        .signed_by(key, &rcgen::Issuer::from_params(ca, ca_key))
+        .unwrap()
+        .pem()
+}
+
+fn kubeconfig_with(ca: &str, cert: &str, key: &str) -> String {
+    use base64::Engine as _;
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
     format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: \"https://127.0.0.1:6443\", certificate-authority-data: {}}}\nusers:\n- name: scheduler\n  user: {{client-certificate-data: {}, client-key-data: {}}}\ncontexts:\n- name: c\n  context: {{cluster: c, user: scheduler}}\ncurrent-context: c\n",
         b64(ca),
         b64(cert),
-        b64(if wrong_key { other } else { key })
+        b64(key)
     )
+}
+
+/// A kubeconfig whose embedded client certificate belongs to its key; `wrong_key` embeds
+/// another key instead (a Secret updated with one half of a renewal).
+fn scheduler_kubeconfig(wrong_key: bool) -> String {
+    let pki = scheduler_pki();
+    kubeconfig_with(
+        &pki.ca_pem,
+        &pki.cert,
+        if wrong_key { &pki.other_key } else { &pki.key },
+    )
+}
+
+/// The same kubeconfig as `kubeadm certs renew scheduler.conf` leaves it: a new key and a
+/// certificate for it valid a year longer.
+fn renewed_scheduler_kubeconfig() -> String {
+    let pki = scheduler_pki();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = scheduler_certificate(&pki.ca, &pki.ca_key, &key, 375);
+    kubeconfig_with(&pki.ca_pem, &cert, &key.serialize_pem())
 }
 
 /// A `helm upgrade` whose Secret carries a key of another certificate: the first node's anchor
 /// refuses it before anything is written (its static pod never restarts), says so on `/readyz`
-/// and in a Warning Event, and takes no rollout turn; no other node sees it.
+/// and in a Warning Event, and takes no rollout turn; no other node sees it. Then the Events of
+/// the other anchors: a certificate expiring soon, and a renewal made on a node, kept.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_push_with_a_mismatched_key_is_refused_by_the_first_anchor_before_anything_restarts() {
     let cp = control_plane::shared().await;
@@ -573,4 +625,34 @@ async fn a_push_with_a_mismatched_key_is_refused_by_the_first_anchor_before_anyt
     for node in &nodes[1..] {
         assert!(node.ready(), "{}: {}", node.handle.name, node.log());
     }
+
+    // The other nodes' anchors warn of the client certificate expiring in 10 days, each from its
+    // own node's files, through the real API server.
+    let admin = cp.admin().await;
+    let pod = |node: &Node| format!("fleet-anchor-{}-{}", node.handle.name, node.pods);
+    for node in &nodes[1..] {
+        let event = control_plane::event(&admin, &ns, "CertificateExpiresSoon", Some(&pod(node)), WAIT).await;
+        let note = event.note.unwrap_or_default();
+        assert!(
+            note.starts_with(
+                "/etc/kubernetes/scheduler.conf (user scheduler: client-certificate-data) (CN=system:kube-scheduler) expires at "
+            ),
+            "{note}"
+        );
+    }
+
+    // `kubeadm certs renew scheduler.conf` on the second node: kept, not put back, and said.
+    let conf = nodes[1].handle.host_root().join("etc/kubernetes/scheduler.conf");
+    let renewed = renewed_scheduler_kubeconfig();
+    fs::write(&conf, &renewed).unwrap();
+    let event = control_plane::event(&admin, &ns, "CertificateRenewedOnNode", Some(&pod(&nodes[1])), WAIT).await;
+    let note = event.note.unwrap_or_default();
+    assert!(
+        note.starts_with("/etc/kubernetes/scheduler.conf: CN=system:kube-scheduler renewed on the node: valid until ")
+            && note.contains(", with a new key"),
+        "{note}"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(fs::read_to_string(&conf).unwrap(), renewed, "{}", nodes[1].log());
+    assert!(nodes[1].ready(), "{}", nodes[1].log());
 }

@@ -14,3 +14,4 @@ pub mod poll;
 pub mod poller;
 pub mod processes;
 pub mod selfhosted;
+pub mod severable;

@@ -287,6 +287,17 @@ impl ControlPlane {
         self.start_kubelet_with(name, Some(&offline));
     }
 
+    /// Starts a stopped kubelet again with its API server reached at `server` instead (a
+    /// [`super::severable::Severable`] path a test can cut later); waits until the Node is Ready.
+    pub async fn start_kubelet_through(&self, name: &str, server: &str) {
+        let root = self.nodes.lock().unwrap()[name].root.clone();
+        let text = fs::read_to_string(root.join("kubelet.kubeconfig")).unwrap();
+        let through = root.join("kubelet-through.kubeconfig");
+        fs::write(&through, text.replace(&self.server, server)).unwrap();
+        self.start_kubelet_with(name, Some(&through));
+        self.wait_node_ready(name, Duration::from_secs(60)).await;
+    }
+
     fn start_kubelet_with(&self, name: &str, kubeconfig: Option<&Path>) {
         let mut nodes = self.nodes.lock().unwrap();
         let node = nodes.get_mut(name).expect("a node of this control plane");

@@ -241,6 +241,10 @@ fn assess_sources(observation: &VersionView, hash: &str, crash_loop_threshold: u
         (_, Some(Local::Running)) if health_answers => Assessment::Converged,
         // Nothing but the runtime can be asked, and it runs it.
         (FromApi::Unknown(_), Some(Local::Running)) if observation.health.is_none() => Assessment::Converged,
+        // A mirror pod may lag behind the node: what the runtime shows goes with it.
+        (FromApi::NotConverged(reason), Some(Local::NotRunning(what))) => {
+            Assessment::NotConverged(format!("{reason}; container runtime: {what}"))
+        }
         (FromApi::NotConverged(reason), _) => Assessment::NotConverged(reason),
         (_, Some(Local::NotRunning(reason))) => Assessment::NotConverged(reason),
         (FromApi::Unknown(api), Some(Local::Unknown(local))) => Assessment::Unknown(format!("{api}; {local}")),
@@ -649,6 +653,16 @@ mod tests {
                     5,
                 ),
                 |a| matches!(a, Assessment::CrashLooping(_)),
+            ),
+            (
+                "a late mirror pod of the old version, the runtime shows the new one exited: both named",
+                view(
+                    present("sha256:old", "Running", true, 0),
+                    Some(Ok(())),
+                    Some(pod(H, true, vec![container("c", 1, Exited)])),
+                    1,
+                ),
+                |a| matches!(a, Assessment::NotConverged(r) if r.contains("sha256:old") && r.contains("container runtime: container c exited")),
             ),
             (
                 "mirror pod Running but not Ready, the runtime runs it, no health URL: the mirror pod decides",
