@@ -52,6 +52,7 @@ async fn a_daemonset_parent_is_checkpointed_activated_and_retired_only_after_its
             "template": {
                 "metadata": {"labels": {"app": "ckpt"}, "annotations": {"checkpointer.alpha.coreos.com/checkpoint": "true"}},
                 "spec": {
+                    "nodeSelector": {"kubernetes.io/hostname": node.name},
                     "tolerations": [{"operator": "Exists"}],
                     "containers": [{"name": "app", "image": "registry.example/app:1",
                         "volumeMounts": [{"name": "secret", "mountPath": "/s"}, {"name": "config", "mountPath": "/c"}]}],
@@ -74,6 +75,7 @@ async fn a_daemonset_parent_is_checkpointed_activated_and_retired_only_after_its
             "template": {
                 "metadata": {"labels": {"app": "refused"}, "annotations": {"checkpointer.alpha.coreos.com/checkpoint": "true"}},
                 "spec": {
+                    "nodeSelector": {"kubernetes.io/hostname": node.name},
                     "tolerations": [{"operator": "Exists"}],
                     "containers": [{"name": "app", "image": "registry.example/app:1",
                         "env": [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "app-secret", "key": "token"}}}]}]
@@ -93,6 +95,7 @@ async fn a_daemonset_parent_is_checkpointed_activated_and_retired_only_after_its
                 let list = pods.list(&ListParams::default().labels("app=ckpt")).await.ok()?;
                 list.items.into_iter().find(|p| {
                     p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node.as_str())
+                        && !is_mirror(p)
                         && ready(p)
                         && p.metadata.deletion_timestamp.is_none()
                         && p.metadata.name != not
@@ -277,8 +280,12 @@ fn start_checkpointer(
     CheckpointerProcess::start(node, &cp.admin_kubeconfig, work, &args)
 }
 
-fn annotated_template(label: &str, extra_spec: serde_json::Value) -> serde_json::Value {
+/// A pod template for `node` only: every test of this binary adds its own node to the shared
+/// control plane, and a DaemonSet placed everywhere would put its pods under the other tests'
+/// checkpointers.
+fn annotated_template(label: &str, node: &str, extra_spec: serde_json::Value) -> serde_json::Value {
     let mut spec = serde_json::json!({
+        "nodeSelector": {"kubernetes.io/hostname": node},
         "tolerations": [{"operator": "Exists"}],
         "containers": [{"name": "app", "image": "registry.example/app:1"}]
     });
@@ -296,7 +303,7 @@ fn annotated_template(label: &str, extra_spec: serde_json::Value) -> serde_json:
 async fn create_annotated_daemonset(daemonsets: &Api<DaemonSet>, pods: &Api<Pod>, name: &str, node: &str) -> String {
     let ds: DaemonSet = serde_json::from_value(serde_json::json!({
         "metadata": {"name": name},
-        "spec": {"selector": {"matchLabels": {"app": name}}, "template": annotated_template(name, serde_json::json!({}))}
+        "spec": {"selector": {"matchLabels": {"app": name}}, "template": annotated_template(name, node, serde_json::json!({}))}
     }))
     .unwrap();
     daemonsets.create(&PostParams::default(), &ds).await.unwrap();
@@ -309,7 +316,9 @@ async fn create_annotated_daemonset(daemonsets: &Api<DaemonSet>, pods: &Api<Pod>
     .unwrap()
 }
 
-/// The Ready pod with `label` on `node`, other than `not`.
+/// The Ready pod with `label` on `node`, other than `not`: the owner's own, never the mirror
+/// pod of a checkpoint (it carries the same labels; a checkpoint is active while the kubelet's
+/// own list does not show the owner's pod yet).
 async fn ready_pod(pods: &Api<Pod>, label: &str, node: &str, not: &[String]) -> Option<Pod> {
     let list = pods
         .list(&ListParams::default().labels(&format!("app={label}")))
@@ -317,10 +326,18 @@ async fn ready_pod(pods: &Api<Pod>, label: &str, node: &str, not: &[String]) -> 
         .ok()?;
     list.items.into_iter().find(|p| {
         p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node)
+            && !is_mirror(p)
             && ready(p)
             && p.metadata.deletion_timestamp.is_none()
             && !not.iter().any(|n| Some(n) == p.metadata.name.as_ref())
     })
+}
+
+fn is_mirror(pod: &Pod) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"))
 }
 
 fn ready_at(pod: &Pod) -> std::time::SystemTime {
@@ -354,7 +371,7 @@ async fn a_daemonset_recreated_under_the_same_name_is_the_same_owner() {
     let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
     let ds: DaemonSet = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "agent"},
-        "spec": {"selector": {"matchLabels": {"app": "agent"}}, "template": annotated_template("agent", serde_json::json!({}))}
+        "spec": {"selector": {"matchLabels": {"app": "agent"}}, "template": annotated_template("agent", &node.name, serde_json::json!({}))}
     }))
     .unwrap();
     daemonsets.create(&PostParams::default(), &ds).await.unwrap();
@@ -423,10 +440,7 @@ async fn a_deployment_rollout_retires_the_old_replicasets_checkpoint() {
     let deployments: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(admin.clone(), &ns);
     let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
     let template = |version: &str| {
-        let mut t = annotated_template(
-            "web",
-            serde_json::json!({"nodeSelector": {"kubernetes.io/hostname": node.name}}),
-        );
+        let mut t = annotated_template("web", &node.name, serde_json::json!({}));
         t["metadata"]["annotations"]["version"] = version.into();
         t
     };
@@ -471,7 +485,9 @@ async fn a_deployment_rollout_retires_the_old_replicasets_checkpoint() {
     .metadata
     .name
     .unwrap();
-    c.wait_for(WAIT, "the new pod checkpointed", &|| inactive(&p2).exists());
+    c.wait_for(WAIT, &format!("the new pod {p2} checkpointed"), &|| {
+        inactive(&p2).exists()
+    });
     c.wait_for(WAIT, "the old ReplicaSet's checkpoint retired", &|| {
         !inactive(&p1).exists()
     });
@@ -520,7 +536,7 @@ async fn a_decommissioned_checkpointer_retires_what_it_manages_then_itself() {
     ] {
         let ds: DaemonSet = serde_json::from_value(serde_json::json!({
             "metadata": {"name": name},
-            "spec": {"selector": {"matchLabels": {"app": name}}, "template": annotated_template(name, extra),
+            "spec": {"selector": {"matchLabels": {"app": name}}, "template": annotated_template(name, &node.name, extra),
                 "updateStrategy": {"type": "OnDelete"}}
         }))
         .unwrap();
