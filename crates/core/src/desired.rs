@@ -67,7 +67,8 @@ pub fn build(anchor: &Anchor, sources: &[Vec<u8>], vars: &Variables) -> Result<D
     }
     let manifest_spec = anchor.manifest();
     let manifest_text = std::str::from_utf8(&files.last().expect("manifest").content).expect("rendered text is UTF-8");
-    let pod = staticpod::parse(&manifest_spec.source, manifest_text)?;
+    // The kubelet names the pod `<name>-<node>`: the name's room depends on this node's name.
+    let pod = staticpod::parse_for_node(&manifest_spec.source, manifest_text, vars.get("NODE_NAME"))?;
 
     // Framed fields, so that moving bytes between two files always changes the hash.
     let mut hasher = Sha256::new();

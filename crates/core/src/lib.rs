@@ -19,6 +19,7 @@ pub mod lifecycle;
 pub mod membership;
 pub mod pinned;
 pub mod plan;
+pub mod pod_rules;
 pub mod pod_status;
 pub mod render;
 pub mod rollout;

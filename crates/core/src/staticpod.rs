@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::core::v1::{EnvFromSource, EnvVar, Pod, Volume};
 use serde_yaml_ng::{Mapping, Value};
 
+use crate::pod_rules;
 use crate::yaml::{self, MAX_FLOW_DEPTH, YamlError};
 
 pub const CONTENT_HASH_ANNOTATION: &str = "kube-anchor.io/content-hash";
@@ -57,8 +58,15 @@ pub struct StaticPod {
     document: Value,
 }
 
-/// Parses `text` as exactly one static-pod-safe `v1` `Pod`.
+/// Parses `text` as exactly one static-pod-safe `v1` `Pod`, for a node whose name is unknown:
+/// the name keeps room for the shortest node name.
 pub fn parse(file: &Path, text: &str) -> Result<StaticPod, ManifestError> {
+    parse_for_node(file, text, None)
+}
+
+/// Parses `text` as exactly one static-pod-safe `v1` `Pod` for node `node` (the kubelet names
+/// the pod `<name>-<node>` before validating it).
+pub fn parse_for_node(file: &Path, text: &str, node: Option<&str>) -> Result<StaticPod, ManifestError> {
     if text.len() > MAX_MANIFEST_BYTES {
         return Err(ManifestError::TooLarge {
             file: file.into(),
@@ -118,11 +126,11 @@ pub fn parse(file: &Path, text: &str) -> Result<StaticPod, ManifestError> {
         }
     }
     yaml::refuse_merge_keys_and_tags(&document).map_err(yaml_error)?;
-    let pod: Pod = serde_yaml_ng::from_value(document.clone()).map_err(|e| {
-        invalid(
-            "(Pod)",
-            format!("does not decode as a v1 Pod: {e}{}", yaml11_hint(&e.to_string())),
-        )
+    let pod: Pod = serde_path_to_error::deserialize(document.clone()).map_err(|e| {
+        let field = e.path().to_string();
+        let field = if field == "." { "(Pod)".to_owned() } else { field };
+        let inner = e.into_inner().to_string();
+        invalid(&field, format!("{}{}", in_words(&inner), yaml11_hint(&inner)))
     })?;
     if let Some(field) = unknown_field(&document, &pod) {
         return Err(invalid(
@@ -136,8 +144,8 @@ pub fn parse(file: &Path, text: &str) -> Result<StaticPod, ManifestError> {
     if pod.spec.is_none() {
         return Err(invalid("spec", "required".into()));
     }
-    if let Some((field, problem)) = kubelet_refusal(&pod) {
-        return Err(invalid(&field, problem));
+    if let Some(refusal) = pod_rules::validate(&pod, node).into_iter().next() {
+        return Err(invalid(&refusal.field, refusal.problem));
     }
     if let Some(reference) = api_references(&pod).into_iter().next() {
         return Err(invalid(
@@ -195,6 +203,53 @@ fn first_dropped(written: &Value, decoded: &Value, at: &str) -> Option<String> {
     }
 }
 
+/// A decoding error without Rust's type names: `invalid type: string "6443", expected i32`
+/// becomes `found string "6443", expected a whole number`.
+fn in_words(error: &str) -> String {
+    let error = error
+        .replace("invalid type: ", "found ")
+        .replace("invalid value: ", "found ");
+    let mut out = String::with_capacity(error.len());
+    let mut rest = error.as_str();
+    while let Some(at) = rest.find("expected ") {
+        out.push_str(&rest[..at + "expected ".len()]);
+        rest = &rest[at + "expected ".len()..];
+        let end = rest.find([',', ' ', ';']).unwrap_or(rest.len());
+        let word = &rest[..end];
+        let plain = match word {
+            "i8" | "i16" | "i32" | "i64" | "u8" | "u16" | "u32" | "u64" | "usize" => "a whole number",
+            "f32" | "f64" => "a number",
+            // `struct Foo`, `a map`, `a sequence`: the YAML names.
+            "struct" | "a" => {
+                let after = rest[end..].trim_start();
+                let name_end = after.find([',', ' ', ';']).unwrap_or(after.len());
+                let noun = match (word, &after[..name_end]) {
+                    ("struct", _) | (_, "map") => "a mapping",
+                    (_, "sequence") => "a list",
+                    (_, other) => {
+                        out.push_str("a ");
+                        out.push_str(other);
+                        rest = &after[name_end..];
+                        continue;
+                    }
+                };
+                out.push_str(noun);
+                rest = &after[name_end..];
+                continue;
+            }
+            _ => {
+                out.push_str(word);
+                rest = &rest[end..];
+                continue;
+            }
+        };
+        out.push_str(plain);
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// Why a YAML 1.1 habit failed to decode: the kubelet's decoder reads `0644` as octal and `yes`
 /// as true, the YAML 1.2 reader here keeps both as strings.
 fn yaml11_hint(error: &str) -> &'static str {
@@ -209,129 +264,6 @@ fn yaml11_hint(error: &str) -> &'static str {
     } else {
         ""
     }
-}
-
-/// `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, the part both of the API's name rules share.
-fn is_label_shaped(s: &str) -> bool {
-    !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
-
-/// RFC 1123 label: what the API calls a DNS label (`IsDNS1123Label`), at most 63 characters.
-fn is_dns1123_label(s: &str) -> bool {
-    s.len() <= 63 && is_label_shaped(s)
-}
-
-/// RFC 1123 subdomain (`IsDNS1123Subdomain`): dot-separated label-shaped parts (the API puts
-/// no 63-character limit on each), at most 253 characters.
-fn is_dns1123_subdomain(s: &str) -> bool {
-    s.len() <= 253 && s.split('.').all(is_label_shaped)
-}
-
-/// The kubelet appends `-<node name>` to a static pod's name before validating it.
-const NODE_SUFFIX_ROOM: usize = 2;
-
-/// The first reason the kubelet of the pinned release would refuse this pod, as (field,
-/// problem). The kubelet decodes a manifest (`tryDecodeSinglePod`, pkg/kubelet/config/common.go)
-/// and runs `validation.ValidatePodCreate` (pkg/apis/core/validation/validation.go) on it; the
-/// rules below are the ones a hand-written manifest breaks, each naming the rule it mirrors.
-fn kubelet_refusal(pod: &Pod) -> Option<(String, String)> {
-    let refuse = |field: &str, problem: String| Some((field.to_owned(), problem));
-    let name = pod.metadata.name.as_deref().unwrap_or_default();
-    // ValidateObjectMeta(..., ValidatePodName = NameIsDNSSubdomain), after applyDefaults made
-    // the name `<name>-<node>`.
-    if !is_dns1123_subdomain(name) || name.len() > 253 - NODE_SUFFIX_ROOM {
-        return refuse(
-            "metadata.name",
-            format!(
-                "{name:?} is not a lowercase RFC 1123 subdomain (a-z, 0-9, '-', '.') of at most {} \
-                 characters (the kubelet appends -<node name>)",
-                253 - NODE_SUFFIX_ROOM
-            ),
-        );
-    }
-    // ValidateObjectMeta: ValidateNamespaceName (NameIsDNSLabel); empty becomes "default".
-    if let Some(ns) = pod
-        .metadata
-        .namespace
-        .as_deref()
-        .filter(|ns| !ns.is_empty() && !is_dns1123_label(ns))
-    {
-        return refuse(
-            "metadata.namespace",
-            format!("{ns:?} is not a lowercase RFC 1123 label (a-z, 0-9, '-', at most 63)"),
-        );
-    }
-    let spec = pod.spec.as_ref()?;
-    // ValidatePodCreate: ephemeral containers only through their subresource.
-    if spec.ephemeral_containers.as_ref().is_some_and(|c| !c.is_empty()) {
-        return refuse("spec.ephemeralContainers", "cannot be set on create".into());
-    }
-    // ValidatePodCreate: no scheduling gates once nodeName is set, and applyDefaults sets it.
-    if spec.scheduling_gates.as_ref().is_some_and(|g| !g.is_empty()) {
-        return refuse(
-            "spec.schedulingGates",
-            "cannot be set: the kubelet binds a static pod to its node".into(),
-        );
-    }
-    // validateContainers: `containers` Required.
-    if spec.containers.is_empty() {
-        return refuse("spec.containers", "at least one container is required".into());
-    }
-    // ValidateVolumes: name Required, ValidateDNS1123Label, Duplicate.
-    let mut volumes = std::collections::BTreeSet::new();
-    for (i, v) in spec.volumes.iter().flatten().enumerate() {
-        if !is_dns1123_label(&v.name) {
-            return refuse(
-                &format!("spec.volumes[{i}].name"),
-                format!("{:?} is not a lowercase RFC 1123 label", v.name),
-            );
-        }
-        if !volumes.insert(v.name.as_str()) {
-            return refuse(
-                &format!("spec.volumes[{i}].name"),
-                format!("duplicate volume name {:?}", v.name),
-            );
-        }
-    }
-    // Init containers first, as validateInitContainers checks them against the regular ones.
-    let lists = [
-        ("initContainers", spec.init_containers.as_deref().unwrap_or_default()),
-        ("containers", &spec.containers[..]),
-    ];
-    let mut names = std::collections::BTreeSet::new();
-    for (list, containers) in lists {
-        for (i, c) in containers.iter().enumerate() {
-            let at = |field: &str| format!("spec.{list}[{i}].{field}");
-            // validateContainerCommon: name Required + ValidateDNS1123Label; image Required.
-            if c.name.is_empty() {
-                return refuse(&at("name"), "required".into());
-            }
-            if !is_dns1123_label(&c.name) {
-                return refuse(&at("name"), format!("{:?} is not a lowercase RFC 1123 label", c.name));
-            }
-            if c.image.as_deref().is_none_or(str::is_empty) {
-                return refuse(&at("image"), "required".into());
-            }
-            // validateContainers / validateInitContainers: Duplicate across both lists.
-            if !names.insert(c.name.as_str()) {
-                return refuse(&at("name"), format!("duplicate container name {:?}", c.name));
-            }
-            // ValidateVolumeMounts: a mount's name must be a volume of the pod (NotFound).
-            for (j, m) in c.volume_mounts.iter().flatten().enumerate() {
-                if !volumes.contains(m.name.as_str()) {
-                    return refuse(
-                        &at(&format!("volumeMounts[{j}].name")),
-                        format!("{:?} names no volume of the pod", m.name),
-                    );
-                }
-            }
-        }
-    }
-    None
 }
 
 impl StaticPod {
@@ -622,8 +554,61 @@ mod tests {
         assert_eq!(field_of("- a\n- b\n"), "(top level)");
         assert_eq!(
             field_of(&GOOD.replace("hostNetwork: true", "hostNetwork: [1]")),
-            "(Pod)"
+            "spec.hostNetwork"
         );
+    }
+
+    #[test]
+    fn a_value_of_the_wrong_type_is_named_by_its_field_in_words() {
+        let text = GOOD.replace(
+            "resources: {limits: {example.com/gpu: 1}}",
+            "ports: [{containerPort: \"6443\"}]",
+        );
+        let e = p(&text).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "m.yaml: spec.containers[0].ports[0].containerPort: found string \"6443\", expected a whole number"
+        );
+        let e = p(&GOOD.replace("hostNetwork: true", "hostNetwork: [1]"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.ends_with("spec.hostNetwork: found sequence, expected a boolean"),
+            "{e}"
+        );
+        let e = p(&GOOD.replace("  containers:\n", "  containers: 5\n  x:\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(!e.contains("Vec<") && !e.contains("struct "), "{e}");
+    }
+
+    #[test]
+    fn rust_type_names_become_words() {
+        for (from, to) in [
+            (
+                "invalid type: string \"1\", expected i32",
+                "found string \"1\", expected a whole number",
+            ),
+            ("invalid type: map, expected a sequence", "found map, expected a list"),
+            (
+                "invalid type: string \"x\", expected struct Container",
+                "found string \"x\", expected a mapping",
+            ),
+            (
+                "invalid type: sequence, expected a map",
+                "found sequence, expected a mapping",
+            ),
+            (
+                "invalid value: integer `-1`, expected u16",
+                "found integer `-1`, expected a whole number",
+            ),
+            (
+                "invalid type: integer `1`, expected a string",
+                "found integer `1`, expected a string",
+            ),
+        ] {
+            assert_eq!(in_words(from), to, "{from}");
+        }
     }
 
     #[test]
