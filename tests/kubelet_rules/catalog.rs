@@ -93,7 +93,7 @@ pub fn changes() -> Vec<(&'static str, Vec<Value>)> {
             vec![json!(-1), json!(0), json!(30)],
         ),
         // Only the built-in classes: whether another exists is the cluster's state, which the node
-        // cannot know (design.md, "What a manifest is checked for").
+        // cannot know (design.md, "Rendering and validation").
         (
             "/spec/priorityClassName",
             vec![json!("system-cluster-critical"), json!(null)],
