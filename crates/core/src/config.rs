@@ -324,7 +324,7 @@ pub fn parse(path: &Path, text: &str, roots: &AllowedRoots) -> Result<Anchor, Co
     }
     let raw: RawConfig = serde_yaml_ng::from_str(text).map_err(|e| ConfigError::Yaml {
         path: path.into(),
-        reason: e.to_string(),
+        reason: crate::yaml::in_words(&e.to_string()),
     })?;
     let invalid = |field: &str, problem: String| ConfigError::Invalid {
         path: path.into(),

@@ -130,7 +130,7 @@ pub fn parse_for_node(file: &Path, text: &str, node: Option<&str>) -> Result<Sta
         let field = e.path().to_string();
         let field = if field == "." { "(Pod)".to_owned() } else { field };
         let inner = e.into_inner().to_string();
-        invalid(&field, format!("{}{}", in_words(&inner), yaml11_hint(&inner)))
+        invalid(&field, format!("{}{}", yaml::in_words(&inner), yaml11_hint(&inner)))
     })?;
     if let Some(field) = unknown_field(&document, &pod) {
         return Err(invalid(
@@ -201,53 +201,6 @@ fn first_dropped(written: &Value, decoded: &Value, at: &str) -> Option<String> {
             .find_map(|(i, (value, back))| first_dropped(value, back, &format!("{at}[{i}]"))),
         _ => None,
     }
-}
-
-/// A decoding error without Rust's type names: `invalid type: string "6443", expected i32`
-/// becomes `found string "6443", expected a whole number`.
-fn in_words(error: &str) -> String {
-    let error = error
-        .replace("invalid type: ", "found ")
-        .replace("invalid value: ", "found ");
-    let mut out = String::with_capacity(error.len());
-    let mut rest = error.as_str();
-    while let Some(at) = rest.find("expected ") {
-        out.push_str(&rest[..at + "expected ".len()]);
-        rest = &rest[at + "expected ".len()..];
-        let end = rest.find([',', ' ', ';']).unwrap_or(rest.len());
-        let word = &rest[..end];
-        let plain = match word {
-            "i8" | "i16" | "i32" | "i64" | "u8" | "u16" | "u32" | "u64" | "usize" => "a whole number",
-            "f32" | "f64" => "a number",
-            // `struct Foo`, `a map`, `a sequence`: the YAML names.
-            "struct" | "a" => {
-                let after = rest[end..].trim_start();
-                let name_end = after.find([',', ' ', ';']).unwrap_or(after.len());
-                let noun = match (word, &after[..name_end]) {
-                    ("struct", _) | (_, "map") => "a mapping",
-                    (_, "sequence") => "a list",
-                    (_, other) => {
-                        out.push_str("a ");
-                        out.push_str(other);
-                        rest = &after[name_end..];
-                        continue;
-                    }
-                };
-                out.push_str(noun);
-                rest = &after[name_end..];
-                continue;
-            }
-            _ => {
-                out.push_str(word);
-                rest = &rest[end..];
-                continue;
-            }
-        };
-        out.push_str(plain);
-        rest = &rest[end..];
-    }
-    out.push_str(rest);
-    out
 }
 
 /// Why a YAML 1.1 habit failed to decode: the kubelet's decoder reads `0644` as octal and `yes`
@@ -580,35 +533,6 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(!e.contains("Vec<") && !e.contains("struct "), "{e}");
-    }
-
-    #[test]
-    fn rust_type_names_become_words() {
-        for (from, to) in [
-            (
-                "invalid type: string \"1\", expected i32",
-                "found string \"1\", expected a whole number",
-            ),
-            ("invalid type: map, expected a sequence", "found map, expected a list"),
-            (
-                "invalid type: string \"x\", expected struct Container",
-                "found string \"x\", expected a mapping",
-            ),
-            (
-                "invalid type: sequence, expected a map",
-                "found sequence, expected a mapping",
-            ),
-            (
-                "invalid value: integer `-1`, expected u16",
-                "found integer `-1`, expected a whole number",
-            ),
-            (
-                "invalid type: integer `1`, expected a string",
-                "found integer `1`, expected a string",
-            ),
-        ] {
-            assert_eq!(in_words(from), to, "{from}");
-        }
     }
 
     #[test]

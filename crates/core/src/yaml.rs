@@ -112,6 +112,53 @@ fn first_path(
     }
 }
 
+/// A decoding error without Rust's type names: `invalid type: string "6443", expected i32`
+/// becomes `found string "6443", expected a whole number`.
+pub fn in_words(error: &str) -> String {
+    let error = error
+        .replace("invalid type: ", "found ")
+        .replace("invalid value: ", "found ");
+    let mut out = String::with_capacity(error.len());
+    let mut rest = error.as_str();
+    while let Some(at) = rest.find("expected ") {
+        out.push_str(&rest[..at + "expected ".len()]);
+        rest = &rest[at + "expected ".len()..];
+        let end = rest.find([',', ' ', ';']).unwrap_or(rest.len());
+        let word = &rest[..end];
+        let plain = match word {
+            "i8" | "i16" | "i32" | "i64" | "u8" | "u16" | "u32" | "u64" | "usize" => "a whole number",
+            "f32" | "f64" => "a number",
+            // `struct Foo`, `a map`, `a sequence`: the YAML names.
+            "struct" | "a" => {
+                let after = rest[end..].trim_start();
+                let name_end = after.find([',', ' ', ';']).unwrap_or(after.len());
+                let noun = match (word, &after[..name_end]) {
+                    ("struct", _) | (_, "map") => "a mapping",
+                    (_, "sequence") => "a list",
+                    (_, other) => {
+                        out.push_str("a ");
+                        out.push_str(other);
+                        rest = &after[name_end..];
+                        continue;
+                    }
+                };
+                out.push_str(noun);
+                rest = &after[name_end..];
+                continue;
+            }
+            _ => {
+                out.push_str(word);
+                rest = &rest[end..];
+                continue;
+            }
+        };
+        out.push_str(plain);
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -129,5 +176,34 @@ mod tests {
         assert_eq!(document("a:\n  - !x 1\n"), Err(YamlError::Tag { field: "a[0]".into() }));
         assert_eq!(document("a: {b: [1, 2]}\n").unwrap()["a"]["b"][1], Value::from(2));
         assert_eq!(documents("a: 1\n---\n---\nb: 2\n").unwrap().len(), 3);
+    }
+
+    #[test]
+    fn rust_type_names_become_words() {
+        for (from, to) in [
+            (
+                "invalid type: string \"1\", expected i32",
+                "found string \"1\", expected a whole number",
+            ),
+            ("invalid type: map, expected a sequence", "found map, expected a list"),
+            (
+                "invalid type: string \"x\", expected struct Container",
+                "found string \"x\", expected a mapping",
+            ),
+            (
+                "invalid type: sequence, expected a map",
+                "found sequence, expected a mapping",
+            ),
+            (
+                "invalid value: integer `-1`, expected u16",
+                "found integer `-1`, expected a whole number",
+            ),
+            (
+                "invalid type: integer `1`, expected a string",
+                "found integer `1`, expected a string",
+            ),
+        ] {
+            assert_eq!(in_words(from), to, "{from}");
+        }
     }
 }
