@@ -120,7 +120,7 @@ fn label_problem(s: &str) -> Option<String> {
 
 fn subdomain_problem(s: &str) -> Option<String> {
     if s.len() > 253 {
-        Some(format!("{:?}… is longer than 253 characters", &s[..20.min(s.len())]))
+        Some(format!("{:?}… is longer than 253 characters", head(s)))
     } else if !is_dns1123_subdomain(s) {
         Some(format!(
             "{s:?} is not a lowercase RFC 1123 subdomain (a-z, 0-9, '-' and '.', each part starting and ending with a letter or digit)"
@@ -196,6 +196,11 @@ fn port_name_problem(s: &str) -> Option<String> {
     } else {
         None
     }
+}
+
+/// The first 20 characters of a long value, for a message.
+fn head(s: &str) -> String {
+    s.chars().take(20).collect()
 }
 
 fn is_ip(s: &str) -> bool {
@@ -308,10 +313,10 @@ fn container_lists(spec: &PodSpec) -> [(&'static str, &[Container]); 2] {
 /// `<name>-<node>`.
 fn object_meta(v: &mut Errors, pod: &Pod, node: Option<&str>) {
     let name = pod.metadata.name.as_deref().unwrap_or_default();
-    let room = node.map_or(NODE_SUFFIX_ROOM, |n| n.len() + 1);
-    if !is_dns1123_subdomain(name) || name.len() > 253 - room {
+    let longest = 253usize.saturating_sub(node.map_or(NODE_SUFFIX_ROOM, |n| n.len() + 1));
+    if !is_dns1123_subdomain(name) || name.len() > longest {
         let shown = if name.len() > 40 {
-            format!("{:?}… ({} characters)", &name[..20], name.len())
+            format!("{:?}… ({} characters)", head(name), name.len())
         } else {
             format!("{name:?}")
         };
@@ -320,7 +325,7 @@ fn object_meta(v: &mut Errors, pod: &Pod, node: Option<&str>) {
             "metadata.name",
             format!(
                 "{shown} is not a lowercase RFC 1123 subdomain (a-z, 0-9, '-', '.') of at most {} characters (the kubelet appends {node_part} and the whole may have 253)",
-                253 - room
+                longest
             ),
         );
     }
@@ -709,7 +714,7 @@ fn env_name_problem(name: &str) -> Option<String> {
     }
 }
 
-const FIELD_PATHS: [&str; 10] = [
+const FIELD_PATHS: [&str; 9] = [
     "metadata.name",
     "metadata.namespace",
     "metadata.uid",
@@ -719,7 +724,6 @@ const FIELD_PATHS: [&str; 10] = [
     "status.hostIPs",
     "status.podIP",
     "status.podIPs",
-    "metadata.labels",
 ];
 
 fn field_path_problem(path: &str) -> Option<String> {
@@ -731,7 +735,7 @@ fn field_path_problem(path: &str) -> Option<String> {
             return qualified_name_problem(key).map(|p| format!("{path:?}: {p}"));
         }
     }
-    if FIELD_PATHS[..9].contains(&path) {
+    if FIELD_PATHS.contains(&path) {
         None
     } else {
         Some(format!(
@@ -1923,6 +1927,50 @@ mod tests {
         ] {
             assert_eq!(quantity_value(q).ok(), want, "{q}");
         }
+    }
+
+    proptest::proptest! {
+        /// Any text in the fields the rules slice, parse or compare never panics.
+        #[test]
+        fn any_text_is_judged_without_panicking(text in "\\PC{0,300}", n in proptest::prelude::any::<i32>()) {
+            let pod: Pod = serde_json::from_value(json!({
+                "metadata": {"name": text, "namespace": text, "labels": {text.clone(): text}, "annotations": {
+                    format!("container.apparmor.security.beta.kubernetes.io/{text}"): text,
+                    "seccomp.security.alpha.kubernetes.io/pod": text}},
+                "spec": {
+                    "hostname": text, "dnsConfig": {"searches": [text], "nameservers": [text]},
+                    "hostAliases": [{"ip": text, "hostnames": [text]}],
+                    "tolerations": [{"key": text, "value": text, "operator": text, "effect": text}],
+                    "volumes": [{"name": text, "hostPath": {"path": text, "type": text}}],
+                    "containers": [{
+                        "name": text, "image": text,
+                        "ports": [{"name": text, "containerPort": n, "hostPort": n, "protocol": text}],
+                        "env": [{"name": text, "valueFrom": {"fieldRef": {"fieldPath": text}, "resourceFieldRef": {"resource": text}}}],
+                        "resources": {"requests": {text.clone(): text}, "limits": {"cpu": text}},
+                        "livenessProbe": {"httpGet": {"port": text, "httpHeaders": [{"name": text, "value": text}]}, "successThreshold": n},
+                        "volumeMounts": [{"name": text, "mountPath": text, "subPath": text, "mountPropagation": text}]
+                    }]
+                }
+            }))
+            .unwrap();
+            let _ = validate(&pod, Some(&text));
+        }
+    }
+
+    #[test]
+    fn long_values_of_any_characters_are_shown_without_panicking() {
+        let name = "é".repeat(300);
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"containers": [{"name": "c", "image": "i"}], "hostAliases": [{"ip": "10.0.0.1", "hostnames": [name]}]}
+        }))
+        .unwrap();
+        let errors = validate(&pod, None);
+        assert_eq!(errors[0].field, "metadata.name");
+        assert!(
+            errors.iter().any(|e| e.field == "spec.hostAliases[0].hostnames[0]"),
+            "{errors:?}"
+        );
     }
 
     #[test]
