@@ -996,3 +996,34 @@ fn dry_run_shows_a_diff_and_changes_nothing() {
     let out = f.run("apply", &["--dry-run"]);
     assert!(stdout(&out).contains("no changes"), "{}", stdout(&out));
 }
+
+/// `kube-anchor remove | head -1`: the reader goes away after one line. The verb still does
+/// all its work and exits as it would have, instead of dying on the closed pipe halfway through
+/// (the credentials left behind after the manifest is gone).
+#[test]
+fn a_closed_stdout_does_not_stop_a_verb_halfway() {
+    for verb in ["apply", "remove", "status"] {
+        let f = Fixture::new();
+        if verb != "apply" {
+            f.apply();
+        }
+        let mut child = f
+            .command(verb)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The reader closes before the first line is written.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{verb}: {err}");
+        assert_eq!(out.status.code(), Some(0), "{verb}: {err}");
+        let manifest = f.host("/etc/kubernetes/manifests/kube-apiserver.yaml");
+        let key = f.host("/etc/kubernetes/pki/apiserver.key");
+        match verb {
+            "remove" => assert!(!manifest.exists() && !key.exists(), "remove did all its work"),
+            _ => assert!(manifest.exists() && key.exists(), "{verb}: files in place"),
+        }
+    }
+}

@@ -13,6 +13,7 @@
 //! lock, hands it over as soon as it sees that one taken, and waits for the DaemonSet copy to be
 //! gone before it competes again.
 
+use crate::output::out;
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime};
@@ -77,7 +78,7 @@ fn sanitize_command(node: Option<&str>, file: Option<&std::path::Path>) -> anyho
     let pod: Pod = serde_yaml_ng::from_value(document).with_context(|| format!("{source}: not a Pod"))?;
     let checkpoint =
         sanitize::sanitize(&pod, &Layout::default()).with_context(|| format!("{source}: cannot be checkpointed"))?;
-    print!("{}", String::from_utf8_lossy(&checkpoint.to_json()));
+    out!("{}", String::from_utf8_lossy(&checkpoint.to_json()));
     eprintln!("# file: {}", checkpoint.file_name());
     if let Some(node) = node {
         eprintln!(

@@ -3,6 +3,7 @@
 //! Exit codes: 0 success; 1 error (nothing on the node changed unless the message says so);
 //! 2 bad command line; 3 `status` found the node out of sync.
 
+use crate::output::{out, outln};
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -91,7 +92,7 @@ fn write_man_pages(dir: &std::path::Path) -> anyhow::Result<()> {
             .title(name.to_uppercase())
             .render(&mut out)?;
         std::fs::write(&path, out).with_context(|| format!("{}: cannot write", path.display()))?;
-        println!("{}", path.display());
+        outln!("{}", path.display());
     }
     Ok(())
 }
@@ -105,7 +106,7 @@ fn probe(args: ProbeArgs) -> anyhow::Result<ExitCode> {
     let answer = runtime
         .block_on(crate::server::probe(&args.socket, path, args.timeout))
         .with_context(|| format!("{}: GET {path}", args.socket.display()))?;
-    print!("{}", answer.body);
+    out!("{}", answer.body);
     Ok(if (200..300).contains(&answer.status) {
         ExitCode::SUCCESS
     } else {
@@ -163,15 +164,15 @@ fn print_import(plan: &crate::import::ImportPlan, written: &[std::path::PathBuf]
                     v
                 })
                 .collect();
-            println!("{}", json!({"nodes": plan.nodes, "components": components}));
+            outln!("{}", json!({"nodes": plan.nodes, "components": components}));
         }
         OutputFormat::Text => {
             for n in &plan.nodes {
-                println!("node {}: ${{NODE_NAME}}={}, ${{NODE_IP}}={}", n.name, n.name, n.ip);
+                outln!("node {}: ${{NODE_NAME}}={}, ${{NODE_IP}}={}", n.name, n.name, n.ip);
             }
             for (c, path) in plan.components.iter().zip(written) {
                 let shared = c.files.iter().filter(|f| f.shared).count();
-                println!(
+                outln!(
                     "{}: {} (image {}, version {}; {} flag(s) in extraArgs, {} omitted; {} file(s): {} shared, {} per node)",
                     c.component,
                     path.display(),
@@ -185,16 +186,18 @@ fn print_import(plan: &crate::import::ImportPlan, written: &[std::path::PathBuf]
                 );
                 for f in &c.files {
                     let place = if f.shared { "credentials" } else { "perNode" };
-                    println!("  file       {} {} ({place}.{})", f.mode, f.path, f.name);
+                    outln!("  file       {} {} ({place}.{})", f.mode, f.path, f.name);
                 }
                 if !c.omit_args.is_empty() {
-                    println!("  omitted    --{}", c.omit_args.join(", --"));
+                    outln!("  omitted    --{}", c.omit_args.join(", --"));
                 }
                 for v in &c.extra_volumes {
                     let ro = if v.read_only { ", read-only" } else { "" };
-                    println!(
+                    outln!(
                         "  volume     {} at {} ({}{ro}; component.extraVolumes)",
-                        v.host_path, v.mount_path, v.path_type
+                        v.host_path,
+                        v.mount_path,
+                        v.path_type
                     );
                 }
             }
@@ -257,12 +260,12 @@ fn bootstrap(args: BootstrapArgs) -> anyhow::Result<ExitCode> {
                 if let (Some(r), Some(map)) = (applied, event.as_object_mut()) {
                     map.insert("apply".into(), apply_json(r));
                 }
-                println!("{event}");
+                outln!("{event}");
             }
             OutputFormat::Text => match (progress, applied) {
                 (_, Some(r)) => print_apply(r, OutputFormat::Text),
                 (Progress::Checked { node, components }, _) => {
-                    println!(
+                    outln!(
                         "{node}: inputs checked for {}; nothing written yet",
                         components.join(", ")
                     )
@@ -274,7 +277,7 @@ fn bootstrap(args: BootstrapArgs) -> anyhow::Result<ExitCode> {
                         timeout_seconds,
                     },
                     _,
-                ) => println!(
+                ) => outln!(
                     "{component}: waiting for {url} (up to {})",
                     humantime::format_duration(std::time::Duration::from_secs_f64(*timeout_seconds))
                 ),
@@ -285,12 +288,12 @@ fn bootstrap(args: BootstrapArgs) -> anyhow::Result<ExitCode> {
                     },
                     _,
                 ) => {
-                    println!("{component}: healthy after {after_seconds:.1}s")
+                    outln!("{component}: healthy after {after_seconds:.1}s")
                 }
                 (Progress::NotWaited { component }, _) => {
-                    println!("{component}: no health URL; not waited for")
+                    outln!("{component}: no health URL; not waited for")
                 }
-                (Progress::Done { node, seconds }, _) => println!("{node}: bootstrapped in {seconds:.1}s"),
+                (Progress::Done { node, seconds }, _) => outln!("{node}: bootstrapped in {seconds:.1}s"),
                 (Progress::Applied { .. }, None) => {}
             },
         },
@@ -379,13 +382,13 @@ fn rollback(args: RollbackArgs) -> anyhow::Result<ExitCode> {
     }
     let report = engine.apply(&lkg, false)?;
     match bad {
-        Some(bad) => println!(
+        Some(bad) => outln!(
             "{component}: rolled back to last-known-good {} ({} file(s) written); {bad} recorded as bad: {}",
             lkg.content_hash,
             report.written.len(),
             args.reason
         ),
-        None => println!(
+        None => outln!(
             "{component}: already on last-known-good {} ({} file(s) repaired); nothing recorded as bad",
             lkg.content_hash,
             report.written.len()
@@ -409,9 +412,11 @@ fn retry(args: RetryArgs) -> anyhow::Result<ExitCode> {
         anyhow::bail!("{component}: {which} is not recorded as bad; nothing to retry");
     }
     for bad in &forgotten {
-        println!(
+        outln!(
             "{component}: {} will be tried again (failed its trial at {}: {})",
-            bad.hash, bad.at, bad.reason
+            bad.hash,
+            bad.at,
+            bad.reason
         );
     }
     Ok(ExitCode::SUCCESS)
@@ -467,21 +472,26 @@ fn check_expiration(args: CheckExpirationArgs) -> anyhow::Result<ExitCode> {
                     v
                 })
                 .collect();
-            println!("{}", json!({"schemaVersion": 1, "certificates": certificates}));
+            outln!("{}", json!({"schemaVersion": 1, "certificates": certificates}));
         }
         OutputFormat::Text => {
-            println!(
+            outln!(
                 "{:<24} {:<21} {:>9}  {:<30} CERTIFICATE",
-                "COMPONENT", "EXPIRES", "RESIDUAL", "SUBJECT"
+                "COMPONENT",
+                "EXPIRES",
+                "RESIDUAL",
+                "SUBJECT"
             );
             for (component, c) in &rows {
                 let residual = match c.not_after_seconds - now {
                     left if left <= 0 => "expired".to_owned(),
                     left => format!("{}d", left / 86_400),
                 };
-                println!(
+                outln!(
                     "{component:<24} {:<21} {residual:>9}  {:<30} {}",
-                    c.not_after, c.subject, c.place
+                    c.not_after,
+                    c.subject,
+                    c.place
                 );
             }
         }
@@ -575,41 +585,41 @@ fn apply_json(r: &ApplyReport) -> serde_json::Value {
 
 fn print_apply(r: &ApplyReport, format: OutputFormat) {
     match format {
-        OutputFormat::Json => println!("{}", apply_json(r)),
+        OutputFormat::Json => outln!("{}", apply_json(r)),
         OutputFormat::Text => {
             let outcome = match (r.changed(), r.adopted.is_empty()) {
                 (true, _) => "applied",
                 (false, false) => "adopted",
                 (false, true) => "unchanged",
             };
-            println!("{}: {outcome} ({})", r.component, r.content_hash);
+            outln!("{}: {outcome} ({})", r.component, r.content_hash);
             for (p, why) in &r.written {
-                println!(
+                outln!(
                     "  written    {p} ({})",
                     serde_json::to_value(why).expect("enum").as_str().unwrap_or_default()
                 );
             }
             for p in &r.removed {
-                println!("  removed    {p}");
+                outln!("  removed    {p}");
             }
             for p in &r.restored {
-                println!("  restored   {p} (the file it held before kube-anchor wrote it)");
+                outln!("  restored   {p} (the file it held before kube-anchor wrote it)");
             }
             for p in &r.replaced {
-                println!("  kept       {p}: the file there before, not written by kube-anchor (`remove` puts it back)");
+                outln!("  kept       {p}: the file there before, not written by kube-anchor (`remove` puts it back)");
             }
             for p in &r.unchanged {
                 if r.adopted.contains(p) {
-                    println!("  adopted    {p} (already held what the config wants; now in the ledger)");
+                    outln!("  adopted    {p} (already held what the config wants; now in the ledger)");
                 } else {
-                    println!("  unchanged  {p}");
+                    outln!("  unchanged  {p}");
                 }
             }
             for p in &r.renewed {
-                println!("  renewed    {p} (renewed on the node; kept, see the warning)");
+                outln!("  renewed    {p} (renewed on the node; kept, see the warning)");
             }
             for w in warnings(&r.notices, r.set_aside.as_ref()) {
-                println!("  warning    {w}");
+                outln!("  warning    {w}");
             }
         }
     }
@@ -645,13 +655,13 @@ fn print_preview(p: &Preview, format: OutputFormat) {
             .map(|c| json!({"path": c.path, "action": preview_action(c), "keepsOriginal": c.keeps_original}))
             .collect();
         let out = json!({"component": p.component, "contentHash": p.content_hash, "dryRun": true, "changes": changes, "warnings": warnings});
-        println!("{out}");
+        outln!("{out}");
         return;
     }
     if p.changes.is_empty() {
-        println!("{}: no changes ({}; dry run)", p.component, p.content_hash);
+        outln!("{}: no changes ({}; dry run)", p.component, p.content_hash);
     } else {
-        println!(
+        outln!(
             "{}: {} change(s) would be made ({}; dry run, nothing written)",
             p.component,
             p.changes.len(),
@@ -660,12 +670,12 @@ fn print_preview(p: &Preview, format: OutputFormat) {
     }
     for c in &p.changes {
         let mode = |m: Option<kube_anchor_core::config::FileMode>| m.map_or("-".to_owned(), |m| format!("{:04o}", m.0));
-        println!("  {:<17} {}", preview_action(c), c.path);
+        outln!("  {:<17} {}", preview_action(c), c.path);
         if c.before_mode != c.after_mode && c.before_mode.is_some() && c.after_mode.is_some() {
-            println!("    mode {} -> {}", mode(c.before_mode), mode(c.after_mode));
+            outln!("    mode {} -> {}", mode(c.before_mode), mode(c.after_mode));
         }
         if c.keeps_original {
-            println!("    the file there was not written by kube-anchor: kept in the state dir, put back by `remove`");
+            outln!("    the file there was not written by kube-anchor: kept in the state dir, put back by `remove`");
         }
         if c.before == c.after {
             continue;
@@ -675,7 +685,7 @@ fn print_preview(p: &Preview, format: OutputFormat) {
                 .into_iter()
                 .flatten()
                 .map(|m| mode(Some(m)));
-            println!(
+            outln!(
                 "    content differs (not shown: mode {})",
                 modes.collect::<Vec<_>>().join(" -> ")
             );
@@ -690,7 +700,7 @@ fn print_preview(p: &Preview, format: OutputFormat) {
         let (before, after) = (text(&c.before), text(&c.after));
         let diff = similar::TextDiff::from_lines(&before, &after);
         let path = c.path.to_string();
-        print!(
+        out!(
             "{}",
             diff.unified_diff()
                 .context_radius(3)
@@ -698,34 +708,34 @@ fn print_preview(p: &Preview, format: OutputFormat) {
         );
     }
     for w in warnings {
-        println!("  warning    {w}");
+        outln!("  warning    {w}");
     }
 }
 
 fn print_remove(r: &RemoveReport, format: OutputFormat) {
     let warnings = warnings(&r.notices, r.set_aside.as_ref());
     match format {
-        OutputFormat::Json => println!(
+        OutputFormat::Json => outln!(
             "{}",
             json!({"component": r.component, "removed": r.removed, "restored": r.restored,
                    "originalsKept": r.originals_kept.iter().map(|(p, k)| json!({"path": p, "keptAt": k})).collect::<Vec<_>>(),
                    "warnings": warnings})
         ),
         OutputFormat::Text => {
-            println!("{}: {} file(s) removed", r.component, r.removed.len());
+            outln!("{}: {} file(s) removed", r.component, r.removed.len());
             for p in &r.removed {
-                println!("  removed    {p}");
+                outln!("  removed    {p}");
             }
             for p in &r.restored {
-                println!("  restored   {p} (the file it held before kube-anchor wrote it)");
+                outln!("  restored   {p} (the file it held before kube-anchor wrote it)");
             }
             for (p, kept) in &r.originals_kept {
-                println!(
+                outln!(
                     "  kept       {kept}: the manifest {p} held before kube-anchor wrote it (not started again; copy it back to run it)"
                 );
             }
             for w in warnings {
-                println!("  warning    {w}");
+                outln!("  warning    {w}");
             }
         }
     }
@@ -741,10 +751,10 @@ fn print_runtime(view: &RuntimeView) {
             .unwrap_or_else(|| "(unknown)".into())
     };
     match view {
-        RuntimeView::Unavailable { reason } => println!("  runtime       cannot be asked ({reason}): no evidence"),
-        RuntimeView::NoSandbox => println!("  runtime       no sandbox of the static pod"),
+        RuntimeView::Unavailable { reason } => outln!("  runtime       cannot be asked ({reason}): no evidence"),
+        RuntimeView::NoSandbox => outln!("  runtime       no sandbox of the static pod"),
         RuntimeView::Pod(pod) => {
-            println!(
+            outln!(
                 "  runtime       runs {}{} (sandbox created {}), {} restart(s)",
                 pod.content_hash
                     .as_deref()
@@ -759,7 +769,7 @@ fn print_runtime(view: &RuntimeView) {
                     ContainerState::Exited => format!(" at {}", at(c.finished_at)),
                     _ => String::new(),
                 };
-                println!("  container     {}{when}", c.describe());
+                outln!("  container     {}{when}", c.describe());
             }
         }
     }
@@ -795,30 +805,32 @@ fn print_status(
             if let Some(view) = runtime {
                 out["runtime"] = json!(view);
             }
-            println!("{out}");
+            outln!("{out}");
         }
         OutputFormat::Text => {
-            println!(
+            outln!(
                 "{}: {}",
                 r.component,
                 if r.in_sync() { "in sync" } else { "NOT in sync" }
             );
-            println!("  wanted hash   {}", r.content_hash);
-            println!(
+            outln!("  wanted hash   {}", r.content_hash);
+            outln!(
                 "  applied hash  {}",
                 r.recorded_hash.as_deref().unwrap_or("(never applied)")
             );
             if let Some(failing) = &r.last_known_good_failing {
-                println!(
+                outln!(
                     "  LAST-KNOWN-GOOD FAILING {} since {}: {}",
-                    failing.hash, failing.at, failing.reason
+                    failing.hash,
+                    failing.at,
+                    failing.reason
                 );
             }
             if let Some(view) = runtime {
                 print_runtime(view);
             }
             for c in &r.certificates {
-                println!("  certificate   {} ({}) expires {}", c.place, c.subject, c.not_after);
+                outln!("  certificate   {} ({}) expires {}", c.place, c.subject, c.not_after);
             }
             if let Some(m) = member {
                 let id = m
@@ -827,7 +839,7 @@ fn print_status(
                     .and_then(|id| id.parse::<u64>().ok())
                     .map(|id| format!("{id:x}"))
                     .unwrap_or_else(|| "(not known yet)".into());
-                println!(
+                outln!(
                     "  etcd member   {} {} id {id} peer {}",
                     m.name,
                     m.phase.as_str(),
@@ -835,18 +847,18 @@ fn print_status(
                 );
                 for (what, o) in [("last join", &m.last_join), ("last leave", &m.last_leave)] {
                     if let Some(o) = o {
-                        println!("  {what:<13} {} at {}: {}", o.action, o.at, o.result);
+                        outln!("  {what:<13} {} at {}: {}", o.action, o.at, o.result);
                     }
                 }
             }
             for f in &r.files {
                 match &f.detail {
-                    Some(d) => println!("  {:<10} {} ({d})", f.state.as_str(), f.path),
-                    None => println!("  {:<10} {}", f.state.as_str(), f.path),
+                    Some(d) => outln!("  {:<10} {} ({d})", f.state.as_str(), f.path),
+                    None => outln!("  {:<10} {}", f.state.as_str(), f.path),
                 }
             }
             for w in warnings {
-                println!("  warning    {w}");
+                outln!("  warning    {w}");
             }
         }
     }

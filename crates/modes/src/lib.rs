@@ -17,6 +17,7 @@ mod etcd_member;
 mod import;
 mod logging;
 mod metrics;
+mod output;
 mod prestop;
 mod server;
 mod shutdown;

@@ -16,6 +16,7 @@
 //! [`decide`]: decommission::decide
 //! [`confirm`]: decommission::confirm
 
+use crate::output::outln;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -336,14 +337,14 @@ async fn wait_stopped(args: &PreStopArgs, client: Option<&kube::Client>, pod: Op
 
 fn report(format: OutputFormat, component: &str, decision: &str, reason: &str, removed: &[HostPath]) {
     match format {
-        OutputFormat::Json => println!(
+        OutputFormat::Json => outln!(
             "{}",
             json!({"component": component, "decision": decision, "reason": reason, "removed": removed})
         ),
         OutputFormat::Text => {
-            println!("{component}: {decision} ({reason})");
+            outln!("{component}: {decision} ({reason})");
             for p in removed {
-                println!("  removed    {p}");
+                outln!("  removed    {p}");
             }
         }
     }
