@@ -148,6 +148,60 @@ impl Bed {
         None
     }
 
+    /// POST to one endpoint's JSON gateway with curl.
+    fn post(&self, url: &str, path: &str, body: &str) -> Option<serde_json::Value> {
+        let out = Command::new("curl")
+            .args(["-sS", "--max-time", "10", "--cacert"])
+            .arg(self.pki.ca())
+            .arg("--cert")
+            .arg(&self.client.0)
+            .arg("--key")
+            .arg(&self.client.1)
+            .args(["-X", "POST", "-d", body])
+            .arg(format!("{url}{path}"))
+            .output()
+            .unwrap();
+        serde_json::from_slice(&out.stdout)
+            .ok()
+            .filter(|_| out.status.success())
+    }
+
+    /// The leader's member ID (decimal, as the gateway writes it) and its client URL, asked of
+    /// each started member in turn.
+    fn leader(&self, urls: &[String]) -> Option<(String, String)> {
+        let status: Vec<(String, serde_json::Value)> = urls
+            .iter()
+            .filter_map(|u| Some((u.clone(), self.post(u, "/v3/maintenance/status", "{}")?)))
+            .collect();
+        let leader = status
+            .iter()
+            .find_map(|(_, s)| s["leader"].as_str().map(str::to_owned))?;
+        let url = status
+            .iter()
+            .find(|(_, s)| s["header"]["member_id"].as_str() == Some(leader.as_str()))?
+            .0
+            .clone();
+        Some((leader, url))
+    }
+
+    /// Moves leadership to member `to` (decimal ID) with etcd's MoveLeader, asked of the leader.
+    fn move_leader(&self, urls: &[String], to: &str) {
+        Poll::new(Duration::from_secs(30), format!("member {to} to lead")).until(|| {
+            let Some((leader, url)) = self.leader(urls) else {
+                return false;
+            };
+            if leader == to {
+                return true;
+            }
+            self.post(
+                &url,
+                "/v3/maintenance/transfer-leadership",
+                &format!(r#"{{"targetID":"{to}"}}"#),
+            );
+            false
+        })
+    }
+
     /// (ID, peer URLs, learner) of every member.
     fn members(&self) -> Vec<(String, Vec<String>, bool)> {
         let v = self
@@ -765,4 +819,62 @@ async fn on_a_process_node_the_kubelet_runs_the_joined_member_and_stops_it_when_
         "the kubelet stopped etcd, and the data dir went after its snapshot"
     );
     assert_eq!(fs::read_dir(node.state().join("etcd-snapshots")).unwrap().count(), 1);
+}
+
+/// kubernetes/kubeadm#2991: restarting the leader stalls every write until a new election. A
+/// member that leads hands leadership to a caught-up voter before its new manifest is written
+/// (`apply`; `run` does the same when its turn comes) and before it leaves (`pre-stop`).
+#[test]
+fn a_leading_member_hands_off_leadership_before_its_restart_and_before_it_leaves() {
+    let bed = Bed::new(3, 3);
+    bed.wait_healthy(3);
+    let mut node = Node::new(&bed, "n4", Ports::new(), None);
+    node.apply_until_written();
+    node.start_etcd();
+    node.apply_until_voter(&bed);
+    bed.wait_healthy(4);
+    let mut urls = bed.endpoints();
+    urls.push(node.ports.client_url());
+    let n4 = node.my_entries(&bed)[0].0.clone();
+
+    // A new flag while n4 leads: leadership moves before the manifest is written.
+    bed.move_leader(&urls, &n4);
+    fs::write(
+        node.config_dir.join("pod.yaml"),
+        POD.replace(
+            "        - --name=",
+            "        - --snapshot-count=5000\n        - --name=",
+        ),
+    )
+    .unwrap();
+    let out = node.apply();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let hex = format!("{:x}", n4.parse::<u64>().unwrap());
+    assert!(
+        stdout.contains(&format!("etcd: leadership moved from member {hex} to n")),
+        "{stdout}"
+    );
+    let (leader, _) = bed.leader(&urls).expect("a leader");
+    assert_ne!(leader, n4, "leadership moved away before the restart");
+    node.stop_etcd();
+    node.start_etcd(); // the kubelet restarts etcd with the new flag
+    bed.wait_healthy(4);
+
+    // Nothing to hand off when another member leads.
+    let out = node.apply();
+    assert!(out.status.success());
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("leadership moved"));
+
+    // The leave: leadership first, then the member goes.
+    bed.move_leader(&urls, &n4);
+    let (stdout, _, status) = node.pre_stop("60s");
+    assert!(status.success(), "{stdout}");
+    let record = node.record().unwrap();
+    let result = record["lastLeave"]["result"].as_str().unwrap();
+    assert!(
+        result.starts_with("removed") && result.contains(&format!("leadership moved from member {hex}")),
+        "{record}"
+    );
+    assert_eq!(bed.member_ids().len(), 3);
 }

@@ -7,7 +7,7 @@
 //! dir, and which members answered a health check. `etcd_member` gathers them and carries the
 //! decision out.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// One member as `MemberList` reports it. A member added but not started yet has no name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -292,6 +292,69 @@ pub fn snapshots_to_prune(names: &[String], keep: usize) -> Vec<String> {
     sorted.sort();
     let excess = sorted.len().saturating_sub(keep);
     sorted.into_iter().take(excess).collect()
+}
+
+/// What another member's own endpoint said about itself (`/v3/maintenance/status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerStatus {
+    pub raft_applied_index: u64,
+    /// It answered with no errors and knows a leader.
+    pub healthy: bool,
+}
+
+/// How far behind the leader's raft index a transferee may be: etcd's own `MoveLeader` waits
+/// for the transferee to catch up, within its election timeout, so one far behind would fail.
+pub const HAND_OFF_MAX_LAG: u64 = 1000;
+
+/// Before this node's etcd restarts (a new manifest) or leaves: where its leadership goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HandOff {
+    /// This member does not lead: nothing to hand off.
+    NotLeader,
+    /// Move leadership to this voter first.
+    MoveTo { id: u64, name: String },
+    /// This member leads and no voter can take over; the write goes on regardless (a single
+    /// member, every other voter unhealthy or behind).
+    NoCandidate(String),
+}
+
+/// Picks the voter to take over from `me` when `me` leads: another voter, healthy by its own
+/// word, within [`HAND_OFF_MAX_LAG`] of the leader's index; the most caught-up one (then the
+/// lowest ID, so every retry picks the same).
+pub fn hand_off(
+    me: u64,
+    leader: u64,
+    leader_index: u64,
+    members: &[Member],
+    peers: &BTreeMap<u64, PeerStatus>,
+) -> HandOff {
+    if leader != me {
+        return HandOff::NotLeader;
+    }
+    let voters: Vec<&Member> = members.iter().filter(|m| m.id != me && !m.is_learner).collect();
+    if voters.is_empty() {
+        return HandOff::NoCandidate("no other voting member".into());
+    }
+    let best = voters
+        .iter()
+        .filter_map(|m| {
+            peers
+                .get(&m.id)
+                .filter(|p| p.healthy)
+                .map(|p| (m, p.raft_applied_index))
+        })
+        .filter(|(_, applied)| leader_index.saturating_sub(*applied) <= HAND_OFF_MAX_LAG)
+        .max_by(|(a, ia), (b, ib)| ia.cmp(ib).then(b.id.cmp(&a.id)));
+    match best {
+        Some((m, _)) => HandOff::MoveTo {
+            id: m.id,
+            name: m.name.clone(),
+        },
+        None => HandOff::NoCandidate(format!(
+            "none of the {} other voters is healthy and within {HAND_OFF_MAX_LAG} entries of the leader",
+            voters.len()
+        )),
+    }
 }
 
 #[cfg(test)]
@@ -717,5 +780,77 @@ mod tests {
         assert_eq!(snapshots_to_prune(&names, 2), vec!["1.db".to_string()]);
         assert!(snapshots_to_prune(&names, 3).is_empty());
         assert_eq!(snapshots_to_prune(&names, 0).len(), 3);
+    }
+
+    #[test]
+    fn leadership_goes_to_the_most_caught_up_healthy_voter() {
+        let members = vec![
+            member(1, "n1", 1, false),
+            member(2, "n2", 2, false),
+            member(3, "n3", 3, false),
+            member(4, "n4", 4, true),
+        ];
+        let peer = |applied: u64, healthy: bool| PeerStatus {
+            raft_applied_index: applied,
+            healthy,
+        };
+        let peers = |list: &[(u64, PeerStatus)]| list.iter().copied().collect::<BTreeMap<_, _>>();
+        let to = |id: u64, name: &str| HandOff::MoveTo { id, name: name.into() };
+        let all = peers(&[(2, peer(990, true)), (3, peer(1000, true)), (4, peer(1000, true))]);
+        // (leader, leader index, peers) → decision, with 1 as this member.
+        let cases: Vec<(u64, u64, BTreeMap<u64, PeerStatus>, HandOff)> = vec![
+            (2, 1000, all.clone(), HandOff::NotLeader),
+            (1, 1000, all.clone(), to(3, "n3")),
+            // A learner never leads; an unhealthy voter is no candidate.
+            (
+                1,
+                1000,
+                peers(&[(2, peer(990, true)), (3, peer(1000, false)), (4, peer(1000, true))]),
+                to(2, "n2"),
+            ),
+            // Equal indexes: the lowest ID, so every retry picks the same.
+            (
+                1,
+                1000,
+                peers(&[(2, peer(1000, true)), (3, peer(1000, true))]),
+                to(2, "n2"),
+            ),
+            // Too far behind to take over within etcd's election timeout.
+            (
+                1,
+                5000,
+                peers(&[(2, peer(4000, true)), (3, peer(1000, true))]),
+                to(2, "n2"),
+            ),
+            (
+                1,
+                5000,
+                peers(&[(2, peer(3000, true)), (3, peer(1000, true))]),
+                HandOff::NoCandidate(
+                    "none of the 2 other voters is healthy and within 1000 entries of the leader".into(),
+                ),
+            ),
+            // No answer from any other voter.
+            (
+                1,
+                1000,
+                peers(&[]),
+                HandOff::NoCandidate(
+                    "none of the 2 other voters is healthy and within 1000 entries of the leader".into(),
+                ),
+            ),
+        ];
+        for (leader, index, peers, want) in cases {
+            assert_eq!(
+                hand_off(1, leader, index, &members, &peers),
+                want,
+                "leader {leader} index {index} {peers:?}"
+            );
+        }
+        // A single member has nobody to hand off to.
+        assert_eq!(
+            hand_off(1, 1, 10, &members[..1], &BTreeMap::new()),
+            HandOff::NoCandidate("no other voting member".into())
+        );
     }
 }

@@ -261,6 +261,20 @@ impl Endpoint {
         Ok(())
     }
 
+    /// etcd's `MoveLeader`: asks this endpoint, which must be the leader, to hand leadership to
+    /// voter `target`. etcd answers once the transfer is done or failed (within its election
+    /// timeout).
+    pub async fn move_leader(&self, target: u64) -> Result<(), EtcdError> {
+        let _: serde_json::Value = self
+            .call(
+                "move leader",
+                "/v3/maintenance/transfer-leadership",
+                serde_json::json!({"targetID": target.to_string()}),
+            )
+            .await?;
+        Ok(())
+    }
+
     pub async fn status(&self) -> Result<EndpointStatus, EtcdError> {
         let raw: RawStatus = self
             .call("status", "/v3/maintenance/status", serde_json::json!({}))

@@ -318,6 +318,7 @@ impl Daemon {
         self.sync_pass();
         self.recover_turn().await;
         if self.take_turn().await {
+            self.hand_off_leadership().await;
             self.sync_pass();
         }
         // A change that landed between reading a directory and watching it went unseen.
@@ -326,6 +327,29 @@ impl Daemon {
             self.watch_dirs();
         }
         self.evaluate().await;
+    }
+
+    /// `spec.etcdMember`: this node's turn writes a new version, which restarts etcd; a member
+    /// that leads hands leadership to a caught-up voter first (never holding the write up for
+    /// more than [`crate::etcd_member::HAND_OFF_BUDGET`]).
+    async fn hand_off_leadership(&mut self) {
+        let inputs = match Inputs::load(&self.args.config, self.engine.roots()) {
+            Ok(inputs) => inputs,
+            Err(_) => return, // the sync reports the bad config
+        };
+        let Some(member) = &inputs.anchor.etcd_member else {
+            return;
+        };
+        let report =
+            crate::etcd_member::hand_off_leadership(&inputs, member, crate::etcd_member::HAND_OFF_BUDGET).await;
+        if report.moved_to.is_some() {
+            tracing::info!(component = %self.component, hand_off = %report.summary, "before writing the new version");
+            self.queue_event(false, "LeadershipHandedOff", report.summary);
+        } else if report.still_leads {
+            tracing::warn!(component = %self.component, hand_off = %report.summary, "writing the new version while this member leads");
+        } else {
+            tracing::info!(component = %self.component, hand_off = %report.summary, "before writing the new version");
+        }
     }
 
     /// `spec.etcdMember`: one join step (add learner, resume, promote, record) before the files

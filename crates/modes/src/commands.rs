@@ -222,6 +222,7 @@ fn apply(args: ApplyArgs) -> anyhow::Result<ExitCode> {
         print_preview(&preview, args.output);
         return Ok(ExitCode::SUCCESS);
     }
+    hand_off_before_restart(&engine, &inputs, &desired, args.prune, args.output)?;
     // An explicit apply takes a decommissioned component back.
     if engine.recommission(&desired.component, None)? {
         tracing::info!(component = %desired.component, "lifted the decommission marker");
@@ -309,6 +310,44 @@ fn join_etcd(engine: &Engine, inputs: &Inputs) -> anyhow::Result<Option<kube_anc
     }
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(crate::etcd_member::join_before_write(engine, inputs))
+}
+
+/// `spec.etcdMember`: a manifest about to replace the running one restarts etcd; a member that
+/// leads hands leadership to a caught-up voter first, so the cluster does not wait an election
+/// timeout without a leader. Never stops the apply.
+fn hand_off_before_restart(
+    engine: &Engine,
+    inputs: &Inputs,
+    desired: &kube_anchor_core::desired::Desired,
+    prune: bool,
+    output: OutputFormat,
+) -> anyhow::Result<()> {
+    let Some(member) = &inputs.anchor.etcd_member else {
+        return Ok(());
+    };
+    let restarts = engine.preview(desired, prune)?.changes.iter().any(|c| {
+        c.role == kube_anchor_core::config::Role::Manifest
+            && matches!(c.action, PreviewAction::Write(_))
+            && c.before.is_some()
+    });
+    if !restarts {
+        return Ok(());
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let report = runtime.block_on(crate::etcd_member::hand_off_leadership(
+        inputs,
+        member,
+        crate::etcd_member::HAND_OFF_BUDGET,
+    ));
+    if report.still_leads {
+        tracing::warn!(component = %desired.component, hand_off = %report.summary, "writing the new manifest while this member leads");
+    } else {
+        tracing::info!(component = %desired.component, hand_off = %report.summary, "before writing the new manifest");
+    }
+    if output == OutputFormat::Text {
+        outln!("{}: {}", desired.component, report.summary);
+    }
+    Ok(())
 }
 
 /// The membership record, for rendering without a join step (`status`).

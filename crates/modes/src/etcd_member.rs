@@ -8,7 +8,7 @@
 //! and has caught up. Leave: the member is removed only when the voters that remain keep a
 //! healthy quorum; the data dir goes only after a snapshot of its database is saved.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::io;
 use std::os::unix::fs::DirBuilderExt;
@@ -19,7 +19,9 @@ use crate::engine::{Engine, Inputs, now_rfc3339};
 use kube_anchor_core::config::{EtcdMember, FileMode, Role};
 use kube_anchor_core::hostpath::HostPath;
 use kube_anchor_core::ledger::{STATE_SUBDIR, decode_checked, encode_checked};
-use kube_anchor_core::membership::{self, Join, JoinFacts, Leave, LeaveFacts, Me, Observed, Outcome, Phase, Record};
+use kube_anchor_core::membership::{
+    self, HandOff, Join, JoinFacts, Leave, LeaveFacts, Me, Observed, Outcome, PeerStatus, Phase, Record,
+};
 use kube_anchor_host::hostfs::{HostFsError, commit_file, stage_file};
 use kube_anchor_k8s::etcd::{Cluster, Credentials, Endpoint, EtcdError};
 
@@ -360,13 +362,20 @@ pub(crate) async fn leave_step(
         observed: &observed,
         healthy: &healthy,
     });
+    let mut handed_off = None;
     let report = match decision {
         Leave::Refuse(reason) => LeaveReport::Refused(reason),
         Leave::NotAMember => LeaveReport::NotAMember,
-        Leave::Remove { id } => match cluster.remove(id).await {
-            Ok(()) => LeaveReport::Removed { id },
-            Err(e) => LeaveReport::Refused(format!("removing member {id:x} failed: {e}")),
-        },
+        Leave::Remove { id } => {
+            // A leader removed from under the cluster stalls every write for an election.
+            let hand_off = hand_off_leadership(inputs, member, HAND_OFF_BUDGET).await;
+            tracing::info!(%component, hand_off = %hand_off.summary, "before leaving");
+            handed_off = hand_off.moved_to.map(|_| hand_off.summary);
+            match cluster.remove(id).await {
+                Ok(()) => LeaveReport::Removed { id },
+                Err(e) => LeaveReport::Refused(format!("removing member {id:x} failed: {e}")),
+            }
+        }
     };
     let _lock = engine.fs.lock(&engine.state_dir, &format!("{component}.membership"))?;
     if let Ok(Some(mut r)) = load_record(engine, component) {
@@ -376,7 +385,10 @@ pub(crate) async fn leave_step(
         r.last_leave = outcome(
             "remove member",
             match &report {
-                LeaveReport::Removed { id } => format!("removed {id:x}"),
+                LeaveReport::Removed { id } => match &handed_off {
+                    Some(moved) => format!("removed {id:x} ({moved} first)"),
+                    None => format!("removed {id:x}"),
+                },
                 LeaveReport::NotAMember => "not a member".into(),
                 LeaveReport::Refused(why) => format!("refused: {why}"),
             },
@@ -386,6 +398,132 @@ pub(crate) async fn leave_step(
         }
     }
     Ok(report)
+}
+
+/// How long a leadership hand-off may hold up a write or a leave: etcd's MoveLeader takes at
+/// most an election timeout (1 s by default) once the transferee has caught up.
+pub(crate) const HAND_OFF_BUDGET: Duration = Duration::from_secs(15);
+
+/// What the hand-off found and did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct HandOffReport {
+    /// The member that leads now, when leadership was moved.
+    pub moved_to: Option<u64>,
+    /// In words, for logs, output and Events.
+    pub summary: String,
+    /// This member led and still does (no candidate, or the move failed).
+    pub still_leads: bool,
+}
+
+/// Before this node's etcd restarts (a new manifest) or leaves: when its member leads, hand
+/// leadership to a healthy, caught-up voter ([`membership::hand_off`]), bounded by `budget`.
+/// Never an error: whatever fails is reported and the write or leave goes on, as it would
+/// have without a hand-off (etcd then elects a leader itself, after an election timeout).
+pub(crate) async fn hand_off_leadership(inputs: &Inputs, member: &EtcdMember, budget: Duration) -> HandOffReport {
+    let not_moved = |summary: String, still_leads: bool| HandOffReport {
+        moved_to: None,
+        summary,
+        still_leads,
+    };
+    match tokio::time::timeout(budget, hand_off_steps(inputs, member, budget)).await {
+        Ok(Ok(report)) => report,
+        Ok(Err(e)) => not_moved(
+            format!(
+                "leadership not handed off: {}",
+                crate::logging::error_chain(&anyhow::Error::from(e))
+            ),
+            false,
+        ),
+        Err(_) => not_moved(
+            format!(
+                "leadership not handed off: no answer within {}",
+                humantime::format_duration(budget)
+            ),
+            true,
+        ),
+    }
+}
+
+async fn hand_off_steps(inputs: &Inputs, member: &EtcdMember, budget: Duration) -> Result<HandOffReport, MemberError> {
+    let creds = credentials(member)?;
+    let own = Endpoint::new(&own_client_url(inputs, member)?, &creds, ETCD_TIMEOUT)?;
+    // This member's own word: `leader` is the ID of the member it follows, or its own.
+    let status = match own.status().await {
+        Ok(s) => s,
+        Err(e) => {
+            return Ok(HandOffReport {
+                moved_to: None,
+                summary: format!("this member does not answer ({e}); nothing to hand off"),
+                still_leads: false,
+            });
+        }
+    };
+    let members = own.member_list().await?;
+    let peers = peer_statuses(&members, status.member_id, &creds).await;
+    let me = status.member_id;
+    let report = |moved_to, summary, still_leads| HandOffReport {
+        moved_to,
+        summary,
+        still_leads,
+    };
+    Ok(
+        match membership::hand_off(me, status.leader, status.raft_index, &members, &peers) {
+            HandOff::NotLeader => report(None, format!("member {me:x} does not lead; nothing to hand off"), false),
+            HandOff::NoCandidate(why) => report(None, format!("member {me:x} leads and keeps leading: {why}"), true),
+            HandOff::MoveTo { id, name } => {
+                own.move_leader(id).await?;
+                // etcd answered that the transfer is done; confirm it from this member.
+                let deadline = Instant::now() + budget;
+                loop {
+                    match own.status().await {
+                        Ok(s) if s.leader == id => {
+                            break report(
+                                Some(id),
+                                format!("leadership moved from member {me:x} to {name} ({id:x})"),
+                                false,
+                            );
+                        }
+                        _ if Instant::now() >= deadline => {
+                            break report(
+                                None,
+                                format!("asked member {me:x} to hand leadership to {name} ({id:x}); not confirmed"),
+                                true,
+                            );
+                        }
+                        _ => tokio::time::sleep(Duration::from_millis(200)).await,
+                    }
+                }
+            }
+        },
+    )
+}
+
+/// What each other voter says about itself, asked at its own client URL.
+async fn peer_statuses(members: &[membership::Member], me: u64, creds: &Credentials) -> BTreeMap<u64, PeerStatus> {
+    let checks = members
+        .iter()
+        .filter(|m| m.id != me && !m.is_learner)
+        .map(|m| async move {
+            for url in &m.client_urls {
+                let Ok(endpoint) = Endpoint::new(url, creds, Duration::from_secs(2)) else {
+                    continue;
+                };
+                if let Ok(s) = endpoint.status().await
+                    && s.member_id == m.id
+                {
+                    let healthy = s.leader != 0 && s.errors.is_empty();
+                    return Some((
+                        m.id,
+                        PeerStatus {
+                            raft_applied_index: s.raft_applied_index,
+                            healthy,
+                        },
+                    ));
+                }
+            }
+            None
+        });
+    futures::future::join_all(checks).await.into_iter().flatten().collect()
 }
 
 /// Members whose own client URL answers a status with a leader and no errors.
