@@ -5,7 +5,7 @@
 //! etcd server, its JSON is the protobuf JSON mapping of etcd's own `rpc.proto` (field names as
 //! in the proto: `ID`, `peerURLs`, `isLearner`; uint64 as strings; false and empty fields left
 //! out), and the HTTPS client is the one kube already brings (hyper, rustls). A gRPC client
-//! would add tonic, prost and a protoc build step for five calls.
+//! would add tonic, prost and a protoc build step for six calls.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
