@@ -878,3 +878,70 @@ fn a_leading_member_hands_off_leadership_before_its_restart_and_before_it_leaves
     );
     assert_eq!(bed.member_ids().len(), 3);
 }
+
+/// kubernetes/kubernetes#100677, k3s-io/k3s#13498: a node re-imaged under the same name comes
+/// back with nothing, while its old member is still listed. It removes that member (quorum
+/// allowing) and joins again as a learner, is promoted, and the member list never holds two
+/// entries for it. With quorum lost meanwhile it waits, then rejoins.
+#[test]
+fn a_reimaged_node_removes_its_stale_member_and_joins_again() {
+    let mut bed = Bed::new(3, 3);
+    bed.wait_healthy(3);
+    let mut node = Node::new(&bed, "n4", Ports::new(), None);
+    node.apply_until_written();
+    node.start_etcd();
+    node.apply_until_voter(&bed);
+    bed.wait_healthy(4);
+
+    let mut old_ids = vec![node.my_entries(&bed)[0].0.clone()];
+    for quorum_lost in [false, true] {
+        // Hard-killed and re-imaged: no manifest, no state, no data.
+        node.stop_etcd();
+        fs::remove_dir_all(&node.root).unwrap();
+        fs::create_dir_all(&node.root).unwrap();
+        if quorum_lost {
+            // Two of four voters down: nothing can be removed. The node waits, writes nothing,
+            // removes nothing.
+            let down: Vec<Process> = bed.members[..2].iter_mut().map(|m| m.take().unwrap()).collect();
+            for p in down {
+                p.stop();
+            }
+            for _ in 0..3 {
+                let out = node.apply();
+                assert!(!out.status.success(), "nothing to write without a member");
+                assert!(!node.manifest().exists());
+            }
+            let initial = bed.initial_cluster();
+            for i in 0..2 {
+                bed.members[i] = Some(etcd(&bed, &format!("n{}", i + 1), &bed.ports[i], &initial));
+            }
+            bed.wait_healthy(4);
+            assert_eq!(node.my_entries(&bed).len(), 1, "the stale member is still there");
+        }
+        // Each step: never two entries for this node.
+        let start = Instant::now();
+        while !node.manifest().exists() {
+            let out = node.apply();
+            let mine = node.my_entries(&bed);
+            assert!(mine.len() <= 1, "two entries for one node: {mine:?}");
+            assert!(
+                out.status.success() || start.elapsed() < Duration::from_secs(30),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let mine = node.my_entries(&bed);
+        assert_eq!(mine.len(), 1, "{mine:?}");
+        assert!(mine[0].2, "joined again as a learner: {mine:?}");
+        assert!(
+            !old_ids.contains(&mine[0].0),
+            "a new member, not the stale one: {mine:?}"
+        );
+        let record = node.record().unwrap();
+        assert_eq!(record["phase"], "learner", "{record}");
+        node.start_etcd();
+        node.apply_until_voter(&bed);
+        bed.wait_healthy(4);
+        old_ids.push(node.my_entries(&bed)[0].0.clone());
+    }
+}

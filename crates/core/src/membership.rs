@@ -118,6 +118,11 @@ pub enum Join {
     /// An existing member's data dir with no record (membership enabled on a running
     /// cluster): record the member as it is.
     Adopt { id: u64, learner: bool },
+    /// A member with this node's peer URL and name has run (etcd named it) but this node holds
+    /// no data for it: the node was re-imaged or its data dir lost. etcd cannot restart that
+    /// member from an empty data dir; it must be removed (when the voters left keep a healthy
+    /// quorum, checked by [`decide_leave`]) and this node joins again as a learner.
+    Rejoin { stale: u64 },
     /// Nothing to change.
     Keep,
     /// Do nothing (and write no manifest unless a record already exists).
@@ -157,8 +162,11 @@ pub fn decide_join(f: &JoinFacts) -> Join {
             r.name, r.peer_url, f.me.name, f.me.peer_url
         ));
     }
-    // A voter stays a voter: upgrades, restarts and reboots change nothing.
-    if f.record.is_some_and(|r| r.phase == Phase::Voter) {
+    // A voter stays a voter: upgrades, restarts and reboots change nothing. Only a recorded
+    // member whose data is gone (a bootstrap record has no ID until etcd has run) asks further.
+    if f.record
+        .is_some_and(|r| r.phase == Phase::Voter && !data_lost(r, f.data_dir_has_member))
+    {
         return Join::Keep;
     }
     let members = match f.observed {
@@ -187,6 +195,7 @@ pub fn decide_join(f: &JoinFacts) -> Join {
                 Join::Keep // etcd has not started from the manifest yet
             }
         }
+        (Some(r), Some(m)) if data_lost(r, f.data_dir_has_member) && !m.name.is_empty() => Join::Rejoin { stale: m.id },
         (Some(_), Some(m)) => Join::RecordVoter { id: m.id },
         (Some(_), None) => Join::Wait(format!(
             "recorded as a learner, but the cluster has no member with peer URL {}: it was removed; the data dir and the record must be cleared by hand before it joins again",
@@ -196,6 +205,8 @@ pub fn decide_join(f: &JoinFacts) -> Join {
             id: m.id,
             learner: m.is_learner,
         },
+        // It ran (etcd filled in its name) but left no data here: re-imaged.
+        (None, Some(m)) if !m.name.is_empty() => Join::Rejoin { stale: m.id },
         (None, Some(m)) if m.is_learner => Join::Resume { id: m.id },
         // A voter that never started: a node of the initial cluster coming up late.
         (None, Some(_)) if f.may_bootstrap => Join::Bootstrap,
@@ -209,6 +220,11 @@ pub fn decide_join(f: &JoinFacts) -> Join {
         )),
         (None, None) => Join::AddLearner,
     }
+}
+
+/// A recorded voter with a member ID (it has run) whose data dir holds no member.
+fn data_lost(r: &Record, data_dir_has_member: bool) -> bool {
+    r.phase == Phase::Voter && r.member_id.is_some() && !data_dir_has_member
 }
 
 /// The `--initial-cluster` value for a joining node: every member that has a name (started) or
@@ -516,13 +532,47 @@ mod tests {
                 false,
                 Join::Keep,
             ),
+            // kubernetes/kubernetes#100677, k3s-io/k3s#13498: a member whose data is gone
+            // cannot restart; it is removed and joins again.
             (
-                "recorded voter, no data (wiped by hand)",
+                "recorded voter, data dir lost",
                 voter.clone(),
                 false,
                 Some(Voter),
                 false,
-                Join::Keep,
+                Join::Rejoin { stale: 4 },
+            ),
+            (
+                "re-imaged node: no record, no data, its member listed",
+                voter.clone(),
+                false,
+                None,
+                false,
+                Join::Rejoin { stale: 4 },
+            ),
+            (
+                "re-imaged node of the initial cluster: not a second bootstrap",
+                voter.clone(),
+                false,
+                None,
+                true,
+                Join::Rejoin { stale: 4 },
+            ),
+            (
+                "re-imaged node whose learner had started",
+                started_learner.clone(),
+                false,
+                None,
+                false,
+                Join::Rejoin { stale: 4 },
+            ),
+            (
+                "recorded voter, data dir lost, etcd down: the manifest from the record",
+                down(),
+                false,
+                Some(Voter),
+                false,
+                Join::Wait("etcd unreachable (connection refused); the join resumes when it answers".into()),
             ),
             (
                 "existing member, no record (enabled later)",

@@ -198,8 +198,12 @@ pub(crate) async fn join_step(engine: &Engine, inputs: &Inputs) -> Result<JoinRe
     let record = load_record(engine, component)?.filter(|r| r.phase != Phase::Removed);
     let data = data_dir(engine, member)?;
     let data_has_member = has_member(&data);
-    // A voter never needs the cluster to render its manifest: upgrades and reboots stay local.
-    let observed = if record.as_ref().is_some_and(|r| r.phase == Phase::Voter) {
+    // A voter never needs the cluster to render its manifest: upgrades and reboots stay local
+    // (unless its data is gone: see `Join::Rejoin`).
+    let data_lost = record
+        .as_ref()
+        .is_some_and(|r| r.phase == Phase::Voter && r.member_id.is_some() && !data_has_member);
+    let observed = if record.as_ref().is_some_and(|r| r.phase == Phase::Voter) && !data_lost {
         Observed::Unreachable("not asked: recorded as a voter".into())
     } else {
         match Cluster::new(&member.endpoints, &credentials(member)?, ETCD_TIMEOUT) {
@@ -295,6 +299,7 @@ pub(crate) async fn join_step(engine: &Engine, inputs: &Inputs) -> Result<JoinRe
             tracing::info!(%component, member_id = %format!("{id:x}"), "etcd: recorded the existing member");
             (Some(r), format!("recorded existing member {id:x}"), learner)
         }
+        Join::Rejoin { stale } => rejoin(engine, inputs, member, &me, record, &observed, &members, stale).await?,
         Join::RecordVoter { id } => {
             let mut r = record.expect("decided with a record");
             r.phase = Phase::Voter;
@@ -328,6 +333,76 @@ pub(crate) async fn join_step(engine: &Engine, inputs: &Inputs) -> Result<JoinRe
         summary,
         pending,
     })
+}
+
+/// `Join::Rejoin`: this node's member has run but its data is gone. Removed only when the
+/// voters left keep a healthy quorum (the leave's own rule) and the member does not answer at
+/// its client URL (an etcd that answers has its data somewhere, a disk not mounted yet, say);
+/// the record then says `removed`, and the next step adds this node as a learner. The member
+/// list never holds two entries for the node: the add needs the old one gone.
+#[allow(clippy::too_many_arguments)]
+async fn rejoin(
+    engine: &Engine,
+    inputs: &Inputs,
+    member: &EtcdMember,
+    me: &Me,
+    record: Option<Record>,
+    observed: &Observed,
+    members: &[membership::Member],
+    stale: u64,
+) -> Result<(Option<Record>, String, bool), MemberError> {
+    let component = &inputs.anchor.name;
+    let creds = credentials(member)?;
+    let healthy = healthy_members(members, &creds).await;
+    if healthy.contains(&stale) {
+        let why = format!(
+            "member {stale:x} has this node's peer URL and answers, but this node holds no data for it; not removed (is the data dir's disk mounted?)"
+        );
+        return Ok((record, format!("waiting: {why}"), true));
+    }
+    match membership::decide_leave(&LeaveFacts {
+        me,
+        observed,
+        healthy: &healthy,
+    }) {
+        Leave::Remove { id } if id == stale => {
+            let cluster = Cluster::new(&member.endpoints, &creds, ETCD_TIMEOUT)?;
+            cluster.remove(stale).await?;
+            let r = Record {
+                name: me.name.clone(),
+                peer_url: me.peer_url.clone(),
+                member_id: Some(stale.to_string()),
+                phase: Phase::Removed,
+                initial_cluster: record.as_ref().map(|r| r.initial_cluster.clone()).unwrap_or_default(),
+                initial_cluster_state: "existing".into(),
+                last_join: record.as_ref().and_then(|r| r.last_join.clone()),
+                last_leave: outcome(
+                    "remove stale member",
+                    format!("removed {stale:x}: this node has no data for it; joining again as a learner"),
+                ),
+            };
+            store_record(engine, component, &r)?;
+            tracing::warn!(%component, member_id = %format!("{stale:x}"), "etcd: removed this node's stale member (its data is gone); joining again as a learner");
+            // No manifest from this record: the next step adds the learner.
+            Ok((
+                None,
+                format!("removed stale member {stale:x}; joining again as a learner"),
+                true,
+            ))
+        }
+        Leave::Refuse(why) => Ok((
+            record,
+            format!(
+                "waiting: this node's member {stale:x} has no data here and must be removed before it joins again, but {why}"
+            ),
+            true,
+        )),
+        other => Ok((
+            record,
+            format!("waiting: the member list changed while rejoining ({other:?})"),
+            true,
+        )),
+    }
 }
 
 /// What the leave step found and did.
