@@ -303,9 +303,14 @@ impl Kubernetes {
         }
         for (key, value) in [
             ("kubernetes.io/config.source", "file"),
-            ("kubernetes.io/config.hash", "0123456789abcdef"),
-            ("kubernetes.io/config.seen", "2026-01-01T00:00:00Z"),
-            ("kubernetes.io/config.mirror", "0123456789abcdef"),
+            ("kubernetes.io/config.hash", "0123456789abcdef0123456789abcdef"),
+            ("kubernetes.io/config.seen", "2026-01-01T00:00:00.123456789Z"),
+            ("kubernetes.io/config.mirror", "0123456789abcdef0123456789abcdef"),
+            // What kube-anchor adds to the manifest it writes.
+            (
+                "kube-anchor.io/content-hash",
+                "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+            ),
         ] {
             annotations[key] = value.into();
         }

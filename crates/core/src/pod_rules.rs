@@ -21,6 +21,7 @@ use k8s_openapi::api::core::v1::{
     Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 /// One reason Kubernetes refuses the pod: the field's path as Kubernetes writes it, and the
@@ -203,8 +204,13 @@ fn head(s: &str) -> String {
     s.chars().take(20).collect()
 }
 
+/// An IP address as Kubernetes takes one: no IPv4-mapped IPv6 form.
 fn is_ip(s: &str) -> bool {
-    s.parse::<IpAddr>().is_ok()
+    match s.parse::<IpAddr>() {
+        Ok(IpAddr::V6(v6)) => v6.to_ipv4_mapped().is_none(),
+        Ok(IpAddr::V4(_)) => true,
+        Err(_) => false,
+    }
 }
 
 /// An absolute-or-relative path without a `..` element (`validatePathNoBacksteps`).
@@ -309,6 +315,79 @@ fn container_lists(spec: &PodSpec) -> [(&'static str, &[Container]); 2] {
 
 // ---- Object metadata -----------------------------------------------------------------------
 
+/// The bytes of the annotations written beside the manifest's own: `kubernetes.io/config.hash`,
+/// `config.mirror` (32 hex each), `config.seen` (RFC 3339 with nanoseconds), `config.source`
+/// ("file"), and `kube-anchor.io/content-hash` (sha256:<64 hex>).
+const ADDED_ANNOTATION_BYTES: usize = 25 + 32 + 27 + 32 + 25 + 30 + 27 + 4 + 27 + 71;
+
+/// Finalizers, generateName and the annotations Kubernetes reads itself.
+fn metadata_extras(v: &mut Errors, pod: &Pod) {
+    let finalizers = pod.metadata.finalizers.as_deref().unwrap_or_default();
+    for (i, f) in finalizers.iter().enumerate() {
+        if f.contains('/') {
+            if let Some(problem) = qualified_name_problem(f) {
+                v.add(format!("metadata.finalizers[{i}]"), problem);
+            }
+        } else if !matches!(f.as_str(), "kubernetes" | "orphan" | "foregroundDeletion") {
+            v.add(
+                format!("metadata.finalizers[{i}]"),
+                format!("{f:?} is neither a standard finalizer (kubernetes, orphan, foregroundDeletion) nor qualified by a domain"),
+            );
+        }
+    }
+    if finalizers.iter().any(|f| f == "orphan") && finalizers.iter().any(|f| f == "foregroundDeletion") {
+        v.add(
+            "metadata.finalizers",
+            "orphan and foregroundDeletion cannot both be set",
+        );
+    }
+    if let Some(prefix) = pod.metadata.generate_name.as_deref().filter(|p| !p.is_empty()) {
+        // A prefix may end with '-' (`maskTrailingDash`).
+        let masked = match prefix.strip_suffix('-') {
+            Some(rest) => format!("{rest}a"),
+            None => prefix.to_owned(),
+        };
+        if let Some(problem) = subdomain_problem(&masked) {
+            v.add(
+                "metadata.generateName",
+                problem.replace(&format!("{masked:?}"), &format!("{prefix:?}")),
+            );
+        }
+    }
+    let annotations = pod.metadata.annotations.as_ref();
+    if let Some(cost) = annotations.and_then(|a| a.get("controller.kubernetes.io/pod-deletion-cost")) {
+        let canonical = cost == "0"
+            || cost
+                .strip_prefix('-')
+                .unwrap_or(cost)
+                .bytes()
+                .enumerate()
+                .all(|(i, b)| b.is_ascii_digit() && !(i == 0 && b == b'0'));
+        if !canonical || cost.is_empty() || cost == "-" || cost.parse::<i32>().is_err() {
+            v.add(
+                "metadata.annotations[controller.kubernetes.io/pod-deletion-cost]",
+                format!("{cost:?} is not a 32-bit integer written plainly"),
+            );
+        }
+    }
+    if let Some(text) = annotations
+        .and_then(|a| a.get("scheduler.alpha.kubernetes.io/tolerations"))
+        .filter(|t| !t.is_empty())
+    {
+        match serde_json::from_str::<Vec<k8s_openapi::api::core::v1::Toleration>>(text) {
+            Err(e) => v.add(
+                "metadata.annotations[scheduler.alpha.kubernetes.io/tolerations]",
+                format!("not a JSON list of tolerations: {e}"),
+            ),
+            Ok(list) => toleration_list(
+                v,
+                "metadata.annotations.scheduler.alpha.kubernetes.io/tolerations",
+                &list,
+            ),
+        }
+    }
+}
+
 /// `ValidateObjectMeta` with `ValidatePodName`, after `applyDefaults` named the pod
 /// `<name>-<node>`.
 fn object_meta(v: &mut Errors, pod: &Pod, node: Option<&str>) {
@@ -342,7 +421,10 @@ fn object_meta(v: &mut Errors, pod: &Pod, node: Option<&str>) {
             v.add(format!("metadata.labels[{key}]"), problem);
         }
     }
-    let mut annotation_bytes = 0;
+    metadata_extras(v, pod);
+    // The kubelet and its mirror client add config.hash, config.seen, config.source and
+    // config.mirror, kube-anchor its content hash: the limit counts them too.
+    let mut annotation_bytes = ADDED_ANNOTATION_BYTES;
     for (key, value) in pod.metadata.annotations.iter().flatten() {
         if let Some(problem) = qualified_name_problem(&key.to_ascii_lowercase()) {
             v.add("metadata.annotations", format!("key {problem}"));
@@ -385,7 +467,7 @@ fn pod_spec(v: &mut Errors, pod: &Pod, spec: &PodSpec) {
         v.add("spec.containers", "at least one container is required");
     }
     containers(v, spec, &volumes);
-    if let Some(policy) = &spec.restart_policy {
+    if let Some(policy) = spec.restart_policy.as_deref().filter(|p| !p.is_empty()) {
         v.one_of("spec.restartPolicy", policy, &["Always", "OnFailure", "Never"]);
     }
     dns(v, spec);
@@ -415,6 +497,14 @@ fn pod_spec(v: &mut Errors, pod: &Pod, spec: &PodSpec) {
     host_aliases(v, spec);
     tolerations(v, spec);
     pod_security_context(v, pod, spec);
+    if let Some(name) = spec.priority_class_name.as_deref().filter(|n| !n.is_empty())
+        && let Some(problem) = subdomain_problem(name)
+    {
+        v.add(
+            "spec.priorityClassName",
+            format!("{problem}: no PriorityClass can have that name"),
+        );
+    }
     if let Some(name) = spec.runtime_class_name.as_deref()
         && let Some(problem) = subdomain_problem(name)
     {
@@ -425,9 +515,11 @@ fn pod_spec(v: &mut Errors, pod: &Pod, spec: &PodSpec) {
             v.add(format!("spec.readinessGates[{i}].conditionType"), problem);
         }
     }
+    pod_resources(v, spec);
     topology_spread(v, spec);
     affinity(v, spec);
     os(v, spec);
+    windows(v, spec);
     if let Some(p) = &spec.preemption_policy {
         v.one_of("spec.preemptionPolicy", p, &["Never", "PreemptLowerPriority"]);
     }
@@ -534,27 +626,138 @@ fn volume_source(v: &mut Errors, vol: &Volume, at: &dyn Fn(&str) -> String) {
         if let Some(mode) = d.default_mode {
             v.range(at(".downwardAPI.defaultMode"), mode.into(), 0, 0o777);
         }
-        for (j, item) in d.items.iter().flatten().enumerate() {
-            let p = &item.path;
-            if p.is_empty() {
-                v.add(at(&format!(".downwardAPI.items[{j}].path")), "required");
-            } else if p.starts_with('/') {
-                v.add(
-                    at(&format!(".downwardAPI.items[{j}].path")),
-                    format!("{p:?} must be a relative path"),
-                );
-            } else if has_backsteps(p) || p.starts_with("..") {
-                v.add(
-                    at(&format!(".downwardAPI.items[{j}].path")),
-                    format!("{p:?} may not contain '..'"),
+        let mut paths = BTreeSet::new();
+        downward_items(
+            v,
+            &at(".downwardAPI"),
+            d.items.as_deref().unwrap_or_default(),
+            &mut paths,
+        );
+    }
+    if let Some(p) = &vol.projected {
+        if let Some(mode) = p.default_mode {
+            v.range(at(".projected.defaultMode"), mode.into(), 0, 0o777);
+        }
+        let mut paths = BTreeSet::new();
+        for (k, source) in p.sources.iter().flatten().enumerate() {
+            let at = at(&format!(".projected.sources[{k}]"));
+            let kinds = [
+                source.secret.is_some(),
+                source.config_map.is_some(),
+                source.downward_api.is_some(),
+                source.service_account_token.is_some(),
+                source.cluster_trust_bundle.is_some(),
+                source.pod_certificate.is_some(),
+            ]
+            .iter()
+            .filter(|b| **b)
+            .count();
+            if kinds != 1 {
+                v.add(at.clone(), "a projected source names exactly one kind");
+            }
+            if let Some(d) = &source.downward_api {
+                downward_items(
+                    v,
+                    &format!("{at}.downwardAPI"),
+                    d.items.as_deref().unwrap_or_default(),
+                    &mut paths,
                 );
             }
         }
+    }
+    if let Some(g) = &vol.git_repo {
+        if g.repository.is_empty() {
+            v.add(at(".gitRepo.repository"), "required");
+        }
+        if let Some(dir) = g.directory.as_deref()
+            && let Some(problem) = descending_path_problem(dir)
+        {
+            v.add(at(".gitRepo.directory"), problem);
+        }
+    }
+    if let Some(policy) = vol
+        .image
+        .as_ref()
+        .and_then(|i| i.pull_policy.as_deref())
+        .filter(|p| !p.is_empty())
+    {
+        v.one_of(at(".image.pullPolicy"), policy, &["Always", "IfNotPresent", "Never"]);
     }
     if let Some(image) = &vol.image
         && image.reference.as_deref().is_none_or(str::is_empty)
     {
         v.add(at(".image.reference"), "required");
+    }
+}
+
+/// The items of a downward API volume or projection (`validateDownwardAPIVolumeFile`): a
+/// relative path without `..`, unique in the volume; one of fieldRef (metadata only) and
+/// resourceFieldRef (with its containerName); a mode within 0777.
+fn downward_items(
+    v: &mut Errors,
+    at: &str,
+    items: &[k8s_openapi::api::core::v1::DownwardAPIVolumeFile],
+    paths: &mut BTreeSet<String>,
+) {
+    const VOLUME_FIELDS: [&str; 5] = [
+        "metadata.name",
+        "metadata.namespace",
+        "metadata.uid",
+        "metadata.labels",
+        "metadata.annotations",
+    ];
+    for (j, item) in items.iter().enumerate() {
+        let p = &item.path;
+        if p.is_empty() {
+            v.add(format!("{at}.items[{j}].path"), "required");
+        } else if let Some(problem) = descending_path_problem(p) {
+            v.add(format!("{at}.items[{j}].path"), problem);
+        } else if p.starts_with("..") {
+            v.add(
+                format!("{at}.items[{j}].path"),
+                format!("{p:?} may not start with '..'"),
+            );
+        } else if !paths.insert(p.clone()) {
+            v.add(
+                format!("{at}.items[{j}].path"),
+                format!("{p:?} is the path of an earlier item"),
+            );
+        }
+        match (&item.field_ref, &item.resource_field_ref) {
+            (Some(_), Some(_)) | (None, None) => v.add(
+                format!("{at}.items[{j}]"),
+                "names exactly one of fieldRef and resourceFieldRef",
+            ),
+            (Some(f), None) => {
+                let subscripted = ["metadata.labels['", "metadata.annotations['"]
+                    .iter()
+                    .any(|pre| f.field_path.starts_with(pre));
+                if !VOLUME_FIELDS.contains(&f.field_path.as_str()) && !subscripted {
+                    v.add(
+                        format!("{at}.items[{j}].fieldRef.fieldPath"),
+                        format!(
+                            "{:?}: a volume takes metadata fields only ({})",
+                            f.field_path,
+                            VOLUME_FIELDS.join(", ")
+                        ),
+                    );
+                } else if let Some(problem) = field_path_problem(&f.field_path).filter(|_| subscripted) {
+                    v.add(format!("{at}.items[{j}].fieldRef.fieldPath"), problem);
+                }
+            }
+            (None, Some(r)) => {
+                if r.container_name.as_deref().is_none_or(str::is_empty) {
+                    v.add(
+                        format!("{at}.items[{j}].resourceFieldRef.containerName"),
+                        "required in a volume",
+                    );
+                }
+                resource_field_ref(v, &format!("{at}.items[{j}].resourceFieldRef"), r);
+            }
+        }
+        if let Some(mode) = item.mode {
+            v.range(format!("{at}.items[{j}].mode"), mode.into(), 0, 0o777);
+        }
     }
 }
 
@@ -566,9 +769,13 @@ fn containers(v: &mut Errors, spec: &PodSpec, volumes: &BTreeSet<String>) {
     let mut names = BTreeSet::new();
     for (list, cs) in container_lists(spec) {
         let init = list == "initContainers";
-        // AccumulateUniqueHostPorts: protocol/hostIP/hostPort over one list of containers.
+        // AccumulateUniqueHostPorts: protocol/hostIP/hostPort over the regular containers, over
+        // each init container alone (they run one after the other).
         let mut host_ports = BTreeSet::new();
         for (i, c) in cs.iter().enumerate() {
+            if init {
+                host_ports.clear();
+            }
             let at = |field: &str| format!("spec.{list}[{i}]{field}");
             if c.name.is_empty() {
                 v.add(at(".name"), "required");
@@ -584,10 +791,11 @@ fn containers(v: &mut Errors, spec: &PodSpec, volumes: &BTreeSet<String>) {
                 }
                 Some(_) => {}
             }
-            if let Some(p) = &c.image_pull_policy {
+            // An empty enum is unset: defaulting fills it in before validation.
+            if let Some(p) = c.image_pull_policy.as_deref().filter(|p| !p.is_empty()) {
                 v.one_of(at(".imagePullPolicy"), p, &["Always", "IfNotPresent", "Never"]);
             }
-            if let Some(p) = &c.termination_message_policy {
+            if let Some(p) = c.termination_message_policy.as_deref().filter(|p| !p.is_empty()) {
                 v.one_of(at(".terminationMessagePolicy"), p, &["File", "FallbackToLogsOnError"]);
             }
             let sidecar = init && c.restart_policy.as_deref() == Some("Always");
@@ -611,17 +819,29 @@ fn containers(v: &mut Errors, spec: &PodSpec, volumes: &BTreeSet<String>) {
                     }
                 }
             }
-            ports(v, c, &at, host_network, &mut host_ports);
+            ports(v, c, &at, host_network, !init, &mut host_ports);
             env(v, c, &at);
             resources(v, c.resources.as_ref(), &at);
-            for (j, r) in c.resize_policy.iter().flatten().enumerate() {
-                let _ = j;
+            let mut resized = BTreeSet::new();
+            for r in c.resize_policy.iter().flatten() {
                 v.one_of(at(".resizePolicy"), &r.resource_name, &["cpu", "memory"]);
                 v.one_of(
                     at(".resizePolicy"),
                     &r.restart_policy,
                     &["NotRequired", "RestartContainer"],
                 );
+                if !resized.insert(r.resource_name.as_str()) {
+                    v.add(at(".resizePolicy"), format!("{:?} is listed twice", r.resource_name));
+                }
+                if spec.restart_policy.as_deref() == Some("Never") && r.restart_policy != "NotRequired" {
+                    v.add(
+                        at(".resizePolicy"),
+                        format!(
+                            "{:?} must be NotRequired when the pod's restartPolicy is Never",
+                            r.restart_policy
+                        ),
+                    );
+                }
             }
             for (field, probe, kind) in [
                 (".livenessProbe", &c.liveness_probe, Kind::Liveness),
@@ -652,6 +872,8 @@ fn ports(
     c: &Container,
     at: &dyn Fn(&str) -> String,
     host_network: bool,
+    // The hostNetwork rule (hostPort equals containerPort) covers the regular containers only.
+    equal_ports_rule: bool,
     host_ports: &mut BTreeSet<String>,
 ) {
     let mut names = BTreeSet::new();
@@ -677,7 +899,7 @@ fn ports(
         if host_port != 0 {
             v.range(at(".hostPort"), host_port.into(), 1, 65535);
         }
-        if host_network && host_port != p.container_port {
+        if host_network && equal_ports_rule && host_port != p.container_port {
             v.add(
                 at(".hostPort"),
                 format!(
@@ -686,7 +908,7 @@ fn ports(
                 ),
             );
         }
-        let protocol = p.protocol.as_deref().unwrap_or("TCP");
+        let protocol = p.protocol.as_deref().filter(|p| !p.is_empty()).unwrap_or("TCP");
         v.one_of(at(".protocol"), protocol, &["SCTP", "TCP", "UDP"]);
         if host_port != 0 {
             let key = format!("{protocol}/{}/{host_port}", p.host_ip.as_deref().unwrap_or_default());
@@ -732,10 +954,17 @@ fn field_path_problem(path: &str) -> Option<String> {
         if let Some(rest) = path.strip_prefix(prefix)
             && let Some(key) = rest.strip_prefix("['").and_then(|r| r.strip_suffix("']"))
         {
-            return qualified_name_problem(key).map(|p| format!("{path:?}: {p}"));
+            // Annotation keys are checked lowercased, as ValidateAnnotations does.
+            let key = if prefix == "metadata.annotations" {
+                key.to_ascii_lowercase()
+            } else {
+                key.to_owned()
+            };
+            return qualified_name_problem(&key).map(|p| format!("{path:?}: {p}"));
         }
     }
-    if FIELD_PATHS.contains(&path) {
+    // `spec.host` is converted to `spec.nodeName` before validation.
+    if FIELD_PATHS.contains(&path) || path == "spec.host" {
         None
     } else {
         Some(format!(
@@ -770,6 +999,11 @@ fn env(v: &mut Errors, c: &Container, at: &dyn Fn(&str) -> String) {
     for (j, var) in c.env.iter().flatten().enumerate() {
         env_var(v, var, &at(&format!(".env[{j}]")));
     }
+    for source in c.env_from.iter().flatten() {
+        if source.config_map_ref.is_none() && source.secret_ref.is_none() {
+            v.add(at(".envFrom"), "an entry names no source (configMapRef or secretRef)");
+        }
+    }
 }
 
 fn env_var(v: &mut Errors, var: &EnvVar, at: &str) {
@@ -799,7 +1033,7 @@ fn env_var(v: &mut Errors, var: &EnvVar, at: &str) {
         v.add(format!("{at}.valueFrom"), "may not be set when value is set");
     }
     if let Some(f) = &from.field_ref {
-        let version = f.api_version.as_deref().unwrap_or("v1");
+        let version = f.api_version.as_deref().filter(|v| !v.is_empty()).unwrap_or("v1");
         if version != "v1" {
             v.add(
                 format!("{at}.valueFrom.fieldRef.apiVersion"),
@@ -809,14 +1043,42 @@ fn env_var(v: &mut Errors, var: &EnvVar, at: &str) {
             v.add(format!("{at}.valueFrom.fieldRef.fieldPath"), problem);
         }
     }
-    if let Some(r) = &from.resource_field_ref
-        && let Some(problem) = resource_field_problem(&r.resource)
-    {
-        v.add(format!("{at}.valueFrom.resourceFieldRef.resource"), problem);
+    if let Some(r) = &from.resource_field_ref {
+        resource_field_ref(v, &format!("{at}.valueFrom.resourceFieldRef"), r);
     }
 }
 
-/// A resource name Kubernetes itself defines (no domain, or `kubernetes.io` below it).
+/// A resourceFieldRef's resource and divisor (`validateContainerResourceDivisor`): cpu takes 1m
+/// or 1; memory, ephemeral storage and hugepages 1 or a power of 1000 or 1024 up to E/Ei.
+fn resource_field_ref(v: &mut Errors, at: &str, r: &k8s_openapi::api::core::v1::ResourceFieldSelector) {
+    if let Some(problem) = resource_field_problem(&r.resource) {
+        v.add(format!("{at}.resource"), problem);
+        return;
+    }
+    let Some(divisor) = &r.divisor else { return };
+    let Ok(value) = quantity_value(&divisor.0) else { return };
+    if value == 0.0 {
+        return; // unset
+    }
+    let cpu = r.resource.ends_with(".cpu");
+    let allowed: Vec<f64> = if cpu {
+        vec![0.001, 1.0]
+    } else {
+        let mut a = vec![1.0];
+        a.extend((1..=6).map(|e| 1000f64.powi(e)));
+        a.extend((1..=6).map(|e| 1024f64.powi(e)));
+        a
+    };
+    if !allowed.contains(&value) {
+        let which = if cpu { "1m or 1" } else { "1, or 1k…1E, or 1Ki…1Ei" };
+        v.add(
+            format!("{at}.divisor"),
+            format!("{:?}: a divisor of {} is {which}", divisor.0, r.resource),
+        );
+    }
+}
+
+/// A resource name Kubernetes itself defines: no domain, or `kubernetes.io` (or below it).
 fn is_native_resource(name: &str) -> bool {
     !name.contains('/')
         || name
@@ -825,7 +1087,16 @@ fn is_native_resource(name: &str) -> bool {
             .is_some_and(|d| d == "kubernetes.io" || d.ends_with(".kubernetes.io"))
 }
 
-/// `ValidateContainerResourceName` and `ValidateResourceRequirements`.
+/// A quantity rounded up to thousandths, as Kubernetes compares requests with limits
+/// (`MilliValue`).
+fn milli(q: &Quantity) -> f64 {
+    (quantity_value(&q.0).unwrap_or(0.0) * 1000.0).ceil()
+}
+
+/// `ValidateContainerResourceName` and `ValidateResourceRequirements`: unprefixed names are the
+/// standard resources; names under kubernetes.io are Kubernetes' own (no further rule); others
+/// are extended resources (whole numbers, request equal to limit). Hugepages cannot be
+/// overcommitted either, and come in whole pages beside a cpu or memory request or limit.
 fn resources(v: &mut Errors, r: Option<&ResourceRequirements>, at: &dyn Fn(&str) -> String) {
     let Some(r) = r else { return };
     let empty = BTreeMap::new();
@@ -833,6 +1104,8 @@ fn resources(v: &mut Errors, r: Option<&ResourceRequirements>, at: &dyn Fn(&str)
     let requests = r.requests.as_ref().unwrap_or(&empty);
     let standard =
         |name: &str| matches!(name, "cpu" | "memory" | "ephemeral-storage") || name.starts_with("hugepages-");
+    let extended = |name: &str| !is_native_resource(name);
+    let hugepage = |name: &str| name.starts_with("hugepages-");
     let mut hugepages = false;
     for (kind, map) in [("limits", limits), ("requests", requests)] {
         for (name, q) in map {
@@ -842,23 +1115,28 @@ fn resources(v: &mut Errors, r: Option<&ResourceRequirements>, at: &dyn Fn(&str)
                 v.add(field.clone(), format!("resource name {problem}"));
                 continue;
             }
-            if is_native_resource(name) && !standard(name) {
+            if !name.contains('/') && !standard(name) {
                 v.add(
                     field.clone(),
-                    format!("{name:?} is not a resource of a container (cpu, memory, ephemeral-storage, hugepages-<size>, or an extended resource with a domain)"),
+                    format!("{name:?} is not a resource of a container (cpu, memory, ephemeral-storage, hugepages-<size>, or a resource with a domain)"),
                 );
                 continue;
             }
             if let Some(size) = name.strip_prefix("hugepages-") {
                 hugepages = true;
-                if quantity_value(size).is_err() {
-                    v.add(field.clone(), format!("{name:?}: the page size is not a quantity"));
+                match quantity_value(size) {
+                    Err(_) => v.add(field.clone(), format!("{name:?}: the page size is not a quantity")),
+                    Ok(page) if page > 0.0 && (value / page).fract() != 0.0 => v.add(
+                        field.clone(),
+                        format!("{:?} is not a whole number of {size} pages", q.0),
+                    ),
+                    Ok(_) => {}
                 }
             }
             if value < 0.0 {
                 v.add(field.clone(), format!("{:?} is negative", q.0));
             }
-            if !standard(name) && (value * 1000.0).round() % 1000.0 != 0.0 {
+            if extended(name) && milli(q) % 1000.0 != 0.0 {
                 v.add(
                     field,
                     format!("{:?}: an extended resource takes whole numbers only", q.0),
@@ -867,25 +1145,26 @@ fn resources(v: &mut Errors, r: Option<&ResourceRequirements>, at: &dyn Fn(&str)
         }
     }
     for (name, request) in requests {
-        let request_value = quantity_value(&request.0).unwrap_or(0.0);
         match limits.get(name) {
             Some(limit) => {
-                let limit_value = quantity_value(&limit.0).unwrap_or(0.0);
-                if request_value > limit_value {
+                if milli(request) > milli(limit) {
                     v.add(
                         at(&format!(".resources.requests[{name}]")),
                         format!("{:?} is more than the limit {:?}", request.0, limit.0),
                     );
-                } else if !standard(name) && request_value != limit_value {
+                } else if (extended(name) || hugepage(name)) && milli(request) != milli(limit) {
                     v.add(
                         at(&format!(".resources.requests[{name}]")),
-                        format!("{:?}: an extended resource's request must equal its limit", request.0),
+                        format!(
+                            "{:?}: {name} cannot be overcommitted; its request must equal its limit",
+                            request.0
+                        ),
                     );
                 }
             }
-            None if !standard(name) => v.add(
+            None if extended(name) || hugepage(name) => v.add(
                 at(".resources.limits"),
-                format!("{name:?} is requested without a limit; an extended resource needs both, equal"),
+                format!("{name:?} is requested without a limit; it cannot be overcommitted, so it needs both, equal"),
             ),
             None => {}
         }
@@ -899,6 +1178,51 @@ fn resources(v: &mut Errors, r: Option<&ResourceRequirements>, at: &dyn Fn(&str)
                 at(".resources"),
                 "hugepages need a cpu or memory request or limit beside them",
             );
+        }
+    }
+}
+
+/// `spec.resources` (pod-level resources): cpu, memory and hugepages only; requests default to
+/// the sum of the regular containers' and must be at least that, and at most the limits.
+fn pod_resources(v: &mut Errors, spec: &PodSpec) {
+    let Some(r) = &spec.resources else { return };
+    let empty = BTreeMap::new();
+    let limits = r.limits.as_ref().unwrap_or(&empty);
+    let requests = r.requests.as_ref().unwrap_or(&empty);
+    for (kind, map) in [("limits", limits), ("requests", requests)] {
+        for name in map.keys() {
+            if !matches!(name.as_str(), "cpu" | "memory") && !name.starts_with("hugepages-") {
+                v.add(
+                    format!("spec.resources.{kind}[{name}]"),
+                    format!("{name:?} is not one of \"cpu\", \"memory\", hugepages-<size> (pod-level resources)"),
+                );
+            }
+        }
+    }
+    for name in ["cpu", "memory"] {
+        let summed: f64 = spec
+            .containers
+            .iter()
+            .filter_map(|c| c.resources.as_ref()?.requests.as_ref()?.get(name))
+            .map(milli)
+            .sum();
+        let request = requests.get(name).map(milli);
+        if let Some(request) = request
+            && request < summed
+        {
+            v.add(
+                format!("spec.resources.requests[{name}]"),
+                format!("{request}m is less than the containers' requests together ({summed}m)"),
+            );
+        }
+        if let Some(limit) = limits.get(name).map(milli) {
+            let effective = request.unwrap_or(summed);
+            if effective > limit {
+                v.add(
+                    "spec.resources.requests",
+                    format!("{name}: the pod's request ({effective}m) is more than its limit ({limit}m)"),
+                );
+            }
         }
     }
 }
@@ -963,6 +1287,11 @@ fn validate_probe(v: &mut Errors, p: &Probe, at: &str, kind: Kind) {
     if let Some(h) = &p.http_get {
         http_get(v, h, &format!("{at}.httpGet"));
     }
+    if let Some(e) = &p.exec
+        && e.command.as_ref().is_none_or(Vec::is_empty)
+    {
+        v.add(format!("{at}.exec.command"), "required");
+    }
     if let Some(t) = &p.tcp_socket {
         port_number_or_name(v, &t.port, &format!("{at}.tcpSocket.port"));
     }
@@ -984,7 +1313,7 @@ fn port_number_or_name(v: &mut Errors, port: &IntOrString, at: &str) {
 
 fn http_get(v: &mut Errors, h: &HTTPGetAction, at: &str) {
     port_number_or_name(v, &h.port, &format!("{at}.port"));
-    if let Some(scheme) = &h.scheme {
+    if let Some(scheme) = h.scheme.as_deref().filter(|s| !s.is_empty()) {
         v.one_of(format!("{at}.scheme"), scheme, &["HTTP", "HTTPS"]);
     }
     for header in h.http_headers.iter().flatten() {
@@ -1018,6 +1347,11 @@ fn lifecycle_handler(v: &mut Errors, h: &LifecycleHandler, at: &str, grace: i64)
     }
     if let Some(hg) = &h.http_get {
         http_get(v, hg, &format!("{at}.httpGet"));
+    }
+    if let Some(e) = &h.exec
+        && e.command.as_ref().is_none_or(Vec::is_empty)
+    {
+        v.add(format!("{at}.exec.command"), "required");
     }
     if let Some(t) = &h.tcp_socket {
         port_number_or_name(v, &t.port, &format!("{at}.tcpSocket.port"));
@@ -1122,22 +1456,45 @@ fn id_range(v: &mut Errors, field: String, id: Option<i64>) {
     }
 }
 
+/// A seccomp or AppArmor profile field: Localhost needs `localhostProfile` (set, for seccomp
+/// even empty: a relative path without `..`; for AppArmor non-empty, unpadded, at most 4095),
+/// any other type takes none, not even an empty one.
 fn profile(v: &mut Errors, at: &str, kind: &str, type_: &str, localhost: Option<&str>) {
     v.one_of(
         format!("{at}.type"),
         type_,
         &["Localhost", "RuntimeDefault", "Unconfined"],
     );
-    match (type_, localhost.filter(|p| !p.is_empty())) {
-        ("Localhost", None) => v.add(
-            format!("{at}.localhostProfile"),
-            format!("required when the {kind} type is Localhost"),
-        ),
-        ("Localhost", Some(_)) | (_, None) => {}
-        (_, Some(_)) => v.add(
-            format!("{at}.localhostProfile"),
-            format!("may be set only when the {kind} type is Localhost"),
-        ),
+    let field = format!("{at}.localhostProfile");
+    match (type_, localhost) {
+        ("Localhost", None) => v.add(field, format!("required when the {kind} type is Localhost")),
+        ("Localhost", Some(p)) if kind == "seccomp" => {
+            if let Some(problem) = descending_path_problem(p) {
+                v.add(field, problem);
+            }
+        }
+        ("Localhost", Some(p)) => {
+            if p.is_empty() {
+                v.add(field, format!("required when the {kind} type is Localhost"));
+            } else if p.trim() != p {
+                v.add(field, format!("{p:?} has leading or trailing whitespace"));
+            } else if p.len() > 4095 {
+                v.add(field, format!("{} characters; at most 4095", p.len()));
+            }
+        }
+        (_, None) => {}
+        (_, Some(_)) => v.add(field, format!("may be set only when the {kind} type is Localhost")),
+    }
+}
+
+/// `validateLocalDescendingPath`: relative, without a `..` element.
+fn descending_path_problem(p: &str) -> Option<String> {
+    if p.starts_with('/') {
+        Some(format!("{p:?} must be a relative path"))
+    } else if has_backsteps(p) {
+        Some(format!("{p:?} may not contain '..'"))
+    } else {
+        None
     }
 }
 
@@ -1220,6 +1577,9 @@ fn pod_security_context(v: &mut Errors, pod: &Pod, spec: &PodSpec) {
                 &["Always", "OnRootMismatch"],
             );
         }
+        if let Some(p) = &sc.supplemental_groups_policy {
+            v.one_of("spec.securityContext.supplementalGroupsPolicy", p, &["Merge", "Strict"]);
+        }
         if let Some(p) = &sc.se_linux_change_policy {
             v.one_of("spec.securityContext.seLinuxChangePolicy", p, &["Recursive"]);
         }
@@ -1246,7 +1606,7 @@ fn pod_security_context(v: &mut Errors, pod: &Pod, spec: &PodSpec) {
             let at = format!("spec.securityContext.sysctls[{i}].name");
             if !is_sysctl_name(&s.name) {
                 v.add(at, format!("{:?} is not a sysctl name", s.name));
-            } else if !names.insert(s.name.replace('/', ".")) {
+            } else if !names.insert(s.name.clone()) {
                 v.add(at, format!("{:?} is set twice", s.name));
             } else if host_network && is_net_sysctl(&s.name) {
                 v.add(
@@ -1288,7 +1648,12 @@ fn seccomp_annotation_type(value: &str) -> Option<&'static str> {
     match value {
         "runtime/default" | "docker/default" => Some("RuntimeDefault"),
         "unconfined" => Some("Unconfined"),
-        v if v.strip_prefix("localhost/").is_some_and(|p| !p.is_empty()) => Some("Localhost"),
+        v if v
+            .strip_prefix("localhost/")
+            .is_some_and(|p| descending_path_problem(p).is_none()) =>
+        {
+            Some("Localhost")
+        }
         _ => None,
     }
 }
@@ -1328,8 +1693,7 @@ fn apparmor_annotations(v: &mut Errors, pod: &Pod, spec: &PodSpec) {
                 );
             }
         }
-        let known = matches!(value.as_str(), "runtime/default" | "unconfined")
-            || value.strip_prefix("localhost/").is_some_and(|p| !p.is_empty());
+        let known = matches!(value.as_str(), "" | "runtime/default" | "unconfined") || value.starts_with("localhost/");
         if !known {
             v.add(
                 format!("metadata.annotations[{key}]"),
@@ -1384,7 +1748,11 @@ fn seccomp_annotations(v: &mut Errors, pod: &Pod, spec: &PodSpec) {
 }
 
 fn dns(v: &mut Errors, spec: &PodSpec) {
-    let policy = spec.dns_policy.as_deref().unwrap_or("ClusterFirst");
+    let policy = spec
+        .dns_policy
+        .as_deref()
+        .filter(|p| !p.is_empty())
+        .unwrap_or("ClusterFirst");
     v.one_of(
         "spec.dnsPolicy",
         policy,
@@ -1432,11 +1800,11 @@ fn dns(v: &mut Errors, spec: &PodSpec) {
         );
     }
     for (i, s) in searches.iter().enumerate() {
-        // A search domain may start with '_' and end with '.' (`ValidateDNS1123SubdomainWithUnderScore`).
-        let s = s.strip_suffix('.').unwrap_or(s);
-        let s = s.strip_prefix('_').unwrap_or(s);
-        if let Some(problem) = subdomain_problem(s) {
-            v.add(format!("spec.dnsConfig.searches[{i}]"), problem);
+        if !is_search_domain(s) {
+            v.add(
+                format!("spec.dnsConfig.searches[{i}]"),
+                format!("{s:?} is not a search domain (lowercase DNS names whose labels may hold and start with '_', optionally ending with '.')"),
+            );
         }
     }
     for (i, o) in config.options.iter().flatten().enumerate() {
@@ -1444,6 +1812,23 @@ fn dns(v: &mut Errors, spec: &PodSpec) {
             v.add(format!("spec.dnsConfig.options[{i}]"), "an option needs a name");
         }
     }
+}
+
+/// `ValidateDNS1123SubdomainWithUnderScore` after a trailing '.' is dropped; "." alone is the root.
+fn is_search_domain(s: &str) -> bool {
+    if s == "." {
+        return true;
+    }
+    let s = s.strip_suffix('.').unwrap_or(s);
+    let label = |l: &str| {
+        let l = l.strip_prefix('_').unwrap_or(l);
+        !l.is_empty()
+            && l.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+            && l.as_bytes()[0].is_ascii_alphanumeric()
+            && l.as_bytes()[l.len() - 1].is_ascii_alphanumeric()
+    };
+    s.len() <= 253 && s.split('.').all(label)
 }
 
 fn host_aliases(v: &mut Errors, spec: &PodSpec) {
@@ -1464,8 +1849,12 @@ fn host_aliases(v: &mut Errors, spec: &PodSpec) {
 
 /// `ValidateTolerations`.
 fn tolerations(v: &mut Errors, spec: &PodSpec) {
-    for (i, t) in spec.tolerations.iter().flatten().enumerate() {
-        let at = |f: &str| format!("spec.tolerations[{i}].{f}");
+    toleration_list(v, "spec.tolerations", spec.tolerations.as_deref().unwrap_or_default());
+}
+
+fn toleration_list(v: &mut Errors, at: &str, list: &[k8s_openapi::api::core::v1::Toleration]) {
+    for (i, t) in list.iter().enumerate() {
+        let at = |f: &str| format!("{at}[{i}].{f}");
         let key = t.key.as_deref().unwrap_or_default();
         if !key.is_empty()
             && let Some(problem) = qualified_name_problem(key)
@@ -1512,10 +1901,9 @@ fn topology_spread(v: &mut Errors, spec: &PodSpec) {
         if c.max_skew <= 0 {
             v.add(at("maxSkew"), format!("{} is not positive", c.max_skew));
         }
+        // Only required: the key is the nodes' label, whatever its shape.
         if c.topology_key.is_empty() {
             v.add(at("topologyKey"), "required");
-        } else if let Some(problem) = qualified_name_problem(&c.topology_key) {
-            v.add(at("topologyKey"), problem);
         }
         v.one_of(
             at("whenUnsatisfiable"),
@@ -1535,9 +1923,28 @@ fn topology_spread(v: &mut Errors, spec: &PodSpec) {
                 v.add(at("minDomains"), "may be set only with whenUnsatisfiable DoNotSchedule");
             }
         }
+        for (field, policy) in [
+            ("nodeAffinityPolicy", &c.node_affinity_policy),
+            ("nodeTaintsPolicy", &c.node_taints_policy),
+        ] {
+            if let Some(p) = policy {
+                v.one_of(at(field), p, &["Honor", "Ignore"]);
+            }
+        }
+        let keys = c
+            .label_selector
+            .as_ref()
+            .map(|s| label_selector(v, &at("labelSelector"), s))
+            .unwrap_or_default();
+        let matched = c.match_label_keys.as_deref().unwrap_or_default();
+        if !matched.is_empty() && c.label_selector.is_none() {
+            v.add(at("matchLabelKeys"), "needs a labelSelector");
+        }
+        label_keys(v, &format!("spec.topologySpreadConstraints[{i}]"), &keys, matched, &[]);
     }
 }
 
+/// `ValidateNodeSelectorRequirement`: values are label values, whatever the operator.
 fn node_selector_requirement(v: &mut Errors, at: &str, key: &str, operator: &str, values: &[String]) {
     if let Some(problem) = qualified_name_problem(key) {
         v.add(format!("{at}.key"), problem);
@@ -1560,51 +1967,324 @@ fn node_selector_requirement(v: &mut Errors, at: &str, key: &str, operator: &str
             &["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"],
         ),
     }
+    for (k, value) in values.iter().enumerate() {
+        if let Some(problem) = label_value_problem(value) {
+            v.add(format!("{at}.values[{k}]"), problem);
+        }
+    }
 }
 
-fn affinity(v: &mut Errors, spec: &PodSpec) {
-    let Some(a) = &spec.affinity else { return };
-    if let Some(na) = &a.node_affinity
-        && let Some(required) = &na.required_during_scheduling_ignored_during_execution
-    {
-        let at = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms";
-        if required.node_selector_terms.is_empty() {
-            v.add(at, "at least one term is required");
+/// `validateNodeSelectorTerm`: expressions, and fields (only `metadata.name`, In or NotIn, one
+/// value).
+fn node_selector_term(v: &mut Errors, at: &str, term: &k8s_openapi::api::core::v1::NodeSelectorTerm) {
+    for (j, e) in term.match_expressions.iter().flatten().enumerate() {
+        node_selector_requirement(
+            v,
+            &format!("{at}.matchExpressions[{j}]"),
+            &e.key,
+            &e.operator,
+            e.values.as_deref().unwrap_or_default(),
+        );
+    }
+    for (j, f) in term.match_fields.iter().flatten().enumerate() {
+        let at = format!("{at}.matchFields[{j}]");
+        if f.key != "metadata.name" {
+            v.add(
+                format!("{at}.key"),
+                format!("{:?} is not a supported field (metadata.name)", f.key),
+            );
         }
-        for (i, term) in required.node_selector_terms.iter().enumerate() {
-            for (j, e) in term.match_expressions.iter().flatten().enumerate() {
-                node_selector_requirement(
-                    v,
-                    &format!("{at}[{i}].matchExpressions[{j}]"),
-                    &e.key,
-                    &e.operator,
-                    e.values.as_deref().unwrap_or_default(),
+        if !matches!(f.operator.as_str(), "In" | "NotIn") {
+            v.add(
+                format!("{at}.operator"),
+                format!("{:?}: a field takes In or NotIn", f.operator),
+            );
+        }
+        if f.values.as_ref().map_or(0, Vec::len) != 1 {
+            v.add(format!("{at}.values"), "a field takes exactly one value");
+        }
+    }
+}
+
+/// `ValidateLabelSelector`; returns the keys it names.
+fn label_selector(v: &mut Errors, at: &str, selector: &LabelSelector) -> BTreeSet<String> {
+    let mut keys = BTreeSet::new();
+    for (key, value) in selector.match_labels.iter().flatten() {
+        if let Some(problem) = qualified_name_problem(key) {
+            v.add(format!("{at}.matchLabels"), format!("key {problem}"));
+        }
+        if let Some(problem) = label_value_problem(value) {
+            v.add(format!("{at}.matchLabels[{key}]"), problem);
+        }
+        keys.insert(key.clone());
+    }
+    for (j, e) in selector.match_expressions.iter().flatten().enumerate() {
+        let at = format!("{at}.matchExpressions[{j}]");
+        if let Some(problem) = qualified_name_problem(&e.key) {
+            v.add(format!("{at}.key"), problem);
+        }
+        let values = e.values.as_deref().unwrap_or_default();
+        match e.operator.as_str() {
+            "In" | "NotIn" if values.is_empty() => {
+                v.add(format!("{at}.values"), format!("required with operator {}", e.operator))
+            }
+            "Exists" | "DoesNotExist" if !values.is_empty() => v.add(
+                format!("{at}.values"),
+                format!("must be empty with operator {}", e.operator),
+            ),
+            "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
+            other => v.one_of(
+                format!("{at}.operator"),
+                other,
+                &["In", "NotIn", "Exists", "DoesNotExist"],
+            ),
+        }
+        for (k, value) in values.iter().enumerate() {
+            if let Some(problem) = label_value_problem(value) {
+                v.add(format!("{at}.values[{k}]"), problem);
+            }
+        }
+        keys.insert(e.key.clone());
+    }
+    keys
+}
+
+/// `matchLabelKeys` and `mismatchLabelKeys`: qualified names, in neither the selector nor both.
+fn label_keys(v: &mut Errors, at: &str, selector_keys: &BTreeSet<String>, matched: &[String], mismatched: &[String]) {
+    for (field, keys) in [("matchLabelKeys", matched), ("mismatchLabelKeys", mismatched)] {
+        for (k, key) in keys.iter().enumerate() {
+            if let Some(problem) = qualified_name_problem(key) {
+                v.add(format!("{at}.{field}[{k}]"), problem);
+            } else if selector_keys.contains(key) {
+                v.add(
+                    format!("{at}.{field}[{k}]"),
+                    format!("{key:?} is already in the labelSelector"),
                 );
             }
         }
     }
-    let pod_terms = [
+    for key in matched.iter().filter(|k| mismatched.contains(k)) {
+        v.add(
+            format!("{at}.mismatchLabelKeys"),
+            format!("{key:?} is also in matchLabelKeys"),
+        );
+    }
+}
+
+fn affinity(v: &mut Errors, spec: &PodSpec) {
+    let Some(a) = &spec.affinity else { return };
+    if let Some(na) = &a.node_affinity {
+        if let Some(required) = &na.required_during_scheduling_ignored_during_execution {
+            let at = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms";
+            if required.node_selector_terms.is_empty() {
+                v.add(at, "at least one term is required");
+            }
+            for (i, term) in required.node_selector_terms.iter().enumerate() {
+                node_selector_term(v, &format!("{at}[{i}]"), term);
+            }
+        }
+        for (i, p) in na
+            .preferred_during_scheduling_ignored_during_execution
+            .iter()
+            .flatten()
+            .enumerate()
+        {
+            let at = format!("spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[{i}]");
+            v.range(format!("{at}.weight"), p.weight.into(), 1, 100);
+            node_selector_term(v, &format!("{at}.preference"), &p.preference);
+        }
+    }
+    let kinds = [
         (
             "podAffinity",
-            a.pod_affinity
-                .as_ref()
-                .and_then(|p| p.required_during_scheduling_ignored_during_execution.as_ref()),
+            a.pod_affinity.as_ref().map(|p| {
+                (
+                    &p.required_during_scheduling_ignored_during_execution,
+                    &p.preferred_during_scheduling_ignored_during_execution,
+                )
+            }),
         ),
         (
             "podAntiAffinity",
-            a.pod_anti_affinity
-                .as_ref()
-                .and_then(|p| p.required_during_scheduling_ignored_during_execution.as_ref()),
+            a.pod_anti_affinity.as_ref().map(|p| {
+                (
+                    &p.required_during_scheduling_ignored_during_execution,
+                    &p.preferred_during_scheduling_ignored_during_execution,
+                )
+            }),
         ),
     ];
-    for (kind, terms) in pod_terms {
-        for (i, term) in terms.into_iter().flatten().enumerate() {
-            let at = format!("spec.affinity.{kind}.requiredDuringSchedulingIgnoredDuringExecution[{i}].topologyKey");
-            if term.topology_key.is_empty() {
-                v.add(at, "required");
-            } else if let Some(problem) = qualified_name_problem(&term.topology_key) {
-                v.add(at, problem);
-            }
+    for (kind, lists) in kinds {
+        let Some((required, preferred)) = lists else { continue };
+        for (i, term) in required.iter().flatten().enumerate() {
+            pod_affinity_term(
+                v,
+                &format!("spec.affinity.{kind}.requiredDuringSchedulingIgnoredDuringExecution[{i}]"),
+                term,
+            );
+        }
+        for (i, w) in preferred.iter().flatten().enumerate() {
+            let at = format!("spec.affinity.{kind}.preferredDuringSchedulingIgnoredDuringExecution[{i}]");
+            v.range(format!("{at}.weight"), w.weight.into(), 1, 100);
+            pod_affinity_term(v, &format!("{at}.podAffinityTerm"), &w.pod_affinity_term);
+        }
+    }
+}
+
+/// `validatePodAffinityTerm`.
+fn pod_affinity_term(v: &mut Errors, at: &str, term: &k8s_openapi::api::core::v1::PodAffinityTerm) {
+    if term.topology_key.is_empty() {
+        v.add(format!("{at}.topologyKey"), "required");
+    } else if let Some(problem) = qualified_name_problem(&term.topology_key) {
+        v.add(format!("{at}.topologyKey"), problem);
+    }
+    let keys = term
+        .label_selector
+        .as_ref()
+        .map(|s| label_selector(v, &format!("{at}.labelSelector"), s))
+        .unwrap_or_default();
+    if let Some(s) = &term.namespace_selector {
+        label_selector(v, &format!("{at}.namespaceSelector"), s);
+    }
+    for (k, ns) in term.namespaces.iter().flatten().enumerate() {
+        if let Some(problem) = label_problem(ns) {
+            v.add(format!("{at}.namespaces[{k}]"), problem);
+        }
+    }
+    label_keys(
+        v,
+        at,
+        &keys,
+        term.match_label_keys.as_deref().unwrap_or_default(),
+        term.mismatch_label_keys.as_deref().unwrap_or_default(),
+    );
+}
+
+/// `validateWindowsSecurityContextOptions`: GMSA, the user name Windows runs as.
+fn windows_options(v: &mut Errors, at: &str, o: &k8s_openapi::api::core::v1::WindowsSecurityContextOptions) {
+    if let Some(name) = &o.gmsa_credential_spec_name
+        && let Some(problem) = subdomain_problem(name)
+    {
+        v.add(format!("{at}.gmsaCredentialSpecName"), problem);
+    }
+    if let Some(spec) = &o.gmsa_credential_spec {
+        if spec.is_empty() {
+            v.add(format!("{at}.gmsaCredentialSpec"), "may not be empty");
+        } else if spec.len() > 64 * 1024 {
+            v.add(
+                format!("{at}.gmsaCredentialSpec"),
+                format!("{} bytes; at most 65536", spec.len()),
+            );
+        }
+    }
+    if let Some(user) = &o.run_as_user_name
+        && let Some(problem) = windows_user_problem(user)
+    {
+        v.add(format!("{at}.runAsUserName"), problem);
+    }
+}
+
+/// A Windows user name: `[domain\]user`, the domain a NetBIOS or DNS name, the user at most
+/// 104 characters of neither control characters nor `"/\[]:;|=,+*?<>@`, not dots and spaces only.
+fn windows_user_problem(name: &str) -> Option<String> {
+    if name.is_empty() {
+        return Some("may not be empty".into());
+    }
+    if name.chars().count() > 256 {
+        return Some(format!("{} characters; at most 256", name.chars().count()));
+    }
+    if name.chars().any(char::is_control) {
+        return Some(format!("{name:?} holds a control character"));
+    }
+    let parts: Vec<&str> = name.split('\\').collect();
+    if parts.len() > 2 {
+        return Some(format!("{name:?} holds more than one backslash"));
+    }
+    let (domain, user) = if parts.len() == 2 {
+        (Some(parts[0]), parts[1])
+    } else {
+        (None, parts[0])
+    };
+    if let Some(domain) = domain {
+        let netbios = !domain.is_empty()
+            && domain.len() <= 15
+            && !domain.starts_with('.')
+            && !domain.chars().any(|c| "\\/:*?\"<>|".contains(c));
+        let dns = domain.len() <= 255
+            && !domain.is_empty()
+            && domain.split('.').all(|l| {
+                !l.is_empty()
+                    && l.len() <= 63
+                    && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                    && !l.starts_with('-')
+                    && !l.ends_with('-')
+            });
+        if !netbios && !dns {
+            return Some(format!(
+                "{name:?}: the domain {domain:?} is neither a NetBIOS nor a DNS name"
+            ));
+        }
+    }
+    if user.is_empty() || user.chars().count() > 104 {
+        return Some(format!("{name:?}: the user must have 1 to 104 characters"));
+    }
+    if user.chars().all(|c| c == '.' || c == ' ') {
+        return Some(format!("{name:?}: the user may not be dots and spaces only"));
+    }
+    if user.chars().any(|c| "\"/\\[]:;|=,+*?<>@".contains(c)) {
+        return Some(format!("{name:?}: the user may not hold any of \"/\\[]:;|=,+*?<>@"));
+    }
+    None
+}
+
+/// Windows options in a pod: refused in a Linux pod, checked otherwise, and host process
+/// containers all or none, with hostNetwork (`validateWindowsHostProcessPod`).
+fn windows(v: &mut Errors, spec: &PodSpec) {
+    let linux = spec.os.as_ref().is_some_and(|o| o.name == "linux");
+    let pod_options = spec.security_context.as_ref().and_then(|s| s.windows_options.as_ref());
+    let mut all = vec![("spec.securityContext.windowsOptions".to_owned(), pod_options)];
+    for (list, cs) in container_lists(spec) {
+        for (i, c) in cs.iter().enumerate() {
+            all.push((
+                format!("spec.{list}[{i}].securityContext.windowsOptions"),
+                c.security_context.as_ref().and_then(|s| s.windows_options.as_ref()),
+            ));
+        }
+    }
+    for (at, options) in &all {
+        let Some(o) = options else { continue };
+        if linux {
+            v.add(at.clone(), "cannot be set for a Linux pod");
+        } else {
+            windows_options(v, at, o);
+        }
+    }
+    let pod_host_process = pod_options.and_then(|o| o.host_process);
+    let mut any = pod_host_process == Some(true);
+    let mut every = true;
+    for (at, options) in all.iter().skip(1) {
+        let own = options.and_then(|o| o.host_process);
+        if let (Some(own), Some(pod)) = (own, pod_host_process)
+            && own != pod
+        {
+            v.add(
+                format!("{at}.hostProcess"),
+                format!("{own} differs from the pod's {pod}; set both alike"),
+            );
+        }
+        let effective = own.or(pod_host_process).unwrap_or(false);
+        any |= effective;
+        every &= effective;
+    }
+    if any {
+        if spec.host_network != Some(true) {
+            v.add("spec.hostNetwork", "must be true in a pod with host process containers");
+        }
+        if !every {
+            v.add(
+                "spec",
+                "a pod with host process containers must have every container a host process container",
+            );
         }
     }
 }
@@ -1630,6 +2310,8 @@ fn os(v: &mut Errors, spec: &PodSpec) {
                 sc.supplemental_groups.as_ref().is_some_and(|s| !s.is_empty()),
                 "supplementalGroups",
             ),
+            (sc.supplemental_groups_policy.is_some(), "supplementalGroupsPolicy"),
+            (sc.se_linux_change_policy.is_some(), "seLinuxChangePolicy"),
         ] {
             if set {
                 v.add(
@@ -1641,6 +2323,9 @@ fn os(v: &mut Errors, spec: &PodSpec) {
     }
     if spec.host_pid == Some(true) {
         v.add("spec.hostPID", "cannot be true for a Windows pod");
+    }
+    if spec.share_process_namespace.is_some() {
+        v.add("spec.shareProcessNamespace", "cannot be set for a Windows pod");
     }
     if spec.host_ipc == Some(true) {
         v.add("spec.hostIPC", "cannot be true for a Windows pod");
@@ -1657,7 +2342,7 @@ fn os(v: &mut Errors, spec: &PodSpec) {
                 (sc.se_linux_options.is_some(), "seLinuxOptions"),
                 (sc.run_as_user.is_some(), "runAsUser"),
                 (sc.run_as_group.is_some(), "runAsGroup"),
-                (sc.privileged == Some(true), "privileged"),
+                (sc.privileged.is_some(), "privileged"),
                 (sc.allow_privilege_escalation.is_some(), "allowPrivilegeEscalation"),
                 (sc.proc_mount.is_some(), "procMount"),
                 (sc.capabilities.is_some(), "capabilities"),
