@@ -118,7 +118,7 @@ pub enum Join {
     /// An existing member's data dir with no record (membership enabled on a running
     /// cluster): record the member as it is.
     Adopt { id: u64, learner: bool },
-    /// A member with this node's peer URL and name has run (etcd named it) but this node holds
+    /// A member with this node's peer URL and name has run (it published its client URLs) but this node holds
     /// no data for it: the node was re-imaged or its data dir lost. etcd cannot restart that
     /// member from an empty data dir; it must be removed (when the voters left keep a healthy
     /// quorum, checked by [`decide_leave`]) and this node joins again as a learner.
@@ -195,7 +195,7 @@ pub fn decide_join(f: &JoinFacts) -> Join {
                 Join::Keep // etcd has not started from the manifest yet
             }
         }
-        (Some(r), Some(m)) if data_lost(r, f.data_dir_has_member) && !m.name.is_empty() => Join::Rejoin { stale: m.id },
+        (Some(r), Some(m)) if data_lost(r, f.data_dir_has_member) && has_run(m) => Join::Rejoin { stale: m.id },
         (Some(_), Some(m)) => Join::RecordVoter { id: m.id },
         (Some(_), None) => Join::Wait(format!(
             "recorded as a learner, but the cluster has no member with peer URL {}: it was removed; the data dir and the record must be cleared by hand before it joins again",
@@ -205,8 +205,8 @@ pub fn decide_join(f: &JoinFacts) -> Join {
             id: m.id,
             learner: m.is_learner,
         },
-        // It ran (etcd filled in its name) but left no data here: re-imaged.
-        (None, Some(m)) if !m.name.is_empty() => Join::Rejoin { stale: m.id },
+        // It ran (it published its client URLs) but left no data here: re-imaged.
+        (None, Some(m)) if has_run(m) => Join::Rejoin { stale: m.id },
         (None, Some(m)) if m.is_learner => Join::Resume { id: m.id },
         // A voter that never started: a node of the initial cluster coming up late.
         (None, Some(_)) if f.may_bootstrap => Join::Bootstrap,
@@ -220,6 +220,12 @@ pub fn decide_join(f: &JoinFacts) -> Join {
         )),
         (None, None) => Join::AddLearner,
     }
+}
+
+/// A member that has started: it published its client URLs. (Its name is no sign: the members
+/// of an initial cluster are named from `--initial-cluster` before they ever start.)
+fn has_run(m: &Member) -> bool {
+    !m.client_urls.is_empty()
 }
 
 /// A recorded voter with a member ID (it has run) whose data dir holds no member.
@@ -446,9 +452,15 @@ mod tests {
         use Phase::*;
         let not_member = Observed::Members(three());
         let learner = with(member(4, "", 4, true));
-        let started_learner = with(member(4, "n4", 4, true));
-        let voter = with(member(4, "n4", 4, false));
+        let running = |mut m: Member| {
+            m.client_urls = vec!["https://10.0.0.4:2379".into()];
+            m
+        };
+        let started_learner = with(running(member(4, "n4", 4, true)));
+        let voter = with(running(member(4, "n4", 4, false)));
         let unstarted_voter = with(member(4, "", 4, false));
+        // A member of the initial cluster is named from the configuration before it starts.
+        let named_unstarted_voter = with(member(4, "n4", 4, false));
         // (what, observed, data dir has member, record, may bootstrap) → decision
         type Case = (&'static str, Observed, bool, Option<Phase>, bool, Join);
         let cases: Vec<Case> = vec![
@@ -557,6 +569,14 @@ mod tests {
                 None,
                 true,
                 Join::Rejoin { stale: 4 },
+            ),
+            (
+                "initial-cluster node never started, named by the others' configuration",
+                named_unstarted_voter.clone(),
+                false,
+                None,
+                true,
+                Join::Bootstrap,
             ),
             (
                 "re-imaged node whose learner had started",
