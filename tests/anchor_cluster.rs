@@ -179,15 +179,18 @@ async fn readiness_follows_the_mirror_pod_and_a_failed_trial_rolls_back() {
         bad["badVersions"][0]["reason"].as_str().unwrap().contains("HTTP 500"),
         "{bad}"
     );
-    assert_eq!(
-        fs::read_to_string(&manifest).unwrap(),
-        good_manifest,
-        "last-known-good manifest restored"
-    );
-    assert_eq!(d.metric("kube_anchor_rollbacks_total"), 1.0);
-    let (code, body) = d.get("/readyz").unwrap();
+    // The bad version is recorded first (a crash in between still rolls back at the next
+    // start), then the last-known-good manifest is written, then readiness says so.
+    Poll::by(deadline, "the last-known-good manifest restored")
+        .every(Duration::from_millis(100))
+        .context(|| format!("manifest:\n{}", fs::read_to_string(&manifest).unwrap_or_default()))
+        .until(|| fs::read_to_string(&manifest).is_ok_and(|m| m == good_manifest));
+    let (code, body) = Poll::by(deadline, "readiness to report the rollback")
+        .every(Duration::from_millis(100))
+        .until(|| d.get("/readyz").filter(|(_, body)| body.contains("failed its trial")));
     assert_eq!(code, 503);
-    assert!(body.contains("failed its trial") && body.contains(&good_hash), "{body}");
+    assert!(body.contains(&good_hash), "{body}");
+    assert_eq!(d.metric("kube_anchor_rollbacks_total"), 1.0);
 
     // The Warning Event on the anchor's pod.
     let events: Api<Event> = Api::namespaced(cp.admin().await, &ns);
