@@ -124,34 +124,23 @@ impl Bed {
         self.ports.iter().map(Ports::client_url).collect()
     }
 
-    /// POST to etcd's JSON gateway with curl; `None` when no endpoint answered.
+    /// POST to etcd's JSON gateway with curl, a member list from the first endpoint that
+    /// gives one; `None` when none did.
     fn gateway(&self, path: &str, body: &str) -> Option<serde_json::Value> {
-        for url in self.endpoints() {
-            let out = Command::new("curl")
-                .args(["-sS", "--max-time", "3", "--cacert"])
-                .arg(self.pki.ca())
-                .arg("--cert")
-                .arg(&self.client.0)
-                .arg("--key")
-                .arg(&self.client.1)
-                .args(["-X", "POST", "-d", body])
-                .arg(format!("{url}{path}"))
-                .output()
-                .unwrap();
-            if out.status.success()
-                && let Ok(v) = serde_json::from_slice::<serde_json::Value>(&out.stdout)
-                && v.get("members").is_some()
-            {
-                return Some(v);
-            }
-        }
-        None
+        self.endpoints().iter().find_map(|url| {
+            self.post_within(url, path, body, 3)
+                .filter(|v| v.get("members").is_some())
+        })
     }
 
     /// POST to one endpoint's JSON gateway with curl.
     fn post(&self, url: &str, path: &str, body: &str) -> Option<serde_json::Value> {
+        self.post_within(url, path, body, 10)
+    }
+
+    fn post_within(&self, url: &str, path: &str, body: &str, seconds: u32) -> Option<serde_json::Value> {
         let out = Command::new("curl")
-            .args(["-sS", "--max-time", "10", "--cacert"])
+            .args(["-sS", "--max-time", &seconds.to_string(), "--cacert"])
             .arg(self.pki.ca())
             .arg("--cert")
             .arg(&self.client.0)

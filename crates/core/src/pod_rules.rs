@@ -1234,25 +1234,42 @@ enum Kind {
     Startup,
 }
 
-/// `validateProbe` and `validateHandler`.
-fn validate_probe(v: &mut Errors, p: &Probe, at: &str, kind: Kind) {
-    let handlers: Vec<&str> = [
-        (p.exec.is_some(), "exec"),
-        (p.http_get.is_some(), "httpGet"),
-        (p.tcp_socket.is_some(), "tcpSocket"),
-        (p.grpc.is_some(), "grpc"),
-    ]
-    .into_iter()
-    .filter_map(|(set, n)| set.then_some(n))
-    .collect();
-    match handlers.len() {
-        0 => v.add(at, "names no handler (one of exec, httpGet, tcpSocket, grpc)"),
+/// `validateHandler`: a probe or lifecycle handler names exactly one of `handlers`.
+fn one_handler(v: &mut Errors, at: &str, handlers: &[(bool, &str)]) {
+    let set: Vec<&str> = handlers.iter().filter(|(s, _)| *s).map(|(_, n)| *n).collect();
+    match set.len() {
+        0 => {
+            let names: Vec<&str> = handlers.iter().map(|(_, n)| *n).collect();
+            v.add(at, format!("names no handler (one of {})", names.join(", ")))
+        }
         1 => {}
         _ => v.add(
-            format!("{at}.{}", handlers[1]),
-            format!("a probe has one handler; this one also has {}", handlers[0]),
+            format!("{at}.{}", set[1]),
+            format!("a handler does one thing; this one also has {}", set[0]),
         ),
     }
+}
+
+/// An exec handler runs a command: it needs one.
+fn exec_command(v: &mut Errors, at: &str, exec: Option<&k8s_openapi::api::core::v1::ExecAction>) {
+    if exec.is_some_and(|e| e.command.as_ref().is_none_or(Vec::is_empty)) {
+        v.add(format!("{at}.exec.command"), "required");
+    }
+}
+
+/// `validateProbe` and `validateHandler`.
+fn validate_probe(v: &mut Errors, p: &Probe, at: &str, kind: Kind) {
+    one_handler(
+        v,
+        at,
+        &[
+            (p.exec.is_some(), "exec"),
+            (p.http_get.is_some(), "httpGet"),
+            (p.tcp_socket.is_some(), "tcpSocket"),
+            (p.grpc.is_some(), "grpc"),
+        ],
+    );
+    exec_command(v, at, p.exec.as_ref());
     for (field, value) in [
         ("initialDelaySeconds", p.initial_delay_seconds),
         ("timeoutSeconds", p.timeout_seconds),
@@ -1287,11 +1304,7 @@ fn validate_probe(v: &mut Errors, p: &Probe, at: &str, kind: Kind) {
     if let Some(h) = &p.http_get {
         http_get(v, h, &format!("{at}.httpGet"));
     }
-    if let Some(e) = &p.exec
-        && e.command.as_ref().is_none_or(Vec::is_empty)
-    {
-        v.add(format!("{at}.exec.command"), "required");
-    }
+
     if let Some(t) = &p.tcp_socket {
         port_number_or_name(v, &t.port, &format!("{at}.tcpSocket.port"));
     }
@@ -1328,31 +1341,21 @@ fn http_get(v: &mut Errors, h: &HTTPGetAction, at: &str) {
 
 /// `validateLifecycleHandler`.
 fn lifecycle_handler(v: &mut Errors, h: &LifecycleHandler, at: &str, grace: i64) {
-    let handlers: Vec<&str> = [
-        (h.exec.is_some(), "exec"),
-        (h.http_get.is_some(), "httpGet"),
-        (h.tcp_socket.is_some(), "tcpSocket"),
-        (h.sleep.is_some(), "sleep"),
-    ]
-    .into_iter()
-    .filter_map(|(set, n)| set.then_some(n))
-    .collect();
-    match handlers.len() {
-        0 => v.add(at, "names no handler (one of exec, httpGet, tcpSocket, sleep)"),
-        1 => {}
-        _ => v.add(
-            format!("{at}.{}", handlers[1]),
-            format!("a handler has one action; this one also has {}", handlers[0]),
-        ),
-    }
+    one_handler(
+        v,
+        at,
+        &[
+            (h.exec.is_some(), "exec"),
+            (h.http_get.is_some(), "httpGet"),
+            (h.tcp_socket.is_some(), "tcpSocket"),
+            (h.sleep.is_some(), "sleep"),
+        ],
+    );
+    exec_command(v, at, h.exec.as_ref());
     if let Some(hg) = &h.http_get {
         http_get(v, hg, &format!("{at}.httpGet"));
     }
-    if let Some(e) = &h.exec
-        && e.command.as_ref().is_none_or(Vec::is_empty)
-    {
-        v.add(format!("{at}.exec.command"), "required");
-    }
+
     if let Some(t) = &h.tcp_socket {
         port_number_or_name(v, &t.port, &format!("{at}.tcpSocket.port"));
     }
