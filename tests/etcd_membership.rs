@@ -377,6 +377,12 @@ spec:
         cmd
     }
 
+    /// An upgrade: the pod's command gains `flag`.
+    fn add_flag(&self, flag: &str) {
+        let pod = POD.replace("        - --name=", &format!("        - {flag}\n        - --name="));
+        fs::write(self.config_dir.join("pod.yaml"), pod).unwrap();
+    }
+
     fn apply(&self) -> std::process::Output {
         self.command("apply").output().unwrap()
     }
@@ -554,14 +560,7 @@ fn a_fourth_node_joins_as_learner_is_promoted_upgrades_without_churn_and_leaves_
 
     // Upgrade (a new flag): the manifest changes, the membership does not.
     let hash_before = fs::read(node.manifest()).unwrap();
-    fs::write(
-        node.config_dir.join("pod.yaml"),
-        POD.replace(
-            "        - --name=",
-            "        - --snapshot-count=5000\n        - --name=",
-        ),
-    )
-    .unwrap();
+    node.add_flag("--snapshot-count=5000");
     let out = node.apply();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_ne!(fs::read(node.manifest()).unwrap(), hash_before);
@@ -828,14 +827,7 @@ fn a_leading_member_hands_off_leadership_before_its_restart_and_before_it_leaves
 
     // A new flag while n4 leads: leadership moves before the manifest is written.
     bed.move_leader(&urls, &n4);
-    fs::write(
-        node.config_dir.join("pod.yaml"),
-        POD.replace(
-            "        - --name=",
-            "        - --snapshot-count=5000\n        - --name=",
-        ),
-    )
-    .unwrap();
+    node.add_flag("--snapshot-count=5000");
     let out = node.apply();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
