@@ -41,6 +41,12 @@ spec:
 {{- with $m.snapshots }}
     snapshots: {keep: {{ .keep | int }}, maxBytes: {{ .maxBytes | int64 }}}
 {{- end }}
+{{- with $m.learnerCatchUpTimeout }}
+    learnerCatchUpTimeout: {{ . | quote }}
+{{- end }}
+{{- if hasKey $m "handOffLeadership" }}
+    handOffLeadership: {{ $m.handOffLeadership }}
+{{- end }}
 {{- if and $c.initialCluster (eq $c.initialClusterState "new") }}
     # Only the nodes named here may start a new cluster; any other node joins as a learner.
     initialCluster: {{ $c.initialCluster | quote }}

@@ -192,7 +192,14 @@ pub struct EtcdMember {
     pub snapshot_max_bytes: u64,
     /// This node may start a new cluster: it is named in `initial_cluster` (state `new`).
     pub initial_cluster: Option<String>,
+    /// How long a learner may take to catch up before a Warning Event says how far behind it is.
+    pub learner_catch_up_timeout: std::time::Duration,
+    /// A member that leads hands leadership to a caught-up voter before its restart or leave.
+    pub hand_off_leadership: bool,
 }
+
+/// A learner usually catches up in seconds; a large database over a slow link in minutes.
+pub const DEFAULT_LEARNER_CATCH_UP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
 
 impl Anchor {
     pub fn manifest(&self) -> &FileSpec {
@@ -246,6 +253,11 @@ struct RawEtcdMember {
     /// Set only on the nodes of a new cluster's initial member list.
     #[serde(default)]
     initial_cluster: Option<String>,
+    /// A duration ("10m", "90s").
+    #[serde(default)]
+    learner_catch_up_timeout: Option<String>,
+    #[serde(default = "yes")]
+    hand_off_leadership: bool,
 }
 
 #[derive(Deserialize)]
@@ -486,6 +498,21 @@ fn etcd_member(
             ));
         }
     }
+    let learner_catch_up_timeout = match &e.learner_catch_up_timeout {
+        None => DEFAULT_LEARNER_CATCH_UP_TIMEOUT,
+        Some(text) => match humantime::parse_duration(text) {
+            Ok(d) if !d.is_zero() => d,
+            Ok(_) => {
+                return Err(invalid(&format!("{F}.learnerCatchUpTimeout"), "must be above 0".into()));
+            }
+            Err(err) => {
+                return Err(invalid(
+                    &format!("{F}.learnerCatchUpTimeout"),
+                    format!("{text:?} is not a duration like \"10m\" or \"90s\": {err}"),
+                ));
+            }
+        },
+    };
     Ok(EtcdMember {
         endpoints: e.endpoints,
         name: e.name,
@@ -497,6 +524,8 @@ fn etcd_member(
         data_dir,
         snapshots_keep: e.snapshots.keep,
         snapshot_max_bytes: e.snapshots.max_bytes,
+        learner_catch_up_timeout,
+        hand_off_leadership: e.hand_off_leadership,
         initial_cluster: e.initial_cluster,
     })
 }
@@ -677,17 +706,37 @@ spec:
             "dataDir: /var/lib/etcd\n    bootstrap: true\n",
         );
         assert!(e.contains("bootstrap"), "{e}");
+        for (timeout, problem) in [("0s", "must be above 0"), ("soon", "is not a duration")] {
+            let e = bad(
+                "dataDir: /var/lib/etcd\n",
+                &format!("dataDir: /var/lib/etcd\n    learnerCatchUpTimeout: {timeout}\n"),
+            );
+            assert!(
+                e.contains("spec.etcdMember.learnerCatchUpTimeout") && e.contains(problem),
+                "{e}"
+            );
+        }
+        assert_eq!(
+            p(&format!("{GOOD}{ETCD_MEMBER}"))
+                .unwrap()
+                .etcd_member
+                .unwrap()
+                .learner_catch_up_timeout,
+            DEFAULT_LEARNER_CATCH_UP_TIMEOUT
+        );
         let ok = p(&format!(
             "{GOOD}{}",
             ETCD_MEMBER.replace(
                 "dataDir: /var/lib/etcd\n",
-                "dataDir: /var/lib/etcd\n    initialCluster: a=https://10.0.0.1:2380,b=https://10.0.0.2:2380\n    snapshots: {keep: 5, maxBytes: 1048576}\n"
+                "dataDir: /var/lib/etcd\n    initialCluster: a=https://10.0.0.1:2380,b=https://10.0.0.2:2380\n    snapshots: {keep: 5, maxBytes: 1048576}\n    learnerCatchUpTimeout: 90s\n    handOffLeadership: false\n"
             )
         ))
         .unwrap();
         let e = ok.etcd_member.unwrap();
         assert_eq!((e.snapshots_keep, e.snapshot_max_bytes), (5, 1 << 20));
         assert!(e.initial_cluster.is_some());
+        assert_eq!(e.learner_catch_up_timeout, std::time::Duration::from_secs(90));
+        assert!(!e.hand_off_leadership);
     }
 
     #[test]

@@ -82,6 +82,37 @@ pub struct Record {
     pub last_join: Option<Outcome>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_leave: Option<Outcome>,
+    /// A leave asked for and not done yet (see [`LeaveIntent`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leave_pending: Option<LeaveIntent>,
+}
+
+/// A decommission was proved and this node's member asked to leave, but it has not left
+/// (refused, etcd unreachable, out of time). Kept in the record across restarts until the
+/// member is removed (or found gone), or until an anchor of another pod runs the component on
+/// this node again (the decommission undone) — never dropped silently.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaveIntent {
+    /// When the first attempt was made.
+    pub since: String,
+    /// The anchor pod whose pre-stop asked last (`None`: run by hand, outside a pod).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    pub attempts: u32,
+    /// Why the last attempt did not remove the member (`None` while the first one runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_refusal: Option<String>,
+}
+
+impl LeaveIntent {
+    /// Whether an anchor running in `this_pod` gives up this leave: only an anchor of another
+    /// pod of the component, which exists because the component is wanted on this node again.
+    /// The pod whose own pre-stop asked keeps running until it is stopped and must not undo
+    /// it; without pod names nothing tells the two apart, so nothing is given up.
+    pub fn cancelled_by(&self, this_pod: Option<&str>) -> bool {
+        matches!((self.pod.as_deref(), this_pod), (Some(asked), Some(this)) if asked != this)
+    }
 }
 
 impl Record {
@@ -269,7 +300,50 @@ pub enum Leave {
     },
     /// The cluster has no member with this node's peer URL: nothing to remove.
     NotAMember,
-    Refuse(String),
+    Refuse(Refusal),
+}
+
+/// Why this node's member may not leave now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// No member list (never evidence of anything).
+    Unreachable(String),
+    /// The member list disagrees with this node's name and peer URL: a person must look.
+    Conflict(String),
+    /// The last voting member: its data is the cluster's.
+    LastVoter,
+    /// The voters that remain would not keep a healthy quorum.
+    Quorum {
+        remaining: usize,
+        healthy: usize,
+        needed: usize,
+    },
+}
+
+impl Refusal {
+    /// Whether the same leave, asked again, may pass: etcd may answer again, a member come
+    /// back to health. A conflict or the last voter does not change by waiting.
+    pub fn may_pass_later(&self) -> bool {
+        matches!(self, Refusal::Unreachable(_) | Refusal::Quorum { .. })
+    }
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::Unreachable(why) => write!(f, "etcd unreachable ({why}): membership unknown"),
+            Refusal::Conflict(conflict) => f.write_str(conflict),
+            Refusal::LastVoter => f.write_str("this is the last voting member of the cluster"),
+            Refusal::Quorum {
+                remaining,
+                healthy,
+                needed,
+            } => write!(
+                f,
+                "removing it would leave {remaining} voting members of which {healthy} are healthy; a quorum needs {needed}"
+            ),
+        }
+    }
 }
 
 /// Remove this node's member only when the voters that remain keep a healthy quorum: after
@@ -278,12 +352,12 @@ pub enum Leave {
 pub fn decide_leave(f: &LeaveFacts) -> Leave {
     let members = match f.observed {
         Observed::Members(m) => m,
-        Observed::Unreachable(why) => return Leave::Refuse(format!("etcd unreachable ({why}): membership unknown")),
+        Observed::Unreachable(why) => return Leave::Refuse(Refusal::Unreachable(why.clone())),
     };
     let mine = match find_me(f.me, members) {
         Ok(Some(m)) => m,
         Ok(None) => return Leave::NotAMember,
-        Err(conflict) => return Leave::Refuse(conflict),
+        Err(conflict) => return Leave::Refuse(Refusal::Conflict(conflict)),
     };
     if mine.is_learner {
         return Leave::Remove { id: mine.id };
@@ -291,7 +365,7 @@ pub fn decide_leave(f: &LeaveFacts) -> Leave {
     let voters: Vec<&Member> = members.iter().filter(|m| !m.is_learner).collect();
     let n = voters.len();
     if n <= 1 {
-        return Leave::Refuse("this is the last voting member of the cluster".into());
+        return Leave::Refuse(Refusal::LastVoter);
     }
     let remaining = n - 1;
     let needed = remaining / 2 + 1;
@@ -300,9 +374,11 @@ pub fn decide_leave(f: &LeaveFacts) -> Leave {
         .filter(|m| m.id != mine.id && f.healthy.contains(&m.id))
         .count();
     if healthy < needed {
-        return Leave::Refuse(format!(
-            "removing it would leave {remaining} voting members of which {healthy} are healthy; a quorum needs {needed}"
-        ));
+        return Leave::Refuse(Refusal::Quorum {
+            remaining,
+            healthy,
+            needed,
+        });
     }
     Leave::Remove { id: mine.id }
 }
@@ -379,6 +455,72 @@ pub fn hand_off(
     }
 }
 
+/// A learner's place in the leader's log, as the leader records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LearnerProgress {
+    /// The leader's own matched index (its last log entry).
+    pub leader_index: u64,
+    /// The last index of the learner's log that matches the leader's; `None` when the leader
+    /// tracks nothing for it.
+    pub matched: Option<u64>,
+}
+
+impl LearnerProgress {
+    /// Entries the learner lacks of the leader's log.
+    pub fn behind(&self) -> Option<u64> {
+        self.matched.map(|m| self.leader_index.saturating_sub(m))
+    }
+}
+
+impl std::fmt::Display for LearnerProgress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.matched {
+            Some(m) => write!(
+                f,
+                "{} entries behind the leader (it matches up to index {m} of {}; etcd promotes it from index {})",
+                self.leader_index.saturating_sub(m),
+                self.leader_index,
+                promotable_from(self.leader_index)
+            ),
+            None => write!(
+                f,
+                "the leader (at index {}) has no progress recorded for it",
+                self.leader_index
+            ),
+        }
+    }
+}
+
+/// The matched index from which etcd promotes a learner: 90 % of the leader's own matched
+/// index (`readyPercentThreshold` in etcd's server, `isLearnerReady`).
+pub fn promotable_from(leader_index: u64) -> u64 {
+    // The least m with m >= 0.9 * L: L - floor(L / 10).
+    leader_index - leader_index / 10
+}
+
+/// Whether a learner waiting `waited` for its promotion has overrun `bound`, and if so how
+/// far behind it is, in words (the Warning Event's note). `progress` is the leader's view, or
+/// why there is none.
+pub fn learner_overdue(
+    id: u64,
+    progress: Result<&LearnerProgress, &str>,
+    waited: std::time::Duration,
+    bound: std::time::Duration,
+) -> Option<String> {
+    if waited < bound {
+        return None;
+    }
+    let how_far = match progress {
+        Ok(p) => p.to_string(),
+        Err(why) => format!("how far behind it is is unknown ({why})"),
+    };
+    Some(format!(
+        "learner {id:x} has not caught up within {} (waiting {}): {how_far}",
+        humantime::format_duration(bound),
+        humantime::format_duration(std::time::Duration::from_secs(waited.as_secs()))
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -418,6 +560,7 @@ mod tests {
             initial_cluster_state: "existing".into(),
             last_join: None,
             last_leave: None,
+            leave_pending: None,
         }
     }
 
@@ -804,6 +947,93 @@ mod tests {
             healthy: &BTreeSet::new(),
         });
         assert!(refused(&l));
+    }
+
+    #[test]
+    fn refusals_say_whether_asking_again_may_pass() {
+        let last = leave(vec![member(4, "n4", 4, false)], &[4]);
+        assert_eq!(last, Leave::Refuse(Refusal::LastVoter));
+        let two = vec![member(1, "n1", 1, false), member(4, "n4", 4, false)];
+        let quorum = leave(two, &[4]);
+        assert_eq!(
+            quorum,
+            Leave::Refuse(Refusal::Quorum {
+                remaining: 1,
+                healthy: 0,
+                needed: 1
+            })
+        );
+        let conflict = leave(vec![member(1, "n1", 1, false), member(9, "n4", 9, false)], &[1, 9]);
+        let me = me();
+        let unreachable = decide_leave(&LeaveFacts {
+            me: &me,
+            observed: &down(),
+            healthy: &BTreeSet::new(),
+        });
+        for (l, again) in [(last, false), (quorum, true), (conflict, false), (unreachable, true)] {
+            let Leave::Refuse(r) = &l else { panic!("{l:?}") };
+            assert_eq!(r.may_pass_later(), again, "{r}");
+        }
+    }
+
+    #[test]
+    fn a_leave_is_given_up_only_by_an_anchor_of_another_pod() {
+        let intent = |pod: Option<&str>| LeaveIntent {
+            since: "t".into(),
+            pod: pod.map(str::to_owned),
+            attempts: 1,
+            last_refusal: None,
+        };
+        for (asked, this, cancelled) in [
+            (Some("etcd-anchor-a"), Some("etcd-anchor-b"), true),
+            (Some("etcd-anchor-a"), Some("etcd-anchor-a"), false),
+            (Some("etcd-anchor-a"), None, false),
+            (None, Some("etcd-anchor-b"), false),
+            (None, None, false),
+        ] {
+            assert_eq!(intent(asked).cancelled_by(this), cancelled, "{asked:?} {this:?}");
+        }
+    }
+
+    #[test]
+    fn a_learner_is_overdue_only_past_the_bound_and_says_how_far_behind() {
+        use std::time::Duration;
+        let bound = Duration::from_secs(600);
+        let p = LearnerProgress {
+            leader_index: 10_000,
+            matched: Some(4_000),
+        };
+        assert_eq!(p.behind(), Some(6_000));
+        assert_eq!(learner_overdue(0x1a, Ok(&p), Duration::from_secs(599), bound), None);
+        let note = learner_overdue(0x1a, Ok(&p), Duration::from_secs(601), bound).unwrap();
+        assert!(
+            note.starts_with("learner 1a has not caught up within 10m (waiting 10m 1s): 6000 entries behind the leader (it matches up to index 4000 of 10000; etcd promotes it from index 9000)"),
+            "{note}"
+        );
+        let none = LearnerProgress {
+            leader_index: 7,
+            matched: None,
+        };
+        assert_eq!(none.behind(), None);
+        let note = learner_overdue(0x1a, Ok(&none), bound, bound).unwrap();
+        assert!(
+            note.ends_with("the leader (at index 7) has no progress recorded for it"),
+            "{note}"
+        );
+        let note = learner_overdue(0x1a, Err("no leader"), bound, bound).unwrap();
+        assert!(note.ends_with("how far behind it is is unknown (no leader)"), "{note}");
+        // etcd's 90 %, rounded up: a learner short of it is refused.
+        for (commit, from) in [
+            (0, 0),
+            (1, 1),
+            (10, 9),
+            (11, 10),
+            (19, 18),
+            (1000, 900),
+            (u64::MAX, u64::MAX - u64::MAX / 10),
+        ] {
+            assert_eq!(promotable_from(commit), from, "{commit}");
+        }
     }
 
     #[test]

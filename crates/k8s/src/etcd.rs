@@ -1,5 +1,6 @@
 //! The etcd v3 cluster API through etcd's JSON gateway (`POST /v3/cluster/member/*`,
-//! `/v3/maintenance/status`) over HTTPS with client certificates.
+//! `/v3/maintenance/status`) over HTTPS with client certificates, and the raft status etcd
+//! publishes at `/debug/vars` (a learner's progress, seen by the leader).
 //!
 //! Why the gateway and not a gRPC client crate (`etcd-client`): the gateway is part of every
 //! etcd server, its JSON is the protobuf JSON mapping of etcd's own `rpc.proto` (field names as
@@ -7,6 +8,7 @@
 //! out), and the HTTPS client is the one kube already brings (hyper, rustls). A gRPC client
 //! would add tonic, prost and a protoc build step for six calls.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -80,6 +82,37 @@ pub struct EndpointStatus {
     pub raft_index: u64,
     pub raft_applied_index: u64,
     pub errors: Vec<String>,
+}
+
+/// A member's raft status as it publishes it (see [`Endpoint::raft_status`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RaftStatus {
+    pub id: u64,
+    pub lead: u64,
+    pub commit: u64,
+    /// Member ID → the last index its log matches the leader's; known to the leader only.
+    pub matched: BTreeMap<u64, u64>,
+}
+
+#[derive(Deserialize)]
+struct DebugVars {
+    #[serde(rename = "raft.status", default)]
+    raft_status: Option<RawRaftStatus>,
+}
+
+#[derive(Deserialize)]
+struct RawRaftStatus {
+    id: String,
+    lead: String,
+    commit: u64,
+    #[serde(default)]
+    progress: BTreeMap<String, RawProgress>,
+}
+
+#[derive(Deserialize)]
+struct RawProgress {
+    #[serde(rename = "match")]
+    matched: u64,
 }
 
 #[derive(Deserialize)]
@@ -189,15 +222,23 @@ impl Endpoint {
         path: &str,
         body: serde_json::Value,
     ) -> Result<T, EtcdError> {
+        let request = http::Request::post(path)
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(serde_json::to_vec(&body).expect("JSON"))
+            .expect("a valid request");
+        self.send(call, request).await
+    }
+
+    async fn send<T: serde::de::DeserializeOwned>(
+        &self,
+        call: &'static str,
+        request: http::Request<Vec<u8>>,
+    ) -> Result<T, EtcdError> {
         let failed = |reason: String| EtcdError::Call {
             endpoint: self.url.clone(),
             call,
             reason,
         };
-        let request = http::Request::post(path)
-            .header(http::header::CONTENT_TYPE, "application/json")
-            .body(serde_json::to_vec(&body).expect("JSON"))
-            .expect("a valid request");
         let text = match tokio::time::timeout(self.timeout, self.client.request_text(request)).await {
             Ok(Ok(text)) => text,
             // The gateway's error body is `{"code": <gRPC code>, "message": "etcdserver: ..."}`.
@@ -273,6 +314,36 @@ impl Endpoint {
             )
             .await?;
         Ok(())
+    }
+
+    /// This member's raft status, which etcd publishes among its expvars (`raft.status` at
+    /// `/debug/vars` on its client URLs): the commit index and, on the leader only, how far
+    /// each other member's log matches the leader's. No RPC of the v3 API gives a learner's
+    /// progress; the leader's own record of it holds even while the learner does not answer.
+    pub async fn raft_status(&self) -> Result<RaftStatus, EtcdError> {
+        let request = http::Request::get("/debug/vars")
+            .body(Vec::new())
+            .expect("a valid request");
+        let vars: DebugVars = self.send("raft status", request).await?;
+        let bad = |reason: String| EtcdError::Call {
+            endpoint: self.url.clone(),
+            call: "raft status",
+            reason,
+        };
+        let raw = vars
+            .raft_status
+            .ok_or_else(|| bad("no raft.status among /debug/vars (raft not started)".into()))?;
+        let hex = |s: &str| u64::from_str_radix(s, 16).map_err(|_| bad(format!("{s:?} is not a hex member ID")));
+        Ok(RaftStatus {
+            id: hex(&raw.id)?,
+            lead: hex(&raw.lead)?,
+            commit: raw.commit,
+            matched: raw
+                .progress
+                .iter()
+                .map(|(id, p)| Ok((hex(id)?, p.matched)))
+                .collect::<Result<_, EtcdError>>()?,
+        })
     }
 
     pub async fn status(&self) -> Result<EndpointStatus, EtcdError> {

@@ -97,6 +97,10 @@ struct Daemon {
     member_record: Option<kube_anchor_core::membership::Record>,
     /// Why the etcd join is not finished (a learner to promote, or waiting); retried soon.
     membership_pending: Option<String>,
+    /// A learner of this node waiting for promotion: its ID, when this process first saw it
+    /// (the bound's start when the record has no usable time), and when its lag was last
+    /// reported.
+    learner_watch: Option<LearnerWatch>,
     /// The component's rollout Lease (see [`kube_anchor_core::rollout`]), once there is a client.
     rollout_lease: Option<kubeapi::RolloutLease>,
     /// The turn this node holds to roll a version out (or one an earlier process held, not
@@ -127,6 +131,13 @@ const CREDENTIAL_SETTLE: Duration = Duration::from_secs(2);
 
 /// How soon an unfinished etcd join is looked at again.
 const MEMBERSHIP_RETRY: Duration = Duration::from_secs(2);
+
+/// See `Anchor::learner_watch`.
+struct LearnerWatch {
+    id: u64,
+    first_seen: Instant,
+    reported: Option<Instant>,
+}
 
 pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     let engine = Engine::new(&args.node.host_root, &args.node.state_dir, &args.node.allowed_roots)?;
@@ -192,6 +203,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         input_dirs: BTreeSet::new(),
         member_record: None,
         membership_pending: None,
+        learner_watch: None,
         rollout_lease: None,
         turn: Turn::default(),
         lease_error: None,
@@ -372,6 +384,7 @@ impl Daemon {
                 return; // no membership, or the sync reports the bad config
             }
         };
+        self.give_up_earlier_leave();
         match crate::etcd_member::join_step(&self.engine, &inputs).await {
             Ok(report) => {
                 if report.pending && self.membership_pending.as_deref() != Some(report.summary.as_str()) {
@@ -380,6 +393,7 @@ impl Daemon {
                 self.shared
                     .metrics
                     .set_etcd_member(report.record.as_ref(), report.pending);
+                self.watch_learner(report.learner.as_ref(), inputs.anchor.etcd_member.as_ref());
                 self.membership_pending = report.pending.then_some(report.summary);
                 self.member_record = report.record;
             }
@@ -392,6 +406,84 @@ impl Daemon {
                 if let Ok(record) = crate::etcd_member::load_record(&self.engine, &self.component) {
                     self.member_record = record;
                 }
+            }
+        }
+    }
+
+    /// A learner not promoted yet: its lag in the metric, and past
+    /// `spec.etcdMember.learnerCatchUpTimeout` a Warning Event saying how far behind it is,
+    /// once per timeout while it lasts. The join goes on being retried; nothing is removed.
+    fn watch_learner(
+        &mut self,
+        learner: Option<&crate::etcd_member::LearnerReport>,
+        member: Option<&kube_anchor_core::config::EtcdMember>,
+    ) {
+        let (Some(learner), Some(member)) = (learner, member) else {
+            self.learner_watch = None;
+            self.shared.metrics.etcd_learner_behind_entries.set(0);
+            return;
+        };
+        let behind = learner.progress.as_ref().ok().and_then(|p| p.behind());
+        self.shared
+            .metrics
+            .etcd_learner_behind_entries
+            .set(behind.map_or(-1, |b| i64::try_from(b).unwrap_or(i64::MAX)));
+        let watch = match &mut self.learner_watch {
+            Some(w) if w.id == learner.id => w,
+            other => other.insert(LearnerWatch {
+                id: learner.id,
+                first_seen: Instant::now(),
+                reported: None,
+            }),
+        };
+        let waited = learner.waited().unwrap_or_default().max(watch.first_seen.elapsed());
+        let bound = member.learner_catch_up_timeout;
+        let Some(note) = kube_anchor_core::membership::learner_overdue(
+            learner.id,
+            learner.progress.as_ref().map_err(String::as_str),
+            waited,
+            bound,
+        ) else {
+            return;
+        };
+        if watch.reported.is_some_and(|at| at.elapsed() < bound) {
+            return;
+        }
+        watch.reported = Some(Instant::now());
+        tracing::warn!(component = %self.component, member_id = %format!("{:x}", learner.id), behind, "{note}");
+        self.queue_event(true, "LearnerNotCatchingUp", note);
+    }
+
+    /// A leave an earlier anchor pod's pre-stop asked for and could not finish: this pod runs
+    /// because the component is wanted on the node again, so the member stays, said loudly.
+    /// The leave this pod's own pre-stop asks for (it runs beside this daemon) is left alone.
+    fn give_up_earlier_leave(&mut self) {
+        let this_pod = self.args.identity.pod_name.clone();
+        let why = format!(
+            "anchor pod {} runs the component on this node again",
+            this_pod.as_deref().unwrap_or("(unnamed)")
+        );
+        match crate::etcd_member::give_up_leave(&self.engine, &self.component, &why, |intent| {
+            intent.cancelled_by(this_pod.as_deref())
+        }) {
+            Ok(Some(intent)) => {
+                let note = format!(
+                    "the etcd member's leave asked by pod {} since {} ({} attempt(s){}) is cancelled: {why}",
+                    intent.pod.as_deref().unwrap_or("(unnamed)"),
+                    intent.since,
+                    intent.attempts,
+                    intent
+                        .last_refusal
+                        .as_deref()
+                        .map(|w| format!("; last refused: {w}"))
+                        .unwrap_or_default()
+                );
+                tracing::warn!(component = %self.component, "{note}");
+                self.queue_event(true, "LeaveCancelled", note);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(component = %self.component, error = %e, "cannot read the membership record for a pending leave")
             }
         }
     }

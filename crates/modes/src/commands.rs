@@ -479,7 +479,25 @@ fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
         }
         None => None,
     };
-    print_status(&report, record.as_ref(), runtime.as_ref(), args.output);
+    // A learner: how far behind the leader it is (asked of etcd, briefly; the rest is local).
+    let learner = match &record {
+        Some(r) => {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            rt.block_on(crate::etcd_member::learner_status(
+                &inputs,
+                r,
+                std::time::Duration::from_secs(5),
+            ))
+        }
+        None => None,
+    };
+    print_status(
+        &report,
+        record.as_ref(),
+        learner.as_ref(),
+        runtime.as_ref(),
+        args.output,
+    );
     Ok(if report.in_sync() {
         ExitCode::SUCCESS
     } else {
@@ -817,6 +835,7 @@ fn print_runtime(view: &RuntimeView) {
 fn print_status(
     r: &StatusReport,
     member: Option<&kube_anchor_core::membership::Record>,
+    learner: Option<&Result<kube_anchor_core::membership::LearnerProgress, String>>,
     runtime: Option<&RuntimeView>,
     format: OutputFormat,
 ) {
@@ -840,6 +859,17 @@ fn print_status(
             let mut out = out;
             if let Some(m) = member {
                 out["etcdMember"] = json!(m);
+                match learner {
+                    Some(Ok(p)) => {
+                        out["etcdMember"]["learnerProgress"] = json!({
+                            "leaderIndex": p.leader_index,
+                            "matchedIndex": p.matched,
+                            "behind": p.behind(),
+                        })
+                    }
+                    Some(Err(why)) => out["etcdMember"]["learnerProgress"] = json!({"unknown": why}),
+                    None => {}
+                }
             }
             if let Some(view) = runtime {
                 out["runtime"] = json!(view);
@@ -888,6 +918,19 @@ fn print_status(
                     if let Some(o) = o {
                         outln!("  {what:<13} {} at {}: {}", o.action, o.at, o.result);
                     }
+                }
+                match learner {
+                    Some(Ok(p)) => outln!("  learner       {p}"),
+                    Some(Err(why)) => outln!("  learner       progress unknown: {why}"),
+                    None => {}
+                }
+                if let Some(l) = &m.leave_pending {
+                    outln!(
+                        "  leave pending since {} (asked {} time(s){}); the next pre-stop asks again",
+                        l.since,
+                        l.attempts,
+                        l.pod.as_deref().map(|p| format!(" by pod {p}")).unwrap_or_default()
+                    );
                 }
             }
             for f in &r.files {

@@ -20,7 +20,8 @@ use kube_anchor_core::config::{EtcdMember, FileMode, Role};
 use kube_anchor_core::hostpath::HostPath;
 use kube_anchor_core::ledger::{STATE_SUBDIR, decode_checked, encode_checked};
 use kube_anchor_core::membership::{
-    self, HandOff, Join, JoinFacts, Leave, LeaveFacts, Me, Observed, Outcome, PeerStatus, Phase, Record,
+    self, HandOff, Join, JoinFacts, LearnerProgress, Leave, LeaveFacts, LeaveIntent, Me, Observed, Outcome, PeerStatus,
+    Phase, Record,
 };
 use kube_anchor_host::hostfs::{HostFsError, commit_file, stage_file};
 use kube_anchor_k8s::etcd::{Cluster, Credentials, Endpoint, EtcdError};
@@ -60,6 +61,102 @@ pub(crate) struct JoinReport {
     pub summary: String,
     /// The join is not finished (a learner to promote, or waiting): look again soon.
     pub pending: bool,
+    /// This node's member is a learner not promoted yet: how far it has come.
+    pub learner: Option<LearnerReport>,
+}
+
+/// A learner waiting for its promotion.
+#[derive(Debug, Clone)]
+pub(crate) struct LearnerReport {
+    pub id: u64,
+    /// The leader's view of it, or why there is none.
+    pub progress: Result<LearnerProgress, String>,
+    /// When it was added (or found), from the record: the catch-up bound counts from here,
+    /// across restarts of the anchor.
+    pub since: Option<SystemTime>,
+}
+
+impl LearnerReport {
+    /// How long it has waited, by the record's clock; `None` when the record says nothing usable.
+    pub(crate) fn waited(&self) -> Option<Duration> {
+        SystemTime::now().duration_since(self.since?).ok()
+    }
+}
+
+/// The leader's record of learner `id` (see [`Endpoint::raft_status`]): each voter's client
+/// URL is asked until the leader answers.
+pub(crate) async fn learner_progress(
+    members: &[membership::Member],
+    id: u64,
+    creds: &Credentials,
+) -> Result<LearnerProgress, String> {
+    let mut last = "no voting member answered".to_owned();
+    for m in members.iter().filter(|m| !m.is_learner) {
+        for url in &m.client_urls {
+            let Ok(endpoint) = Endpoint::new(url, creds, Duration::from_secs(2)) else {
+                continue;
+            };
+            match endpoint.raft_status().await {
+                Ok(s) if s.lead == s.id => {
+                    return Ok(LearnerProgress {
+                        leader_index: s.matched.get(&s.id).copied().unwrap_or(s.commit),
+                        matched: s.matched.get(&id).copied(),
+                    });
+                }
+                Ok(_) => break, // a follower: the next member may lead
+                Err(e) => last = e.to_string(),
+            }
+        }
+    }
+    Err(last)
+}
+
+/// For `status`: the leader's record of this node's learner, asked within `budget`; `None`
+/// when the record is not a learner's.
+pub(crate) async fn learner_status(
+    inputs: &Inputs,
+    record: &Record,
+    budget: Duration,
+) -> Option<Result<LearnerProgress, String>> {
+    if record.phase != Phase::Learner {
+        return None;
+    }
+    let id: u64 = record.member_id.as_deref()?.parse().ok()?;
+    let member = inputs.anchor.etcd_member.as_ref()?;
+    let ask = async {
+        let creds = credentials(member).map_err(|e| e.to_string())?;
+        let cluster = Cluster::new(&member.endpoints, &creds, budget).map_err(|e| e.to_string())?;
+        let members = cluster.member_list().await.map_err(|e| e.to_string())?;
+        learner_progress(&members, id, &creds).await
+    };
+    Some(match tokio::time::timeout(budget, ask).await {
+        Ok(progress) => progress,
+        Err(_) => Err(format!(
+            "etcd did not answer within {}",
+            humantime::format_duration(budget)
+        )),
+    })
+}
+
+/// The learner part of a join step, for a record in the learner phase.
+async fn learner_report(
+    record: Option<&Record>,
+    members: &[membership::Member],
+    creds: Option<&Credentials>,
+    unreachable: Option<&str>,
+) -> Option<LearnerReport> {
+    let r = record.filter(|r| r.phase == Phase::Learner)?;
+    let id = r.member_id.as_deref()?.parse().ok()?;
+    let progress = match (unreachable, creds) {
+        (Some(why), _) => Err(format!("etcd unreachable: {why}")),
+        (None, Some(creds)) => learner_progress(members, id, creds).await,
+        (None, None) => Err("no etcd client credentials".into()),
+    };
+    let since = r
+        .last_join
+        .as_ref()
+        .and_then(|o| humantime::parse_rfc3339_weak(&o.at).ok());
+    Some(LearnerReport { id, progress, since })
 }
 
 pub(crate) fn record_path(state_dir: &HostPath, component: &str) -> Result<HostPath, MemberError> {
@@ -170,6 +267,15 @@ pub(crate) async fn join_before_write(engine: &Engine, inputs: &Inputs) -> anyho
         return Ok(None);
     }
     let component = &inputs.anchor.name;
+    // Writing the component by hand means it is wanted here: a leave still pending is given up.
+    if let Some(intent) = give_up_leave(
+        engine,
+        component,
+        "`apply` writes the component on this node again",
+        |_| true,
+    )? {
+        tracing::warn!(%component, since = %intent.since, attempts = intent.attempts, "the etcd member's pending leave is cancelled: `apply` writes the component on this node again");
+    }
     let report = join_step(engine, inputs)
         .await
         .with_context(|| format!("{component}: etcd membership"))?;
@@ -235,6 +341,7 @@ pub(crate) async fn join_step(engine: &Engine, inputs: &Inputs) -> Result<JoinRe
         initial_cluster_state: "existing".into(),
         last_join: outcome(action, result),
         last_leave: None,
+        leave_pending: None,
     };
     let (record, summary, pending) = match decision {
         Join::Keep => {
@@ -260,6 +367,7 @@ pub(crate) async fn join_step(engine: &Engine, inputs: &Inputs) -> Result<JoinRe
                 initial_cluster_state: "new".into(),
                 last_join: outcome("bootstrap", "member of the initial cluster"),
                 last_leave: None,
+                leave_pending: None,
             };
             store_record(engine, component, &r)?;
             tracing::info!(%component, initial_cluster = %r.initial_cluster, "etcd: bootstrapping as a member of the initial cluster");
@@ -328,10 +436,17 @@ pub(crate) async fn join_step(engine: &Engine, inputs: &Inputs) -> Result<JoinRe
             }
         }
     };
+    let creds = credentials(member).ok();
+    let unreachable = match &observed {
+        Observed::Unreachable(why) => Some(why.as_str()),
+        Observed::Members(_) => None,
+    };
+    let learner = learner_report(record.as_ref(), &members, creds.as_ref(), unreachable).await;
     Ok(JoinReport {
         record,
         summary,
         pending,
+        learner,
     })
 }
 
@@ -380,6 +495,7 @@ async fn rejoin(
                     "remove stale member",
                     format!("removed {stale:x}: this node has no data for it; joining again as a learner"),
                 ),
+                leave_pending: None,
             };
             store_record(engine, component, &r)?;
             tracing::warn!(%component, member_id = %format!("{stale:x}"), "etcd: removed this node's stale member (its data is gone); joining again as a learner");
@@ -410,11 +526,13 @@ async fn rejoin(
 pub(crate) enum LeaveReport {
     Removed { id: u64 },
     NotAMember,
-    Refused(String),
+    Refused { reason: String, may_pass_later: bool },
 }
 
 /// Removes this node's member when [`membership::decide_leave`] allows it. Called by pre-stop
-/// once the decommission is proved, before anything is removed from the node.
+/// once the decommission is proved (and [`ask_leave`] has recorded the intent), before
+/// anything is removed from the node. A member removed, or found gone, ends the intent; a
+/// refusal is the caller's to record ([`hold_leave`]), with whatever else kept it.
 pub(crate) async fn leave_step(
     engine: &Engine,
     inputs: &Inputs,
@@ -439,7 +557,10 @@ pub(crate) async fn leave_step(
     });
     let mut handed_off = None;
     let report = match decision {
-        Leave::Refuse(reason) => LeaveReport::Refused(reason),
+        Leave::Refuse(refusal) => LeaveReport::Refused {
+            reason: refusal.to_string(),
+            may_pass_later: refusal.may_pass_later(),
+        },
         Leave::NotAMember => LeaveReport::NotAMember,
         Leave::Remove { id } => {
             // A leader removed from under the cluster stalls every write for an election.
@@ -448,31 +569,104 @@ pub(crate) async fn leave_step(
             handed_off = hand_off.moved_to.map(|_| hand_off.summary);
             match cluster.remove(id).await {
                 Ok(()) => LeaveReport::Removed { id },
-                Err(e) => LeaveReport::Refused(format!("removing member {id:x} failed: {e}")),
+                // etcd's own check (--strict-reconfig-check) may refuse what the member list
+                // allowed a moment before, when another node left meanwhile: asked again, the
+                // decision sees the new list.
+                Err(e) => LeaveReport::Refused {
+                    reason: format!("removing member {id:x} failed: {e}"),
+                    may_pass_later: true,
+                },
             }
         }
     };
-    let _lock = engine.fs.lock(&engine.state_dir, &format!("{component}.membership"))?;
-    if let Ok(Some(mut r)) = load_record(engine, component) {
-        if matches!(report, LeaveReport::Removed { .. } | LeaveReport::NotAMember) {
-            r.phase = Phase::Removed;
-        }
-        r.last_leave = outcome(
-            "remove member",
-            match &report {
-                LeaveReport::Removed { id } => match &handed_off {
-                    Some(moved) => format!("removed {id:x} ({moved} first)"),
-                    None => format!("removed {id:x}"),
-                },
-                LeaveReport::NotAMember => "not a member".into(),
-                LeaveReport::Refused(why) => format!("refused: {why}"),
-            },
-        );
-        if let Err(e) = store_record(engine, component, &r) {
-            tracing::warn!(%component, error = %e, "could not record the leave");
-        }
+    let result = match &report {
+        LeaveReport::Refused { .. } => return Ok(report),
+        LeaveReport::Removed { id } => match &handed_off {
+            Some(moved) => format!("removed {id:x} ({moved} first)"),
+            None => format!("removed {id:x}"),
+        },
+        LeaveReport::NotAMember => "not a member".into(),
+    };
+    let recorded = update_record(engine, component, |r| {
+        r.phase = Phase::Removed;
+        r.leave_pending = None;
+        r.last_leave = outcome("remove member", result);
+    });
+    if let Err(e) = recorded {
+        tracing::warn!(%component, error = %e, "could not record the leave");
     }
     Ok(report)
+}
+
+/// Changes the record under its lock; `false` when there is none (a member this node never
+/// recorded: nothing to keep).
+fn update_record(engine: &Engine, component: &str, change: impl FnOnce(&mut Record)) -> Result<bool, MemberError> {
+    let _lock = engine.fs.lock(&engine.state_dir, &format!("{component}.membership"))?;
+    match load_record(engine, component)? {
+        Some(mut r) => {
+            change(&mut r);
+            store_record(engine, component, &r)?;
+            Ok(true)
+        }
+        None => Ok(false),
+    }
+}
+
+/// Before each leave attempt: the intent is on disk first, so a hook killed in the middle of
+/// the leave leaves it behind for the next one and for `status`.
+pub(crate) fn ask_leave(engine: &Engine, component: &str, pod: Option<&str>) -> Result<bool, MemberError> {
+    update_record(engine, component, |r| {
+        let intent = r.leave_pending.get_or_insert_with(|| LeaveIntent {
+            since: now_rfc3339(),
+            pod: None,
+            attempts: 0,
+            last_refusal: None,
+        });
+        intent.pod = pod.map(str::to_owned);
+        intent.attempts += 1;
+    })
+}
+
+/// The leave did not happen: why, kept with the intent.
+pub(crate) fn hold_leave(engine: &Engine, component: &str, why: &str) -> Result<bool, MemberError> {
+    update_record(engine, component, |r| {
+        if let Some(intent) = &mut r.leave_pending {
+            intent.last_refusal = Some(why.to_owned());
+        }
+        r.last_leave = outcome("remove member", format!("refused: {why}"));
+    })
+}
+
+/// Gives up a pending leave when `gives_up` says so (the component is wanted on this node
+/// again), saying so in the record; the intent given up, if any.
+pub(crate) fn give_up_leave(
+    engine: &Engine,
+    component: &str,
+    why: &str,
+    gives_up: impl FnOnce(&LeaveIntent) -> bool,
+) -> Result<Option<LeaveIntent>, MemberError> {
+    let _lock = engine.fs.lock(&engine.state_dir, &format!("{component}.membership"))?;
+    let Some(mut r) = load_record(engine, component)? else {
+        return Ok(None);
+    };
+    let Some(intent) = r.leave_pending.take_if(|i| gives_up(i)) else {
+        return Ok(None);
+    };
+    r.last_leave = outcome(
+        "cancel leave",
+        format!(
+            "cancelled: {why} (asked since {}, {} attempt(s){})",
+            intent.since,
+            intent.attempts,
+            intent
+                .last_refusal
+                .as_deref()
+                .map(|w| format!("; last refused: {w}"))
+                .unwrap_or_default()
+        ),
+    );
+    store_record(engine, component, &r)?;
+    Ok(Some(intent))
 }
 
 /// How long a leadership hand-off may hold up a write or a leave: etcd's MoveLeader takes at
@@ -500,6 +694,12 @@ pub(crate) async fn hand_off_leadership(inputs: &Inputs, member: &EtcdMember, bu
         summary,
         still_leads,
     };
+    if !member.hand_off_leadership {
+        return not_moved(
+            "leadership is not handed off (spec.etcdMember.handOffLeadership: false)".into(),
+            false,
+        );
+    }
     match tokio::time::timeout(budget, hand_off_steps(inputs, member, budget)).await {
         Ok(Ok(report)) => report,
         Ok(Err(e)) => not_moved(
@@ -798,6 +998,8 @@ mod tests {
             snapshots_keep: keep,
             snapshot_max_bytes: max_bytes,
             initial_cluster: None,
+            learner_catch_up_timeout: kube_anchor_core::config::DEFAULT_LEARNER_CATCH_UP_TIMEOUT,
+            hand_off_leadership: true,
         }
     }
 

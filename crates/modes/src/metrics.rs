@@ -27,6 +27,10 @@ pub(crate) struct Metrics {
     pub etcd_member: Family<Vec<(String, String)>, Gauge>,
     /// 1 while the etcd join is not finished (waiting, or a learner not promoted yet).
     pub etcd_join_pending: Gauge,
+    /// 1 while a leave this node's pre-stop asked for has not happened (see `LeaveIntent`).
+    pub etcd_leave_pending: Gauge,
+    /// Entries this node's learner lacks of the leader's log (0: not a learner; -1: unknown).
+    pub etcd_learner_behind_entries: Gauge,
     /// The earliest notAfter of the certificates in each credential file, by path.
     pub certificate_expiry: Family<Vec<(String, String)>, Gauge>,
     /// 1 for each credential renewed on the node and kept, by path, until the config carries it.
@@ -76,6 +80,16 @@ impl Metrics {
             m.etcd_join_pending.clone(),
         );
         registry.register(
+            "etcd_leave_pending",
+            "1 while a decommission has asked this node's etcd member to leave and it has not left (refused, or etcd unreachable)",
+            m.etcd_leave_pending.clone(),
+        );
+        registry.register(
+            "etcd_learner_behind_entries",
+            "Entries this node's etcd learner lacks of the leader's log, as the leader records it (0 when not a learner, -1 when the leader cannot be asked)",
+            m.etcd_learner_behind_entries.clone(),
+        );
+        registry.register(
             "certificate_expiry_timestamp_seconds",
             "Unix time at which the earliest certificate of a credential file (also one embedded in a kubeconfig) expires",
             m.certificate_expiry.clone(),
@@ -114,6 +128,8 @@ impl Metrics {
     pub(crate) fn set_etcd_member(&self, record: Option<&kube_anchor_core::membership::Record>, pending: bool) {
         self.etcd_member.clear();
         self.etcd_join_pending.set(i64::from(pending));
+        self.etcd_leave_pending
+            .set(i64::from(record.is_some_and(|r| r.leave_pending.is_some())));
         if let Some(r) = record {
             let result = |o: &Option<kube_anchor_core::membership::Outcome>| {
                 o.as_ref()
@@ -150,6 +166,8 @@ impl Metrics {
             runtime_observed: Gauge::default(),
             etcd_member: Family::default(),
             etcd_join_pending: Gauge::default(),
+            etcd_leave_pending: Gauge::default(),
+            etcd_learner_behind_entries: Gauge::default(),
             certificate_expiry: Family::default(),
             renewed_on_node: Family::default(),
         }

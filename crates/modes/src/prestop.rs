@@ -5,7 +5,10 @@
 //!    [`decide`]; on `Remove`, look again after `--confirm-interval` and [`confirm`].
 //! 2. Keep: log why and exit 0 — the files stay for the next pod or the next boot. Held (the
 //!    quorum guard): the same, plus a Warning Event on this pod.
-//! 3. Remove: mark the ledger decommissioned (the daemon in this pod then refuses to write, with
+//! 3. `spec.etcdMember`: the member leaves the cluster first, its intent recorded before each
+//!    attempt and asked again while a refusal may pass. When it does not leave: a Warning
+//!    Event, every file kept, exit 1, and the intent kept for the next hook.
+//! 4. Remove: mark the ledger decommissioned (the daemon in this pod then refuses to write, with
 //!    no need for a writable root filesystem), run `--before-remove`, remove the manifest, wait
 //!    until the mirror pod is gone or the health URL stops answering, remove the credentials.
 //!
@@ -113,30 +116,16 @@ async fn run_inner(args: &PreStopArgs, deadline: Instant) -> anyhow::Result<Exit
         let Some((inputs, member)) = &etcd else {
             return unreadable.map(|why| format!("the etcd member's config cannot be read ({why})"));
         };
-        let budget = remaining(deadline).saturating_sub(FINAL_STEP);
-        match tokio::time::timeout(budget, etcd_member::leave_step(&engine, inputs, member)).await {
-            Ok(Ok(LeaveReport::Removed { id })) => {
-                tracing::warn!(%component, member_id = %format!("{id:x}"), "pre-stop: removed this node's etcd member");
-                None
-            }
-            Ok(Ok(LeaveReport::NotAMember)) => {
-                tracing::info!(%component, "pre-stop: this node is not an etcd member");
-                None
-            }
-            Ok(Ok(LeaveReport::Refused(why))) => Some(why),
-            Ok(Err(e)) => Some(crate::logging::error_chain(&anyhow::Error::from(e))),
-            Err(_) => Some(format!(
-                "etcd did not answer within {}",
-                humantime::format_duration(Duration::from_secs(budget.as_secs()))
-            )),
-        }
+        leave_cluster(args, &engine, inputs, member, deadline).await
     };
     if let Some(why) = leave.await {
+        // Loud: a Warning Event, a non-zero exit (the kubelet adds its FailedPreStopHook Event)
+        // and the intent kept in the membership record for the next hook and for `status`.
         let reason = format!("{reason}, but the etcd member stays: {why}; every file is kept");
-        tracing::warn!(%component, decision = "held", %reason, "pre-stop: etcd membership keeps the component on this node");
+        tracing::error!(%component, decision = "held", %reason, "pre-stop: etcd membership keeps the component on this node");
         warn_event(&client, this.as_ref(), "MembershipHeld", &component, &reason, deadline).await;
         report(args.output, &component, "held", &reason, &[]);
-        return Ok(ExitCode::SUCCESS);
+        return Ok(ExitCode::FAILURE);
     }
     tracing::warn!(%component, decision = "remove", %reason, "pre-stop: decommissioning the component on this node");
     engine.decommission(&component, &reason, args.identity.pod_name.as_deref())?;
@@ -175,6 +164,63 @@ async fn run_inner(args: &PreStopArgs, deadline: Instant) -> anyhow::Result<Exit
     tracing::info!(%component, removed = removed.len(), "pre-stop: removed");
     report(args.output, &component, "remove", &reason, &removed);
     Ok(ExitCode::SUCCESS)
+}
+
+/// Pause between leave attempts that may pass when asked again.
+const LEAVE_RETRY: Duration = Duration::from_secs(2);
+
+/// The member leaves the cluster, asked again while the refusal may pass later (etcd answering
+/// again, a member back to health) and time is left for the removal after it. `None` once it
+/// has left (or was not a member); why not otherwise, recorded with the intent.
+async fn leave_cluster(
+    args: &PreStopArgs,
+    engine: &Engine,
+    inputs: &Inputs,
+    member: &EtcdMember,
+    deadline: Instant,
+) -> Option<String> {
+    let component = &inputs.anchor.name;
+    let retry_until = deadline
+        .checked_sub(REMOVAL_RESERVE.min(args.timeout / 2))
+        .unwrap_or_else(Instant::now);
+    let mut attempts = 0u32;
+    let why = loop {
+        attempts += 1;
+        if let Err(e) = etcd_member::ask_leave(engine, component, args.identity.pod_name.as_deref()) {
+            tracing::warn!(%component, error = %e, "pre-stop: cannot record the intent to leave");
+        }
+        let budget = remaining(deadline).saturating_sub(FINAL_STEP);
+        match tokio::time::timeout(budget, etcd_member::leave_step(engine, inputs, member)).await {
+            Ok(Ok(LeaveReport::Removed { id })) => {
+                tracing::warn!(%component, member_id = %format!("{id:x}"), attempts, "pre-stop: removed this node's etcd member");
+                return None;
+            }
+            Ok(Ok(LeaveReport::NotAMember)) => {
+                tracing::info!(%component, "pre-stop: this node is not an etcd member");
+                return None;
+            }
+            Ok(Ok(LeaveReport::Refused { reason, may_pass_later })) => {
+                if may_pass_later && Instant::now() + LEAVE_RETRY < retry_until {
+                    tracing::info!(%component, %reason, attempts, "pre-stop: the etcd member may not leave yet; asking again");
+                    tokio::time::sleep(LEAVE_RETRY).await;
+                    continue;
+                }
+                break reason;
+            }
+            Ok(Err(e)) => break crate::logging::error_chain(&anyhow::Error::from(e)),
+            Err(_) => {
+                break format!(
+                    "etcd did not answer within {}",
+                    humantime::format_duration(Duration::from_secs(budget.as_secs()))
+                );
+            }
+        }
+    };
+    let why = format!("{why} (asked {attempts} time(s))");
+    if let Err(e) = etcd_member::hold_leave(engine, component, &why) {
+        tracing::warn!(%component, error = %e, "pre-stop: cannot record why the member did not leave");
+    }
+    Some(why)
 }
 
 /// A node leaving mid-rollout gives its turn back: no other node takes a turn over on a timer,
