@@ -273,6 +273,30 @@ fn expiry_is_visible_in_status_check_expiration_and_the_metric() {
     assert_eq!(line("/etc/kubernetes/scheduler.conf"), seconds("2100-01-01T00:00:00Z"));
 }
 
+/// Every series the charts' alerts select is one the daemon exports (a counter's samples carry
+/// `_total`, its TYPE line does not; a family shows only once it has a sample): a renamed
+/// metric would silence an alert.
+fn assert_alerts_select_exported_metrics(metrics: &str) {
+    let rules = std::fs::read_to_string(
+        support::processes::repo_root().join("charts/kube-anchor-lib/templates/_prometheusrule.tpl"),
+    )
+    .unwrap();
+    let mut names: Vec<&str> = rules
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| w.starts_with("kube_anchor_"))
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    assert!(names.len() >= 7, "{names:?}");
+    for name in names {
+        let family = name.strip_suffix("_total").unwrap_or(name);
+        assert!(
+            metrics.contains(&format!("# TYPE {family} ")),
+            "the alerts select {name}, which the daemon does not export:\n{metrics}"
+        );
+    }
+}
+
 /// A renewal made on the node the way `kubeadm certs renew` makes it (a new key written in
 /// place, then its certificate) is kept by `run`, not reverted: the metric, `status` and
 /// `apply` say so. A credential changed in a way that is no renewal is still repaired. Once
@@ -319,6 +343,8 @@ fn a_renewal_made_on_the_node_is_kept_until_the_config_carries_it() {
     assert_eq!(f.read(CERT), renewed, "{}", d.log_text());
     assert_eq!(f.read(KEY), new_key.serialize_pem(), "{}", d.log_text());
     assert_eq!(d.metric("kube_anchor_repairs_total"), 0.0, "{}", d.log_text());
+    // Every family has a sample now, the renewal's and the expiry's too.
+    assert_alerts_select_exported_metrics(&d.get("/metrics").unwrap().1);
     let log = d.log_text();
     assert!(
         log.contains("CN=kube-apiserver renewed on the node: valid until 2110-01-01T00:00:00Z (the version's until 2100-01-01T00:00:00Z), with a new key"),

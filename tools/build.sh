@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the real Kubernetes components kube-anchor's tests run against, from Go modules:
 # kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubeadm and a kubemark kubelet (one
-# multi-call binary from tools/kube), etcd (tools/etcd) and helm (go install).
+# multi-call binary from tools/kube), etcd (tools/etcd), helm and promtool (go install), and
+# prometheus-operator's PrometheusRule CRD (from its module), which the charts' alerts are checked
+# against.
 #
 # Idempotent: each binary is cached outside the repository under a key made of its version and
 # the hash of its module files, so a warm run only re-creates the links in tools/bin.
@@ -14,6 +16,9 @@ bin="$here/bin"
 mkdir -p "$cache" "$bin"
 
 HELM_VERSION=v4.3.1
+# Prometheus 3.x publishes its Go module as v0.3xx.y.
+PROMETHEUS_VERSION=v0.316.0
+PROMETHEUS_OPERATOR_VERSION=v0.85.0
 
 kube_version() {
   local v
@@ -68,17 +73,43 @@ build_helm() {
   rmdir "$gobin"
 }
 
+build_promtool() {
+  local gobin
+  gobin=$(mktemp -d)
+  GOBIN="$gobin" go install -trimpath -ldflags "-s -w" "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION"
+  mv "$gobin/promtool" "$1"
+  rmdir "$gobin"
+}
+
+# The CRD as the operator's module ships it (example/prometheus-operator-crd); nothing is built.
+fetch_prometheusrule_crd() {
+  local dir
+  dir=$(cd "$cache" && go mod download -json "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION" |
+    sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  [[ -n $dir ]] || { log "cannot download github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION"; exit 1; }
+  cp "$dir/example/prometheus-operator-crd/monitoring.coreos.com_prometheusrules.yaml" "$1"
+}
+
 kube_bin="$cache/kube-$(kube_version)-$(module_key kube)"
 etcd_bin="$cache/etcd-$(module_key etcd)"
 helm_bin="$cache/helm-$HELM_VERSION"
+promtool_bin="$cache/promtool-$PROMETHEUS_VERSION"
+prometheusrule_crd="$cache/prometheusrules-crd-$PROMETHEUS_OPERATOR_VERSION.yaml"
 
 build kube "$kube_bin" build_kube
 build etcd "$etcd_bin" build_etcd
 build helm "$helm_bin" build_helm
+build promtool "$promtool_bin" build_promtool
+if [[ ! -f $prometheusrule_crd ]]; then
+  fetch_prometheusrule_crd "$prometheusrule_crd.partial"
+  mv -f "$prometheusrule_crd.partial" "$prometheusrule_crd"
+fi
 
 for name in kube-apiserver kube-controller-manager kube-scheduler kubectl kubeadm kubelet; do
   ln -sfn "$kube_bin" "$bin/$name"
 done
 ln -sfn "$etcd_bin" "$bin/etcd"
 ln -sfn "$helm_bin" "$bin/helm"
+ln -sfn "$promtool_bin" "$bin/promtool"
+ln -sfn "$prometheusrule_crd" "$bin/prometheusrules-crd.yaml"
 log "ready: $(cd "$bin" && echo *)"
