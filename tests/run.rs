@@ -692,3 +692,138 @@ fn a_promotion_after_an_operators_rollback_is_refused() {
     let refused = engine.promote(&v2).unwrap_err().to_string();
     assert!(refused.contains("recorded as bad"), "{refused}");
 }
+
+/// The revision history through the binary: every version the node ran, newest first, with how
+/// it ended (`status`); `rollback --to` goes back to an older version that passed, not only the
+/// last-known-good one, and that version becomes the last-known-good; a version that failed, or
+/// one the history let go (`--keep-revisions`, its snapshot removed with it), is refused by
+/// name and nothing on the node changes.
+#[test]
+fn rollback_goes_back_to_any_kept_version_that_passed() {
+    let mut s = Setup::new("kubeconfig v1");
+    let engine = s.engine();
+    let node = s.dir.path().join("node");
+    let verb = |args: &[&str]| {
+        std::process::Command::new(support::fixture::BIN)
+            .args(args)
+            .arg("--host-root")
+            .arg(&node)
+            .output()
+            .unwrap()
+    };
+    let mut passed = Vec::new();
+    for v in 1..=3 {
+        s.update(&format!("kubeconfig v{v}"));
+        let d = s.desired(&engine);
+        engine.apply(&d, false).unwrap();
+        engine.promote(&d).unwrap();
+        passed.push(d.content_hash);
+    }
+    s.update("kubeconfig v4");
+    let v4 = s.desired(&engine);
+    engine.apply(&v4, false).unwrap();
+    // v4 fails: the plain rollback goes to the last-known-good, v3.
+    let out = verb(&["rollback", "--component", "kube-scheduler", "--reason", "crash loop"]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(s.read(KUBECONFIG).as_deref(), Some("kubeconfig v3"));
+
+    // v1 by a prefix of its hash, as status shows it.
+    let v1 = passed[0].strip_prefix("sha256:").unwrap();
+    let out = verb(&["rollback", "--component", "kube-scheduler", "--to", &v1[..12]]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("rolled back to revision"),
+        "{out:?}"
+    );
+    assert_eq!(s.read(KUBECONFIG).as_deref(), Some("kubeconfig v1"));
+    let ledger = engine.ledger("kube-scheduler").unwrap();
+    assert_eq!(ledger.last_known_good.as_deref(), Some(passed[0].as_str()));
+    assert_eq!(
+        ledger.bad_version(&passed[2]).map(|b| b.reason.as_str()),
+        Some("rolled back by hand (kube-anchor rollback)")
+    );
+    // The node's fallback is v1 now: the plain rollback keeps it.
+    assert_eq!(
+        engine.last_known_good("kube-scheduler").unwrap().unwrap().content_hash,
+        passed[0]
+    );
+
+    let status = std::process::Command::new(support::fixture::BIN)
+        .args(["status", "--output", "json", "--runtime-endpoint", "none", "--config"])
+        .arg(s.volume.config())
+        .arg("--host-root")
+        .arg(&node)
+        .env("NODE_NAME", "cp-1")
+        .output()
+        .unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&status.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&status.stderr)));
+    let revisions: Vec<(String, String)> = doc["revisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["hash"].as_str().unwrap().to_owned(),
+                r["result"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let expect = |hash: &str, result: &str| (hash.to_owned(), result.to_owned());
+    assert_eq!(
+        revisions,
+        [
+            expect(&passed[0], "passed"),
+            expect(&passed[2], "failed"),
+            expect(&v4.content_hash, "failed"),
+            expect(&passed[1], "passed"),
+        ],
+        "{doc:#}"
+    );
+
+    // A version that failed is no target; nothing changes.
+    let out = verb(&["rollback", "--component", "kube-scheduler", "--to", &v4.content_hash]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("did not pass a trial on this node (failed)"), "{err}");
+    assert_eq!(s.read(KUBECONFIG).as_deref(), Some("kubeconfig v1"));
+
+    // Kept to one passed and one failed version: v2 is let go with its snapshot, the
+    // last-known-good v1 stays.
+    let snapshot = |hash: &str| {
+        s.host("/var/lib/kube-anchor")
+            .join(kube_anchor_core::history::Revision::snapshot_name(
+                "kube-scheduler",
+                hash,
+            ))
+    };
+    assert!(snapshot(&passed[1]).exists());
+    let out = verb(&[
+        "rollback",
+        "--component",
+        "kube-scheduler",
+        "--to",
+        &passed[1],
+        "--keep-revisions",
+        "1",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(s.read(KUBECONFIG).as_deref(), Some("kubeconfig v2"));
+    let ledger = engine.ledger("kube-scheduler").unwrap();
+    let kept: Vec<&str> = ledger.history.iter().map(|r| r.hash.as_str()).collect();
+    // v2 applied and last-known-good; v1 failed by this rollback; the older ones let go.
+    assert_eq!(kept, [passed[1].as_str(), passed[0].as_str()], "{ledger:#?}");
+    assert!(!snapshot(&passed[2]).exists() && snapshot(&passed[1]).exists());
+    let out = verb(&["rollback", "--component", "kube-scheduler", "--to", &passed[2]]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("is not a revision kept on this node"),
+        "{err}"
+    );
+    assert_eq!(s.read(KUBECONFIG).as_deref(), Some("kubeconfig v2"));
+
+    // `remove` takes the snapshots with the files: they hold keys.
+    let out = verb(&["remove", "--component", "kube-scheduler"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(!snapshot(&passed[1]).exists());
+}

@@ -106,6 +106,9 @@ spec:
             {{- with $v.anchor.certificateExpiryWarning }}
             - {name: KUBE_ANCHOR_CERTIFICATE_EXPIRY_WARNING, value: {{ . | quote }}}
             {{- end }}
+            {{- if hasKey $v.anchor "keepRevisions" }}
+            - {name: KUBE_ANCHOR_KEEP_REVISIONS, value: {{ $v.anchor.keepRevisions | quote }}}
+            {{- end }}
             - {name: KUBE_ANCHOR_CLEANUP, value: {{ $v.anchor.cleanup | quote }}}
             - {name: KUBE_ANCHOR_PRESTOP_TIMEOUT, value: {{ $v.anchor.preStopTimeout | quote }}}
             - {name: KUBE_ANCHOR_QUORUM_GUARD, value: {{ $v.anchor.quorumGuard | default "auto" | quote }}}

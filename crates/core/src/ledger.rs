@@ -112,6 +112,10 @@ pub struct Ledger {
     /// well (so `status` can say so); cleared once it runs converged again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_known_good_failing: Option<BadVersion>,
+    /// The versions this node has run, newest first, pruned to the engine's retention
+    /// (`history`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<crate::history::Revision>,
     /// Sorted by path.
     files: Vec<LedgerEntry>,
 }
@@ -245,6 +249,7 @@ impl Ledger {
             bad: Vec::new(),
             decommissioned: None,
             last_known_good_failing: None,
+            history: Vec::new(),
             files: Vec::new(),
         }
     }
@@ -256,10 +261,28 @@ impl Ledger {
     /// Remembers `hash` as bad (once; the latest reason wins). The list is bounded: the oldest
     /// entries go first.
     pub fn mark_bad(&mut self, bad: BadVersion) {
+        crate::history::failed(&mut self.history, &bad.hash, &bad.at, &bad.reason);
         self.bad.retain(|b| b.hash != bad.hash);
         self.bad.push(bad);
         let excess = self.bad.len().saturating_sub(MAX_BAD_VERSIONS);
         self.bad.drain(..excess);
+    }
+
+    /// `hash` survived its trial at `now`: the last-known-good version.
+    pub fn mark_good(&mut self, hash: &str, now: &str) {
+        crate::history::passed(&mut self.history, hash, now);
+        self.last_known_good = Some(hash.into());
+    }
+
+    /// Prunes the history to `retention` (the current and last-known-good versions stay):
+    /// the versions let go, whose snapshots go too.
+    pub fn prune_history(&mut self, retention: crate::history::Retention) -> Vec<String> {
+        crate::history::prune(
+            &mut self.history,
+            retention,
+            self.content_hash.as_deref(),
+            self.last_known_good.as_deref(),
+        )
     }
 
     pub fn file_name(component: &str) -> String {

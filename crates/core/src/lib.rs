@@ -13,6 +13,7 @@ pub mod decommission;
 pub mod desired;
 pub mod digest;
 pub mod errors;
+pub mod history;
 pub mod hostpath;
 pub mod ledger;
 pub mod lifecycle;

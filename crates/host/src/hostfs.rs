@@ -536,10 +536,19 @@ impl HostFs {
         state_dir.join(&format!("{STATE_SUBDIR}/{}", Snapshot::file_name(component)))
     }
 
+    /// Where a version kept in the revision history has its files (`Revision::snapshot_name`).
+    pub fn revision_path(state_dir: &HostPath, component: &str, hash: &str) -> Result<HostPath, HostPathError> {
+        state_dir.join(&kube_anchor_core::history::Revision::snapshot_name(component, hash))
+    }
+
     /// Stores the last-known-good files, private (they hold keys).
     pub fn store_snapshot(&self, state_dir: &HostPath, snapshot: &Snapshot) -> Result<(), HostFsError> {
-        let path = Self::snapshot_path(state_dir, &snapshot.component)?;
-        self.write_file(&path, &encode_checked(snapshot), LEDGER_MODE, Role::Credential)
+        self.store_snapshot_at(&Self::snapshot_path(state_dir, &snapshot.component)?, snapshot)
+    }
+
+    /// Stores a snapshot at `path` in the state dir, private (it holds keys).
+    pub fn store_snapshot_at(&self, path: &HostPath, snapshot: &Snapshot) -> Result<(), HostFsError> {
+        self.write_file(path, &encode_checked(snapshot), LEDGER_MODE, Role::Credential)
     }
 
     /// The last-known-good snapshot; a corrupt one is reported as `Err` inside `Ok`, never fatal.
@@ -548,16 +557,24 @@ impl HostFs {
         state_dir: &HostPath,
         component: &str,
     ) -> Result<Option<Result<Snapshot, CorruptLedger>>, HostFsError> {
-        let path = Self::snapshot_path(state_dir, component)?;
-        Ok(self.read(&path)?.map(|bytes| decode_checked(&bytes)))
+        self.load_snapshot_at(&Self::snapshot_path(state_dir, component)?)
+    }
+
+    /// The snapshot at `path`; a corrupt one is reported as `Err` inside `Ok`, never fatal.
+    pub fn load_snapshot_at(&self, path: &HostPath) -> Result<Option<Result<Snapshot, CorruptLedger>>, HostFsError> {
+        Ok(self.read(path)?.map(|bytes| decode_checked(&bytes)))
     }
 
     pub fn remove_snapshot(&self, state_dir: &HostPath, component: &str) -> Result<(), HostFsError> {
-        let path = Self::snapshot_path(state_dir, component)?;
-        match fs::remove_file(self.resolve(&path)?) {
+        self.remove_snapshot_at(&Self::snapshot_path(state_dir, component)?)
+    }
+
+    /// Removes the snapshot at `path`; one already gone is fine.
+    pub fn remove_snapshot_at(&self, path: &HostPath) -> Result<(), HostFsError> {
+        match fs::remove_file(self.resolve(path)?) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(io_err(&path, "remove")(e)),
+            Err(e) => Err(io_err(path, "remove")(e)),
         }
     }
 

@@ -140,7 +140,7 @@ struct LearnerWatch {
 }
 
 pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
-    let engine = Engine::new(&args.node.host_root, &args.node.state_dir, &args.node.allowed_roots)?;
+    let engine = args.node.engine()?;
     // The component name comes from the config; a config unreadable at start is an error (the
     // node is left as it is and the pod restarts). Later bad pushes are reported, not fatal.
     let component = Inputs::load(&args.config, engine.roots())?.anchor.name;

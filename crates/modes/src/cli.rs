@@ -127,6 +127,22 @@ pub struct NodeArgs {
         default_value = "/etc/kubernetes"
     )]
     pub allowed_roots: Vec<String>,
+    /// How many versions that passed their trial, and as many that failed, the revision
+    /// history keeps per component (besides the applied and the last-known-good one, which
+    /// always stay); each passed one keeps a snapshot of its files for `rollback --to`.
+    #[arg(long, env = "KUBE_ANCHOR_KEEP_REVISIONS", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    pub keep_revisions: u32,
+}
+
+impl NodeArgs {
+    pub fn engine(&self) -> Result<crate::engine::Engine, crate::engine::EngineError> {
+        let mut engine = crate::engine::Engine::new(&self.host_root, &self.state_dir, &self.allowed_roots)?;
+        engine.retention = kube_anchor_core::history::Retention {
+            succeeded: self.keep_revisions as usize,
+            failed: self.keep_revisions as usize,
+        };
+        Ok(engine)
+    }
 }
 
 /// The node's container runtime, read over the CRI for what runs of a static pod.
@@ -253,6 +269,11 @@ pub struct RollbackArgs {
     /// Recorded with the version rolled back, as why it is bad.
     #[arg(long, default_value = "rolled back by hand (kube-anchor rollback)")]
     pub reason: String,
+    /// Go back to this version of the revision history (a content hash, or a unique prefix of
+    /// its hex digits, as `status` lists them) instead of the last-known-good one; it must have
+    /// passed a trial on this node. It becomes the last-known-good version.
+    #[arg(long, value_name = "REVISION")]
+    pub to: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -16,6 +16,7 @@ use crate::cli::{
 };
 use crate::engine::{ApplyReport, Engine, Inputs, Preview, PreviewAction, PreviewChange, RemoveReport, StatusReport};
 use crate::logging;
+use kube_anchor_core::history::Outcome;
 use kube_anchor_core::plan::Notice;
 use kube_anchor_core::runtime::{ContainerState, RuntimeView};
 use kube_anchor_host::hostfs::SetAside;
@@ -206,7 +207,7 @@ fn print_import(plan: &crate::import::ImportPlan, written: &[std::path::PathBuf]
 }
 
 fn engine(node: &NodeArgs) -> anyhow::Result<Engine> {
-    Ok(Engine::new(&node.host_root, &node.state_dir, &node.allowed_roots)?)
+    Ok(node.engine()?)
 }
 
 fn apply(args: ApplyArgs) -> anyhow::Result<ExitCode> {
@@ -392,25 +393,32 @@ fn remove(args: RemoveArgs) -> anyhow::Result<ExitCode> {
 fn rollback(args: RollbackArgs) -> anyhow::Result<ExitCode> {
     let engine = engine(&args.node)?;
     let component = args.component.name(engine.roots())?;
-    let current = engine.ledger(&component)?.content_hash;
-    let Some(lkg) = engine.last_known_good(&component)? else {
-        anyhow::bail!(
-            "{component}: no last-known-good version is recorded on this node (none has passed a trial here, or its snapshot is gone): nothing to roll back to; the node is left as it is"
-        );
+    let read = engine.ledger(&component)?;
+    let current = read.content_hash;
+    let target = match &args.to {
+        Some(wanted) => engine.revision(&component, wanted)?,
+        None => engine.last_known_good(&component)?.ok_or_else(|| {
+            anyhow::anyhow!(
+                "{component}: no last-known-good version is recorded on this node (none has passed a trial here, or its snapshot is gone): nothing to roll back to; the node is left as it is"
+            )
+        })?,
     };
-    let bad = current.filter(|c| *c != lkg.content_hash);
-    if let Some(bad) = &bad {
+    let bad = current.filter(|c| *c != target.content_hash);
+    let new_last_known_good = read.last_known_good.as_deref() != Some(target.content_hash.as_str());
+    if bad.is_some() || new_last_known_good {
         // Under the ledger's lock: an anchor that promoted another version since it was read
         // has changed what there is to go back to.
         let marked = engine.update_ledger(&component, |l| {
-            if l.last_known_good.as_deref() != Some(lkg.content_hash.as_str()) {
+            if l.last_known_good != read.last_known_good {
                 return false;
             }
-            l.mark_bad(kube_anchor_core::ledger::BadVersion {
-                hash: bad.clone(),
-                at: crate::engine::now_rfc3339(),
-                reason: args.reason.clone(),
-            });
+            if let Some(bad) = &bad {
+                l.mark_bad(kube_anchor_core::ledger::BadVersion {
+                    hash: bad.clone(),
+                    at: crate::engine::now_rfc3339(),
+                    reason: args.reason.clone(),
+                });
+            }
             true
         })?;
         if !marked {
@@ -419,17 +427,26 @@ fn rollback(args: RollbackArgs) -> anyhow::Result<ExitCode> {
             );
         }
     }
-    let report = engine.apply(&lkg, false)?;
+    let report = engine.apply(&target, false)?;
+    if new_last_known_good {
+        // An older good version gone back to is what the node falls back on from now on.
+        engine.promote(&target)?;
+    }
+    let what = if args.to.is_some() {
+        "revision"
+    } else {
+        "last-known-good"
+    };
     match bad {
         Some(bad) => outln!(
-            "{component}: rolled back to last-known-good {} ({} file(s) written); {bad} recorded as bad: {}",
-            lkg.content_hash,
+            "{component}: rolled back to {what} {} ({} file(s) written); {bad} recorded as bad: {}",
+            target.content_hash,
             report.written.len(),
             args.reason
         ),
         None => outln!(
-            "{component}: already on last-known-good {} ({} file(s) repaired); nothing recorded as bad",
-            lkg.content_hash,
+            "{component}: already on {what} {} ({} file(s) repaired); nothing recorded as bad",
+            target.content_hash,
             report.written.len()
         ),
     }
@@ -852,6 +869,7 @@ fn print_status(
                 "lastKnownGoodHash": r.last_known_good,
                 "badVersions": r.bad,
                 "lastKnownGoodFailing": r.last_known_good_failing,
+                "revisions": r.history,
                 "files": r.files,
                 "certificates": r.certificates,
                 "warnings": warnings,
@@ -894,6 +912,14 @@ fn print_status(
                     failing.at,
                     failing.reason
                 );
+            }
+            for rev in &r.history {
+                let outcome = match &rev.outcome {
+                    Outcome::Trial => "on trial".to_owned(),
+                    Outcome::Passed { at } => format!("passed {at}"),
+                    Outcome::Failed { at, reason } => format!("failed {at}: {reason}"),
+                };
+                outln!("  revision      {} applied {}, {outcome}", rev.hash, rev.applied_at);
             }
             if let Some(view) = runtime {
                 print_runtime(view);

@@ -58,6 +58,9 @@ pub enum EngineError {
         hash: String,
         reason: String,
     },
+    /// `rollback --to` names no version this node can go back to.
+    #[error("{component}: {reason}")]
+    NoRevision { component: String, reason: String },
     #[error("{component} was decommissioned on this node at {at} ({reason}); not writing it again")]
     Decommissioned {
         component: String,
@@ -71,6 +74,8 @@ pub enum EngineError {
 pub struct Engine {
     pub fs: HostFs,
     pub state_dir: HostPath,
+    /// How many passed and failed versions the revision history keeps.
+    pub retention: kube_anchor_core::history::Retention,
 }
 
 /// What an apply did, file by file.
@@ -159,6 +164,8 @@ pub struct StatusReport {
     pub last_known_good: Option<String>,
     pub bad: Vec<kube_anchor_core::ledger::BadVersion>,
     pub last_known_good_failing: Option<kube_anchor_core::ledger::BadVersion>,
+    /// The revision history, newest first.
+    pub history: Vec<kube_anchor_core::history::Revision>,
     pub files: Vec<FileStatus>,
     pub set_aside: Option<SetAside>,
     /// The certificates of the credentials the component has on the node.
@@ -273,7 +280,11 @@ impl Engine {
             .map(|raw| HostPath::parse(raw))
             .collect::<Result<Vec<_>, _>>()?;
         let fs = HostFs::new(host_root, AllowedRoots::with_state_dir(state_dir.clone(), roots)?)?;
-        Ok(Self { fs, state_dir })
+        Ok(Self {
+            fs,
+            state_dir,
+            retention: Default::default(),
+        })
     }
 
     /// The components with a ledger on this node (what `apply` or `run` recorded), by name.
@@ -408,11 +419,17 @@ impl Engine {
             }
         }
         plan::adopt_renewed(&mut ledger, desired, &observations, &report.renewed, &now);
+        let mut let_go = Vec::new();
         if error.is_none() {
             ledger.content_hash = Some(desired.content_hash.clone());
+            kube_anchor_core::history::applied(&mut ledger.history, &desired.content_hash, &now);
+            let_go = ledger.prune_history(self.retention);
         }
         // Record what was done even when a later step failed: `remove` relies on it.
         let stored = self.fs.store_ledger(&self.state_dir, &ledger);
+        if stored.is_ok() {
+            self.drop_revisions(&desired.component, &let_go);
+        }
         self.drop_originals(&desired.component, &ledger, &restores, &report.restored);
         match (error, stored) {
             (Some(e), _) => Err(e.into()),
@@ -592,11 +609,23 @@ impl Engine {
                 ledger.forget(&path);
             }
         }
+        // The snapshots hold keys: they go with the files, the history with them.
+        let kept_revisions: Vec<String> = if ledger.has_files() {
+            Vec::new()
+        } else {
+            std::mem::take(&mut ledger.history)
+                .into_iter()
+                .map(|r| r.hash)
+                .collect()
+        };
         let stored = self.fs.store_ledger(&self.state_dir, &ledger);
         self.drop_originals(component, &ledger, &restores, &report.restored);
         if !ledger.has_files() {
-            // The last-known-good snapshot holds keys: it goes with the files.
             self.fs.remove_snapshot(&self.state_dir, component)?;
+            for hash in &kept_revisions {
+                self.fs
+                    .remove_snapshot_at(&HostFs::revision_path(&self.state_dir, component, hash)?)?;
+            }
         }
         match error {
             Some(e) => Err(e.into()),
@@ -760,10 +789,56 @@ impl Engine {
         if ledger.bad_version(&desired.content_hash).is_some() {
             return Err(refuse("recorded as bad meanwhile: not promoted"));
         }
-        self.fs.store_snapshot(&self.state_dir, &Snapshot::of(desired))?;
-        ledger.last_known_good = Some(desired.content_hash.clone());
+        let snapshot = Snapshot::of(desired);
+        self.fs.store_snapshot_at(
+            &HostFs::revision_path(&self.state_dir, &desired.component, &desired.content_hash)?,
+            &snapshot,
+        )?;
+        self.fs.store_snapshot(&self.state_dir, &snapshot)?;
+        ledger.mark_good(&desired.content_hash, &now_rfc3339());
+        let let_go = ledger.prune_history(self.retention);
         self.fs.store_ledger(&self.state_dir, &ledger)?;
+        self.drop_revisions(&desired.component, &let_go);
         Ok(())
+    }
+
+    /// Removes the snapshots of versions the history let go. A leftover is only disk: warned.
+    fn drop_revisions(&self, component: &str, hashes: &[String]) {
+        for hash in hashes {
+            let removed = HostFs::revision_path(&self.state_dir, component, hash)
+                .map_err(HostFsError::from)
+                .and_then(|path| self.fs.remove_snapshot_at(&path));
+            if let Err(e) = removed {
+                tracing::warn!(component, hash = %hash, error = %e, "cannot remove the snapshot of a version the revision history let go");
+            }
+        }
+    }
+
+    /// The version `wanted` (a hash, or a unique prefix of its hex digits) from the revision
+    /// history: one that passed its trial here and whose snapshot is intact.
+    pub fn revision(&self, component: &str, wanted: &str) -> Result<Desired, EngineError> {
+        let no = |reason: String| EngineError::NoRevision {
+            component: component.into(),
+            reason,
+        };
+        let ledger = self.ledger(component)?;
+        let revision = kube_anchor_core::history::find(&ledger.history, wanted).map_err(|e| no(e.to_string()))?;
+        if !matches!(revision.outcome, kube_anchor_core::history::Outcome::Passed { .. }) {
+            return Err(no(format!(
+                "{} did not pass a trial on this node ({}): only a version that did can be gone back to",
+                revision.hash,
+                revision.outcome.as_str()
+            )));
+        }
+        let path = HostFs::revision_path(&self.state_dir, component, &revision.hash)?;
+        match self.fs.load_snapshot_at(&path)? {
+            Some(Ok(snapshot)) if snapshot.content_hash == revision.hash => snapshot
+                .to_desired()
+                .map_err(|e| no(format!("{}: snapshot {path} unusable: {e}", revision.hash))),
+            Some(Ok(_)) => Err(no(format!("{}: snapshot {path} holds another version", revision.hash))),
+            Some(Err(e)) => Err(no(format!("{}: snapshot {path} corrupt: {e}", revision.hash))),
+            None => Err(no(format!("{}: its snapshot {path} is gone", revision.hash))),
+        }
     }
 
     /// The last-known-good version, when the ledger names one and its snapshot is intact.
@@ -847,6 +922,7 @@ impl Engine {
             recorded_hash: ledger.content_hash.clone(),
             last_known_good: ledger.last_known_good.clone(),
             bad: ledger.bad.clone(),
+            history: ledger.history.clone(),
             last_known_good_failing: ledger.last_known_good_failing.clone(),
             files: plan::status(
                 desired,

@@ -59,7 +59,7 @@ pub(crate) async fn run(args: PreStopArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn run_inner(args: &PreStopArgs, deadline: Instant) -> anyhow::Result<ExitCode> {
-    let engine = Engine::new(&args.node.host_root, &args.node.state_dir, &args.node.allowed_roots)?;
+    let engine = args.node.engine()?;
     let component = args.component.name(engine.roots())?;
     let evidence_until = deadline
         .checked_sub(REMOVAL_RESERVE.min(args.timeout / 2))
