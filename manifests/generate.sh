@@ -30,6 +30,11 @@ for chart in kube-apiserver kube-controller-manager kube-scheduler etcd; do
   render "$chart" "$chart" "$chart" -f "$root/examples/values/$chart.yaml" > "$tmp/$chart.yaml"
 done
 render pod-checkpointer pod-checkpointer pod-checkpointer > "$tmp/pod-checkpointer.yaml"
+# The CRD the charts install from their crds/ (helm template leaves it out).
+{
+  echo "# Copied from charts/kube-anchor-lib/crds by manifests/generate.sh; do not edit."
+  cat "$root/charts/kube-anchor-lib/crds/anchorstatuses.yaml"
+} > "$tmp/anchorstatuses-crd.yaml"
 
 status=0
 for f in "$tmp"/*.yaml; do

@@ -55,6 +55,8 @@ async fn steady_state(seconds: u64) -> Vec<Row> {
         .await
         .unwrap();
 
+    // The AnchorStatus CRD: each anchor writes its node's object once, then only watches it.
+    cp.anchor_service_account().await;
     let work = tempfile::tempdir().unwrap();
     let mut nodes: Vec<NodeHandle> = Vec::new();
     let mut anchors: Vec<(Daemon, ConfigVolume)> = Vec::new();

@@ -23,6 +23,8 @@ once the anchor pods are gone:
 {{- end }}
   kubectl -n {{ .Release.Namespace }} delete rolebinding,role {{ $full }}
   kubectl delete clusterrolebinding,clusterrole {{ $full }}
+  kubectl delete validatingadmissionpolicybinding,validatingadmissionpolicy {{ $full }}-anchorstatus
+  kubectl delete anchorstatuses -l kube-anchor.io/component={{ .Values.component.name }}
 {{- if or (eq (toString .Values.anchor.quorumGuard) "on") (and (eq (toString .Values.anchor.quorumGuard) "auto") (has .Values.component.name (list "etcd" "kube-apiserver"))) }}
 
 {{ .Values.component.name }} needs a quorum: the hooks keep it on a node while removing it would

@@ -1,7 +1,9 @@
 {{/* Exactly what the anchor calls: its pod, DaemonSet and Node, and the list of every anchor pod
 and DaemonSet of its component in any namespace (pre-stop: is another anchor still here, does a
 quorum remain); mirror pods (run); Events on its pod; and, in its own namespace only (a Role),
-the component's rollout Lease. No secrets, no configmaps, no writes but Events and the Lease.
+the component's rollout Lease; and its own node's AnchorStatus (a ValidatingAdmissionPolicy keeps
+each anchor to its node's). No secrets, no configmaps, no writes but Events, the Lease and the
+AnchorStatus.
 
 Kept on `helm uninstall` (resource-policy keep): the anchors' preStop hooks run after Helm has
 deleted the release's objects, and need this identity to prove the decommission (and to give
@@ -43,6 +45,12 @@ rules:
   - apiGroups: ["", events.k8s.io]
     resources: [events]
     verbs: [create, patch]
+  # Its node's AnchorStatus (the library chart's CRD): RBAC cannot name one object per node,
+  # so the ValidatingAdmissionPolicy below lets each anchor write only its own node's object of
+  # its own component. Reading the others is harmless (no secrets in them).
+  - apiGroups: [kube-anchor.io]
+    resources: [anchorstatuses]
+    verbs: [get, list, watch, create, patch]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
@@ -60,6 +68,50 @@ subjects:
   - kind: ServiceAccount
     name: {{ include "kube-anchor-lib.serviceAccountName" . }}
     namespace: {{ .Release.Namespace }}
+---
+# Each anchor writes the AnchorStatus of its own node and component only. A pod's ServiceAccount
+# token is bound to the pod, and the API server gives the user of such a token the pod's node as
+# the extra authentication.kubernetes.io/node-name; every anchor of the release shares the
+# ServiceAccount, so that node is what tells them apart. A token bound to no pod is refused.
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  name: {{ $full }}-anchorstatus
+  annotations:
+    helm.sh/resource-policy: keep
+  labels:
+    {{- include "kube-anchor-lib.labels" . | nindent 4 }}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+      - apiGroups: [kube-anchor.io]
+        apiVersions: ["*"]
+        operations: [CREATE, UPDATE]
+        resources: [anchorstatuses]
+  matchConditions:
+    - name: this-release-anchors
+      expression: {{ printf "request.userInfo.username == 'system:serviceaccount:%s:%s'" .Release.Namespace (include "kube-anchor-lib.serviceAccountName" .) | quote }}
+  validations:
+    - expression: >-
+        has(request.userInfo.extra) &&
+        'authentication.kubernetes.io/node-name' in request.userInfo.extra &&
+        object.status.node == request.userInfo.extra['authentication.kubernetes.io/node-name'][0]
+      message: an anchor writes only the AnchorStatus of its own node (with its pod's ServiceAccount token, which names the node)
+    - expression: {{ printf "object.status.component == '%s' && object.metadata.name == object.status.node + '.' + object.status.component" .Values.component.name | quote }}
+      message: {{ printf "an anchor of %s writes only AnchorStatus <node>.%s" .Values.component.name .Values.component.name | quote }}
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: {{ $full }}-anchorstatus
+  annotations:
+    helm.sh/resource-policy: keep
+  labels:
+    {{- include "kube-anchor-lib.labels" . | nindent 4 }}
+spec:
+  policyName: {{ $full }}-anchorstatus
+  validationActions: [Deny]
 ---
 # The component's rollout Lease, kube-anchor-<component> in the anchors' own namespace: one node
 # at a time across its DaemonSets. (A create names no object, so it cannot be limited to one.)

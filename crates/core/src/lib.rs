@@ -18,6 +18,7 @@ pub mod hostpath;
 pub mod ledger;
 pub mod lifecycle;
 pub mod membership;
+pub mod node_status;
 pub mod pinned;
 pub mod plan;
 pub mod pod_rules;

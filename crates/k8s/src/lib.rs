@@ -4,6 +4,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod anchor_status;
 pub mod cri;
 pub mod direct;
 pub mod etcd;

@@ -30,6 +30,7 @@ use kube_anchor_core::runtime::{Local, RuntimeView};
 use kube_anchor_core::trial::{Assessment, MirrorPod, VersionView, assess};
 use kube_anchor_core::turn::{Answer, Turn, TurnAction, TurnEvent};
 use kube_anchor_host::watch::{DirRole, DirWatcher};
+use kube_anchor_k8s::anchor_status;
 use kube_anchor_k8s::cri::{RuntimeObserver, StaticPodRef};
 use kube_anchor_k8s::direct::HealthCheck;
 use kube_anchor_k8s::kubeapi::{self, EventSink};
@@ -47,6 +48,18 @@ struct MirrorWatch {
 }
 
 impl Drop for MirrorWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// This node's `AnchorStatus` object as the API holds it (`kube_anchor_k8s::anchor_status`).
+struct StatusWatch {
+    rx: watch::Receiver<anchor_status::Seen>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for StatusWatch {
     fn drop(&mut self) {
         self.task.abort();
     }
@@ -108,6 +121,14 @@ struct Daemon {
     turn: Turn,
     /// The last rollout Lease error logged at warn (the same one again is logged at debug).
     lease_error: Option<String>,
+    /// This node's `AnchorStatus` as the API shows it, once there is a client and a node name.
+    status_watch: Option<StatusWatch>,
+    /// When the `AnchorStatus` was last written, and a write held back until
+    /// [`STATUS_MIN_INTERVAL`] has passed.
+    status_written: Option<Instant>,
+    status_due: Option<tokio::time::Instant>,
+    /// The last failed write's error (logged at warn once).
+    status_error: Option<String>,
 }
 
 /// An Event kept until the API answers.
@@ -128,6 +149,12 @@ const TURN_RETRY: Duration = Duration::from_secs(2);
 /// How long a credential changed on the node is left before it is repaired: long enough for a
 /// renewal written file by file (kubeadm: the key, then the certificate) to complete.
 const CREDENTIAL_SETTLE: Duration = Duration::from_secs(2);
+
+/// At most one `AnchorStatus` write this often: a version on trial changes the readiness reason
+/// at every look. At steady state nothing changes and nothing is written.
+const STATUS_MIN_INTERVAL: Duration = Duration::from_secs(5);
+/// How soon a failed `AnchorStatus` write is tried again (no CRD, not allowed, API gone).
+const STATUS_RETRY: Duration = Duration::from_secs(30);
 
 /// How soon an unfinished etcd join is looked at again.
 const MEMBERSHIP_RETRY: Duration = Duration::from_secs(2);
@@ -207,6 +234,10 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         rollout_lease: None,
         turn: Turn::default(),
         lease_error: None,
+        status_watch: None,
+        status_written: None,
+        status_due: None,
+        status_error: None,
     };
     daemon.connect().await;
     daemon.run(draining).await;
@@ -234,6 +265,13 @@ impl Daemon {
                         None => std::future::pending().await,
                     }
                 };
+                let status_watch = &mut self.status_watch;
+                let status_changed = async {
+                    match status_watch.as_mut() {
+                        Some(w) => w.rx.changed().await.is_ok(),
+                        None => std::future::pending().await,
+                    }
+                };
                 // No debounce: the event that completes an update syncs at once; whatever
                 // arrives during that sync is read in one go afterwards (one more sync at most).
                 tokio::select! {
@@ -250,6 +288,8 @@ impl Daemon {
                     _ = sleep_until_opt(self.turn.waiting.as_ref().map(|_| synced + TURN_RETRY)) => break,
                     _ = sleep_until_opt(self.credential_drift_since.map(|since| since + CREDENTIAL_SETTLE)) => break,
                     true = mirror_changed => self.evaluate().await,
+                    true = status_changed => self.publish_status().await,
+                    _ = sleep_until_opt(self.status_due) => self.publish_status().await,
                     _ = sleep_opt(tick) => self.evaluate().await,
                     _ = sleep_until_opt(release_code_at) => {
                         release_code_at = None;
@@ -309,6 +349,13 @@ impl Daemon {
             (Some(name), Some(ns)) => Some(EventSink::new(client.clone(), ns, name)),
             _ => None,
         };
+        self.status_watch = self.args.identity.node_name.as_deref().map(|node| {
+            let (rx, task) = anchor_status::watch(
+                client.clone(),
+                &kube_anchor_core::node_status::object_name(node, &self.component),
+            );
+            StatusWatch { rx, task }
+        });
         // Written for readers of the Lease only: kube-anchor never takes a turn over on a timer
         // (`rollout::decide`).
         let lease_duration = self.args.trial_period + Duration::from_secs(120);
@@ -888,6 +935,64 @@ impl Daemon {
         };
         self.shared.update(|s| (s.ready, s.reason) = (ready, reason));
         self.keep_or_give_back_turn().await;
+        self.publish_status().await;
+    }
+
+    /// Writes this node's `AnchorStatus` when it differs from what the API holds (deleted or
+    /// edited there too). While the API cannot be asked nothing is sent: the ledger keeps the
+    /// state, and the watch's answer brings the write.
+    async fn publish_status(&mut self) {
+        self.status_due = None;
+        let (Some(client), Some(node), Some(watch)) = (
+            self.api.client(),
+            self.args.identity.node_name.as_deref(),
+            &self.status_watch,
+        ) else {
+            return;
+        };
+        let Some(seen) = watch.rx.borrow().clone() else { return };
+        let Ok(ledger) = self.engine.ledger(&self.component) else {
+            return;
+        };
+        let now = self.shared.snapshot();
+        let status = kube_anchor_core::node_status::NodeStatus::of(
+            &ledger,
+            kube_anchor_core::node_status::Daemon {
+                node,
+                pod: self.args.identity.pod_name.as_deref(),
+                version: &self.version,
+                ready: now.ready,
+                reason: &now.reason,
+            },
+        );
+        if seen.as_ref() == Some(&status) {
+            return;
+        }
+        let wait = match (&self.status_error, self.status_written) {
+            (Some(_), Some(at)) => STATUS_RETRY.saturating_sub(at.elapsed()),
+            (None, Some(at)) => STATUS_MIN_INTERVAL.saturating_sub(at.elapsed()),
+            (_, None) => Duration::ZERO,
+        };
+        if !wait.is_zero() {
+            self.status_due = Some(tokio::time::Instant::now() + wait);
+            return;
+        }
+        self.status_written = Some(Instant::now());
+        match anchor_status::publish(client.clone(), &status).await {
+            Ok(()) => {
+                if self.status_error.take().is_some() {
+                    tracing::info!(component = %self.component, "AnchorStatus written again");
+                }
+                tracing::debug!(component = %self.component, state = status.state.as_str(), "AnchorStatus written");
+            }
+            Err(e) => {
+                if self.status_error.as_deref() != Some(e.as_str()) {
+                    tracing::warn!(component = %self.component, error = %e, "cannot write this node's AnchorStatus (the sync goes on; retrying)");
+                }
+                self.status_error = Some(e);
+                self.status_due = Some(tokio::time::Instant::now() + STATUS_RETRY);
+            }
+        }
     }
 
     /// The first `--depends-on` component with a version on this node that the runtime shows not
