@@ -72,6 +72,11 @@ pub enum Command {
     /// certificates embedded in its kubeconfigs) with its expiry, read from disk with no API;
     /// exit 3 when one has expired or expires within --warn-within.
     CheckExpiration(CheckExpirationArgs),
+    /// Every node's state of every component, as the anchors publish it (`AnchorStatus`
+    /// objects): the version applied and last-known-good, trial state and since when, bad
+    /// versions, readiness; and who holds each component's rollout Lease, for how long. Exit 3
+    /// when a node is not converged or holds a version back or bad.
+    Fleet(FleetArgs),
     /// Put the last-known-good version back on this node, with no API server and no running
     /// anchor: its manifest and credentials are written again and the version the node ran is
     /// recorded as bad, so no anchor writes it again until `retry`.
@@ -616,6 +621,22 @@ pub struct CheckExpirationArgs {
     /// A certificate expiring sooner than this counts as expiring (exit 3).
     #[arg(long, default_value = "30d", value_parser = humantime::parse_duration)]
     pub warn_within: std::time::Duration,
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+}
+
+#[derive(Debug, Args)]
+pub struct FleetArgs {
+    /// Kubeconfig, as for kubectl; without it the in-cluster service account.
+    #[arg(long = "kubeconfig", env = "KUBECONFIG", value_parser = maybe_path)]
+    pub kubeconfig: Option<PathBuf>,
+    /// The namespace of the anchors (where each component's rollout Lease is).
+    #[arg(long, short = 'n', default_value = "kube-system")]
+    pub namespace: String,
+    /// Only the AnchorStatus objects this label selector picks, as for kubectl (their labels:
+    /// kube-anchor.io/node, kube-anchor.io/component).
+    #[arg(long, short = 'l')]
+    pub selector: Option<String>,
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub output: OutputFormat,
 }

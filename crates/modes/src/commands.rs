@@ -58,6 +58,10 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Import(args) => import(args),
         Command::Status(args) => status(args),
         Command::CheckExpiration(args) => check_expiration(args),
+        Command::Fleet(args) => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(crate::fleet::fleet(args)),
         Command::Checkpointer(args) => tokio::runtime::Runtime::new()?.block_on(crate::checkpointer::main(args)),
         Command::PreStop(args) => tokio::runtime::Runtime::new()?.block_on(crate::prestop::run(args)),
         Command::Probe(args) => probe(args),

@@ -14,6 +14,7 @@ mod cli;
 pub mod commands;
 pub mod engine;
 mod etcd_member;
+mod fleet;
 mod import;
 mod logging;
 mod metrics;

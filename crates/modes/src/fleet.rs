@@ -1,0 +1,174 @@
+//! `kube-anchor fleet`: the table of nodes × components the anchors publish (`AnchorStatus`),
+//! and who holds each component's rollout Lease.
+
+use std::process::ExitCode;
+use std::time::SystemTime;
+
+use anyhow::Context;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{Api, ListParams};
+use serde_json::json;
+
+use crate::cli::{FleetArgs, OutputFormat};
+use crate::commands::EXIT_OUT_OF_SYNC;
+use crate::output::outln;
+use kube_anchor_core::node_status::{NodeStatus, short_hash};
+use kube_anchor_k8s::{anchor_status, kubeapi};
+
+/// A component's rollout Lease as `fleet` shows it.
+#[derive(Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Rollout {
+    component: String,
+    lease: String,
+    /// The node rolling a version out, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    holder: Option<String>,
+    /// RFC 3339: since when it holds the turn.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    since: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    held_seconds: Option<u64>,
+    /// The input revision last rolled back, and on which node: no node tries it again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    failed_revision: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    failed_on: Option<String>,
+}
+
+const LEASE_PREFIX: &str = "kube-anchor-";
+
+pub(crate) async fn fleet(args: FleetArgs) -> anyhow::Result<ExitCode> {
+    let kubeconfig = args.kubeconfig.as_deref().filter(|p| !p.as_os_str().is_empty());
+    let client = kubeapi::client(kubeconfig, &[], &kubeapi::user_agent("fleet", None))
+        .await?
+        .context("no kubeconfig and not in a cluster: give --kubeconfig (or KUBECONFIG)")?;
+    let statuses = anchor_status::list(client.clone(), args.selector.as_deref())
+        .await
+        .context("listing AnchorStatus objects (installed with the charts' CRD, anchorstatuses.kube-anchor.io)")?;
+    let leases: Api<Lease> = Api::namespaced(client, &args.namespace);
+    let rollouts: Vec<Rollout> = leases
+        .list(&ListParams::default())
+        .await
+        .with_context(|| format!("listing the rollout Leases in namespace {}", args.namespace))?
+        .items
+        .into_iter()
+        .filter_map(rollout)
+        .collect();
+    let converged = statuses.iter().all(NodeStatus::healthy);
+    match args.output {
+        OutputFormat::Json => {
+            // The document schemas/fleet.v1.json describes.
+            outln!(
+                "{}",
+                json!({
+                    "schemaVersion": 1,
+                    "converged": converged,
+                    "nodes": statuses,
+                    "rollouts": rollouts,
+                })
+            );
+        }
+        OutputFormat::Text => print_table(&statuses, &rollouts),
+    }
+    Ok(if converged {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_OUT_OF_SYNC)
+    })
+}
+
+fn rollout(lease: Lease) -> Option<Rollout> {
+    let name = lease.metadata.name?;
+    let component = name.strip_prefix(LEASE_PREFIX)?.to_owned();
+    let annotations = lease.metadata.annotations.unwrap_or_default();
+    let spec = lease.spec.unwrap_or_default();
+    let since = spec.acquire_time.filter(|_| spec.holder_identity.is_some());
+    Some(Rollout {
+        component,
+        holder: spec.holder_identity,
+        held_seconds: since
+            .as_ref()
+            .and_then(|t| SystemTime::now().duration_since(SystemTime::from(t.0)).ok())
+            .map(|d| d.as_secs()),
+        since: since.map(|t| humantime::format_rfc3339_seconds(SystemTime::from(t.0)).to_string()),
+        failed_revision: annotations.get("kube-anchor.io/failed-revision").cloned(),
+        failed_on: annotations.get("kube-anchor.io/failed-on").cloned(),
+        lease: name,
+    })
+}
+
+fn print_table(statuses: &[NodeStatus], rollouts: &[Rollout]) {
+    let rows: Vec<[String; 8]> = statuses
+        .iter()
+        .map(|s| {
+            [
+                s.node.clone(),
+                s.component.clone(),
+                s.applied.clone().unwrap_or_else(|| "-".into()),
+                s.last_known_good.clone().unwrap_or_else(|| "-".into()),
+                s.state.as_str().to_owned(),
+                s.since.clone().unwrap_or_else(|| "-".into()),
+                if s.ready { "yes" } else { "no" }.to_owned(),
+                if s.bad_versions.is_empty() {
+                    "-".into()
+                } else {
+                    s.bad_versions
+                        .iter()
+                        .map(|b| format!("{} ({})", short_hash(&b.hash), b.reason))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                },
+            ]
+        })
+        .collect();
+    let header = [
+        "NODE",
+        "COMPONENT",
+        "APPLIED",
+        "LAST-KNOWN-GOOD",
+        "STATE",
+        "SINCE",
+        "READY",
+        "BAD",
+    ];
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: &[&str]| {
+        let mut out = String::new();
+        for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
+            if i + 1 == cells.len() {
+                out.push_str(cell);
+            } else {
+                out.push_str(&format!("{cell:<w$}  "));
+            }
+        }
+        out
+    };
+    outln!("{}", line(&header));
+    for row in &rows {
+        outln!("{}", line(&row.each_ref().map(String::as_str)));
+    }
+    if statuses.is_empty() {
+        outln!("(no AnchorStatus objects: no anchor has published yet)");
+    }
+    for s in statuses.iter().filter(|s| !s.ready && !s.reason.is_empty()) {
+        outln!("{} {}: not ready: {}", s.node, s.component, s.reason);
+    }
+    for r in rollouts {
+        let turn = match (&r.holder, r.held_seconds) {
+            (Some(holder), Some(secs)) => format!("{holder} rolls it out, for {secs}s"),
+            (Some(holder), None) => format!("{holder} rolls it out"),
+            (None, _) => "free".into(),
+        };
+        let failed = match (&r.failed_revision, &r.failed_on) {
+            (Some(rev), Some(node)) => format!("; revision {rev} rolled back on {node}"),
+            _ => String::new(),
+        };
+        outln!("rollout {} (Lease {}): {turn}{failed}", r.component, r.lease);
+    }
+}
