@@ -1,6 +1,7 @@
 //! `kube-anchor run` while the API server is down: files keep being kept in sync, nothing is
-//! deleted, readiness says why, and it recovers when the API returns. (Its own test binary:
-//! it stops the API server of its control plane.)
+//! deleted, readiness says why, and it recovers when the API returns; an anchor started during
+//! the outage publishes its node's AnchorStatus once the API answers. (Its own test binary: it
+//! stops the API server of its control plane.)
 
 mod support;
 
@@ -17,6 +18,7 @@ const KUBECONFIG: &str = "etc/kubernetes/controller-manager.conf";
 #[tokio::test(flavor = "multi_thread")]
 async fn api_outage_keeps_files_in_sync_and_deletes_nothing() {
     let cp = control_plane::shared().await;
+    cp.anchor_service_account().await; // the AnchorStatus CRD
     let node = cp.add_node("outage-node", &[]).await;
     let ns = cp.namespace("outage").await;
     let work = tempfile::tempdir().unwrap();
@@ -36,26 +38,59 @@ async fn api_outage_keeps_files_in_sync_and_deletes_nothing() {
             ("kcm.conf", b"kubeconfig"),
         ],
     );
-    let args: Vec<String> = [
-        "--kubeconfig",
-        cp.admin_kubeconfig.to_str().unwrap(),
-        "--trial-period",
-        "1h",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let d = Daemon::start(
-        &volume.config(),
-        &node.host_root(),
-        &node.name,
-        &args,
-        &work.path().join("daemon.log"),
-    );
+    let start = |pod: &str| {
+        let args: Vec<String> = [
+            "--kubeconfig",
+            cp.admin_kubeconfig.to_str().unwrap(),
+            "--trial-period",
+            "1h",
+            "--pod-name",
+            pod,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        Daemon::start(
+            &volume.config(),
+            &node.host_root(),
+            &node.name,
+            &args,
+            &work.path().join(format!("{pod}.log")),
+        )
+    };
+    let d = start("outage-anchor-1");
     let host = |p: &str| node.host_root().join(p);
     wait_until(Duration::from_secs(90), "ready before the outage", &d, || {
         d.get("/readyz").is_some_and(|(c, _)| c == 200)
     });
+    let ledger_hash = || {
+        let bytes = fs::read(
+            node.host_root()
+                .join("var/lib/kube-anchor/v1/kube-controller-manager.json"),
+        )
+        .unwrap();
+        kube_anchor_core::ledger::Ledger::decode(&bytes).unwrap().content_hash
+    };
+    let published = || {
+        let out = support::kubectl::kubectl(
+            &cp.admin_kubeconfig,
+            &[
+                "get",
+                "anchorstatus",
+                &format!("{}.kube-controller-manager", node.name),
+                "-o",
+                "jsonpath={.status.pod} {.status.appliedHash} {.status.state} {.status.ready}",
+            ],
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let on_trial_by = |pod: &str| format!("{pod} {} on-trial true", ledger_hash().unwrap());
+    wait_until(
+        Duration::from_secs(30),
+        "the AnchorStatus before the outage",
+        &d,
+        || published() == on_trial_by("outage-anchor-1"),
+    );
 
     cp.stop_apiserver();
     wait_until(Duration::from_secs(60), "readiness to report the outage", &d, || {
@@ -76,6 +111,13 @@ async fn api_outage_keeps_files_in_sync_and_deletes_nothing() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert_eq!(d.metric("kube_anchor_rollbacks_total"), 0.0);
+    // The node's anchor pod is replaced while there is no API: the new one keeps the state in
+    // its ledger and has nobody to tell.
+    drop(d);
+    let d = start("outage-anchor-2");
+    wait_until(Duration::from_secs(30), "the new anchor's first sync", &d, || {
+        d.get("/readyz").is_some_and(|(c, _)| c == 503)
+    });
 
     // The preStop hook in an outage keeps everything, and returns within its timeout: with the
     // API server stopped (connection refused), and with one that accepts but never answers.
@@ -116,5 +158,9 @@ async fn api_outage_keeps_files_in_sync_and_deletes_nothing() {
     cp.restart_apiserver().await;
     wait_until(Duration::from_secs(90), "ready again after the outage", &d, || {
         d.get("/readyz").is_some_and(|(c, _)| c == 200)
+    });
+    // Published once the API answers: the new pod's view, the ledger's version.
+    wait_until(Duration::from_secs(30), "the AnchorStatus after the outage", &d, || {
+        published() == on_trial_by("outage-anchor-2")
     });
 }

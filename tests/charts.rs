@@ -1552,6 +1552,9 @@ async fn install_upgrade_and_uninstall_a_component_chart() {
         // pre-stop: the other anchors of the component.
         ("list", "daemonsets.apps", true),
         ("create", "events.events.k8s.io", true),
+        // Its node's AnchorStatus (which one: the chart's ValidatingAdmissionPolicy).
+        ("patch", "anchorstatuses.kube-anchor.io", true),
+        ("delete", "anchorstatuses.kube-anchor.io", false),
         ("get", "secrets", false),
         ("list", "configmaps", false),
         ("delete", "pods", false),

@@ -63,6 +63,8 @@ fn revision(ns: &str, values: &Path, flag: &str) -> Revision {
 /// A node's anchor pod: its volumes, and the `kube-anchor run` process standing for its container.
 struct Node {
     handle: NodeHandle,
+    /// The anchors' ServiceAccount with a token bound to a pod on this node, as in an anchor pod.
+    kubeconfig: PathBuf,
     work: PathBuf,
     config: ConfigVolume,
     secrets: ConfigVolume,
@@ -83,7 +85,7 @@ impl Node {
     }
 
     /// The DaemonSet controller replacing the anchor pod with one of `rev`'s template.
-    fn replace_pod(&mut self, rev: &Revision, kubeconfig: &Path, ns: &str) {
+    fn replace_pod(&mut self, rev: &Revision, ns: &str) {
         self.anchor = None; // the old container is killed (its pre-stop keeps everything)
         self.refresh(rev);
         self.pods += 1;
@@ -93,7 +95,7 @@ impl Node {
             .replace("/etc/kube-anchor/", &format!("{}/", self.work.display()));
         let args: Vec<String> = [
             "--kubeconfig",
-            kubeconfig.to_str().unwrap(),
+            self.kubeconfig.to_str().unwrap(),
             "--pod-namespace",
             ns,
             "--pod-name",
@@ -137,6 +139,7 @@ async fn three_nodes(cp: &control_plane::ControlPlane, prefix: &str, work: &Path
     let mut nodes = Vec::new();
     for i in 1..=3 {
         let handle = cp.add_node(&format!("{prefix}-{i}"), &[]).await;
+        let kubeconfig = cp.anchor_kubeconfig_on(&handle.name).await;
         let dir = work.join(&handle.name);
         let manifest = handle.host_root().join(MANIFEST);
         let health_port = health_server(move || {
@@ -153,6 +156,7 @@ async fn three_nodes(cp: &control_plane::ControlPlane, prefix: &str, work: &Path
             config: ConfigVolume::new(&dir.join("config"), &refs(&rev.config)),
             secrets: ConfigVolume::new(&dir.join("secrets"), &refs(&rev.secrets)),
             handle,
+            kubeconfig,
             work: dir,
             health_port,
             anchor: None,
@@ -164,9 +168,9 @@ async fn three_nodes(cp: &control_plane::ControlPlane, prefix: &str, work: &Path
 
 /// helm install: every node gets its anchor pod at once; waits until each is Ready and `rev`
 /// has become last-known-good everywhere (the trial is `TRIAL` of evidence).
-async fn install(nodes: &mut [Node], rev: &Revision, kubeconfig: &Path, ns: &str) {
+async fn install(nodes: &mut [Node], rev: &Revision, ns: &str) {
     for node in nodes.iter_mut() {
-        node.replace_pod(rev, kubeconfig, ns);
+        node.replace_pod(rev, ns);
     }
     for node in nodes.iter() {
         wait_ready(node).await;
@@ -222,7 +226,6 @@ async fn hold_for(nodes: &[Node], period: Duration, baseline: &str, seen: &Arc<M
 async fn an_upgrade_reaches_nodes_only_through_the_rollout_and_a_bad_push_stops_at_the_first() {
     let cp = control_plane::shared().await;
     let ns = cp.namespace("fleet").await;
-    let kubeconfig = cp.anchor_service_account().await;
     let work = tempfile::tempdir().unwrap();
     let values = work.path().join("values.yaml");
     fs::write(&values, "credentials: {scheduler.conf: \"kubeconfig v1\"}\n").unwrap();
@@ -235,10 +238,26 @@ async fn an_upgrade_reaches_nodes_only_through_the_rollout_and_a_bad_push_stops_
     );
 
     let mut nodes = three_nodes(cp, "fleet", work.path(), &rev1).await;
-    install(&mut nodes, &rev1, &kubeconfig, &ns).await;
+    install(&mut nodes, &rev1, &ns).await;
     for node in &nodes {
         assert!(node.manifest().contains("--marker=one"), "{}", node.manifest());
     }
+    // The fleet view: every node settled on the version its ledger records.
+    let settled = [("settled", true); 3];
+    fleet_agrees(cp, &nodes, &ns, &settled, 0).await;
+    tables_show_every_node(cp, &nodes, &ns);
+    // A deleted AnchorStatus comes back (the anchor watches its own), and an anchor may write
+    // only its own node's.
+    support::kubectl::kubectl_ok(
+        &cp.admin_kubeconfig,
+        &[
+            "delete",
+            "anchorstatus",
+            &format!("{}.kube-scheduler", nodes[1].handle.name),
+        ],
+    );
+    fleet_agrees(cp, &nodes, &ns, &settled, 0).await;
+    anchors_write_only_their_own_node(cp, &nodes).await;
 
     // helm upgrade: the kubelet refreshes every running pod's volumes within the same minute.
     let seen = Arc::new(Mutex::new(Violations::default()));
@@ -267,7 +286,7 @@ async fn an_upgrade_reaches_nodes_only_through_the_rollout_and_a_bad_push_stops_
 
     // The rollout: one node at a time, the next only once the previous anchor is Ready.
     for i in 0..nodes.len() {
-        nodes[i].replace_pod(&rev2, &kubeconfig, &ns);
+        nodes[i].replace_pod(&rev2, &ns);
         Poll::new(WAIT, format!("{}: anchor Ready", nodes[i].handle.name))
             .every(Duration::from_millis(50))
             .context(|| nodes[i].log())
@@ -283,15 +302,36 @@ async fn an_upgrade_reaches_nodes_only_through_the_rollout_and_a_bad_push_stops_
         for later in &nodes[i + 1..] {
             assert!(later.manifest().contains("--marker=one"), "{}", later.handle.name);
         }
+        if i == 0 {
+            // Mid-rollout: the first node tries the new version and holds the rollout Lease,
+            // the others are settled on the old one.
+            let doc = fleet_agrees(
+                cp,
+                &nodes,
+                &ns,
+                &[("on-trial", true), ("settled", true), ("settled", true)],
+                0,
+            )
+            .await;
+            let rollout = doc["rollouts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["component"] == "kube-scheduler")
+                .unwrap_or_else(|| panic!("no rollout Lease in {doc:#}"));
+            assert_eq!(rollout["holder"], nodes[0].handle.name.as_str(), "{doc:#}");
+            assert!(rollout["heldSeconds"].as_u64().is_some(), "{doc:#}");
+        }
     }
     assert_eq!(seen.lock().unwrap().0, Vec::<String>::new());
     tokio::time::sleep(PROMOTED).await; // rev2 becomes last-known-good
+    fleet_agrees(cp, &nodes, &ns, &settled, 0).await;
 
     // A bad push: every volume refreshed, the rollout starts at the first node and stops there.
     for node in &mut nodes {
         node.refresh(&bad);
     }
-    nodes[0].replace_pod(&bad, &kubeconfig, &ns);
+    nodes[0].replace_pod(&bad, &ns);
     Poll::new(Duration::from_secs(90), "the bad version rolled back")
         .context(|| nodes[0].log())
         .until_async(|| async {
@@ -307,6 +347,68 @@ async fn an_upgrade_reaches_nodes_only_through_the_rollout_and_a_bad_push_stops_
         assert!(node.manifest().contains("--marker=two"), "{}", node.handle.name);
         assert!(node.ready(), "{}", node.handle.name);
     }
+    // The fleet view: the first node holds the bad version back, recorded with its reason; exit 3.
+    let doc = fleet_agrees(
+        cp,
+        &nodes,
+        &ns,
+        &[("held-back", false), ("settled", true), ("settled", true)],
+        3,
+    )
+    .await;
+    let first = &doc["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["node"] == nodes[0].handle.name.as_str())
+        .unwrap();
+    assert!(
+        first["badVersions"][0]["reason"]
+            .as_str()
+            .is_some_and(|r| !r.is_empty())
+            && first["reason"].as_str().is_some_and(|r| r.contains("failed its trial")),
+        "{doc:#}"
+    );
+}
+
+/// Through the charts' ValidatingAdmissionPolicy: an anchor's pod-bound token may write its own
+/// node's AnchorStatus and no other node's; a token bound to no pod may write none.
+async fn anchors_write_only_their_own_node(cp: &control_plane::ControlPlane, nodes: &[Node]) {
+    let status_of = |node: &str| {
+        format!(
+            "apiVersion: kube-anchor.io/v1alpha1\nkind: AnchorStatus\nmetadata: {{name: {node}.kube-scheduler}}\nstatus: {{node: {node}, component: kube-scheduler, state: settled, ready: true}}\n"
+        )
+    };
+    let apply = |kubeconfig: &Path, doc: String| {
+        let file = nodes[0].work.join("status.yaml");
+        fs::write(&file, doc).unwrap();
+        support::kubectl::kubectl(
+            kubeconfig,
+            &[
+                "apply",
+                "--server-side",
+                "--dry-run=server",
+                "--field-manager=kube-anchor",
+                "--force-conflicts",
+                "-f",
+                file.to_str().unwrap(),
+            ],
+        )
+    };
+    let own = apply(&nodes[0].kubeconfig, status_of(&nodes[0].handle.name));
+    assert!(own.status.success(), "{}", String::from_utf8_lossy(&own.stderr));
+    let other = apply(&nodes[0].kubeconfig, status_of(&nodes[1].handle.name));
+    let err = String::from_utf8_lossy(&other.stderr);
+    assert!(
+        !other.status.success() && err.contains("writes only the AnchorStatus of its own node"),
+        "{}: {err}",
+        nodes[0].handle.name
+    );
+    let unbound = apply(&cp.anchor_service_account().await, status_of(&nodes[0].handle.name));
+    assert!(
+        !unbound.status.success(),
+        "a token bound to no pod wrote an AnchorStatus"
+    );
 }
 
 /// Waits until every node's anchor is Ready, sampling the fleet meanwhile.
@@ -337,7 +439,6 @@ async fn all_ready_sampling(nodes: &[Node], baseline: &str, seen: &Arc<Mutex<Vio
 async fn per_node_daemonsets_replaced_at_once_still_roll_one_node_at_a_time() {
     let cp = control_plane::shared().await;
     let ns = cp.namespace("pernode").await;
-    let kubeconfig = cp.anchor_service_account().await;
     let work = tempfile::tempdir().unwrap();
     let values = work.path().join("values.yaml");
     fs::write(&values, "credentials: {scheduler.conf: \"kubeconfig v1\"}\n").unwrap();
@@ -345,12 +446,12 @@ async fn per_node_daemonsets_replaced_at_once_still_roll_one_node_at_a_time() {
     let rev2 = revision(&ns, &values, "two");
     let bad = revision(&ns, &values, "crash");
     let mut nodes = three_nodes(cp, "pernode", work.path(), &rev1).await;
-    install(&mut nodes, &rev1, &kubeconfig, &ns).await;
+    install(&mut nodes, &rev1, &ns).await;
 
     // helm upgrade: all three DaemonSets replace their pod at once.
     let seen = Arc::new(Mutex::new(Violations::default()));
     for node in &mut nodes {
-        node.replace_pod(&rev2, &kubeconfig, &ns);
+        node.replace_pod(&rev2, &ns);
     }
     all_ready_sampling(&nodes, "--marker=one", &seen, Duration::from_secs(240)).await;
     for node in &nodes {
@@ -371,7 +472,7 @@ async fn per_node_daemonsets_replaced_at_once_still_roll_one_node_at_a_time() {
     // A bad push reaching all three at once: one node tries it and rolls it back; the others
     // never write it.
     for node in &mut nodes {
-        node.replace_pod(&bad, &kubeconfig, &ns);
+        node.replace_pod(&bad, &ns);
     }
     let tried = Poll::new(Duration::from_secs(90), "a rollback")
         .every(Duration::from_millis(100))
@@ -408,7 +509,7 @@ async fn per_node_daemonsets_replaced_at_once_still_roll_one_node_at_a_time() {
     // holder's next anchor picks its turn up and finishes the rollout.
     let rev3 = revision(&ns, &values, "three");
     for node in &mut nodes {
-        node.replace_pod(&rev3, &kubeconfig, &ns);
+        node.replace_pod(&rev3, &ns);
     }
     let holder = Poll::new(Duration::from_secs(60), "a node to take the turn for rev3")
         .every(Duration::from_millis(50))
@@ -441,7 +542,7 @@ async fn per_node_daemonsets_replaced_at_once_still_roll_one_node_at_a_time() {
             );
         }
     }
-    nodes[holder].replace_pod(&rev3, &kubeconfig, &ns);
+    nodes[holder].replace_pod(&rev3, &ns);
     all_ready_sampling(&nodes, "--marker=two", &seen, Duration::from_secs(240)).await;
     assert!(
         nodes[holder]
@@ -556,7 +657,6 @@ fn renewed_scheduler_kubeconfig() -> String {
 async fn a_push_with_a_mismatched_key_is_refused_by_the_first_anchor_before_anything_restarts() {
     let cp = control_plane::shared().await;
     let ns = cp.namespace("badkey").await;
-    let kubeconfig = cp.anchor_service_account().await;
     let work = tempfile::tempdir().unwrap();
     let values = |name: &str, wrong_key: bool| {
         let path = work.path().join(name);
@@ -570,7 +670,7 @@ async fn a_push_with_a_mismatched_key_is_refused_by_the_first_anchor_before_anyt
     let good = revision(&ns, &values("good.yaml", false), "one");
     let bad = revision(&ns, &values("bad.yaml", true), "two");
     let mut nodes = three_nodes(cp, "badkey", work.path(), &good).await;
-    install(&mut nodes, &good, &kubeconfig, &ns).await;
+    install(&mut nodes, &good, &ns).await;
     let before: Vec<(String, String)> = nodes
         .iter()
         .map(|n| {
@@ -582,7 +682,7 @@ async fn a_push_with_a_mismatched_key_is_refused_by_the_first_anchor_before_anyt
     for node in &mut nodes {
         node.refresh(&bad);
     }
-    nodes[0].replace_pod(&bad, &kubeconfig, &ns);
+    nodes[0].replace_pod(&bad, &ns);
     let event = control_plane::event(
         &cp.admin().await,
         &ns,
@@ -655,4 +755,209 @@ async fn a_push_with_a_mismatched_key_is_refused_by_the_first_anchor_before_anyt
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(fs::read_to_string(&conf).unwrap(), renewed, "{}", nodes[1].log());
     assert!(nodes[1].ready(), "{}", nodes[1].log());
+}
+
+/// One node's state as its ledger on disk has it (read by the test, not by kube-anchor).
+#[derive(Debug, PartialEq)]
+struct OnDisk {
+    applied: Option<String>,
+    last_known_good: Option<String>,
+    bad: Vec<String>,
+}
+
+fn on_disk(node: &Node) -> OnDisk {
+    let path = node
+        .handle
+        .host_root()
+        .join("var/lib/kube-anchor/v1/kube-scheduler.json");
+    let ledger = kube_anchor_core::ledger::Ledger::decode(&fs::read(&path).unwrap()).unwrap();
+    OnDisk {
+        applied: ledger.content_hash,
+        last_known_good: ledger.last_known_good,
+        bad: ledger.bad.into_iter().map(|b| b.hash).collect(),
+    }
+}
+
+/// What the API shows of one node: (state, ready, what it says the ledger holds).
+type Shown = (String, bool, OnDisk);
+
+fn shown(status: &serde_json::Value) -> Shown {
+    let text = |key: &str| status[key].as_str().map(str::to_owned);
+    (
+        text("state").unwrap_or_default(),
+        status["ready"].as_bool().unwrap_or_default(),
+        OnDisk {
+            applied: text("appliedHash"),
+            last_known_good: text("lastKnownGoodHash"),
+            bad: status["badVersions"]
+                .as_array()
+                .map(|b| b.iter().map(|v| v["hash"].as_str().unwrap().to_owned()).collect())
+                .unwrap_or_default(),
+        },
+    )
+}
+
+/// `kube-anchor fleet` for these nodes: its exit code and JSON document.
+fn fleet(cp: &control_plane::ControlPlane, nodes: &[Node], ns: &str) -> (i32, serde_json::Value) {
+    let names: Vec<&str> = nodes.iter().map(|n| n.handle.name.as_str()).collect();
+    let out = std::process::Command::new(support::fixture::BIN)
+        .args(["fleet", "--output", "json", "-n", ns, "-l"])
+        .arg(format!("kube-anchor.io/node in ({})", names.join(",")))
+        .arg("--kubeconfig")
+        .arg(&cp.admin_kubeconfig)
+        .output()
+        .unwrap();
+    let doc = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("fleet: {e}: {}", String::from_utf8_lossy(&out.stderr)));
+    (out.status.code().unwrap(), doc)
+}
+
+/// Waits until `kubectl get anchorstatuses` and `kube-anchor fleet` both show every node in
+/// `states` (with its readiness) and agree with the ledger on its disk; then `fleet` exits with
+/// `exit` and its document fits schemas/fleet.v1.json. Returns that document.
+async fn fleet_agrees(
+    cp: &control_plane::ControlPlane,
+    nodes: &[Node],
+    ns: &str,
+    states: &[(&str, bool)],
+    exit: i32,
+) -> serde_json::Value {
+    let look = || {
+        let disk: Vec<OnDisk> = nodes.iter().map(on_disk).collect();
+        let names: Vec<&str> = nodes.iter().map(|n| n.handle.name.as_str()).collect();
+        let objects = support::kubectl::kubectl_ok(
+            &cp.admin_kubeconfig,
+            &[
+                "get",
+                "anchorstatuses",
+                "-o",
+                "json",
+                "-l",
+                &format!("kube-anchor.io/node in ({})", names.join(",")),
+            ],
+        );
+        let objects: serde_json::Value = serde_json::from_str(&objects).unwrap();
+        let by_kubectl: Vec<Option<Shown>> = names
+            .iter()
+            .map(|n| {
+                objects["items"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|o| o["metadata"]["name"] == format!("{n}.kube-scheduler"))
+                    .map(|o| shown(&o["status"]))
+            })
+            .collect();
+        let (code, doc) = fleet(cp, nodes, ns);
+        let by_fleet: Vec<Option<Shown>> = names
+            .iter()
+            .map(|n| {
+                doc["nodes"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|s| s["node"] == *n && s["component"] == "kube-scheduler")
+                    .map(shown)
+            })
+            .collect();
+        let wanted: Vec<Option<Shown>> = disk
+            .into_iter()
+            .zip(states)
+            .map(|(d, (state, ready))| Some((state.to_string(), *ready, d)))
+            .collect();
+        (
+            by_kubectl == wanted && by_fleet == wanted && code == exit,
+            code,
+            doc,
+            by_kubectl,
+            wanted,
+        )
+    };
+    let mut last = None;
+    let deadline = Instant::now() + WAIT;
+    while Instant::now() < deadline {
+        let (agree, code, doc, by_kubectl, wanted) = look();
+        if agree {
+            let (schemas, index) = support::fixture::schema("fleet.v1.json");
+            if let Err(e) = schemas.validate(&doc, index) {
+                panic!("{doc:#}\ndoes not match schemas/fleet.v1.json: {e:#}");
+            }
+            return doc;
+        }
+        last = Some(format!(
+            "kubectl: {by_kubectl:#?}\nwanted (ledgers): {wanted:#?}\nfleet exit {code}: {doc:#}"
+        ));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let logs: Vec<String> = nodes.iter().map(Node::log).collect();
+    panic!(
+        "the fleet view does not agree with the ledgers:\n{}\n{}",
+        last.unwrap_or_default(),
+        logs.join("\n----\n")
+    );
+}
+
+/// The columns `kubectl get anchorstatuses` and `kube-anchor fleet` print: each node's row names
+/// its short applied version (as its ledger has it), its state and readiness.
+fn tables_show_every_node(cp: &control_plane::ControlPlane, nodes: &[Node], ns: &str) {
+    let names: Vec<&str> = nodes.iter().map(|n| n.handle.name.as_str()).collect();
+    let selector = format!("kube-anchor.io/node in ({})", names.join(","));
+    let by_kubectl = support::kubectl::kubectl_ok(&cp.admin_kubeconfig, &["get", "anchorstatuses", "-l", &selector]);
+    let by_fleet = std::process::Command::new(support::fixture::BIN)
+        .args(["fleet", "-n", ns, "-l", &selector, "--kubeconfig"])
+        .arg(&cp.admin_kubeconfig)
+        .output()
+        .unwrap();
+    assert!(by_fleet.status.success(), "{by_fleet:?}");
+    let by_fleet = String::from_utf8_lossy(&by_fleet.stdout).into_owned();
+    for (table, header, ready) in [
+        (
+            &by_kubectl,
+            [
+                "NAME",
+                "NODE",
+                "COMPONENT",
+                "APPLIED",
+                "LAST-KNOWN-GOOD",
+                "STATE",
+                "SINCE",
+                "READY",
+                "BAD",
+            ]
+            .as_slice(),
+            "true",
+        ),
+        (
+            &by_fleet,
+            [
+                "NODE",
+                "COMPONENT",
+                "APPLIED",
+                "LAST-KNOWN-GOOD",
+                "STATE",
+                "SINCE",
+                "READY",
+                "BAD",
+            ]
+            .as_slice(),
+            "yes",
+        ),
+    ] {
+        let head: Vec<&str> = table.lines().next().unwrap_or_default().split_whitespace().collect();
+        assert_eq!(head, header, "{table}");
+        for node in nodes {
+            let applied = on_disk(node).applied.unwrap();
+            let short = &applied["sha256:".len().."sha256:".len() + 12];
+            let row = table
+                .lines()
+                .find(|l| l.split_whitespace().any(|c| c == node.handle.name))
+                .unwrap_or_else(|| panic!("{}: no row in\n{table}", node.handle.name));
+            assert!(
+                row.contains(short) && row.contains("settled") && row.split_whitespace().any(|c| c == ready),
+                "{}: {row}\n{table}",
+                node.handle.name
+            );
+        }
+    }
+    println!("kubectl get anchorstatuses:\n{by_kubectl}\nkube-anchor fleet:\n{by_fleet}");
 }

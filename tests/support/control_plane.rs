@@ -15,8 +15,8 @@ use std::process::Command;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use kube::Client;
 use kube::api::{Api, PostParams};
 
@@ -305,6 +305,10 @@ impl ControlPlane {
             .get_or_init(|| async {
                 for (what, manifest) in [
                     (
+                        "the AnchorStatus CRD",
+                        fs::read_to_string(repo_root().join("manifests/anchorstatuses-crd.yaml")).unwrap(),
+                    ),
+                    (
                         "manifests/rbac.yaml",
                         fs::read_to_string(repo_root().join("manifests/rbac.yaml")).unwrap(),
                     ),
@@ -330,6 +334,59 @@ impl ControlPlane {
             })
             .await;
         self.service_account_client("kube-system", "kube-anchor").await.1
+    }
+
+    /// A kubeconfig of the anchors' ServiceAccount whose token is bound to a pod on `node`, as
+    /// the token the kubelet projects into an anchor pod is: the API server then names the node
+    /// in the user's extra `authentication.kubernetes.io/node-name`, which the charts'
+    /// ValidatingAdmissionPolicy keeps each anchor's AnchorStatus writes to. The pod (in
+    /// kube-system, named after the node) stands for the anchor pod; the node must exist.
+    pub async fn anchor_kubeconfig_on(&self, node: &str) -> PathBuf {
+        self.anchor_service_account().await;
+        let admin = self.admin().await;
+        let pods: Api<Pod> = Api::namespaced(admin.clone(), "kube-system");
+        let name = format!("kube-anchor-identity-{node}");
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name},
+            "spec": {
+                "nodeName": node,
+                "serviceAccountName": "kube-anchor",
+                "automountServiceAccountToken": false,
+                "containers": [{"name": "anchor", "image": "kube-anchor/kube-anchor:test"}],
+                "tolerations": [{"operator": "Exists"}],
+            },
+        }))
+        .unwrap();
+        let pod = match pods.create(&PostParams::default(), &pod).await {
+            Ok(pod) => pod,
+            Err(kube::Error::Api(e)) if e.code == 409 => pods.get(&name).await.unwrap(),
+            Err(e) => panic!("pod {name}: {e}"),
+        };
+        let accounts: Api<ServiceAccount> = Api::namespaced(admin, "kube-system");
+        let request = TokenRequest {
+            spec: Some(TokenRequestSpec {
+                expiration_seconds: Some(3600),
+                bound_object_ref: Some(BoundObjectReference {
+                    api_version: Some("v1".into()),
+                    kind: Some("Pod".into()),
+                    name: Some(name.clone()),
+                    uid: pod.metadata.uid.clone(),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let token = accounts
+            .create_token_request("kube-anchor", &PostParams::default(), &request)
+            .await
+            .unwrap_or_else(|e| panic!("TokenRequest bound to pod {name}: {e}"))
+            .status
+            .expect("token status")
+            .token
+            .expect("a token");
+        let path = self.dir.join(format!("sa-anchor-{node}.kubeconfig"));
+        write_kubeconfig(&path, &self.server, &self.pki.ca(), &Identity::Token(token));
+        path
     }
 
     /// A fresh namespace for one test.

@@ -230,12 +230,17 @@ pub fn visible_files(dir: &Path) -> Vec<String> {
 
 /// `schemas/status.v1.json`, compiled (with format assertions).
 pub fn status_schema() -> (boon::Schemas, boon::SchemaIndex) {
-    let path = super::processes::repo_root().join("schemas/status.v1.json");
+    schema("status.v1.json")
+}
+
+/// One of the documented output schemas (`schemas/<name>`), compiled with format assertions.
+pub fn schema(name: &str) -> (boon::Schemas, boon::SchemaIndex) {
+    let path = super::processes::repo_root().join("schemas").join(name);
     let schema: serde_json::Value = serde_json::from_str(&fs::read_to_string(&path).unwrap()).unwrap();
     let mut schemas = boon::Schemas::new();
     let mut compiler = boon::Compiler::new();
     compiler.enable_format_assertions();
-    compiler.add_resource("status.v1.json", schema).unwrap();
-    let index = compiler.compile("status.v1.json", &mut schemas).unwrap();
+    compiler.add_resource(name, schema).unwrap();
+    let index = compiler.compile(name, &mut schemas).unwrap();
     (schemas, index)
 }
