@@ -65,21 +65,18 @@ build_kube() {
 
 build_etcd() { (cd "$here/etcd" && go build -trimpath -ldflags "-s -w" -o "$1" .); }
 
-build_helm() {
-  local gobin
+# go_install PACKAGE@VERSION OUTPUT: `go install` of a module's command, moved to OUTPUT.
+go_install() {
+  local gobin name
   gobin=$(mktemp -d)
-  GOBIN="$gobin" go install -trimpath -ldflags "-s -w" "helm.sh/helm/v4/cmd/helm@$HELM_VERSION"
-  mv "$gobin/helm" "$1"
+  name=${1%@*}
+  name=${name##*/}
+  GOBIN="$gobin" go install -trimpath -ldflags "-s -w" "$1"
+  mv "$gobin/$name" "$2"
   rmdir "$gobin"
 }
-
-build_promtool() {
-  local gobin
-  gobin=$(mktemp -d)
-  GOBIN="$gobin" go install -trimpath -ldflags "-s -w" "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION"
-  mv "$gobin/promtool" "$1"
-  rmdir "$gobin"
-}
+build_helm() { go_install "helm.sh/helm/v4/cmd/helm@$HELM_VERSION" "$1"; }
+build_promtool() { go_install "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION" "$1"; }
 
 # The CRD as the operator's module ships it (example/prometheus-operator-crd); nothing is built.
 fetch_prometheusrule_crd() {

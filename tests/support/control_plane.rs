@@ -272,26 +272,31 @@ impl ControlPlane {
 
     /// A kubeconfig and client for a ServiceAccount, with a token from the TokenRequest API.
     pub async fn service_account_client(&self, namespace: &str, name: &str) -> (Client, PathBuf) {
-        let admin = self.admin().await;
-        let accounts: Api<ServiceAccount> = Api::namespaced(admin, namespace);
+        let token = self.token(namespace, name, None).await;
+        let path = self.dir.join(format!("sa-{namespace}-{name}.kubeconfig"));
+        write_kubeconfig(&path, &self.server, &self.pki.ca(), &Identity::Token(token));
+        (client_from_kubeconfig(&path).await, path)
+    }
+
+    /// A token of a ServiceAccount from the TokenRequest API, bound to `bound` when given.
+    async fn token(&self, namespace: &str, name: &str, bound: Option<BoundObjectReference>) -> String {
+        let accounts: Api<ServiceAccount> = Api::namespaced(self.admin().await, namespace);
         let request = TokenRequest {
             spec: Some(TokenRequestSpec {
                 expiration_seconds: Some(3600),
+                bound_object_ref: bound,
                 ..Default::default()
             }),
             ..Default::default()
         };
-        let token = accounts
+        accounts
             .create_token_request(name, &PostParams::default(), &request)
             .await
             .unwrap_or_else(|e| panic!("TokenRequest for {namespace}/{name}: {e}"))
             .status
             .expect("token status")
             .token
-            .expect("a token");
-        let path = self.dir.join(format!("sa-{namespace}-{name}.kubeconfig"));
-        write_kubeconfig(&path, &self.server, &self.pki.ca(), &Identity::Token(token));
-        (client_from_kubeconfig(&path).await, path)
+            .expect("a token")
     }
 
     /// Applies `manifests/rbac.yaml` with the real kubectl (once per control plane: concurrent
@@ -343,8 +348,7 @@ impl ControlPlane {
     /// kube-system, named after the node) stands for the anchor pod; the node must exist.
     pub async fn anchor_kubeconfig_on(&self, node: &str) -> PathBuf {
         self.anchor_service_account().await;
-        let admin = self.admin().await;
-        let pods: Api<Pod> = Api::namespaced(admin.clone(), "kube-system");
+        let pods: Api<Pod> = Api::namespaced(self.admin().await, "kube-system");
         let name = format!("kube-anchor-identity-{node}");
         let pod: Pod = serde_json::from_value(serde_json::json!({
             "metadata": {"name": name},
@@ -362,28 +366,13 @@ impl ControlPlane {
             Err(kube::Error::Api(e)) if e.code == 409 => pods.get(&name).await.unwrap(),
             Err(e) => panic!("pod {name}: {e}"),
         };
-        let accounts: Api<ServiceAccount> = Api::namespaced(admin, "kube-system");
-        let request = TokenRequest {
-            spec: Some(TokenRequestSpec {
-                expiration_seconds: Some(3600),
-                bound_object_ref: Some(BoundObjectReference {
-                    api_version: Some("v1".into()),
-                    kind: Some("Pod".into()),
-                    name: Some(name.clone()),
-                    uid: pod.metadata.uid.clone(),
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
+        let bound = BoundObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            name: Some(name.clone()),
+            uid: pod.metadata.uid.clone(),
         };
-        let token = accounts
-            .create_token_request("kube-anchor", &PostParams::default(), &request)
-            .await
-            .unwrap_or_else(|e| panic!("TokenRequest bound to pod {name}: {e}"))
-            .status
-            .expect("token status")
-            .token
-            .expect("a token");
+        let token = self.token("kube-system", "kube-anchor", Some(bound)).await;
         let path = self.dir.join(format!("sa-anchor-{node}.kubeconfig"));
         write_kubeconfig(&path, &self.server, &self.pki.ca(), &Identity::Token(token));
         path

@@ -10,7 +10,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::history::Outcome;
-use crate::ledger::Ledger;
+use crate::ledger::{BadVersion, Ledger};
 use crate::lifecycle::Version;
 
 pub const GROUP: &str = "kube-anchor.io";
@@ -63,15 +63,6 @@ impl State {
             State::LastKnownGoodFailing => "lkg-failing",
         }
     }
-}
-
-/// A version recorded as bad on the node, as published.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct BadVersion {
-    pub hash: String,
-    pub at: String,
-    pub reason: String,
 }
 
 /// The `status` of an `AnchorStatus` object.
@@ -153,15 +144,7 @@ impl NodeStatus {
             } else {
                 daemon.reason.into()
             },
-            bad_versions: ledger
-                .bad
-                .iter()
-                .map(|b| BadVersion {
-                    hash: b.hash.clone(),
-                    at: b.at.clone(),
-                    reason: b.reason.clone(),
-                })
-                .collect(),
+            bad_versions: ledger.bad.clone(),
             bad: ledger
                 .bad
                 .iter()
@@ -182,7 +165,6 @@ impl NodeStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::BadVersion as LedgerBad;
 
     fn daemon(version: &Version, ready: bool) -> Daemon<'_> {
         Daemon {
@@ -222,7 +204,7 @@ mod tests {
         assert_eq!(s.last_known_good.as_deref(), Some("aaaaaaaaaaaa"));
         assert!(s.healthy());
 
-        ledger.mark_bad(LedgerBad {
+        ledger.mark_bad(BadVersion {
             hash: b.clone(),
             at: "t3".into(),
             reason: "crash loop".into(),
@@ -234,7 +216,7 @@ mod tests {
         assert_eq!(s.bad_versions[0].reason, "crash loop");
         assert!(!s.healthy());
 
-        ledger.last_known_good_failing = Some(LedgerBad {
+        ledger.last_known_good_failing = Some(BadVersion {
             hash: a,
             at: "t4".into(),
             reason: "health".into(),

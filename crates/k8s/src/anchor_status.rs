@@ -28,6 +28,15 @@ fn api(client: Client) -> Api<DynamicObject> {
 /// `Some(Some(status))` otherwise.
 pub type Seen = Option<Option<NodeStatus>>;
 
+/// What the watch last said, and how many times it has spoken: the anchor writes an object it
+/// already wrote again only once the API has said something since (an echo that differs, a
+/// deletion), never because a watch is silent.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Observed {
+    pub generation: u64,
+    pub seen: Seen,
+}
+
 fn status_of(object: &DynamicObject) -> Option<NodeStatus> {
     serde_json::from_value(object.data.get("status")?.clone()).ok()
 }
@@ -51,8 +60,14 @@ fn unserved(error: &watcher::Error) -> bool {
 
 /// Watches the object `name`: a deleted or edited object shows at once, so the anchor writes it
 /// again with no periodic request.
-pub fn watch(client: Client, name: &str) -> (watch::Receiver<Seen>, tokio::task::JoinHandle<()>) {
-    let (tx, rx) = watch::channel(None);
+pub fn watch(client: Client, name: &str) -> (watch::Receiver<Observed>, tokio::task::JoinHandle<()>) {
+    let (tx, rx) = watch::channel(Observed::default());
+    let say = move |seen: Seen| {
+        tx.send_modify(|o| {
+            o.generation += 1;
+            o.seen = seen;
+        })
+    };
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
     let name = name.to_owned();
     let objects = api(client);
@@ -66,25 +81,25 @@ pub fn watch(client: Client, name: &str) -> (watch::Receiver<Seen>, tokio::task:
                     Ok(watcher::Event::Init) => listing = Some(None),
                     Ok(watcher::Event::InitApply(object)) => listing = Some(status_of(&object)),
                     Ok(watcher::Event::InitDone) => {
-                        let _ = tx.send(listing.take());
+                        say(listing.take());
                     }
                     Ok(watcher::Event::Apply(object)) => {
-                        let _ = tx.send(Some(status_of(&object)));
+                        say(Some(status_of(&object)));
                     }
                     Ok(watcher::Event::Delete(_)) => {
-                        let _ = tx.send(Some(None));
+                        say(Some(None));
                     }
                     Err(e) if unserved(&e) => {
                         if !warned {
                             tracing::warn!(object = %name, error = %e, "cannot watch this node's AnchorStatus (is the CRD anchorstatuses.kube-anchor.io installed, and the chart's RBAC current?); not published, asking again every 10 minutes");
                             warned = true;
                         }
-                        let _ = tx.send(None);
+                        say(None);
                         break;
                     }
                     Err(e) => {
                         tracing::debug!(object = %name, error = %e, "AnchorStatus watch interrupted");
-                        let _ = tx.send(None);
+                        say(None);
                     }
                 }
             }

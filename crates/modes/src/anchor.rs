@@ -55,7 +55,7 @@ impl Drop for MirrorWatch {
 
 /// This node's `AnchorStatus` object as the API holds it (`kube_anchor_k8s::anchor_status`).
 struct StatusWatch {
-    rx: watch::Receiver<anchor_status::Seen>,
+    rx: watch::Receiver<anchor_status::Observed>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -123,9 +123,10 @@ struct Daemon {
     lease_error: Option<String>,
     /// This node's `AnchorStatus` as the API shows it, once there is a client and a node name.
     status_watch: Option<StatusWatch>,
-    /// When the `AnchorStatus` was last written, and a write held back until
-    /// [`STATUS_MIN_INTERVAL`] has passed.
+    /// When the `AnchorStatus` was last written, what, and the watch's generation then (see
+    /// `anchor_status::Observed`); and a write held back until [`STATUS_MIN_INTERVAL`] has passed.
     status_written: Option<Instant>,
+    status_published: Option<(kube_anchor_core::node_status::NodeStatus, u64)>,
     status_due: Option<tokio::time::Instant>,
     /// The last failed write's error (logged at warn once).
     status_error: Option<String>,
@@ -236,6 +237,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         lease_error: None,
         status_watch: None,
         status_written: None,
+        status_published: None,
         status_due: None,
         status_error: None,
     };
@@ -950,7 +952,8 @@ impl Daemon {
         ) else {
             return;
         };
-        let Some(seen) = watch.rx.borrow().clone() else { return };
+        let observed = watch.rx.borrow().clone();
+        let Some(seen) = observed.seen else { return };
         let Ok(ledger) = self.engine.ledger(&self.component) else {
             return;
         };
@@ -965,7 +968,10 @@ impl Daemon {
                 reason: &now.reason,
             },
         );
-        if seen.as_ref() == Some(&status) {
+        // In place; or written already and the API has said nothing since.
+        if seen.as_ref() == Some(&status)
+            || self.status_published.as_ref() == Some(&(status.clone(), observed.generation))
+        {
             return;
         }
         let wait = match (&self.status_error, self.status_written) {
@@ -980,6 +986,7 @@ impl Daemon {
         self.status_written = Some(Instant::now());
         match anchor_status::publish(client.clone(), &status).await {
             Ok(()) => {
+                self.status_published = Some((status.clone(), observed.generation));
                 if self.status_error.take().is_some() {
                     tracing::info!(component = %self.component, "AnchorStatus written again");
                 }

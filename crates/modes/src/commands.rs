@@ -919,7 +919,7 @@ fn print_status(
             }
             for rev in &r.history {
                 let outcome = match &rev.outcome {
-                    Outcome::Trial => "on trial".to_owned(),
+                    Outcome::Trial => "not judged yet".to_owned(),
                     Outcome::Passed { at } => format!("passed {at}"),
                     Outcome::Failed { at, reason } => format!("failed {at}: {reason}"),
                 };
