@@ -4,7 +4,7 @@
 # a bad push with its rollback, a rolling upgrade of kube-apiserver polled round-robin, and
 # decommission (relabel, helm uninstall) on kube-scheduler.
 #   tools/selfhosted-table.sh [TRIALS] [MAX_DELAY] [SEED]
-# CI runs the same test with 3 reboot trials as part of ./test.sh.
+# CI runs the same test with 1 reboot trial as part of ./test.sh (the lifecycle run adds more).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/build.sh >/dev/null

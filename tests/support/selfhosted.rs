@@ -187,9 +187,35 @@ impl SelfHostedNode {
 
     /// The content hash the node's anchors last wrote for `component` (its ledger).
     pub fn written_hash(&self, component: &str) -> Option<String> {
+        self.ledger(component)?["contentHash"].as_str().map(str::to_owned)
+    }
+
+    /// The ledger of `component` on the node's disk, as JSON.
+    pub fn ledger(&self, component: &str) -> Option<serde_json::Value> {
         let path = self.host().join(format!("var/lib/kube-anchor/v1/{component}.json"));
         let v: serde_json::Value = serde_json::from_slice(&fs::read(path).ok()?).ok()?;
-        v["ledger"]["contentHash"].as_str().map(str::to_owned)
+        Some(v["ledger"].clone())
+    }
+
+    /// Whether the node's kubelet runs (the node is powered on).
+    pub fn is_up(&self) -> bool {
+        self.kubelet.is_some()
+    }
+
+    /// How many processes of the node are named `comm` (`/proc/<pid>/comm`, at most 15 bytes).
+    pub fn processes_named(&self, comm: &str) -> usize {
+        let Some(unshare) = self.kubelet.as_ref().map(|p| p.pid()) else {
+            return 0;
+        };
+        let Some(ns) = namespace_init(unshare).and_then(|pid| fs::read_link(format!("/proc/{pid}/ns/pid")).ok()) else {
+            return 0;
+        };
+        let Ok(entries) = fs::read_dir("/proc") else { return 0 };
+        entries
+            .flatten()
+            .filter(|e| fs::read_link(e.path().join("ns/pid")).ok().as_ref() == Some(&ns))
+            .filter(|e| fs::read_to_string(e.path().join("comm")).is_ok_and(|c| c.trim_end() == comm))
+            .count()
     }
 }
 
@@ -212,6 +238,17 @@ impl SelfHosted {
     /// script's `node` step on every node at once. `test_values` (chart → YAML) go after the
     /// one-host overrides.
     pub async fn bootstrap(dir: &Path, nodes: &[(&str, &str)], test_values: &[(&str, &str)]) -> Self {
+        Self::bootstrap_with(dir, nodes, test_values, "").await
+    }
+
+    /// As [`SelfHosted::bootstrap`], with `bootstrap_args` added to every node's
+    /// `kube-anchor bootstrap` (e.g. the node's labels).
+    pub async fn bootstrap_with(
+        dir: &Path,
+        nodes: &[(&str, &str)],
+        test_values: &[(&str, &str)],
+        bootstrap_args: &str,
+    ) -> Self {
         fs::create_dir_all(dir).unwrap();
         if !test_values.is_empty() {
             fs::create_dir_all(dir.join("test-values")).unwrap();
@@ -239,9 +276,10 @@ impl SelfHosted {
             .iter()
             .map(|n| {
                 let (dir, name, ip, host) = (dir.to_owned(), n.name.clone(), n.ip.clone(), n.host());
+                let args = format!("--wait-timeout 4m {bootstrap_args}");
                 std::thread::spawn(move || {
                     let host = host.display().to_string();
-                    let env = [("HOST_ROOT", host.as_str()), ("BOOTSTRAP_ARGS", "--wait-timeout 4m")];
+                    let env = [("HOST_ROOT", host.as_str()), ("BOOTSTRAP_ARGS", args.as_str())];
                     script("node", &dir, &[&name, &ip], &env)
                 })
             })
@@ -491,6 +529,32 @@ impl SelfHosted {
         .await
     }
 
+    /// Members in etcd's list whose own `/health` says true.
+    pub fn etcd_healthy_members(&self) -> Result<usize, String> {
+        let pki = self.dir.join("pki");
+        let out = Command::new("curl")
+            .args(["-sS", "--max-time", "5", "--cacert"])
+            .arg(pki.join("etcd/ca.crt"))
+            .arg("--cert")
+            .arg(pki.join("etcd/anchor-client.crt"))
+            .arg("--key")
+            .arg(pki.join("etcd/anchor-client.key"))
+            .args(["-X", "POST", "-d", "{}"])
+            .arg(format!("https://{}:2379/v3/cluster/member/list", self.nodes[0].ip))
+            .output()
+            .map_err(|e| e.to_string())?;
+        let list: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|e| format!("member list: {e}"))?;
+        let members = list["members"].as_array().cloned().unwrap_or_default();
+        let mut healthy = 0;
+        for n in &self.nodes {
+            let listed = members.iter().any(|m| m["name"] == n.name.as_str());
+            if listed && etcd_health(&n.ip) {
+                healthy += 1;
+            }
+        }
+        Ok(healthy)
+    }
+
     pub async fn wait_anchors_ready(&self, timeout: Duration) -> i32 {
         let client = self.client(0).await;
         eventually(timeout, "every anchor DaemonSet fully rolled out and Ready", || {
@@ -499,4 +563,26 @@ impl SelfHosted {
         })
         .await
     }
+}
+
+/// Whether the etcd member on `ip` says it is healthy (its plain-HTTP metrics listener, 2381:
+/// `/health` is true only while the member sees a leader, so only while the cluster has a
+/// quorum).
+pub fn etcd_health(ip: &str) -> bool {
+    use std::io::{Read, Write};
+    let Ok(addr) = format!("{ip}:2381").parse() else {
+        return false;
+    };
+    let Ok(mut stream) = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    let request = format!("GET /health HTTP/1.0\r\nHost: {ip}\r\n\r\n");
+    if stream.write_all(request.as_bytes()).is_err() {
+        return false;
+    }
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
+    serde_json::from_str::<serde_json::Value>(body).is_ok_and(|v| v["health"] == "true")
 }

@@ -468,8 +468,10 @@ fn retry(args: RetryArgs) -> anyhow::Result<ExitCode> {
         forget
     })?;
     if forgotten.is_empty() {
-        let which = args.hash.as_deref().unwrap_or("any version");
-        anyhow::bail!("{component}: {which} is not recorded as bad; nothing to retry");
+        match args.hash.as_deref() {
+            Some(hash) => anyhow::bail!("{component}: {hash} is not recorded as bad; nothing to retry"),
+            None => anyhow::bail!("{component}: no version is recorded as bad; nothing to retry"),
+        }
     }
     for bad in &forgotten {
         outln!(

@@ -1,0 +1,1173 @@
+//! The randomized lifecycle run: a self-hosted control plane on three process nodes (the example
+//! bootstrap script, every component chart installed), then a seeded sequence of operations and
+//! faults, each applied while the previous ones may still be settling, with invariants checked
+//! continuously and whenever the run lets the cluster settle. The first violation stops the run;
+//! the run prints its seed and the operation's index, keeps the logs of every process of every
+//! node, and the same seed replays the same sequence (the whole plan is drawn, and printed,
+//! before the first operation).
+//!
+//! Operations: hard reboots of one, two or all three nodes (seeded boot delays), a node that
+//! stays down for a while; `helm upgrade` of a component with a good change or a bad one (a flag
+//! the component refuses), `kube-anchor retry` on every node afterwards; an anchor pod deleted;
+//! an anchor DaemonSet deleted and re-created; the scheduler's node relabelled out of its
+//! selector and back; a node drained and uncordoned.
+//!
+//! Invariants, continuously (every second, by a monitor of its own):
+//! - etcd keeps a quorum (two members healthy) unless more than one node is down by the run's
+//!   choice: a node is down from its power cut until its etcd member is healthy again;
+//! - the API answers through at least one of the three API servers under the same condition (a
+//!   client that fails over across them); a lapse counts only after 10 s (etcd: 5 s) and only
+//!   while the condition held for the whole lapse and 20 s before it;
+//!
+//! and once the cluster settles (every node up, every selected node running each component's
+//! static pod Running and Ready with the hash its anchor's ledger records, every anchor
+//! DaemonSet rolled out and Ready, three etcd members healthy; within a bound, else that is the
+//! violation):
+//! - every file an anchor's ledger claims is on the node with the recorded content, and no file
+//!   under `/etc/kubernetes` is claimed by no ledger (besides what was there before the charts);
+//! - at most one process of each component per node, none where the component is deselected;
+//! - a version rolled back on one node was tried on no other (unless `retry` was asked for);
+//! - no anchor container ended with an error exit and no log of any pod says `panicked at`.
+//!
+//! `./test.sh` runs a short sequence (KUBE_ANCHOR_LIFECYCLE_OPS, default 8; seed
+//! KUBE_ANCHOR_LIFECYCLE_SEED, default 3, whose first 8 operations are a drain, bad pushes of
+//! two components, a good one, a full-cluster reboot, a retry and a node down for two minutes). `tools/lifecycle.sh [OPS] [SEED…]` runs longer ones
+//! and prints the table; with KUBE_ANCHOR_LIFECYCLE_PLAN_ONLY set the test prints the plan and
+//! stops.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::fs;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
+use sha2::{Digest, Sha256};
+use support::background::Background;
+use support::fixture::BIN;
+use support::processes::{test_dir, tool};
+use support::selfhosted::{COMPONENTS, SHORT_TRIALS, SelfHosted, env_or, etcd_health, files_under, script};
+
+const NODES: [(&str, &str); 3] = [("cp-1", "127.0.4.1"), ("cp-2", "127.0.4.2"), ("cp-3", "127.0.4.3")];
+const SCHEDULER: &str = "kube-scheduler";
+const SCHEDULER_LABEL: &str = "kube-anchor.io/scheduler";
+/// How long the cluster may take to settle after an operation (after its last boot, for a
+/// reboot). A kube-apiserver change rolls over three nodes one trial (150 s) at a time.
+const SETTLE_BOUND: Duration = Duration::from_secs(480);
+const APISERVER_SETTLE_BOUND: Duration = Duration::from_secs(780);
+/// How long every check must pass in a row for the cluster to count as settled.
+const STABLE: Duration = Duration::from_secs(15);
+
+// ------------------------------------------------------------------------------------------
+// The plan: operations drawn from the seed alone (never from what the cluster does), so a seed
+// always names the same sequence.
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// Power cut of `nodes`, each booted again `delays[i]` seconds later.
+    Reboot {
+        nodes: Vec<usize>,
+        delays: Vec<u64>,
+    },
+    /// `helm upgrade` with `--set component.extraArgs.<flag>`.
+    Upgrade {
+        component: &'static str,
+        flag: String,
+        good: bool,
+    },
+    /// `kube-anchor retry --component` on every node that records a bad version of it.
+    Retry {
+        component: &'static str,
+    },
+    DeleteAnchorPod {
+        component: &'static str,
+        node: usize,
+    },
+    /// The component's anchor DaemonSet (the node's own, for a per-node chart) deleted, and
+    /// `helm upgrade` re-creating it `after` seconds later.
+    DeleteDaemonSet {
+        component: &'static str,
+        node: usize,
+        after: u64,
+    },
+    /// The scheduler's label taken from the node, or given back.
+    Relabel {
+        node: usize,
+        selected: bool,
+    },
+    /// Drained, uncordoned `hold` seconds later.
+    Drain {
+        node: usize,
+        hold: u64,
+    },
+}
+
+impl Op {
+    fn kind(&self) -> String {
+        match self {
+            Op::Reboot { nodes, delays } if nodes.len() == 1 && delays[0] >= 60 => "node down a while".into(),
+            Op::Reboot { nodes, .. } => format!("reboot {} node(s)", nodes.len()),
+            Op::Upgrade { component, good, .. } => {
+                format!("upgrade {component}, {}", if *good { "good" } else { "bad" })
+            }
+            Op::Retry { .. } => "retry".into(),
+            Op::DeleteAnchorPod { .. } => "anchor pod deleted".into(),
+            Op::DeleteDaemonSet { .. } => "DaemonSet deleted, re-created".into(),
+            Op::Relabel { selected: false, .. } => "relabel out".into(),
+            Op::Relabel { selected: true, .. } => "relabel in".into(),
+            Op::Drain { .. } => "drain, uncordon".into(),
+        }
+    }
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let node = |i: &usize| NODES[*i].0;
+        match self {
+            Op::Reboot { nodes, delays } => {
+                let parts: Vec<String> = nodes
+                    .iter()
+                    .zip(delays)
+                    .map(|(n, d)| format!("{} +{d}s", node(n)))
+                    .collect();
+                write!(f, "power cut, boots: {}", parts.join(", "))
+            }
+            Op::Upgrade { component, flag, good } => write!(
+                f,
+                "helm upgrade {component} --set component.extraArgs.{flag} ({})",
+                if *good { "good" } else { "refused flag" }
+            ),
+            Op::Retry { component } => write!(f, "kube-anchor retry --component {component} where one is recorded bad"),
+            Op::DeleteAnchorPod { component, node: n } => write!(f, "delete the {component} anchor pod on {}", node(n)),
+            Op::DeleteDaemonSet {
+                component,
+                node: n,
+                after,
+            } => {
+                write!(
+                    f,
+                    "delete the {component} anchor DaemonSet ({}), re-create after {after}s",
+                    node(n)
+                )
+            }
+            Op::Relabel { node: n, selected } => {
+                write!(
+                    f,
+                    "{} {SCHEDULER_LABEL} on {}",
+                    if *selected { "set" } else { "remove" },
+                    node(n)
+                )
+            }
+            Op::Drain { node: n, hold } => write!(f, "drain {}, uncordon after {hold}s", node(n)),
+        }
+    }
+}
+
+/// One step of the plan: the operation, then either wait until the cluster settles or only
+/// `gap` seconds before the next one.
+#[derive(Debug, Clone)]
+struct Step {
+    op: Op,
+    settle: bool,
+    gap: u64,
+}
+
+/// What the plan knows of the cluster's desired state while drawing.
+#[derive(Debug, Clone)]
+struct Model {
+    /// The extra flag each component's values carry (None: the base values).
+    flags: BTreeMap<&'static str, Option<(String, bool)>>,
+    scheduler_selected: [bool; 3],
+    /// Components pushed bad since their last retry.
+    retry_due: BTreeSet<&'static str>,
+}
+
+impl Model {
+    fn new() -> Self {
+        Self {
+            flags: COMPONENTS.iter().map(|c| (*c, None)).collect(),
+            scheduler_selected: [true; 3],
+            retry_due: BTreeSet::new(),
+        }
+    }
+
+    /// The `--set` the component's values carry now.
+    fn set_args(&self, component: &str) -> Vec<String> {
+        match &self.flags[component] {
+            Some((flag, _)) => vec!["--set".into(), format!("component.extraArgs.{flag}")],
+            None => vec![],
+        }
+    }
+
+    fn is_bad(&self, component: &str) -> bool {
+        matches!(self.flags[component], Some((_, false)))
+    }
+
+    fn apply(&mut self, op: &Op) {
+        match op {
+            Op::Upgrade { component, flag, good } => {
+                self.flags.insert(component, Some((flag.clone(), *good)));
+                if !good {
+                    self.retry_due.insert(component);
+                }
+            }
+            Op::Retry { component } => {
+                self.retry_due.remove(component);
+            }
+            Op::Relabel { node, selected } => self.scheduler_selected[*node] = *selected,
+            _ => {}
+        }
+    }
+}
+
+fn pick<T: Copy>(rng: &mut fastrand::Rng, items: &[T]) -> T {
+    items[rng.usize(..items.len())]
+}
+
+fn draw(rng: &mut fastrand::Rng, model: &Model) -> Op {
+    loop {
+        let roll = rng.u32(0..100);
+        let op = match roll {
+            0..=11 => Op::Reboot {
+                nodes: vec![rng.usize(0..3)],
+                delays: vec![rng.u64(0..=20)],
+            },
+            12..=19 => {
+                let first = rng.usize(0..3);
+                let second = (first + 1 + rng.usize(0..2)) % 3;
+                Op::Reboot {
+                    nodes: vec![first, second],
+                    delays: vec![rng.u64(0..=30), rng.u64(0..=30)],
+                }
+            }
+            20..=27 => Op::Reboot {
+                nodes: vec![0, 1, 2],
+                delays: (0..3).map(|_| rng.u64(0..=60)).collect(),
+            },
+            28..=33 => Op::Reboot {
+                nodes: vec![rng.usize(0..3)],
+                delays: vec![rng.u64(60..=150)],
+            },
+            34..=51 => {
+                let component = pick(rng, &COMPONENTS);
+                let flag = if component == "etcd" {
+                    format!("log-level={}", pick(rng, &["debug", "info", "warn"]))
+                } else {
+                    format!("v={}", rng.u32(1..=4))
+                };
+                if model.flags[component].as_ref().is_some_and(|(f, _)| *f == flag) {
+                    continue;
+                }
+                Op::Upgrade {
+                    component,
+                    flag,
+                    good: true,
+                }
+            }
+            52..=61 => {
+                let component = pick(rng, &COMPONENTS);
+                if model.is_bad(component) {
+                    continue;
+                }
+                Op::Upgrade {
+                    component,
+                    flag: format!("no-such-flag={}", rng.u32(1..1000)),
+                    good: false,
+                }
+            }
+            62..=67 => {
+                let Some(&component) = model.retry_due.iter().nth(rng.usize(..model.retry_due.len().max(1))) else {
+                    continue;
+                };
+                Op::Retry { component }
+            }
+            68..=77 => Op::DeleteAnchorPod {
+                component: pick(rng, &COMPONENTS),
+                node: rng.usize(0..3),
+            },
+            78..=85 => Op::DeleteDaemonSet {
+                component: pick(rng, &COMPONENTS),
+                node: rng.usize(0..3),
+                after: rng.u64(0..=30),
+            },
+            86..=92 => {
+                let node = rng.usize(0..3);
+                let selected = !model.scheduler_selected[node];
+                // Keep two schedulers: the anchors' own pods need one to be placed.
+                if !selected && model.scheduler_selected.iter().filter(|s| **s).count() < 3 {
+                    continue;
+                }
+                Op::Relabel { node, selected }
+            }
+            _ => Op::Drain {
+                node: rng.usize(0..3),
+                hold: rng.u64(5..=30),
+            },
+        };
+        return op;
+    }
+}
+
+fn plan(seed: u64, ops: usize) -> Vec<Step> {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut model = Model::new();
+    (0..ops)
+        .map(|i| {
+            let op = draw(&mut rng, &model);
+            model.apply(&op);
+            let settle = i + 1 == ops || rng.u32(0..100) < 60;
+            let gap = rng.u64(5..=30);
+            Step { op, settle, gap }
+        })
+        .collect()
+}
+
+// ------------------------------------------------------------------------------------------
+// The monitor: etcd's quorum and the API's availability, every second, on a thread of its own.
+
+#[derive(Debug, Default)]
+struct Shared {
+    /// By the run's choice: from a node's power cut until its etcd member is healthy again.
+    down: [bool; 3],
+    booted: [bool; 3],
+    op: usize,
+    started: Option<Instant>,
+    violations: Vec<String>,
+    api_polls: u64,
+    /// Polls no API server answered.
+    api_unanswered: u64,
+    /// Of those, polls while at most one node was down by choice.
+    api_unanswered_calm: u64,
+}
+
+impl Shared {
+    fn violation(&mut self, what: String) {
+        let at = self.started.map(|s| s.elapsed().as_secs_f64()).unwrap_or_default();
+        self.violations
+            .push(format!("at {at:.0}s, operation {}: {what}", self.op));
+    }
+}
+
+fn monitor(cluster: &SelfHosted, shared: Arc<Mutex<Shared>>) -> Background<()> {
+    let ips: Vec<String> = cluster.nodes.iter().map(|n| n.ip.clone()).collect();
+    Background::with_clients(cluster.admin_kubeconfigs(), move |clients, stop| async move {
+        let ask = |c: kube::Client| async move {
+            let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(c);
+            tokio::time::timeout(Duration::from_secs(2), namespaces.get("kube-system"))
+                .await
+                .is_ok_and(|r| r.is_ok())
+        };
+        // Since when at most one node is down by choice, and since when etcd has had no quorum
+        // or the API no answer.
+        let mut calm_since: Option<Instant> = Some(Instant::now());
+        let mut no_quorum_since: Option<Instant> = None;
+        let mut no_api_since: Option<Instant> = None;
+        let (mut quorum_reported, mut api_reported) = (false, false);
+        let mut next = 0;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let tick = Instant::now();
+            let healthy: Vec<bool> = ips.iter().map(|ip| etcd_health(ip)).collect();
+            let mut answered = false;
+            for k in 0..clients.len() {
+                if ask(clients[(next + k) % clients.len()].clone()).await {
+                    answered = true;
+                    break;
+                }
+            }
+            next = (next + 1) % clients.len();
+            let now = Instant::now();
+            {
+                let mut s = shared.lock().unwrap();
+                for (i, &up) in healthy.iter().enumerate() {
+                    if s.down[i] && s.booted[i] && up {
+                        s.down[i] = false;
+                    }
+                }
+                let down_by_choice = s.down.iter().filter(|d| **d).count();
+                if down_by_choice > 1 {
+                    calm_since = None;
+                } else if calm_since.is_none() {
+                    calm_since = Some(now);
+                }
+                let calm_before = |since: Instant, margin: Duration| calm_since.is_some_and(|c| c + margin <= since);
+                s.api_polls += 1;
+                if !answered {
+                    s.api_unanswered += 1;
+                    if down_by_choice <= 1 {
+                        s.api_unanswered_calm += 1;
+                    }
+                }
+                if healthy.iter().filter(|h| **h).count() >= 2 {
+                    (no_quorum_since, quorum_reported) = (None, false);
+                } else {
+                    let since = *no_quorum_since.get_or_insert(now);
+                    if !quorum_reported && now - since >= Duration::from_secs(5) && calm_before(since, Duration::ZERO) {
+                        quorum_reported = true;
+                        let down = s.down;
+                        s.violation(format!(
+                            "etcd without a quorum for {:.0}s (members healthy: {healthy:?}; down by choice: {down:?})",
+                            (now - since).as_secs_f64()
+                        ));
+                    }
+                }
+                if answered {
+                    (no_api_since, api_reported) = (None, false);
+                } else {
+                    let since = *no_api_since.get_or_insert(now);
+                    if !api_reported
+                        && now - since >= Duration::from_secs(10)
+                        && calm_before(since, Duration::from_secs(20))
+                    {
+                        api_reported = true;
+                        let down = s.down;
+                        s.violation(format!(
+                            "no API server answered for {:.0}s (etcd healthy: {healthy:?}; down by choice: {down:?})",
+                            (now - since).as_secs_f64()
+                        ));
+                    }
+                }
+            }
+            tokio::time::sleep_until((tick + Duration::from_secs(1)).into()).await;
+        }
+    })
+}
+
+// ------------------------------------------------------------------------------------------
+// The run.
+
+struct Run {
+    cluster: SelfHosted,
+    model: Model,
+    shared: Arc<Mutex<Shared>>,
+    /// Nodes to boot, and when.
+    boots: Vec<(Instant, usize)>,
+    /// Files under each node's /etc/kubernetes before the charts were installed that no ledger
+    /// claims (the kubelet's kubeconfig).
+    baseline: Vec<BTreeSet<PathBuf>>,
+    /// Bad versions `retry` was asked to try again: a second node may try them.
+    retried: BTreeSet<String>,
+    /// Anchor container restarts already judged, by pod.
+    restarts_seen: BTreeMap<String, i32>,
+    /// When the run last booted a node.
+    last_boot: Option<Instant>,
+    /// Every version some node recorded as bad, with whether the last push of its component
+    /// before it was seen was a good one, and the node's reason.
+    rolled_back: BTreeMap<String, (&'static str, bool, String)>,
+    client: kube::Client,
+}
+
+impl Run {
+    /// Boots every node whose time has come.
+    fn tick(&mut self) {
+        let now = Instant::now();
+        let due: Vec<usize> = self
+            .boots
+            .iter()
+            .filter(|(at, _)| *at <= now)
+            .map(|(_, i)| *i)
+            .collect();
+        self.boots.retain(|(at, _)| *at > now);
+        for i in due {
+            let dir = self.cluster.dir.clone();
+            self.cluster.nodes[i].boot(&dir);
+            self.shared.lock().unwrap().booted[i] = true;
+            self.last_boot = Some(now);
+        }
+    }
+
+    async fn sleep(&mut self, secs: u64) {
+        let until = Instant::now() + Duration::from_secs(secs);
+        while Instant::now() < until {
+            self.tick();
+            tokio::time::sleep(Duration::from_millis(500).min(until.saturating_duration_since(Instant::now()))).await;
+        }
+    }
+
+    /// A command that needs the API, tried again (booting nodes meanwhile) until it succeeds
+    /// or `bound` has passed; then its failure.
+    async fn until_ok(&mut self, what: &str, mut run: impl FnMut() -> Output) -> Result<String, String> {
+        let deadline = Instant::now() + Duration::from_secs(300);
+        loop {
+            let out = run();
+            if out.status.success() {
+                return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
+            }
+            let err = String::from_utf8_lossy(&out.stderr).into_owned();
+            if Instant::now() > deadline {
+                return Err(format!("{what}: {}", err.trim()));
+            }
+            self.sleep(3).await;
+        }
+    }
+
+    /// `kubectl ARGS…` as the cluster's admin, to be run (again) by [`Run::until_ok`].
+    fn kubectl(&self, args: &[&str]) -> impl FnMut() -> Output + use<> {
+        let admin = self.cluster.dir.join("admin.conf");
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        move || {
+            Command::new(tool("kubectl"))
+                .arg("--kubeconfig")
+                .arg(&admin)
+                .args(["--request-timeout", "10s"])
+                .args(&args)
+                .output()
+                .unwrap()
+        }
+    }
+
+    /// `cluster.sh upgrade COMPONENT` with the values the plan gives it now.
+    fn upgrade(&self, component: &str) -> impl FnMut() -> Output + use<> {
+        let dir = self.cluster.dir.clone();
+        let mut args = vec![component.to_owned()];
+        args.extend(self.model.set_args(component));
+        move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            script("upgrade", &dir, &args, &[])
+        }
+    }
+
+    fn daemonset_name(component: &str, node: usize) -> String {
+        if matches!(component, "etcd" | "kube-apiserver") {
+            format!("{component}-anchor-{}", NODES[node].0)
+        } else {
+            format!("{component}-anchor")
+        }
+    }
+
+    async fn apply(&mut self, op: &Op) -> Result<(), String> {
+        self.model.apply(op);
+        match op {
+            Op::Reboot { nodes, delays } => {
+                let now = Instant::now();
+                for (&i, &delay) in nodes.iter().zip(delays) {
+                    if !self.cluster.nodes[i].is_up() {
+                        continue; // already down: its boot stays as scheduled
+                    }
+                    {
+                        let mut s = self.shared.lock().unwrap();
+                        s.down[i] = true;
+                        s.booted[i] = false;
+                    }
+                    self.cluster.nodes[i].kill_now();
+                    self.boots.push((now + Duration::from_secs(delay), i));
+                }
+                for &i in nodes {
+                    self.cluster.nodes[i].wait_dead();
+                }
+                self.tick();
+                Ok(())
+            }
+            Op::Upgrade { component, .. } => self
+                .until_ok(&format!("helm upgrade {component}"), self.upgrade(component))
+                .await
+                .map(drop),
+            Op::Retry { component } => {
+                for n in &self.cluster.nodes {
+                    if let Some(ledger) = n.ledger(component) {
+                        for bad in ledger["bad"].as_array().into_iter().flatten() {
+                            self.retried.insert(bad["hash"].as_str().unwrap_or_default().to_owned());
+                        }
+                    }
+                }
+                // Only where a bad version is recorded: elsewhere `retry` has nothing to do,
+                // says so and exits 1.
+                for n in &self.cluster.nodes {
+                    if n.ledger(component)
+                        .is_none_or(|l| l["bad"].as_array().is_none_or(|b| b.is_empty()))
+                    {
+                        continue;
+                    }
+                    let out = Command::new(BIN)
+                        .args(["retry", "--component", component, "--host-root"])
+                        .arg(n.host())
+                        .output()
+                        .unwrap();
+                    if !out.status.success() {
+                        return Err(format!(
+                            "kube-anchor retry on {}: {}",
+                            n.name,
+                            String::from_utf8_lossy(&out.stderr).trim()
+                        ));
+                    }
+                }
+                Ok(())
+            }
+            Op::DeleteAnchorPod { component, node } => {
+                let selector = format!("app.kubernetes.io/name=kube-anchor,app.kubernetes.io/component={component}");
+                let field = format!("spec.nodeName={}", NODES[*node].0);
+                let args = [
+                    "-n",
+                    "kube-system",
+                    "delete",
+                    "pod",
+                    "-l",
+                    &selector,
+                    "--field-selector",
+                    &field,
+                    "--wait=false",
+                ];
+                self.until_ok("kubectl delete pod", self.kubectl(&args)).await.map(drop)
+            }
+            Op::DeleteDaemonSet { component, node, after } => {
+                let name = Self::daemonset_name(component, *node);
+                let args = [
+                    "-n",
+                    "kube-system",
+                    "delete",
+                    "daemonset",
+                    &name,
+                    "--wait=false",
+                    "--ignore-not-found",
+                ];
+                self.until_ok("kubectl delete daemonset", self.kubectl(&args)).await?;
+                self.sleep(*after).await;
+                self.until_ok(&format!("helm upgrade {component}"), self.upgrade(component))
+                    .await
+                    .map(drop)
+            }
+            Op::Relabel { node, selected } => {
+                let label = if *selected {
+                    format!("{SCHEDULER_LABEL}=yes")
+                } else {
+                    format!("{SCHEDULER_LABEL}-")
+                };
+                let args = ["label", "node", NODES[*node].0, &label, "--overwrite"];
+                self.until_ok("kubectl label", self.kubectl(&args)).await.map(drop)
+            }
+            Op::Drain { node, hold } => {
+                let name = NODES[*node].0;
+                let args = [
+                    "drain",
+                    name,
+                    "--ignore-daemonsets",
+                    "--delete-emptydir-data",
+                    "--timeout=120s",
+                ];
+                self.until_ok("kubectl drain", self.kubectl(&args)).await?;
+                self.sleep(*hold).await;
+                self.until_ok("kubectl uncordon", self.kubectl(&["uncordon", name]))
+                    .await
+                    .map(drop)
+            }
+        }
+    }
+
+    fn selected(&self, component: &str, node: usize) -> bool {
+        component != SCHEDULER || self.model.scheduler_selected[node]
+    }
+
+    /// Why the cluster has not settled yet, or `None` once it has.
+    async fn not_settled(&self) -> Option<String> {
+        if !self.boots.is_empty() {
+            return Some("a node is still down".into());
+        }
+        if let Some(i) = self.shared.lock().unwrap().down.iter().position(|d| *d) {
+            return Some(format!("{}: etcd not healthy since its boot", NODES[i].0));
+        }
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), "kube-system");
+        let list = match pods.list(&ListParams::default()).await {
+            Ok(l) => l,
+            Err(e) => return Some(format!("listing pods: {e}")),
+        };
+        // A pod on its way out (an anchor's preStop hook may still run) is not settled.
+        if let Some(p) = list.items.iter().find(|p| p.metadata.deletion_timestamp.is_some()) {
+            return Some(format!("{}: terminating", p.metadata.name.clone().unwrap_or_default()));
+        }
+        let by_name: BTreeMap<String, &Pod> = list
+            .items
+            .iter()
+            .map(|p| (p.metadata.name.clone().unwrap_or_default(), p))
+            .collect();
+        for (i, n) in self.cluster.nodes.iter().enumerate() {
+            for component in COMPONENTS {
+                let name = format!("{component}-{}", n.name);
+                if !self.selected(component, i) {
+                    if by_name.contains_key(&name) {
+                        return Some(format!("{name}: a mirror pod on a deselected node"));
+                    }
+                    continue;
+                }
+                let Some(pod) = by_name.get(&name) else {
+                    return Some(format!("{name}: no mirror pod"));
+                };
+                let status = pod
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.container_statuses.as_ref())
+                    .and_then(|c| c.first());
+                let running = status
+                    .and_then(|s| s.state.as_ref())
+                    .is_some_and(|s| s.running.is_some());
+                if !running || !status.is_some_and(|s| s.ready) {
+                    return Some(format!("{name}: not Running and Ready"));
+                }
+                let hash = pod
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get("kube-anchor.io/content-hash"));
+                let written = n.written_hash(component);
+                if hash != written.as_ref() {
+                    return Some(format!("{name}: runs {hash:?}, its anchor's ledger says {written:?}"));
+                }
+            }
+        }
+        let daemonsets: Api<DaemonSet> = Api::namespaced(self.client.clone(), "kube-system");
+        let list = match daemonsets.list(&ListParams::default()).await {
+            Ok(l) => l,
+            Err(e) => return Some(format!("listing DaemonSets: {e}")),
+        };
+        let expected: BTreeSet<String> = COMPONENTS
+            .iter()
+            .flat_map(|c| (0..3).map(move |i| Self::daemonset_name(c, i)))
+            .collect();
+        let present: BTreeSet<String> = list.items.iter().filter_map(|d| d.metadata.name.clone()).collect();
+        if let Some(missing) = expected.difference(&present).next() {
+            return Some(format!("DaemonSet {missing} missing"));
+        }
+        for ds in &list.items {
+            let name = ds.metadata.name.clone().unwrap_or_default();
+            let component = COMPONENTS
+                .iter()
+                .find(|c| name.starts_with(&format!("{c}-anchor")))
+                .copied();
+            // A held-back anchor (a bad version recorded) is not Ready by design: its rollout
+            // waits for values that do not carry the bad version.
+            if component.is_none_or(|c| self.model.is_bad(c) || !self.recorded_bad(c).is_empty()) {
+                continue;
+            }
+            let Some(s) = ds.status.as_ref() else {
+                return Some(format!("{name}: no status"));
+            };
+            let generation = ds.metadata.generation.unwrap_or_default();
+            let desired = match component {
+                Some(SCHEDULER) => self.model.scheduler_selected.iter().filter(|s| **s).count() as i32,
+                Some("etcd" | "kube-apiserver") => 1,
+                _ => 3,
+            };
+            if s.observed_generation != Some(generation)
+                || s.desired_number_scheduled != desired
+                || s.number_ready != desired
+                || s.updated_number_scheduled != Some(desired)
+            {
+                return Some(format!(
+                    "{name}: desired {} (expected {desired}), ready {}, updated {:?}",
+                    s.desired_number_scheduled, s.number_ready, s.updated_number_scheduled
+                ));
+            }
+        }
+        match self.cluster.etcd_healthy_members() {
+            Ok(3) => None,
+            Ok(n) => Some(format!("etcd: {n} healthy members")),
+            Err(e) => Some(format!("etcd: {e}")),
+        }
+    }
+
+    /// The versions of `component` some node records as bad: (hash, node, reason).
+    fn recorded_bad(&self, component: &str) -> Vec<(String, String, String)> {
+        let mut out = Vec::new();
+        for n in &self.cluster.nodes {
+            let Some(ledger) = n.ledger(component) else { continue };
+            for b in ledger["bad"].as_array().into_iter().flatten() {
+                let field = |k: &str| b[k].as_str().unwrap_or_default().to_owned();
+                out.push((field("hash"), n.name.clone(), field("reason")));
+            }
+        }
+        out
+    }
+
+    /// The files every ledger of the node claims, with their sha256 (hex).
+    fn claimed(&self, node: usize) -> BTreeMap<PathBuf, String> {
+        let n = &self.cluster.nodes[node];
+        let mut out = BTreeMap::new();
+        for component in COMPONENTS {
+            let Some(ledger) = n.ledger(component) else { continue };
+            for f in ledger["files"].as_array().into_iter().flatten() {
+                let path = f["path"].as_str().unwrap_or_default().trim_start_matches('/');
+                out.insert(n.host().join(path), f["sha256"].as_str().unwrap_or_default().to_owned());
+            }
+        }
+        out
+    }
+
+    fn unclaimed(&self, node: usize) -> BTreeSet<PathBuf> {
+        let claimed = self.claimed(node);
+        files_under(&self.cluster.nodes[node].host().join("etc/kubernetes"))
+            .into_iter()
+            .filter(|p| !claimed.contains_key(p))
+            .collect()
+    }
+
+    /// The invariants of a settled cluster: every violation found.
+    async fn settled_violations(&mut self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (i, n) in self.cluster.nodes.iter().enumerate() {
+            for (path, sha) in self.claimed(i) {
+                match fs::read(&path) {
+                    Ok(bytes) => {
+                        let actual = hex::encode(Sha256::digest(&bytes));
+                        if !sha.ends_with(&actual) {
+                            out.push(format!("{}: {} differs from its ledger", n.name, path.display()));
+                        }
+                    }
+                    Err(e) => out.push(format!("{}: {} claimed, missing: {e}", n.name, path.display())),
+                }
+            }
+            for stray in self.unclaimed(i).difference(&self.baseline[i]) {
+                out.push(format!("{}: {} is claimed by no ledger", n.name, stray.display()));
+            }
+            for component in COMPONENTS {
+                let comm: String = component.chars().take(15).collect();
+                let copies = n.processes_named(&comm);
+                let expected = usize::from(self.selected(component, i));
+                if copies > 1 || (expected == 0 && copies > 0) {
+                    out.push(format!(
+                        "{}: {copies} processes of {component} (expected {expected})",
+                        n.name
+                    ));
+                }
+            }
+        }
+        // A version rolled back on one node is tried on no other.
+        for component in COMPONENTS {
+            let mut tried_by: BTreeMap<String, BTreeSet<&str>> = BTreeMap::new();
+            let mut failed = BTreeSet::new();
+            for n in &self.cluster.nodes {
+                let Some(ledger) = n.ledger(component) else { continue };
+                for r in ledger["history"].as_array().into_iter().flatten() {
+                    let hash = r["hash"].as_str().unwrap_or_default().to_owned();
+                    if r["result"] == "failed" {
+                        failed.insert(hash.clone());
+                    }
+                    tried_by.entry(hash).or_default().insert(&n.name);
+                }
+                for b in ledger["bad"].as_array().into_iter().flatten() {
+                    failed.insert(b["hash"].as_str().unwrap_or_default().to_owned());
+                }
+            }
+            for hash in failed.difference(&self.retried) {
+                let nodes = tried_by.get(hash).cloned().unwrap_or_default();
+                if nodes.len() > 1 {
+                    out.push(format!("{component} {hash} rolled back, yet tried on {nodes:?}"));
+                }
+            }
+        }
+        for component in COMPONENTS {
+            let after_good = !self.model.is_bad(component);
+            for (hash, node, reason) in self.recorded_bad(component) {
+                self.rolled_back
+                    .entry(hash)
+                    .or_insert_with(|| (component, after_good, format!("{node}: {reason}")));
+            }
+        }
+        // No anchor container ended with an error.
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), "kube-system");
+        if let Ok(list) = pods
+            .list(&ListParams::default().labels("app.kubernetes.io/name=kube-anchor"))
+            .await
+        {
+            for pod in list.items {
+                let name = pod.metadata.name.clone().unwrap_or_default();
+                for c in pod.status.and_then(|s| s.container_statuses).into_iter().flatten() {
+                    let seen = self.restarts_seen.get(&name).copied().unwrap_or(0);
+                    if c.restart_count <= seen {
+                        continue;
+                    }
+                    self.restarts_seen.insert(name.clone(), c.restart_count);
+                    let last = c.last_state.and_then(|s| s.terminated);
+                    if let Some(t) = last.filter(|t| !matches!(t.exit_code, 0 | 137 | 143)) {
+                        out.push(format!(
+                            "anchor {name} exited {} ({}): {}",
+                            t.exit_code,
+                            t.reason.unwrap_or_default(),
+                            t.message.unwrap_or_default().trim()
+                        ));
+                    }
+                }
+            }
+        }
+        // Container logs (`<n>.log` in the pod log dirs the kubelet makes on each node).
+        for log in files_under(&self.cluster.dir.join("nodes"))
+            .into_iter()
+            .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        {
+            if fs::read_to_string(&log).is_ok_and(|t| t.contains("panicked at")) {
+                out.push(format!("a panic in {}", log.display()));
+            }
+        }
+        out
+    }
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn values() -> Vec<(&'static str, String)> {
+    SHORT_TRIALS
+        .iter()
+        .map(|(chart, yaml)| {
+            let mut yaml = yaml.to_string();
+            // An etcd restart here (the old member stopped, the new one started and healthy)
+            // can take longer than the bed's 25 s trial once the nodes are busy, and a trial
+            // counts that time: a good version would fail it.
+            if *chart == "etcd" {
+                yaml = yaml.replace("trialPeriod: 25s", "trialPeriod: 60s");
+            }
+            if *chart == SCHEDULER {
+                yaml.push_str(&format!("nodeSelector: {{{SCHEDULER_LABEL}: \"yes\"}}\n"));
+            }
+            (*chart, yaml)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seeded_lifecycle_keeps_every_invariant() {
+    let ops = env_or("KUBE_ANCHOR_LIFECYCLE_OPS", 8) as usize;
+    let seed = env_or("KUBE_ANCHOR_LIFECYCLE_SEED", 3);
+    let steps = plan(seed, ops);
+    println!("lifecycle run: seed {seed}, {ops} operations:");
+    for (i, s) in steps.iter().enumerate() {
+        let then = if s.settle {
+            "settle".to_owned()
+        } else {
+            format!("next after {}s", s.gap)
+        };
+        println!("  {i:>3}. {} [{then}]", s.op);
+    }
+
+    if std::env::var_os("KUBE_ANCHOR_LIFECYCLE_PLAN_ONLY").is_some() {
+        return;
+    }
+    let dir = test_dir().join(format!("lifecycle-{seed}"));
+    let _ = fs::remove_dir_all(&dir);
+    println!(
+        "cluster dir (logs of every process of every node; kept when the run fails): {}",
+        dir.display()
+    );
+    let values = values();
+    let values: Vec<(&str, &str)> = values.iter().map(|(c, y)| (*c, y.as_str())).collect();
+    // The nodes carry the scheduler's label from their first boot, as the DaemonSets will see
+    // them.
+    let labels = format!("--node-label node-role.kubernetes.io/control-plane= --node-label {SCHEDULER_LABEL}=yes");
+    let cluster = SelfHosted::bootstrap_with(&dir, &NODES, &values, &labels).await;
+    for (name, _) in NODES {
+        cluster.kubectl(&["label", "node", name, &format!("{SCHEDULER_LABEL}=yes")]);
+    }
+    cluster.install();
+    cluster.wait_anchors_ready(Duration::from_secs(300)).await;
+    for c in COMPONENTS {
+        cluster.wait_promoted(c, Duration::from_secs(240)).await;
+    }
+    let client = cluster.client(0).await;
+    let shared = Arc::new(Mutex::new(Shared {
+        started: Some(Instant::now()),
+        ..Shared::default()
+    }));
+    let mut run = Run {
+        model: Model::new(),
+        shared: shared.clone(),
+        boots: Vec::new(),
+        baseline: Vec::new(),
+        retried: BTreeSet::new(),
+        restarts_seen: BTreeMap::new(),
+        last_boot: None,
+        rolled_back: BTreeMap::new(),
+        client,
+        cluster,
+    };
+    run.baseline = (0..3).map(|i| run.unclaimed(i)).collect();
+    let watcher = monitor(&run.cluster, shared.clone());
+
+    let mut settle_times: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    let mut failure: Option<(usize, Vec<String>)> = None;
+    let started = Instant::now();
+    for (i, step) in steps.iter().enumerate() {
+        shared.lock().unwrap().op = i;
+        let kind = step.op.kind();
+        *counts.entry(kind.clone()).or_default() += 1;
+        let applied = Instant::now();
+        println!("[{:>5.0}s] {i}. {}", started.elapsed().as_secs_f64(), step.op);
+        if let Err(e) = run.apply(&step.op).await {
+            failure = Some((i, vec![format!("the operation failed: {e}")]));
+            break;
+        }
+        if step.settle {
+            let bound = match step.op {
+                Op::Upgrade {
+                    component: "kube-apiserver",
+                    ..
+                } => APISERVER_SETTLE_BOUND,
+                _ => SETTLE_BOUND,
+            };
+            // Settled: every check passes throughout STABLE (an operation takes a moment to
+            // show: a deleted pod is still listed Ready just after the delete).
+            let mut reason = String::new();
+            let mut settled_since: Option<Instant> = None;
+            let settled = loop {
+                run.tick();
+                // The bound counts from the operation, or from the last boot after it.
+                let from = run
+                    .boots
+                    .iter()
+                    .map(|(at, _)| *at)
+                    .chain(run.last_boot)
+                    .max()
+                    .unwrap_or(applied)
+                    .max(applied);
+                match run.not_settled().await {
+                    None => {
+                        let since = *settled_since.get_or_insert_with(Instant::now);
+                        if since.elapsed() >= STABLE {
+                            break Some(since);
+                        }
+                    }
+                    Some(why) => (reason, settled_since) = (why, None),
+                }
+                if Instant::now() > from + bound || !shared.lock().unwrap().violations.is_empty() {
+                    break None;
+                }
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            };
+            let mut violations = shared.lock().unwrap().violations.clone();
+            match settled {
+                Some(since) => {
+                    settle_times
+                        .entry(kind)
+                        .or_default()
+                        .push((since - applied).as_secs_f64());
+                    violations.extend(run.settled_violations().await);
+                }
+                None if !violations.is_empty() => {}
+                None => violations.push(format!(
+                    "not settled within {bound:?} of the operation or its last boot: {reason}"
+                )),
+            }
+            if !violations.is_empty() {
+                failure = Some((i, violations));
+                break;
+            }
+            let took = settle_times
+                .get(&step.op.kind())
+                .and_then(|v| v.last())
+                .copied()
+                .unwrap_or_default();
+            println!(
+                "[{:>5.0}s]    settled after {took:.0}s",
+                started.elapsed().as_secs_f64()
+            );
+        } else {
+            run.sleep(step.gap).await;
+            let violations = shared.lock().unwrap().violations.clone();
+            if !violations.is_empty() {
+                failure = Some((i, violations));
+                break;
+            }
+        }
+    }
+    watcher.finish();
+    let s = shared.lock().unwrap();
+    println!(
+        "\nlifecycle run, 3 process nodes, seed {seed}, {} of {ops} operations in {:.0}s:",
+        counts.values().sum::<usize>(),
+        started.elapsed().as_secs_f64()
+    );
+    println!("| operation | count | waited to settle | settle time p50 / p90 / max |\n|---|---|---|---|");
+    for (kind, n) in &counts {
+        let mut v = settle_times.get(kind).cloned().unwrap_or_default();
+        v.sort_by(|a, b| a.total_cmp(b));
+        // An operation the next one followed before it settled has no settle time of its own.
+        let times = if v.is_empty() {
+            "–".to_owned()
+        } else {
+            format!(
+                "{:.0} / {:.0} / {:.0} s",
+                percentile(&v, 50.0),
+                percentile(&v, 90.0),
+                percentile(&v, 100.0)
+            )
+        };
+        println!("| {kind} | {n} | {} | {times} |", v.len());
+    }
+    let availability = 100.0 * (s.api_polls - s.api_unanswered) as f64 / s.api_polls.max(1) as f64;
+    println!(
+        "| API through any of 3 servers | {} polls | {availability:.1} % answered | unanswered: {} ({} with at most one node down) |",
+        s.api_polls, s.api_unanswered, s.api_unanswered_calm
+    );
+    let after_good: Vec<_> = run.rolled_back.values().filter(|r| r.1).collect();
+    println!(
+        "| versions rolled back | {} | {} after a good push | |",
+        run.rolled_back.len(),
+        after_good.len()
+    );
+    println!(
+        "| violations | {} | | |",
+        failure.as_ref().map(|f| f.1.len()).unwrap_or(0)
+    );
+    for (component, _, reason) in &after_good {
+        println!("a good {component} version rolled back: {reason}");
+    }
+    drop(s);
+    if let Some((i, violations)) = failure {
+        panic!(
+            "seed {seed}, operation {i} ({}): {}\nreplay: tools/lifecycle.sh {} {seed}\nlogs of every process of every node: {}",
+            steps[i].op,
+            violations.join("\n  "),
+            i + 1,
+            dir.display()
+        );
+    }
+    drop(run);
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_seed_names_one_plan() {
+    let a: Vec<String> = plan(7, 40)
+        .iter()
+        .map(|s| format!("{} {} {}", s.op, s.settle, s.gap))
+        .collect();
+    let b: Vec<String> = plan(7, 40)
+        .iter()
+        .map(|s| format!("{} {} {}", s.op, s.settle, s.gap))
+        .collect();
+    assert_eq!(a, b);
+    let c: Vec<String> = plan(8, 40)
+        .iter()
+        .map(|s| format!("{} {} {}", s.op, s.settle, s.gap))
+        .collect();
+    assert_ne!(a, c);
+    assert!(plan(7, 40).last().unwrap().settle, "a run ends settled");
+}
+
+#[test]
+fn a_plan_keeps_two_schedulers_and_retries_only_what_went_bad() {
+    for seed in 0..50 {
+        let mut model = Model::new();
+        for step in plan(seed, 60) {
+            if let Op::Retry { component } = step.op {
+                assert!(
+                    model.retry_due.contains(component),
+                    "seed {seed}: retry of {component} before a bad push"
+                );
+            }
+            model.apply(&step.op);
+            assert!(
+                model.scheduler_selected.iter().filter(|s| **s).count() >= 2,
+                "seed {seed}"
+            );
+        }
+    }
+}

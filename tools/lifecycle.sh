@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Runs the randomized lifecycle run (tests/lifecycle.rs) on three process nodes: OPS seeded
+# operations (default 40) from SEED (default 3), invariants checked throughout; prints the plan,
+# each operation as it is applied, and the table. A failing run prints its seed, the operation's
+# index and the command that replays it, and keeps the logs of every process of every node.
+#   tools/lifecycle.sh [OPS] [SEED...]
+#   tools/lifecycle.sh --plan [OPS] [SEED...]   only print each seed's plan
+# With several seeds, one run per seed, one after another; the exit code is the first failure's.
+# CI runs a short sequence (8 operations, seed 3) as part of ./test.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [[ ${1:-} == --plan ]]; then
+  export KUBE_ANCHOR_LIFECYCLE_PLAN_ONLY=1
+  shift
+fi
+tools/build.sh >/dev/null
+ops=${1:-40}
+shift || true
+seeds=("${@:-3}")
+rc=0
+for seed in "${seeds[@]}"; do
+  if ! KUBE_ANCHOR_LIFECYCLE_OPS=$ops KUBE_ANCHOR_LIFECYCLE_SEED=$seed \
+    cargo test --locked --test lifecycle -- a_seeded_lifecycle_keeps_every_invariant --nocapture 2>&1 |
+    sed -n '/^lifecycle run\|^  *[0-9]*\. \|^\[\|^|\|^seed \|^replay\|^logs of\|^  \|^cluster dir/p'; then
+    rc=1
+  fi
+done
+exit "$rc"
