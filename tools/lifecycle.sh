@@ -5,7 +5,8 @@
 # index and the command that replays it, and keeps the logs of every process of every node.
 #   tools/lifecycle.sh [OPS] [SEED...]
 #   tools/lifecycle.sh --plan [OPS] [SEED...]   only print each seed's plan
-# With several seeds, one run per seed, one after another; the exit code is the first failure's.
+#   KUBE_ANCHOR_LIFECYCLE_ONLY=5,6 tools/lifecycle.sh OPS SEED   only those operations of the plan
+# With several seeds, one run per seed, one after another; exits 1 when any of them failed.
 # CI runs a short sequence (8 operations, seed 3) as part of ./test.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,9 +20,14 @@ shift || true
 seeds=("${@:-3}")
 rc=0
 for seed in "${seeds[@]}"; do
-  if ! KUBE_ANCHOR_LIFECYCLE_OPS=$ops KUBE_ANCHOR_LIFECYCLE_SEED=$seed \
+  # A directory of its own per seed: a test binary removes the directories of binaries no longer
+  # running under its TMPDIR, which would take a failed seed's logs with them. (Short: the nodes'
+  # unix sockets live below it.)
+  tmp=${TMPDIR:-/tmp}/kal-$seed
+  mkdir -p "$tmp"
+  if ! TMPDIR=$tmp KUBE_ANCHOR_LIFECYCLE_OPS=$ops KUBE_ANCHOR_LIFECYCLE_SEED=$seed \
     cargo test --locked --test lifecycle -- a_seeded_lifecycle_keeps_every_invariant --nocapture 2>&1 |
-    sed -n '/^lifecycle run\|^  *[0-9]*\. \|^\[\|^|\|^seed \|^replay\|^logs of\|^  \|^cluster dir/p'; then
+    sed -un '/^lifecycle run\|^  *[0-9]*\. \|^\[\|^|\|^seed \|^replay\|^logs of\|^  \|^cluster dir/p'; then
     rc=1
   fi
 done

@@ -529,8 +529,8 @@ impl SelfHosted {
         .await
     }
 
-    /// Members in etcd's list whose own `/health` says true.
-    pub fn etcd_healthy_members(&self) -> Result<usize, String> {
+    /// The names in etcd's member list (asked through the first node's member).
+    pub fn etcd_member_names(&self) -> Result<Vec<String>, String> {
         let pki = self.dir.join("pki");
         let out = Command::new("curl")
             .args(["-sS", "--max-time", "5", "--cacert"])
@@ -544,15 +544,22 @@ impl SelfHosted {
             .output()
             .map_err(|e| e.to_string())?;
         let list: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|e| format!("member list: {e}"))?;
-        let members = list["members"].as_array().cloned().unwrap_or_default();
-        let mut healthy = 0;
-        for n in &self.nodes {
-            let listed = members.iter().any(|m| m["name"] == n.name.as_str());
-            if listed && etcd_health(&n.ip) {
-                healthy += 1;
-            }
-        }
-        Ok(healthy)
+        Ok(list["members"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|m| m["name"].as_str().unwrap_or_default().to_owned())
+            .collect())
+    }
+
+    /// Members in etcd's list whose own `/health` says true.
+    pub fn etcd_healthy_members(&self) -> Result<usize, String> {
+        let members = self.etcd_member_names()?;
+        Ok(self
+            .nodes
+            .iter()
+            .filter(|n| members.contains(&n.name) && etcd_health(&n.ip))
+            .count())
     }
 
     pub async fn wait_anchors_ready(&self, timeout: Duration) -> i32 {
