@@ -1716,7 +1716,8 @@ async fn install_upgrade_and_uninstall_a_component_chart() {
         "the static pod manifest went missing during the upgrade"
     );
 
-    // helm uninstall: the hook sees the DaemonSet go and leaves the node clean.
+    // helm uninstall: the hook sees the DaemonSet go and, once the Node consents, leaves the
+    // node clean.
     hold(&admin, &ns, &new_pod, true).await;
     let out = ok(&helm(&[
         "uninstall",
@@ -1739,6 +1740,20 @@ async fn install_upgrade_and_uninstall_a_component_chart() {
         async move { pods.get(&new_pod).await.ok()?.metadata.deletion_timestamp.map(|_| ()) }
     })
     .await;
+    // The chart keeps the scheduler's last copy (`anchor.quorumGuard: last-copy`) until the
+    // Node consents, as its NOTES say.
+    let decision = pre_stop(&config, &node, &ns, &new_pod, &sa_kubeconfig, &env);
+    assert_eq!(decision["decision"], "held", "{decision}");
+    assert!(manifest.exists());
+    let consent = serde_json::json!({"metadata": {"annotations": {"kube-anchor.io/decommission": "true"}}});
+    Api::<k8s_openapi::api::core::v1::Node>::all(admin.clone())
+        .patch(
+            &node.name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&consent),
+        )
+        .await
+        .unwrap();
     let decision = pre_stop(&config, &node, &ns, &new_pod, &sa_kubeconfig, &env);
     assert_eq!(decision["decision"], "remove", "{decision}");
     std::thread::sleep(Duration::from_millis(500));

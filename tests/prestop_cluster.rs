@@ -25,6 +25,9 @@ use support::poll::eventually;
 
 const WAIT: Duration = Duration::from_secs(90);
 const HOLD: &str = "kube-anchor.io/test-hold";
+/// A static pod component outside every guard's list (the kube-up clusters' addon manager ran
+/// as one).
+const PLAIN_COMPONENT: &str = "kube-addon-manager";
 
 struct Scenario {
     cp: &'static ControlPlane,
@@ -38,8 +41,10 @@ struct Scenario {
 }
 
 impl Scenario {
+    /// A scenario of a component no guard covers under `--quorum-guard auto` (the
+    /// decommission rules alone; the guards have tests of their own).
     async fn new(name: &str) -> Self {
-        Self::with_component(name, "kube-scheduler").await
+        Self::with_component(name, PLAIN_COMPONENT).await
     }
 
     /// A scenario whose anchor keeps `component` (its static pod is named after it).
@@ -129,12 +134,8 @@ impl Scenario {
 
     /// The anchor DaemonSet (a stand-in image: the kubelet's runtime is a fake).
     async fn create_daemonset(&self) -> String {
-        self.create_anchor_daemonset(
-            "kube-scheduler-anchor",
-            serde_json::json!({&self.label: "enabled"}),
-            &[],
-        )
-        .await;
+        self.create_anchor_daemonset("addon-manager-anchor", serde_json::json!({&self.label: "enabled"}), &[])
+            .await;
         self.running_pod(None).await
     }
 
@@ -340,7 +341,7 @@ async fn delete_daemonset_and_check_removal(name: &str, propagation: Propagation
         propagation_policy: Some(propagation),
         ..Default::default()
     };
-    s.daemonsets().delete("kube-scheduler-anchor", &dp).await.unwrap();
+    s.daemonsets().delete("addon-manager-anchor", &dp).await.unwrap();
     s.wait_terminating(&pod).await;
     let (out, json) = s.pre_stop(&pod, &s.kubeconfig, &[]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -349,13 +350,13 @@ async fn delete_daemonset_and_check_removal(name: &str, propagation: Propagation
         json["reason"]
             .as_str()
             .unwrap()
-            .contains("DaemonSet kube-scheduler-anchor is"),
+            .contains("DaemonSet addon-manager-anchor is"),
         "{json}"
     );
     assert_eq!(
         removed(&json),
         [
-            "/etc/kubernetes/manifests/kube-scheduler.yaml",
+            "/etc/kubernetes/manifests/kube-addon-manager.yaml",
             "/etc/kubernetes/scheduler.conf"
         ],
         "manifest first"
@@ -427,16 +428,16 @@ async fn rolling_update_keeps_the_files_and_the_new_pod_adopts_them_without_a_re
     let s = Scenario::new("rollout").await;
     let old_pod = s.create_daemonset().await;
     s.anchor_the_component().await;
-    let mirror_name = format!("kube-scheduler-{}", s.node.name);
+    let mirror_name = format!("{}-{}", s.component, s.node.name);
     let pods: Api<Pod> = Api::namespaced(s.admin.clone(), &s.ns);
     let mirror_uid = pods.get(&mirror_name).await.unwrap().metadata.uid;
-    let manifest = s.host("/etc/kubernetes/manifests/kube-scheduler.yaml");
+    let manifest = s.host(&format!("/etc/kubernetes/manifests/{}.yaml", s.component));
     let inode = std::os::unix::fs::MetadataExt::ino(&fs::metadata(&manifest).unwrap());
 
     // A template change rolls the DaemonSet: the old pod is deleted, a new one created.
     let patch = serde_json::json!({"spec": {"template": {"metadata": {"annotations": {"rollout": "2"}}}}});
     s.daemonsets()
-        .patch("kube-scheduler-anchor", &PatchParams::default(), &Patch::Merge(&patch))
+        .patch("addon-manager-anchor", &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap();
     s.wait_terminating(&old_pod).await;
@@ -486,7 +487,7 @@ async fn pod_deleted_or_evicted_keeps_the_files() {
         .unwrap();
     let (_, unbound) = s.cp.service_account_client(&s.ns, "unbound").await;
     s.daemonsets()
-        .delete("kube-scheduler-anchor", &DeleteParams::default())
+        .delete("addon-manager-anchor", &DeleteParams::default())
         .await
         .unwrap();
     let (out, json) = s.pre_stop(&pod, &unbound, &[]);
@@ -518,7 +519,7 @@ async fn a_new_daemonset_of_the_component_keeps_the_files_when_the_old_one_is_de
     s.create_anchor_daemonset(&new_ds, serde_json::json!({"kubernetes.io/hostname": hostname}), &[])
         .await;
     let new_pod = s.pod_of(&new_ds, &s.node.name).await;
-    delete_daemonset(&s, "kube-scheduler-anchor").await;
+    delete_daemonset(&s, "addon-manager-anchor").await;
     s.wait_terminating(&old_pod).await;
     let (out, json) = s.pre_stop(&old_pod, &s.kubeconfig, &[]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -549,14 +550,14 @@ async fn a_container_restart_never_decommissions_and_the_restarted_anchor_is_not
     const DS_HOLD: &str = "kube-anchor.io/test-hold-daemonset";
     let s = Scenario::new("restart").await;
     s.create_anchor_daemonset(
-        "kube-scheduler-anchor",
+        "addon-manager-anchor",
         serde_json::json!({&s.label: "enabled"}),
         &[DS_HOLD],
     )
     .await;
     let pod = s.running_pod(None).await;
     s.anchor_the_component().await;
-    delete_daemonset(&s, "kube-scheduler-anchor").await;
+    delete_daemonset(&s, "addon-manager-anchor").await;
 
     let (out, json) = s.pre_stop(&pod, &s.kubeconfig, &[]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -574,11 +575,7 @@ async fn a_container_restart_never_decommissions_and_the_restarted_anchor_is_not
     // The DaemonSet goes; garbage collection deletes the pod: now it is a decommission.
     let release = serde_json::json!({"metadata": {"finalizers": null}});
     s.daemonsets()
-        .patch(
-            "kube-scheduler-anchor",
-            &PatchParams::default(),
-            &Patch::Merge(&release),
-        )
+        .patch("addon-manager-anchor", &PatchParams::default(), &Patch::Merge(&release))
         .await
         .unwrap();
     s.wait_terminating(&pod).await;
@@ -597,7 +594,7 @@ async fn a_daemonset_replaced_within_the_confirm_interval_keeps_the_files() {
     let s = Scenario::new("replace").await;
     let pod = s.create_daemonset().await;
     s.anchor_the_component().await;
-    delete_daemonset(&s, "kube-scheduler-anchor").await;
+    delete_daemonset(&s, "addon-manager-anchor").await;
     s.wait_terminating(&pod).await;
 
     let mut child = s
@@ -633,20 +630,19 @@ async fn a_daemonset_replaced_within_the_confirm_interval_keeps_the_files() {
     s.release_pods().await;
 }
 
-/// etcd on three nodes (the quorum guard is on for it by default). One node deselected: two
-/// other Ready copies remain, it is removed. The DaemonSet deleted: every anchor terminates at
-/// once, no copy would remain Ready, nothing is removed and a Warning Event says why — until
-/// the Node carries the decommission annotation.
-#[tokio::test(flavor = "multi_thread")]
-async fn the_quorum_guard_holds_the_last_copies_until_the_decommission_is_explicit() {
-    let s = Scenario::with_component("quorum", "etcd").await;
-    let n2 = s.cp.add_node("quorum-node-2", &[(&s.label, "enabled")]).await;
-    let n3 = s.cp.add_node("quorum-node-3", &[(&s.label, "enabled")]).await;
-    s.create_anchor_daemonset("etcd-anchor", serde_json::json!({&s.label: "enabled"}), &[])
+/// Three nodes of `component` (named `name`), each with a Ready anchor pod of DaemonSet
+/// `<component>-anchor` and the component's files: the scenario, the two other nodes and the
+/// pods on the three nodes.
+async fn three_ready_copies(name: &str, component: &str) -> (Scenario, [NodeHandle; 2], [String; 3]) {
+    let s = Scenario::with_component(name, component).await;
+    let n2 = s.cp.add_node(&format!("{name}-node-2"), &[(&s.label, "enabled")]).await;
+    let n3 = s.cp.add_node(&format!("{name}-node-3"), &[(&s.label, "enabled")]).await;
+    let ds = format!("{component}-anchor");
+    s.create_anchor_daemonset(&ds, serde_json::json!({&s.label: "enabled"}), &[])
         .await;
-    let p1 = s.pod_of("etcd-anchor", &s.node.name).await;
-    let p2 = s.pod_of("etcd-anchor", &n2.name).await;
-    let p3 = s.pod_of("etcd-anchor", &n3.name).await;
+    let p1 = s.pod_of(&ds, &s.node.name).await;
+    let p2 = s.pod_of(&ds, &n2.name).await;
+    let p3 = s.pod_of(&ds, &n3.name).await;
     for n in [&s.node, &n2, &n3] {
         s.anchor_on(n).await;
     }
@@ -665,14 +661,35 @@ async fn the_quorum_guard_holds_the_last_copies_until_the_decommission_is_explic
         })
         .await;
     }
-    let nodes: Api<Node> = Api::all(s.admin.clone());
+    (s, [n2, n3], [p1, p2, p3])
+}
 
-    // One node leaves: two of three copies stay Ready.
-    let unlabel = serde_json::json!({"metadata": {"labels": {&s.label: null}}});
+async fn patch_node(s: &Scenario, node: &str, patch: serde_json::Value) {
+    let nodes: Api<Node> = Api::all(s.admin.clone());
     nodes
-        .patch(&s.node.name, &PatchParams::default(), &Patch::Merge(&unlabel))
+        .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap();
+}
+
+fn unlabel(s: &Scenario) -> serde_json::Value {
+    serde_json::json!({"metadata": {"labels": {&s.label: null}}})
+}
+
+fn consent() -> serde_json::Value {
+    serde_json::json!({"metadata": {"annotations": {"kube-anchor.io/decommission": "true"}}})
+}
+
+/// etcd on three nodes (the quorum guard is on for it by default). One node deselected: two
+/// other Ready copies remain, it is removed. The DaemonSet deleted: every anchor terminates at
+/// once, no copy would remain Ready, nothing is removed and a Warning Event says why — until
+/// the Node carries the decommission annotation.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_quorum_guard_holds_the_last_copies_until_the_decommission_is_explicit() {
+    let (s, [n2, n3], [p1, p2, p3]) = three_ready_copies("quorum", "etcd").await;
+
+    // One node leaves: two of three copies stay Ready.
+    patch_node(&s, &s.node.name, unlabel(&s)).await;
     s.wait_terminating(&p1).await;
     let (out, json) = s.pre_stop_on(&s.node, &p1, &s.kubeconfig, &[]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -693,17 +710,66 @@ async fn the_quorum_guard_holds_the_last_copies_until_the_decommission_is_explic
     assert!(event.note.unwrap_or_default().contains("quorum"));
 
     // The operator says so for node 2; node 3 still holds.
-    let consent = serde_json::json!({"metadata": {"annotations": {"kube-anchor.io/decommission": "true"}}});
-    nodes
-        .patch(&n2.name, &PatchParams::default(), &Patch::Merge(&consent))
-        .await
-        .unwrap();
+    patch_node(&s, &n2.name, consent()).await;
     let (_, json) = s.pre_stop_on(&n2, &p2, &s.kubeconfig, &[]);
     assert_eq!(json["decision"], "remove", "{json}");
     assert_eq!(s.files_present_on(&n2), (false, false));
     let (_, json) = s.pre_stop_on(&n3, &p3, &s.kubeconfig, &[]);
     assert_eq!(json["decision"], "held", "{json}");
     assert_eq!(s.files_present_on(&n3), (true, true));
+    s.release_pods().await;
+}
+
+/// kube-scheduler on three nodes under the default guard (the last copy). Two nodes deselected
+/// one after the other lose it (one Ready copy is enough, unlike etcd's quorum). Then the
+/// anchor DaemonSet is deleted — what the lifecycle run found with seed 4: before the guard,
+/// every hook removed the scheduler, and the re-created DaemonSet's pods stayed Pending with no
+/// scheduler to place them. Now the last node keeps it, says so with a Warning Event, and the
+/// re-created DaemonSet's pod runs beside it; the Node's annotation lets it go.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_last_copy_of_the_scheduler_stays_when_its_daemonset_is_deleted() {
+    let (s, [n2, n3], [p1, p2, p3]) = three_ready_copies("lastcopy", "kube-scheduler").await;
+
+    for (node, pod) in [(&s.node, &p1), (&n2, &p2)] {
+        patch_node(&s, &node.name, unlabel(&s)).await;
+        s.wait_terminating(pod).await;
+        let (out, json) = s.pre_stop_on(node, pod, &s.kubeconfig, &[]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(json["decision"], "remove", "{json}");
+        assert_eq!(s.files_present_on(node), (false, false));
+    }
+
+    delete_daemonset(&s, "kube-scheduler-anchor").await;
+    s.wait_terminating(&p3).await;
+    let (out, json) = s.pre_stop_on(&n3, &p3, &s.kubeconfig, &[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(json["decision"], "held", "{json}");
+    assert!(
+        json["reason"].as_str().unwrap().contains("no other Ready copy"),
+        "{json}"
+    );
+    assert_eq!(s.files_present_on(&n3), (true, true));
+    let event = control_plane::event(&s.admin, &s.ns, "DecommissionHeld", Some(&p3), WAIT).await;
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+
+    // Re-created: its pod runs on the node that kept the scheduler, whose files are untouched.
+    s.create_anchor_daemonset("kube-scheduler-anchor", serde_json::json!({&s.label: "enabled"}), &[])
+        .await;
+    let p3_new = s.pod_of("kube-scheduler-anchor", &n3.name).await;
+    assert_eq!(s.files_present_on(&n3), (true, true));
+
+    // A real decommission of the last copy, said so on the Node.
+    patch_node(&s, &n3.name, consent()).await;
+    let (_, json) = s.pre_stop_on(&n3, &p3, &s.kubeconfig, &[]);
+    assert_eq!(
+        json["decision"], "keep",
+        "the new DaemonSet's pod wants the node: {json}"
+    );
+    delete_daemonset(&s, "kube-scheduler-anchor").await;
+    s.wait_terminating(&p3_new).await;
+    let (_, json) = s.pre_stop_on(&n3, &p3_new, &s.kubeconfig, &[]);
+    assert_eq!(json["decision"], "remove", "{json}");
+    assert_eq!(s.files_present_on(&n3), (false, false));
     s.release_pods().await;
 }
 
@@ -791,7 +857,7 @@ async fn an_api_that_hangs_after_the_manifest_is_gone_still_lets_the_credentials
     let s = Scenario::new("hang").await;
     let pod = s.create_daemonset().await;
     s.anchor_the_component().await;
-    delete_daemonset(&s, "kube-scheduler-anchor").await;
+    delete_daemonset(&s, "addon-manager-anchor").await;
     s.wait_terminating(&pod).await;
 
     let proxy = StallingProxy::start(server_of(&fs::read_to_string(&s.kubeconfig).unwrap())).await;
@@ -808,7 +874,7 @@ async fn an_api_that_hangs_after_the_manifest_is_gone_still_lets_the_credentials
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let manifest = s.host("/etc/kubernetes/manifests/kube-scheduler.yaml");
+    let manifest = s.host(&format!("/etc/kubernetes/manifests/{}.yaml", s.component));
     while manifest.exists() && started.elapsed() < Duration::from_secs(16) {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -833,7 +899,8 @@ async fn an_api_that_hangs_after_the_manifest_is_gone_still_lets_the_credentials
 /// The real chart, as an operator uses it: `helm upgrade` toggling `perNode` (a new DaemonSet
 /// per node, the shared one deleted), then the release renamed (`helm install` under the new
 /// name, `helm uninstall` of the old one). At every step the old anchor's hook runs on its
-/// terminating pod and must keep the component; only the last anchor's uninstall removes it.
+/// terminating pod and must keep the component; only the last anchor's uninstall removes it,
+/// once the Node consents (the scheduler's last copy is guarded).
 #[tokio::test(flavor = "multi_thread")]
 async fn helm_per_node_toggle_and_release_rename_keep_the_component() {
     let cp = control_plane::shared().await;
@@ -1024,8 +1091,20 @@ async fn helm_per_node_toggle_and_release_rename_keep_the_component() {
         "--wait=false",
     ]);
     terminating(third.clone()).await;
+    // The last copy of the scheduler: kept until the Node says the decommission is meant.
     let json = pre_stop(&third, "sched2", &config).await;
-    assert_eq!(json["decision"], "remove", "last anchor uninstalled: {json}");
+    assert_eq!(json["decision"], "held", "last anchor uninstalled: {json}");
+    assert!(manifest.exists() && credential.exists());
+    let consent = serde_json::json!({"metadata": {"annotations": {"kube-anchor.io/decommission": "true"}}});
+    Api::<Node>::all(admin.clone())
+        .patch(&node.name, &PatchParams::default(), &Patch::Merge(&consent))
+        .await
+        .unwrap();
+    let json = pre_stop(&third, "sched2", &config).await;
+    assert_eq!(
+        json["decision"], "remove",
+        "last anchor uninstalled, the Node annotated: {json}"
+    );
     assert!(!manifest.exists() && !credential.exists());
     for pod in [first, second, third] {
         hold(pod, false).await;

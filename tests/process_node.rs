@@ -576,7 +576,17 @@ async fn the_chart_runs_a_real_anchor_that_writes_its_component_and_rolls_back_a
     );
 
     // Uninstall: the anchor's preStop hook runs in the pod (exec through the runtime) and, the
-    // DaemonSet being gone, removes the component; the real scheduler process stops.
+    // DaemonSet being gone and the Node consenting (the scheduler's last copy is guarded),
+    // removes the component; the real scheduler process stops.
+    let consent = serde_json::json!({"metadata": {"annotations": {"kube-anchor.io/decommission": "true"}}});
+    Api::<k8s_openapi::api::core::v1::Node>::all(admin.clone())
+        .patch(
+            &node.name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&consent),
+        )
+        .await
+        .unwrap();
     ok(&helm(&[
         "uninstall",
         "sched",

@@ -350,7 +350,8 @@ async fn scheduler_anchor_pod(client: &kube::Client, node: &str) -> Option<Strin
 /// Scenario 4, decommission, on kube-scheduler (the component a control plane can lose without
 /// losing the API): a DaemonSet rolling update, a drain and an anchor pod deleted remove nothing and
 /// restart nothing; a node relabelled out of the chart's nodeSelector really stops its
-/// scheduler and loses its files; `helm uninstall` leaves nothing on any node.
+/// scheduler and loses its files; `helm uninstall` of the Nodes annotated for decommission
+/// leaves nothing on any node.
 /// Returns (relabel -> stopped and gone, uninstall -> gone everywhere).
 async fn decommission_scenario(cluster: &SelfHosted) -> (Duration, Duration) {
     let client = cluster.client(0).await;
@@ -411,7 +412,12 @@ async fn decommission_scenario(cluster: &SelfHosted) -> (Duration, Duration) {
         assert!(scheduler_listening(n), "{}: scheduler stopped", n.name);
     }
 
-    // helm uninstall: gone from every node, nothing left under /etc/kubernetes.
+    // helm uninstall: gone from every node, nothing left under /etc/kubernetes. The last copies
+    // of the scheduler are guarded: the operator annotates the Nodes first, as the chart's
+    // NOTES say.
+    for n in kept {
+        cluster.kubectl(&["annotate", "node", &n.name, "kube-anchor.io/decommission=true"]);
+    }
     let uninstalled = Instant::now();
     let out = Command::new(support::processes::tool("helm"))
         .args([
@@ -447,6 +453,9 @@ async fn decommission_scenario(cluster: &SelfHosted) -> (Duration, Duration) {
     )
     .await;
     let uninstall_took = uninstalled.elapsed();
+    for n in kept {
+        cluster.kubectl(&["annotate", "node", &n.name, "kube-anchor.io/decommission-"]);
+    }
     for n in &cluster.nodes {
         let left: Vec<_> = support::selfhosted::files_under(&n.host().join("etc/kubernetes"))
             .into_iter()

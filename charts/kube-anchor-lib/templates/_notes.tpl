@@ -25,13 +25,22 @@ once the anchor pods are gone:
   kubectl delete clusterrolebinding,clusterrole {{ $full }}
   kubectl delete validatingadmissionpolicybinding,validatingadmissionpolicy {{ $full }}-anchorstatus
   kubectl delete anchorstatuses -l kube-anchor.io/component={{ .Values.component.name }}
-{{- if or (eq (toString .Values.anchor.quorumGuard) "on") (and (eq (toString .Values.anchor.quorumGuard) "auto") (has .Values.component.name (list "etcd" "kube-apiserver"))) }}
+{{- $guard := toString .Values.anchor.quorumGuard }}
+{{- $quorum := or (eq $guard "on") (and (eq $guard "auto") (has .Values.component.name (list "etcd" "kube-apiserver"))) }}
+{{- $lastCopy := or (eq $guard "last-copy") (and (eq $guard "auto") (has .Values.component.name (list "kube-scheduler" "kube-controller-manager"))) }}
+{{- if or $quorum $lastCopy }}
 
+{{ if $quorum -}}
 {{ .Values.component.name }} needs a quorum: the hooks keep it on a node while removing it would
-leave fewer than a quorum of Ready copies (a Warning Event DecommissionHeld says so). To really
-take it off every node, annotate its Nodes first (a DaemonSet's own annotation is gone with it
-once `helm uninstall` has deleted it; the Node's lifts the guard for every kube-anchor component
-there, so remove it afterwards):
+leave fewer than a quorum of Ready copies (a Warning Event DecommissionHeld says so).
+{{- else -}}
+{{ .Values.component.name }} cannot be brought back by the cluster once every copy is gone: the
+hooks keep it on a node while no other Ready copy would remain (a Warning Event
+DecommissionHeld says so).
+{{- end }}
+To really take it off every node, annotate its Nodes first (a DaemonSet's own annotation is gone
+with it once `helm uninstall` has deleted it; the Node's lifts the guard for every kube-anchor
+component there, so remove it afterwards):
 
   kubectl annotate node <node> kube-anchor.io/decommission=true
   helm uninstall -n {{ .Release.Namespace }} {{ .Release.Name }}

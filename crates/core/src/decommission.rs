@@ -9,8 +9,9 @@
 //!   DaemonSet of the component selects it, and no other live anchor pod of the component runs
 //!   on it (a renamed release or a `perNode` toggle creates the new DaemonSet, then deletes the
 //!   old one);
-//! - with the quorum guard, enough other Ready copies remain (see [`quorum`]), or the Node or
-//!   the DaemonSet carries [`DECOMMISSION_ANNOTATION`].
+//! - under the component's [`Guard`], enough other Ready copies remain (see [`enough_remain`]):
+//!   a quorum of them for etcd and kube-apiserver, one for kube-scheduler and
+//!   kube-controller-manager — or the Node or the DaemonSet carries [`DECOMMISSION_ANNOTATION`].
 //!
 //! Everything else — a rolling update, an eviction, a reboot, an API that cannot be reached,
 //! times out or refuses us — keeps the files. The executor asks twice, a short interval apart,
@@ -46,12 +47,14 @@ pub enum CleanupMode {
     Always,
 }
 
-/// Whether removal also needs a quorum of other Ready copies to remain.
+/// `--quorum-guard`: which [`Guard`] a component's removal is under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QuorumGuard {
-    /// On for the components that need a quorum (`etcd`, `kube-apiserver`), off otherwise.
+    /// [`Guard::Quorum`] for etcd and kube-apiserver, [`Guard::LastCopy`] for kube-scheduler and
+    /// kube-controller-manager, [`Guard::None`] for anything else.
     Auto,
     On,
+    LastCopy,
     Off,
 }
 
@@ -59,14 +62,33 @@ impl QuorumGuard {
     /// The components whose copies form a quorum (etcd members; API servers behind one
     /// endpoint, where losing most of them at once is an outage).
     pub(crate) const QUORUM_COMPONENTS: [&str; 2] = ["etcd", "kube-apiserver"];
+    /// The components a control plane cannot bring back once every copy is gone: with no
+    /// kube-controller-manager nobody creates the pods of a re-created anchor DaemonSet, with no
+    /// kube-scheduler nobody places them (DaemonSet pods go through the scheduler).
+    pub(crate) const LAST_COPY_COMPONENTS: [&str; 2] = ["kube-scheduler", "kube-controller-manager"];
 
-    pub fn applies_to(self, component: &str) -> bool {
+    pub fn guard_for(self, component: &str) -> Guard {
         match self {
-            QuorumGuard::On => true,
-            QuorumGuard::Off => false,
-            QuorumGuard::Auto => Self::QUORUM_COMPONENTS.contains(&component),
+            QuorumGuard::On => Guard::Quorum,
+            QuorumGuard::LastCopy => Guard::LastCopy,
+            QuorumGuard::Off => Guard::None,
+            QuorumGuard::Auto if Self::QUORUM_COMPONENTS.contains(&component) => Guard::Quorum,
+            QuorumGuard::Auto if Self::LAST_COPY_COMPONENTS.contains(&component) => Guard::LastCopy,
+            QuorumGuard::Auto => Guard::None,
         }
     }
+}
+
+/// What a proven decommission must leave Ready on other nodes before this node's copy may go
+/// without the operator's consent ([`DECOMMISSION_ANNOTATION`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Guard {
+    /// Nothing: the proof is enough.
+    None,
+    /// At least one other Ready copy.
+    LastCopy,
+    /// A majority of all the copies.
+    Quorum,
 }
 
 /// The answer to one API lookup.
@@ -189,7 +211,7 @@ pub struct ThisPod {
     pub node: String,
 }
 
-pub fn decide(mode: CleanupMode, quorum_guard: bool, this: &ThisPod, evidence: &Evidence) -> Decision {
+pub fn decide(mode: CleanupMode, guard: Guard, this: &ThisPod, evidence: &Evidence) -> Decision {
     match mode {
         CleanupMode::Never => return Decision::Keep("--cleanup never".into()),
         CleanupMode::Always => return Decision::Remove("--cleanup always".into()),
@@ -203,8 +225,7 @@ pub fn decide(mode: CleanupMode, quorum_guard: bool, this: &ThisPod, evidence: &
         Ok(anchors) => anchors,
         Err(keep) => return Decision::Keep(format!("{proof}, but {keep}")),
     };
-    if quorum_guard
-        && let Err(short) = quorum(this, &anchors.pods)
+    if let Err(short) = enough_remain(guard, this, &anchors.pods)
         && !consented(evidence)
     {
         return Decision::Held(format!(
@@ -335,12 +356,13 @@ fn no_other_anchor_wants_node<'e>(this: &ThisPod, evidence: &'e Evidence) -> Res
     Ok(anchors)
 }
 
-/// The quorum rule. The copies are the nodes with an anchor pod of the component (any state),
+/// The guard's rule. The copies are the nodes with an anchor pod of the component (any state),
 /// this node included; the copies that remain are the *other* nodes with a live (not
-/// terminating) Ready anchor pod of the component. Removal needs the remaining copies to be a
-/// majority of all copies: a DaemonSet deletion or a deselection of every node terminates every
-/// anchor at once, so none counts, and nothing is removed without consent.
-pub fn quorum(this: &ThisPod, pods: &[AnchorPod]) -> Result<(), String> {
+/// terminating) Ready anchor pod of the component. [`Guard::Quorum`] needs the remaining copies
+/// to be a majority of all copies, [`Guard::LastCopy`] needs one. A DaemonSet deletion or a
+/// deselection of every node terminates every anchor at once, so none counts, and nothing is
+/// removed without consent.
+pub fn enough_remain(guard: Guard, this: &ThisPod, pods: &[AnchorPod]) -> Result<(), String> {
     let elsewhere = || {
         pods.iter()
             .filter(|p| p.node.as_deref().is_some_and(|n| n != this.node))
@@ -355,13 +377,22 @@ pub fn quorum(this: &ThisPod, pods: &[AnchorPod]) -> Result<(), String> {
         .filter_map(|p| p.node.as_deref())
         .collect::<BTreeSet<_>>()
         .len();
-    let quorum = copies / 2 + 1;
-    if remaining >= quorum {
-        Ok(())
-    } else {
-        Err(format!(
-            "only {remaining} other Ready copies of {copies} would remain, fewer than a quorum of {quorum}"
-        ))
+    match guard {
+        Guard::None => Ok(()),
+        Guard::LastCopy if remaining >= 1 => Ok(()),
+        Guard::LastCopy => Err(format!(
+            "no other Ready copy would remain ({copies} in all), and the control plane cannot bring back a component whose copies are all gone"
+        )),
+        Guard::Quorum => {
+            let quorum = copies / 2 + 1;
+            if remaining >= quorum {
+                Ok(())
+            } else {
+                Err(format!(
+                    "only {remaining} other Ready copies of {copies} would remain, fewer than a quorum of {quorum}"
+                ))
+            }
+        }
     }
 }
 
@@ -599,8 +630,8 @@ mod tests {
     }
 
     /// Every combination of the inputs: removal exactly when there is positive evidence, no
-    /// other anchor wants the node, and (with the quorum guard) a quorum remains or the
-    /// decommission is explicit. The expectation is written independently of `decide`.
+    /// other anchor wants the node, and the guard's copies remain (a quorum, one, or none
+    /// needed) or the decommission is explicit. The expectation is written independently of `decide`.
     #[test]
     fn exhaustive_guarded_table() {
         let pods = vec![
@@ -675,7 +706,7 @@ mod tests {
             for (d_name, d) in &daemonsets {
                 for (n_name, n) in &nodes {
                     for (a_name, a) in &others {
-                        for guard in [false, true] {
+                        for guard in [Guard::None, Guard::LastCopy, Guard::Quorum] {
                             let e = ev(p.clone(), d.clone(), n.clone(), a.clone());
                             let decision = decide(CleanupMode::Guarded, guard, &this(), &e);
                             let node_deleting = *n_name == "node deleting";
@@ -699,13 +730,16 @@ mod tests {
                                 }
                                 _ => false,
                             };
-                            let quorum = *a_name == "two Ready elsewhere";
+                            let enough = match guard {
+                                Guard::None => true,
+                                Guard::LastCopy => matches!(*a_name, "two Ready elsewhere" | "one Ready of three"),
+                                Guard::Quorum => *a_name == "two Ready elsewhere",
+                            };
                             let consent = *n_name == "node labelled, annotated"
                                 || (*d_name == "ds deleting, annotated" && *p_name == "owned, deleting");
-                            let expected_remove = proved && !wanted && (!guard || quorum || consent);
-                            let expected_held = proved && !wanted && guard && !quorum && !consent;
-                            let case =
-                                format!("{p_name} / {d_name} / {n_name} / {a_name} / guard {guard}: {decision:?}");
+                            let expected_remove = proved && !wanted && (enough || consent);
+                            let expected_held = proved && !wanted && !enough && !consent;
+                            let case = format!("{p_name} / {d_name} / {n_name} / {a_name} / {guard:?}: {decision:?}");
                             assert_eq!(is_remove(&decision), expected_remove, "{case}");
                             assert_eq!(matches!(decision, Decision::Held(_)), expected_held, "{case}");
                             removals += usize::from(expected_remove);
@@ -723,7 +757,7 @@ mod tests {
     fn an_unreachable_api_is_never_evidence() {
         let d = decide(
             CleanupMode::Guarded,
-            false,
+            Guard::Quorum,
             &this(),
             &ev(unavailable(), None, unavailable(), Some(unavailable())),
         );
@@ -739,7 +773,7 @@ mod tests {
             node(SEL, false, false),
             anchors(vec![], vec![]),
         );
-        let d = decide(CleanupMode::Guarded, false, &this(), &e);
+        let d = decide(CleanupMode::Guarded, Guard::None, &this(), &e);
         assert!(
             matches!(&d, Decision::Keep(r) if r.contains("not being deleted")),
             "{d:?}"
@@ -754,7 +788,7 @@ mod tests {
             node(SEL, false, false),
             anchors(vec![], vec![ds_facts("ds-new", false, SEL, false)]),
         );
-        let d = decide(CleanupMode::Guarded, false, &this(), &e);
+        let d = decide(CleanupMode::Guarded, Guard::None, &this(), &e);
         assert!(matches!(&d, Decision::Keep(r) if r.contains("anchor-ds-new")), "{d:?}");
     }
 
@@ -766,16 +800,16 @@ mod tests {
             node(SEL, false, false),
             anchors(vec![], vec![]),
         );
-        assert!(!is_remove(&decide(CleanupMode::Guarded, false, &this(), &e)));
-        assert!(is_remove(&decide(CleanupMode::Always, true, &this(), &e)));
+        assert!(!is_remove(&decide(CleanupMode::Guarded, Guard::None, &this(), &e)));
+        assert!(is_remove(&decide(CleanupMode::Always, Guard::Quorum, &this(), &e)));
         let gone = ev(
             pod(true, true),
             Some(Lookup::NotFound),
             node(SEL, false, false),
             anchors(vec![], vec![]),
         );
-        assert!(is_remove(&decide(CleanupMode::Guarded, false, &this(), &gone)));
-        assert!(!is_remove(&decide(CleanupMode::Never, false, &this(), &gone)));
+        assert!(is_remove(&decide(CleanupMode::Guarded, Guard::None, &this(), &gone)));
+        assert!(!is_remove(&decide(CleanupMode::Never, Guard::None, &this(), &gone)));
     }
 
     #[test]
@@ -833,7 +867,17 @@ mod tests {
             ),
         ];
         for (pods, ok) in cases {
-            assert_eq!(quorum(&me, &pods).is_ok(), ok, "{pods:?}");
+            assert_eq!(enough_remain(Guard::Quorum, &me, &pods).is_ok(), ok, "{pods:?}");
+            // One other live Ready copy on any node is enough for the last-copy guard.
+            let one_elsewhere = pods
+                .iter()
+                .any(|p| p.node.as_deref() != Some("cp-1") && p.ready && !p.terminating);
+            assert_eq!(
+                enough_remain(Guard::LastCopy, &me, &pods).is_ok(),
+                one_elsewhere,
+                "{pods:?}"
+            );
+            assert!(enough_remain(Guard::None, &me, &pods).is_ok());
         }
     }
 
@@ -965,11 +1009,57 @@ mod tests {
     }
 
     #[test]
-    fn quorum_guard_defaults_by_component() {
-        assert!(QuorumGuard::Auto.applies_to("etcd"));
-        assert!(QuorumGuard::Auto.applies_to("kube-apiserver"));
-        assert!(!QuorumGuard::Auto.applies_to("kube-scheduler"));
-        assert!(QuorumGuard::On.applies_to("kube-scheduler"));
-        assert!(!QuorumGuard::Off.applies_to("etcd"));
+    fn guard_defaults_by_component() {
+        assert_eq!(QuorumGuard::Auto.guard_for("etcd"), Guard::Quorum);
+        assert_eq!(QuorumGuard::Auto.guard_for("kube-apiserver"), Guard::Quorum);
+        assert_eq!(QuorumGuard::Auto.guard_for("kube-scheduler"), Guard::LastCopy);
+        assert_eq!(QuorumGuard::Auto.guard_for("kube-controller-manager"), Guard::LastCopy);
+        assert_eq!(QuorumGuard::Auto.guard_for("kube-addon-manager"), Guard::None);
+        assert_eq!(QuorumGuard::On.guard_for("kube-scheduler"), Guard::Quorum);
+        assert_eq!(QuorumGuard::LastCopy.guard_for("etcd"), Guard::LastCopy);
+        assert_eq!(QuorumGuard::Off.guard_for("etcd"), Guard::None);
+    }
+
+    /// The sequence the lifecycle run found (seed 4, operations 5-6): the kube-scheduler's
+    /// anchor DaemonSet deleted, so every anchor terminates at once and each hook proves the
+    /// decommission. Under the default guard each keeps its copy (a re-created DaemonSet needs a
+    /// scheduler to place its pods); a node deselected while the others run still loses it.
+    #[test]
+    fn a_deleted_scheduler_daemonset_keeps_the_last_copies() {
+        let guard = QuorumGuard::Auto.guard_for("kube-scheduler");
+        let all_terminating = anchors(
+            vec![anchor("b", "cp-2", true, true), anchor("c", "cp-3", true, true)],
+            vec![],
+        );
+        let deleted = ev(
+            pod(true, true),
+            Some(Lookup::NotFound),
+            node(SEL, false, false),
+            all_terminating.clone(),
+        );
+        let d = decide(CleanupMode::Guarded, guard, &this(), &deleted);
+        assert!(
+            matches!(&d, Decision::Held(r) if r.contains("no other Ready copy")),
+            "{d:?}"
+        );
+        // Consent on the Node lifts it.
+        let consented = ev(
+            pod(true, true),
+            Some(Lookup::NotFound),
+            node(SEL, false, true),
+            all_terminating,
+        );
+        assert!(is_remove(&decide(CleanupMode::Guarded, guard, &this(), &consented)));
+        // One node relabelled out while the other two run: removed.
+        let deselected = ev(
+            pod(true, true),
+            ds("ds-1", false, SEL),
+            node(&[], false, false),
+            anchors(
+                vec![anchor("b", "cp-2", false, true), anchor("c", "cp-3", false, true)],
+                vec![],
+            ),
+        );
+        assert!(is_remove(&decide(CleanupMode::Guarded, guard, &this(), &deselected)));
     }
 }

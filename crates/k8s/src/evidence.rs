@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::Api;
-use kube_anchor_core::decommission::{self, Anchors, CleanupMode, Decision, Evidence, Lookup, ThisPod};
+use kube_anchor_core::decommission::{self, Anchors, CleanupMode, Decision, Evidence, Guard, Lookup, ThisPod};
 
 use crate::kubeapi::{self, API_TIMEOUT};
 
@@ -21,7 +21,7 @@ pub fn remaining(deadline: Instant) -> Duration {
 /// `confirm_interval` later and confirmed.
 pub async fn decide_with_evidence(
     cleanup: CleanupMode,
-    quorum_guard: bool,
+    guard: Guard,
     confirm_interval: Duration,
     this: Option<&ThisPod>,
     client: &Result<kube::Client, String>,
@@ -37,7 +37,7 @@ pub async fn decide_with_evidence(
             let look = || async {
                 let evidence = gather(client, this, component, evidence_until).await;
                 tracing::debug!(?evidence, "pre-stop evidence");
-                decommission::decide(CleanupMode::Guarded, quorum_guard, this, &evidence)
+                decommission::decide(CleanupMode::Guarded, guard, this, &evidence)
             };
             let first = look().await;
             if !matches!(first, Decision::Remove(_)) {

@@ -152,12 +152,12 @@ async fn pre_stop(args: CheckpointerPreStopArgs) -> anyhow::Result<ExitCode> {
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err("timed out building the client".to_owned()),
     };
-    // The anchors' rule, with the same double look; the checkpointer has no quorum.
+    // The anchors' rule, with the same double look; the checkpointer has no guard.
     let this = identity.this_pod();
     let evidence_until = deadline.checked_sub(REPORT_TIME).unwrap_or_else(Instant::now);
     let decision = kube_anchor_k8s::evidence::decide_with_evidence(
         args.cleanup.into(),
-        false,
+        kube_anchor_core::decommission::Guard::None,
         args.confirm_interval,
         this.as_ref(),
         &client,

@@ -421,9 +421,10 @@ pub struct PreStopArgs {
     pub health_ca_file: Option<PathBuf>,
     #[command(flatten)]
     pub runtime: RuntimeArgs,
-    /// Refuse to remove while fewer than a quorum of other Ready copies would remain, unless the
-    /// Node or the DaemonSet is annotated `kube-anchor.io/decommission: "true"`. auto: on for
-    /// etcd and kube-apiserver.
+    /// Refuse to remove while too few other Ready copies would remain, unless the Node or the
+    /// DaemonSet is annotated `kube-anchor.io/decommission: "true"`. on: a quorum of them;
+    /// last-copy: one; auto: a quorum for etcd and kube-apiserver, one for kube-scheduler and
+    /// kube-controller-manager, none needed for anything else.
     #[arg(long, env = "KUBE_ANCHOR_QUORUM_GUARD", value_enum, default_value_t = QuorumGuardFlag::Auto)]
     pub quorum_guard: QuorumGuardFlag,
     /// Evidence of a decommission must hold twice, this far apart.
@@ -719,9 +720,11 @@ impl From<Cleanup> for decommission::CleanupMode {
 /// `--quorum-guard`: the flag's face of [`decommission::QuorumGuard`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum QuorumGuardFlag {
-    /// On for the components that need a quorum (`etcd`, `kube-apiserver`), off otherwise.
+    /// A quorum for `etcd` and `kube-apiserver`, the last copy for `kube-scheduler` and
+    /// `kube-controller-manager`, off otherwise.
     Auto,
     On,
+    LastCopy,
     Off,
 }
 
@@ -730,6 +733,7 @@ impl From<QuorumGuardFlag> for decommission::QuorumGuard {
         match flag {
             QuorumGuardFlag::Auto => Self::Auto,
             QuorumGuardFlag::On => Self::On,
+            QuorumGuardFlag::LastCopy => Self::LastCopy,
             QuorumGuardFlag::Off => Self::Off,
         }
     }

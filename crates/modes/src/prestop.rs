@@ -82,7 +82,7 @@ async fn run_inner(args: &PreStopArgs, deadline: Instant) -> anyhow::Result<Exit
         Err(_) => Err("timed out building the client".into()),
     };
     let this = args.identity.this_pod();
-    let guard = decommission::QuorumGuard::from(args.quorum_guard).applies_to(&component);
+    let guard = decommission::QuorumGuard::from(args.quorum_guard).guard_for(&component);
     let decision = decide_with_evidence(
         args.cleanup.into(),
         guard,

@@ -461,7 +461,7 @@ fn anchor_pre_stop_removes(i: usize, c: usize) -> bool {
     matches!(
         decommission::decide(
             CleanupMode::Guarded,
-            QuorumGuard::Auto.applies_to(COMPONENTS[c]),
+            QuorumGuard::Auto.guard_for(COMPONENTS[c]),
             &this,
             &evidence,
         ),
