@@ -10,7 +10,8 @@
 //! stays down for a while; `helm upgrade` of a component with a good change or a bad one (a flag
 //! the component refuses), `kube-anchor retry` on every node afterwards; an anchor pod deleted;
 //! an anchor DaemonSet deleted and re-created; the scheduler's node relabelled out of its
-//! selector and back; a node drained and uncordoned.
+//! selector and back; a node drained and uncordoned; one node's kube-apiserver stopped (SIGSTOP)
+//! for 20-90 s, as a hung server is, then continued.
 //!
 //! Invariants, continuously (every second, by a monitor of its own):
 //! - etcd keeps a quorum (two members healthy) unless more than one node is down by the run's
@@ -108,6 +109,13 @@ enum Op {
         node: usize,
         hold: u64,
     },
+    /// The node's kube-apiserver stopped (SIGSTOP: it holds its connections and answers
+    /// nothing, as a hung server does) and continued `secs` seconds later, unless the kubelet's
+    /// liveness probe has restarted it by then.
+    PauseApiServer {
+        node: usize,
+        secs: u64,
+    },
 }
 
 impl Op {
@@ -124,6 +132,7 @@ impl Op {
             Op::Relabel { selected: false, .. } => "relabel out".into(),
             Op::Relabel { selected: true, .. } => "relabel in".into(),
             Op::Drain { .. } => "drain, uncordon".into(),
+            Op::PauseApiServer { .. } => "API server stopped a while".into(),
         }
     }
 }
@@ -167,6 +176,13 @@ impl fmt::Display for Op {
                 )
             }
             Op::Drain { node: n, hold } => write!(f, "drain {}, uncordon after {hold}s", node(n)),
+            Op::PauseApiServer { node: n, secs } => {
+                write!(
+                    f,
+                    "stop the kube-apiserver of {} (SIGSTOP), continue after {secs}s",
+                    node(n)
+                )
+            }
         }
     }
 }
@@ -298,7 +314,7 @@ fn draw(rng: &mut fastrand::Rng, model: &Model) -> Op {
                 node: rng.usize(0..3),
                 after: rng.u64(0..=30),
             },
-            86..=92 => {
+            86..=91 => {
                 let node = rng.usize(0..3);
                 let selected = !model.scheduler_selected[node];
                 // Keep two schedulers: the anchors' own pods need one to be placed.
@@ -307,6 +323,10 @@ fn draw(rng: &mut fastrand::Rng, model: &Model) -> Op {
                 }
                 Op::Relabel { node, selected }
             }
+            92..=95 => Op::PauseApiServer {
+                node: rng.usize(0..3),
+                secs: rng.u64(20..=90),
+            },
             _ => Op::Drain {
                 node: rng.usize(0..3),
                 hold: rng.u64(5..=30),
@@ -656,6 +676,22 @@ impl Run {
                 self.until_ok("kubectl uncordon", self.kubectl(&["uncordon", name]))
                     .await
                     .map(drop)
+            }
+            Op::PauseApiServer { node, secs } => {
+                // None on a node that is down or between two API server processes: nothing to
+                // stop, and the operation is a no-op (said in the log).
+                let pids = self.cluster.nodes[*node].pids_named("kube-apiserver");
+                println!("         kube-apiserver pids on {}: {pids:?}", NODES[*node].0);
+                for pid in &pids {
+                    // SAFETY: kill(2) with a pid read from /proc; no memory is involved.
+                    unsafe { libc::kill(*pid, libc::SIGSTOP) };
+                }
+                self.sleep(*secs).await;
+                for pid in &pids {
+                    // SAFETY: as above; a pid that has exited meanwhile gets ESRCH.
+                    unsafe { libc::kill(*pid, libc::SIGCONT) };
+                }
+                Ok(())
             }
         }
     }

@@ -204,18 +204,26 @@ impl SelfHostedNode {
 
     /// How many processes of the node are named `comm` (`/proc/<pid>/comm`, at most 15 bytes).
     pub fn processes_named(&self, comm: &str) -> usize {
+        self.pids_named(comm).len()
+    }
+
+    /// The pids (as this machine sees them) of the node's processes whose command is `comm`.
+    pub fn pids_named(&self, comm: &str) -> Vec<i32> {
         let Some(unshare) = self.kubelet.as_ref().map(|p| p.pid()) else {
-            return 0;
+            return vec![];
         };
         let Some(ns) = namespace_init(unshare).and_then(|pid| fs::read_link(format!("/proc/{pid}/ns/pid")).ok()) else {
-            return 0;
+            return vec![];
         };
-        let Ok(entries) = fs::read_dir("/proc") else { return 0 };
+        let Ok(entries) = fs::read_dir("/proc") else {
+            return vec![];
+        };
         entries
             .flatten()
             .filter(|e| fs::read_link(e.path().join("ns/pid")).ok().as_ref() == Some(&ns))
             .filter(|e| fs::read_to_string(e.path().join("comm")).is_ok_and(|c| c.trim_end() == comm))
-            .count()
+            .filter_map(|e| e.file_name().to_str()?.parse().ok())
+            .collect()
     }
 }
 
