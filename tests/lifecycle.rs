@@ -11,7 +11,9 @@
 //! the component refuses), `kube-anchor retry` on every node afterwards; an anchor pod deleted;
 //! an anchor DaemonSet deleted and re-created; the scheduler's node relabelled out of its
 //! selector and back; a node drained and uncordoned; one node's kube-apiserver stopped (SIGSTOP)
-//! for 20-90 s, as a hung server is, then continued.
+//! for 20-90 s, as a hung server is, then continued; `perNode` toggled for kube-scheduler or
+//! kube-controller-manager (Helm creates a DaemonSet per node and deletes the shared one, or the
+//! reverse), after which exactly the DaemonSets the values ask for must exist.
 //!
 //! Invariants, continuously (every second, by a monitor of its own):
 //! - etcd keeps a quorum (two members healthy) unless more than one node is down by the run's
@@ -109,6 +111,12 @@ enum Op {
         node: usize,
         hold: u64,
     },
+    /// `helm upgrade` of a shared-DaemonSet component with `perNode` listing every node (one
+    /// DaemonSet per node: Helm creates them, then deletes the shared one), or back.
+    TogglePerNode {
+        component: &'static str,
+        on: bool,
+    },
     /// The node's kube-apiserver stopped (SIGSTOP: it holds its connections and answers
     /// nothing, as a hung server does) and continued `secs` seconds later, unless the kubelet's
     /// liveness probe has restarted it by then.
@@ -133,6 +141,8 @@ impl Op {
             Op::Relabel { selected: true, .. } => "relabel in".into(),
             Op::Drain { .. } => "drain, uncordon".into(),
             Op::PauseApiServer { .. } => "API server stopped a while".into(),
+            Op::TogglePerNode { on: true, .. } => "perNode on".into(),
+            Op::TogglePerNode { on: false, .. } => "perNode off".into(),
         }
     }
 }
@@ -183,6 +193,15 @@ impl fmt::Display for Op {
                     node(n)
                 )
             }
+            Op::TogglePerNode { component, on: true } => {
+                write!(
+                    f,
+                    "helm upgrade {component} with perNode listing every node (a DaemonSet each)"
+                )
+            }
+            Op::TogglePerNode { component, on: false } => {
+                write!(f, "helm upgrade {component} without perNode (one shared DaemonSet)")
+            }
         }
     }
 }
@@ -204,6 +223,8 @@ struct Model {
     scheduler_selected: [bool; 3],
     /// Components pushed bad since their last retry.
     retry_due: BTreeSet<&'static str>,
+    /// Shared-DaemonSet components whose values list every node under `perNode`.
+    per_node: BTreeSet<&'static str>,
 }
 
 impl Model {
@@ -212,15 +233,33 @@ impl Model {
             flags: COMPONENTS.iter().map(|c| (*c, None)).collect(),
             scheduler_selected: [true; 3],
             retry_due: BTreeSet::new(),
+            per_node: BTreeSet::new(),
         }
     }
 
     /// The `--set` the component's values carry now.
     fn set_args(&self, component: &str) -> Vec<String> {
-        match &self.flags[component] {
+        let mut args = match &self.flags[component] {
             Some((flag, _)) => vec!["--set".into(), format!("component.extraArgs.{flag}")],
             None => vec![],
+        };
+        if self.per_node.contains(component) {
+            let every: serde_json::Map<String, serde_json::Value> = NODES
+                .iter()
+                .map(|(name, _)| (name.to_string(), serde_json::json!({"credentials": {}})))
+                .collect();
+            args.extend([
+                "--set-json".into(),
+                format!("perNode={}", serde_json::Value::Object(every)),
+            ]);
         }
+        args
+    }
+
+    /// Whether the component runs one anchor DaemonSet per node (etcd's and kube-apiserver's
+    /// per-node credentials always do).
+    fn is_per_node(&self, component: &str) -> bool {
+        matches!(component, "etcd" | "kube-apiserver") || self.per_node.contains(component)
     }
 
     fn is_bad(&self, component: &str) -> bool {
@@ -239,6 +278,12 @@ impl Model {
                 self.retry_due.remove(component);
             }
             Op::Relabel { node, selected } => self.scheduler_selected[*node] = *selected,
+            Op::TogglePerNode { component, on: true } => {
+                self.per_node.insert(component);
+            }
+            Op::TogglePerNode { component, on: false } => {
+                self.per_node.remove(component);
+            }
             _ => {}
         }
     }
@@ -305,7 +350,14 @@ fn draw(rng: &mut fastrand::Rng, model: &Model) -> Op {
                 };
                 Op::Retry { component }
             }
-            68..=77 => Op::DeleteAnchorPod {
+            75..=77 => {
+                let component = pick(rng, &[SCHEDULER, "kube-controller-manager"]);
+                Op::TogglePerNode {
+                    component,
+                    on: !model.per_node.contains(component),
+                }
+            }
+            68..=74 => Op::DeleteAnchorPod {
                 component: pick(rng, &COMPONENTS),
                 node: rng.usize(0..3),
             },
@@ -554,12 +606,23 @@ impl Run {
         }
     }
 
-    fn daemonset_name(component: &str, node: usize) -> String {
-        if matches!(component, "etcd" | "kube-apiserver") {
+    fn daemonset_name(&self, component: &str, node: usize) -> String {
+        if self.model.is_per_node(component) {
             format!("{component}-anchor-{}", NODES[node].0)
         } else {
             format!("{component}-anchor")
         }
+    }
+
+    /// Every anchor DaemonSet the values ask for, with the number of nodes it should run on.
+    fn expected_daemonsets(&self) -> BTreeMap<String, i32> {
+        let mut expected = BTreeMap::new();
+        for c in COMPONENTS {
+            for i in 0..3 {
+                *expected.entry(self.daemonset_name(c, i)).or_insert(0) += i32::from(self.selected(c, i));
+            }
+        }
+        expected
     }
 
     async fn apply(&mut self, op: &Op) -> Result<(), String> {
@@ -637,7 +700,7 @@ impl Run {
                 self.until_ok("kubectl delete pod", self.kubectl(&args)).await.map(drop)
             }
             Op::DeleteDaemonSet { component, node, after } => {
-                let name = Self::daemonset_name(component, *node);
+                let name = self.daemonset_name(component, *node);
                 let args = [
                     "-n",
                     "kube-system",
@@ -677,6 +740,11 @@ impl Run {
                     .await
                     .map(drop)
             }
+            // The model already lists (or no longer lists) the component under perNode.
+            Op::TogglePerNode { component, .. } => self
+                .until_ok(&format!("helm upgrade {component}"), self.upgrade(component))
+                .await
+                .map(drop),
             Op::PauseApiServer { node, secs } => {
                 // None on a node that is down or between two API server processes: nothing to
                 // stop, and the operation is a no-op (said in the log).
@@ -761,13 +829,17 @@ impl Run {
             Ok(l) => l,
             Err(e) => return Some(format!("listing DaemonSets: {e}")),
         };
-        let expected: BTreeSet<String> = COMPONENTS
-            .iter()
-            .flat_map(|c| (0..3).map(move |i| Self::daemonset_name(c, i)))
-            .collect();
+        let expected = self.expected_daemonsets();
         let present: BTreeSet<String> = list.items.iter().filter_map(|d| d.metadata.name.clone()).collect();
-        if let Some(missing) = expected.difference(&present).next() {
+        if let Some(missing) = expected.keys().find(|name| !present.contains(*name)) {
             return Some(format!("DaemonSet {missing} missing"));
+        }
+        let is_anchor = |name: &str| COMPONENTS.iter().any(|c| name.starts_with(&format!("{c}-anchor")));
+        if let Some(left) = present
+            .iter()
+            .find(|name| is_anchor(name) && !expected.contains_key(*name))
+        {
+            return Some(format!("DaemonSet {left} left over"));
         }
         for ds in &list.items {
             let name = ds.metadata.name.clone().unwrap_or_default();
@@ -784,15 +856,12 @@ impl Run {
                 return Some(format!("{name}: no status"));
             };
             let generation = ds.metadata.generation.unwrap_or_default();
-            let desired = match component {
-                Some(SCHEDULER) => self.model.scheduler_selected.iter().filter(|s| **s).count() as i32,
-                Some("etcd" | "kube-apiserver") => 1,
-                _ => 3,
-            };
+            let desired = expected[&name];
+            // Counts of 0 are left out of the status.
             if s.observed_generation != Some(generation)
                 || s.desired_number_scheduled != desired
                 || s.number_ready != desired
-                || s.updated_number_scheduled != Some(desired)
+                || s.updated_number_scheduled.unwrap_or(0) != desired
             {
                 return Some(format!(
                     "{name}: desired {} (expected {desired}), ready {}, updated {:?}",

@@ -26,7 +26,7 @@ use k8s_openapi::api::core::v1::{Node, NodeSelectorRequirement, NodeSelectorTerm
 /// `app.kubernetes.io/name=kube-anchor` and the component's name under [`COMPONENT_LABEL`].
 pub(crate) const ANCHOR_NAME_LABEL: (&str, &str) = ("app.kubernetes.io/name", "kube-anchor");
 pub(crate) const COMPONENT_LABEL: &str = "app.kubernetes.io/component";
-/// On a Node or an anchor DaemonSet, `"true"` lets the quorum guard remove the last copies.
+/// On a Node or an anchor DaemonSet, `"true"` lifts the guard: the last copies may go.
 pub(crate) const DECOMMISSION_ANNOTATION: &str = "kube-anchor.io/decommission";
 
 /// The label selector of every anchor of `component`.

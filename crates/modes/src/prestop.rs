@@ -4,7 +4,7 @@
 //! 1. Gather evidence (own pod → owning DaemonSet, Node, every anchor of the component) and
 //!    [`decide`]; on `Remove`, look again after `--confirm-interval` and [`confirm`].
 //! 2. Keep: log why and exit 0 — the files stay for the next pod or the next boot. Held (the
-//!    quorum guard): the same, plus a Warning Event on this pod.
+//!    guard: a quorum, or the last copy): the same, plus a Warning Event on this pod.
 //! 3. `spec.etcdMember`: the member leaves the cluster first, its intent recorded before each
 //!    attempt and asked again while a refusal may pass. When it does not leave: a Warning
 //!    Event, every file kept, exit 1, and the intent kept for the next hook.
@@ -100,7 +100,7 @@ async fn run_inner(args: &PreStopArgs, deadline: Instant) -> anyhow::Result<Exit
             return Ok(ExitCode::SUCCESS);
         }
         Decision::Held(reason) => {
-            tracing::warn!(%component, decision = "held", %reason, "pre-stop: quorum guard keeps the component on this node");
+            tracing::warn!(%component, decision = "held", %reason, "pre-stop: the guard keeps the component on this node");
             warn_event(&client, this.as_ref(), "DecommissionHeld", &component, reason, deadline).await;
             report(args.output, &component, "held", reason, &[]);
             return Ok(ExitCode::SUCCESS);
