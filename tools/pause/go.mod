@@ -1,0 +1,3 @@
+module kube-anchor.io/tools/pause
+
+go 1.26
