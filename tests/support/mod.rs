@@ -13,5 +13,6 @@ pub mod pki;
 pub mod poll;
 pub mod poller;
 pub mod processes;
+pub mod registry;
 pub mod selfhosted;
 pub mod severable;

@@ -2,7 +2,9 @@
 //! runs kubemark's fake runtime ([`ControlPlane::add_node`]) or the process runtime of
 //! `tools/kube`, whose containers are real processes ([`ControlPlane::add_process_node`]): such a
 //! node has an address of its own (127.0.1.N), lives in a PID namespace of its own, and can be
-//! hard-killed and started again.
+//! hard-killed and started again. A containerd node ([`ControlPlane::add_containerd_node`]) is
+//! the same, with the real runtime: containerd and runc in a root of its own
+//! (`tools/containerd-node.sh`), pulling images from a local registry.
 
 #![allow(dead_code)]
 
@@ -18,13 +20,17 @@ use kube::api::Api;
 use super::control_plane::ControlPlane;
 use super::pki::{Identity, write_kubeconfig};
 use super::poll::Poll;
-use super::processes::{Process, free_port, rss_kib, tool};
+use super::processes::{Process, free_port, repo_root, rss_kib, tool};
+use super::registry::Registry;
 
 pub struct TestNode {
     pub name: String,
     pub static_pod_dir: PathBuf,
     pub root: PathBuf,
     pub kubelet_port: u16,
+    /// Where the kubelet's `--kubeconfig` files go, and the prefix its flag names them by: the
+    /// node's dir; on a containerd node, the node's own `/etc/kubernetes` seen from inside.
+    kubeconfig_dir: (PathBuf, PathBuf),
     /// `None` while stopped ([`ControlPlane::stop_kubelet`]).
     process: Option<Process>,
     program: PathBuf,
@@ -32,12 +38,15 @@ pub struct TestNode {
 }
 
 /// How a node runs its containers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Runtime {
     /// kubemark's fake runtime: every container "runs" and reports Running; no process starts.
     Fake,
     /// `tools/kube`'s process runtime: containers are real processes (see procruntime.go).
     Process,
+    /// containerd and runc (`tools/containerd-node.sh`); images from [`Registry`], the sandbox
+    /// image being the reference given.
+    Containerd { registry: String, pause: String },
 }
 
 /// Fills `dir` with the "images" of process nodes: links named like the last element of an
@@ -97,6 +106,94 @@ pub fn process_kubelet_args(
     args
 }
 
+fn next_process_node_address() -> u8 {
+    static NEXT: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+}
+
+/// The command line of a containerd node: `tools/containerd-node.sh` as PID 1 of a PID and mount
+/// namespace of its own makes `root/host` the node's `/`, starts containerd there and becomes the
+/// kubelet, with a real node's paths (/etc/kubernetes/kubelet.conf, /var/lib/kubelet,
+/// /etc/kubernetes/manifests, containerd's socket).
+pub fn containerd_kubelet_args(name: &str, ip: &str, root: &Path, port: u16) -> Vec<String> {
+    let mut args: Vec<String> = ["--pid", "--fork", "--kill-child", "--mount-proc", "bash"]
+        .map(String::from)
+        .into();
+    args.extend([
+        repo_root().join("tools/containerd-node.sh").display().to_string(),
+        root.join("host").display().to_string(),
+        fs::canonicalize(tool("runtime")).unwrap().display().to_string(),
+        fs::canonicalize(tool("kubelet")).unwrap().display().to_string(),
+        "--".into(),
+        "--kubeconfig=/etc/kubernetes/kubelet.conf".into(),
+        format!("--node-name={name}"),
+        "--root-dir=/var/lib/kubelet".into(),
+        "--pod-manifest-path=/etc/kubernetes/manifests".into(),
+        format!("--port={port}"),
+        format!("--node-ip={ip}"),
+        "--v=1".into(),
+        "--runtime=remote".into(),
+        "--runtime-endpoint=unix:///run/containerd/containerd.sock".into(),
+        "--client-ca-file=/etc/kubernetes/pki/ca.crt".into(),
+    ]);
+    args
+}
+
+/// containerd's config on a node whose `/` is `host`: CRI images from `registry` over plain HTTP,
+/// `pause` for sandboxes, runc from /opt/bin, the CNI loopback network (hostNetwork pods need no
+/// CNI, but containerd reports its network ready only with a config, and the kubelet calls the
+/// Node Ready only then). `restrict_oom_score_adj`: the machines here lack CAP_SYS_RESOURCE, so no
+/// process may lower its OOM score below its parent's, and the kubelet asks -997 for critical pods.
+fn write_containerd_config(host: &Path, registry: &str, pause: &str) {
+    let etc = host.join("etc");
+    let certs = etc.join("containerd/certs.d").join(registry);
+    fs::create_dir_all(&certs).unwrap();
+    fs::write(
+        certs.join("hosts.toml"),
+        format!(
+            "server = \"http://{registry}\"\n[host.\"http://{registry}\"]\n  capabilities = [\"pull\", \"resolve\"]\n"
+        ),
+    )
+    .unwrap();
+    fs::write(
+        etc.join("containerd/config.toml"),
+        format!(
+            r#"version = 3
+root = "/var/lib/containerd"
+state = "/run/containerd"
+[grpc]
+  address = "/run/containerd/containerd.sock"
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.images".pinned_images]
+    sandbox = "{pause}"
+  [plugins."io.containerd.cri.v1.images".registry]
+    config_path = "/etc/containerd/certs.d"
+[plugins."io.containerd.cri.v1.runtime"]
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    bin_dirs = ["/opt/bin"]
+    conf_dir = "/etc/cni/net.d"
+  [plugins."io.containerd.cri.v1.runtime".containerd]
+    default_runtime_name = "runc"
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+        BinaryName = "/opt/bin/runc"
+        SystemdCgroup = false
+"#
+        ),
+    )
+    .unwrap();
+    let cni = etc.join("cni/net.d");
+    fs::create_dir_all(&cni).unwrap();
+    fs::write(
+        cni.join("10-loopback.conflist"),
+        r#"{"cniVersion": "1.0.0", "name": "loopback", "plugins": [{"type": "loopback"}]}"#,
+    )
+    .unwrap();
+}
+
 /// Waits until `init`, PID 1 of a process node's namespace, is gone (the kernel kills the rest of
 /// the namespace first), at most 30 s.
 pub fn wait_namespace_gone(init: Option<u32>) {
@@ -120,9 +217,27 @@ impl ControlPlane {
     /// as at a power cut), with the next free address 127.0.1.N. Images are the binaries in
     /// [`ControlPlane::image_dir`]. Waits until the Node is Ready.
     pub async fn add_process_node(&self, name: &str, labels: &[(&str, &str)]) -> NodeHandle {
-        static NEXT: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(1);
-        let ip = format!("127.0.1.{}", NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst));
+        let ip = format!("127.0.1.{}", next_process_node_address());
         self.start_node(name, labels, Runtime::Process, &ip).await
+    }
+
+    /// Starts a node on containerd and runc (`tools/containerd-node.sh`): its root dir is the
+    /// node's `/`, images come from `registry`, and `pause` (a reference by digest) is every pod
+    /// sandbox's image. Like a process node, it lives in a PID namespace of its own, with the
+    /// next free address 127.0.1.N. Waits until the Node is Ready.
+    pub async fn add_containerd_node(
+        &self,
+        name: &str,
+        labels: &[(&str, &str)],
+        registry: &Registry,
+        pause: &str,
+    ) -> NodeHandle {
+        let ip = format!("127.0.1.{}", next_process_node_address());
+        let runtime = Runtime::Containerd {
+            registry: registry.addr.clone(),
+            pause: pause.to_owned(),
+        };
+        self.start_node(name, labels, runtime, &ip).await
     }
 
     /// The "registry" of process nodes: an image is the binary named like the last element of
@@ -135,6 +250,7 @@ impl ControlPlane {
     }
 
     async fn start_node(&self, name: &str, labels: &[(&str, &str)], runtime: Runtime, ip: &str) -> NodeHandle {
+        let containerd = matches!(runtime, Runtime::Containerd { .. });
         let root = self.dir.join("nodes").join(name);
         // The node's `/` for kube-anchor's --host-root: the kubelet reads /etc/kubernetes/manifests.
         let static_pod_dir = root.join("host/etc/kubernetes/manifests");
@@ -146,6 +262,27 @@ impl ControlPlane {
             &[],
         );
         let kubeconfig = root.join("kubelet.kubeconfig");
+        let mut kubeconfig_dir = (root.clone(), root.clone());
+        if containerd {
+            // The node's own /etc/kubernetes/kubelet.conf and pki, as on a kubeadm node; the
+            // kubelet runs inside the node's root and sees only those.
+            let pki = root.join("host/etc/kubernetes/pki");
+            fs::create_dir_all(&pki).unwrap();
+            for (from, to) in [(&crt, "kubelet.crt"), (&key, "kubelet.key"), (&self.pki.ca(), "ca.crt")] {
+                fs::copy(from, pki.join(to)).unwrap();
+            }
+            let inside = Path::new("/etc/kubernetes/pki");
+            write_kubeconfig(
+                &root.join("host/etc/kubernetes/kubelet.conf"),
+                &self.server,
+                &inside.join("ca.crt"),
+                &Identity::Cert {
+                    cert: inside.join("kubelet.crt"),
+                    key: inside.join("kubelet.key"),
+                },
+            );
+            kubeconfig_dir = (root.join("host/etc/kubernetes"), PathBuf::from("/etc/kubernetes"));
+        }
         write_kubeconfig(
             &kubeconfig,
             &self.server,
@@ -178,6 +315,13 @@ impl ControlPlane {
                     kubelet_port,
                 ),
             ),
+            Runtime::Containerd { registry, pause } => {
+                write_containerd_config(&root.join("host"), &registry, &pause);
+                (
+                    PathBuf::from("unshare"),
+                    containerd_kubelet_args(name, ip, &root, kubelet_port),
+                )
+            }
         };
         if !labels.is_empty() {
             let labels: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
@@ -191,6 +335,7 @@ impl ControlPlane {
             static_pod_dir: static_pod_dir.clone(),
             root: root.clone(),
             kubelet_port,
+            kubeconfig_dir,
             process: Some(process),
             program,
             command: args,
@@ -263,10 +408,18 @@ impl ControlPlane {
         }
     }
 
-    /// Resident memory of every process of a process node (kubelet and containers), in KiB.
+    /// Resident memory of every process of a process or containerd node (kubelet, runtime and
+    /// containers), in KiB.
     pub fn node_rss_kib(&self, name: &str) -> u64 {
         let unshare = self.nodes.lock().unwrap()[name].process.as_ref().map(Process::pid);
         unshare.map(namespace_rss_kib).unwrap_or(0)
+    }
+
+    /// Every process of a running process or containerd node: PID 1 of its namespace and all
+    /// its descendants (containers in PID namespaces of their own among them), by host PID.
+    pub fn node_pids(&self, name: &str) -> Vec<u32> {
+        let unshare = self.nodes.lock().unwrap()[name].process.as_ref().map(Process::pid);
+        unshare.and_then(namespace_init).map(descendants).unwrap_or_default()
     }
 
     /// Starts a stopped kubelet again with its first command line; does not wait for the API.
@@ -278,22 +431,29 @@ impl ControlPlane {
     /// server answers: the node comes back on its own, as after a reboot with the control plane
     /// down (its containers see the same dead address).
     pub fn start_kubelet_without_api(&self, name: &str) {
-        let root = self.nodes.lock().unwrap()[name].root.clone();
-        let kubeconfig = root.join("kubelet.kubeconfig");
-        let text = fs::read_to_string(&kubeconfig).unwrap();
         let dead = format!("https://127.0.0.1:{}", free_port());
-        let offline = root.join("kubelet-offline.kubeconfig");
-        fs::write(&offline, text.replace(&self.server, &dead)).unwrap();
+        let offline = self.kubeconfig_variant(name, "kubelet-offline.kubeconfig", &dead);
         self.start_kubelet_with(name, Some(&offline));
+    }
+
+    /// The node's kubelet kubeconfig with its API server at `server`, written beside it as
+    /// `file`; returns the path its `--kubeconfig` flag names it by.
+    fn kubeconfig_variant(&self, name: &str, file: &str, server: &str) -> PathBuf {
+        let (dir, flag_dir) = self.nodes.lock().unwrap()[name].kubeconfig_dir.clone();
+        let own = if dir.ends_with("etc/kubernetes") {
+            "kubelet.conf"
+        } else {
+            "kubelet.kubeconfig"
+        };
+        let text = fs::read_to_string(dir.join(own)).unwrap();
+        fs::write(dir.join(file), text.replace(&self.server, server)).unwrap();
+        flag_dir.join(file)
     }
 
     /// Starts a stopped kubelet again with its API server reached at `server` instead (a
     /// [`super::severable::Severable`] path a test can cut later); waits until the Node is Ready.
     pub async fn start_kubelet_through(&self, name: &str, server: &str) {
-        let root = self.nodes.lock().unwrap()[name].root.clone();
-        let text = fs::read_to_string(root.join("kubelet.kubeconfig")).unwrap();
-        let through = root.join("kubelet-through.kubeconfig");
-        fs::write(&through, text.replace(&self.server, server)).unwrap();
+        let through = self.kubeconfig_variant(name, "kubelet-through.kubeconfig", server);
         self.start_kubelet_with(name, Some(&through));
         self.wait_node_ready(name, Duration::from_secs(60)).await;
     }
@@ -337,17 +497,39 @@ pub fn namespace_init(unshare: u32) -> Option<u32> {
     children.split_whitespace().next()?.parse().ok()
 }
 
-/// Resident memory of every process in the PID namespace of a process node whose `unshare` is
-/// `unshare`, in KiB.
-pub fn namespace_rss_kib(unshare: u32) -> u64 {
-    let Some(ns) = namespace_init(unshare).and_then(|pid| fs::read_link(format!("/proc/{pid}/ns/pid")).ok()) else {
-        return 0;
-    };
-    let mut total = 0;
+/// `pid` and every process below it, by parent links.
+fn descendants(pid: u32) -> Vec<u32> {
+    let mut parents: Vec<(u32, u32)> = Vec::new();
     for entry in fs::read_dir("/proc").unwrap().flatten() {
-        if fs::read_link(entry.path().join("ns/pid")).ok().as_ref() == Some(&ns) {
-            total += rss_kib(&entry.file_name().to_string_lossy());
+        let Ok(p) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let stat = fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        // After the command in parentheses: state, then the parent's PID.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse().ok());
+        if let Some(ppid) = ppid {
+            parents.push((p, ppid));
         }
     }
-    total
+    let mut found = vec![pid];
+    let mut i = 0;
+    while i < found.len() {
+        let parent = found[i];
+        found.extend(parents.iter().filter(|(_, pp)| *pp == parent).map(|(p, _)| *p));
+        i += 1;
+    }
+    found
+}
+
+/// Resident memory of every process of a node whose `unshare` is `unshare` (PID 1 of its
+/// namespace and all below it), in KiB.
+pub fn namespace_rss_kib(unshare: u32) -> u64 {
+    namespace_init(unshare)
+        .map(descendants)
+        .unwrap_or_default()
+        .iter()
+        .map(|pid| rss_kib(&pid.to_string()))
+        .sum()
 }

@@ -58,6 +58,11 @@ impl Severable {
             let _ = s.shutdown(Shutdown::Both);
         }
     }
+
+    /// Forwards new connections again, as when the route comes back.
+    pub fn restore(&self) {
+        self.severed.store(false, Ordering::SeqCst);
+    }
 }
 
 /// Copies `from` to `to` on a thread of its own until either side closes.
