@@ -6,7 +6,8 @@
 //!
 //! One scenario on one node, the kube-scheduler chart:
 //! - installed from the registry by image digest; the anchor runs under exactly the chart's
-//!   securityContext (read from the running process), writes the manifest and the credential,
+//!   securityContext (read from the running process), in a cgroup below the node's with the
+//!   chart's memory limit, writes the manifest and the credential,
 //!   and the kubelet runs the scheduler's image from it, Ready;
 //! - a bad `helm upgrade` (a flag the scheduler refuses), its anchor cut off from the API once the
 //!   version is written: the crash loop is judged from containerd's CRI alone and rolled back;
@@ -26,6 +27,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use support::control_plane::{self, ControlPlane};
 use support::helm::{chart, helm, ok};
+use support::nodes::node_cgroup;
 use support::poll::eventually;
 use support::processes::tool;
 use support::registry::Registry;
@@ -179,6 +181,18 @@ async fn the_scheduler_chart_runs_on_containerd_and_runc() {
         fs::read_link(format!("/proc/{}/ns/pid", cp.node_pids(NODE)[0])).unwrap(),
         "the anchor has a PID namespace of its own"
     );
+    // Its cgroup is one runc made below the node's cgroup root, with the chart's memory limit.
+    let cgroups = fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    let memory = cgroups
+        .lines()
+        .find_map(|l| l.split_once(":memory:").map(|(_, path)| path.to_owned()))
+        .unwrap();
+    assert!(
+        memory.contains(&format!("/{}/k8s.io/", node_cgroup(NODE))),
+        "the anchor's memory cgroup {memory} is below the node's"
+    );
+    let limit = fs::read_to_string(format!("/sys/fs/cgroup/memory{memory}/memory.limit_in_bytes")).unwrap();
+    assert_eq!(limit.trim(), (48u64 << 20).to_string(), "the chart's 48Mi memory limit");
 
     // It writes the manifest and the credential; the kubelet runs the scheduler's image.
     let manifest = host.join("etc/kubernetes/manifests/kube-scheduler.yaml");
@@ -311,4 +325,6 @@ async fn the_scheduler_chart_runs_on_containerd_and_runc() {
         async move { gone.then_some(()) }
     })
     .await;
+    // Stopped, the node's cgroups go too.
+    cp.stop_kubelet(NODE);
 }

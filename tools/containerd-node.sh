@@ -5,7 +5,7 @@
 # once, and every mount made here (the node's /run, container root filesystems) goes with the
 # namespace, as at a power cut.
 #
-#   tools/containerd-node.sh ROOT RUNTIME_DIR KUBELET -- KUBELET_ARGS...
+#   tools/containerd-node.sh ROOT RUNTIME_DIR KUBELET CGROUP -- KUBELET_ARGS...
 #
 # ROOT becomes the node's `/` (pivot_root): /etc/kubernetes, /var/lib/kubelet,
 # /var/lib/containerd, /var/lib/kube-anchor, /var/log are the node's own, kept across reboots;
@@ -15,10 +15,32 @@
 # entries must be regular files, not links or mounts: runc re-executes itself from an overlayfs
 # whose lower layer is the directory of its binary, and overlayfs sees neither. KUBELET is bound
 # at /opt/kube/kubelet. containerd reads /etc/containerd/config.toml, which the harness writes.
+#
+# The node's cgroup root: the script moves itself into a cgroup named CGROUP below its own in
+# every cgroup v1 hierarchy and into a cgroup namespace rooted there, and mounts the hierarchies
+# again inside the node, so the cgroups runc makes for containers (cgroupfs driver,
+# /k8s.io/<container>) are the node's own: on the machine, <parent>/CGROUP/k8s.io/<container>.
 set -euo pipefail
-root=$1 bins=$2 kubelet=$3
-shift 3
+root=$1 bins=$2 kubelet=$3 cgroup=$4
+shift 4
 [[ ${1-} == -- ]] && shift
+
+if [[ -z ${CONTAINERD_NODE_CGROUP_NS-} ]]; then
+  # Read whole before moving: the file changes as the script moves.
+  own=$(cat /proc/self/cgroup)
+  while IFS=: read -r _ controllers path; do
+    [[ -n $controllers ]] || continue # the cgroup v2 entry of a v1 machine
+    parent=/sys/fs/cgroup/${controllers#name=}${path%/}
+    mkdir -p "$parent/$cgroup"
+    if [[ $controllers == cpuset ]]; then
+      cat "$parent/cpuset.cpus" >"$parent/$cgroup/cpuset.cpus"
+      cat "$parent/cpuset.mems" >"$parent/$cgroup/cpuset.mems"
+    fi
+    echo $$ >"$parent/$cgroup/cgroup.procs"
+  done <<<"$own"
+  # Same PID (no fork): the script stays PID 1 of the node.
+  CONTAINERD_NODE_CGROUP_NS=1 exec unshare --cgroup "$BASH" "$0" "$root" "$bins" "$kubelet" "$cgroup" -- "$@"
+fi
 
 ro_bind() {
   mkdir -p "$2"
@@ -44,6 +66,13 @@ done
 mount --rbind /proc "$root/proc"
 mount --rbind /dev "$root/dev"
 mount --rbind /sys "$root/sys"
+# The hierarchies again, mounted inside the cgroup namespace: their root is the node's cgroup.
+hierarchies=$(awk '$3 == "cgroup" && $2 ~ "^/sys/fs/cgroup/" {print $2, $4}' /proc/mounts)
+mount -t tmpfs -o mode=0755 tmpfs "$root/sys/fs/cgroup"
+while read -r mountpoint options; do
+  mkdir -p "$root$mountpoint"
+  mount -t cgroup -o "$options" cgroup "$root$mountpoint"
+done <<<"$hierarchies"
 mount -t tmpfs -o mode=0755 tmpfs "$root/run"
 mount -t tmpfs -o mode=1777 tmpfs "$root/tmp"
 ro_bind "$bins" "$root/opt/bin"

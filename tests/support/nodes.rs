@@ -31,6 +31,8 @@ pub struct TestNode {
     /// Where the kubelet's `--kubeconfig` files go, and the prefix its flag names them by: the
     /// node's dir; on a containerd node, the node's own `/etc/kubernetes` seen from inside.
     kubeconfig_dir: (PathBuf, PathBuf),
+    /// A containerd node's cgroup, below the test binary's own in every hierarchy.
+    cgroup: Option<String>,
     /// `None` while stopped ([`ControlPlane::stop_kubelet`]).
     process: Option<Process>,
     program: PathBuf,
@@ -106,6 +108,67 @@ pub fn process_kubelet_args(
     args
 }
 
+/// The cgroup of a containerd node: unique on the machine, as several test binaries may run
+/// nodes of one name at once.
+pub fn node_cgroup(name: &str) -> String {
+    format!("kube-anchor-{}-{name}", std::process::id())
+}
+
+/// Removes a stopped containerd node's cgroup and the containers' cgroups below it (empty once
+/// the node's processes are gone) in every hierarchy, deepest first.
+fn remove_cgroups(cgroup: &str) {
+    for dir in cgroup_parents() {
+        remove_cgroup_tree(&dir.join(cgroup));
+    }
+}
+
+/// Removes the cgroups of containerd nodes left by test binaries that are no longer running
+/// (a test binary's nodes die with it, their cgroups stay).
+fn remove_dead_node_cgroups() {
+    for parent in cgroup_parents() {
+        for entry in fs::read_dir(&parent).into_iter().flatten().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let pid = name
+                .strip_prefix("kube-anchor-")
+                .and_then(|rest| rest.split('-').next()?.parse::<i32>().ok());
+            if pid.is_some_and(|pid| unsafe { libc::kill(pid, 0) } != 0) {
+                remove_cgroup_tree(&entry.path());
+            }
+        }
+    }
+}
+
+fn remove_cgroup_tree(dir: &Path) {
+    for entry in fs::read_dir(dir).into_iter().flatten().flatten() {
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            remove_cgroup_tree(&entry.path());
+        }
+    }
+    let _ = fs::remove_dir(dir);
+}
+
+/// The test binary's own cgroup in every v1 hierarchy: where its containerd nodes' cgroups go.
+fn cgroup_parents() -> Vec<PathBuf> {
+    let mut parents = Vec::new();
+    let own = fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    for line in own.lines() {
+        let mut fields = line.splitn(3, ':');
+        let (Some(_), Some(controllers), Some(path)) = (fields.next(), fields.next(), fields.next()) else {
+            continue;
+        };
+        if controllers.is_empty() {
+            continue;
+        }
+        let hierarchy = controllers.trim_start_matches("name=");
+        parents.push(
+            Path::new("/sys/fs/cgroup")
+                .join(hierarchy)
+                .join(path.trim_start_matches('/')),
+        );
+    }
+    parents
+}
+
 fn next_process_node_address() -> u8 {
     static NEXT: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(1);
     NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
@@ -115,7 +178,7 @@ fn next_process_node_address() -> u8 {
 /// namespace of its own makes `root/host` the node's `/`, starts containerd there and becomes the
 /// kubelet, with a real node's paths (/etc/kubernetes/kubelet.conf, /var/lib/kubelet,
 /// /etc/kubernetes/manifests, containerd's socket).
-pub fn containerd_kubelet_args(name: &str, ip: &str, root: &Path, port: u16) -> Vec<String> {
+pub fn containerd_kubelet_args(name: &str, ip: &str, root: &Path, port: u16, cgroup: &str) -> Vec<String> {
     let mut args: Vec<String> = ["--pid", "--fork", "--kill-child", "--mount-proc", "bash"]
         .map(String::from)
         .into();
@@ -124,6 +187,7 @@ pub fn containerd_kubelet_args(name: &str, ip: &str, root: &Path, port: u16) -> 
         root.join("host").display().to_string(),
         fs::canonicalize(tool("runtime")).unwrap().display().to_string(),
         fs::canonicalize(tool("kubelet")).unwrap().display().to_string(),
+        cgroup.into(),
         "--".into(),
         "--kubeconfig=/etc/kubernetes/kubelet.conf".into(),
         format!("--node-name={name}"),
@@ -232,6 +296,8 @@ impl ControlPlane {
         registry: &Registry,
         pause: &str,
     ) -> NodeHandle {
+        static SWEPT: OnceLock<()> = OnceLock::new();
+        SWEPT.get_or_init(remove_dead_node_cgroups);
         let ip = format!("127.0.1.{}", next_process_node_address());
         let runtime = Runtime::Containerd {
             registry: registry.addr.clone(),
@@ -319,7 +385,7 @@ impl ControlPlane {
                 write_containerd_config(&root.join("host"), &registry, &pause);
                 (
                     PathBuf::from("unshare"),
-                    containerd_kubelet_args(name, ip, &root, kubelet_port),
+                    containerd_kubelet_args(name, ip, &root, kubelet_port, &node_cgroup(name)),
                 )
             }
         };
@@ -336,6 +402,7 @@ impl ControlPlane {
             root: root.clone(),
             kubelet_port,
             kubeconfig_dir,
+            cgroup: containerd.then(|| node_cgroup(name)),
             process: Some(process),
             program,
             command: args,
@@ -405,6 +472,10 @@ impl ControlPlane {
             let init = namespace_init(p.pid());
             p.stop();
             wait_namespace_gone(init);
+        }
+        let cgroup = self.nodes.lock().unwrap().get(name).and_then(|n| n.cgroup.clone());
+        if let Some(cgroup) = cgroup {
+            remove_cgroups(&cgroup);
         }
     }
 
