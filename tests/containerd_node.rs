@@ -1,13 +1,13 @@
-//! A node on the real container runtime: containerd and runc, built from their Go modules, in a
-//! root of the node's own (`tools/containerd-node.sh`), pulling every image by digest from a
-//! local registry, as a production node does. runc enforces what the process runtime imitates:
+//! A node on the real container runtime: the real kubelet, containerd and runc, built from their
+//! Go modules, in a root and a cgroup of the node's own (`tools/containerd-node.sh`), pulling every
+//! image by digest from a local registry, as a production node does. runc enforces what the process runtime imitates:
 //! the user, the capability sets, no_new_privs and the read-only root of the anchor's container
 //! as the chart asks, in namespaces and cgroups of its own.
 //!
 //! One scenario on one node, the kube-scheduler chart:
 //! - installed from the registry by image digest; the anchor runs under exactly the chart's
-//!   securityContext (read from the running process), in a cgroup below the node's with the
-//!   chart's memory limit, writes the manifest and the credential,
+//!   securityContext (read from the running process), in its pod's cgroup of the kubelet's QoS
+//!   tree below the node's, with the chart's memory limit, writes the manifest and the credential,
 //!   and the kubelet runs the scheduler's image from it, Ready;
 //! - a bad `helm upgrade` (a flag the scheduler refuses), its anchor cut off from the API once the
 //!   version is written: the crash loop is judged from containerd's CRI alone and rolled back;
@@ -48,16 +48,22 @@ fn split(reference: &str) -> (&str, &str) {
     reference.split_once('@').unwrap()
 }
 
-/// The node's processes whose command line starts with `program` (`argv[0]`'s base name).
-fn processes(cp: &ControlPlane, program: &str) -> Vec<u32> {
+/// The node's processes whose command line starts with `argv` (the program by its base name):
+/// `["kube-anchor", "run"]` is the anchor, not the exec probes beside it.
+fn processes(cp: &ControlPlane, argv: &[&str]) -> Vec<u32> {
     cp.node_pids(NODE)
         .into_iter()
         .filter(|pid| {
             let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            let argv0 = cmdline.split(|b| *b == 0).next().unwrap_or_default();
-            Path::new(&*String::from_utf8_lossy(argv0))
-                .file_name()
-                .is_some_and(|n| n == program)
+            let args: Vec<String> = cmdline
+                .split(|b| *b == 0)
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            let program = args
+                .first()
+                .and_then(|a| Path::new(a).file_name())
+                .map(|n| n.to_string_lossy().into_owned());
+            program.as_deref() == Some(argv[0]) && args.len() >= argv.len() && args[1..argv.len()] == argv[1..]
         })
         .collect()
 }
@@ -165,7 +171,7 @@ async fn the_scheduler_chart_runs_on_containerd_and_runc() {
         "the anchor runs the pushed image: {}",
         status.image_id
     );
-    let anchors = processes(cp, "kube-anchor");
+    let anchors = processes(cp, &["kube-anchor", "run"]);
     assert_eq!(anchors.len(), 1, "one kube-anchor process on the node");
     let pid = anchors[0];
     assert_eq!(status_field(pid, "Uid").split_whitespace().next(), Some("0"));
@@ -187,9 +193,13 @@ async fn the_scheduler_chart_runs_on_containerd_and_runc() {
         .lines()
         .find_map(|l| l.split_once(":memory:").map(|(_, path)| path.to_owned()))
         .unwrap();
+    // The kubelet's own QoS tree below the node's cgroup root: the anchor asks less than its
+    // limit, so Burstable.
+    let uid = anchor.metadata.uid.as_deref().unwrap().replace('-', "_");
+    let pod_cgroup = format!("/{}/kubepods/burstable/pod{uid}/", node_cgroup(NODE));
     assert!(
-        memory.contains(&format!("/{}/k8s.io/", node_cgroup(NODE))),
-        "the anchor's memory cgroup {memory} is below the node's"
+        memory.contains(&pod_cgroup) || memory.contains(&pod_cgroup.replace('_', "-")),
+        "the anchor's memory cgroup {memory} is its pod's in the kubelet's Burstable tier below the node's"
     );
     let limit = fs::read_to_string(format!("/sys/fs/cgroup/memory{memory}/memory.limit_in_bytes")).unwrap();
     assert_eq!(limit.trim(), (48u64 << 20).to_string(), "the chart's 48Mi memory limit");
@@ -274,19 +284,19 @@ async fn the_scheduler_chart_runs_on_containerd_and_runc() {
     // manifest on disk and the image in containerd's store.
     drop(registry);
     cp.stop_kubelet(NODE);
-    assert!(processes(cp, "kube-scheduler").is_empty());
+    assert!(processes(cp, &["kube-scheduler"]).is_empty());
     cp.start_kubelet_without_api(NODE);
     eventually(
         WAIT,
         "kube-scheduler running again after the reboot, with no API",
         || {
-            let found = !processes(cp, "kube-scheduler").is_empty();
+            let found = !processes(cp, &["kube-scheduler"]).is_empty();
             async move { found.then_some(()) }
         },
     )
     .await;
     assert!(
-        processes(cp, "kube-anchor").is_empty(),
+        processes(cp, &["kube-anchor", "run"]).is_empty(),
         "no DaemonSet pod without the API"
     );
     cp.stop_kubelet(NODE);
@@ -294,7 +304,7 @@ async fn the_scheduler_chart_runs_on_containerd_and_runc() {
     // Once the API is back the anchor pod runs again; it stays unready, holding the rollout of
     // the version it rolled back.
     eventually(WAIT, "the anchor running again once the API is back", || {
-        let found = processes(cp, "kube-anchor").len() == 1;
+        let found = processes(cp, &["kube-anchor", "run"]).len() == 1;
         async move { found.then_some(()) }
     })
     .await;
@@ -321,7 +331,7 @@ async fn the_scheduler_chart_runs_on_containerd_and_runc() {
     })
     .await;
     eventually(WAIT, "the scheduler gone from the node", || {
-        let gone = processes(cp, "kube-scheduler").is_empty();
+        let gone = processes(cp, &["kube-scheduler"]).is_empty();
         async move { gone.then_some(()) }
     })
     .await;

@@ -5,7 +5,7 @@
 # once, and every mount made here (the node's /run, container root filesystems) goes with the
 # namespace, as at a power cut.
 #
-#   tools/containerd-node.sh ROOT RUNTIME_DIR KUBELET CGROUP -- KUBELET_ARGS...
+#   tools/containerd-node.sh ROOT RUNTIME_DIR KUBE CGROUP -- KUBELET_COMMAND KUBELET_ARGS...
 #
 # ROOT becomes the node's `/` (pivot_root): /etc/kubernetes, /var/lib/kubelet,
 # /var/lib/containerd, /var/lib/kube-anchor, /var/log are the node's own, kept across reboots;
@@ -13,8 +13,15 @@
 # need to run) are shared read-only; /proc, /dev and /sys are the namespace's. RUNTIME_DIR
 # (containerd, its shim, runc, CNI plugins) is bound read-only at /opt/bin, which leads PATH; its
 # entries must be regular files, not links or mounts: runc re-executes itself from an overlayfs
-# whose lower layer is the directory of its binary, and overlayfs sees neither. KUBELET is bound
-# at /opt/kube/kubelet. containerd reads /etc/containerd/config.toml, which the harness writes.
+# whose lower layer is the directory of its binary, and overlayfs sees neither. KUBE, the
+# multi-call binary of tools/kube, is bound at /opt/kube/kube and runs KUBELET_COMMAND (its
+# real kubelet, node-kubelet). containerd reads /etc/containerd/config.toml, the kubelet
+# /var/lib/kubelet/config.yaml; the harness writes both.
+#
+# The kubelet sets six kernel tunables (vm.overcommit_memory, vm.panic_on_oom, kernel.panic,
+# kernel.panic_on_oops, kernel.keys.root_maxkeys and root_maxbytes), which are the machine's
+# own: the node sees files of its own over them, holding the machine's values at boot, so the
+# kubelet reads and writes those and the machine keeps its settings.
 #
 # The node's cgroup root: the script moves itself into a cgroup named CGROUP below its own in
 # every cgroup v1 hierarchy and into a cgroup namespace rooted there, and mounts the hierarchies
@@ -77,8 +84,14 @@ mount -t tmpfs -o mode=0755 tmpfs "$root/run"
 mount -t tmpfs -o mode=1777 tmpfs "$root/tmp"
 ro_bind "$bins" "$root/opt/bin"
 mkdir -p "$root/opt/kube"
-: >>"$root/opt/kube/kubelet"
-mount --bind "$kubelet" "$root/opt/kube/kubelet"
+: >>"$root/opt/kube/kube"
+mount --bind "$kubelet" "$root/opt/kube/kube"
+mkdir -p "$root/run/sysctl"
+for tunable in vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_on_oops kernel/keys/root_maxkeys kernel/keys/root_maxbytes; do
+  shadow=$root/run/sysctl/${tunable//\//.}
+  cat "/proc/sys/$tunable" >"$shadow"
+  mount --bind "$shadow" "$root/proc/sys/$tunable"
+done
 
 cd "$root"
 mkdir -p .old-root
@@ -95,4 +108,4 @@ for _ in $(seq 300); do
   sleep 0.1
 done
 [[ -S /run/containerd/containerd.sock ]] || { echo "containerd made no socket in 30 s" >&2; exit 1; }
-exec /opt/kube/kubelet "$@"
+exec /opt/kube/kube "$@"

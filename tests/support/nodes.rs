@@ -3,8 +3,8 @@
 //! `tools/kube`, whose containers are real processes ([`ControlPlane::add_process_node`]): such a
 //! node has an address of its own (127.0.1.N), lives in a PID namespace of its own, and can be
 //! hard-killed and started again. A containerd node ([`ControlPlane::add_containerd_node`]) is
-//! the same, with the real runtime: containerd and runc in a root of its own
-//! (`tools/containerd-node.sh`), pulling images from a local registry.
+//! the same, as production runs it: the real kubelet, containerd and runc in a root and cgroup
+//! tree of its own (`tools/containerd-node.sh`), pulling images from a local registry.
 
 #![allow(dead_code)]
 
@@ -46,8 +46,8 @@ pub enum Runtime {
     Fake,
     /// `tools/kube`'s process runtime: containers are real processes (see procruntime.go).
     Process,
-    /// containerd and runc (`tools/containerd-node.sh`); images from [`Registry`], the sandbox
-    /// image being the reference given.
+    /// The real kubelet on containerd and runc (`tools/containerd-node.sh`); images from
+    /// [`Registry`], the sandbox image being the reference given.
     Containerd { registry: String, pause: String },
 }
 
@@ -176,9 +176,9 @@ fn next_process_node_address() -> u8 {
 
 /// The command line of a containerd node: `tools/containerd-node.sh` as PID 1 of a PID and mount
 /// namespace of its own makes `root/host` the node's `/`, starts containerd there and becomes the
-/// kubelet, with a real node's paths (/etc/kubernetes/kubelet.conf, /var/lib/kubelet,
-/// /etc/kubernetes/manifests, containerd's socket).
-pub fn containerd_kubelet_args(name: &str, ip: &str, root: &Path, port: u16, cgroup: &str) -> Vec<String> {
+/// real kubelet (cmd/kubelet), with a real node's paths (/etc/kubernetes/kubelet.conf,
+/// /var/lib/kubelet/config.yaml, containerd's socket) and the node's cgroup `cgroup`.
+pub fn containerd_kubelet_args(name: &str, ip: &str, root: &Path, cgroup: &str) -> Vec<String> {
     let mut args: Vec<String> = ["--pid", "--fork", "--kill-child", "--mount-proc", "bash"]
         .map(String::from)
         .into();
@@ -189,18 +189,50 @@ pub fn containerd_kubelet_args(name: &str, ip: &str, root: &Path, port: u16, cgr
         fs::canonicalize(tool("kubelet")).unwrap().display().to_string(),
         cgroup.into(),
         "--".into(),
+        "node-kubelet".into(),
         "--kubeconfig=/etc/kubernetes/kubelet.conf".into(),
-        format!("--node-name={name}"),
-        "--root-dir=/var/lib/kubelet".into(),
-        "--pod-manifest-path=/etc/kubernetes/manifests".into(),
-        format!("--port={port}"),
+        "--config=/var/lib/kubelet/config.yaml".into(),
+        format!("--hostname-override={name}"),
         format!("--node-ip={ip}"),
         "--v=1".into(),
-        "--runtime=remote".into(),
-        "--runtime-endpoint=unix:///run/containerd/containerd.sock".into(),
-        "--client-ca-file=/etc/kubernetes/pki/ca.crt".into(),
     ]);
     args
+}
+
+/// The kubelet's config on a node whose `/` is `host`: kubeadm's shape (cgroupfs, containerd's
+/// socket, x509 and webhook authentication, webhook authorization), with the machine's facts:
+/// cgroup v1 (`failCgroupV1: false`), the node's own address and kubelet port, and the test bed's
+/// quick periods (as on the other nodes).
+fn write_kubelet_config(host: &Path, ip: &str, port: u16) {
+    let dir = host.join("var/lib/kubelet");
+    fs::create_dir_all(&dir).unwrap();
+    fs::write(
+        dir.join("config.yaml"),
+        format!(
+            r#"apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
+cgroupDriver: cgroupfs
+failCgroupV1: false
+failSwapOn: false
+staticPodPath: /etc/kubernetes/manifests
+address: {ip}
+port: {port}
+readOnlyPort: 0
+healthzPort: 0
+authentication:
+  x509: {{clientCAFile: /etc/kubernetes/pki/ca.crt}}
+  webhook: {{enabled: true}}
+  anonymous: {{enabled: false}}
+authorization: {{mode: Webhook}}
+resolvConf: /etc/resolv.conf
+fileCheckFrequency: 2s
+syncFrequency: 2s
+nodeStatusUpdateFrequency: 2s
+"#
+        ),
+    )
+    .unwrap();
 }
 
 /// containerd's config on a node whose `/` is `host`: CRI images from `registry` over plain HTTP,
@@ -285,8 +317,8 @@ impl ControlPlane {
         self.start_node(name, labels, Runtime::Process, &ip).await
     }
 
-    /// Starts a node on containerd and runc (`tools/containerd-node.sh`): its root dir is the
-    /// node's `/`, images come from `registry`, and `pause` (a reference by digest) is every pod
+    /// Starts a node of the real kubelet on containerd and runc (`tools/containerd-node.sh`): its
+    /// root dir is the node's `/`, images come from `registry`, and `pause` (a reference by digest) is every pod
     /// sandbox's image. Like a process node, it lives in a PID namespace of its own, with the
     /// next free address 127.0.1.N. Waits until the Node is Ready.
     pub async fn add_containerd_node(
@@ -348,6 +380,9 @@ impl ControlPlane {
                 },
             );
             kubeconfig_dir = (root.join("host/etc/kubernetes"), PathBuf::from("/etc/kubernetes"));
+            // A node's identity for cAdvisor and the Node's systemUUID, as systemd writes it.
+            let machine_id = format!("{:032x}", fastrand::u128(..));
+            fs::write(root.join("host/etc/machine-id"), format!("{machine_id}\n")).unwrap();
         }
         write_kubeconfig(
             &kubeconfig,
@@ -383,9 +418,10 @@ impl ControlPlane {
             ),
             Runtime::Containerd { registry, pause } => {
                 write_containerd_config(&root.join("host"), &registry, &pause);
+                write_kubelet_config(&root.join("host"), ip, kubelet_port);
                 (
                     PathBuf::from("unshare"),
-                    containerd_kubelet_args(name, ip, &root, kubelet_port, &node_cgroup(name)),
+                    containerd_kubelet_args(name, ip, &root, &node_cgroup(name)),
                 )
             }
         };

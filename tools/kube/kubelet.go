@@ -6,16 +6,13 @@ package main
 //
 //   - fake: kubemark's fake CRI runtime; containers are fakes that report Running;
 //   - process: procruntime.go; containers are real processes, and the kubelet's real prober
-//     runs their probes (kubemark's prober is a fake that reports every container Ready);
-//   - remote: a real CRI runtime (containerd with runc) at --runtime-endpoint, for its containers
-//     and its images, with the same real prober.
+//     runs their probes (kubemark's prober is a fake that reports every container Ready).
 //
 // Differences from cmd/kubemark: the static pod path, root directory and ports are flags, the
 // image service is the runtime's own (there is no containerd here), and the healthz and
 // read-only ports are off so that several kubelets can share one machine.
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -30,7 +27,6 @@ import (
 	remote "k8s.io/cri-client/pkg"
 	fakeremote "k8s.io/cri-client/pkg/fake"
 	kubeletapp "k8s.io/kubernetes/cmd/kubelet/app"
-	kubeletoptions "k8s.io/kubernetes/cmd/kubelet/app/options"
 	kubeletconfig "k8s.io/kubernetes/pkg/kubelet/apis/config"
 	cadvisortest "k8s.io/kubernetes/pkg/kubelet/cadvisor/testing"
 	"k8s.io/kubernetes/pkg/kubelet/cm"
@@ -55,7 +51,6 @@ type kubeletOptions struct {
 	imageDir          string
 	hostRoot          string
 	clientCAFile      string
-	runtimeEndpoint   string
 }
 
 func newKubeletCommand() *cobra.Command {
@@ -78,8 +73,7 @@ func newKubeletCommand() *cobra.Command {
 	labels := cliflag.ConfigurationMap(o.nodeLabels)
 	fs.Var(&labels, "node-labels", "labels to register the Node with (k=v,...)")
 	fs.Var(utilflag.RegisterWithTaintsVar{Value: &o.taints}, "register-with-taints", "taints to register the Node with (k=v:Effect,...)")
-	fs.StringVar(&o.runtime, "runtime", "fake", "container runtime: fake (kubemark's), process (containers are real processes) or remote (a CRI runtime at --runtime-endpoint)")
-	fs.StringVar(&o.runtimeEndpoint, "runtime-endpoint", "unix:///run/containerd/containerd.sock", "remote runtime: the CRI endpoint (containerd's socket)")
+	fs.StringVar(&o.runtime, "runtime", "fake", "container runtime: fake (kubemark's) or process (containers are real processes)")
 	fs.StringVar(&o.imageDir, "image-dir", "", "process runtime: directory of the binaries that stand for images (required with --runtime=process)")
 	fs.StringVar(&o.hostRoot, "host-root", "", "process runtime: the directory hostPath volumes resolve under (required with --runtime=process)")
 	fs.StringVar(&o.clientCAFile, "client-ca-file", "", "process runtime: CA of the clients of the kubelet API (the API server's kubelet client certificate); the API is served over TLS with webhook authorization")
@@ -182,63 +176,49 @@ func runKubelet(cmd *cobra.Command, o *kubeletOptions) error {
 			return err
 		}
 		defer runtime.Stop()
-		if kubelet, err = realKubelet(ctx, o, flags, config, client, heartbeatClient, endpoint); err != nil {
+		runtimeService, err := remote.NewRemoteRuntimeService(ctx, endpoint, 15*time.Second, noop.NewTracerProvider(), false)
+		if err != nil {
 			return err
 		}
-	case "remote":
-		if kubelet, err = realKubelet(ctx, o, flags, config, client, heartbeatClient, o.runtimeEndpoint); err != nil {
+		imageService, err := remote.NewRemoteImageService(ctx, endpoint, 15*time.Second, noop.NewTracerProvider(), false)
+		if err != nil {
 			return err
+		}
+		kubelet = kubemark.NewHollowKubelet(flags, config, client, heartbeatClient,
+			&cadvisortest.Fake{NodeName: o.nodeName}, imageService, runtimeService,
+			cm.NewStubContainerManager())
+		// nil: the kubelet builds its real prober (exec probes through the runtime's ExecSync,
+		// HTTP and TCP probes against the pod's address).
+		kubelet.KubeletDeps.ProbeManager = nil
+		// The kubelet's own files (termination-message files, pod log dirs, log GC) are real,
+		// but for the legacy /var/log/containers links, which would be shared by every node
+		// of the machine.
+		kubelet.KubeletDeps.OSInterface = nodeOS{}
+		// The kubelet API as a real node serves it (kubectl logs goes through it): TLS with a
+		// self-signed serving certificate, x509 client certificates, webhook authorization.
+		if o.clientCAFile != "" {
+			flags.CertDirectory = filepath.Join(o.rootDir, "pki")
+			config.Authentication.X509.ClientCAFile = o.clientCAFile
+			config.Authentication.Webhook.Enabled = true
+			config.Authentication.Anonymous.Enabled = false
+			config.Authorization.Mode = kubeletconfig.KubeletAuthorizationModeWebhook
+			tls, err := kubeletapp.InitializeTLS(ctx, flags, config)
+			if err != nil {
+				return err
+			}
+			auth, reload, err := kubeletapp.BuildAuth(types.NodeName(o.nodeName), client, *config)
+			if err != nil {
+				return err
+			}
+			reload(ctx.Done())
+			kubelet.KubeletDeps.TLSOptions = tls
+			kubelet.KubeletDeps.Auth = auth
 		}
 	default:
-		return fmt.Errorf("--runtime must be fake, process or remote, not %q", o.runtime)
+		return fmt.Errorf("--runtime must be fake or process, not %q", o.runtime)
 	}
 	kubelet.Run(ctx)
 	return nil
-}
-
-// realKubelet is the hollow kubelet on the CRI runtime at endpoint, with the kubelet's real
-// prober, files and API.
-func realKubelet(ctx context.Context, o *kubeletOptions, flags *kubeletoptions.KubeletFlags, config *kubeletconfig.KubeletConfiguration,
-	client, heartbeatClient *kubernetes.Clientset, endpoint string) (*kubemark.HollowKubelet, error) {
-	runtimeService, err := remote.NewRemoteRuntimeService(ctx, endpoint, 15*time.Second, noop.NewTracerProvider(), false)
-	if err != nil {
-		return nil, err
-	}
-	imageService, err := remote.NewRemoteImageService(ctx, endpoint, 15*time.Second, noop.NewTracerProvider(), false)
-	if err != nil {
-		return nil, err
-	}
-	kubelet := kubemark.NewHollowKubelet(flags, config, client, heartbeatClient,
-		&cadvisortest.Fake{NodeName: o.nodeName}, imageService, runtimeService,
-		cm.NewStubContainerManager())
-	// nil: the kubelet builds its real prober (exec probes through the runtime's ExecSync,
-	// HTTP and TCP probes against the pod's address).
-	kubelet.KubeletDeps.ProbeManager = nil
-	// The kubelet's own files (termination-message files, pod log dirs, log GC) are real,
-	// but for the legacy /var/log/containers links, which would be shared by every node
-	// of the machine.
-	kubelet.KubeletDeps.OSInterface = nodeOS{}
-	// The kubelet API as a real node serves it (kubectl logs goes through it): TLS with a
-	// self-signed serving certificate, x509 client certificates, webhook authorization.
-	if o.clientCAFile != "" {
-		flags.CertDirectory = filepath.Join(o.rootDir, "pki")
-		config.Authentication.X509.ClientCAFile = o.clientCAFile
-		config.Authentication.Webhook.Enabled = true
-		config.Authentication.Anonymous.Enabled = false
-		config.Authorization.Mode = kubeletconfig.KubeletAuthorizationModeWebhook
-		tls, err := kubeletapp.InitializeTLS(ctx, flags, config)
-		if err != nil {
-			return nil, err
-		}
-		auth, reload, err := kubeletapp.BuildAuth(types.NodeName(o.nodeName), client, *config)
-		if err != nil {
-			return nil, err
-		}
-		reload(ctx.Done())
-		kubelet.KubeletDeps.TLSOptions = tls
-		kubelet.KubeletDeps.Auth = auth
-	}
-	return kubelet, nil
 }
 
 // nodeOS is the real OS interface, without the kubelet's /var/log/containers symlinks.

@@ -2,13 +2,15 @@
 // tests run against: kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubeadm
 // (whose certificate, kubeconfig and manifest phases make the files `kube-anchor import` reads) and a
 // kubelet whose container runtime is either the fake CRI runtime of Kubernetes' own scale tests
-// (kubemark) or a runtime whose containers are real processes (procruntime.go).
+// (kubemark) or a runtime whose containers are real processes (procruntime.go), and the real
+// kubelet (node-kubelet: cmd/kubelet as a node runs it, for the containerd nodes).
 //
 // The component is chosen from the name the binary is called by (tools/bin/kube-apiserver is
 // a link to it) or, failing that, from the first argument.
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -24,6 +26,7 @@ import (
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	kubeadm "k8s.io/kubernetes/cmd/kubeadm/app"
 	kubeadmerrors "k8s.io/kubernetes/cmd/kubeadm/app/util/errors"
+	kubeletapp "k8s.io/kubernetes/cmd/kubelet/app"
 	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
 )
@@ -33,6 +36,7 @@ var commands = map[string]func() *cobra.Command{
 	"kube-controller-manager": controllermanager.NewControllerManagerCommand,
 	"kube-scheduler":          func() *cobra.Command { return scheduler.NewSchedulerCommand() },
 	"kubelet":                 newKubeletCommand,
+	"node-kubelet":            func() *cobra.Command { return kubeletapp.NewKubeletCommand(context.Background()) },
 }
 
 func main() {
@@ -61,7 +65,7 @@ func main() {
 	}
 	newCommand, ok := commands[name]
 	if !ok {
-		fmt.Fprintf(os.Stderr, "usage: kube {kube-apiserver|kube-controller-manager|kube-scheduler|kubectl|kubeadm|kubelet} [flags]\n")
+		fmt.Fprintf(os.Stderr, "usage: kube {kube-apiserver|kube-controller-manager|kube-scheduler|kubectl|kubeadm|kubelet|node-kubelet} [flags]\n")
 		os.Exit(2)
 	}
 	os.Exit(cli.Run(newCommand()))
