@@ -131,6 +131,7 @@ fn remove_dead_node_cgroups() {
             let pid = name
                 .strip_prefix("kube-anchor-")
                 .and_then(|rest| rest.split('-').next()?.parse::<i32>().ok());
+            // SAFETY: kill(2) with signal 0 only asks whether the process exists.
             if pid.is_some_and(|pid| unsafe { libc::kill(pid, 0) } != 0) {
                 remove_cgroup_tree(&entry.path());
             }
