@@ -13,7 +13,9 @@
 //! selector and back; a node drained and uncordoned; one node's kube-apiserver stopped (SIGSTOP)
 //! for 20-90 s, as a hung server is, then continued; `perNode` toggled for kube-scheduler or
 //! kube-controller-manager (Helm creates a DaemonSet per node and deletes the shared one, or the
-//! reverse), after which exactly the DaemonSets the values ask for must exist.
+//! reverse), after which exactly the DaemonSets the values ask for must exist; a component's
+//! release renamed (`helm install` under the new name, then `helm uninstall` of the old: the old
+//! anchors' hooks must keep every file), after which only the new release's DaemonSets may exist.
 //!
 //! Invariants, continuously (every second, by a monitor of its own):
 //! - etcd keeps a quorum (two members healthy) unless more than one node is down by the run's
@@ -124,6 +126,15 @@ enum Op {
         node: usize,
         secs: u64,
     },
+    /// The component's release renamed as an operator does it: `helm install` under the new
+    /// name with the same values, then `helm uninstall` of the old one (`cluster.sh rename`).
+    /// For a moment two anchors of the component run on each node; the old ones' hooks must keep
+    /// every file.
+    Rename {
+        component: &'static str,
+        from: String,
+        to: String,
+    },
 }
 
 impl Op {
@@ -143,6 +154,7 @@ impl Op {
             Op::PauseApiServer { .. } => "API server stopped a while".into(),
             Op::TogglePerNode { on: true, .. } => "perNode on".into(),
             Op::TogglePerNode { on: false, .. } => "perNode off".into(),
+            Op::Rename { .. } => "release renamed".into(),
         }
     }
 }
@@ -202,6 +214,12 @@ impl fmt::Display for Op {
             Op::TogglePerNode { component, on: false } => {
                 write!(f, "helm upgrade {component} without perNode (one shared DaemonSet)")
             }
+            Op::Rename { component, from, to } => {
+                write!(
+                    f,
+                    "rename the {component} release {from} to {to} (install, then uninstall)"
+                )
+            }
         }
     }
 }
@@ -225,6 +243,8 @@ struct Model {
     retry_due: BTreeSet<&'static str>,
     /// Shared-DaemonSet components whose values list every node under `perNode`.
     per_node: BTreeSet<&'static str>,
+    /// Each component's release name (the chart's, until renamed).
+    releases: BTreeMap<&'static str, String>,
 }
 
 impl Model {
@@ -234,7 +254,12 @@ impl Model {
             scheduler_selected: [true; 3],
             retry_due: BTreeSet::new(),
             per_node: BTreeSet::new(),
+            releases: COMPONENTS.iter().map(|c| (*c, c.to_string())).collect(),
         }
+    }
+
+    fn release(&self, component: &str) -> &str {
+        &self.releases[component]
     }
 
     /// The `--set` the component's values carry now.
@@ -283,6 +308,9 @@ impl Model {
             }
             Op::TogglePerNode { component, on: false } => {
                 self.per_node.remove(component);
+            }
+            Op::Rename { component, to, .. } => {
+                self.releases.insert(component, to.clone());
             }
             _ => {}
         }
@@ -375,10 +403,20 @@ fn draw(rng: &mut fastrand::Rng, model: &Model) -> Op {
                 }
                 Op::Relabel { node, selected }
             }
-            92..=95 => Op::PauseApiServer {
+            92..=93 => Op::PauseApiServer {
                 node: rng.usize(0..3),
                 secs: rng.u64(20..=90),
             },
+            94..=97 => {
+                let component = pick(rng, &COMPONENTS);
+                let from = model.release(component).to_owned();
+                let to = if from == component {
+                    format!("{component}-renamed")
+                } else {
+                    component.to_owned()
+                };
+                Op::Rename { component, from, to }
+            }
             _ => Op::Drain {
                 node: rng.usize(0..3),
                 hold: rng.u64(5..=30),
@@ -515,6 +553,17 @@ fn monitor(cluster: &SelfHosted, shared: Arc<Mutex<Shared>>) -> Background<()> {
 // ------------------------------------------------------------------------------------------
 // The run.
 
+/// The component of a kube-anchor DaemonSet, from the charts' labels (its name is the
+/// release's).
+fn anchor_component(ds: &DaemonSet) -> Option<&'static str> {
+    let labels = ds.metadata.labels.as_ref()?;
+    if labels.get("app.kubernetes.io/name").map(String::as_str) != Some("kube-anchor") {
+        return None;
+    }
+    let component = labels.get("app.kubernetes.io/component")?;
+    COMPONENTS.iter().find(|c| **c == component.as_str()).copied()
+}
+
 struct Run {
     cluster: SelfHosted,
     model: Model,
@@ -595,22 +644,36 @@ impl Run {
         }
     }
 
-    /// `cluster.sh upgrade COMPONENT` with the values the plan gives it now.
+    /// `cluster.sh upgrade COMPONENT` of the component's release with the values the plan
+    /// gives it now.
     fn upgrade(&self, component: &str) -> impl FnMut() -> Output + use<> {
         let dir = self.cluster.dir.clone();
+        let release = self.model.release(component).to_owned();
         let mut args = vec![component.to_owned()];
         args.extend(self.model.set_args(component));
         move || {
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            script("upgrade", &dir, &args, &[])
+            script("upgrade", &dir, &args, &[("RELEASE", &release)])
+        }
+    }
+
+    /// `cluster.sh rename COMPONENT FROM TO` with the values the plan gives it now.
+    fn rename(&self, component: &str, from: &str, to: &str) -> impl FnMut() -> Output + use<> {
+        let dir = self.cluster.dir.clone();
+        let mut args = vec![component.to_owned(), from.to_owned(), to.to_owned()];
+        args.extend(self.model.set_args(component));
+        move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            script("rename", &dir, &args, &[])
         }
     }
 
     fn daemonset_name(&self, component: &str, node: usize) -> String {
+        let release = self.model.release(component);
         if self.model.is_per_node(component) {
-            format!("{component}-anchor-{}", NODES[node].0)
+            format!("{release}-anchor-{}", NODES[node].0)
         } else {
-            format!("{component}-anchor")
+            format!("{release}-anchor")
         }
     }
 
@@ -745,6 +808,10 @@ impl Run {
                 .until_ok(&format!("helm upgrade {component}"), self.upgrade(component))
                 .await
                 .map(drop),
+            Op::Rename { component, from, to } => self
+                .until_ok(&format!("rename {from} to {to}"), self.rename(component, from, to))
+                .await
+                .map(drop),
             Op::PauseApiServer { node, secs } => {
                 // None on a node that is down or between two API server processes: nothing to
                 // stop, and the operation is a no-op (said in the log).
@@ -834,19 +901,19 @@ impl Run {
         if let Some(missing) = expected.keys().find(|name| !present.contains(*name)) {
             return Some(format!("DaemonSet {missing} missing"));
         }
-        let is_anchor = |name: &str| COMPONENTS.iter().any(|c| name.starts_with(&format!("{c}-anchor")));
-        if let Some(left) = present
+        // Any release's: a renamed release's old DaemonSets must be gone too.
+        if let Some(left) = list
+            .items
             .iter()
-            .find(|name| is_anchor(name) && !expected.contains_key(*name))
+            .filter(|d| anchor_component(d).is_some())
+            .filter_map(|d| d.metadata.name.as_ref())
+            .find(|name| !expected.contains_key(*name))
         {
             return Some(format!("DaemonSet {left} left over"));
         }
         for ds in &list.items {
             let name = ds.metadata.name.clone().unwrap_or_default();
-            let component = COMPONENTS
-                .iter()
-                .find(|c| name.starts_with(&format!("{c}-anchor")))
-                .copied();
+            let component = anchor_component(ds);
             // A held-back anchor (a bad version recorded) is not Ready by design: its rollout
             // waits for values that do not carry the bad version.
             if component.is_none_or(|c| self.model.is_bad(c) || !self.recorded_bad(c).is_empty()) {

@@ -11,7 +11,13 @@
 #                                        kubeconfig in /etc/kubernetes/kubelet.conf
 #   cluster.sh install  DIR              label the nodes, helm install every component chart
 #   cluster.sh upgrade  DIR CHART ARGS…  helm upgrade CHART with the same values and ARGS (e.g.
-#                                        --set component.extraArgs.v=2)
+#                                        --set component.extraArgs.v=2); the release is named
+#                                        RELEASE (default: the chart)
+#   cluster.sh rename   DIR CHART FROM TO ARGS…
+#                                        the release FROM renamed TO: helm install TO with the
+#                                        same values and ARGS, then helm uninstall FROM (the old
+#                                        anchors' hooks keep every file: the new DaemonSets select
+#                                        their nodes); run again after a failure, it goes on
 #
 # Run `node` on every control-plane node at about the same time: etcd's health endpoint answers
 # only once a quorum of the initial members runs, so the first node waits for the others.
@@ -268,12 +274,23 @@ cmd_upgrade() {
   local dir=$1 chart=$2
   shift 2
   values_args "$dir" "$chart"
-  "$helm" upgrade "$chart" "$charts/$chart" --namespace kube-system --kubeconfig "$dir/admin.conf" "${values[@]}" "$@" >/dev/null
-  echo "cluster.sh: upgraded $chart"
+  "$helm" upgrade "${RELEASE:-$chart}" "$charts/$chart" --namespace kube-system --kubeconfig "$dir/admin.conf" "${values[@]}" "$@" >/dev/null
+  echo "cluster.sh: upgraded ${RELEASE:-$chart}"
+}
+
+cmd_rename() {
+  local dir=$1 chart=$2 from=$3 to=$4
+  shift 4
+  [[ $from != "$to" ]] || die "rename: $from and $to are the same release"
+  values_args "$dir" "$chart"
+  # upgrade --install: a second run after a failed uninstall finds TO installed.
+  "$helm" upgrade --install "$to" "$charts/$chart" --namespace kube-system --kubeconfig "$dir/admin.conf" "${values[@]}" "$@" >/dev/null
+  "$helm" uninstall "$from" --namespace kube-system --kubeconfig "$dir/admin.conf" --ignore-not-found >/dev/null
+  echo "cluster.sh: renamed $from to $to (the kept RBAC objects of $from stay until deleted, see the chart's NOTES)"
 }
 
 verb=${1:-}
-(($# >= 2)) || die "usage: cluster.sh pki|values|template|node|install|upgrade DIR ..."
+(($# >= 2)) || die "usage: cluster.sh pki|values|template|node|install|upgrade|rename DIR ..."
 shift
 case $verb in
   pki) cmd_pki "$@" ;;
@@ -282,5 +299,6 @@ case $verb in
   node) (($# == 3)) || die "usage: cluster.sh node DIR NAME IP"; cmd_node "$@" ;;
   install) cmd_install "$@" ;;
   upgrade) (($# >= 2)) || die "usage: cluster.sh upgrade DIR CHART [HELM ARGS...]"; cmd_upgrade "$@" ;;
+  rename) (($# >= 4)) || die "usage: cluster.sh rename DIR CHART FROM TO [HELM ARGS...]"; cmd_rename "$@" ;;
   *) die "unknown verb $verb" ;;
 esac
