@@ -40,7 +40,8 @@
 //! two components, a good one, a full-cluster reboot, a retry and a node down for two minutes). `tools/lifecycle.sh [OPS] [SEED…]` runs longer ones
 //! and prints the table; with KUBE_ANCHOR_LIFECYCLE_PLAN_ONLY set the test prints the plan and
 //! stops; KUBE_ANCHOR_LIFECYCLE_ONLY=5,6 runs only those operations of the seed's plan (to narrow
-//! a failure down).
+//! a failure down); KUBE_ANCHOR_LIFECYCLE_MINUTES ends a run at the first operation that settles
+//! once that many minutes have passed since the bootstrap.
 
 mod support;
 
@@ -1186,6 +1187,12 @@ async fn a_seeded_lifecycle_keeps_every_invariant() {
     let mut settle_times: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     let mut counts: BTreeMap<String, usize> = BTreeMap::new();
     let mut failure: Option<(usize, Vec<String>)> = None;
+    // A long run's time budget: once spent, the run ends at the next operation that settles
+    // (so the last operations are checked too) and prints the table of what ran.
+    let budget = std::env::var("KUBE_ANCHOR_LIFECYCLE_MINUTES")
+        .ok()
+        .and_then(|m| m.parse::<u64>().ok())
+        .map(|m| Duration::from_secs(m * 60));
     let started = Instant::now();
     for (i, step) in steps.iter().map(|(i, s)| (*i, s)) {
         shared.lock().unwrap().op = i;
@@ -1261,6 +1268,13 @@ async fn a_seeded_lifecycle_keeps_every_invariant() {
                 "[{:>5.0}s]    settled after {took:.0}s",
                 started.elapsed().as_secs_f64()
             );
+            if let Some(budget) = budget.filter(|b| started.elapsed() >= *b) {
+                println!(
+                    "lifecycle run: the time budget ({} min) is spent; the run ends after operation {i}, settled",
+                    budget.as_secs() / 60
+                );
+                break;
+            }
         } else {
             run.sleep(step.gap).await;
             let violations = shared.lock().unwrap().violations.clone();
