@@ -298,6 +298,29 @@ impl Scenario {
         parse_output(self.pre_stop_command(node, pod, kubeconfig, extra).output().unwrap())
     }
 
+    /// An anchor pod of `component` on `node` whose `--depends-on` names `depends_on` (the
+    /// charts set it from `anchor.dependsOn`), as kube-apiserver's anchor does for etcd.
+    async fn create_dependent_pod(&self, component: &str, node: &str, depends_on: &str) -> String {
+        let name = format!("{component}-anchor-{node}");
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": {
+                "app.kubernetes.io/name": "kube-anchor",
+                "app.kubernetes.io/component": component,
+            }},
+            "spec": {
+                "nodeName": node,
+                "automountServiceAccountToken": false,
+                "tolerations": [{"operator": "Exists"}],
+                "containers": [{"name": "anchor", "image": "registry.example/kube-anchor:test",
+                    "env": [{"name": "KUBE_ANCHOR_DEPENDS_ON", "value": depends_on}]}]
+            }
+        }))
+        .unwrap();
+        let pods: Api<Pod> = Api::namespaced(self.admin.clone(), &self.ns);
+        pods.create(&Default::default(), &pod).await.unwrap();
+        name
+    }
+
     async fn release_pods(&self) {
         let pods: Api<Pod> = Api::namespaced(self.admin.clone(), &self.ns);
         for p in pods.list(&ListParams::default()).await.unwrap().items {
@@ -680,17 +703,36 @@ fn consent() -> serde_json::Value {
     serde_json::json!({"metadata": {"annotations": {"kube-anchor.io/decommission": "true"}}})
 }
 
-/// etcd on three nodes (the quorum guard is on for it by default). One node deselected: two
-/// other Ready copies remain, it is removed. The DaemonSet deleted: every anchor terminates at
-/// once, no copy would remain Ready, nothing is removed and a Warning Event says why — until
-/// the Node carries the decommission annotation.
+/// etcd on three nodes (the quorum guard is on for it by default). One node deselected while a
+/// kube-apiserver anchor there depends on etcd: held (the lifecycle run, seed 4, operation 17:
+/// etcd taken off a node stopped that node's API server, its kubelet went dark and never started
+/// the anchor that would have brought etcd back). Once that anchor is gone, two other Ready
+/// copies remain and it is removed. The DaemonSet deleted: every anchor terminates at once, no
+/// copy would remain Ready, nothing is removed and a Warning Event says why — until the Node
+/// carries the decommission annotation.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_quorum_guard_holds_the_last_copies_until_the_decommission_is_explicit() {
     let (s, [n2, n3], [p1, p2, p3]) = three_ready_copies("quorum", "etcd").await;
+    let apiserver = s.create_dependent_pod("kube-apiserver", &s.node.name, "etcd").await;
 
-    // One node leaves: two of three copies stay Ready.
+    // One node leaves, its kube-apiserver anchor stays: etcd is held there.
     patch_node(&s, &s.node.name, unlabel(&s)).await;
     s.wait_terminating(&p1).await;
+    let (out, json) = s.pre_stop_on(&s.node, &p1, &s.kubeconfig, &[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(json["decision"], "held", "{json}");
+    assert!(
+        json["reason"]
+            .as_str()
+            .unwrap()
+            .contains("kube-apiserver runs on this node"),
+        "{json}"
+    );
+    assert_eq!(s.files_present_on(&s.node), (true, true));
+
+    // Its kube-apiserver anchor goes too: two of three copies stay Ready, etcd goes.
+    let pods: Api<Pod> = Api::namespaced(s.admin.clone(), &s.ns);
+    pods.delete(&apiserver, &Default::default()).await.unwrap();
     let (out, json) = s.pre_stop_on(&s.node, &p1, &s.kubeconfig, &[]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(json["decision"], "remove", "{json}");

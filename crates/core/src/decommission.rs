@@ -9,9 +9,17 @@
 //!   DaemonSet of the component selects it, and no other live anchor pod of the component runs
 //!   on it (a renamed release or a `perNode` toggle creates the new DaemonSet, then deletes the
 //!   old one);
+//! - no component that depends on this one still runs on this node: no live anchor pod there
+//!   names it in its `--depends-on` (kube-apiserver depends on etcd, kube-scheduler and
+//!   kube-controller-manager on kube-apiserver). Removing etcd under a running kube-apiserver
+//!   stops that API server, and with it whatever on the node reaches the API through it: its
+//!   kubelet may then never start the anchor that would bring etcd back (see [`dependents`]);
 //! - under the component's [`Guard`], enough other Ready copies remain (see [`enough_remain`]):
 //!   a quorum of them for etcd and kube-apiserver, one for kube-scheduler and
-//!   kube-controller-manager — or the Node or the DaemonSet carries [`DECOMMISSION_ANNOTATION`].
+//!   kube-controller-manager.
+//!
+//! The last two hold a proven decommission back (a Warning Event says so) unless the Node or the
+//! DaemonSet carries [`DECOMMISSION_ANNOTATION`].
 //!
 //! Everything else — a rolling update, an eviction, a reboot, an API that cannot be reached,
 //! times out or refuses us — keeps the files. The executor asks twice, a short interval apart,
@@ -28,6 +36,14 @@ pub(crate) const ANCHOR_NAME_LABEL: (&str, &str) = ("app.kubernetes.io/name", "k
 pub(crate) const COMPONENT_LABEL: &str = "app.kubernetes.io/component";
 /// On a Node or an anchor DaemonSet, `"true"` lifts the guard: the last copies may go.
 pub(crate) const DECOMMISSION_ANNOTATION: &str = "kube-anchor.io/decommission";
+/// The environment variable of an anchor's `--depends-on` (the charts set it from
+/// `anchor.dependsOn`): the components it needs on its node, comma-separated.
+pub const DEPENDS_ON_ENV: &str = "KUBE_ANCHOR_DEPENDS_ON";
+
+/// The label selector of every anchor, of any component.
+pub fn every_anchor_selector() -> String {
+    format!("{}={}", ANCHOR_NAME_LABEL.0, ANCHOR_NAME_LABEL.1)
+}
 
 /// The label selector of every anchor of `component`.
 pub fn anchor_selector(component: &str) -> String {
@@ -176,14 +192,28 @@ pub struct Anchors {
     pub pods: Vec<AnchorPod>,
 }
 
+/// An anchor pod on this node of another component that depends on this one: its
+/// `--depends-on` ([`DEPENDS_ON_ENV`]) names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dependent {
+    pub namespace: String,
+    pub name: String,
+    pub component: String,
+    /// Being deleted, or finished: it is going too.
+    pub terminating: bool,
+}
+
 /// What the API said, lookup by lookup. `daemonset` is `None` when it was not looked up (the
-/// pod could not be read or has no DaemonSet owner); `anchors` is `None` when not listed.
+/// pod could not be read or has no DaemonSet owner); `anchors` and `dependents` are `None` when
+/// not listed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Evidence {
     pub pod: Lookup<PodFacts>,
     pub daemonset: Option<Lookup<DaemonSetFacts>>,
     pub node: Lookup<NodeFacts>,
     pub anchors: Option<Lookup<Anchors>>,
+    /// The anchor pods on this node whose component depends on this one ([`dependents`]).
+    pub dependents: Option<Lookup<Vec<Dependent>>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -225,14 +255,91 @@ pub fn decide(mode: CleanupMode, guard: Guard, this: &ThisPod, evidence: &Eviden
         Ok(anchors) => anchors,
         Err(keep) => return Decision::Keep(format!("{proof}, but {keep}")),
     };
+    let consent = || format!("set {DECOMMISSION_ANNOTATION}=\"true\" on the Node or the DaemonSet to remove anyway");
+    match no_dependent_runs_here(evidence) {
+        Ok(()) => {}
+        Err(Dependents::Unknown(keep)) => return Decision::Keep(format!("{proof}, but {keep}")),
+        Err(Dependents::Running(why)) if !consented(evidence) => {
+            return Decision::Held(format!("{proof}, but {why}; {}", consent()));
+        }
+        Err(Dependents::Running(_)) => {}
+    }
     if let Err(short) = enough_remain(guard, this, &anchors.pods)
         && !consented(evidence)
     {
-        return Decision::Held(format!(
-            "{proof}, but {short}; set {DECOMMISSION_ANNOTATION}=\"true\" on the Node or the DaemonSet to remove anyway"
-        ));
+        return Decision::Held(format!("{proof}, but {short}; {}", consent()));
     }
     Decision::Remove(proof)
+}
+
+/// Why the components that depend on this one stand in the way.
+enum Dependents {
+    /// Not listed: no evidence either way.
+    Unknown(String),
+    /// One still runs on this node.
+    Running(String),
+}
+
+/// Ok when no live anchor pod on this node depends on this component (or the node itself is
+/// going away, taking them all).
+fn no_dependent_runs_here(evidence: &Evidence) -> Result<(), Dependents> {
+    if matches!(&evidence.node, Lookup::Found(node) if node.deleting) {
+        return Ok(());
+    }
+    let dependents = match &evidence.dependents {
+        None => return Err(Dependents::Unknown("the anchors on this node were not listed".into())),
+        Some(Lookup::Found(dependents)) => dependents,
+        Some(Lookup::NotFound) => {
+            return Err(Dependents::Unknown(
+                "the anchors on this node could not be listed".into(),
+            ));
+        }
+        Some(Lookup::Unavailable(why)) => {
+            return Err(Dependents::Unknown(format!(
+                "cannot list the anchors on this node ({why}): not evidence"
+            )));
+        }
+    };
+    match dependents.iter().find(|d| !d.terminating) {
+        None => Ok(()),
+        Some(d) => Err(Dependents::Running(format!(
+            "{} runs on this node (anchor pod {}/{}) and depends on it: removing it would stop {} here",
+            d.component, d.namespace, d.name, d.component
+        ))),
+    }
+}
+
+/// The anchor pods on `node`, among `pods` (every anchor pod, by the charts' labels), whose
+/// `--depends-on` names `component`.
+pub fn dependents(component: &str, node: &str, pods: &[Pod]) -> Vec<Dependent> {
+    pods.iter()
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+        .filter(|p| {
+            p.spec.iter().flat_map(|s| &s.containers).any(|c| {
+                c.env
+                    .iter()
+                    .flatten()
+                    .filter(|e| e.name == DEPENDS_ON_ENV)
+                    .filter_map(|e| e.value.as_deref())
+                    .any(|v| v.split(',').any(|d| d.trim() == component))
+            })
+        })
+        .map(|p| {
+            let anchor = anchor_pod(p);
+            Dependent {
+                namespace: anchor.namespace,
+                name: anchor.name,
+                component: p
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(COMPONENT_LABEL))
+                    .cloned()
+                    .unwrap_or_default(),
+                terminating: anchor.terminating,
+            }
+        })
+        .collect()
 }
 
 /// Ok(why this is a decommission) or Err(why it is not proved).
@@ -622,6 +729,16 @@ mod tests {
             daemonset,
             node,
             anchors,
+            dependents: Some(Lookup::Found(vec![])),
+        }
+    }
+
+    fn dependent(terminating: bool) -> Dependent {
+        Dependent {
+            namespace: "kube-system".into(),
+            name: "kube-apiserver-anchor-x".into(),
+            component: "kube-apiserver".into(),
+            terminating,
         }
     }
 
@@ -699,6 +816,13 @@ mod tests {
             ("anchors unreadable", Some(unavailable())),
             ("anchors not listed", None),
         ];
+        let dependents = vec![
+            ("no dependent here", Some(Lookup::Found(vec![]))),
+            ("a dependent runs here", Some(Lookup::Found(vec![dependent(false)]))),
+            ("a dependent goes too", Some(Lookup::Found(vec![dependent(true)]))),
+            ("dependents unreadable", Some(unavailable())),
+            ("dependents not listed", None),
+        ];
         let mut removals = 0;
         let mut held = 0;
         let mut total = 0;
@@ -707,44 +831,59 @@ mod tests {
                 for (n_name, n) in &nodes {
                     for (a_name, a) in &others {
                         for guard in [Guard::None, Guard::LastCopy, Guard::Quorum] {
-                            let e = ev(p.clone(), d.clone(), n.clone(), a.clone());
-                            let decision = decide(CleanupMode::Guarded, guard, &this(), &e);
-                            let node_deleting = *n_name == "node deleting";
-                            let node_selected = n_name.starts_with("node labelled");
-                            let pod_may_go = matches!(*p_name, "owned, deleting" | "no owner, deleting" | "pod 404");
-                            let by_owner = *p_name == "owned, deleting"
-                                && (matches!(*d_name, "ds 404" | "ds deleting" | "ds deleting, annotated")
-                                    || (matches!(
-                                        *d_name,
-                                        "ds present, selects"
-                                            | "ds present, other selector"
-                                            | "ds replaced, selects"
-                                            | "ds replaced, other selector"
-                                    ) && (node_selected || *n_name == "node unlabelled")
-                                        && (d_name.ends_with("other selector") || *n_name == "node unlabelled")));
-                            let proved = pod_may_go && (node_deleting || by_owner);
-                            let wanted = match *a_name {
-                                "live anchor here" | "anchors unreadable" | "anchors not listed" => true,
-                                "other ds selects" => {
-                                    node_selected || matches!(*n_name, "node 404" | "node unreadable")
-                                }
-                                _ => false,
-                            };
-                            let enough = match guard {
-                                Guard::None => true,
-                                Guard::LastCopy => matches!(*a_name, "two Ready elsewhere" | "one Ready of three"),
-                                Guard::Quorum => *a_name == "two Ready elsewhere",
-                            };
-                            let consent = *n_name == "node labelled, annotated"
-                                || (*d_name == "ds deleting, annotated" && *p_name == "owned, deleting");
-                            let expected_remove = proved && !wanted && (enough || consent);
-                            let expected_held = proved && !wanted && !enough && !consent;
-                            let case = format!("{p_name} / {d_name} / {n_name} / {a_name} / {guard:?}: {decision:?}");
-                            assert_eq!(is_remove(&decision), expected_remove, "{case}");
-                            assert_eq!(matches!(decision, Decision::Held(_)), expected_held, "{case}");
-                            removals += usize::from(expected_remove);
-                            held += usize::from(expected_held);
-                            total += 1;
+                            for (dep_name, dep) in &dependents {
+                                let mut e = ev(p.clone(), d.clone(), n.clone(), a.clone());
+                                e.dependents = dep.clone();
+                                let decision = decide(CleanupMode::Guarded, guard, &this(), &e);
+                                let node_deleting = *n_name == "node deleting";
+                                let node_selected = n_name.starts_with("node labelled");
+                                let pod_may_go =
+                                    matches!(*p_name, "owned, deleting" | "no owner, deleting" | "pod 404");
+                                let by_owner = *p_name == "owned, deleting"
+                                    && (matches!(*d_name, "ds 404" | "ds deleting" | "ds deleting, annotated")
+                                        || (matches!(
+                                            *d_name,
+                                            "ds present, selects"
+                                                | "ds present, other selector"
+                                                | "ds replaced, selects"
+                                                | "ds replaced, other selector"
+                                        ) && (node_selected || *n_name == "node unlabelled")
+                                            && (d_name.ends_with("other selector") || *n_name == "node unlabelled")));
+                                let proved = pod_may_go && (node_deleting || by_owner);
+                                let wanted = match *a_name {
+                                    "live anchor here" | "anchors unreadable" | "anchors not listed" => true,
+                                    "other ds selects" => {
+                                        node_selected || matches!(*n_name, "node 404" | "node unreadable")
+                                    }
+                                    _ => false,
+                                };
+                                let enough = match guard {
+                                    Guard::None => true,
+                                    Guard::LastCopy => matches!(*a_name, "two Ready elsewhere" | "one Ready of three"),
+                                    Guard::Quorum => *a_name == "two Ready elsewhere",
+                                };
+                                let consent = *n_name == "node labelled, annotated"
+                                    || (*d_name == "ds deleting, annotated" && *p_name == "owned, deleting");
+                                // A node going away takes its dependents with it.
+                                let dependents_unknown = !node_deleting
+                                    && matches!(*dep_name, "dependents unreadable" | "dependents not listed");
+                                let dependent_runs = !node_deleting && *dep_name == "a dependent runs here";
+                                let expected_remove = proved
+                                    && !wanted
+                                    && !dependents_unknown
+                                    && (!dependent_runs || consent)
+                                    && (enough || consent);
+                                let expected_held =
+                                    proved && !wanted && !dependents_unknown && (dependent_runs || !enough) && !consent;
+                                let case = format!(
+                                    "{p_name} / {d_name} / {n_name} / {a_name} / {guard:?} / {dep_name}: {decision:?}"
+                                );
+                                assert_eq!(is_remove(&decision), expected_remove, "{case}");
+                                assert_eq!(matches!(decision, Decision::Held(_)), expected_held, "{case}");
+                                removals += usize::from(expected_remove);
+                                held += usize::from(expected_held);
+                                total += 1;
+                            }
                         }
                     }
                 }
@@ -1061,5 +1200,95 @@ mod tests {
             ),
         );
         assert!(is_remove(&decide(CleanupMode::Guarded, guard, &this(), &deselected)));
+    }
+
+    /// The lifecycle run's seed 4, operation 17: one node's etcd anchor DaemonSet deleted while
+    /// the other two etcd members are Ready, and re-created 29 s later. The quorum guard let the
+    /// hook take etcd off the node; the node's kube-apiserver (on its local member) stopped, its
+    /// kubelet (on that API server) went dark, and the re-created DaemonSet's pod never started.
+    /// The kube-apiserver anchor on the node now holds etcd there.
+    #[test]
+    fn etcd_stays_under_the_api_server_that_needs_it() {
+        let guard = QuorumGuard::Auto.guard_for("etcd");
+        let others_ready = anchors(
+            vec![anchor("b", "cp-2", false, true), anchor("c", "cp-3", false, true)],
+            vec![],
+        );
+        let mut deleted = ev(
+            pod(true, true),
+            Some(Lookup::NotFound),
+            node(SEL, false, false),
+            others_ready.clone(),
+        );
+        assert!(
+            is_remove(&decide(CleanupMode::Guarded, guard, &this(), &deleted)),
+            "before: removed"
+        );
+        deleted.dependents = Some(Lookup::Found(vec![dependent(false)]));
+        let d = decide(CleanupMode::Guarded, guard, &this(), &deleted);
+        assert!(
+            matches!(&d, Decision::Held(r) if r.contains("kube-apiserver runs on this node")),
+            "{d:?}"
+        );
+        // The whole node leaving the control plane: its kube-apiserver anchor goes too.
+        deleted.dependents = Some(Lookup::Found(vec![dependent(true)]));
+        assert!(is_remove(&decide(CleanupMode::Guarded, guard, &this(), &deleted)));
+        // Consent on the Node lifts the hold.
+        let mut consented = ev(
+            pod(true, true),
+            Some(Lookup::NotFound),
+            node(SEL, false, true),
+            others_ready,
+        );
+        consented.dependents = Some(Lookup::Found(vec![dependent(false)]));
+        assert!(is_remove(&decide(CleanupMode::Guarded, guard, &this(), &consented)));
+    }
+
+    #[test]
+    fn dependents_are_read_from_the_anchor_pods_on_the_node() {
+        let pod = |name: &str, node: &str, component: &str, depends_on: Option<&str>, deleting: bool| -> Pod {
+            let mut meta = serde_json::json!({"name": name, "namespace": "kube-system",
+                "labels": {"app.kubernetes.io/name": "kube-anchor", "app.kubernetes.io/component": component}});
+            if deleting {
+                meta["deletionTimestamp"] = serde_json::json!("2026-01-01T00:00:00Z");
+            }
+            let env: Vec<serde_json::Value> = depends_on
+                .map(|d| serde_json::json!({"name": DEPENDS_ON_ENV, "value": d}))
+                .into_iter()
+                .collect();
+            serde_json::from_value(serde_json::json!({
+                "metadata": meta,
+                "spec": {"nodeName": node, "containers": [{"name": "anchor", "env": env}]}
+            }))
+            .unwrap()
+        };
+        let pods = [
+            pod("api-1", "cp-1", "kube-apiserver", Some("etcd"), false),
+            pod("api-2", "cp-2", "kube-apiserver", Some("etcd"), false),
+            pod("sched-1", "cp-1", "kube-scheduler", Some("kube-apiserver"), true),
+            pod(
+                "kcm-1",
+                "cp-1",
+                "kube-controller-manager",
+                Some("other, kube-apiserver"),
+                false,
+            ),
+            pod("etcd-1", "cp-1", "etcd", None, false),
+        ];
+        let names = |c: &str| -> Vec<(String, bool)> {
+            dependents(c, "cp-1", &pods)
+                .into_iter()
+                .map(|d| (format!("{}/{}", d.component, d.name), d.terminating))
+                .collect()
+        };
+        assert_eq!(names("etcd"), [("kube-apiserver/api-1".to_owned(), false)]);
+        assert_eq!(
+            names("kube-apiserver"),
+            [
+                ("kube-scheduler/sched-1".to_owned(), true),
+                ("kube-controller-manager/kcm-1".to_owned(), false)
+            ]
+        );
+        assert!(names("kube-scheduler").is_empty());
     }
 }

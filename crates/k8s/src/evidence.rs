@@ -56,7 +56,8 @@ pub async fn decide_with_evidence(
 }
 
 /// Own pod → its DaemonSet owner → that DaemonSet; the Node; every anchor DaemonSet and pod of
-/// the component. Every lookup ends by `until`.
+/// the component; every anchor pod (of any component), for those on this node that depend on
+/// this one. Every lookup ends by `until`.
 async fn gather(client: &kube::Client, this: &ThisPod, component: &str, until: Instant) -> Evidence {
     let budget = || API_TIMEOUT.min(remaining(until));
     let selector = decommission::anchor_selector(component);
@@ -65,12 +66,19 @@ async fn gather(client: &kube::Client, this: &ThisPod, component: &str, until: I
         Api::<Pod>::namespaced(client.clone(), &this.namespace),
     );
     let (all_daemonsets, all_pods) = (Api::<DaemonSet>::all(client.clone()), Api::<Pod>::all(client.clone()));
-    let (node, pod, daemonsets, pods) = futures::join!(
+    let every_anchor = decommission::every_anchor_selector();
+    let (node, pod, daemonsets, pods, every_pod) = futures::join!(
         kubeapi::lookup(&nodes, &this.node, budget()),
         kubeapi::lookup(&own_pods, &this.name, budget()),
         kubeapi::list_all(&all_daemonsets, &selector, budget()),
         kubeapi::list_all(&all_pods, &selector, budget()),
+        kubeapi::list_all(&all_pods, &every_anchor, budget()),
     );
+    let dependents = match every_pod {
+        Lookup::Found(pods) => Lookup::Found(decommission::dependents(component, &this.node, &pods)),
+        Lookup::NotFound => Lookup::Unavailable("a list answered 404".into()),
+        Lookup::Unavailable(why) => Lookup::Unavailable(why),
+    };
     let node = node.map(|n| decommission::node_facts(&n));
     let pod = pod.map(|p| decommission::pod_facts(&p));
     let anchors = match (daemonsets, pods) {
@@ -98,5 +106,6 @@ async fn gather(client: &kube::Client, this: &ThisPod, component: &str, until: I
         daemonset,
         node,
         anchors: Some(anchors),
+        dependents: Some(dependents),
     }
 }

@@ -363,8 +363,9 @@ pub struct RunArgs {
     pub expect_inputs: Option<kube_anchor_core::pinned::PinnedInputs>,
     /// Components this one needs that kube-anchor may run on the same node (kube-apiserver:
     /// etcd). While the runtime shows one of them not running, this component's failures are
-    /// not held against its version on trial.
-    #[arg(long, env = "KUBE_ANCHOR_DEPENDS_ON", value_delimiter = ',')]
+    /// not held against its version on trial; and while this anchor runs on the node, their
+    /// anchors' pre-stop hooks keep them there (the others read it from this pod's spec).
+    #[arg(long, env = kube_anchor_core::decommission::DEPENDS_ON_ENV, value_delimiter = ',')]
     pub depends_on: Vec<String>,
     /// Full resync as a backstop to change notification.
     #[arg(long, env = "KUBE_ANCHOR_RESYNC_PERIOD", default_value = "1m", value_parser = duration)]

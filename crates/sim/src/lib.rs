@@ -457,6 +457,7 @@ fn anchor_pre_stop_removes(i: usize, c: usize) -> bool {
             decommission: false,
         }),
         anchors: Some(Lookup::Found(Anchors::default())),
+        dependents: Some(Lookup::Found(Vec::new())),
     };
     matches!(
         decommission::decide(
