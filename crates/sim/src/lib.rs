@@ -117,6 +117,78 @@ const HORIZON: u64 = 1800;
 const LEASE: u64 = 15; // leader-election lease duration (kcm and scheduler defaults)
 const RETRY: u64 = 2; // leader-election retry period
 const TICK: u64 = 5; // checkpointer interval
+/// kube-controller-manager's first read through the API (the ConfigMap of its delegated
+/// authentication, `extension-apiserver-authentication`) waits this long for an answer (the
+/// client timeout of its authentication options); without one, or refused by an API server just
+/// back whose authorizer has not caught up, it exits.
+const API_READ_TIMEOUT: u64 = 10;
+
+/// The kubelet's crash-loop back-off before a container's next start, after `exits` earlier
+/// exits of it: none after the first, then 10 s doubling up to 5 minutes (`backOffPeriod`,
+/// `MaxContainerBackOff`). Its state lives in the kubelet's memory, so a node's reboot resets it;
+/// a static pod and a DaemonSet pod of the same component are separate pods, with separate
+/// back-offs.
+pub fn crash_loop_back_off_s(exits: u32) -> u64 {
+    match exits {
+        0 => 0,
+        n => (10u64 << (n - 1).min(5)).min(300),
+    }
+}
+
+/// A container's restarts under the kubelet's crash-loop back-off.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct CrashLoop {
+    exits: u32,
+    /// No start before this second.
+    hold_until: u64,
+}
+
+impl CrashLoop {
+    fn exited(&mut self, t: u64) {
+        self.hold_until = t + crash_loop_back_off_s(self.exits);
+        self.exits += 1;
+    }
+
+    fn may_start(&self, t: u64) -> bool {
+        t >= self.hold_until
+    }
+}
+
+/// An API client's start (kube-controller-manager): from the second its process starts, its
+/// first read through the API either succeeds (the API serves then) or ends it, at the API's
+/// return (refused: the authorizer lags) or at the read's timeout, whichever comes first.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct ApiRead {
+    /// When the process starts; the read is pending from then.
+    process_at: Option<u64>,
+    done: bool,
+}
+
+impl ApiRead {
+    fn start(process_at: u64) -> Self {
+        ApiRead {
+            process_at: Some(process_at),
+            done: false,
+        }
+    }
+
+    /// Not waiting on the read (none to make, or it succeeded).
+    fn ok(&self) -> bool {
+        self.process_at.is_none() || self.done
+    }
+
+    /// Whether the instance exits at second `t`.
+    fn exits(&mut self, t: u64, api: bool) -> bool {
+        let Some(at) = self.process_at.filter(|at| !self.done && t >= *at) else {
+            return false;
+        };
+        if t == at && api {
+            self.done = true;
+            return false;
+        }
+        t > at && (api || t >= at + API_READ_TIMEOUT)
+    }
+}
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct TrajectoryOutcome {
@@ -133,6 +205,8 @@ pub struct TrajectoryOutcome {
 #[derive(Debug, Clone)]
 struct ApiPod {
     generation: u32,
+    crash: CrashLoop,
+    read: ApiRead,
     /// When the scheduler's decision lands (it must still lead then), and whether it did.
     bind_at: Option<u64>,
     bound: bool,
@@ -150,6 +224,10 @@ struct Slot {
     copy_since: Option<u64>,
     copy_ready: Option<u64>,
     copy_wanted: bool,
+    copy_crash: CrashLoop,
+    copy_read: ApiRead,
+    /// kube-controller-manager: it reads through the API before it serves (`ApiRead`).
+    api_client: bool,
     // bootkube: its one checkpoint and the parent-gone timer.
     bootkube_checkpoint: bool,
     gone_since: Option<u64>,
@@ -175,7 +253,9 @@ struct NodeSim {
 /// `boot_s` (seconds after the power cut), with the middle of the model's ranges for everything
 /// else: etcd and each component start 5 s after the kubelet (2–8 s), a component is Ready 10 s
 /// after it starts (5–15 s). Anchors start every component straight from disk, so recovery is
-/// the later of an etcd quorum and the last node's components being Ready.
+/// the later of an etcd quorum and the last node's components being Ready, and of each node's
+/// kube-controller-manager, which exits while no API server serves and waits out the kubelet's
+/// crash-loop back-off ([`api_client_ready_s`]).
 pub fn anchor_recovery_estimate_s(boot_s: &[f64]) -> f64 {
     const START: f64 = 5.0;
     const READY: f64 = 10.0;
@@ -184,9 +264,36 @@ pub fn anchor_recovery_estimate_s(boot_s: &[f64]) -> f64 {
     let quorum = boots.len() / 2 + 1;
     let quorum_at = boots.get(quorum - 1).copied().unwrap_or(f64::INFINITY) + START;
     let last_ready = boots.last().copied().unwrap_or(0.0) + START + READY;
-    // Components depending on the API (scheduler, controller-manager) are Ready only once etcd
-    // has a quorum and the API server answers.
-    last_ready.max(quorum_at + START + READY)
+    // An API server serves once it runs and etcd has a quorum.
+    let api_at = quorum_at.max(boots.first().copied().unwrap_or(0.0) + START + READY);
+    let controller_managers = boots
+        .iter()
+        .map(|&b| api_client_ready_s(b, api_at, START, READY))
+        .fold(0.0, f64::max);
+    // The scheduler waits for the API rather than exit: Ready once etcd has a quorum and the
+    // API server answers.
+    last_ready.max(quorum_at + START + READY).max(controller_managers)
+}
+
+/// When kube-controller-manager turns Ready on a node whose kubelet first starts it at
+/// `first_s`, with the API serving from `api_at_s`: each start reads through the API as its
+/// process starts (`start_s` later); a read before the API serves fails at the API's return
+/// (refused: its authorizer lags) or after the 10 s timeout, and the process exits; the kubelet
+/// starts it again after its crash-loop back-off ([`crash_loop_back_off_s`]). A node alone for
+/// half a minute or more thus holds its controller-manager in a 10–20 s back-off when the
+/// others return.
+pub fn api_client_ready_s(first_s: f64, api_at_s: f64, start_s: f64, ready_s: f64) -> f64 {
+    let mut at = first_s;
+    let mut exits = 0;
+    loop {
+        let process = at + start_s;
+        if process >= api_at_s {
+            return process + ready_s;
+        }
+        let exit = (process + API_READ_TIMEOUT as f64).min(api_at_s);
+        at = exit + crash_loop_back_off_s(exits) as f64;
+        exits += 1;
+    }
 }
 
 /// One trajectory.
@@ -232,10 +339,12 @@ struct Tick {
 impl Slot {
     /// A component on a node just after the power cut: its DaemonSet pod still bound in the
     /// API, its checkpoint on disk, nothing running.
-    fn after_power_cut() -> Self {
+    fn after_power_cut(api_client: bool) -> Self {
         Slot {
             pods: vec![ApiPod {
                 generation: 0,
+                crash: CrashLoop::default(),
+                read: ApiRead::default(),
                 bind_at: None,
                 bound: true,
                 running_since: None,
@@ -245,6 +354,9 @@ impl Slot {
             copy_since: None,
             copy_ready: None,
             copy_wanted: false,
+            copy_crash: CrashLoop::default(),
+            copy_read: ApiRead::default(),
+            api_client,
             bootkube_checkpoint: true,
             gone_since: None,
             state: State {
@@ -259,13 +371,13 @@ impl Slot {
         }
     }
 
-    /// A copy or a pod, started and Ready.
+    /// A copy or a pod, started and Ready (an API client only once its read succeeded).
     fn running(&self, t: u64) -> bool {
-        self.copy_ready.is_some_and(|r| t >= r)
+        self.copy_ready.is_some_and(|r| t >= r) && self.copy_read.ok()
             || self
                 .pods
                 .iter()
-                .any(|p| p.deleted.is_none() && p.ready_since.is_some_and(|r| t >= r))
+                .any(|p| p.deleted.is_none() && p.ready_since.is_some_and(|r| t >= r) && p.read.ok())
     }
 
     /// A pod of the API has started (Ready or not): it holds the component's ports.
@@ -299,6 +411,8 @@ impl Slot {
             let generation = self.pods.last().map(|p| p.generation + 1).unwrap_or(1);
             self.pods.push(ApiPod {
                 generation,
+                crash: CrashLoop::default(),
+                read: ApiRead::default(),
                 bind_at: None,
                 bound: false,
                 running_since: None,
@@ -307,6 +421,7 @@ impl Slot {
             });
         }
         let copy_running = self.copy_since.is_some();
+        let api_client = self.api_client;
         for p in self.pods.iter_mut().filter(|p| p.deleted.is_none() && p.generation > 0) {
             if !p.bound && p.bind_at.is_none() && api && scheduler_leads {
                 p.bind_at = Some(t + schedule_delay(variant, rng));
@@ -317,9 +432,12 @@ impl Slot {
                 p.bind_at = None;
             }
             // hostNetwork: the pod cannot start while a copy holds its ports.
-            if p.bound && p.running_since.is_none() && !copy_running {
+            if p.bound && p.running_since.is_none() && !copy_running && p.crash.may_start(t) {
                 p.running_since = Some(t + start);
                 p.ready_since = Some(t + start + ready);
+                if api_client {
+                    p.read = ApiRead::start(t + start);
+                }
             }
             if copy_running && p.running_since.is_some_and(|r| t < r) {
                 p.running_since = None;
@@ -411,13 +529,35 @@ impl Slot {
         }
     }
 
+    /// kube-controller-manager's instances (copy and pods) whose first read through the API
+    /// fails exit at `t`; the kubelet starts each again after its crash-loop back-off.
+    fn api_client_exits(&mut self, t: u64, api: bool) {
+        if self.copy_read.exits(t, api) {
+            self.copy_since = None;
+            self.copy_ready = None;
+            self.copy_read = ApiRead::default();
+            self.copy_crash.exited(t);
+        }
+        for p in self.pods.iter_mut().filter(|p| p.deleted.is_none()) {
+            if p.read.exits(t, api) {
+                p.running_since = None;
+                p.ready_since = None;
+                p.read = ApiRead::default();
+                p.crash.exited(t);
+            }
+        }
+    }
+
     /// The kubelet starts the copy from disk when it is wanted and no pod holds the ports, and
     /// stops it when it is no longer wanted.
     fn start_or_stop_copy(&mut self, t: u64, start: u64, ready: u64) {
         let pod_holds_ports = self.pod_started(t);
-        if self.copy_wanted && self.copy_since.is_none() && !pod_holds_ports {
+        if self.copy_wanted && self.copy_since.is_none() && !pod_holds_ports && self.copy_crash.may_start(t) {
             self.copy_since = Some(t);
             self.copy_ready = Some(t + start + ready);
+            if self.api_client {
+                self.copy_read = ApiRead::start(t + start);
+            }
         } else if !self.copy_wanted {
             self.copy_since = None;
             self.copy_ready = None;
@@ -478,7 +618,7 @@ impl NodeSim {
         let boot = rng.secs(20.0, 120.0);
         let kubelet_at = boot + rng.secs(2.0, 10.0);
         let etcd_at = kubelet_at + start_delay(variant, rng);
-        let slots = (0..COMPONENTS.len()).map(|_| Slot::after_power_cut()).collect();
+        let slots = (0..COMPONENTS.len()).map(|c| Slot::after_power_cut(c == KCM)).collect();
         NodeSim {
             returns,
             kubelet_at,
@@ -599,6 +739,10 @@ impl Trajectory {
         let api = etcd_up && t >= self.flap_until && self.running_anywhere(APISERVER, t);
         if api {
             self.api_first_up.get_or_insert(t);
+        }
+        // kube-controller-manager needs the API to start at all (the others wait for it).
+        for n in self.ns.iter_mut().filter(|n| n.returns && t >= n.kubelet_at) {
+            n.slots[KCM].api_client_exits(t, api);
         }
         let tick = self.elect_leaders(t, api);
         for i in 0..self.ns.len() {
@@ -809,6 +953,69 @@ pub fn summarize(policy: Policy, nodes: usize, variant: Variant, trajectories: u
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_kubelets_back_off_doubles_to_five_minutes() {
+        let waits: Vec<u64> = (0..9).map(crash_loop_back_off_s).collect();
+        assert_eq!(waits, [0, 10, 20, 40, 80, 160, 300, 300, 300]);
+    }
+
+    #[test]
+    fn a_controller_manager_waits_out_its_back_off() {
+        // The API already serves: no exit.
+        assert_eq!(api_client_ready_s(10.0, 12.0, 5.0, 10.0), 25.0);
+        // It returns while the first read waits: refused, started again at once.
+        assert_eq!(api_client_ready_s(10.0, 20.0, 5.0, 10.0), 35.0);
+        // A node alone for 35 s (the slow self-hosted trial [18, 53, 54]): two timeouts, a
+        // 10 s back-off, then the API.
+        assert_eq!(api_client_ready_s(18.0, 58.0, 5.0, 10.0), 73.0);
+        // Alone for 43 s ([9, 52, 57]): a third start is refused at the API's return, and the
+        // 20 s back-off follows.
+        assert_eq!(api_client_ready_s(9.0, 57.0, 5.0, 10.0), 92.0);
+    }
+
+    #[test]
+    fn the_read_ends_at_the_timeout_or_at_the_apis_return() {
+        let mut read = ApiRead::start(5);
+        assert!(!read.exits(4, false), "not started yet");
+        assert!(!read.exits(5, false));
+        assert!(!read.exits(14, false));
+        assert!(read.exits(15, false), "10 s without an answer");
+        let mut read = ApiRead::start(5);
+        assert!(read.exits(8, true), "refused by an API server just back");
+        let mut read = ApiRead::start(5);
+        assert!(!read.exits(5, true));
+        assert!(!read.exits(30, false), "read before the API left: it runs on");
+    }
+
+    /// A controller-manager copy started from disk while no API serves exits and comes back
+    /// only after each back-off; once the API serves, the next start turns Ready.
+    #[test]
+    fn a_copy_without_an_api_crash_loops() {
+        let mut slot = Slot::after_power_cut(true);
+        slot.pods.clear();
+        slot.copy_wanted = true;
+        let (start, ready) = (2, 5);
+        let mut starts = Vec::new();
+        let api_at = 60;
+        let mut ready_at = None;
+        for t in 0..200 {
+            let api = t >= api_at;
+            slot.api_client_exits(t, api);
+            let before = slot.copy_since;
+            slot.start_or_stop_copy(t, start, ready);
+            if before.is_none() && slot.copy_since.is_some() {
+                starts.push(t);
+            }
+            if ready_at.is_none() && slot.running(t) {
+                ready_at = Some(t);
+            }
+        }
+        // The processes started at 2, 14 and 36 time out with no API (back-offs 0, 10 and 20 s
+        // after their exits); the fourth, at 68, reads from the API and is Ready at 73.
+        assert_eq!(starts, [0, 12, 34, 66]);
+        assert_eq!(ready_at, Some(73));
+    }
 
     #[test]
     fn same_seed_same_trajectory() {
