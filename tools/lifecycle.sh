@@ -8,6 +8,7 @@
 #   KUBE_ANCHOR_LIFECYCLE_ONLY=5,6 tools/lifecycle.sh OPS SEED   only those operations of the plan
 #   KUBE_ANCHOR_LIFECYCLE_MINUTES=120 tools/lifecycle.sh OPS SEED  end at the first operation
 #                                     that settles after 120 minutes, and print the table
+#   KUBE_ANCHOR_LIFECYCLE_NODES=1 tools/lifecycle.sh OPS SEED   on one control-plane node
 # With several seeds, one run per seed, one after another; exits 1 when any of them failed.
 # CI runs a short sequence (8 operations, seed 3) as part of ./test.sh.
 set -euo pipefail
