@@ -298,27 +298,35 @@ impl Scenario {
         parse_output(self.pre_stop_command(node, pod, kubeconfig, extra).output().unwrap())
     }
 
-    /// An anchor pod of `component` on `node` whose `--depends-on` names `depends_on` (the
-    /// charts set it from `anchor.dependsOn`), as kube-apiserver's anchor does for etcd.
-    async fn create_dependent_pod(&self, component: &str, node: &str, depends_on: &str) -> String {
-        let name = format!("{component}-anchor-{node}");
-        let pod: Pod = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": name, "labels": {
-                "app.kubernetes.io/name": "kube-anchor",
-                "app.kubernetes.io/component": component,
-            }},
+    /// An anchor DaemonSet of `component` whose `--depends-on` names `depends_on` (the charts
+    /// set it from `anchor.dependsOn`), as kube-apiserver's does for etcd, selecting the nodes
+    /// labelled `label`; the name of its pod on `node`.
+    async fn create_dependent_daemonset(&self, component: &str, label: &str, depends_on: &str, node: &str) -> String {
+        let name = format!("{component}-anchor");
+        let labels = serde_json::json!({
+            "app.kubernetes.io/name": "kube-anchor",
+            "app.kubernetes.io/component": component,
+            "kube-anchor.io/daemonset": name,
+        });
+        let ds: DaemonSet = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": labels},
             "spec": {
-                "nodeName": node,
-                "automountServiceAccountToken": false,
-                "tolerations": [{"operator": "Exists"}],
-                "containers": [{"name": "anchor", "image": "registry.example/kube-anchor:test",
-                    "env": [{"name": "KUBE_ANCHOR_DEPENDS_ON", "value": depends_on}]}]
+                "selector": {"matchLabels": {"kube-anchor.io/daemonset": name}},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "nodeSelector": {label: "enabled"},
+                        "automountServiceAccountToken": false,
+                        "tolerations": [{"operator": "Exists"}],
+                        "containers": [{"name": "anchor", "image": "registry.example/kube-anchor:test",
+                            "env": [{"name": "KUBE_ANCHOR_DEPENDS_ON", "value": depends_on}]}]
+                    }
+                }
             }
         }))
         .unwrap();
-        let pods: Api<Pod> = Api::namespaced(self.admin.clone(), &self.ns);
-        pods.create(&Default::default(), &pod).await.unwrap();
-        name
+        self.daemonsets().create(&Default::default(), &ds).await.unwrap();
+        self.pod_of(&name, node).await
     }
 
     async fn release_pods(&self) {
@@ -704,16 +712,27 @@ fn consent() -> serde_json::Value {
 }
 
 /// etcd on three nodes (the quorum guard is on for it by default). One node deselected while a
-/// kube-apiserver anchor there depends on etcd: held (the lifecycle run, seed 4, operation 17:
-/// etcd taken off a node stopped that node's API server, its kubelet went dark and never started
-/// the anchor that would have brought etcd back). Once that anchor is gone, two other Ready
-/// copies remain and it is removed. The DaemonSet deleted: every anchor terminates at once, no
+/// kube-apiserver anchor there depends on etcd and its DaemonSet still selects the node: held
+/// (the lifecycle run, seed 4, operation 17: etcd taken off a node stopped that node's API
+/// server, its kubelet went dark and never started the anchor that would have brought etcd
+/// back). Once kube-apiserver's DaemonSet no longer selects the node either, two other Ready
+/// copies remain and etcd is removed. (That a deselected dependent lets go before its pod is
+/// marked for deletion, whichever hook runs first, is `decommission::tests`' to show: here the
+/// DaemonSet controller deletes that pod within a second.) The DaemonSet deleted: every anchor terminates at once, no
 /// copy would remain Ready, nothing is removed and a Warning Event says why — until the Node
 /// carries the decommission annotation.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_quorum_guard_holds_the_last_copies_until_the_decommission_is_explicit() {
     let (s, [n2, n3], [p1, p2, p3]) = three_ready_copies("quorum", "etcd").await;
-    let apiserver = s.create_dependent_pod("kube-apiserver", &s.node.name, "etcd").await;
+    let apiserver_label = format!("{}-apiserver", s.label);
+    patch_node(
+        &s,
+        &s.node.name,
+        serde_json::json!({"metadata": {"labels": {&apiserver_label: "enabled"}}}),
+    )
+    .await;
+    s.create_dependent_daemonset("kube-apiserver", &apiserver_label, "etcd", &s.node.name)
+        .await;
 
     // One node leaves, its kube-apiserver anchor stays: etcd is held there.
     patch_node(&s, &s.node.name, unlabel(&s)).await;
@@ -730,9 +749,13 @@ async fn the_quorum_guard_holds_the_last_copies_until_the_decommission_is_explic
     );
     assert_eq!(s.files_present_on(&s.node), (true, true));
 
-    // Its kube-apiserver anchor goes too: two of three copies stay Ready, etcd goes.
-    let pods: Api<Pod> = Api::namespaced(s.admin.clone(), &s.ns);
-    pods.delete(&apiserver, &Default::default()).await.unwrap();
+    // kube-apiserver leaves the node too: two of three copies stay Ready, etcd goes.
+    patch_node(
+        &s,
+        &s.node.name,
+        serde_json::json!({"metadata": {"labels": {&apiserver_label: null}}}),
+    )
+    .await;
     let (out, json) = s.pre_stop_on(&s.node, &p1, &s.kubeconfig, &[]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(json["decision"], "remove", "{json}");

@@ -9,9 +9,10 @@
 //!   DaemonSet of the component selects it, and no other live anchor pod of the component runs
 //!   on it (a renamed release or a `perNode` toggle creates the new DaemonSet, then deletes the
 //!   old one);
-//! - no component that depends on this one still runs on this node: no live anchor pod there
-//!   names it in its `--depends-on` (kube-apiserver depends on etcd, kube-scheduler and
-//!   kube-controller-manager on kube-apiserver). Removing etcd under a running kube-apiserver
+//! - no component that depends on this one stays on this node: no anchor pod there names it in
+//!   its `--depends-on` (kube-apiserver depends on etcd, kube-scheduler and
+//!   kube-controller-manager on kube-apiserver) and stays, i.e. is not terminating and its
+//!   DaemonSet is not being deleted and still selects the node. Removing etcd under a running kube-apiserver
 //!   stops that API server, and with it whatever on the node reaches the API through it: its
 //!   kubelet may then never start the anchor that would bring etcd back (see [`dependents`]);
 //! - under the component's [`Guard`], enough other Ready copies remain (see [`enough_remain`]):
@@ -199,8 +200,9 @@ pub struct Dependent {
     pub namespace: String,
     pub name: String,
     pub component: String,
-    /// Being deleted, or finished: it is going too.
-    pub terminating: bool,
+    /// It goes too: being deleted or finished, or its DaemonSet is being deleted or no longer
+    /// selects this node (a node leaving every chart at once, whichever hook runs first).
+    pub going: bool,
 }
 
 /// What the API said, lookup by lookup. `daemonset` is `None` when it was not looked up (the
@@ -300,7 +302,7 @@ fn no_dependent_runs_here(evidence: &Evidence) -> Result<(), Dependents> {
             )));
         }
     };
-    match dependents.iter().find(|d| !d.terminating) {
+    match dependents.iter().find(|d| !d.going) {
         None => Ok(()),
         Some(d) => Err(Dependents::Running(format!(
             "{} runs on this node (anchor pod {}/{}) and depends on it: removing it would stop {} here",
@@ -310,8 +312,17 @@ fn no_dependent_runs_here(evidence: &Evidence) -> Result<(), Dependents> {
 }
 
 /// The anchor pods on `node`, among `pods` (every anchor pod, by the charts' labels), whose
-/// `--depends-on` names `component`.
-pub fn dependents(component: &str, node: &str, pods: &[Pod]) -> Vec<Dependent> {
+/// `--depends-on` names `component`. One goes with this one when it is terminating, or when its
+/// DaemonSet (among `daemonsets`, every anchor DaemonSet) is being deleted or no longer selects
+/// the node (`node_labels`; unknown labels select). A pod whose DaemonSet is not listed stays:
+/// nothing says it goes.
+pub fn dependents(
+    component: &str,
+    node: &str,
+    node_labels: Option<&BTreeMap<String, String>>,
+    pods: &[Pod],
+    daemonsets: &[DaemonSet],
+) -> Vec<Dependent> {
     pods.iter()
         .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
         .filter(|p| {
@@ -326,6 +337,11 @@ pub fn dependents(component: &str, node: &str, pods: &[Pod]) -> Vec<Dependent> {
         })
         .map(|p| {
             let anchor = anchor_pod(p);
+            let owner =
+                daemonset_owner(p).and_then(|o| daemonsets.iter().map(daemonset_facts).find(|d| d.uid == o.uid));
+            let owner_lets_go = owner.is_some_and(|d| {
+                d.deleting || node_labels.is_some_and(|labels| !matches_node(&d.selection, labels, node))
+            });
             Dependent {
                 namespace: anchor.namespace,
                 name: anchor.name,
@@ -336,7 +352,7 @@ pub fn dependents(component: &str, node: &str, pods: &[Pod]) -> Vec<Dependent> {
                     .and_then(|l| l.get(COMPONENT_LABEL))
                     .cloned()
                     .unwrap_or_default(),
-                terminating: anchor.terminating,
+                going: anchor.terminating || owner_lets_go,
             }
         })
         .collect()
@@ -733,12 +749,12 @@ mod tests {
         }
     }
 
-    fn dependent(terminating: bool) -> Dependent {
+    fn dependent(going: bool) -> Dependent {
         Dependent {
             namespace: "kube-system".into(),
             name: "kube-apiserver-anchor-x".into(),
             component: "kube-apiserver".into(),
-            terminating,
+            going,
         }
     }
 
@@ -1248,7 +1264,9 @@ mod tests {
     fn dependents_are_read_from_the_anchor_pods_on_the_node() {
         let pod = |name: &str, node: &str, component: &str, depends_on: Option<&str>, deleting: bool| -> Pod {
             let mut meta = serde_json::json!({"name": name, "namespace": "kube-system",
-                "labels": {"app.kubernetes.io/name": "kube-anchor", "app.kubernetes.io/component": component}});
+                "labels": {"app.kubernetes.io/name": "kube-anchor", "app.kubernetes.io/component": component},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": format!("{component}-anchor"),
+                    "uid": format!("{component}-ds"), "controller": true}]});
             if deleting {
                 meta["deletionTimestamp"] = serde_json::json!("2026-01-01T00:00:00Z");
             }
@@ -1275,20 +1293,54 @@ mod tests {
             ),
             pod("etcd-1", "cp-1", "etcd", None, false),
         ];
-        let names = |c: &str| -> Vec<(String, bool)> {
-            dependents(c, "cp-1", &pods)
-                .into_iter()
-                .map(|d| (format!("{}/{}", d.component, d.name), d.terminating))
-                .collect()
+        let daemonset = |component: &str, selector: serde_json::Value, deleting: bool| -> DaemonSet {
+            let mut meta = serde_json::json!({"name": format!("{component}-anchor"), "namespace": "kube-system",
+                "uid": format!("{component}-ds")});
+            if deleting {
+                meta["deletionTimestamp"] = serde_json::json!("2026-01-01T00:00:00Z");
+            }
+            serde_json::from_value(serde_json::json!({"metadata": meta, "spec": {"selector": {},
+                "template": {"spec": {"containers": [], "nodeSelector": selector}}}}))
+            .unwrap()
         };
-        assert_eq!(names("etcd"), [("kube-apiserver/api-1".to_owned(), false)]);
+        let cp = serde_json::json!({"node-role.kubernetes.io/control-plane": ""});
+        let labelled: BTreeMap<String, String> =
+            [("node-role.kubernetes.io/control-plane".to_owned(), String::new())].into();
+        let unlabelled = BTreeMap::new();
+        let names =
+            |c: &str, labels: Option<&BTreeMap<String, String>>, daemonsets: &[DaemonSet]| -> Vec<(String, bool)> {
+                dependents(c, "cp-1", labels, &pods, daemonsets)
+                    .into_iter()
+                    .map(|d| (format!("{}/{}", d.component, d.name), d.going))
+                    .collect()
+            };
+        let selecting = [
+            daemonset("kube-apiserver", cp.clone(), false),
+            daemonset("kube-controller-manager", cp.clone(), false),
+        ];
         assert_eq!(
-            names("kube-apiserver"),
+            names("etcd", Some(&labelled), &selecting),
+            [("kube-apiserver/api-1".to_owned(), false)]
+        );
+        assert_eq!(
+            names("kube-apiserver", Some(&labelled), &selecting),
             [
                 ("kube-scheduler/sched-1".to_owned(), true),
                 ("kube-controller-manager/kcm-1".to_owned(), false)
             ]
         );
-        assert!(names("kube-scheduler").is_empty());
+        assert!(names("kube-scheduler", Some(&labelled), &selecting).is_empty());
+        // The node leaves every chart: the kube-apiserver anchor goes, even before its pod is
+        // marked for deletion.
+        assert_eq!(
+            names("etcd", Some(&unlabelled), &selecting),
+            [("kube-apiserver/api-1".to_owned(), true)]
+        );
+        // Its DaemonSet being deleted: going too. Not listed, or the node's labels unknown:
+        // staying.
+        let deleting = [daemonset("kube-apiserver", cp.clone(), true)];
+        assert!(names("etcd", Some(&labelled), &deleting)[0].1);
+        assert!(!names("etcd", Some(&labelled), &[])[0].1);
+        assert!(!names("etcd", None, &selecting)[0].1);
     }
 }

@@ -56,8 +56,8 @@ pub async fn decide_with_evidence(
 }
 
 /// Own pod → its DaemonSet owner → that DaemonSet; the Node; every anchor DaemonSet and pod of
-/// the component; every anchor pod (of any component), for those on this node that depend on
-/// this one. Every lookup ends by `until`.
+/// the component; every anchor DaemonSet and pod (of any component), for those on this node
+/// that depend on this one and whether they stay. Every lookup ends by `until`.
 async fn gather(client: &kube::Client, this: &ThisPod, component: &str, until: Instant) -> Evidence {
     let budget = || API_TIMEOUT.min(remaining(until));
     let selector = decommission::anchor_selector(component);
@@ -67,19 +67,30 @@ async fn gather(client: &kube::Client, this: &ThisPod, component: &str, until: I
     );
     let (all_daemonsets, all_pods) = (Api::<DaemonSet>::all(client.clone()), Api::<Pod>::all(client.clone()));
     let every_anchor = decommission::every_anchor_selector();
-    let (node, pod, daemonsets, pods, every_pod) = futures::join!(
+    let (node, pod, daemonsets, pods, every_pod, every_daemonset) = futures::join!(
         kubeapi::lookup(&nodes, &this.node, budget()),
         kubeapi::lookup(&own_pods, &this.name, budget()),
         kubeapi::list_all(&all_daemonsets, &selector, budget()),
         kubeapi::list_all(&all_pods, &selector, budget()),
         kubeapi::list_all(&all_pods, &every_anchor, budget()),
+        kubeapi::list_all(&all_daemonsets, &every_anchor, budget()),
     );
-    let dependents = match every_pod {
-        Lookup::Found(pods) => Lookup::Found(decommission::dependents(component, &this.node, &pods)),
-        Lookup::NotFound => Lookup::Unavailable("a list answered 404".into()),
-        Lookup::Unavailable(why) => Lookup::Unavailable(why),
-    };
     let node = node.map(|n| decommission::node_facts(&n));
+    let node_labels = match &node {
+        Lookup::Found(n) => Some(&n.labels),
+        _ => None,
+    };
+    let dependents = match (every_pod, every_daemonset) {
+        (Lookup::Found(pods), Lookup::Found(daemonsets)) => Lookup::Found(decommission::dependents(
+            component,
+            &this.node,
+            node_labels,
+            &pods,
+            &daemonsets,
+        )),
+        (Lookup::Unavailable(why), _) | (_, Lookup::Unavailable(why)) => Lookup::Unavailable(why),
+        _ => Lookup::Unavailable("a list answered 404".into()),
+    };
     let pod = pod.map(|p| decommission::pod_facts(&p));
     let anchors = match (daemonsets, pods) {
         (Lookup::Found(daemonsets), Lookup::Found(pods)) => Lookup::Found(Anchors {
