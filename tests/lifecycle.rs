@@ -1268,12 +1268,16 @@ fn values() -> Vec<(&'static str, String)> {
 }
 
 /// The bad credentials the run pushes, made from a PKI of the example script: each replaces its
-/// credential with a key of another pair.
+/// credential with a key of another pair. (Only `cluster.sh pki`, which runs no helm: two
+/// `helm dependency build`s of one chart at once break each other, and the run beside this test
+/// builds them.)
 #[test]
 fn mismatched_keys_come_from_other_pairs() {
     let dir = test_dir().join("lifecycle-mismatched");
     let _ = fs::remove_dir_all(&dir);
-    support::selfhosted::prepare(&dir, nodes());
+    let nodes: Vec<String> = nodes().iter().map(|(n, ip)| format!("{n}={ip}")).collect();
+    let nodes: Vec<&str> = nodes.iter().map(String::as_str).collect();
+    support::fixture::succeeded("cluster.sh pki", &script("pki", &dir, &nodes, &[]));
     write_mismatched(&dir);
     let read = |p: &str| fs::read_to_string(dir.join(p)).unwrap();
     assert_eq!(read("mismatched/kube-apiserver"), read("pki/apiserver-etcd-client.key"));
