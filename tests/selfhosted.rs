@@ -1,16 +1,20 @@
 //! The safety claims on a real self-hosted control plane: three process nodes brought up from
 //! nothing with the example script (etcd ×3, kube-apiserver ×3, controller-manager and scheduler
-//! as static pods written by the charts' anchors, the anchors real DaemonSet pods), then
+//! as static pods written by the charts' anchors, the anchors real DaemonSet pods). One bed, in
+//! this order:
 //! 1. full-cluster hard reboots: every process of every node killed at once, disks kept, the
 //!    kubelets started again in a random order with random delays (seeded); every trial must
 //!    recover (the API through every node, every mirror pod Running and Ready with the hash its
 //!    anchor wrote, every DaemonSet Ready, etcd with three healthy members);
+//! 2. the seeded lifecycle run ([`lifecycle`]: operations and faults drawn from a seed,
+//!    invariants checked throughout), then the operations that give every chart its shape back
+//!    (release names, DaemonSets, labels, good versions, no bad one recorded);
 //! 3. a bad push (a kube-apiserver that exits at start): one node tries it, its static pod
 //!    really crash-loops, its anchor rolls back (Warning Event), no other node tries it, the API
 //!    is never lost;
-//! 2. then fixed values (a changed flag): a rolling `helm upgrade` one node at a time while a
+//! 4. then fixed values (a changed flag): a rolling `helm upgrade` one node at a time while a
 //!    client polls the API round-robin over the three API servers;
-//! 4. decommission on kube-scheduler: a rolling update, a drain and a deleted anchor pod remove
+//! 5. decommission on kube-scheduler: a rolling update, a drain and a deleted anchor pod remove
 //!    nothing; a node relabelled out loses its scheduler and files; `helm uninstall` leaves none.
 //!
 //! On this bed each node's pods reach the API through their own node's API server (there is no
@@ -18,11 +22,15 @@
 //! `apiServers`, so the anchor of the node whose kube-apiserver a bad push broke still sees the
 //! API through the others.
 //!
-//! At the end the test prints one table. `tools/selfhosted-table.sh` runs it with more trials:
-//! KUBE_ANCHOR_REBOOT_TRIALS (default 1: CI's lifecycle run, tests/lifecycle.rs, adds full-cluster and
-//! partial reboots of its own), KUBE_ANCHOR_REBOOT_MAX_DELAY (seconds, default 60),
-//! KUBE_ANCHOR_REBOOT_SEED (default 1).
+//! Scripted scenarios and run share the bed to save a bootstrap. Each also runs alone:
+//! - `tools/selfhosted-table.sh` runs 1 and 3–5 with more reboot trials
+//!   (KUBE_ANCHOR_LIFECYCLE_OPS=0; KUBE_ANCHOR_REBOOT_TRIALS, default 1: the lifecycle run adds
+//!   full-cluster and partial reboots of its own; KUBE_ANCHOR_REBOOT_MAX_DELAY, seconds, default
+//!   60; KUBE_ANCHOR_REBOOT_SEED, default 1) and prints one table;
+//! - `tools/lifecycle.sh` runs 2 alone (KUBE_ANCHOR_SCRIPTED=0), longer, on three nodes or one.
 
+#[path = "selfhosted/lifecycle.rs"]
+mod lifecycle;
 mod support;
 
 use std::collections::BTreeMap;
@@ -32,12 +40,12 @@ use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{Api, ListParams};
+use lifecycle::SCHEDULER_LABEL;
 use support::fixture::succeeded;
 use support::poller::{PollReport, Poller};
 use support::processes::test_dir;
 use support::selfhosted::{APISERVER_TRIAL_S, COMPONENTS, SelfHosted, env_or, script};
 
-const NODES: [(&str, &str); 3] = [("cp-1", "127.0.3.1"), ("cp-2", "127.0.3.2"), ("cp-3", "127.0.3.3")];
 const RECOVERY_TIMEOUT: Duration = Duration::from_secs(420);
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -146,16 +154,51 @@ fn apiserver_hashes(cluster: &SelfHosted) -> Vec<Option<String>> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_self_hosted_control_plane_survives_reboots_upgrades_and_bad_pushes() {
+async fn a_self_hosted_control_plane_survives_reboots_bad_pushes_upgrades_and_a_seeded_lifecycle() {
+    let scripted = env_or("KUBE_ANCHOR_SCRIPTED", 1) != 0;
+    assert!(
+        !scripted || lifecycle::nodes().len() == 3,
+        "the scripted scenarios need three nodes (KUBE_ANCHOR_SCRIPTED=0 runs the lifecycle alone)"
+    );
     let trials = env_or("KUBE_ANCHOR_REBOOT_TRIALS", 1);
     let max_delay = env_or("KUBE_ANCHOR_REBOOT_MAX_DELAY", 60);
     let seed = env_or("KUBE_ANCHOR_REBOOT_SEED", 1);
-    let dir = test_dir().join("self-hosted");
-    let mut cluster = SelfHosted::with_charts(&dir, &NODES).await;
+    let plan = lifecycle::Plan::from_env(scripted);
+    if std::env::var_os("KUBE_ANCHOR_LIFECYCLE_PLAN_ONLY").is_some() {
+        return;
+    }
+    let dir = test_dir().join(format!("self-hosted-{}-{}n", plan.seed, lifecycle::nodes().len()));
+    let mut cluster = lifecycle::bootstrap(&dir).await;
     // 4 anchors and 4 components per node, and the kubelets.
     let memory_mib: u64 = cluster.nodes.iter().map(|n| n.rss_kib()).sum::<u64>() / 1024;
+    let reboots = if scripted {
+        reboot_trials(&mut cluster, trials, max_delay, seed).await
+    } else {
+        Vec::new()
+    };
+    let (cluster, model) = if plan.is_empty() {
+        (cluster, lifecycle::Model::new())
+    } else {
+        lifecycle::run(cluster, &plan, lifecycle::Model::new()).await
+    };
+    if scripted {
+        let (bad_push, rolling) = pushes(&cluster).await;
+        let scheduler_args = model.set_args(lifecycle::SCHEDULER, &cluster.dir);
+        let decommission = decommission_scenario(&cluster, &scheduler_args).await;
+        print_table(seed, max_delay, &reboots, rolling, bad_push, memory_mib);
+        println!(
+            "decommission: node relabelled out -> its scheduler stopped and its files gone after {:.1}s; helm uninstall -> gone from every node after {:.1}s",
+            decommission.0.as_secs_f64(),
+            decommission.1.as_secs_f64()
+        );
+    }
+    drop(cluster);
+    let _ = fs::remove_dir_all(&dir);
+}
 
-    // 1. Full-cluster hard reboots.
+/// Scenario 1: `trials` full-cluster hard reboots (boot delays 0..`max_delay` s, from `seed`);
+/// each must recover. Returns (time to recovery, last boot, the model's estimate) of each, in s.
+async fn reboot_trials(cluster: &mut SelfHosted, trials: u64, max_delay: u64, seed: u64) -> Vec<(f64, f64, f64)> {
     let mut rng = kube_anchor_sim::Rng::new(seed);
     let mut rows = Vec::new();
     for trial in 1..=trials {
@@ -165,7 +208,7 @@ async fn a_self_hosted_control_plane_survives_reboots_upgrades_and_bad_pushes() 
         let (since, start) = cluster.reboot(&delays).await;
         let mut last_reason = String::new();
         let recovered = loop {
-            match not_recovered(&cluster, since).await {
+            match not_recovered(cluster, since).await {
                 None => break Some(start.elapsed()),
                 Some(reason) => last_reason = reason,
             }
@@ -193,19 +236,25 @@ async fn a_self_hosted_control_plane_survives_reboots_upgrades_and_bad_pushes() 
             ),
         }
     }
+    rows
+}
 
+/// Scenarios 3 and 4: a bad kube-apiserver push, then the fixed values rolled out; returns the
+/// API's poll and the time each took (rolled back on its first node; every node upgraded).
+async fn pushes(cluster: &SelfHosted) -> ((PollReport, f64), (PollReport, f64)) {
     // 3. A bad push: a kube-apiserver that exits at start. The version every node runs is
-    // last-known-good first (the reboots restarted its trial).
+    // last-known-good first (the lifecycle run may have left one on trial).
     cluster.wait_promoted("kube-apiserver", Duration::from_secs(180)).await;
     let poller = Poller::start(cluster.admin_kubeconfigs());
-    let good = apiserver_hashes(&cluster);
+    let good = apiserver_hashes(cluster);
     let pushed = Instant::now();
-    upgrade_apiserver(&cluster, "component.extraArgs.no-such-flag=1");
+    // (0: a number the lifecycle run's refused flags never draw: a version no node has tried.)
+    upgrade_apiserver(cluster, "component.extraArgs.no-such-flag=0");
     let client = cluster.client(0).await;
     let events: Api<Event> = Api::namespaced(client.clone(), "kube-system");
     let mut tried = vec![false; 3];
     let rolled_back = loop {
-        for (i, h) in apiserver_hashes(&cluster).iter().enumerate() {
+        for (i, h) in apiserver_hashes(cluster).iter().enumerate() {
             tried[i] |= *h != good[i];
         }
         let rollback = events.list(&ListParams::default()).await.ok().and_then(|l| {
@@ -218,7 +267,7 @@ async fn a_self_hosted_control_plane_survives_reboots_upgrades_and_bad_pushes() 
                         .is_some_and(|n| n.starts_with("kube-apiserver"))
             })
         });
-        if rollback.is_some() && apiserver_hashes(&cluster) == good {
+        if rollback.is_some() && apiserver_hashes(cluster) == good {
             break pushed.elapsed();
         }
         assert!(
@@ -230,7 +279,7 @@ async fn a_self_hosted_control_plane_survives_reboots_upgrades_and_bad_pushes() 
     };
     // The other nodes hold on: the Lease names the revision rolled back.
     tokio::time::sleep(Duration::from_secs(15)).await;
-    for (i, h) in apiserver_hashes(&cluster).iter().enumerate() {
+    for (i, h) in apiserver_hashes(cluster).iter().enumerate() {
         tried[i] |= *h != good[i];
     }
     let bad_push = poller.finish();
@@ -245,14 +294,14 @@ async fn a_self_hosted_control_plane_survives_reboots_upgrades_and_bad_pushes() 
     );
     assert_eq!(bad_push.outage, 0, "the API was lost during the bad push");
 
-    // 2. Fixed values (a changed flag): a rolling upgrade, polled round-robin.
+    // 4. Fixed values (a changed flag): a rolling upgrade, polled round-robin.
     let poller = Poller::start(cluster.admin_kubeconfigs());
-    let before = apiserver_hashes(&cluster);
+    let before = apiserver_hashes(cluster);
     let upgrade_started = Instant::now();
-    upgrade_apiserver(&cluster, "component.extraArgs.v=2");
+    upgrade_apiserver(cluster, "component.extraArgs.v=2");
     let mut changed_at: Vec<Option<f64>> = vec![None; 3];
     let upgraded = loop {
-        let now = apiserver_hashes(&cluster);
+        let now = apiserver_hashes(cluster);
         for i in 0..now.len() {
             if now[i] != before[i] && changed_at[i].is_none() {
                 changed_at[i] = Some(upgrade_started.elapsed().as_secs_f64());
@@ -284,24 +333,7 @@ async fn a_self_hosted_control_plane_survives_reboots_upgrades_and_bad_pushes() 
         gaps.iter().all(|g| *g >= (APISERVER_TRIAL_S - 15) as f64),
         "nodes were not upgraded one at a time (gaps {gaps:?} s, trial {APISERVER_TRIAL_S} s)"
     );
-
-    let decommission = decommission_scenario(&cluster).await;
-
-    print_table(
-        seed,
-        max_delay,
-        &rows,
-        (&rolling, upgraded.as_secs_f64()),
-        (&bad_push, rolled_back.as_secs_f64()),
-        memory_mib,
-    );
-    println!(
-        "decommission: node relabelled out -> its scheduler stopped and its files gone after {:.1}s; helm uninstall -> gone from every node after {:.1}s",
-        decommission.0.as_secs_f64(),
-        decommission.1.as_secs_f64()
-    );
-    drop(cluster);
-    let _ = fs::remove_dir_all(&dir);
+    ((bad_push, rolled_back.as_secs_f64()), (rolling, upgraded.as_secs_f64()))
 }
 
 const SCHEDULER_FILES: [&str; 2] = [
@@ -309,7 +341,6 @@ const SCHEDULER_FILES: [&str; 2] = [
     "etc/kubernetes/scheduler.conf",
 ];
 const SCHEDULER_PORT: u16 = 10259;
-const SCHEDULER_LABEL: &str = "kube-anchor.io/scheduler";
 
 /// Which of the scheduler's manifest and kubeconfig are on the node.
 fn scheduler_files(node: &support::selfhosted::SelfHostedNode) -> Vec<bool> {
@@ -347,31 +378,23 @@ async fn scheduler_anchor_pod(client: &kube::Client, node: &str) -> Option<Strin
     })
 }
 
-/// Scenario 4, decommission, on kube-scheduler (the component a control plane can lose without
-/// losing the API): a DaemonSet rolling update, a drain and an anchor pod deleted remove nothing and
+/// Scenario 5, decommission, on kube-scheduler (the component a control plane can lose without
+/// losing the API): a DaemonSet rolling update (the anchors' log format changed, the values the
+/// run left, `scheduler_args`, kept), a drain and an anchor pod deleted remove nothing and
 /// restart nothing; a node relabelled out of the chart's nodeSelector really stops its
 /// scheduler and loses its files; `helm uninstall` of the Nodes annotated for decommission
 /// leaves nothing on any node.
 /// Returns (relabel -> stopped and gone, uninstall -> gone everywhere).
-async fn decommission_scenario(cluster: &SelfHosted) -> (Duration, Duration) {
+async fn decommission_scenario(cluster: &SelfHosted, scheduler_args: &[String]) -> (Duration, Duration) {
     let client = cluster.client(0).await;
     let (last, kept) = cluster.nodes.split_last().unwrap();
-    for n in &cluster.nodes {
-        cluster.kubectl(&["label", "node", &n.name, &format!("{SCHEDULER_LABEL}=yes")]);
-    }
     let before = scheduler_starts(cluster, &client).await;
+    let mut args = vec!["kube-scheduler"];
+    args.extend(scheduler_args.iter().map(String::as_str));
+    args.extend(["--set", "anchor.logFormat=json"]);
     succeeded(
-        "cluster.sh upgrade (nodeSelector)",
-        &script(
-            "upgrade",
-            &cluster.dir,
-            &[
-                "kube-scheduler",
-                "--set",
-                &format!("nodeSelector.{}=yes", SCHEDULER_LABEL.replace('.', "\\.")),
-            ],
-            &[],
-        ),
+        "cluster.sh upgrade kube-scheduler (the anchors' log format)",
+        &script("upgrade", &cluster.dir, &args, &[]),
     );
     cluster.wait_anchors_ready(Duration::from_secs(240)).await;
     cluster.kubectl(&["drain", &last.name, "--ignore-daemonsets", "--timeout=60s"]);
@@ -471,8 +494,8 @@ fn print_table(
     seed: u64,
     max_delay: u64,
     rows: &[(f64, f64, f64)],
-    rolling: (&PollReport, f64),
-    bad_push: (&PollReport, f64),
+    rolling: (PollReport, f64),
+    bad_push: (PollReport, f64),
     memory_mib: u64,
 ) {
     let sorted = |column: fn(&(f64, f64, f64)) -> f64| {
@@ -502,7 +525,7 @@ fn print_table(
         "| model (anchor policy, same boot times), p50 / p90 / max | {} |",
         p(&model)
     );
-    let polled = |took: &str, what: &str, (r, secs): (&PollReport, f64)| {
+    let polled = |took: &str, what: &str, (r, secs): (PollReport, f64)| {
         println!("| {took} | {secs:.0} s |");
         println!(
             "| {what}: API requests / failed / all three failed | {} / {} / {} |",
