@@ -304,14 +304,13 @@ async fn an_operator_rollback_a_good_etcd_and_a_bad_etcd_rolled_back_with_no_api
         || async { (cluster.static_pod_hash(&client, &mirror).await.as_deref() == Some(first.as_str())).then_some(()) },
     )
     .await;
-    // The anchor keeps it: the inputs' version is recorded as bad.
-    tokio::time::sleep(Duration::from_secs(30)).await;
+    cluster.wait_promoted("etcd", Duration::from_secs(120)).await;
+    run_good_pushes(&cluster, "etcd").await;
+    // The anchor kept the previous scheduler all along (its inputs' version is recorded as bad):
+    // through the good etcd push, over a minute, longer than its full resync.
     assert_eq!(node.written_hash("kube-scheduler").as_deref(), Some(first.as_str()));
     let l = ledger(&cluster, "kube-scheduler");
     assert_eq!(l["lastKnownGood"].as_str(), Some(first.as_str()), "{l}");
-
-    cluster.wait_promoted("etcd", Duration::from_secs(120)).await;
-    run_good_pushes(&cluster, "etcd").await;
 
     // An etcd that exits at start: the API goes down with it.
     let etcd = bad_push(
