@@ -435,8 +435,10 @@ async fn all_ready_sampling(nodes: &[Node], baseline: &str, seen: &Arc<Mutex<Vio
 /// `maxUnavailable` orders the nodes. The anchors' rollout Lease must: one node at a time, the
 /// next only once the previous one's version passed its trial; and a version rolled back on one
 /// node is tried on no other.
+// The binary's longest test, named to sort first: libtest starts tests in name order, and
+// started beside the short one it leaves the second thread to the other two.
 #[tokio::test(flavor = "multi_thread")]
-async fn per_node_daemonsets_replaced_at_once_still_roll_one_node_at_a_time() {
+async fn a_fleet_of_per_node_daemonsets_replaced_at_once_still_rolls_one_node_at_a_time() {
     let cp = control_plane::shared().await;
     let ns = cp.namespace("pernode").await;
     let work = tempfile::tempdir().unwrap();
