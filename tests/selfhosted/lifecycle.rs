@@ -21,7 +21,9 @@
 //!
 //! Invariants, continuously (every second, by a monitor of its own):
 //! - etcd keeps a quorum (two members healthy) unless more than one node is down by the run's
-//!   choice: a node is down from its power cut until its etcd member is healthy again;
+//!   choice: a node is down from its power cut until its etcd member is healthy again, and so
+//!   is a member the rollout of an etcd version the run pushed restarts (unhealthy while its
+//!   node has that version on trial);
 //! - the API answers through at least one of the three API servers under the same condition (a
 //!   client that fails over across them); a lapse counts only after 10 s (etcd: 5 s) and only
 //!   while the condition held for the whole lapse and 20 s before it;
@@ -611,6 +613,11 @@ impl Shared {
 
 fn monitor(cluster: &SelfHosted, shared: Arc<Mutex<Shared>>) -> Background<()> {
     let ips: Vec<String> = cluster.nodes.iter().map(|n| n.ip.clone()).collect();
+    let etcd_ledgers: Vec<PathBuf> = cluster
+        .nodes
+        .iter()
+        .map(|n| n.host().join("var/lib/kube-anchor/v1/etcd.json"))
+        .collect();
     // One node has no other API server: every kube-apiserver or etcd change, good or bad,
     // takes the API down for a while by design. There the monitor only counts, and the settle
     // checks judge that the API and etcd come back.
@@ -632,6 +639,10 @@ fn monitor(cluster: &SelfHosted, shared: Arc<Mutex<Shared>>) -> Background<()> {
         while !stop.load(std::sync::atomic::Ordering::Relaxed) {
             let tick = Instant::now();
             let healthy: Vec<bool> = ips.iter().map(|ip| etcd_health(ip)).collect();
+            // A member whose node tries a new etcd version the run pushed: the rollout restarts
+            // it (here the restart keeps it down for up to a minute: the kubelet first deletes
+            // the old mirror pod through its node's API server, which waits on that member).
+            let on_trial: Vec<bool> = etcd_ledgers.iter().map(|path| etcd_on_trial(path)).collect();
             let mut answered = false;
             for k in 0..clients.len() {
                 if ask(clients[(next + k) % clients.len()].clone()).await {
@@ -648,7 +659,10 @@ fn monitor(cluster: &SelfHosted, shared: Arc<Mutex<Shared>>) -> Background<()> {
                         s.down[i] = false;
                     }
                 }
-                let down_by_choice = s.down.iter().filter(|d| **d).count();
+                // Down by the run's choice: cut, or restarted by a rollout of its pushing.
+                let down_by_choice = (0..ips.len())
+                    .filter(|&i| s.down[i] || (on_trial[i] && !healthy[i]))
+                    .count();
                 // More than a minority down by the run's choice (on one node: the node).
                 if down_by_choice > (ips.len() - 1) / 2 {
                     calm_since = None;
@@ -675,7 +689,7 @@ fn monitor(cluster: &SelfHosted, shared: Arc<Mutex<Shared>>) -> Background<()> {
                         quorum_reported = true;
                         let down = s.down.clone();
                         s.violation(format!(
-                            "etcd without a quorum for {:.0}s (members healthy: {healthy:?}; down by choice: {down:?})",
+                            "etcd without a quorum for {:.0}s (members healthy: {healthy:?}; down by choice: {down:?}; etcd on trial: {on_trial:?})",
                             (now - since).as_secs_f64()
                         ));
                     }
@@ -692,7 +706,7 @@ fn monitor(cluster: &SelfHosted, shared: Arc<Mutex<Shared>>) -> Background<()> {
                         api_reported = true;
                         let down = s.down.clone();
                         s.violation(format!(
-                            "no API server answered for {:.0}s (etcd healthy: {healthy:?}; down by choice: {down:?})",
+                            "no API server answered for {:.0}s (etcd healthy: {healthy:?}; down by choice: {down:?}; etcd on trial: {on_trial:?})",
                             (now - since).as_secs_f64()
                         ));
                     }
@@ -701,6 +715,17 @@ fn monitor(cluster: &SelfHosted, shared: Arc<Mutex<Shared>>) -> Background<()> {
             tokio::time::sleep_until((tick + Duration::from_secs(1)).into()).await;
         }
     })
+}
+
+/// Whether the etcd anchor ledger at `path` has a version on trial (written, not yet
+/// last-known-good).
+fn etcd_on_trial(path: &Path) -> bool {
+    let ledger: serde_json::Value = fs::read(path)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default();
+    let ledger = &ledger["ledger"];
+    ledger["contentHash"].is_string() && ledger["contentHash"] != ledger["lastKnownGood"]
 }
 
 // ------------------------------------------------------------------------------------------
