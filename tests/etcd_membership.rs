@@ -375,6 +375,14 @@ spec:
         fs::write(self.config_dir.join("anchor.yaml"), config).unwrap();
     }
 
+    /// The node's own client URL first among its config's endpoints.
+    fn list_own_endpoint_first(&self) {
+        let path = self.config_dir.join("anchor.yaml");
+        let config = fs::read_to_string(&path).unwrap();
+        let own = format!("endpoints: [{}, ", self.ports.client_url());
+        fs::write(&path, config.replacen("endpoints: [", &own, 1)).unwrap();
+    }
+
     fn command(&self, verb: &str) -> Command {
         let mut cmd = Command::new(BIN);
         cmd.arg(verb)
@@ -539,6 +547,9 @@ fn a_fourth_node_joins_as_learner_is_promoted_upgrades_without_churn_and_leaves_
     bed.wait_healthy(3);
     let before = bed.member_ids();
     let mut node = Node::new(&bed, "n4", Ports::new(), None);
+    // As the charts' values list them: every member's endpoint, the node's own among them (here
+    // first, where it answers as a learner until promoted, and only for itself).
+    node.list_own_endpoint_first();
 
     // Join: added as a learner before the manifest is written; the manifest joins "existing".
     // (An add whose answer is lost on a busy machine is found by its peer URL next time.)

@@ -386,7 +386,9 @@ impl Cluster {
     /// Runs `f` against each endpoint in turn until one succeeds; the errors of all otherwise.
     /// With `final_answer`, an error etcd itself returns (`etcdserver: …`) ends the round: for a
     /// promote, "not in sync yet" is the cluster's answer whichever member gives it. Without it,
-    /// the next endpoint is asked (a member cut off from the leader answers "no leader").
+    /// the next endpoint is asked (a member cut off from the leader answers "no leader"). A
+    /// learner's refusal is never final: it speaks for itself, not the cluster (the endpoints a
+    /// joining node is given usually list its own member, a learner until promoted).
     async fn first<'a, T, F, Fut>(&'a self, final_answer: bool, f: F) -> Result<T, EtcdError>
     where
         F: Fn(&'a Endpoint) -> Fut,
@@ -396,7 +398,9 @@ impl Cluster {
         for e in &self.endpoints {
             match f(e).await {
                 Ok(v) => return Ok(v),
-                Err(err) if final_answer && is_server_answer(&err) => return Err(err),
+                Err(err) if final_answer && is_server_answer(&err) && !is_learner_refusal(&err) => {
+                    return Err(err);
+                }
                 Err(err) => errors.push(err.to_string()),
             }
         }
@@ -433,6 +437,11 @@ impl Cluster {
 /// An error etcd itself returned (the gateway's `{"code", "message"}`), as opposed to no answer.
 fn is_server_answer(e: &EtcdError) -> bool {
     matches!(e, EtcdError::Call { reason, .. } if reason.contains("etcdserver:"))
+}
+
+/// A learner refusing a call only voters serve (etcd's `ErrGRPCNotSupportedForLearner`).
+fn is_learner_refusal(e: &EtcdError) -> bool {
+    matches!(e, EtcdError::Call { reason, .. } if reason.contains("etcdserver: rpc not supported for learner"))
 }
 
 #[cfg(test)]
@@ -481,5 +490,11 @@ mod tests {
             "etcdserver: can only promote a learner member which is in sync with leader"
         )));
         assert!(!is_server_answer(&call("no answer within 10s")));
+        // A learner asked to promote (its own endpoint listed first) speaks for itself only.
+        let learner = call("etcdserver: rpc not supported for learner");
+        assert!(is_server_answer(&learner) && is_learner_refusal(&learner));
+        assert!(!is_learner_refusal(&call(
+            "etcdserver: can only promote a learner member which is in sync with leader"
+        )));
     }
 }
