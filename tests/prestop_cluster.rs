@@ -142,6 +142,27 @@ impl Scenario {
     /// An anchor DaemonSet `name` of the scenario's component, as the charts label it, its pods
     /// held by the [`HOLD`] finalizer; `finalizers` on the DaemonSet itself.
     async fn create_anchor_daemonset(&self, name: &str, node_selector: serde_json::Value, finalizers: &[&str]) {
+        self.create_anchor_daemonset_with(name, node_selector, finalizers, serde_json::json!({}))
+            .await;
+    }
+
+    /// [`Scenario::create_anchor_daemonset`] with `spec` merged into the pod template's spec.
+    async fn create_anchor_daemonset_with(
+        &self,
+        name: &str,
+        node_selector: serde_json::Value,
+        finalizers: &[&str],
+        spec: serde_json::Value,
+    ) {
+        let mut pod_spec = serde_json::json!({
+            "nodeSelector": node_selector,
+            "automountServiceAccountToken": false,
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [{"name": "anchor", "image": "registry.example/kube-anchor:test"}]
+        });
+        if let (Some(pod_spec), Some(extra)) = (pod_spec.as_object_mut(), spec.as_object()) {
+            pod_spec.extend(extra.clone());
+        }
         let labels = serde_json::json!({
             "app": "anchor",
             "app.kubernetes.io/name": "kube-anchor",
@@ -155,12 +176,7 @@ impl Scenario {
                 "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}},
                 "template": {
                     "metadata": {"labels": labels, "finalizers": [HOLD]},
-                    "spec": {
-                        "nodeSelector": node_selector,
-                        "automountServiceAccountToken": false,
-                        "tolerations": [{"operator": "Exists"}],
-                        "containers": [{"name": "anchor", "image": "registry.example/kube-anchor:test"}]
-                    }
+                    "spec": pod_spec
                 }
             }
         }))
@@ -835,6 +851,51 @@ async fn the_last_copy_of_the_scheduler_stays_when_its_daemonset_is_deleted() {
     let (_, json) = s.pre_stop_on(&n3, &p3_new, &s.kubeconfig, &[]);
     assert_eq!(json["decision"], "remove", "{json}");
     assert_eq!(s.files_present_on(&n3), (false, false));
+    s.release_pods().await;
+}
+
+/// The lifecycle run, seed 11: a never-healthy kube-scheduler version rolled back on one node,
+/// whose anchor then held the rollout back, not Ready, while the scheduler it kept ran Ready;
+/// another node was powered off; a third was relabelled out of the scheduler's selector. The
+/// last-copy guard counted Ready anchors only, found none, and held the scheduler on a node no
+/// DaemonSet selected any more, where no anchor would ever take it off. A copy whose static pod
+/// is Ready counts now. (Here the other anchor is kept from Ready by a readiness gate nothing
+/// opens, as one holding a rollout back is by its probe.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_copy_whose_static_pod_is_ready_under_an_anchor_that_is_not_counts_for_the_last_copy_guard() {
+    let s = Scenario::with_component("heldback", "kube-scheduler").await;
+    let n2 = s.cp.add_node("heldback-node-2", &[(&s.label, "enabled")]).await;
+    let ds = "kube-scheduler-anchor";
+    let never_ready = serde_json::json!({"readinessGates": [{"conditionType": "example.com/held-back"}]});
+    s.create_anchor_daemonset_with(ds, serde_json::json!({&s.label: "enabled"}), &[], never_ready)
+        .await;
+    let p1 = s.pod_of(ds, &s.node.name).await;
+    let p2 = s.pod_of(ds, &n2.name).await;
+    for n in [&s.node, &n2] {
+        s.anchor_on(n).await;
+    }
+    let pods: Api<Pod> = Api::namespaced(s.admin.clone(), &s.ns);
+    let ready = |name: String| {
+        let pods = pods.clone();
+        async move {
+            let conditions = pods.get(&name).await.ok()?.status?.conditions?;
+            Some(conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        }
+    };
+    let mirror = format!("{}-{}", s.component, n2.name);
+    eventually(WAIT, "the scheduler's static pod Ready on node 2", || {
+        let ready = ready(mirror.clone());
+        async move { ready.await.filter(|r| *r).map(drop) }
+    })
+    .await;
+    assert_eq!(ready(p2.clone()).await, Some(false), "node 2's anchor is not Ready");
+
+    patch_node(&s, &s.node.name, unlabel(&s)).await;
+    s.wait_terminating(&p1).await;
+    let (out, json) = s.pre_stop_on(&s.node, &p1, &s.kubeconfig, &[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(json["decision"], "remove", "{json}");
+    assert_eq!(s.files_present(), (false, false));
     s.release_pods().await;
 }
 

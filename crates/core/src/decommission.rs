@@ -191,6 +191,30 @@ pub struct AnchorPod {
 pub struct Anchors {
     pub daemonsets: Vec<DaemonSetFacts>,
     pub pods: Vec<AnchorPod>,
+    /// The nodes where the component's static pod (its mirror pod) is Running and Ready,
+    /// whatever its anchor says: an anchor holding a rollout back after a rollback elsewhere is
+    /// not Ready, while the version it keeps runs well.
+    pub static_pods_ready: BTreeSet<String>,
+}
+
+/// The component's static pod as its manifest names it: the kubelet names its mirror pod on
+/// node N `<name>-<N>`, in `namespace`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StaticPodName {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl StaticPodName {
+    pub fn mirror_pod(&self, node: &str) -> String {
+        format!("{}-{}", self.name, node.to_lowercase())
+    }
+
+    /// Whether `pod`, looked up by [`StaticPodName::mirror_pod`], is the copy on `node` and
+    /// Ready.
+    pub fn ready_on(&self, pod: &Pod, node: &str) -> bool {
+        pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node) && crate::pod_status::is_ready(pod)
+    }
 }
 
 /// An anchor pod on this node of another component that depends on this one: its
@@ -266,7 +290,7 @@ pub fn decide(mode: CleanupMode, guard: Guard, this: &ThisPod, evidence: &Eviden
         }
         Err(Dependents::Running(_)) => {}
     }
-    if let Err(short) = enough_remain(guard, this, &anchors.pods)
+    if let Err(short) = enough_remain(guard, this, &anchors.pods, &anchors.static_pods_ready)
         && !consented(evidence)
     {
         return Decision::Held(format!("{proof}, but {short}; {}", consent()));
@@ -481,11 +505,18 @@ fn no_other_anchor_wants_node<'e>(this: &ThisPod, evidence: &'e Evidence) -> Res
 
 /// The guard's rule. The copies are the nodes with an anchor pod of the component (any state),
 /// this node included; the copies that remain are the *other* nodes with a live (not
-/// terminating) Ready anchor pod of the component. [`Guard::Quorum`] needs the remaining copies
+/// terminating) anchor pod of the component that is Ready, or whose static pod is
+/// (`static_pods_ready`: an anchor holding a rollout back is not Ready, while the version it
+/// keeps runs and serves). [`Guard::Quorum`] needs the remaining copies
 /// to be a majority of all copies, [`Guard::LastCopy`] needs one. A DaemonSet deletion or a
 /// deselection of every node terminates every anchor at once, so none counts, and nothing is
 /// removed without consent.
-pub fn enough_remain(guard: Guard, this: &ThisPod, pods: &[AnchorPod]) -> Result<(), String> {
+pub fn enough_remain(
+    guard: Guard,
+    this: &ThisPod,
+    pods: &[AnchorPod],
+    static_pods_ready: &BTreeSet<String>,
+) -> Result<(), String> {
     let elsewhere = || {
         pods.iter()
             .filter(|p| p.node.as_deref().is_some_and(|n| n != this.node))
@@ -495,8 +526,11 @@ pub fn enough_remain(guard: Guard, this: &ThisPod, pods: &[AnchorPod]) -> Result
         .collect::<BTreeSet<_>>()
         .len()
         + 1;
+    // A copy is Ready when its anchor is, or when its static pod is (an anchor holding a
+    // rollout back is not Ready while the version it keeps runs).
     let remaining = elsewhere()
-        .filter(|p| p.ready && !p.terminating)
+        .filter(|p| !p.terminating)
+        .filter(|p| p.ready || p.node.as_ref().is_some_and(|n| static_pods_ready.contains(n)))
         .filter_map(|p| p.node.as_deref())
         .collect::<BTreeSet<_>>()
         .len();
@@ -727,6 +761,7 @@ mod tests {
         Some(Lookup::Found(Anchors {
             daemonsets: sets,
             pods: all,
+            static_pods_ready: BTreeSet::new(),
         }))
     }
 
@@ -1021,19 +1056,44 @@ mod tests {
                 false,
             ),
         ];
+        let none = BTreeSet::new();
         for (pods, ok) in cases {
-            assert_eq!(enough_remain(Guard::Quorum, &me, &pods).is_ok(), ok, "{pods:?}");
+            assert_eq!(enough_remain(Guard::Quorum, &me, &pods, &none).is_ok(), ok, "{pods:?}");
             // One other live Ready copy on any node is enough for the last-copy guard.
             let one_elsewhere = pods
                 .iter()
                 .any(|p| p.node.as_deref() != Some("cp-1") && p.ready && !p.terminating);
             assert_eq!(
-                enough_remain(Guard::LastCopy, &me, &pods).is_ok(),
+                enough_remain(Guard::LastCopy, &me, &pods, &none).is_ok(),
                 one_elsewhere,
                 "{pods:?}"
             );
-            assert!(enough_remain(Guard::None, &me, &pods).is_ok());
+            assert!(enough_remain(Guard::None, &me, &pods, &none).is_ok());
         }
+    }
+
+    /// Seed 11 of the lifecycle run: a never-healthy scheduler version rolled back on cp-2,
+    /// whose anchor then holds the rollout back (not Ready); cp-3 powered off; cp-1 relabelled
+    /// out of the scheduler's selector. cp-2's scheduler runs the kept version, Ready: the
+    /// guard must let cp-1's go, or it stays on a node no DaemonSet selects, with no anchor.
+    #[test]
+    fn a_static_pod_running_under_an_anchor_that_holds_a_rollout_back_is_a_ready_copy() {
+        let me = ThisPod {
+            namespace: "kube-system".into(),
+            name: "a".into(),
+            node: "cp-1".into(),
+        };
+        let pods = vec![anchor("b", "cp-2", false, false), anchor("c", "cp-3", false, false)];
+        let ready = |nodes: &[&str]| nodes.iter().map(|n| n.to_string()).collect::<BTreeSet<_>>();
+        assert!(enough_remain(Guard::LastCopy, &me, &pods, &ready(&[])).is_err());
+        assert!(enough_remain(Guard::LastCopy, &me, &pods, &ready(&["cp-2"])).is_ok());
+        // The quorum guard counts them the same way.
+        assert!(enough_remain(Guard::Quorum, &me, &pods, &ready(&["cp-2"])).is_err());
+        assert!(enough_remain(Guard::Quorum, &me, &pods, &ready(&["cp-2", "cp-3"])).is_ok());
+        // A static pod Ready on this node, or under a terminating anchor, does not count.
+        assert!(enough_remain(Guard::LastCopy, &me, &pods, &ready(&["cp-1"])).is_err());
+        let going = vec![anchor("b", "cp-2", true, false)];
+        assert!(enough_remain(Guard::LastCopy, &me, &going, &ready(&["cp-2"])).is_err());
     }
 
     #[test]

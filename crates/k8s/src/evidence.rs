@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::Api;
-use kube_anchor_core::decommission::{self, Anchors, CleanupMode, Decision, Evidence, Guard, Lookup, ThisPod};
+use kube_anchor_core::decommission::{
+    self, AnchorPod, Anchors, CleanupMode, Decision, Evidence, Guard, Lookup, StaticPodName, ThisPod,
+};
 
 use crate::kubeapi::{self, API_TIMEOUT};
 
@@ -18,7 +20,9 @@ pub fn remaining(deadline: Instant) -> Duration {
 
 /// The decision of a preStop hook (the anchors' and the checkpointer's): under `guarded`, the
 /// evidence gathered by `evidence_until` and, when it says remove, gathered again
-/// `confirm_interval` later and confirmed.
+/// `confirm_interval` later and confirmed. `static_pod` names the component's static pod, whose
+/// mirror pods on the other nodes the guard counts as Ready copies too.
+#[allow(clippy::too_many_arguments)]
 pub async fn decide_with_evidence(
     cleanup: CleanupMode,
     guard: Guard,
@@ -26,6 +30,7 @@ pub async fn decide_with_evidence(
     this: Option<&ThisPod>,
     client: &Result<kube::Client, String>,
     component: &str,
+    static_pod: Option<&StaticPodName>,
     evidence_until: Instant,
 ) -> Decision {
     match (cleanup, this, client) {
@@ -35,7 +40,7 @@ pub async fn decide_with_evidence(
         (CleanupMode::Guarded, Some(_), Err(why)) => Decision::Keep(format!("{why}: no evidence")),
         (CleanupMode::Guarded, Some(this), Ok(client)) => {
             let look = || async {
-                let evidence = gather(client, this, component, evidence_until).await;
+                let evidence = gather(client, this, component, static_pod, evidence_until).await;
                 tracing::debug!(?evidence, "pre-stop evidence");
                 decommission::decide(CleanupMode::Guarded, guard, this, &evidence)
             };
@@ -55,10 +60,43 @@ pub async fn decide_with_evidence(
     }
 }
 
+/// The other nodes with a live anchor pod of the component whose mirror pod of `static_pod` is
+/// Running and Ready. A lookup that fails counts the node out.
+async fn static_pods_ready(
+    client: &kube::Client,
+    static_pod: &StaticPodName,
+    this: &ThisPod,
+    pods: &[AnchorPod],
+    until: Instant,
+) -> std::collections::BTreeSet<String> {
+    let api = Api::<Pod>::namespaced(client.clone(), &static_pod.namespace);
+    let nodes: std::collections::BTreeSet<&str> = pods
+        .iter()
+        .filter(|p| !p.terminating)
+        .filter_map(|p| p.node.as_deref())
+        .filter(|n| *n != this.node)
+        .collect();
+    let looks = nodes.iter().map(|node| {
+        let (api, name) = (api.clone(), static_pod.mirror_pod(node));
+        async move {
+            let found = kubeapi::lookup(&api, &name, API_TIMEOUT.min(remaining(until))).await;
+            let ready = matches!(&found, Lookup::Found(pod) if static_pod.ready_on(pod, node));
+            ready.then(|| node.to_string())
+        }
+    });
+    futures::future::join_all(looks).await.into_iter().flatten().collect()
+}
+
 /// Own pod → its DaemonSet owner → that DaemonSet; the Node; every anchor DaemonSet and pod of
 /// the component; every anchor DaemonSet and pod (of any component), for those on this node
 /// that depend on this one and whether they stay. Every lookup ends by `until`.
-async fn gather(client: &kube::Client, this: &ThisPod, component: &str, until: Instant) -> Evidence {
+async fn gather(
+    client: &kube::Client,
+    this: &ThisPod,
+    component: &str,
+    static_pod: Option<&StaticPodName>,
+    until: Instant,
+) -> Evidence {
     let budget = || API_TIMEOUT.min(remaining(until));
     let selector = decommission::anchor_selector(component);
     let (nodes, own_pods) = (
@@ -93,10 +131,18 @@ async fn gather(client: &kube::Client, this: &ThisPod, component: &str, until: I
     };
     let pod = pod.map(|p| decommission::pod_facts(&p));
     let anchors = match (daemonsets, pods) {
-        (Lookup::Found(daemonsets), Lookup::Found(pods)) => Lookup::Found(Anchors {
-            daemonsets: daemonsets.iter().map(decommission::daemonset_facts).collect(),
-            pods: pods.iter().map(decommission::anchor_pod).collect(),
-        }),
+        (Lookup::Found(daemonsets), Lookup::Found(pods)) => {
+            let pods: Vec<AnchorPod> = pods.iter().map(decommission::anchor_pod).collect();
+            let static_pods_ready = match static_pod {
+                Some(static_pod) => static_pods_ready(client, static_pod, this, &pods, until).await,
+                None => Default::default(),
+            };
+            Lookup::Found(Anchors {
+                daemonsets: daemonsets.iter().map(decommission::daemonset_facts).collect(),
+                pods,
+                static_pods_ready,
+            })
+        }
         (Lookup::Unavailable(why), _) | (_, Lookup::Unavailable(why)) => Lookup::Unavailable(why),
         _ => Lookup::Unavailable("a list answered 404".into()),
     };

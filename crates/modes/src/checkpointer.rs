@@ -162,6 +162,7 @@ async fn pre_stop(args: CheckpointerPreStopArgs) -> anyhow::Result<ExitCode> {
         this.as_ref(),
         &client,
         CHECKPOINTER_COMPONENT,
+        None,
         evidence_until,
     )
     .await;

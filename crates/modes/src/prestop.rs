@@ -83,6 +83,13 @@ async fn run_inner(args: &PreStopArgs, deadline: Instant) -> anyhow::Result<Exit
     };
     let this = args.identity.this_pod();
     let guard = decommission::QuorumGuard::from(args.quorum_guard).guard_for(&component);
+    // Read before anything is removed: the manifest names the static pod whose copies on the
+    // other nodes the guard counts, and whose stop is waited for below.
+    let pod = static_pod_of(&engine, &component, args.identity.node_name.as_deref());
+    let static_pod = pod.as_ref().map(|p| decommission::StaticPodName {
+        namespace: p.namespace.clone(),
+        name: p.name.clone(),
+    });
     let decision = decide_with_evidence(
         args.cleanup.into(),
         guard,
@@ -90,6 +97,7 @@ async fn run_inner(args: &PreStopArgs, deadline: Instant) -> anyhow::Result<Exit
         this.as_ref(),
         &client,
         &component,
+        static_pod.as_ref(),
         evidence_until,
     )
     .await;
@@ -135,7 +143,6 @@ async fn run_inner(args: &PreStopArgs, deadline: Instant) -> anyhow::Result<Exit
         let budget = remaining(deadline).saturating_sub(FINAL_STEP);
         run_hook(command, budget).await?;
     }
-    let pod = static_pod_of(&engine, &component, args.identity.node_name.as_deref());
     let manifests = engine.remove_roles(&component, &[Role::Manifest])?;
     wait_stopped(args, client.as_ref().ok(), pod, deadline).await;
     let credentials = engine.remove_roles(&component, &[Role::Credential])?;
