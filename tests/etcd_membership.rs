@@ -962,6 +962,24 @@ fn an_anchor_killed_between_adding_the_learner_and_promoting_it_is_resumed_witho
             );
             true
         });
+
+    // Decommission while the daemon still runs, as the kubelet runs the preStop hook before it
+    // stops the container: the member leaves, and the daemon's next syncs (the hook's writes
+    // wake it at once) must not add it back as a learner (the lifecycle run saw a replaced
+    // node's member re-added within a second, which then kept its data dir).
+    let (stdout, _, status) = node.pre_stop("30s");
+    assert!(status.success(), "{stdout}");
+    assert_eq!(bed.member_ids().len(), 3, "the member left");
+    let held = Instant::now();
+    while held.elapsed() < Duration::from_secs(5) {
+        assert!(
+            node.my_entries(&bed).is_empty(),
+            "the draining daemon added the member back: {:?}",
+            bed.members()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(!node.data_dir().exists(), "the data dir went after its snapshot");
     daemon.kill();
     node.stop_etcd();
 }

@@ -433,6 +433,17 @@ impl Daemon {
                 return; // no membership, or the sync reports the bad config
             }
         };
+        // Decommissioned on this node: its preStop hook removed the member, and this daemon,
+        // still draining until the kubelet stops it, must not add it back as a learner. Only an
+        // explicit `apply` or `bootstrap` takes the component back.
+        if self
+            .engine
+            .ledger(&self.component)
+            .is_ok_and(|l| l.decommissioned.is_some())
+        {
+            self.membership_pending = None;
+            return;
+        }
         self.give_up_earlier_leave();
         match crate::etcd_member::join_step(&self.engine, &inputs).await {
             Ok(report) => {
