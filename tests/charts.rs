@@ -182,6 +182,26 @@ fn credentials_are_checked_by_name() {
     for key in ["anchor-client.crt", "anchor-client.key", "health-ca.crt", "etcd-ca.crt"] {
         assert!(secret[key].is_string(), "{key}: {secret:?}");
     }
+    // The anchor sees the data dir (whether it holds a member; a decommission saves and empties
+    // it): mounted under /host like the other host dirs, and only with membership.
+    let data_dir_mounted = |docs: &[Value]| {
+        let spec = &of_kind(docs, "DaemonSet")[0]["spec"]["template"]["spec"];
+        let volume = spec["volumes"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|v| v["hostPath"]["path"] == "/var/lib/etcd");
+        volume.map(|v| {
+            spec["containers"][0]["volumeMounts"]
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .find(|m| m["name"] == v["name"])
+                .map(|m| m["mountPath"].as_str().unwrap_or_default().to_owned())
+        })
+    };
+    assert_eq!(data_dir_mounted(&docs), Some(Some("/host/var/lib/etcd".into())));
+    assert_eq!(data_dir_mounted(&render("etcd", &["-f", &example("etcd")])), None);
 }
 
 /// Every value has a place in the schema: a misspelt key is refused, not ignored.

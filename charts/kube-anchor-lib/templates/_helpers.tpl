@@ -33,12 +33,16 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 
 {{/*
 The host directories the anchor writes to: the parent of every file, of the manifest, and the
-state dir. Each becomes one narrow hostPath mount under /host.
+state dir; with etcd membership, the data dir too (the anchor reads whether it holds a member,
+and a decommission saves and removes it). Each becomes one narrow hostPath mount under /host.
 */}}
 {{- define "kube-anchor-lib.hostDirs" -}}
 {{- $dirs := list (dir .Values.component.manifestPath) .Values.anchor.stateDir -}}
 {{- range .Values.files -}}
 {{- $dirs = append $dirs (dir .path) -}}
+{{- end -}}
+{{- if and .Values.membership .Values.membership.enabled .Values.component.dataDir -}}
+{{- $dirs = append $dirs .Values.component.dataDir -}}
 {{- end -}}
 {{- $dirs = $dirs | uniq | sortAlpha -}}
 {{- /* A directory below another mounted one is already there. */ -}}

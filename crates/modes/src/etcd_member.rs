@@ -973,6 +973,11 @@ pub(crate) fn save_and_remove_data_dir(
         Err(e) if e.kind() == io::ErrorKind::DirectoryNotEmpty => {
             tracing::warn!(path = %data.display(), "the data dir holds more than etcd's member/: kept, with what is in it");
         }
+        // A mount point: the charts mount the data dir into the anchor's container. Emptied of
+        // etcd's data, the directory itself stays on the host.
+        Err(e) if e.kind() == io::ErrorKind::ResourceBusy => {
+            tracing::info!(path = %data.display(), "the data dir is a mount point here: emptied of etcd's member/, the directory stays");
+        }
         Err(e) => return Err(io(&data, "remove data dir")(e)),
     }
     if let Some(parent) = data.parent() {
