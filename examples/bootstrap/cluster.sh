@@ -18,10 +18,20 @@
 #                                        same values and ARGS, then helm uninstall FROM (the old
 #                                        anchors' hooks keep every file: the new DaemonSets select
 #                                        their nodes); run again after a failure, it goes on
+#   cluster.sh join    DIR NAME IP      on a fresh node of a running cluster (its PKI made by `pki`
+#                                        with the others, e.g. a machine replaced in place): the
+#                                        kubelet's kubeconfig, then kube-anchor bootstrap from what
+#                                        the deployed releases hold now (helm get manifest), so
+#                                        etcd joins as a learner (promoted before kube-apiserver
+#                                        starts) and each component starts at the version the
+#                                        cluster runs; label the Node afterwards, as install does
+#                                        (the anchors then adopt what it wrote)
 #
 # Run `node` on every control-plane node at about the same time: etcd's health endpoint answers
 # only once a quorum of the initial members runs, so the first node waits for the others.
-# Environment: HOST_ROOT (default /) for `node`; HELM, KUBECTL, KUBE_ANCHOR (default: from PATH);
+# Environment: HOST_ROOT (default /) for `node` and `join`; ADMIN_KUBECONFIG (default
+# DIR/admin.conf, whose server is the first node's) for the verbs that use the API; HELM,
+# KUBECTL, KUBE_ANCHOR (default: from PATH);
 # OVERRIDES, directories (colon-separated) of extra values files <chart>.yaml, applied in order
 # (e.g. examples/bootstrap/one-host for several nodes sharing one network namespace); DAYS, certificate lifetime (default 365).
 set -euo pipefail
@@ -35,6 +45,8 @@ days=${DAYS:-365}
 components=(etcd kube-apiserver kube-controller-manager kube-scheduler)
 
 die() { echo "cluster.sh: $*" >&2; exit 1; }
+# admin DIR: the kubeconfig the API verbs use.
+admin() { echo "${ADMIN_KUBECONFIG:-$1/admin.conf}"; }
 
 # ---------------------------------------------------------------------------------------------
 # PKI, with openssl: present on every distribution, and each certificate's profile stays visible
@@ -255,17 +267,46 @@ cmd_node() {
     ${BOOTSTRAP_ARGS:-}
 }
 
+cmd_join() {
+  local dir=$1 name=$2 ip=$3 root=${HOST_ROOT:-/}
+  [[ -f $dir/pki/nodes/$name/kubelet.conf ]] || die "join: $name has no kubelet kubeconfig in $dir/pki"
+  local kubeconfig releases unsettled release manifest manifests="" taken=()
+  kubeconfig=$(admin "$dir")
+  releases=$("$helm" list --namespace kube-system --kubeconfig "$kubeconfig" --deployed --short) ||
+    die "join: cannot list the releases through $kubeconfig"
+  unsettled=$("$helm" list --namespace kube-system --kubeconfig "$kubeconfig" --failed --pending --short) ||
+    die "join: cannot list the releases through $kubeconfig"
+  # Every manifest is read before anything is written; they hold keys, so they stay in memory
+  # and reach bootstrap through a pipe, never a file. Only kube-anchor's releases, each deployed.
+  for release in $unsettled $releases; do
+    manifest=$("$helm" get manifest "$release" --namespace kube-system --kubeconfig "$kubeconfig") ||
+      die "join: helm get manifest $release failed"
+    [[ $manifest == *"app.kubernetes.io/name: kube-anchor"* ]] || continue
+    if grep -qx -- "$release" <<<"$unsettled"; then
+      die "join: release $release is not deployed (helm status $release); finish or roll back its upgrade first"
+    fi
+    manifests+="$manifest"$'\n---\n'
+    taken+=("$release")
+  done
+  ((${#taken[@]})) || die "join: no kube-anchor release in kube-system"
+  echo "cluster.sh: joining $name from the releases ${taken[*]}"
+  install -d -m 0755 "$root/etc/kubernetes"
+  install -m 0600 "$dir/pki/nodes/$name/kubelet.conf" "$root/etc/kubernetes/kubelet.conf"
+  printf '%s\n' "$manifests" |
+    "$kube_anchor" bootstrap --join --from - --node-name "$name" --node-ip "$ip" --host-root "$root" ${BOOTSTRAP_ARGS:-}
+}
+
 cmd_install() {
   local dir=$1
   local nodes
   nodes=$(nodes_of "$dir")
   for name in $nodes; do
     # What kubeadm does: the charts' nodeSelector (the kubelet may not set this label itself).
-    "$kubectl" --kubeconfig "$dir/admin.conf" label node "$name" node-role.kubernetes.io/control-plane= --overwrite >/dev/null
+    "$kubectl" --kubeconfig "$(admin "$dir")" label node "$name" node-role.kubernetes.io/control-plane= --overwrite >/dev/null
   done
   for chart in "${components[@]}"; do
     values_args "$dir" "$chart"
-    "$helm" install "$chart" "$charts/$chart" --namespace kube-system --kubeconfig "$dir/admin.conf" "${values[@]}" >/dev/null
+    "$helm" install "$chart" "$charts/$chart" --namespace kube-system --kubeconfig "$(admin "$dir")" "${values[@]}" >/dev/null
     echo "cluster.sh: installed $chart"
   done
 }
@@ -274,7 +315,7 @@ cmd_upgrade() {
   local dir=$1 chart=$2
   shift 2
   values_args "$dir" "$chart"
-  "$helm" upgrade "${RELEASE:-$chart}" "$charts/$chart" --namespace kube-system --kubeconfig "$dir/admin.conf" "${values[@]}" "$@" >/dev/null
+  "$helm" upgrade "${RELEASE:-$chart}" "$charts/$chart" --namespace kube-system --kubeconfig "$(admin "$dir")" "${values[@]}" "$@" >/dev/null
   echo "cluster.sh: upgraded ${RELEASE:-$chart}"
 }
 
@@ -284,8 +325,8 @@ cmd_rename() {
   [[ $from != "$to" ]] || die "rename: $from and $to are the same release"
   values_args "$dir" "$chart"
   # upgrade --install: a second run after a failed uninstall finds TO installed.
-  "$helm" upgrade --install "$to" "$charts/$chart" --namespace kube-system --kubeconfig "$dir/admin.conf" "${values[@]}" "$@" >/dev/null
-  "$helm" uninstall "$from" --namespace kube-system --kubeconfig "$dir/admin.conf" --ignore-not-found >/dev/null
+  "$helm" upgrade --install "$to" "$charts/$chart" --namespace kube-system --kubeconfig "$(admin "$dir")" "${values[@]}" "$@" >/dev/null
+  "$helm" uninstall "$from" --namespace kube-system --kubeconfig "$(admin "$dir")" --ignore-not-found >/dev/null
   echo "cluster.sh: renamed $from to $to (the kept RBAC objects of $from stay until deleted, see the chart's NOTES)"
 }
 
@@ -297,6 +338,7 @@ case $verb in
   values) cmd_values "$@" ;;
   template) cmd_template "$@" ;;
   node) (($# == 3)) || die "usage: cluster.sh node DIR NAME IP"; cmd_node "$@" ;;
+  join) (($# == 3)) || die "usage: cluster.sh join DIR NAME IP"; cmd_join "$@" ;;
   install) cmd_install "$@" ;;
   upgrade) (($# >= 2)) || die "usage: cluster.sh upgrade DIR CHART [HELM ARGS...]"; cmd_upgrade "$@" ;;
   rename) (($# >= 4)) || die "usage: cluster.sh rename DIR CHART FROM TO [HELM ARGS...]"; cmd_rename "$@" ;;

@@ -20,6 +20,7 @@ use anyhow::Context;
 use crate::engine::{ApplyReport, Engine, Inputs};
 use kube_anchor_core::bootstrap::{BootstrapError, Objects, PlannedAnchor, ThisNode, boot_order};
 use kube_anchor_core::config::Role;
+use kube_anchor_core::membership::Phase;
 use kube_anchor_core::pinned::PinnedInputs;
 use kube_anchor_k8s::direct::HealthCheck;
 
@@ -65,6 +66,12 @@ pub(crate) enum BootNodeError {
         waited: Duration,
         last: String,
     },
+    #[error("{component}: this node's etcd learner was not promoted within {}; last: {last}", humantime::format_duration(*.waited))]
+    NotPromoted {
+        component: String,
+        waited: Duration,
+        last: String,
+    },
 }
 
 /// What bootstrap is asked to do.
@@ -77,6 +84,8 @@ pub(crate) struct Request {
     pub required: Vec<String>,
     pub host_root: PathBuf,
     pub wait_timeout: Duration,
+    /// The node joins a running cluster: etcd never starts a new one.
+    pub join: bool,
 }
 
 /// One step of the progress, printed as it happens.
@@ -97,6 +106,13 @@ pub(crate) enum Progress {
     },
     #[serde(rename_all = "camelCase")]
     Healthy { component: String, after_seconds: f64 },
+    /// This node's etcd member was added as a learner (a node joining a running cluster):
+    /// waiting until it is promoted.
+    #[serde(rename_all = "camelCase")]
+    Promoting { component: String, timeout_seconds: f64 },
+    /// This node's etcd member, added as a learner, is a voter.
+    #[serde(rename_all = "camelCase")]
+    Promoted { component: String, after_seconds: f64 },
     /// No health URL in the anchor's environment: nothing to wait for.
     #[serde(rename_all = "camelCase")]
     NotWaited { component: String },
@@ -146,12 +162,16 @@ pub(crate) async fn bootstrap(
         })?;
     let mut staged = Vec::new();
     for (i, pod) in pods.into_iter().enumerate() {
-        staged.push(stage_pod(
-            stage.path().join(i.to_string()),
-            pod,
-            &request.node,
-            &request.host_root,
-        )?);
+        let mut s = stage_pod(stage.path().join(i.to_string()), pod, &request.node, &request.host_root)?;
+        // A joining node may be named in the values' initial cluster (every node is, when the
+        // values list them all): without one, a cluster that does not answer is an error to
+        // wait on, never a reason to start a second cluster.
+        if request.join
+            && let Some(member) = s.inputs.anchor.etcd_member.as_mut()
+        {
+            member.initial_cluster = None;
+        }
+        staged.push(s);
     }
     let by_component = check_components(&staged, request)?;
     check_claims(&staged)?;
@@ -174,7 +194,7 @@ pub(crate) async fn bootstrap(
     );
     for component in &order {
         let s = &staged[by_component[component]];
-        let record = crate::etcd_member::join_before_write(&s.engine, &s.inputs).await?;
+        let record = join_until_recorded(s, request.wait_timeout).await?;
         let desired = s
             .inputs
             .desired(&s.inputs.variables(record.as_ref()))
@@ -194,6 +214,10 @@ pub(crate) async fn bootstrap(
             },
             Some(&applied),
         );
+        // A learner first becomes a voter: its health then means what a voter's does.
+        if record.as_ref().is_some_and(|r| r.phase == Phase::Learner) {
+            wait_voter(s, request.wait_timeout, &mut report).await?;
+        }
         wait_healthy(s, request.wait_timeout, &mut report).await?;
     }
     report(
@@ -204,6 +228,76 @@ pub(crate) async fn bootstrap(
         None,
     );
     Ok(())
+}
+
+/// etcd's membership record, once there is one to render with: a join step that cannot record
+/// one yet (the cluster not answering yet, or a stale member of this node removed first, as on a
+/// re-imaged node) is taken again, within `timeout`. `None` without `spec.etcdMember`.
+async fn join_until_recorded(
+    s: &Staged,
+    timeout: Duration,
+) -> anyhow::Result<Option<kube_anchor_core::membership::Record>> {
+    let started = Instant::now();
+    loop {
+        match crate::etcd_member::join_before_write(&s.engine, &s.inputs).await {
+            Err(e)
+                if started.elapsed() < timeout
+                    && matches!(
+                        e.downcast_ref::<crate::engine::EngineError>(),
+                        Some(crate::engine::EngineError::MembershipPending { .. })
+                    ) =>
+            {
+                tracing::info!(component = %s.component(), reason = %e, "etcd membership pending; trying again");
+                tokio::time::sleep(HEALTH_POLL).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Until this node's etcd learner is a voter: a node joining a running cluster starts its
+/// kube-apiserver next, which reaches etcd at this member, and a learner refuses its requests.
+/// Each step is the anchor's own ([`crate::etcd_member::join_step`]): it promotes the learner once
+/// it has caught up with the leader.
+async fn wait_voter(
+    s: &Staged,
+    timeout: Duration,
+    report: &mut impl FnMut(&Progress, Option<&ApplyReport>),
+) -> anyhow::Result<()> {
+    let component = s.component().to_owned();
+    report(
+        &Progress::Promoting {
+            component: component.clone(),
+            timeout_seconds: timeout.as_secs_f64(),
+        },
+        None,
+    );
+    let started = Instant::now();
+    loop {
+        let last = match crate::etcd_member::join_step(&s.engine, &s.inputs).await {
+            Ok(step) if step.record.as_ref().is_some_and(|r| r.phase == Phase::Voter) => {
+                report(
+                    &Progress::Promoted {
+                        component,
+                        after_seconds: started.elapsed().as_secs_f64(),
+                    },
+                    None,
+                );
+                return Ok(());
+            }
+            Ok(step) => step.summary,
+            Err(e) => e.to_string(),
+        };
+        if started.elapsed() >= timeout {
+            return Err(BootNodeError::NotPromoted {
+                component,
+                waited: timeout,
+                last,
+            }
+            .into());
+        }
+        tokio::time::sleep(HEALTH_POLL).await;
+    }
 }
 
 /// Where a path of the anchor container lies under a staging root.

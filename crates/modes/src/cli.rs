@@ -217,9 +217,15 @@ pub struct BootstrapArgs {
     /// Prefix for every host path.
     #[arg(long, env = "KUBE_ANCHOR_HOST_ROOT", default_value = "/")]
     pub host_root: PathBuf,
-    /// How long each component may take to answer its health endpoint.
+    /// How long each component may take to answer its health endpoint (and etcd's member, on a
+    /// node joining a running cluster, to be promoted).
     #[arg(long, default_value = "5m", value_parser = duration)]
     pub wait_timeout: std::time::Duration,
+    /// The node joins a running cluster (the input: `helm get manifest` of its releases): etcd's
+    /// member is added to the cluster as a learner and promoted before the next component, and
+    /// never starts a new cluster, even when the values name the node in `initialCluster`.
+    #[arg(long)]
+    pub join: bool,
     /// Progress as text lines, or as one JSON object per line.
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub output: OutputFormat,

@@ -256,6 +256,7 @@ fn bootstrap(args: BootstrapArgs) -> anyhow::Result<ExitCode> {
         required: args.components.clone(),
         host_root: args.host_root.clone(),
         wait_timeout: args.wait_timeout,
+        join: args.join,
     };
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(crate::bootstrap_node::bootstrap(
@@ -295,6 +296,25 @@ fn bootstrap(args: BootstrapArgs) -> anyhow::Result<ExitCode> {
                     _,
                 ) => {
                     outln!("{component}: healthy after {after_seconds:.1}s")
+                }
+                (
+                    Progress::Promoting {
+                        component,
+                        timeout_seconds,
+                    },
+                    _,
+                ) => outln!(
+                    "{component}: added as a learner; waiting for its promotion (up to {})",
+                    humantime::format_duration(std::time::Duration::from_secs_f64(*timeout_seconds))
+                ),
+                (
+                    Progress::Promoted {
+                        component,
+                        after_seconds,
+                    },
+                    _,
+                ) => {
+                    outln!("{component}: this node's learner promoted after {after_seconds:.1}s")
                 }
                 (Progress::NotWaited { component }, _) => {
                     outln!("{component}: no health URL; not waited for")
