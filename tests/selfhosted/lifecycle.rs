@@ -17,7 +17,12 @@
 //! kube-controller-manager (Helm creates a DaemonSet per node and deletes the shared one, or the
 //! reverse), after which exactly the DaemonSets the values ask for must exist; a component's
 //! release renamed (`helm install` under the new name, then `helm uninstall` of the old: the old
-//! anchors' hooks must keep every file), after which only the new release's DaemonSets may exist.
+//! anchors' hooks must keep every file), after which only the new release's DaemonSets may exist;
+//! a node replaced: decommissioned for good from a settled cluster (out of every chart's
+//! nodeSelector: nothing of its control plane may be left, not its etcd member, not its data
+//! dir), then a fresh machine with the same name and address joined (`cluster.sh join`: etcd
+//! added as a learner and promoted before its kube-apiserver starts; skipped, and said so, while a
+//! rollout is held back, since the fresh node would start the held version).
 //!
 //! Invariants, continuously (every second, by a monitor of its own):
 //! - etcd keeps a quorum (two members healthy) unless more than one node is down by the run's
@@ -159,6 +164,11 @@ enum Op {
         from: String,
         to: String,
     },
+    /// The node decommissioned for good and a fresh machine joined in its place, with the same
+    /// name and address (see [`Run::replace`]).
+    Replace {
+        node: usize,
+    },
 }
 
 impl Op {
@@ -177,6 +187,7 @@ impl Op {
             Op::TogglePerNode { on: true, .. } => "perNode on".into(),
             Op::TogglePerNode { on: false, .. } => "perNode off".into(),
             Op::Rename { .. } => "release renamed".into(),
+            Op::Replace { .. } => "node replaced".into(),
         }
     }
 }
@@ -243,6 +254,13 @@ impl fmt::Display for Op {
                 write!(
                     f,
                     "rename the {component} release {from} to {to} (install, then uninstall)"
+                )
+            }
+            Op::Replace { node: n } => {
+                write!(
+                    f,
+                    "decommission {} for good (out of every chart's nodeSelector), a fresh machine joins in its place",
+                    node(n)
                 )
             }
         }
@@ -484,10 +502,22 @@ fn draw(rng: &mut fastrand::Rng, model: &Model, n: usize) -> Op {
                 nodes: (0..n).collect(),
                 delays: (0..n).map(|_| rng.u64(0..=60)).collect(),
             },
-            28..=33 => Op::Reboot {
-                nodes: vec![rng.usize(0..n)],
-                delays: vec![rng.u64(60..=150)],
-            },
+            28..=33 => {
+                let node = rng.usize(0..n);
+                let secs = rng.u64(60..=150);
+                // One draw (so plans drawn before replacements existed keep every other
+                // operation): a third of these nodes never come back, and a fresh machine takes
+                // their place. Only on three nodes, and while the values hold no bad version (the
+                // fresh node starts from what the releases hold).
+                if n == 3 && secs.is_multiple_of(3) && !COMPONENTS.iter().any(|c| model.is_bad(c)) {
+                    Op::Replace { node }
+                } else {
+                    Op::Reboot {
+                        nodes: vec![node],
+                        delays: vec![secs],
+                    }
+                }
+            }
             34..=51 => {
                 let component = pick(rng, &COMPONENTS);
                 let flag = if component == "etcd" {
@@ -793,6 +823,10 @@ struct Run {
     /// Every version some node recorded as bad, with whether the last push of its component
     /// before it was seen was a good one, and the node's reason.
     rolled_back: BTreeMap<String, (&'static str, bool, String)>,
+    /// Machines replaced so far (their disks are kept aside, numbered).
+    replaced: usize,
+    /// Operations skipped, and why.
+    skipped: Vec<String>,
     client: kube::Client,
 }
 
@@ -842,7 +876,16 @@ impl Run {
 
     /// `kubectl ARGS…` as the cluster's admin, to be run (again) by [`Run::until_ok`].
     fn kubectl(&self, args: &[&str]) -> impl FnMut() -> Output + use<> {
-        let admin = self.cluster.dir.join("admin.conf");
+        self.kubectl_through(self.cluster.dir.join("admin.conf"), args)
+    }
+
+    /// [`Run::kubectl`] through the API server of node `via` (the admin kubeconfig names the
+    /// first node's).
+    fn kubectl_via(&self, via: usize, args: &[&str]) -> impl FnMut() -> Output + use<> {
+        self.kubectl_through(self.cluster.admin_kubeconfig(via), args)
+    }
+
+    fn kubectl_through(&self, admin: PathBuf, args: &[&str]) -> impl FnMut() -> Output + use<> {
         let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
         move || {
             Command::new(tool("kubectl"))
@@ -996,6 +1039,7 @@ impl Run {
                 .until_ok(&format!("rename {from} to {to}"), self.rename(component, from, to))
                 .await
                 .map(drop),
+            Op::Replace { node } => self.replace(*node).await,
             Op::PauseApiServer { node, secs } => {
                 // None on a node that is down or between two API server processes: nothing to
                 // stop, and the operation is a no-op (said in the log).
@@ -1017,6 +1061,187 @@ impl Run {
 
     fn selected(&self, component: &str, node: usize) -> bool {
         component != SCHEDULER || self.model.scheduler_selected[node]
+    }
+
+    /// [`Op::Replace`] of node `k`, as an operator replaces a control-plane machine:
+    /// 1. from a settled cluster (one checks before taking a member away; the operations after
+    ///    this one may land in the middle of what follows);
+    /// 2. the node leaves every chart's nodeSelector: its anchors' hooks take every component off
+    ///    it, etcd's member leaving first and its data dir going after a snapshot; the run waits
+    ///    until none of it is left (anchor pods, processes, files, the member, the data dir);
+    /// 3. the machine goes: powered off, its Node deleted, its disks (the node's `/` and its
+    ///    kubelet's state) kept aside for the logs;
+    /// 4. a fresh machine with the same name and address boots its kubelet and runs `cluster.sh
+    ///    join` (bootstrap from what the releases hold now: etcd joins as a learner and is
+    ///    promoted before kube-apiserver starts), and its Node gets the charts' labels back: the
+    ///    anchors adopt what the join wrote.
+    ///
+    /// The node is down by the run's choice from the decommission until its member is a voter
+    /// and healthy. Every step goes through the API server of another node. Skipped while a
+    /// rollout is held back (an anchor DaemonSet not Ready: a version rolled back on some node,
+    /// which the values may still hold): the join would start that version on the fresh node,
+    /// which nothing guards yet.
+    async fn replace(&mut self, k: usize) -> Result<(), String> {
+        const CONTROL_PLANE: &str = "node-role.kubernetes.io/control-plane";
+        let (name, ip) = nodes()[k];
+        let via = (k + 1) % nodes().len();
+        self.settled_within(APISERVER_SETTLE_BOUND)
+            .await
+            .map_err(|why| format!("not settled before decommissioning {name}: {why}"))?;
+        if let Some(held) = self.held_back().await {
+            println!("         skipped: {held}");
+            self.skipped.push(format!("{name} not replaced: {held}"));
+            return Ok(());
+        }
+        {
+            let mut s = self.shared.lock().unwrap();
+            s.down[k] = true;
+            s.booted[k] = false;
+        }
+        let unlabel = format!("{CONTROL_PLANE}-");
+        self.until_ok(
+            "kubectl label",
+            self.kubectl_via(via, &["label", "node", name, &unlabel]),
+        )
+        .await?;
+        let deadline = Instant::now() + Duration::from_secs(240);
+        while let Some(left) = self.decommission_left(k) {
+            if Instant::now() > deadline {
+                return Err(format!("{name} not decommissioned within 240 s: {left}"));
+            }
+            self.sleep(2).await;
+        }
+        println!("         {name} decommissioned: no anchor, process, file, etcd member or data dir left");
+
+        self.cluster.nodes[k].kill();
+        let root = self.cluster.nodes[k].root.clone();
+        let aside = root.join(format!("replaced-{}", self.replaced));
+        self.replaced += 1;
+        for part in ["host", "kubelet"] {
+            fs::create_dir_all(&aside).unwrap();
+            fs::rename(root.join(part), aside.join(part)).unwrap();
+        }
+        fs::create_dir_all(root.join("host/etc/kubernetes/manifests")).unwrap();
+        let delete = ["delete", "node", name, "--ignore-not-found"];
+        self.until_ok("kubectl delete node", self.kubectl_via(via, &delete))
+            .await?;
+
+        let dir = self.cluster.dir.clone();
+        self.cluster.nodes[k].boot(&dir);
+        let mut labels = vec![format!("{CONTROL_PLANE}=")];
+        if self.model.scheduler_selected[k] {
+            labels.push(format!("{SCHEDULER_LABEL}=yes"));
+        }
+        let components: Vec<&str> = COMPONENTS.into_iter().filter(|c| self.selected(c, k)).collect();
+        let bootstrap_args: Vec<String> = labels.iter().map(|l| format!("--node-label {l}")).collect();
+        let bootstrap_args = format!(
+            "--wait-timeout 4m --components {} {}",
+            components.join(","),
+            bootstrap_args.join(" ")
+        );
+        let host = self.cluster.nodes[k].host().display().to_string();
+        let admin = self.cluster.admin_kubeconfig(via).display().to_string();
+        let env = [
+            ("HOST_ROOT", host.as_str()),
+            ("BOOTSTRAP_ARGS", bootstrap_args.as_str()),
+            ("ADMIN_KUBECONFIG", admin.as_str()),
+        ];
+        let out = script("join", &dir, &[name, ip], &env);
+        let log = [out.stdout.as_slice(), out.stderr.as_slice()].concat();
+        fs::write(dir.join(format!("join-{name}-{}.log", self.replaced)), &log).unwrap();
+        if !out.status.success() {
+            return Err(format!(
+                "cluster.sh join {name}: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        self.until_ok("kubectl get node", self.kubectl_via(via, &["get", "node", name]))
+            .await?;
+        self.cluster.register_node(k, via).await?;
+        let mut label = vec!["label", "node", name, "--overwrite"];
+        label.extend(labels.iter().map(String::as_str));
+        self.until_ok("kubectl label", self.kubectl_via(via, &label)).await?;
+
+        // The join promoted the member before it went on: a check.
+        match self.cluster.etcd_members() {
+            Ok(members) if members.iter().any(|(n, learner)| n == name && !learner) => {}
+            Ok(members) => return Err(format!("after the join of {name}, etcd's members: {members:?}")),
+            Err(e) => return Err(format!("after the join of {name}: {e}")),
+        }
+        println!("         {name} joined: its etcd member a voter");
+        self.shared.lock().unwrap().booted[k] = true;
+        self.last_boot = Some(Instant::now());
+        Ok(())
+    }
+
+    /// Why a rollout is held back (an anchor DaemonSet not fully rolled out and Ready), if one is.
+    async fn held_back(&self) -> Option<String> {
+        let daemonsets: Api<DaemonSet> = Api::namespaced(self.client.clone(), "kube-system");
+        let list = match daemonsets.list(&ListParams::default()).await {
+            Ok(l) => l,
+            Err(e) => return Some(format!("listing DaemonSets: {e}")),
+        };
+        list.items
+            .iter()
+            .filter(|ds| anchor_component(ds).is_some())
+            .find_map(|ds| {
+                let s = ds.status.as_ref()?;
+                let desired = s.desired_number_scheduled;
+                (s.number_ready != desired || s.updated_number_scheduled.unwrap_or(0) != desired).then(|| {
+                    format!(
+                        "{} holds a rollout back: {} of {desired} Ready",
+                        ds.metadata.name.clone().unwrap_or_default(),
+                        s.number_ready
+                    )
+                })
+            })
+    }
+
+    /// What is left of node `k`'s control plane while it is decommissioned (`None`: nothing),
+    /// as the node shows it. (Its anchor pods stay Terminating in the API: the node's kubelet
+    /// reaches the API through the node's own API server, gone before it could report them.
+    /// Deleting the Node lets the controller-manager collect them.)
+    fn decommission_left(&self, k: usize) -> Option<String> {
+        let n = &self.cluster.nodes[k];
+        if n.processes_named("kube-anchor") > 0 {
+            return Some("anchor processes (a hook may still run)".into());
+        }
+        for component in COMPONENTS {
+            let comm: String = component.chars().take(15).collect();
+            if n.processes_named(&comm) > 0 {
+                return Some(format!("{component} runs"));
+            }
+        }
+        let left: Vec<PathBuf> = files_under(&n.host().join("etc/kubernetes"))
+            .into_iter()
+            .filter(|p| !self.baseline[k].contains(p))
+            .collect();
+        if !left.is_empty() {
+            return Some(format!("files {left:?}"));
+        }
+        match self.cluster.etcd_member_names() {
+            Ok(names) if names.contains(&n.name) => return Some("its etcd member".into()),
+            Ok(_) => {}
+            Err(e) => return Some(format!("etcd's member list: {e}")),
+        }
+        // etcd's data (the data dir itself may stay: the anchor's container mounts it).
+        let data = n.host().join("var/lib/etcd/member");
+        data.exists().then(|| format!("{}", data.display()))
+    }
+
+    /// Waits until every settle check passes throughout [`STABLE`]; else, after `bound`, why not.
+    async fn settled_within(&mut self, bound: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + bound;
+        let mut settled_since: Option<Instant> = None;
+        loop {
+            match self.not_settled().await {
+                None if settled_since.get_or_insert_with(Instant::now).elapsed() >= STABLE => return Ok(()),
+                None => {}
+                Some(why) if Instant::now() > deadline => return Err(why),
+                Some(_) => settled_since = None,
+            }
+            self.sleep(2).await;
+        }
     }
 
     /// Why the cluster has not settled yet, or `None` once it has.
@@ -1490,6 +1715,8 @@ pub(crate) async fn run(cluster: SelfHosted, plan: &Plan, model: Model) -> (Self
         restarts_seen: BTreeMap::new(),
         last_boot: None,
         rolled_back: BTreeMap::new(),
+        replaced: 0,
+        skipped: Vec::new(),
         client,
         cluster,
     };
@@ -1664,6 +1891,9 @@ pub(crate) async fn run(cluster: SelfHosted, plan: &Plan, model: Model) -> (Self
     for (component, _, reason) in &after_good {
         println!("a good {component} version rolled back: {reason}");
     }
+    for skipped in &run.skipped {
+        println!("skipped: {skipped}");
+    }
     drop(s);
     if let Some((i, violations)) = failure {
         panic!(
@@ -1702,6 +1932,7 @@ fn a_seed_names_one_plan() {
 
 #[test]
 fn a_plan_keeps_two_schedulers_and_retries_only_what_went_bad() {
+    let mut replaced = 0;
     for seed in 0..50 {
         let mut model = Model::new();
         for step in plan(seed, 60) {
@@ -1711,6 +1942,14 @@ fn a_plan_keeps_two_schedulers_and_retries_only_what_went_bad() {
                     "seed {seed}: retry of {component} before a bad push"
                 );
             }
+            // A fresh node starts from what the releases hold: never a bad version.
+            if let Op::Replace { .. } = step.op {
+                replaced += 1;
+                assert!(
+                    COMPONENTS.iter().all(|c| !model.is_bad(c)),
+                    "seed {seed}: a node replaced while the values hold a bad version"
+                );
+            }
             model.apply(&step.op);
             assert!(
                 model.scheduler_selected.iter().filter(|s| **s).count() >= 2,
@@ -1718,6 +1957,8 @@ fn a_plan_keeps_two_schedulers_and_retries_only_what_went_bad() {
             );
         }
     }
+    // Three nodes: one node's plans draw no replacement.
+    assert!(nodes().len() < 3 || replaced > 0, "no seed of 0-49 replaces a node");
 }
 
 #[test]

@@ -422,23 +422,29 @@ impl SelfHosted {
     /// cloud provider would give them (the kubelet does not report a loopback address), which
     /// the anchors' NODE_IP (status.hostIP) comes from.
     pub async fn register_nodes(&self) {
-        let client = self.client(0).await;
-        let node_api: Api<Node> = Api::all(client);
-        for n in &self.nodes {
-            let name = n.name.clone();
-            eventually(Duration::from_secs(120), &format!("Node {name}"), || {
-                let (api, name) = (node_api.clone(), name.clone());
-                async move { api.get_opt(&name).await.ok().flatten() }
-            })
-            .await;
-            let status = serde_json::json!({"status": {"addresses": [
-                {"type": "InternalIP", "address": n.ip}, {"type": "Hostname", "address": n.name}
-            ]}});
-            node_api
-                .patch_status(&n.name, &PatchParams::default(), &Patch::Merge(&status))
-                .await
-                .unwrap();
+        for i in 0..self.nodes.len() {
+            self.register_node(i, 0).await.unwrap();
         }
+    }
+
+    /// [`SelfHosted::register_nodes`] for node `i` alone, through the API server of node `via`.
+    pub async fn register_node(&self, i: usize, via: usize) -> Result<(), String> {
+        let node_api: Api<Node> = Api::all(self.client(via).await);
+        let n = &self.nodes[i];
+        let name = n.name.clone();
+        eventually(Duration::from_secs(120), &format!("Node {name}"), || {
+            let (api, name) = (node_api.clone(), name.clone());
+            async move { api.get_opt(&name).await.ok().flatten() }
+        })
+        .await;
+        let status = serde_json::json!({"status": {"addresses": [
+            {"type": "InternalIP", "address": n.ip}, {"type": "Hostname", "address": n.name}
+        ]}});
+        node_api
+            .patch_status(&n.name, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .map(drop)
+            .map_err(|e| format!("Node {name}: its addresses: {e}"))
     }
 
     /// (restartCount, startedAt) of each control-plane mirror pod's container, once all are
@@ -537,27 +543,48 @@ impl SelfHosted {
         .await
     }
 
-    /// The names in etcd's member list (asked through the first node's member).
+    /// The names in etcd's member list ([`SelfHosted::etcd_members`]).
     pub fn etcd_member_names(&self) -> Result<Vec<String>, String> {
+        Ok(self.etcd_members()?.into_iter().map(|(name, _)| name).collect())
+    }
+
+    /// etcd's member list, each member's name and whether it is a learner, from the first
+    /// node's member that answers.
+    pub fn etcd_members(&self) -> Result<Vec<(String, bool)>, String> {
         let pki = self.dir.join("pki");
-        let out = Command::new("curl")
-            .args(["-sS", "--max-time", "5", "--cacert"])
-            .arg(pki.join("etcd/ca.crt"))
-            .arg("--cert")
-            .arg(pki.join("etcd/anchor-client.crt"))
-            .arg("--key")
-            .arg(pki.join("etcd/anchor-client.key"))
-            .args(["-X", "POST", "-d", "{}"])
-            .arg(format!("https://{}:2379/v3/cluster/member/list", self.nodes[0].ip))
-            .output()
-            .map_err(|e| e.to_string())?;
-        let list: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|e| format!("member list: {e}"))?;
-        Ok(list["members"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|m| m["name"].as_str().unwrap_or_default().to_owned())
-            .collect())
+        let mut last = String::from("no node");
+        for n in &self.nodes {
+            let out = Command::new("curl")
+                .args(["-sS", "--fail", "--max-time", "5", "--cacert"])
+                .arg(pki.join("etcd/ca.crt"))
+                .arg("--cert")
+                .arg(pki.join("etcd/anchor-client.crt"))
+                .arg("--key")
+                .arg(pki.join("etcd/anchor-client.key"))
+                .args(["-X", "POST", "-d", "{}"])
+                .arg(format!("https://{}:2379/v3/cluster/member/list", n.ip))
+                .output()
+                .map_err(|e| e.to_string())?;
+            let list: serde_json::Value = match serde_json::from_slice(&out.stdout) {
+                Ok(list) if out.status.success() => list,
+                Ok(_) | Err(_) => {
+                    last = format!("{}: {}", n.name, String::from_utf8_lossy(&out.stderr).trim());
+                    continue;
+                }
+            };
+            return Ok(list["members"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|m| {
+                    (
+                        m["name"].as_str().unwrap_or_default().to_owned(),
+                        m["isLearner"].as_bool().unwrap_or(false),
+                    )
+                })
+                .collect());
+        }
+        Err(format!("member list: {last}"))
     }
 
     /// Members in etcd's list whose own `/health` says true.
