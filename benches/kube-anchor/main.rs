@@ -51,11 +51,19 @@ pub fn ms(d: Duration) -> String {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = !args.iter().any(|a| a == "--bench");
-    let named: Vec<&str> = args
-        .iter()
-        .map(String::as_str)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
+    // Names of parts; flags (and the value of libtest's `--skip`, which `cargo test` passes on to
+    // every target) are not names.
+    let mut named: Vec<&str> = Vec::new();
+    let mut rest = args.iter().map(String::as_str);
+    while let Some(arg) = rest.next() {
+        match arg {
+            "--skip" => {
+                rest.next();
+            }
+            flag if flag.starts_with('-') => {}
+            part => named.push(part),
+        }
+    }
     let wanted = |part: &str| named.is_empty() || named.contains(&part);
     let mut rows = Vec::new();
     if wanted("apply") {

@@ -79,18 +79,26 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use sha2::{Digest, Sha256};
 
-const THREE_NODES: [(&str, &str); 3] = [("cp-1", "127.0.4.1"), ("cp-2", "127.0.4.2"), ("cp-3", "127.0.4.3")];
-
 /// The bed's nodes: three, or one with KUBE_ANCHOR_LIFECYCLE_NODES=1 (a single control-plane
 /// node, where every kube-apiserver or etcd change, good or bad, takes the only API server down,
-/// and a bad one is rolled back from what the container runtime shows).
+/// and a bad one is rolled back from what the container runtime shows). Their addresses are
+/// NET.1 to NET.3, NET from KUBE_ANCHOR_LIFECYCLE_NET (default 127.0.6, which no other test
+/// binary's bed uses: test.sh runs this bed beside the others, and tools/lifecycle.sh gives
+/// seeds run side by side a network each).
 pub(crate) fn nodes() -> &'static [(&'static str, &'static str)] {
-    static COUNT: OnceLock<u64> = OnceLock::new();
-    match *COUNT.get_or_init(|| env_or("KUBE_ANCHOR_LIFECYCLE_NODES", 3)) {
-        1 => &THREE_NODES[..1],
-        3 => &THREE_NODES,
-        other => panic!("KUBE_ANCHOR_LIFECYCLE_NODES={other}: the run has one node or three"),
-    }
+    static NODES: OnceLock<Vec<(&'static str, &'static str)>> = OnceLock::new();
+    NODES.get_or_init(|| {
+        let net = std::env::var("KUBE_ANCHOR_LIFECYCLE_NET").unwrap_or_else(|_| "127.0.6".into());
+        let three = ["cp-1", "cp-2", "cp-3"]
+            .into_iter()
+            .enumerate()
+            .map(|(i, name)| (name, &*String::leak(format!("{net}.{}", i + 1))));
+        match env_or("KUBE_ANCHOR_LIFECYCLE_NODES", 3) {
+            1 => three.take(1).collect(),
+            3 => three.collect(),
+            other => panic!("KUBE_ANCHOR_LIFECYCLE_NODES={other}: the run has one node or three"),
+        }
+    })
 }
 pub(crate) const SCHEDULER: &str = "kube-scheduler";
 pub(crate) const SCHEDULER_LABEL: &str = "kube-anchor.io/scheduler";
