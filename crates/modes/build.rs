@@ -18,16 +18,20 @@ fn main() {
         .filter(|c| !c.is_empty())
         .or_else(|| git(&["rev-parse", "--short=12", "HEAD"]))
         .unwrap_or_else(|| "unknown".into());
-    // Rebuild when HEAD moves: HEAD itself, the branch it points to, and packed refs.
-    for path in ["HEAD", "packed-refs"] {
-        if let Some(p) = git(&["rev-parse", "--git-path", path]) {
-            println!("cargo:rerun-if-changed={p}");
-        }
+    // Rebuild when HEAD moves: HEAD itself, the branch it points to, and packed refs. Only files
+    // that exist: cargo takes a missing one for changed, and would rebuild on every invocation
+    // (a commit writes the branch's loose ref, so HEAD moving is still seen).
+    let mut watched = vec![
+        git(&["rev-parse", "--git-path", "HEAD"]),
+        git(&["rev-parse", "--git-path", "packed-refs"]),
+    ];
+    if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
+        watched.push(git(&["rev-parse", "--git-path", &branch]));
     }
-    if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"])
-        && let Some(p) = git(&["rev-parse", "--git-path", &branch])
-    {
-        println!("cargo:rerun-if-changed={p}");
+    for path in watched.into_iter().flatten() {
+        if std::path::Path::new(&path).exists() {
+            println!("cargo:rerun-if-changed={path}");
+        }
     }
     println!("cargo:rustc-env=KUBE_ANCHOR_GIT_COMMIT={commit}");
 }
