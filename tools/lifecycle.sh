@@ -28,9 +28,8 @@ ops=${1:-40}
 shift || true
 seeds=("${@:-3}")
 jobs=${KUBE_ANCHOR_LIFECYCLE_JOBS:-1}
-# `cargo test` holds the build directory's lock while its tests run: the binary runs on its own.
-bin=$(cargo test --locked --test selfhosted --no-run --message-format=json |
-  grep -o '"executable":"[^"]*"' | tail -n 1 | cut -d '"' -f 4)
+# The binary runs on its own, so that several runs can go at once.
+bin=$(tools/test-binary.sh selfhosted)
 
 # One seed's run on the bed's network NET (127.0.N: nodes NET.1 to NET.3).
 run() {
