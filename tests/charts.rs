@@ -1389,6 +1389,9 @@ async fn the_checkpointer_reads_secrets_only_where_parents_may_live() {
         ("get", "secrets", &other, false),
         ("watch", "pods", &other, true),
         ("get", "nodes/proxy", &ns, true),
+        // pre-stop: other checkpointer DaemonSets, and the anchors that depend on it.
+        ("list", "daemonsets.apps", &other, true),
+        ("list", "deployments.apps", &ns, false),
         ("delete", "pods", &ns, false),
         ("create", "pods", &ns, false),
     ] {

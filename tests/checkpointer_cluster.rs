@@ -18,6 +18,8 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use support::checkpointer::{CheckpointFiles, CheckpointerProcess, ready};
 use support::control_plane;
 use support::fixture::BIN;
+use support::helm::{chart, helm, ok};
+use support::kubectl::kubectl;
 use support::nodes;
 use support::poll::{Poll, eventually};
 
@@ -509,7 +511,9 @@ async fn set_finalizer(pods: &Api<Pod>, name: &str, on: bool) {
 /// The checkpointer's DaemonSet deleted: its pre-stop hook proves the decommission, the copy
 /// holding the lock retires inactive checkpoints and their copies at once, keeps an active one
 /// until its owner's pod runs Ready here (the hook reports it: exit 1 and an Event), and retires
-/// its own checkpoint last.
+/// its own checkpoint last. The checkpointer and its hook run as the chart's ServiceAccount, with
+/// exactly the RBAC `helm template` renders (the hook once could not list DaemonSets, and so
+/// never proved a decommission).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_decommissioned_checkpointer_retires_what_it_manages_then_itself() {
     let cp = control_plane::shared().await;
@@ -548,6 +552,7 @@ async fn a_decommissioned_checkpointer_retires_what_it_manages_then_itself() {
         names.insert(name, pod.metadata.name.unwrap());
     }
     let work = tempfile::tempdir().unwrap();
+    let kubeconfig = chart_service_account(cp, &ns, work.path()).await;
     fs::write(work.path().join("boot_id"), "b1").unwrap();
     let identity = [("POD_NAME", names["self"].clone()), ("POD_NAMESPACE", ns.clone())];
     let mut c = {
@@ -556,7 +561,7 @@ async fn a_decommissioned_checkpointer_retires_what_it_manages_then_itself() {
         cmd.args(["checkpointer", "--host-root"])
             .arg(node.host_root())
             .args(["--node-name", &node.name, "--kubeconfig"])
-            .arg(&cp.admin_kubeconfig)
+            .arg(&kubeconfig)
             .args(["--kubelet-url", &format!("http://127.0.0.1:{}", node.kubelet_port)])
             .arg("--boot-id-file")
             .arg(work.path().join("boot_id"))
@@ -622,7 +627,7 @@ async fn a_decommissioned_checkpointer_retires_what_it_manages_then_itself() {
         .args(["checkpointer", "pre-stop", "--timeout", "6s", "--host-root"])
         .arg(node.host_root())
         .args(["--node-name", &node.name, "--kubeconfig"])
-        .arg(&cp.admin_kubeconfig)
+        .arg(&kubeconfig)
         .envs(identity.clone())
         .env("NO_COLOR", "1")
         .output()
@@ -669,6 +674,33 @@ async fn a_decommissioned_checkpointer_retires_what_it_manages_then_itself() {
     assert_eq!(leftovers, 0);
     assert!(matches!(c.child.try_wait(), Ok(None)));
     set_finalizer(&pods, &names["self"], false).await;
+}
+
+/// The pod-checkpointer chart's ServiceAccount and RBAC (only those: `helm template
+/// --show-only templates/rbac.yaml`, the checkpoints' namespace `ns`) applied in `ns`; a
+/// kubeconfig with a token of that ServiceAccount, written under `work`.
+async fn chart_service_account(cp: &control_plane::ControlPlane, ns: &str, work: &std::path::Path) -> PathBuf {
+    let name = format!("ckpt-{ns}");
+    let rendered = ok(&helm(&[
+        "template",
+        "ckpt",
+        &chart("pod-checkpointer"),
+        "--namespace",
+        ns,
+        "--show-only",
+        "templates/rbac.yaml",
+        "--set",
+        &format!("checkpointNamespaces[0]={ns}"),
+        "--set",
+        &format!("fullnameOverride={name}"),
+    ]));
+    let file = work.join("rbac.yaml");
+    fs::write(&file, rendered).unwrap();
+    ok(&kubectl(
+        &cp.admin_kubeconfig,
+        &["apply", "-n", ns, "-f", file.to_str().unwrap()],
+    ));
+    cp.service_account_client(ns, &name).await.1
 }
 
 /// A checkpoint in bootkube's format (no owner annotation) of a DaemonSet pod that no longer
