@@ -538,9 +538,16 @@ async fn a_decommissioned_checkpointer_retires_what_it_manages_then_itself() {
         ),
         ("held", serde_json::json!({})),
     ] {
+        let mut template = annotated_template(name, &node.name, extra);
+        if name == "self" {
+            // The chart's labels: its checkpoint's mirror pod is then, to the hook, an anchor pod
+            // of the component on this node (which once kept every checkpoint).
+            template["metadata"]["labels"]["app.kubernetes.io/name"] = "kube-anchor".into();
+            template["metadata"]["labels"]["app.kubernetes.io/component"] = "pod-checkpointer".into();
+        }
         let ds: DaemonSet = serde_json::from_value(serde_json::json!({
             "metadata": {"name": name},
-            "spec": {"selector": {"matchLabels": {"app": name}}, "template": annotated_template(name, &node.name, extra),
+            "spec": {"selector": {"matchLabels": {"app": name}}, "template": template,
                 "updateStrategy": {"type": "OnDelete"}}
         }))
         .unwrap();
@@ -587,6 +594,12 @@ async fn a_decommissioned_checkpointer_retires_what_it_manages_then_itself() {
         active(&names["self"]).exists()
     });
     assert!(config_dir(&names["kept"]).exists());
+    // Its static copy's mirror pod, with the chart's labels.
+    let mirror = format!("{}-{}", names["self"], node.name);
+    eventually(WAIT, "the checkpointer's static copy's mirror pod", || async {
+        pods.get_opt(&mirror).await.ok().flatten()
+    })
+    .await;
 
     // "held" loses its pod here, and its replacement cannot be placed (it asks for more than
     // the node has): the owner still wants the node, nothing of it runs Ready here.

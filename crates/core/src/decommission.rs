@@ -183,6 +183,9 @@ pub struct AnchorPod {
     /// Its Ready condition is True: the anchor's `/readyz` answers, i.e. its static pod runs
     /// what was written.
     pub ready: bool,
+    /// A static pod's mirror (the kubelet runs it from a manifest on the node; no DaemonSet
+    /// placed it): the checkpointer's own checkpoint, which its decommission retires last.
+    pub static_copy: bool,
 }
 
 /// Every anchor of the component the API lists (by [`anchor_selector`], all namespaces),
@@ -460,10 +463,12 @@ fn no_other_anchor_wants_node<'e>(this: &ThisPod, evidence: &'e Evidence) -> Res
         }
     };
     let is_this = |p: &AnchorPod| p.namespace == this.namespace && p.name == this.name;
+    // Another anchor pod here wants the node (a renamed release's, a new DaemonSet's); a static
+    // copy on the node wants nothing: it is what the decommission itself takes away.
     if let Some(p) = anchors
         .pods
         .iter()
-        .find(|p| !is_this(p) && !p.terminating && p.node.as_deref() == Some(this.node.as_str()))
+        .find(|p| !is_this(p) && !p.terminating && !p.static_copy && p.node.as_deref() == Some(this.node.as_str()))
     {
         return Err(format!(
             "anchor pod {}/{} of the same component runs on this node",
@@ -639,16 +644,25 @@ pub fn pod_facts(pod: &Pod) -> PodFacts {
     }
 }
 
+/// The annotation the kubelet puts on a static pod's mirror pod.
+const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
 pub fn anchor_pod(pod: &Pod) -> AnchorPod {
     let status = pod.status.as_ref();
     let finished = matches!(status.and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"));
     let ready = crate::pod_status::is_ready(pod);
+    let static_copy = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(MIRROR_ANNOTATION));
     AnchorPod {
         namespace: pod.metadata.namespace.clone().unwrap_or_default(),
         name: pod.metadata.name.clone().unwrap_or_default(),
         node: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
         terminating: finished || pod.metadata.deletion_timestamp.is_some(),
         ready,
+        static_copy,
     }
 }
 
@@ -749,6 +763,7 @@ mod tests {
             node: Some(node.into()),
             terminating,
             ready,
+            static_copy: false,
         }
     }
 
@@ -855,6 +870,17 @@ mod tests {
             (
                 "terminating anchor here",
                 anchors(vec![anchor("x", "cp-1", true, true)], vec![]),
+            ),
+            (
+                // The checkpointer's own checkpoint, its mirror pod: the node's, no DaemonSet's.
+                "static copy here",
+                anchors(
+                    vec![AnchorPod {
+                        static_copy: true,
+                        ..anchor("x-cp-1", "cp-1", false, true)
+                    }],
+                    vec![],
+                ),
             ),
             (
                 "other ds selects",
@@ -1193,7 +1219,8 @@ mod tests {
                 name: "p".into(),
                 node: Some("cp-1".into()),
                 terminating: true,
-                ready: true
+                ready: true,
+                static_copy: false
             }
         );
         let evicted: Pod = serde_json::from_value(serde_json::json!({
@@ -1201,6 +1228,13 @@ mod tests {
         }))
         .unwrap();
         assert!(anchor_pod(&evicted).terminating && !anchor_pod(&evicted).ready);
+        let mirror: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "pod-checkpointer-x7k2p-cp-1", "annotations": {"kubernetes.io/config.mirror": "0123abcd"},
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "cp-1", "uid": "n", "controller": true}]},
+            "spec": {"nodeName": "cp-1", "containers": []}
+        }))
+        .unwrap();
+        assert!(anchor_pod(&mirror).static_copy && !anchor_pod(&pod).static_copy);
         let d: DaemonSet = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "kube-apiserver", "namespace": "kube-system", "uid": "ds-1", "deletionTimestamp": "2026-01-01T00:00:00Z",
                 "annotations": {"kube-anchor.io/decommission": "true"}},
