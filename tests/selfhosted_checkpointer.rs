@@ -25,138 +25,22 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use support::background::Background;
+use support::checkpointed::{
+    COMPONENT, checkpoint_files, checkpointer_values, component_objects, component_processes, daemonset_not_ready,
+    self_checkpoint_active,
+};
 use support::helm::chart;
 use support::poll::eventually;
 use support::processes::test_dir;
 use support::selfhosted::{SelfHosted, env_or, files_under};
 
 const NODES: [(&str, &str); 3] = [("cp-1", "127.0.5.1"), ("cp-2", "127.0.5.2"), ("cp-3", "127.0.5.3")];
-const COMPONENT: &str = "selfhosted-scheduler";
-const PORT: u16 = 10261;
 /// A node booted this long before any API server answered must have had its checkpoint active
 /// by then: the static checkpointer copy activates it from its boot rule, with no API.
 const BLIND_MARGIN: Duration = Duration::from_secs(3);
-
-/// The pod-checkpointer chart's values: the kubelet on the node's own address, every node's API
-/// server, windows short enough for a test.
-fn checkpointer_values(cluster: &SelfHosted) -> String {
-    let servers: Vec<String> = cluster.nodes.iter().map(|n| format!("https://{}:6443", n.ip)).collect();
-    format!(
-        "checkpointer:\n  kubeletURL: https://$(HOST_IP):10250\n  apiServers: [{}]\n  \
-         readyWindow: 5s\n  stableWindow: 20s\n  handoffTimeout: 30s\n  retireGrace: 20s\n  \
-         interval: 2s\n  port: 0\n  logFormat: plain\n",
-        servers.join(", ")
-    )
-}
-
-/// The self-hosted component: a kube-scheduler of its own name (so it schedules nothing of the
-/// others'), no leader election, serving on the node's address at [`PORT`].
-fn component_objects(cluster: &SelfHosted) -> String {
-    let kubeconfig = fs::read_to_string(cluster.dir.join("pki/scheduler.conf"))
-        .unwrap()
-        // The example's kubeconfig is a template the anchors render; this one talks to the
-        // first node's API server (the component needs no API to hold its port).
-        .replace("${NODE_IP}", NODES[0].1);
-    let indented: String = kubeconfig.lines().map(|l| format!("    {l}\n")).collect();
-    format!(
-        r#"apiVersion: v1
-kind: Secret
-metadata: {{name: {COMPONENT}-kubeconfig, namespace: kube-system}}
-stringData:
-  scheduler.conf: |
-{indented}---
-apiVersion: v1
-kind: ConfigMap
-metadata: {{name: {COMPONENT}-config, namespace: kube-system}}
-data:
-  config.yaml: |
-    apiVersion: kubescheduler.config.k8s.io/v1
-    kind: KubeSchedulerConfiguration
-    clientConnection: {{kubeconfig: /etc/{COMPONENT}/kubeconfig/scheduler.conf}}
-    leaderElection: {{leaderElect: false}}
-    profiles: [{{schedulerName: {COMPONENT}}}]
----
-apiVersion: apps/v1
-kind: DaemonSet
-metadata: {{name: {COMPONENT}, namespace: kube-system}}
-spec:
-  selector: {{matchLabels: {{app: {COMPONENT}}}}}
-  template:
-    metadata:
-      labels: {{app: {COMPONENT}}}
-      annotations: {{checkpointer.alpha.coreos.com/checkpoint: "true"}}
-    spec:
-      hostNetwork: true
-      # Not root: its checkpointed Secret is then given to another user, which the
-      # checkpointer (CHOWN alone, enforced by the process runtime) must manage.
-      securityContext: {{runAsUser: 65534, runAsGroup: 65534}}
-      nodeSelector: {{node-role.kubernetes.io/control-plane: ""}}
-      tolerations: [{{operator: Exists}}]
-      terminationGracePeriodSeconds: 5
-      containers:
-        - name: scheduler
-          image: registry.k8s.io/kube-scheduler:v1.36.3
-          command:
-            - kube-scheduler
-            - --config=/etc/{COMPONENT}/config/config.yaml
-            - --bind-address=$(HOST_IP)
-            - --secure-port={PORT}
-          env:
-            - {{name: HOST_IP, valueFrom: {{fieldRef: {{fieldPath: status.hostIP}}}}}}
-          readinessProbe:
-            httpGet: {{path: /healthz, port: {PORT}, scheme: HTTPS}}
-            periodSeconds: 2
-          volumeMounts:
-            - {{name: kubeconfig, mountPath: /etc/{COMPONENT}/kubeconfig, readOnly: true}}
-            - {{name: config, mountPath: /etc/{COMPONENT}/config, readOnly: true}}
-      volumes:
-        - {{name: kubeconfig, secret: {{secretName: {COMPONENT}-kubeconfig}}}}
-        - {{name: config, configMap: {{name: {COMPONENT}-config}}}}
-"#
-    )
-}
-
-/// The component's checkpoint files on a node (`<dir>/<name>` for the inactive manifests and the
-/// secret and configmap trees, relative to /etc/kubernetes), and whether one is active.
-fn checkpoint_files(host: &Path) -> (BTreeSet<String>, bool) {
-    let kubernetes = host.join("etc/kubernetes");
-    let mut files = BTreeSet::new();
-    for dir in ["inactive-manifests", "checkpoint-secrets", "checkpoint-configmaps"] {
-        for f in files_under(&kubernetes.join(dir)) {
-            let rel = f.strip_prefix(&kubernetes).unwrap().display().to_string();
-            if rel.contains(COMPONENT) {
-                files.insert(rel);
-            }
-        }
-    }
-    let active = fs::read_dir(kubernetes.join("manifests"))
-        .map(|d| {
-            d.flatten().any(|e| {
-                e.file_name()
-                    .to_string_lossy()
-                    .starts_with(&format!("kube-system-{COMPONENT}"))
-            })
-        })
-        .unwrap_or(false);
-    (files, active)
-}
-
-/// Whether the checkpointer's own checkpoint is in the node's static pod directory.
-fn self_checkpoint_active(host: &Path) -> bool {
-    fs::read_dir(host.join("etc/kubernetes/manifests"))
-        .map(|d| {
-            d.flatten().any(|e| {
-                e.file_name()
-                    .to_string_lossy()
-                    .starts_with("kube-system-pod-checkpointer-")
-            })
-        })
-        .unwrap_or(false)
-}
 
 /// (since `start`, node, files, active).
 type CheckpointSample = (Duration, usize, BTreeSet<String>, bool);
@@ -198,38 +82,6 @@ fn watch_api_return(kubeconfigs: Vec<PathBuf>, start: Instant) -> Background<Opt
         }
         None
     })
-}
-
-/// Processes of the component serving on `ip` (its port bound there), from /proc.
-fn component_processes(ip: &str) -> usize {
-    let bind = format!("--bind-address={ip}");
-    let port = format!("--secure-port={PORT}");
-    fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().chars().all(|c| c.is_ascii_digit()))
-        .filter(|e| {
-            let cmdline = fs::read(e.path().join("cmdline")).unwrap_or_default();
-            let args: Vec<String> = cmdline
-                .split(|b| *b == 0)
-                .map(|a| String::from_utf8_lossy(a).into_owned())
-                .collect();
-            args.contains(&bind) && args.contains(&port)
-        })
-        .count()
-}
-
-/// Whether DaemonSet `name` has its latest generation on every node, every pod Ready.
-async fn daemonset_ready(client: &kube::Client, name: &str, nodes: i32) -> bool {
-    let api: Api<DaemonSet> = Api::namespaced(client.clone(), "kube-system");
-    let Ok(Some(ds)) = api.get_opt(name).await else {
-        return false;
-    };
-    let Some(s) = ds.status else { return false };
-    s.observed_generation == ds.metadata.generation
-        && s.desired_number_scheduled == nodes
-        && s.number_ready == nodes
-        && s.updated_number_scheduled == Some(nodes)
 }
 
 /// The component's DaemonSet pod on each node.
@@ -282,15 +134,17 @@ async fn checkpoints_bring_a_self_hosted_component_back_after_a_full_cluster_reb
         values.to_str().unwrap(),
     ]);
     let objects = dir.join(format!("{COMPONENT}.yaml"));
-    fs::write(&objects, component_objects(&cluster)).unwrap();
+    fs::write(&objects, component_objects(&cluster, 0)).unwrap();
     cluster.kubectl(&["apply", "-f", objects.to_str().unwrap()]);
     eventually(
         Duration::from_secs(180),
         "both DaemonSets Ready on every node",
         || async {
-            (daemonset_ready(&client, "pod-checkpointer-anchor", nodes).await
-                && daemonset_ready(&client, COMPONENT, nodes).await)
-                .then_some(())
+            (daemonset_not_ready(&client, "pod-checkpointer-anchor", nodes)
+                .await
+                .is_none()
+                && daemonset_not_ready(&client, COMPONENT, nodes).await.is_none())
+            .then_some(())
         },
     )
     .await;
@@ -355,7 +209,7 @@ async fn checkpoints_bring_a_self_hosted_component_back_after_a_full_cluster_reb
         "exactly one copy of the component per node",
         || async {
             let client = cluster.client(0).await;
-            let ready = daemonset_ready(&client, COMPONENT, nodes).await;
+            let ready = daemonset_not_ready(&client, COMPONENT, nodes).await.is_none();
             let one_each = cluster.nodes.iter().all(|n| {
                 let (files, active) = checkpoint_files(&n.host());
                 component_processes(&n.ip) == 1 && !active && files.iter().any(|f| f.starts_with("inactive-manifests/"))

@@ -22,7 +22,11 @@
 //! nodeSelector: nothing of its control plane may be left, not its etcd member, not its data
 //! dir), then a fresh machine with the same name and address joined (`cluster.sh join`: etcd
 //! added as a learner and promoted before its kube-apiserver starts; skipped, and said so, while a
-//! rollout is held back, since the fresh node would start the held version).
+//! rollout is held back, since the fresh node would start the held version); the checkpointed
+//! workload rolled (a self-hosted kube-scheduler DaemonSet on the host network, annotated for
+//! the pod-checkpointer chart's checkpoints, given a new template version; the first roll
+//! installs the chart and the DaemonSet at version 0 and waits until every node holds its
+//! checkpoint, so the operations after it run with checkpoints on every node).
 //!
 //! Invariants, continuously (every second, by a monitor of its own):
 //! - etcd keeps a quorum (two members healthy) unless more than one node is down by the run's
@@ -38,8 +42,13 @@
 //! DaemonSet rolled out and Ready, three etcd members healthy; within a bound, else that is the
 //! violation):
 //! - every file an anchor's ledger claims is on the node with the recorded content, and no file
-//!   under `/etc/kubernetes` is claimed by no ledger (besides what was there before the charts);
+//!   under `/etc/kubernetes` is claimed by no ledger and no checkpoint (besides what was there
+//!   before the charts; a checkpoint claims its files while the API shows its pod on the node);
 //! - at most one process of each component per node, none where the component is deselected;
+//!   once the checkpointed workload is installed, settled also means: both its DaemonSets rolled
+//!   out and Ready, and on every node one copy of it running, the checkpoint of the node's pod
+//!   of the latest version held and inactive, the checkpointer's own checkpoint active, and no
+//!   checkpoint of a pod gone from the node (an old version's retired);
 //! - etcd's member list names each node once and nothing else;
 //! - a version rolled back on one node was tried on no other (unless `retry` was asked for);
 //! - no anchor container ended with an error exit and no log of any pod says `panicked at`.
@@ -71,6 +80,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::support::background::Background;
+use crate::support::checkpointed::{
+    COMPONENT, checkpoint_files, checkpoint_of, checkpointed_version, checkpointer_values, component_objects,
+    component_processes, daemonset_not_ready, is_checkpoint_file, self_checkpoint_active,
+};
 use crate::support::fixture::BIN;
 use crate::support::processes::{test_dir, tool};
 use crate::support::selfhosted::{COMPONENTS, SHORT_TRIALS, SelfHosted, env_or, etcd_health, files_under, script};
@@ -177,6 +190,12 @@ enum Op {
     Replace {
         node: usize,
     },
+    /// The checkpointed DaemonSet (a self-hosted component the pod-checkpointer chart keeps
+    /// checkpoints of) rolled to a new template `version`; the first one installs the chart and
+    /// the DaemonSet at version 0 and waits until every node holds its checkpoint.
+    RollCheckpointed {
+        version: u32,
+    },
 }
 
 impl Op {
@@ -196,6 +215,7 @@ impl Op {
             Op::TogglePerNode { on: false, .. } => "perNode off".into(),
             Op::Rename { .. } => "release renamed".into(),
             Op::Replace { .. } => "node replaced".into(),
+            Op::RollCheckpointed { .. } => "checkpointed workload rolled".into(),
         }
     }
 }
@@ -270,6 +290,16 @@ impl fmt::Display for Op {
                     "decommission {} for good (out of every chart's nodeSelector), a fresh machine joins in its place",
                     node(n)
                 )
+            }
+            Op::RollCheckpointed { version } => {
+                write!(f, "roll the checkpointed DaemonSet {COMPONENT} to version {version}")?;
+                if *version == 1 {
+                    write!(
+                        f,
+                        " (first the pod-checkpointer chart and the DaemonSet at version 0, checkpointed on every node)"
+                    )?;
+                }
+                Ok(())
             }
         }
     }
@@ -409,6 +439,8 @@ pub(crate) struct Model {
     per_node: BTreeSet<&'static str>,
     /// Each component's release name (the chart's, until renamed).
     releases: BTreeMap<&'static str, String>,
+    /// The checkpointed DaemonSet's template version (0: not installed, or as installed).
+    checkpointed: u32,
 }
 
 impl Model {
@@ -419,6 +451,7 @@ impl Model {
             retry_due: BTreeSet::new(),
             per_node: BTreeSet::new(),
             releases: COMPONENTS.iter().map(|c| (*c, c.to_string())).collect(),
+            checkpointed: 0,
         }
     }
 
@@ -476,6 +509,7 @@ impl Model {
             Op::Rename { component, to, .. } => {
                 self.releases.insert(component, to.clone());
             }
+            Op::RollCheckpointed { version } => self.checkpointed = *version,
             _ => {}
         }
     }
@@ -491,10 +525,22 @@ fn draw(rng: &mut fastrand::Rng, model: &Model, n: usize) -> Op {
     loop {
         let roll = rng.u32(0..100);
         let op = match roll {
-            0..=11 => Op::Reboot {
-                nodes: vec![rng.usize(0..n)],
-                delays: vec![rng.u64(0..=20)],
-            },
+            0..=11 => {
+                let node = rng.usize(0..n);
+                let delay = rng.u64(0..=20);
+                // One draw (so plans drawn before it existed keep every other operation): four
+                // in 21 of these, on three nodes, roll the checkpointed workload instead.
+                if n == 3 && delay % 5 == 3 {
+                    Op::RollCheckpointed {
+                        version: model.checkpointed + 1,
+                    }
+                } else {
+                    Op::Reboot {
+                        nodes: vec![node],
+                        delays: vec![delay],
+                    }
+                }
+            }
             12..=19 => {
                 if n < 3 {
                     continue;
@@ -835,6 +881,8 @@ struct Run {
     replaced: usize,
     /// Operations skipped, and why.
     skipped: Vec<String>,
+    /// Whether the pod-checkpointer chart and the checkpointed DaemonSet are installed.
+    checkpointed: bool,
     client: kube::Client,
 }
 
@@ -1048,6 +1096,12 @@ impl Run {
                 .await
                 .map(drop),
             Op::Replace { node } => self.replace(*node).await,
+            Op::RollCheckpointed { version } => {
+                if !self.checkpointed {
+                    self.install_checkpointed().await?;
+                }
+                self.apply_checkpointed(*version).await
+            }
             Op::PauseApiServer { node, secs } => {
                 // None on a node that is down or between two API server processes: nothing to
                 // stop, and the operation is a no-op (said in the log).
@@ -1065,6 +1119,126 @@ impl Run {
                 Ok(())
             }
         }
+    }
+
+    /// The pod-checkpointer chart (`helm upgrade --install`, so a retry after a failed attempt
+    /// goes on) and the checkpointed DaemonSet at version 0, then a wait until every node
+    /// holds its checkpoint.
+    async fn install_checkpointed(&mut self) -> Result<(), String> {
+        let dir = self.cluster.dir.clone();
+        let values = dir.join("pod-checkpointer.yaml");
+        fs::write(&values, checkpointer_values(&self.cluster)).unwrap();
+        let chart = crate::support::helm::chart("pod-checkpointer");
+        let admin = dir.join("admin.conf");
+        let install = move || {
+            Command::new(tool("helm"))
+                .args(["upgrade", "--install", "pod-checkpointer", &chart, "-f"])
+                .arg(&values)
+                .args(["--namespace", "kube-system", "--kubeconfig"])
+                .arg(&admin)
+                .output()
+                .unwrap()
+        };
+        self.until_ok("helm install pod-checkpointer", install).await?;
+        self.checkpointed = true;
+        self.apply_checkpointed(0).await?;
+        let deadline = Instant::now() + Duration::from_secs(300);
+        loop {
+            let Some(why) = self.checkpointed_not_settled(0).await else {
+                println!("         pod-checkpointer installed; {COMPONENT} version 0 checkpointed on every node");
+                return Ok(());
+            };
+            if Instant::now() > deadline {
+                return Err(format!("{COMPONENT} version 0 not checkpointed within 300 s: {why}"));
+            }
+            self.sleep(2).await;
+        }
+    }
+
+    /// `kubectl apply` of the checkpointed DaemonSet (and its Secret and ConfigMap) at `version`.
+    async fn apply_checkpointed(&mut self, version: u32) -> Result<(), String> {
+        let objects = self.cluster.dir.join(format!("{COMPONENT}-{version}.yaml"));
+        fs::write(&objects, component_objects(&self.cluster, version)).unwrap();
+        let apply = self.kubectl(&["apply", "-f", objects.to_str().unwrap()]);
+        self.until_ok(&format!("kubectl apply {COMPONENT} version {version}"), apply)
+            .await
+            .map(drop)
+    }
+
+    /// Why the checkpointed workload has not settled at `version` (`None`: it has): both
+    /// DaemonSets rolled out and Ready on every node; on each node exactly one copy of the
+    /// component running, the checkpoint of the node's pod of `version` held and inactive, the
+    /// checkpointer's own checkpoint active, and no checkpoint of a pod no longer on the node
+    /// (an old version's is retired once its replacement is Ready for the stable window).
+    async fn checkpointed_not_settled(&self, version: u32) -> Option<String> {
+        let expected = nodes().len() as i32;
+        for ds in ["pod-checkpointer-anchor", COMPONENT] {
+            if let Some(why) = daemonset_not_ready(&self.client, ds, expected).await {
+                return Some(why);
+            }
+        }
+        let live = match self.live_pods().await {
+            Ok(live) => live,
+            Err(e) => return Some(e),
+        };
+        for (i, n) in self.cluster.nodes.iter().enumerate() {
+            let host = n.host();
+            let Some(pod) = live[i].iter().find(|p| is_component_pod(p)) else {
+                return Some(format!("{}: no {COMPONENT} pod", n.name));
+            };
+            let checkpointed = checkpointed_version(&host, pod);
+            if checkpointed.as_deref() != Some(version.to_string().as_str()) {
+                return Some(format!(
+                    "{}: the checkpoint of {pod} holds version {checkpointed:?}, expected {version}",
+                    n.name
+                ));
+            }
+            let (_, active) = checkpoint_files(&host);
+            let copies = component_processes(&n.ip);
+            if active || copies != 1 || !self_checkpoint_active(&host) {
+                return Some(format!(
+                    "{}: {COMPONENT} checkpoint active: {active}; copies running: {copies}; the checkpointer's own checkpoint active: {}",
+                    n.name,
+                    self_checkpoint_active(&host)
+                ));
+            }
+            if let Some(stale) = self.checkpoints_of_gone_pods(i, &live[i]).first() {
+                return Some(format!("{}: {} (a pod no longer on the node)", n.name, stale.display()));
+            }
+        }
+        None
+    }
+
+    /// The names of the kube-system pods the API shows on each node (not being deleted).
+    async fn live_pods(&self) -> Result<Vec<BTreeSet<String>>, String> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), "kube-system");
+        let list = pods
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| format!("listing pods: {e}"))?;
+        let mut live = vec![BTreeSet::new(); nodes().len()];
+        for p in list.items.iter().filter(|p| p.metadata.deletion_timestamp.is_none()) {
+            let node = p.spec.as_ref().and_then(|s| s.node_name.as_deref());
+            if let Some(i) = nodes().iter().position(|(name, _)| Some(*name) == node) {
+                live[i].insert(p.metadata.name.clone().unwrap_or_default());
+            }
+        }
+        Ok(live)
+    }
+
+    /// The checkpoint files on node `i` of no pod in `live` (its live pods).
+    fn checkpoints_of_gone_pods(&self, i: usize, live: &BTreeSet<String>) -> Vec<PathBuf> {
+        let kubernetes = self.cluster.nodes[i].host().join("etc/kubernetes");
+        [
+            "inactive-manifests",
+            "checkpoint-secrets",
+            "checkpoint-configmaps",
+            "manifests",
+        ]
+        .iter()
+        .flat_map(|d| files_under(&kubernetes.join(d)))
+        .filter(|f| is_checkpoint_file(f) && !live.iter().any(|pod| checkpoint_of(f, pod)))
+        .collect()
     }
 
     fn selected(&self, component: &str, node: usize) -> bool {
@@ -1220,6 +1394,9 @@ impl Run {
                 return Some(format!("{component} runs"));
             }
         }
+        if component_processes(&n.ip) > 0 {
+            return Some(format!("{COMPONENT} runs"));
+        }
         let left: Vec<PathBuf> = files_under(&n.host().join("etc/kubernetes"))
             .into_iter()
             .filter(|p| !self.baseline[k].contains(p))
@@ -1353,6 +1530,11 @@ impl Run {
                 ));
             }
         }
+        if self.checkpointed
+            && let Some(why) = self.checkpointed_not_settled(self.model.checkpointed).await
+        {
+            return Some(why);
+        }
         match self.cluster.etcd_healthy_members() {
             Ok(n) if n == nodes().len() => None,
             Ok(n) => Some(format!("etcd: {n} healthy members")),
@@ -1398,6 +1580,14 @@ impl Run {
     /// The invariants of a settled cluster: every violation found.
     async fn settled_violations(&mut self) -> Vec<String> {
         let mut out = Vec::new();
+        // A checkpoint file is claimed by its pod while the API shows that pod on the node.
+        let live = match self.live_pods().await {
+            Ok(live) => live,
+            Err(e) => {
+                out.push(e);
+                vec![BTreeSet::new(); nodes().len()]
+            }
+        };
         for (i, n) in self.cluster.nodes.iter().enumerate() {
             for (path, sha) in self.claimed(i) {
                 match fs::read(&path) {
@@ -1411,11 +1601,26 @@ impl Run {
                 }
             }
             for stray in self.unclaimed(i).difference(&self.baseline[i]) {
-                out.push(format!("{}: {} is claimed by no ledger", n.name, stray.display()));
+                if is_checkpoint_file(stray) && live[i].iter().any(|pod| checkpoint_of(stray, pod)) {
+                    continue;
+                }
+                out.push(format!(
+                    "{}: {} is claimed by no ledger and no checkpoint",
+                    n.name,
+                    stray.display()
+                ));
+            }
+            let workload_copies = component_processes(&n.ip);
+            if workload_copies > usize::from(self.checkpointed) {
+                out.push(format!("{}: {workload_copies} copies of {COMPONENT} run", n.name));
             }
             for component in COMPONENTS {
                 let comm: String = component.chars().take(15).collect();
-                let copies = n.processes_named(&comm);
+                let mut copies = n.processes_named(&comm);
+                // The checkpointed workload is a kube-scheduler too (on a port of its own).
+                if component == SCHEDULER {
+                    copies = copies.saturating_sub(workload_copies);
+                }
                 let expected = usize::from(self.selected(component, i));
                 if copies > 1 || (expected == 0 && copies > 0) {
                     out.push(format!(
@@ -1504,6 +1709,14 @@ impl Run {
         }
         out
     }
+}
+
+/// Whether a pod name is one of the checkpointed DaemonSet's pods (`<name>-<5 chars>`; the
+/// mirror pod of an active checkpoint has the node's name after that).
+fn is_component_pod(name: &str) -> bool {
+    name.strip_prefix(COMPONENT)
+        .and_then(|rest| rest.strip_prefix('-'))
+        .is_some_and(|suffix| suffix.len() == 5 && !suffix.contains('-'))
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -1725,6 +1938,7 @@ pub(crate) async fn run(cluster: SelfHosted, plan: &Plan, model: Model) -> (Self
         rolled_back: BTreeMap::new(),
         replaced: 0,
         skipped: Vec::new(),
+        checkpointed: false,
         client,
         cluster,
     };
@@ -1992,4 +2206,49 @@ fn the_restoring_operations_give_every_chart_its_shape_back() {
         assert!(restoring_ops(&model).is_empty(), "seed {seed}: nothing left to restore");
     }
     assert!(restored_something, "no plan left anything to restore");
+}
+
+#[test]
+fn checkpoint_files_are_told_by_their_pod() {
+    let pod = "selfhosted-scheduler-x7k2p";
+    for (path, of) in [
+        (
+            "/h/etc/kubernetes/inactive-manifests/kube-system-selfhosted-scheduler-x7k2p.json",
+            true,
+        ),
+        (
+            "/h/etc/kubernetes/manifests/kube-system-selfhosted-scheduler-x7k2p.json",
+            true,
+        ),
+        (
+            "/h/etc/kubernetes/checkpoint-secrets/kube-system/selfhosted-scheduler-x7k2p/kubeconfig/scheduler.conf",
+            true,
+        ),
+        (
+            "/h/etc/kubernetes/checkpoint-configmaps/kube-system/selfhosted-scheduler-x7k2p/config/config.yaml",
+            true,
+        ),
+        (
+            "/h/etc/kubernetes/inactive-manifests/kube-system-selfhosted-scheduler-abcde.json",
+            false,
+        ),
+        (
+            "/h/etc/kubernetes/checkpoint-secrets/kube-system/selfhosted-scheduler-abcde/kubeconfig/scheduler.conf",
+            false,
+        ),
+        ("/h/etc/kubernetes/manifests/kube-scheduler.yaml", false),
+    ] {
+        assert_eq!(checkpoint_of(Path::new(path), pod), of, "{path}");
+        assert_eq!(
+            is_checkpoint_file(Path::new(path)),
+            !path.ends_with("kube-scheduler.yaml"),
+            "{path}"
+        );
+    }
+    assert!(is_component_pod(pod));
+    assert!(
+        !is_component_pod("selfhosted-scheduler-x7k2p-cp-1"),
+        "an active checkpoint's mirror pod"
+    );
+    assert!(!is_component_pod("kube-scheduler-cp-1"));
 }

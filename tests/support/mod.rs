@@ -1,6 +1,7 @@
 //! Shared helpers for the integration tests.
 
 pub mod background;
+pub mod checkpointed;
 pub mod checkpointer;
 pub mod control_plane;
 pub mod daemon;
