@@ -34,11 +34,16 @@
 //!   is a member the rollout of an etcd version the run pushed restarts (unhealthy while its
 //!   node has that version on trial);
 //! - the API answers through at least one of the three API servers under the same condition (a
-//!   client that fails over across them); a lapse counts only after 10 s (etcd: 5 s) and only
-//!   while the condition held for the whole lapse and 20 s before it;
+//!   client that fails over across them), where a node whose kube-apiserver version the run
+//!   pushed is on trial also counts as down by choice (its rollout restarts that server; an etcd
+//!   change pushed beside it restarts another node's member, each on a Lease of its own); a
+//!   lapse counts only after 10 s (etcd: 5 s) and only while the condition held for the whole
+//!   lapse and 20 s before it;
 //!
 //! and once the cluster settles (every node up, every selected node running each component's
-//! static pod Running and Ready with the hash its anchor's ledger records, every anchor
+//! static pod Running and Ready with the hash its anchor's ledger records (but a node with no
+//! last-known-good of a component whose values hold a bad version, selected or joined while
+//! they do: it has nothing good to run until they are fixed), every anchor
 //! DaemonSet rolled out and Ready, three etcd members healthy; within a bound, else that is the
 //! violation):
 //! - every file an anchor's ledger claims is on the node with the recorded content, and no file
@@ -697,11 +702,14 @@ impl Shared {
 
 fn monitor(cluster: &SelfHosted, shared: Arc<Mutex<Shared>>) -> Background<()> {
     let ips: Vec<String> = cluster.nodes.iter().map(|n| n.ip.clone()).collect();
-    let etcd_ledgers: Vec<PathBuf> = cluster
-        .nodes
-        .iter()
-        .map(|n| n.host().join("var/lib/kube-anchor/v1/etcd.json"))
-        .collect();
+    let ledgers = |component: &str| -> Vec<PathBuf> {
+        cluster
+            .nodes
+            .iter()
+            .map(|n| n.host().join(format!("var/lib/kube-anchor/v1/{component}.json")))
+            .collect()
+    };
+    let (etcd_ledgers, apiserver_ledgers) = (ledgers("etcd"), ledgers("kube-apiserver"));
     // One node has no other API server: every kube-apiserver or etcd change, good or bad,
     // takes the API down for a while by design. There the monitor only counts, and the settle
     // checks judge that the API and etcd come back.
@@ -713,9 +721,11 @@ fn monitor(cluster: &SelfHosted, shared: Arc<Mutex<Shared>>) -> Background<()> {
                 .await
                 .is_ok_and(|r| r.is_ok())
         };
-        // Since when at most one node is down by choice, and since when etcd has had no quorum
-        // or the API no answer.
+        // Since when at most one node is down by choice (for the API: or its API server
+        // restarted by a rollout of the run's pushing), and since when etcd has had no quorum or
+        // the API no answer.
         let mut calm_since: Option<Instant> = Some(Instant::now());
+        let mut api_calm_since: Option<Instant> = Some(Instant::now());
         let mut no_quorum_since: Option<Instant> = None;
         let mut no_api_since: Option<Instant> = None;
         let (mut quorum_reported, mut api_reported) = (false, false);
@@ -726,7 +736,12 @@ fn monitor(cluster: &SelfHosted, shared: Arc<Mutex<Shared>>) -> Background<()> {
             // A member whose node tries a new etcd version the run pushed: the rollout restarts
             // it (here the restart keeps it down for up to a minute: the kubelet first deletes
             // the old mirror pod through its node's API server, which waits on that member).
-            let on_trial: Vec<bool> = etcd_ledgers.iter().map(|path| etcd_on_trial(path)).collect();
+            let on_trial: Vec<bool> = etcd_ledgers.iter().map(|path| version_on_trial(path)).collect();
+            // A node trying a kube-apiserver version the run pushed: its rollout restarts that
+            // node's API server. Pushed beside an etcd change (each component rolls one node at
+            // a time, on a Lease of its own), two nodes' API servers may be down at once by the
+            // run's choice.
+            let apiserver_on_trial: Vec<bool> = apiserver_ledgers.iter().map(|path| version_on_trial(path)).collect();
             let mut answered = false;
             for k in 0..clients.len() {
                 if ask(clients[(next + k) % clients.len()].clone()).await {
@@ -747,17 +762,28 @@ fn monitor(cluster: &SelfHosted, shared: Arc<Mutex<Shared>>) -> Background<()> {
                 let down_by_choice = (0..ips.len())
                     .filter(|&i| s.down[i] || (on_trial[i] && !healthy[i]))
                     .count();
+                let api_down_by_choice = (0..ips.len())
+                    .filter(|&i| s.down[i] || (on_trial[i] && !healthy[i]) || apiserver_on_trial[i])
+                    .count();
                 // More than a minority down by the run's choice (on one node: the node).
-                if down_by_choice > (ips.len() - 1) / 2 {
-                    calm_since = None;
-                } else if calm_since.is_none() {
-                    calm_since = Some(now);
+                let minority = (ips.len() - 1) / 2;
+                for (since, down) in [
+                    (&mut calm_since, down_by_choice),
+                    (&mut api_calm_since, api_down_by_choice),
+                ] {
+                    if down > minority {
+                        *since = None;
+                    } else if since.is_none() {
+                        *since = Some(now);
+                    }
                 }
                 let calm_before = |since: Instant, margin: Duration| calm_since.is_some_and(|c| c + margin <= since);
+                let api_calm_before =
+                    |since: Instant, margin: Duration| api_calm_since.is_some_and(|c| c + margin <= since);
                 s.api_polls += 1;
                 if !answered {
                     s.api_unanswered += 1;
-                    if down_by_choice <= (ips.len() - 1) / 2 {
+                    if api_down_by_choice <= minority {
                         s.api_unanswered_calm += 1;
                     }
                 }
@@ -785,12 +811,12 @@ fn monitor(cluster: &SelfHosted, shared: Arc<Mutex<Shared>>) -> Background<()> {
                     if judged
                         && !api_reported
                         && now - since >= Duration::from_secs(10)
-                        && calm_before(since, Duration::from_secs(20))
+                        && api_calm_before(since, Duration::from_secs(20))
                     {
                         api_reported = true;
                         let down = s.down.clone();
                         s.violation(format!(
-                            "no API server answered for {:.0}s (etcd healthy: {healthy:?}; down by choice: {down:?}; etcd on trial: {on_trial:?})",
+                            "no API server answered for {:.0}s (etcd healthy: {healthy:?}; down by choice: {down:?}; etcd on trial: {on_trial:?}; kube-apiserver on trial: {apiserver_on_trial:?})",
                             (now - since).as_secs_f64()
                         ));
                     }
@@ -801,9 +827,9 @@ fn monitor(cluster: &SelfHosted, shared: Arc<Mutex<Shared>>) -> Background<()> {
     })
 }
 
-/// Whether the etcd anchor ledger at `path` has a version on trial (written, not yet
+/// Whether the anchor ledger at `path` has a version on trial (written, not yet
 /// last-known-good).
-fn etcd_on_trial(path: &Path) -> bool {
+fn version_on_trial(path: &Path) -> bool {
     let ledger: serde_json::Value = fs::read(path)
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
@@ -1471,7 +1497,12 @@ impl Run {
                 let running = status
                     .and_then(|s| s.state.as_ref())
                     .is_some_and(|s| s.running.is_some());
-                if !running || !status.is_some_and(|s| s.ready) {
+                // A node with no good version of the component to fall back on (selected, or
+                // joined, while the values hold a bad one) runs what the values give it until
+                // they are fixed: not Ready, by design.
+                let nothing_good =
+                    self.model.is_bad(component) && n.ledger(component).is_none_or(|l| !l["lastKnownGood"].is_string());
+                if (!running || !status.is_some_and(|s| s.ready)) && !nothing_good {
                     return Some(format!("{name}: not Running and Ready"));
                 }
                 let hash = pod
