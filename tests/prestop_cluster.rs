@@ -284,9 +284,21 @@ impl Scenario {
     }
 
     fn pre_stop_command(&self, node: &NodeHandle, pod: &str, kubeconfig: &std::path::Path, extra: &[&str]) -> Command {
+        self.pre_stop_command_of(&self.config(), node, pod, kubeconfig, extra)
+    }
+
+    /// The hook of the anchor whose config is `config`.
+    fn pre_stop_command_of(
+        &self,
+        config: &std::path::Path,
+        node: &NodeHandle,
+        pod: &str,
+        kubeconfig: &std::path::Path,
+        extra: &[&str],
+    ) -> Command {
         let mut cmd = Command::new(BIN);
         cmd.args(["pre-stop", "--output", "json", "--config"])
-            .arg(self.config())
+            .arg(config)
             .arg("--host-root")
             .arg(node.host_root())
             .arg("--kubeconfig")
@@ -316,7 +328,8 @@ impl Scenario {
 
     /// An anchor DaemonSet of `component` whose `--depends-on` names `depends_on` (the charts
     /// set it from `anchor.dependsOn`), as kube-apiserver's does for etcd, selecting the nodes
-    /// labelled `label`; the name of its pod on `node`.
+    /// labelled `label`; the name of its pod on `node`. Its pods are held by the [`HOLD`]
+    /// finalizer too, as a running preStop hook holds a real one.
     async fn create_dependent_daemonset(&self, component: &str, label: &str, depends_on: &str, node: &str) -> String {
         let name = format!("{component}-anchor");
         let labels = serde_json::json!({
@@ -329,7 +342,7 @@ impl Scenario {
             "spec": {
                 "selector": {"matchLabels": {"kube-anchor.io/daemonset": name}},
                 "template": {
-                    "metadata": {"labels": labels},
+                    "metadata": {"labels": labels, "finalizers": [HOLD]},
                     "spec": {
                         "nodeSelector": {label: "enabled"},
                         "automountServiceAccountToken": false,
@@ -798,6 +811,176 @@ async fn the_quorum_guard_holds_the_last_copies_until_the_decommission_is_explic
     let (_, json) = s.pre_stop_on(&n3, &p3, &s.kubeconfig, &[]);
     assert_eq!(json["decision"], "held", "{json}");
     assert_eq!(s.files_present_on(&n3), (true, true));
+    s.release_pods().await;
+}
+
+/// A node leaving every chart at once runs every anchor's hook in the same second (the
+/// lifecycle run, seed 41, operation 4: etcd's hook removed the member and its files while the
+/// kube-apiserver hook still gathered its evidence through the node's own API server, which had
+/// just lost its etcd; that hook kept kube-apiserver's manifest and keys on the node for good).
+/// etcd's hook now waits until kube-apiserver's hook has taken kube-apiserver off the node.
+/// First the kube-apiserver hook finds no decommission it may carry out (its guard: no
+/// other copy), keeps its files, and its pod goes: etcd stays under it. Then, the node leaving
+/// again, the kube-apiserver hook removes kube-apiserver, and only then etcd goes. The two
+/// go by names of their own (`order-etcd`, `order-apiserver`, the latter's `--depends-on`
+/// naming the former): the guards count a component's anchors across the cluster, and the
+/// tests beside this one run etcd and kube-apiserver anchors of their own.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_leaving_every_chart_removes_etcd_only_after_kube_apiserver() {
+    const ETCD: &str = "order-etcd";
+    const APISERVER: &str = "order-apiserver";
+    let s = Scenario::with_component("order", ETCD).await;
+    s.create_anchor_daemonset("order-etcd-anchor", serde_json::json!({&s.label: "enabled"}), &[])
+        .await;
+    let p1 = s.pod_of("order-etcd-anchor", &s.node.name).await;
+    s.anchor_the_component().await;
+    // kube-apiserver on the node, written by its own anchor config into the same state dir.
+    let apiserver = s.work.path().join("apiserver");
+    fs::create_dir_all(&apiserver).unwrap();
+    let apiserver_config = apiserver.join("anchor.yaml");
+    fs::write(
+        &apiserver_config,
+        anchor_config(
+            APISERVER,
+            &[("apiserver.key", "/etc/kubernetes/pki/apiserver.key", "0600")],
+            "/etc/kubernetes/manifests/kube-apiserver.yaml",
+        ),
+    )
+    .unwrap();
+    fs::write(apiserver.join("apiserver.key"), "key").unwrap();
+    let pod = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: kube-apiserver, namespace: {}}}\nspec:\n  hostNetwork: true\n  containers: [{{name: a, image: 'registry.k8s.io/kube-apiserver:v1.36.3'}}]\n",
+        s.ns
+    );
+    fs::write(apiserver.join("pod.yaml"), pod).unwrap();
+    let out = Command::new(BIN)
+        .args(["apply", "--config"])
+        .arg(&apiserver_config)
+        .arg("--host-root")
+        .arg(s.node.host_root())
+        .env("NODE_NAME", &s.node.name)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let apiserver_files = || {
+        (
+            s.host("/etc/kubernetes/manifests/kube-apiserver.yaml").exists(),
+            s.host("/etc/kubernetes/pki/apiserver.key").exists(),
+        )
+    };
+    assert_eq!(apiserver_files(), (true, true));
+    let apiserver_label = format!("{}-apiserver", s.label);
+    let both =
+        |value: Option<&str>| serde_json::json!({"metadata": {"labels": {&s.label: value, &apiserver_label: value}}});
+    patch_node(&s, &s.node.name, both(Some("enabled"))).await;
+    let dependent = s
+        .create_dependent_daemonset(APISERVER, &apiserver_label, ETCD, &s.node.name)
+        .await;
+    let pods: Api<Pod> = Api::namespaced(s.admin.clone(), &s.ns);
+
+    // The etcd hook, started as the kubelet starts it, beside the kube-apiserver hook.
+    let start_etcd_hook = |log: &str| {
+        let log = s.work.path().join(log);
+        let child = s
+            .pre_stop_command(&s.node, &p1, &s.kubeconfig, &["--timeout", "40s"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        (child, log)
+    };
+    // Until the etcd hook says it waits; it must not finish first.
+    let waiting = async |child: &mut std::process::Child, log: &std::path::Path| {
+        let deadline = std::time::Instant::now() + WAIT;
+        loop {
+            let text = fs::read_to_string(log).unwrap_or_default();
+            if text.contains("removing in dependency order") {
+                return;
+            }
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!("the etcd hook finished ({status}) before kube-apiserver's ran:\n{text}");
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the etcd hook did not wait:\n{text}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    };
+    let finish = |child: std::process::Child, log: &std::path::Path| {
+        let out = child.wait_with_output().unwrap();
+        let log = fs::read_to_string(log).unwrap();
+        assert!(out.status.success(), "{log}");
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        (json, log)
+    };
+
+    // 1. The node leaves both charts; the kube-apiserver hook keeps (its guard: no other copy)
+    //    and its pod goes: etcd stays under the API server that needs it.
+    patch_node(&s, &s.node.name, both(None)).await;
+    s.wait_terminating(&p1).await;
+    s.wait_terminating(&dependent).await;
+    let (mut etcd_hook, log) = start_etcd_hook("etcd-hook-1.log");
+    waiting(&mut etcd_hook, &log).await;
+    assert_eq!(s.files_present(), (true, true), "etcd waits");
+    let (out, json) = parse_output(
+        s.pre_stop_command_of(
+            &apiserver_config,
+            &s.node,
+            &dependent,
+            &s.kubeconfig,
+            &["--quorum-guard", "last-copy"],
+        )
+        .output()
+        .unwrap(),
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(json["decision"], "held", "{json}");
+    let release = serde_json::json!({"metadata": {"finalizers": null}});
+    pods.patch(&dependent, &PatchParams::default(), &Patch::Merge(&release))
+        .await
+        .unwrap();
+    let (json, log) = tokio::task::spawn_blocking(move || finish(etcd_hook, &log))
+        .await
+        .unwrap();
+    assert_eq!(json["decision"], "held", "{json}\n{log}");
+    assert!(
+        json["reason"]
+            .as_str()
+            .unwrap()
+            .contains("order-apiserver depends on it and stays"),
+        "{json}"
+    );
+    assert_eq!(s.files_present(), (true, true));
+    assert_eq!(apiserver_files(), (true, true));
+
+    // 2. The node is selected again and leaves again; this time the kube-apiserver hook
+    //    removes kube-apiserver (no guard covers the name), and etcd follows it.
+    patch_node(
+        &s,
+        &s.node.name,
+        serde_json::json!({"metadata": {"labels": {&apiserver_label: "enabled"}}}),
+    )
+    .await;
+    let dependent = s.pod_of("order-apiserver-anchor", &s.node.name).await;
+    patch_node(&s, &s.node.name, both(None)).await;
+    s.wait_terminating(&dependent).await;
+    let (mut etcd_hook, log) = start_etcd_hook("etcd-hook-2.log");
+    waiting(&mut etcd_hook, &log).await;
+    assert_eq!(s.files_present(), (true, true), "etcd waits");
+    let (out, json) = parse_output(
+        s.pre_stop_command_of(&apiserver_config, &s.node, &dependent, &s.kubeconfig, &[])
+            .output()
+            .unwrap(),
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(json["decision"], "remove", "{json}");
+    assert_eq!(apiserver_files(), (false, false));
+    let (json, log) = tokio::task::spawn_blocking(move || finish(etcd_hook, &log))
+        .await
+        .unwrap();
+    assert_eq!(json["decision"], "remove", "{json}\n{log}");
+    assert_eq!(s.files_present(), (false, false));
     s.release_pods().await;
 }
 

@@ -385,6 +385,97 @@ pub fn dependents(
         .collect()
 }
 
+/// A dependent component's files on this node, as its ledger there records them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FilesHere {
+    /// Nothing of it here: no ledger, or one that holds no file.
+    Nothing,
+    /// Its own hook has decommissioned it here: its files are going, and no daemon writes them
+    /// again.
+    Decommissioned,
+    /// Its files are here and nothing says they go.
+    Kept,
+    /// Its ledger cannot be read (why).
+    Unreadable(String),
+}
+
+impl FilesHere {
+    /// What a dependent's ledger on this node says.
+    pub fn of(ledger: &crate::ledger::Ledger) -> Self {
+        if ledger.decommissioned.is_some() {
+            FilesHere::Decommissioned
+        } else if ledger.has_files() {
+            FilesHere::Kept
+        } else {
+            FilesHere::Nothing
+        }
+    }
+}
+
+/// Whether a proven removal may go ahead now, in dependency order ([`removal_order`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Order {
+    /// No dependent that goes with this component is left on the node.
+    Now,
+    /// A dependent that goes is still on the node, its hook at work: wait (why).
+    Wait(String),
+    /// A dependent's anchor pod is gone and its files stayed: it keeps running here, and this
+    /// component stays under it (why).
+    Held(String),
+}
+
+/// The dependents a proven removal waits for: those on this node that go with it (all of them
+/// when the node itself is being deleted). One that stays under the operator's consent is not
+/// waited for.
+pub fn goes_with(evidence: &Evidence) -> Vec<Dependent> {
+    let node_deleting = matches!(&evidence.node, Lookup::Found(node) if node.deleting);
+    match &evidence.dependents {
+        Some(Lookup::Found(dependents)) => dependents
+            .iter()
+            .filter(|d| d.going || node_deleting)
+            .cloned()
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// A node leaving several charts at once runs every anchor's hook at the same moment. Removal
+/// goes in dependency order: this component goes only once each dependent in `waited` (the
+/// [`goes_with`] of every look so far) has nothing left here or has decommissioned itself here.
+/// Removing etcd first stops the node's API server under the kube-apiserver hook, which then
+/// cannot gather its evidence through it and keeps kube-apiserver's files and keys on a node
+/// that leaves. While a waited dependent's anchor pod is still listed (in `evidence`, or not
+/// listed at all), its hook is at work: wait. Once its pod is gone with its files kept (its hook
+/// found no decommission), it stays, and so does this component, unless the operator consented.
+pub fn removal_order(evidence: &Evidence, waited: &[Dependent], files_here: impl Fn(&str) -> FilesHere) -> Order {
+    let listed = |d: &Dependent| match &evidence.dependents {
+        Some(Lookup::Found(now)) => now.iter().any(|x| x.namespace == d.namespace && x.name == d.name),
+        _ => true,
+    };
+    let mut wait = None;
+    for d in waited {
+        let unread = match files_here(&d.component) {
+            FilesHere::Nothing | FilesHere::Decommissioned => continue,
+            FilesHere::Kept => String::new(),
+            FilesHere::Unreadable(why) => format!(" (its ledger cannot be read: {why})"),
+        };
+        if listed(d) {
+            wait.get_or_insert_with(|| {
+                format!(
+                    "{} goes too and is still on this node{unread}: its anchor pod {}/{} has not decommissioned it yet",
+                    d.component, d.namespace, d.name
+                )
+            });
+        } else if !consented(evidence) {
+            return Order::Held(format!(
+                "{} depends on it and stays: its anchor pod {}/{} is gone and left its files on this node{unread}",
+                d.component, d.namespace, d.name
+            ));
+        }
+    }
+    wait.map_or(Order::Now, Order::Wait)
+}
+
 /// Ok(why this is a decommission) or Err(why it is not proved).
 fn proof(evidence: &Evidence) -> Result<String, String> {
     let pod = match &evidence.pod {
@@ -1436,5 +1527,74 @@ mod tests {
         assert!(names("etcd", Some(&labelled), &deleting)[0].1);
         assert!(!names("etcd", Some(&labelled), &[])[0].1);
         assert!(!names("etcd", None, &selecting)[0].1);
+    }
+
+    /// The order of removal, every combination: a waited dependent's files here (nothing,
+    /// decommissioned, kept, unreadable) × its anchor pod still listed, gone, or the list
+    /// unavailable × the operator's consent. The expectation is written independently of
+    /// `removal_order`: go when its files are not kept, else wait while its pod may still be at
+    /// work, else hold unless consented.
+    #[test]
+    fn removal_waits_for_each_dependent_that_goes_and_holds_under_one_that_stayed() {
+        let files = [
+            ("nothing", FilesHere::Nothing),
+            ("decommissioned", FilesHere::Decommissioned),
+            ("kept", FilesHere::Kept),
+            ("unreadable", FilesHere::Unreadable("permission denied".into())),
+        ];
+        let listings: [(&str, Option<Lookup<Vec<Dependent>>>); 4] = [
+            ("listed", Some(Lookup::Found(vec![dependent(true)]))),
+            ("gone", Some(Lookup::Found(vec![]))),
+            ("unavailable", Some(unavailable())),
+            ("not listed", None),
+        ];
+        for (files_name, here) in &files {
+            for (listing_name, listing) in &listings {
+                for consent in [false, true] {
+                    let mut e = ev(pod(true, true), Some(Lookup::NotFound), node(&[], false, consent), None);
+                    e.dependents = listing.clone();
+                    let order = removal_order(&e, &[dependent(true)], |c| {
+                        assert_eq!(c, "kube-apiserver");
+                        here.clone()
+                    });
+                    let kept = matches!(here, FilesHere::Kept | FilesHere::Unreadable(_));
+                    let may_be_at_work = *listing_name != "gone";
+                    let case = format!("{files_name}, {listing_name}, consent {consent}: {order:?}");
+                    match order {
+                        Order::Now => assert!(!kept || (!may_be_at_work && consent), "{case}"),
+                        Order::Wait(why) => {
+                            assert!(kept && may_be_at_work, "{case}");
+                            assert!(why.contains("kube-apiserver-anchor-x"), "{case}");
+                            assert_eq!(why.contains("permission denied"), *files_name == "unreadable", "{case}");
+                        }
+                        Order::Held(why) => {
+                            assert!(kept && !may_be_at_work && !consent, "{case}");
+                            assert!(why.contains("left its files on this node"), "{case}");
+                        }
+                    }
+                }
+            }
+        }
+        // Nothing waited for: now.
+        let e = ev(pod(true, true), Some(Lookup::NotFound), node(&[], false, false), None);
+        assert_eq!(removal_order(&e, &[], |_| FilesHere::Kept), Order::Now);
+    }
+
+    /// What a proven removal waits for: the dependents that go with it, every one when the
+    /// node is being deleted; one that stays under consent is not waited for.
+    #[test]
+    fn a_removal_waits_for_the_dependents_that_go_with_it() {
+        let mut e = ev(pod(true, true), Some(Lookup::NotFound), node(&[], false, true), None);
+        let staying = Dependent {
+            name: "kcm".into(),
+            component: "kube-controller-manager".into(),
+            ..dependent(false)
+        };
+        e.dependents = Some(Lookup::Found(vec![dependent(true), staying.clone()]));
+        assert_eq!(goes_with(&e), [dependent(true)]);
+        e.node = node(&[], true, false);
+        assert_eq!(goes_with(&e), [dependent(true), staying]);
+        e.dependents = Some(unavailable());
+        assert!(goes_with(&e).is_empty());
     }
 }

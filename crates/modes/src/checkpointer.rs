@@ -164,6 +164,8 @@ async fn pre_stop(args: CheckpointerPreStopArgs) -> anyhow::Result<ExitCode> {
         CHECKPOINTER_COMPONENT,
         None,
         evidence_until,
+        // No anchor depends on the checkpointer: nothing to wait for.
+        &|_| kube_anchor_core::decommission::FilesHere::Nothing,
     )
     .await;
     let reason = match decision {

@@ -32,7 +32,7 @@ use crate::engine::{Engine, Inputs};
 use crate::etcd_member::{self, LeaveReport};
 use kube_anchor_core::config::EtcdMember;
 use kube_anchor_core::config::Role;
-use kube_anchor_core::decommission::{self, Decision, Lookup, ThisPod};
+use kube_anchor_core::decommission::{self, Decision, FilesHere, Lookup, ThisPod};
 use kube_anchor_core::hostpath::HostPath;
 use kube_anchor_core::runtime::RuntimeView;
 use kube_anchor_core::staticpod;
@@ -99,6 +99,12 @@ async fn run_inner(args: &PreStopArgs, deadline: Instant) -> anyhow::Result<Exit
         &component,
         static_pod.as_ref(),
         evidence_until,
+        // Every anchor on the node shares the state dir: a dependent's ledger says whether its
+        // own hook has taken it off the node yet.
+        &|dependent| match engine.ledger(dependent) {
+            Ok(ledger) => FilesHere::of(&ledger),
+            Err(e) => FilesHere::Unreadable(e.to_string()),
+        },
     )
     .await;
     let reason = match &decision {
