@@ -4,12 +4,17 @@
 //! (pods reaching the API node-locally, as on a node without kube-proxy), a bad kube-apiserver
 //! push blinds the anchor of the very node that took it: no mirror pod status, no Event, no
 //! rollout Lease. `--api-server` lists the other API servers; requests go to the current one,
-//! and a transport failure (or a 502/503/504) moves it, and every later request, to the next. The same
+//! and a transport failure (or a 502/503/504) moves it, and every later request, to the next.
+//! So does silence: an API server whose etcd is gone, or a powered-off node's address that
+//! drops packets, answers nothing at all, and a caller's own timeout would otherwise leave it
+//! current for every request after. A read not answered within [`ATTEMPT_TIMEOUT`] goes on to
+//! the next server, and a request its caller abandons unanswered moves the pool on. The same
 //! credentials (token or client certificate, CA) are used for each, so every API server's
 //! serving certificate must name the address it is reached at.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use http::{Method, Request, Response, StatusCode};
 use kube::client::Body;
@@ -50,6 +55,11 @@ pub fn client(config: Config, extra_servers: &[http::Uri]) -> Result<Client, kub
     Ok(Client::new(service, default_namespace))
 }
 
+/// How long a read waits for a server's answer (its status line and headers, not the body: a
+/// watch's stream is not cut) before it is asked of the next server. A loaded API server that
+/// answers later costs one more request; a silent one costs this much, once.
+pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(4);
+
 struct Server {
     url: http::Uri,
     client: Client,
@@ -63,12 +73,15 @@ struct Pool {
 impl Pool {
     /// Tries each server at most once, starting at the current one. A request whose body cannot
     /// be replayed, or a POST (a create might have happened before the answer was lost), is not
-    /// sent twice: it fails, and the next request goes to the next server.
+    /// sent twice: it fails, and the next request goes to the next server. A read unanswered
+    /// after [`ATTEMPT_TIMEOUT`] goes on to the next server (the last one is waited for as long
+    /// as the caller waits); a write is never cut short here, since it may still be applied.
     async fn send(&self, request: Request<Body>) -> Result<Response<Body>, kube::Error> {
         let (parts, body) = request.into_parts();
         let n = self.servers.len();
         let replayable = parts.method != Method::POST && body.try_clone().is_some();
         let attempts = if replayable { n } else { 1 };
+        let read = matches!(parts.method, Method::GET | Method::HEAD);
         let start = self.current.load(Ordering::Relaxed);
         let mut body = Some(body);
         for step in 0..attempts {
@@ -80,7 +93,21 @@ impl Pool {
                 body.as_ref().and_then(Body::try_clone)
             };
             let request = Request::from_parts(parts.clone(), this_body.expect("checked replayable"));
-            match self.servers[index].client.send(request).await {
+            let unanswered = Unanswered { pool: self, index };
+            let answer = self.servers[index].client.send(request);
+            let answer = if read && !last {
+                match tokio::time::timeout(ATTEMPT_TIMEOUT, answer).await {
+                    Ok(answer) => answer,
+                    Err(_) => {
+                        drop(unanswered);
+                        continue;
+                    }
+                }
+            } else {
+                answer.await
+            };
+            unanswered.answered();
+            match answer {
                 Ok(response) if !is_unavailable(response.status()) => return Ok(response),
                 Ok(response) => {
                     self.move_on(index, &format!("answered {}", response.status()));
@@ -114,6 +141,25 @@ impl Pool {
                 "API server unavailable; using the next one"
             );
         }
+    }
+}
+
+/// Armed while a server has not answered: dropped so (a read's attempt timed out, or the
+/// caller gave up on the request), it moves the pool past that server.
+struct Unanswered<'p> {
+    pool: &'p Pool,
+    index: usize,
+}
+
+impl Unanswered<'_> {
+    fn answered(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        self.pool.move_on(self.index, "no answer in time");
     }
 }
 
@@ -198,6 +244,68 @@ mod tests {
         let client = super::client(config(a), &[b]).unwrap();
         assert_eq!(get(&client).await.unwrap(), 503);
         assert_eq!((a_hits.load(Ordering::Relaxed), b_hits.load(Ordering::Relaxed)), (1, 1));
+    }
+
+    /// A server that takes connections and never answers: an API server whose etcd is gone.
+    async fn silent() -> http::Uri {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((conn, _)) = listener.accept().await {
+                held.push(conn);
+            }
+        });
+        format!("http://{addr}").parse().unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_read_a_silent_server_does_not_answer_goes_on_to_the_next_and_later_requests_stay_there() {
+        let (alive, hits) = serve(200).await;
+        let client = super::client(config(silent().await), &[alive]).unwrap();
+        let started = std::time::Instant::now();
+        let answer = tokio::time::timeout(ATTEMPT_TIMEOUT * 3, get(&client)).await;
+        assert_eq!(answer.expect("answered by the next server").unwrap(), 200);
+        assert!(started.elapsed() >= ATTEMPT_TIMEOUT, "asked the silent server first");
+        let started = std::time::Instant::now();
+        assert_eq!(get(&client).await.unwrap(), 200);
+        assert!(
+            started.elapsed() < ATTEMPT_TIMEOUT,
+            "not asked again: {:?}",
+            started.elapsed()
+        );
+        assert_eq!(hits.load(Ordering::Relaxed), 2);
+    }
+
+    #[tokio::test]
+    async fn a_request_its_caller_gives_up_on_moves_the_pool_past_a_silent_server() {
+        let (alive, hits) = serve(200).await;
+        let client = super::client(config(silent().await), &[alive]).unwrap();
+        let gave_up = tokio::time::timeout(std::time::Duration::from_millis(500), get(&client)).await;
+        assert!(gave_up.is_err(), "the caller timed out first");
+        let answer = tokio::time::timeout(ATTEMPT_TIMEOUT / 2, get(&client)).await;
+        assert_eq!(answer.expect("went to the next server at once").unwrap(), 200);
+        assert_eq!(hits.load(Ordering::Relaxed), 1);
+    }
+
+    #[tokio::test]
+    async fn a_write_is_not_cut_short_nor_sent_again() {
+        let (alive, hits) = serve(200).await;
+        let client = super::client(config(silent().await), &[alive]).unwrap();
+        let put = || {
+            Request::put("/api/v1/namespaces/x/configmaps/y")
+                .body(Body::from(b"{}".to_vec()))
+                .unwrap()
+        };
+        let waited = ATTEMPT_TIMEOUT + std::time::Duration::from_secs(1);
+        let answer = tokio::time::timeout(waited, client.send(put())).await;
+        assert!(answer.is_err(), "still waiting on the first server after {waited:?}");
+        assert_eq!(hits.load(Ordering::Relaxed), 0, "not sent to a second server");
+        let next = tokio::time::timeout(ATTEMPT_TIMEOUT / 2, client.send(put())).await;
+        assert_eq!(
+            next.expect("the next one goes to the next server").unwrap().status(),
+            200
+        );
     }
 
     #[tokio::test]
