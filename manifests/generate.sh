@@ -13,7 +13,7 @@ check=false
 render() { # name chart args...
   local name=$1 chart=$2
   shift 2
-  (cd "$root/charts/$chart" && "$helm" dependency build >/dev/null)
+  HELM=$helm "$root/tools/chart-deps.sh" "$chart"
   {
     echo "# Rendered from charts/$chart by manifests/generate.sh; do not edit."
     "$helm" template "$@" "$root/charts/$chart" --namespace kube-system

@@ -140,4 +140,6 @@ ln -sfn "$promtool_bin" "$bin/promtool"
 ln -sfn "$prometheusrule_crd" "$bin/prometheusrules-crd.yaml"
 ln -sfn "$runtime_dir" "$bin/runtime"
 ln -sfn "$registry_bin" "$bin/registry"
+# Built here, before any test reads the charts (tools/chart-deps.sh says why).
+HELM=$bin/helm "$here/chart-deps.sh"
 log "ready: $(cd "$bin" && echo *)"

@@ -38,7 +38,7 @@ for chart in "$root"/charts/*/Chart.yaml; do
     exit 1
   fi
   grep -q '^type: library' "$chart" && continue
-  (cd "$dir" && "$helm" dependency build >/dev/null)
+  HELM=$helm "$root/tools/chart-deps.sh" "$name"
   "$helm" package "$dir" --destination "$out/charts" >/dev/null
 done
 "$helm" repo index "$out/charts"

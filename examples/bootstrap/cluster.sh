@@ -249,7 +249,7 @@ cmd_template() {
   umask 077
   : >"$dir/cluster.yaml.partial"
   for chart in "${components[@]}"; do
-    (cd "$charts/$chart" && "$helm" dependency build >/dev/null)
+    HELM=$helm "$charts/../tools/chart-deps.sh" "$chart"
     values_args "$dir" "$chart"
     "$helm" template "$chart" "$charts/$chart" --namespace kube-system "${values[@]}" >>"$dir/cluster.yaml.partial"
   done

@@ -1778,9 +1778,7 @@ fn values() -> Vec<(&'static str, String)> {
 }
 
 /// The bad credentials the run pushes, made from a PKI of the example script: each replaces its
-/// credential with a key of another pair. (Only `cluster.sh pki`, which runs no helm: two
-/// `helm dependency build`s of one chart at once break each other, and the run beside this test
-/// builds them.)
+/// credential with a key of another pair. (Only `cluster.sh pki`: the test needs no chart.)
 #[test]
 fn mismatched_keys_come_from_other_pairs() {
     let dir = test_dir().join("lifecycle-mismatched");

@@ -32,22 +32,19 @@ pub fn ok(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// The chart's directory, its library dependency built once per test process.
-///
-/// `helm dependency build` stages into `tmpcharts-<pid>` inside the chart directory and removes
-/// it when done, so two tests of one binary building the same chart at once break each other
-/// ("lstat …/tmpcharts-<pid>: no such file or directory"). One lock serialises the builds.
+/// The chart's directory, its library dependency built when missing or stale
+/// (tools/chart-deps.sh, which says why a build must not run while others read the chart).
 pub fn chart(name: &str) -> String {
-    static BUILT: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+    static CHECKED: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
     let dir = repo_root().join("charts").join(name);
-    let mut built = BUILT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    if !built.contains(name) {
-        ok(&Command::new(tool("helm"))
-            .args(["dependency", "build"])
-            .current_dir(&dir)
+    let mut checked = CHECKED.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if !checked.contains(name) {
+        ok(&Command::new(repo_root().join("tools/chart-deps.sh"))
+            .arg(name)
+            .env("HELM", tool("helm"))
             .output()
             .unwrap());
-        built.insert(name.to_owned());
+        checked.insert(name.to_owned());
     }
     dir.display().to_string()
 }
