@@ -89,8 +89,13 @@ pub enum TurnEvent<'a> {
         now: Instant,
         wall: SystemTime,
     },
-    /// After an evaluation: the ledger says how the held turn's version fares.
-    Review { ledger: &'a Ledger, now: Instant },
+    /// After an evaluation: the ledger says how the held turn's version fares; `runs`: the
+    /// version written here when the evaluation found it running converged (Ready), else `None`.
+    Review {
+        ledger: &'a Ledger,
+        runs: Option<&'a str>,
+        now: Instant,
+    },
     /// [`TurnAction::GiveBack`] was done.
     GivenBack,
     /// [`TurnAction::Renew`] was done.
@@ -267,11 +272,18 @@ impl Turn {
                     actions,
                 )
             }
-            TurnEvent::Review { ledger, now } => {
+            TurnEvent::Review { ledger, runs, now } => {
                 let actions = match &held {
                     Held::Unrecovered(Some(h)) | Held::Held(h) => {
                         let failed = ledger.bad_version(&h.version).is_some();
-                        if ledger.last_known_good.as_deref() == Some(h.version.as_str()) || failed {
+                        // Given back once the node runs a known-good version, not once the
+                        // ledger names one: a return to last-known-good (inputs reverted, or
+                        // the turn's version abandoned for it) restarts the component as an
+                        // upgrade does, and the next node must not restart its own meanwhile
+                        // (two etcd members down at once is a quorum lost). A version promoted
+                        // by its trial runs converged by then.
+                        let settled = runs.is_some() && runs == ledger.last_known_good.as_deref();
+                        if settled || failed {
                             vec![TurnAction::GiveBack {
                                 version: h.version.clone(),
                                 failed,
@@ -393,7 +405,18 @@ mod tests {
             accepted,
             now: at(1),
         };
-        let review = |ledger, now| TurnEvent::Review { ledger, now: at(now) };
+        let review = |ledger, now| TurnEvent::Review {
+            ledger,
+            runs: ledger.content_hash.as_deref(),
+            now: at(now),
+        };
+        // The node wrote its last-known-good version and does not run it yet.
+        let restarting = |ledger, now| TurnEvent::Review {
+            ledger,
+            runs: None,
+            now: at(now),
+        };
+        let back_to_good = ledger(Some("A"), Some("A"), &[]);
         let table: Vec<(&str, Turn, TurnEvent, Turn, Vec<TurnAction>)> = vec![
             // A sync gates the version it would write.
             ("no turn needed", unrecovered(), gate("B", false), unrecovered(), vec![]),
@@ -589,6 +612,61 @@ mod tests {
                 "rolled back: given back, failed",
                 held("B", 0),
                 review(&rolled_back, 1),
+                held("B", 0),
+                vec![GiveBack {
+                    version: "B".into(),
+                    failed: true,
+                }],
+            ),
+            // Seed 50 of the lifecycle run: an etcd member on trial with B was cut off, its
+            // inputs went back to A (last-known-good), and the new process took up the turn for
+            // what it had written. Given back at once, the next node restarted its member while
+            // this one still started: no quorum.
+            (
+                "back to last-known-good, not running it yet: kept",
+                held("A", 0),
+                restarting(&back_to_good, 5),
+                held("A", 0),
+                vec![],
+            ),
+            (
+                "back to last-known-good, not running it yet: renewed",
+                held("A", 0),
+                restarting(&back_to_good, 10),
+                held("A", 0),
+                vec![Renew],
+            ),
+            (
+                "back to last-known-good, running it: given back",
+                held("A", 0),
+                review(&back_to_good, 5),
+                held("A", 0),
+                vec![GiveBack {
+                    version: "A".into(),
+                    failed: false,
+                }],
+            ),
+            (
+                "the turn's version abandoned for last-known-good, not running yet: kept",
+                held("B", 0),
+                restarting(&back_to_good, 5),
+                held("B", 0),
+                vec![],
+            ),
+            (
+                "the turn's version abandoned for last-known-good, running it: given back",
+                held("B", 0),
+                review(&back_to_good, 5),
+                held("B", 0),
+                vec![GiveBack {
+                    version: "B".into(),
+                    failed: false,
+                }],
+            ),
+            (
+                "rolled back, last-known-good not running yet: given back, failed (recorded, no node tries it)",
+                held("B", 0),
+                restarting(&rolled_back, 1),
                 held("B", 0),
                 vec![GiveBack {
                     version: "B".into(),

@@ -308,12 +308,16 @@ impl Daemon {
         }
     }
 
-    /// Periodic evaluation is needed only while a version is on trial or not converged, and
-    /// (slower) to keep checking a health URL.
+    /// Periodic evaluation is needed only while a version is on trial or not converged, or a
+    /// rollout turn is held (it is given back from an evaluation), and (slower) to keep checking
+    /// a health URL.
     fn evaluation_interval(&self) -> Option<Duration> {
         if self.api.client().is_none() && self.health.is_none() && self.runtime.is_none() {
             None // nothing to learn by looking again
-        } else if self.version.trial().is_some() || (!self.converged && self.written.is_some()) {
+        } else if self.version.trial().is_some()
+            || (!self.converged && self.written.is_some())
+            || self.turn.holding().is_some()
+        {
             Some(TRIAL_TICK)
         } else if self.health.is_some() || self.runtime.is_some() {
             Some(self.args.health_interval)
@@ -1134,8 +1138,9 @@ impl Daemon {
         given
     }
 
-    /// Renews the turn while its version is on trial; gives it back once the version is
-    /// last-known-good or rolled back (recording the revision, so no other node tries it).
+    /// Renews the turn while its version is on trial; gives it back once the node runs a
+    /// last-known-good version converged, or once the turn's version is rolled back (recording
+    /// the revision, so no other node tries it).
     async fn keep_or_give_back_turn(&mut self) {
         let (Some(_), Some(lease)) = (self.turn.holding(), self.rollout_lease.clone()) else {
             return;
@@ -1148,8 +1153,14 @@ impl Daemon {
         let Ok(ledger) = self.engine.ledger(&self.component) else {
             return;
         };
+        let runs = self
+            .written
+            .as_ref()
+            .filter(|_| self.converged)
+            .map(|w| w.content_hash.clone());
         let actions = self.step_turn(TurnEvent::Review {
             ledger: &ledger,
+            runs: runs.as_deref(),
             now: Instant::now(),
         });
         for action in actions {
