@@ -13,6 +13,8 @@
 #   KUBE_ANCHOR_LIFECYCLE_JOBS=2 tools/lifecycle.sh OPS SEED...  two seeds at a time, each bed on
 #                                     a network of its own (127.0.10.x, 127.0.11.x, ...), every
 #                                     line prefixed with its seed
+#   KUBE_ANCHOR_LIFECYCLE_NET_BASE=12 tools/lifecycle.sh ...   beds from 127.0.12.x on, so that a
+#                                     second invocation (another budget) runs beside the first
 # With several seeds, one run per seed, one after another (or JOBS at a time); exits 1 when any
 # of them failed.
 # CI runs a short sequence (15 operations of seed 3, after the scripted self-hosted scenarios on
@@ -28,6 +30,7 @@ ops=${1:-40}
 shift || true
 seeds=("${@:-3}")
 jobs=${KUBE_ANCHOR_LIFECYCLE_JOBS:-1}
+net_base=${KUBE_ANCHOR_LIFECYCLE_NET_BASE:-10}
 # The binary runs on its own, so that several runs can go at once.
 bin=$(tools/test-binary.sh selfhosted)
 
@@ -59,7 +62,7 @@ for seed in "${seeds[@]}"; do
   while ((${#slot_of[@]} >= jobs)); do finish_one; done
   slot=${free[0]}
   free=("${free[@]:1}")
-  run "$seed" "127.0.$((10 + slot))" &
+  run "$seed" "127.0.$((net_base + slot))" &
   slot_of[$!]=$slot
 done
 while ((${#slot_of[@]})); do finish_one; done
