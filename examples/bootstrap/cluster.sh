@@ -311,11 +311,43 @@ cmd_install() {
   done
 }
 
+# upgrade_release DIR RELEASE CHART [HELM ARGS...]: helm upgrade, once more after unsticking a
+# release a cut-off upgrade left pending. An upgrade whose API server goes away mid-way (an etcd
+# rollout restarts the member under that server) can leave its revision pending-upgrade, and
+# every later upgrade then fails with "another operation (install/upgrade/rollback) is in
+# progress" (helm/helm#4558). What an operator does, done only once the revision has been
+# pending for more than a minute (no helm still at work on it: an upgrade without --wait takes
+# seconds): roll back to the revision before it, the deployed one, and upgrade again.
+upgrade_release() {
+  local dir=$1 release=$2 chart=$3 err
+  shift 3
+  err=$("$helm" upgrade "$release" "$chart" --namespace kube-system --kubeconfig "$(admin "$dir")" "$@" 2>&1 >/dev/null) && return
+  if [[ $err == *"another operation (install/upgrade/rollback) is in progress"* ]] && unstick "$dir" "$release"; then
+    "$helm" upgrade "$release" "$chart" --namespace kube-system --kubeconfig "$(admin "$dir")" "$@" >/dev/null
+    return
+  fi
+  echo "$err" >&2
+  return 1
+}
+
+# unstick DIR RELEASE: roll RELEASE back from a revision left pending for more than a minute.
+unstick() {
+  local dir=$1 release=$2 last status updated revision
+  last=$("$helm" history "$release" --namespace kube-system --kubeconfig "$(admin "$dir")" --max 1 -o json 2>/dev/null) || return 1
+  status=$(grep -o '"status":"[^"]*"' <<<"$last" | tail -n 1 | cut -d '"' -f 4)
+  updated=$(grep -o '"updated":"[^"]*"' <<<"$last" | tail -n 1 | cut -d '"' -f 4)
+  revision=$(grep -o '"revision":[0-9]*' <<<"$last" | tail -n 1 | cut -d : -f 2)
+  [[ $status == pending-* && ${revision:-1} -gt 1 && -n $updated ]] || return 1
+  (($(date +%s) - $(date -d "$updated" +%s) > 60)) || return 1
+  echo "cluster.sh: $release revision $revision was left $status at $updated; rolling back to revision $((revision - 1))" >&2
+  "$helm" rollback "$release" "$((revision - 1))" --namespace kube-system --kubeconfig "$(admin "$dir")" >/dev/null
+}
+
 cmd_upgrade() {
   local dir=$1 chart=$2
   shift 2
   values_args "$dir" "$chart"
-  "$helm" upgrade "${RELEASE:-$chart}" "$charts/$chart" --namespace kube-system --kubeconfig "$(admin "$dir")" "${values[@]}" "$@" >/dev/null
+  upgrade_release "$dir" "${RELEASE:-$chart}" "$charts/$chart" "${values[@]}" "$@"
   echo "cluster.sh: upgraded ${RELEASE:-$chart}"
 }
 
@@ -325,7 +357,7 @@ cmd_rename() {
   [[ $from != "$to" ]] || die "rename: $from and $to are the same release"
   values_args "$dir" "$chart"
   # upgrade --install: a second run after a failed uninstall finds TO installed.
-  "$helm" upgrade --install "$to" "$charts/$chart" --namespace kube-system --kubeconfig "$(admin "$dir")" "${values[@]}" "$@" >/dev/null
+  upgrade_release "$dir" "$to" "$charts/$chart" --install "${values[@]}" "$@"
   "$helm" uninstall "$from" --namespace kube-system --kubeconfig "$(admin "$dir")" --ignore-not-found >/dev/null
   echo "cluster.sh: renamed $from to $to (the kept RBAC objects of $from stay until deleted, see the chart's NOTES)"
 }
