@@ -17,6 +17,7 @@ pub mod history;
 pub mod hostpath;
 pub mod ledger;
 pub mod lifecycle;
+pub mod machine;
 pub mod membership;
 pub mod node_status;
 pub mod pinned;

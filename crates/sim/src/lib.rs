@@ -6,6 +6,9 @@
 
 #![forbid(unsafe_code)]
 
+pub mod fleet;
+pub mod scenarios;
+
 use std::time::Duration;
 
 use kube_anchor_core::checkpoint::{self, Action, Generation, Local, LocalView, Observation, Parent, State};

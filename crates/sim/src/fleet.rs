@@ -1,0 +1,1272 @@
+//! A deterministic simulation of a control plane (etcd and kube-apiserver as static pods on 1 or
+//! 3 nodes) in which every node's anchors run the project's decision machine
+//! ([`kube_anchor_core::machine::Anchor`]) and etcd membership decision
+//! ([`kube_anchor_core::membership::decide_join`]), while an operator pushes versions (good and
+//! bad of every kind) and the world cuts power, restarts kubelets and re-images nodes.
+//!
+//! Virtual time in one-second steps; every duration the world draws comes from one seeded
+//! generator, maps are ordered, and nothing reads a clock, so a seed and a list of operations
+//! replay exactly. The world is modelled here and calls no project code: each rule says where it
+//! comes from (design.md, "The fleet simulation"). After every step the invariants are checked
+//! against the world's own state, not against what the anchors believe.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::time::{Duration, Instant, SystemTime};
+
+use kube_anchor_core::ledger::{BadVersion, Ledger};
+use kube_anchor_core::machine::{Anchor, Effect, EvaluateFacts, Input, Settings, SyncFacts};
+use kube_anchor_core::membership::{self, Join, JoinFacts, Me, Member, Observed};
+use kube_anchor_core::rollout::{self, LeaseView};
+use kube_anchor_core::runtime::{ContainerState, LocalContainer, LocalPod, RuntimeView};
+use kube_anchor_core::trial::{HealthFailure, MirrorPod, VersionView};
+use kube_anchor_core::turn::Answer;
+
+use crate::Rng;
+
+pub const ETCD: usize = 0;
+pub const APISERVER: usize = 1;
+pub const COMPONENTS: [&str; 2] = ["etcd", "kube-apiserver"];
+
+/// The charts' defaults (charts/*/values.yaml: `trialPeriod: 5m`, `crashLoopThreshold: 3`).
+const TRIAL_PERIOD: u64 = 300;
+const CRASH_LOOP_THRESHOLD: u32 = 3;
+/// The daemon's evaluation while a version is on trial or a turn held (`TRIAL_TICK`), its
+/// `--health-interval` default otherwise, and its `TURN_RETRY` while a version waits.
+const TRIAL_TICK: u64 = 1;
+const HEALTH_INTERVAL: u64 = 10;
+const TURN_RETRY: u64 = 2;
+/// The kubelet's crash-loop back-off: 10 s doubling to 5 minutes (kubelet `backOffPeriod`,
+/// `MaxContainerBackOff`).
+const BACKOFF_START: u64 = 10;
+const BACKOFF_MAX: u64 = 300;
+/// kube-apiserver exits when its post-start hooks cannot reach etcd within about 30 s of a start
+/// (design.md, "Evidence").
+const APISERVER_WITHOUT_ETCD: u64 = 30;
+/// After the operator's last operation the world is left alone this long: every rollout must
+/// have ended by then (three nodes × a five-minute trial, back-offs and boots).
+pub const SETTLE: u64 = 40 * 60;
+/// A node whose power came back counts as taken down by the world until its kubelet has run
+/// this long (containers start, etcd elects, the API server syncs its informers).
+const BOOT_GRACE: u64 = 120;
+/// The cluster ID of the cluster the fleet was created as.
+const MAIN_CLUSTER: u64 = 1;
+
+/// What a version does wrong.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Fault {
+    /// A flag the binary refuses: it exits at once, every start.
+    RefusedFlag,
+    /// It runs, and its health URL never answers (the chart moved it).
+    HealthMoved,
+    /// A certificate with the wrong key: `credentials::check` refuses it, nothing is written.
+    WrongKey,
+    /// etcd: a serving certificate without `127.0.0.1`; kube-apiserver: one without the
+    /// Service IP. The component is healthy; its clients cannot verify it.
+    ServingNameDropped,
+    /// kube-apiserver: the client CA replaced without the old one in a bundle: every client
+    /// certificate of the old CA (kubelets, controllers, admins) is refused.
+    CaWithoutBundle,
+    /// etcd: `--listen-client-urls` without `127.0.0.1`.
+    ListenAddressMoved,
+    /// kube-apiserver: the service-account key rotated without the old public key: every token
+    /// (the anchors' included) gets 401.
+    ServiceAccountKeyDropped,
+}
+
+impl Fault {
+    pub const ALL: [Fault; 7] = [
+        Fault::RefusedFlag,
+        Fault::HealthMoved,
+        Fault::WrongKey,
+        Fault::ServingNameDropped,
+        Fault::CaWithoutBundle,
+        Fault::ListenAddressMoved,
+        Fault::ServiceAccountKeyDropped,
+    ];
+
+    pub fn applies_to(self, component: usize) -> bool {
+        match self {
+            Fault::RefusedFlag | Fault::HealthMoved | Fault::WrongKey | Fault::ServingNameDropped => true,
+            Fault::ListenAddressMoved => component == ETCD,
+            Fault::CaWithoutBundle | Fault::ServiceAccountKeyDropped => component == APISERVER,
+        }
+    }
+}
+
+/// What the operator and the world do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    /// `helm upgrade` with a new version of `component`, good or with `fault`; `minor_up`: a new
+    /// etcd minor version (its cluster version is raised once every member runs it).
+    Push {
+        component: usize,
+        fault: Option<Fault>,
+        minor_up: bool,
+    },
+    /// `helm rollback`: the release goes back to the version before its current one.
+    HelmRollback { component: usize },
+    /// The power of `nodes` goes off for `down_for` seconds.
+    PowerCut { nodes: Vec<usize>, down_for: u64 },
+    /// `systemctl restart kubelet`.
+    KubeletRestart { node: usize },
+    /// The node is re-imaged (state dir, data dir and manifests gone) and boots again.
+    Reimage { node: usize },
+    /// The anchors' etcd client certificate expires: every member-list call fails its TLS
+    /// handshake.
+    ExpireAnchorEtcdCert,
+}
+
+/// A run: how many nodes, and what happens when (seconds from the start).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scenario {
+    pub nodes: usize,
+    pub ops: Vec<(u64, Op)>,
+}
+
+impl Scenario {
+    /// When the world is checked for the last time.
+    pub fn end(&self) -> u64 {
+        self.ops.iter().map(|(at, op)| at + op_length(op)).max().unwrap_or(0) + SETTLE
+    }
+}
+
+fn op_length(op: &Op) -> u64 {
+    match op {
+        Op::PowerCut { down_for, .. } => *down_for,
+        _ => 0,
+    }
+}
+
+/// The invariants (design.md, "The fleet simulation").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Invariant {
+    /// etcd lost quorum while the world alone had left it one.
+    QuorumLost,
+    /// Three or more nodes: two API servers the world left up did not serve clients at once, or
+    /// none did while the world had taken at most a minority down.
+    ApiServersDown,
+    /// A version with a fault was written on a second node.
+    BadVersionSpread,
+    /// A version without a fault was rolled back.
+    GoodRolledBack,
+    /// An etcd version below the cluster's version was written (etcd cannot be downgraded
+    /// across a minor version).
+    SkewWritten,
+    /// Two etcd clusters ran at once.
+    TwoClusters,
+    /// After the world was left alone, a node did not run a good version of every component,
+    /// no API server served clients, or a rollout turn stayed held.
+    NotRecovered,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    pub invariant: Invariant,
+    pub at: u64,
+    pub detail: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?} at {}s: {}", self.invariant, self.at, self.detail)
+    }
+}
+
+/// What a run shows.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    /// The first violation of each invariant.
+    pub violations: BTreeMap<Invariant, Violation>,
+    pub steps: u64,
+    pub writes: u64,
+    pub rollbacks: u64,
+    pub promotions: u64,
+}
+
+impl Report {
+    pub fn invariants(&self) -> BTreeSet<Invariant> {
+        self.violations.keys().copied().collect()
+    }
+}
+
+#[derive(Debug, Clone)]
+struct VersionSpec {
+    id: String,
+    fault: Option<Fault>,
+    minor: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Created; its process starts at `at`.
+    Starting {
+        at: u64,
+    },
+    Running {
+        since: u64,
+    },
+    /// Exited; the kubelet starts it again at `restart_at`.
+    Exited {
+        restart_at: u64,
+    },
+    /// The kubelet stops it for a replacement (grace period) until `until`.
+    Stopping {
+        until: u64,
+    },
+}
+
+#[derive(Debug, Clone)]
+struct Container {
+    version: usize,
+    sandbox: u64,
+    created_at: u64,
+    attempt: u32,
+    phase: Phase,
+    backoff: u64,
+}
+
+impl Container {
+    fn running(&self) -> bool {
+        matches!(self.phase, Phase::Running { .. } | Phase::Stopping { .. })
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+struct StaticPod {
+    manifest: Option<usize>,
+    container: Option<Container>,
+    /// The mirror pod as the kubelet last posted it: version, Ready, restarts.
+    mirror: Option<(usize, bool, u32)>,
+    /// When the replacement may start once the previous one has stopped.
+    start_gap_until: u64,
+}
+
+/// How this node's etcd data dir was (or will be) populated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum JoinMode {
+    /// Found a cluster from the configured initial cluster (state `new`).
+    Bootstrap,
+    /// Join the existing cluster as a learner.
+    Join,
+}
+
+struct AnchorProc {
+    machine: Anchor,
+    next_wake: u64,
+    /// The inputs' version this process last synced.
+    synced_inputs: Option<usize>,
+    next_sync: u64,
+}
+
+struct Node {
+    name: String,
+    powered: bool,
+    /// When the kubelet (re)starts; `None` while it runs or the node is off.
+    kubelet_at: Option<u64>,
+    kubelet_up: bool,
+    kubelet_since: u64,
+    /// The kubelet has reached an API server since it started (all its pod sources are ready).
+    sources_ready: bool,
+    pods: [StaticPod; 2],
+    anchors: [Option<AnchorProc>; 2],
+    anchor_start_at: Option<u64>,
+    ledgers: [Ledger; 2],
+    /// The inputs mounted into each anchor (a ConfigMap volume), and an update on its way.
+    inputs: [Option<usize>; 2],
+    inputs_due: [Option<(usize, u64)>; 2],
+    /// The cluster the data dir belongs to; `None`: no member data.
+    etcd_data: Option<u64>,
+    member_record: bool,
+    join_mode: Option<JoinMode>,
+    world_down_until: u64,
+}
+
+struct Lease {
+    holder: Option<usize>,
+    renewed: u64,
+    failed: Option<(String, usize)>,
+}
+
+pub struct World {
+    rng: Rng,
+    now: u64,
+    nodes: Vec<Node>,
+    versions: Vec<VersionSpec>,
+    /// Each component's release history (version indices; the last is current).
+    releases: [Vec<usize>; 2],
+    leases: [Lease; 2],
+    cluster_version: u32,
+    next_cluster_id: u64,
+    next_sandbox: u64,
+    anchor_etcd_tls_broken: bool,
+    /// The nodes each faulty version was written on.
+    written_on: BTreeMap<usize, BTreeSet<usize>>,
+    base: Instant,
+    report: Report,
+}
+
+fn wall(now: u64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000 + now)
+}
+
+impl World {
+    pub fn new(nodes: usize, seed: u64) -> Self {
+        let mut versions = Vec::new();
+        for (component, name) in COMPONENTS.iter().enumerate() {
+            debug_assert_eq!(component, versions.len());
+            versions.push(VersionSpec {
+                id: format!("{name}-v0"),
+                fault: None,
+                minor: 5,
+            });
+        }
+        let nodes = (0..nodes)
+            .map(|i| {
+                let mut ledgers = [Ledger::new(COMPONENTS[0]), Ledger::new(COMPONENTS[1])];
+                for (c, ledger) in ledgers.iter_mut().enumerate() {
+                    ledger.content_hash = Some(versions[c].id.clone());
+                    ledger.last_known_good = Some(versions[c].id.clone());
+                }
+                let pod = |c: usize| StaticPod {
+                    manifest: Some(c),
+                    container: Some(Container {
+                        version: c,
+                        sandbox: (i * 2 + c) as u64,
+                        created_at: 0,
+                        attempt: 0,
+                        phase: Phase::Running { since: 0 },
+                        backoff: BACKOFF_START,
+                    }),
+                    mirror: Some((c, true, 0)),
+                    start_gap_until: 0,
+                };
+                Node {
+                    name: format!("cp-{}", i + 1),
+                    powered: true,
+                    kubelet_at: None,
+                    kubelet_up: true,
+                    kubelet_since: 0,
+                    sources_ready: true,
+                    pods: [pod(ETCD), pod(APISERVER)],
+                    anchors: [None, None],
+                    anchor_start_at: Some(0),
+                    ledgers,
+                    inputs: [Some(ETCD), Some(APISERVER)],
+                    inputs_due: [None, None],
+                    etcd_data: Some(MAIN_CLUSTER),
+                    member_record: true,
+                    join_mode: Some(JoinMode::Join),
+                    world_down_until: 0,
+                }
+            })
+            .collect::<Vec<_>>();
+        let sandboxes = nodes.len() as u64 * 2;
+        World {
+            rng: Rng::new(seed),
+            now: 0,
+            nodes,
+            versions,
+            releases: [vec![ETCD], vec![APISERVER]],
+            leases: [Lease::free(), Lease::free()],
+            cluster_version: 5,
+            next_cluster_id: MAIN_CLUSTER + 1,
+            next_sandbox: sandboxes,
+            anchor_etcd_tls_broken: false,
+            written_on: BTreeMap::new(),
+            base: Instant::now(),
+            report: Report::default(),
+        }
+    }
+
+    /// Runs `scenario` to its end (or to its first violation of `stop_on`).
+    pub fn run(scenario: &Scenario, seed: u64) -> Report {
+        let mut world = World::new(scenario.nodes, seed);
+        let end = scenario.end();
+        let mut ops = scenario.ops.clone();
+        ops.sort_by_key(|(at, _)| *at);
+        let mut next = 0;
+        while world.now <= end {
+            while next < ops.len() && ops[next].0 <= world.now {
+                world.operate(&ops[next].1);
+                next += 1;
+            }
+            world.tick();
+            world.check();
+            world.now += 1;
+        }
+        world.check_recovered();
+        world.report.steps = end + 1;
+        world.report
+    }
+
+    fn violate(&mut self, invariant: Invariant, detail: String) {
+        let at = self.now;
+        self.report
+            .violations
+            .entry(invariant)
+            .or_insert(Violation { invariant, at, detail });
+    }
+
+    fn secs(&mut self, lo: u64, hi: u64) -> u64 {
+        self.rng.uniform(lo as f64, hi as f64 + 1.0).floor() as u64
+    }
+
+    // ---- the operator and the faults -------------------------------------------------------
+
+    fn operate(&mut self, op: &Op) {
+        match op {
+            Op::Push {
+                component,
+                fault,
+                minor_up,
+            } => {
+                let c = *component;
+                let current = &self.versions[*self.releases[c].last().expect("a release")];
+                let minor = current.minor + u32::from(*minor_up && c == ETCD);
+                let id = format!("{}-v{}", COMPONENTS[c], self.versions.len());
+                self.versions.push(VersionSpec {
+                    id,
+                    fault: *fault,
+                    minor,
+                });
+                self.releases[c].push(self.versions.len() - 1);
+                self.publish_release(c);
+            }
+            Op::HelmRollback { component } => {
+                let c = *component;
+                if self.releases[c].len() >= 2 {
+                    let previous = self.releases[c][self.releases[c].len() - 2];
+                    self.releases[c].push(previous);
+                    self.publish_release(c);
+                }
+            }
+            Op::PowerCut { nodes, down_for } => {
+                let count = self.nodes.len();
+                for &n in nodes.iter().filter(|&&n| n < count) {
+                    let back = self.now + down_for + self.secs(20, 120);
+                    self.power_off(n, back);
+                }
+            }
+            Op::KubeletRestart { node } => {
+                if let Some(n) = self.nodes.get_mut(*node).filter(|n| n.powered && n.kubelet_up) {
+                    n.kubelet_up = false;
+                    n.kubelet_at = Some(self.now + 2);
+                }
+            }
+            Op::Reimage { node } => {
+                if *node < self.nodes.len() {
+                    let back = self.now + self.secs(300, 600);
+                    self.power_off(*node, back);
+                    let n = &mut self.nodes[*node];
+                    n.ledgers = [Ledger::new(COMPONENTS[0]), Ledger::new(COMPONENTS[1])];
+                    for pod in &mut n.pods {
+                        pod.manifest = None;
+                    }
+                    n.etcd_data = None;
+                    n.member_record = false;
+                    n.join_mode = None;
+                }
+            }
+            Op::ExpireAnchorEtcdCert => self.anchor_etcd_tls_broken = true,
+        }
+    }
+
+    /// The ConfigMap changes; each node's mounted copy follows within the kubelet's sync period
+    /// and its ConfigMap cache TTL (a minute at most, kubelet defaults).
+    fn publish_release(&mut self, c: usize) {
+        let version = *self.releases[c].last().expect("a release");
+        for i in 0..self.nodes.len() {
+            let at = self.now + self.secs(1, 60);
+            self.nodes[i].inputs_due[c] = Some((version, at));
+        }
+    }
+
+    fn power_off(&mut self, n: usize, back: u64) {
+        let node = &mut self.nodes[n];
+        node.powered = false;
+        node.kubelet_up = false;
+        node.kubelet_at = Some(back);
+        node.sources_ready = false;
+        for pod in &mut node.pods {
+            pod.container = None;
+        }
+        node.anchors = [None, None];
+        node.anchor_start_at = None;
+        node.world_down_until = back + BOOT_GRACE;
+    }
+
+    // ---- the world, one second -------------------------------------------------------------
+
+    fn tick(&mut self) {
+        let now = self.now;
+        for n in 0..self.nodes.len() {
+            if let Some(at) = self.nodes[n].kubelet_at
+                && at <= now
+            {
+                let node = &mut self.nodes[n];
+                node.powered = true;
+                node.kubelet_up = true;
+                node.kubelet_at = None;
+                node.kubelet_since = now;
+                node.sources_ready = false;
+            }
+        }
+        let kubelet_reaches_api = self.any_api(|w, j| w.accepts_client_certs(j));
+        for n in 0..self.nodes.len() {
+            if !self.nodes[n].kubelet_up {
+                continue;
+            }
+            if kubelet_reaches_api {
+                self.nodes[n].sources_ready = true;
+            }
+            for c in 0..2 {
+                self.kubelet_pod(n, c);
+                if kubelet_reaches_api {
+                    let pod = &self.nodes[n].pods[c];
+                    let mirror = pod
+                        .container
+                        .as_ref()
+                        .map(|ct| (ct.version, self.ready(n, c), ct.attempt));
+                    self.nodes[n].pods[c].mirror = mirror;
+                }
+                // The ConfigMap volume is refreshed by the kubelet, from the API.
+                if let Some((version, at)) = self.nodes[n].inputs_due[c]
+                    && at <= now
+                    && kubelet_reaches_api
+                {
+                    self.nodes[n].inputs[c] = Some(version);
+                    self.nodes[n].inputs_due[c] = None;
+                }
+            }
+            // The anchors are DaemonSet pods: after a boot the kubelet starts them only once it
+            // has them from an API server.
+            let node = &mut self.nodes[n];
+            if node.anchors.iter().all(Option::is_none) && node.anchor_start_at.is_none() && node.sources_ready {
+                let delay = 5 + (self.rng.next_u64() % 11);
+                self.nodes[n].anchor_start_at = Some(now + delay);
+            }
+            if let Some(at) = self.nodes[n].anchor_start_at
+                && at <= now
+            {
+                self.nodes[n].anchor_start_at = Some(u64::MAX);
+                for (anchor, component) in self.nodes[n].anchors.iter_mut().zip(COMPONENTS) {
+                    *anchor = Some(AnchorProc {
+                        machine: Anchor::new(Settings {
+                            component: component.into(),
+                            trial_period: Duration::from_secs(TRIAL_PERIOD),
+                            crash_loop_threshold: CRASH_LOOP_THRESHOLD,
+                            in_fleet: true,
+                        }),
+                        next_wake: now,
+                        synced_inputs: None,
+                        next_sync: now,
+                    });
+                }
+            }
+        }
+        self.raise_cluster_version();
+        for n in 0..self.nodes.len() {
+            for c in 0..2 {
+                self.anchor(n, c);
+            }
+        }
+    }
+
+    /// The kubelet's pod worker for one static pod.
+    fn kubelet_pod(&mut self, n: usize, c: usize) {
+        let now = self.now;
+        let sources_ready = self.nodes[n].sources_ready;
+        let manifest = self.nodes[n].pods[c].manifest;
+        let Some(mut ct) = self.nodes[n].pods[c].container.take() else {
+            if let Some(version) = manifest
+                && now >= self.nodes[n].pods[c].start_gap_until
+            {
+                let at = now + self.secs(2, 8);
+                let sandbox = self.next_sandbox;
+                self.next_sandbox += 1;
+                self.nodes[n].pods[c].container = Some(Container {
+                    version,
+                    sandbox,
+                    created_at: now,
+                    attempt: 0,
+                    phase: Phase::Starting { at },
+                    backoff: BACKOFF_START,
+                });
+            }
+            return;
+        };
+        // A manifest changed or removed: the old pod is stopped (its grace period), then the new
+        // one created. A kubelet that has not reached an API server since it started deletes no
+        // pod (it waits for all its pod sources: kubelet `HandlePodCleanups`).
+        if manifest != Some(ct.version) && sources_ready {
+            match ct.phase {
+                Phase::Stopping { until } if until <= now => {
+                    // etcd: the bed measured 40 s between the old member's exit and the new one's
+                    // start; kube-apiserver restarts sooner.
+                    let gap = if c == ETCD { self.secs(25, 40) } else { self.secs(3, 10) };
+                    self.nodes[n].pods[c].start_gap_until = now + gap;
+                    return; // container gone
+                }
+                Phase::Stopping { .. } => {}
+                Phase::Running { .. } => {
+                    ct.phase = Phase::Stopping {
+                        until: now + self.secs(1, 5),
+                    }
+                }
+                Phase::Starting { .. } | Phase::Exited { .. } => {
+                    self.nodes[n].pods[c].start_gap_until = now + 1;
+                    return;
+                }
+            }
+            self.nodes[n].pods[c].container = Some(ct);
+            return;
+        }
+        match ct.phase {
+            Phase::Starting { at } if at <= now => {
+                ct.phase = if self.refuses_to_start(n, c, ct.version) {
+                    self.exit(&mut ct)
+                } else {
+                    Phase::Running { since: now }
+                };
+            }
+            Phase::Exited { restart_at } if restart_at <= now => {
+                ct.attempt += 1;
+                ct.phase = Phase::Starting { at: now + 1 };
+            }
+            Phase::Running { since } => {
+                if c == APISERVER && now >= since + APISERVER_WITHOUT_ETCD && !self.etcd_serves_local(n) {
+                    ct.phase = self.exit(&mut ct);
+                } else if c == ETCD && now >= since + 600 {
+                    ct.backoff = BACKOFF_START;
+                }
+                if c == ETCD && ct.phase == (Phase::Running { since }) && self.nodes[n].etcd_data.is_none() {
+                    let cluster = match self.nodes[n].join_mode {
+                        Some(JoinMode::Bootstrap) => {
+                            self.next_cluster_id += 1;
+                            self.next_cluster_id - 1
+                        }
+                        _ => MAIN_CLUSTER,
+                    };
+                    self.nodes[n].etcd_data = Some(cluster);
+                }
+            }
+            _ => {}
+        }
+        self.nodes[n].pods[c].container = Some(ct);
+    }
+
+    fn exit(&mut self, ct: &mut Container) -> Phase {
+        let restart_at = self.now + ct.backoff;
+        ct.backoff = (ct.backoff * 2).min(BACKOFF_MAX);
+        Phase::Exited { restart_at }
+    }
+
+    fn refuses_to_start(&self, n: usize, c: usize, version: usize) -> bool {
+        let spec = &self.versions[version];
+        if spec.fault == Some(Fault::RefusedFlag) {
+            return true;
+        }
+        // etcd refuses to run below the cluster's version (etcd docs, "Downgrading").
+        c == ETCD && self.nodes[n].etcd_data == Some(MAIN_CLUSTER) && spec.minor < self.cluster_version
+    }
+
+    /// etcd raises the cluster version to the lowest member version once every member runs it.
+    fn raise_cluster_version(&mut self) {
+        let mut lowest = u32::MAX;
+        for n in 0..self.nodes.len() {
+            match self.etcd_member_version(n) {
+                Some(minor) => lowest = lowest.min(minor),
+                None => return,
+            }
+        }
+        if lowest != u32::MAX && lowest > self.cluster_version {
+            self.cluster_version = lowest;
+        }
+    }
+
+    fn etcd_member_version(&self, n: usize) -> Option<u32> {
+        let ct = self.nodes[n].pods[ETCD].container.as_ref()?;
+        (ct.running() && self.nodes[n].etcd_data == Some(MAIN_CLUSTER)).then(|| self.versions[ct.version].minor)
+    }
+
+    // ---- what is true of the control plane -------------------------------------------------
+
+    fn fault(&self, n: usize, c: usize) -> Option<Fault> {
+        let ct = self.nodes[n].pods[c].container.as_ref()?;
+        self.versions[ct.version].fault
+    }
+
+    fn runs(&self, n: usize, c: usize) -> bool {
+        self.nodes[n].powered && self.nodes[n].pods[c].container.as_ref().is_some_and(Container::running)
+    }
+
+    /// The members of `cluster` that run.
+    fn members_running(&self, cluster: u64) -> usize {
+        (0..self.nodes.len())
+            .filter(|&n| self.runs(n, ETCD) && self.nodes[n].etcd_data == Some(cluster))
+            .count()
+    }
+
+    fn has_quorum(&self, cluster: u64) -> bool {
+        let members = if cluster == MAIN_CLUSTER { self.nodes.len() } else { 1 };
+        self.members_running(cluster) > members / 2
+    }
+
+    /// etcd on node `n` serves the local kube-apiserver (`https://127.0.0.1:2379`).
+    fn etcd_serves_local(&self, n: usize) -> bool {
+        self.runs(n, ETCD)
+            && !matches!(
+                self.fault(n, ETCD),
+                Some(Fault::ServingNameDropped | Fault::ListenAddressMoved)
+            )
+            && self.nodes[n].etcd_data.is_some_and(|c| self.has_quorum(c))
+    }
+
+    fn api_runs(&self, n: usize) -> bool {
+        self.runs(n, APISERVER) && self.etcd_serves_local(n)
+    }
+
+    fn accepts_client_certs(&self, n: usize) -> bool {
+        self.api_runs(n) && self.fault(n, APISERVER) != Some(Fault::CaWithoutBundle)
+    }
+
+    fn accepts_tokens(&self, n: usize) -> bool {
+        self.api_runs(n) && self.fault(n, APISERVER) != Some(Fault::ServiceAccountKeyDropped)
+    }
+
+    /// Serves every client: kubelets and controllers (client certificates), pods (tokens, the
+    /// Service IP).
+    fn serves_clients(&self, n: usize) -> bool {
+        self.accepts_client_certs(n)
+            && self.accepts_tokens(n)
+            && self.fault(n, APISERVER) != Some(Fault::ServingNameDropped)
+    }
+
+    fn any_api(&self, ok: impl Fn(&World, usize) -> bool) -> bool {
+        (0..self.nodes.len()).any(|n| ok(self, n))
+    }
+
+    fn ready(&self, n: usize, c: usize) -> bool {
+        self.health(n, c).is_ok() && self.runs(n, c)
+    }
+
+    /// The anchor's health URL: etcd's `http://127.0.0.1:2381/health` (the plain-HTTP metrics
+    /// listener: no client TLS), kube-apiserver's `https://127.0.0.1:6443/readyz`.
+    fn health(&self, n: usize, c: usize) -> Result<(), HealthFailure> {
+        if !self.runs(n, c) || self.fault(n, c) == Some(Fault::HealthMoved) {
+            return Err(HealthFailure::no_answer("connection refused"));
+        }
+        match c {
+            ETCD if !self.nodes[n].etcd_data.is_some_and(|id| self.has_quorum(id)) => Err(HealthFailure::answered(
+                r#"503: {"health":"false","reason":"RAFT NO LEADER"}"#,
+            )),
+            APISERVER if !self.etcd_serves_local(n) => Err(HealthFailure::answered("500: [-]etcd failed")),
+            _ => Ok(()),
+        }
+    }
+
+    fn runtime_view(&self, n: usize, c: usize) -> RuntimeView {
+        let Some(ct) = &self.nodes[n].pods[c].container else {
+            return RuntimeView::NoSandbox;
+        };
+        let state = match ct.phase {
+            Phase::Running { .. } | Phase::Stopping { .. } => ContainerState::Running,
+            Phase::Starting { .. } => ContainerState::Created,
+            Phase::Exited { .. } => ContainerState::Exited,
+        };
+        RuntimeView::Pod(LocalPod {
+            sandbox_id: format!("sb{}", ct.sandbox),
+            content_hash: Some(self.versions[ct.version].id.clone()),
+            ready: true,
+            created_at: ct.created_at as i64,
+            containers: vec![LocalContainer {
+                name: COMPONENTS[c].into(),
+                attempt: ct.attempt,
+                state,
+                started_at: None,
+                finished_at: None,
+                exit_code: (state == ContainerState::Exited).then_some(1),
+                reason: None,
+            }],
+        })
+    }
+
+    // ---- the anchors -----------------------------------------------------------------------
+
+    fn anchor_reaches_api(&self) -> bool {
+        self.any_api(|w, j| w.accepts_tokens(j))
+    }
+
+    fn anchor(&mut self, n: usize, c: usize) {
+        let now = self.now;
+        let Some(mut proc) = self.nodes[n].anchors[c].take() else {
+            return;
+        };
+        let inputs = self.nodes[n].inputs[c];
+        if proc.synced_inputs != inputs || proc.next_sync <= now {
+            proc.synced_inputs = inputs;
+            self.sync(n, c, &mut proc);
+            proc.next_sync = now
+                + if proc.machine.waiting().is_some() {
+                    TURN_RETRY
+                } else {
+                    60
+                };
+            proc.next_wake = now;
+        }
+        if proc.next_wake <= now {
+            self.evaluate(n, c, &mut proc);
+            proc.next_wake = now
+                + if proc.machine.busy() {
+                    TRIAL_TICK
+                } else {
+                    HEALTH_INTERVAL
+                };
+        }
+        self.nodes[n].anchors[c] = Some(proc);
+    }
+
+    fn instant(&self) -> Instant {
+        self.base + Duration::from_secs(self.now)
+    }
+
+    fn sync(&mut self, n: usize, c: usize, proc: &mut AnchorProc) {
+        if c == ETCD && !self.nodes[n].member_record && !self.membership(n) {
+            return;
+        }
+        let desired = self.nodes[n].inputs[c].map(|v| self.versions[v].id.clone());
+        let refused = self.nodes[n].inputs[c]
+            .filter(|&v| self.versions[v].fault == Some(Fault::WrongKey))
+            .map(|_| "tls.key does not match the certificate in tls.crt".to_owned());
+        let ledger = self.nodes[n].ledgers[c].clone();
+        let effects = proc.machine.step(Input::Sync(SyncFacts {
+            desired: desired.as_deref(),
+            desired_refused: refused,
+            ledger: &ledger,
+            unrecorded_manifest: false,
+            now: Duration::from_secs(self.now),
+        }));
+        self.perform(n, c, proc, effects);
+    }
+
+    /// The etcd anchor's join step for a node with no membership record; whether the sync may go on.
+    fn membership(&mut self, n: usize) -> bool {
+        let me = Me {
+            name: self.nodes[n].name.clone(),
+            peer_url: format!("https://{}:2380", self.nodes[n].name),
+        };
+        let observed = if self.anchor_etcd_tls_broken || !self.has_quorum(MAIN_CLUSTER) {
+            Observed::Unreachable("tls: certificate has expired or is not yet valid".into())
+        } else {
+            Observed::Members(
+                self.nodes
+                    .iter()
+                    .map(|node| Member {
+                        id: node.name.len() as u64 * 1000 + node.name.as_bytes()[3] as u64,
+                        name: node.name.clone(),
+                        peer_urls: vec![format!("https://{}:2380", node.name)],
+                        client_urls: vec![format!("https://{}:2379", node.name)],
+                        is_learner: false,
+                    })
+                    .collect(),
+            )
+        };
+        // The cluster was created on cp-1 alone (`initialCluster: cp-1=…`, state `new`).
+        let join = membership::decide_join(&JoinFacts {
+            me: &me,
+            observed: &observed,
+            data_dir_has_member: self.nodes[n].etcd_data.is_some(),
+            record: None,
+            may_bootstrap: n == 0,
+        });
+        let mode = match join {
+            Join::Wait(_) => return false,
+            Join::Bootstrap => JoinMode::Bootstrap,
+            _ => JoinMode::Join,
+        };
+        self.nodes[n].member_record = true;
+        self.nodes[n].join_mode = Some(mode);
+        true
+    }
+
+    fn evaluate(&mut self, n: usize, c: usize, proc: &mut AnchorProc) {
+        let api = self.anchor_reaches_api();
+        let mirror = api.then(|| match self.nodes[n].pods[c].mirror {
+            None => MirrorPod::Absent,
+            Some((version, ready, restarts)) => MirrorPod::Present {
+                hash: Some(self.versions[version].id.clone()),
+                phase: Some("Running".into()),
+                ready,
+                restarts,
+            },
+        });
+        let dependency_down =
+            (c == APISERVER && !self.runs(n, ETCD)).then(|| "etcd does not run on this node".to_owned());
+        let view = VersionView {
+            api_configured: true,
+            mirror,
+            health: Some(self.health(n, c)),
+            runtime: Some(self.runtime_view(n, c)),
+            runtime_restarts: 0,
+            dependency_down,
+        };
+        let ledger = self.nodes[n].ledgers[c].clone();
+        let effects = proc.machine.step(Input::Evaluate(EvaluateFacts {
+            view,
+            ledger: &ledger,
+            api_answers: api,
+            now: Duration::from_secs(self.now),
+            instant: self.instant(),
+        }));
+        self.perform(n, c, proc, effects);
+    }
+
+    fn version_index(&self, id: &str) -> usize {
+        self.versions.iter().position(|v| v.id == id).expect("a known version")
+    }
+
+    fn perform(&mut self, n: usize, c: usize, proc: &mut AnchorProc, effects: Vec<Effect>) {
+        let mut queue: std::collections::VecDeque<Effect> = effects.into();
+        while let Some(effect) = queue.pop_front() {
+            match effect {
+                Effect::Write { version } => self.write(n, c, &version),
+                Effect::AskTurn { version } => {
+                    let answer = if self.anchor_reaches_api() {
+                        let lease = &self.leases[c];
+                        let view = LeaseView {
+                            holder: lease.holder.map(|h| self.nodes[h].name.clone()),
+                            renewed: lease.holder.map(|_| wall(lease.renewed)),
+                            failed: lease
+                                .failed
+                                .as_ref()
+                                .map(|(r, h)| (r.clone(), self.nodes[*h].name.clone())),
+                        };
+                        let turn = rollout::decide(Some(&view), &self.nodes[n].name, Some(&version), false);
+                        if turn == rollout::Turn::Take {
+                            self.leases[c].holder = Some(n);
+                            self.leases[c].renewed = self.now;
+                        }
+                        Ok(turn)
+                    } else {
+                        Err("API unreachable".to_owned())
+                    };
+                    let more = proc.machine.step(Input::Asked {
+                        answer: Answer::Lease {
+                            lease: format!("kube-anchor-{}", COMPONENTS[c]),
+                            turn: answer,
+                        },
+                        instant: self.instant(),
+                        wall: wall(self.now),
+                    });
+                    queue.extend(more);
+                }
+                Effect::Resync => {
+                    let desired = self.nodes[n].inputs[c].map(|v| self.versions[v].id.clone());
+                    let ledger = self.nodes[n].ledgers[c].clone();
+                    let more = proc.machine.step(Input::Sync(SyncFacts {
+                        desired: desired.as_deref(),
+                        desired_refused: None,
+                        ledger: &ledger,
+                        unrecorded_manifest: false,
+                        now: Duration::from_secs(self.now),
+                    }));
+                    queue.extend(more);
+                }
+                Effect::RecoverTurn => {
+                    if self.anchor_reaches_api() {
+                        let ledger = self.nodes[n].ledgers[c].clone();
+                        let more = proc.machine.step(Input::Recovered {
+                            held_here: self.leases[c].holder == Some(n),
+                            ledger: &ledger,
+                            instant: self.instant(),
+                        });
+                        queue.extend(more);
+                    }
+                }
+                Effect::GiveBackEarlierTurn => {
+                    if self.anchor_reaches_api() {
+                        self.leases[c].holder = None;
+                        queue.extend(proc.machine.step(Input::EarlierGivenBack));
+                    }
+                }
+                Effect::Promote { version } => {
+                    self.nodes[n].ledgers[c].last_known_good = Some(version);
+                    self.report.promotions += 1;
+                }
+                Effect::RollBack { failed, to, reason } => {
+                    let spec = &self.versions[self.version_index(&failed)];
+                    if spec.fault.is_none() && !(c == ETCD && spec.minor < self.cluster_version) {
+                        let detail = format!(
+                            "{} rolled back {failed} on {}: {reason}",
+                            COMPONENTS[c], self.nodes[n].name
+                        );
+                        self.violate(Invariant::GoodRolledBack, detail);
+                    }
+                    self.report.rollbacks += 1;
+                    self.nodes[n].ledgers[c].mark_bad(BadVersion {
+                        hash: failed.clone(),
+                        at: format!("{}s", self.now),
+                        reason: reason.clone(),
+                    });
+                    self.write(n, c, &to);
+                    let note = format!("{failed} failed its trial ({reason}); rolled back to last-known-good {to}");
+                    queue.extend(proc.machine.step(Input::RolledBack { to, note }));
+                }
+                Effect::GiveBackTurn { failed, .. } => {
+                    if self.anchor_reaches_api() {
+                        self.leases[c].holder = None;
+                        if failed && let Some(v) = self.nodes[n].inputs[c] {
+                            self.leases[c].failed = Some((self.versions[v].id.clone(), n));
+                        }
+                        queue.extend(proc.machine.step(Input::GivenBack));
+                    }
+                }
+                Effect::RenewTurn => {
+                    if self.anchor_reaches_api() && self.leases[c].holder == Some(n) {
+                        self.leases[c].renewed = self.now;
+                        queue.extend(proc.machine.step(Input::Renewed {
+                            instant: self.instant(),
+                        }));
+                    }
+                }
+                Effect::RecordLkgFailing { .. } | Effect::Event { .. } | Effect::Ready { .. } => {}
+            }
+        }
+    }
+
+    fn write(&mut self, n: usize, c: usize, id: &str) {
+        let v = self.version_index(id);
+        if self.nodes[n].pods[c].manifest == Some(v) && self.nodes[n].ledgers[c].content_hash.as_deref() == Some(id) {
+            return; // in place: nothing written
+        }
+        self.report.writes += 1;
+        self.nodes[n].pods[c].manifest = Some(v);
+        self.nodes[n].ledgers[c].content_hash = Some(id.to_owned());
+        let spec = self.versions[v].clone();
+        if c == ETCD && spec.minor < self.cluster_version {
+            let detail = format!(
+                "{} wrote etcd {id} (3.{}) on a cluster at version 3.{}",
+                self.nodes[n].name, spec.minor, self.cluster_version
+            );
+            self.violate(Invariant::SkewWritten, detail);
+        }
+        if spec.fault.is_some_and(|f| f != Fault::WrongKey) {
+            let on = self.written_on.entry(v).or_default();
+            on.insert(n);
+            if on.len() >= 2 {
+                let nodes = on
+                    .iter()
+                    .map(|&i| self.nodes[i].name.clone())
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let detail = format!("{id} ({:?}) written on {nodes}", spec.fault.expect("a fault"));
+                self.violate(Invariant::BadVersionSpread, detail);
+            }
+        }
+    }
+
+    // ---- the invariants --------------------------------------------------------------------
+
+    fn world_down(&self, n: usize) -> bool {
+        !self.nodes[n].powered || self.now < self.nodes[n].world_down_until
+    }
+
+    fn check(&mut self) {
+        let count = self.nodes.len();
+        let world_down = (0..count).filter(|&n| self.world_down(n)).count();
+        let minority = (count - 1) / 2;
+        if count >= 3 && world_down <= minority && !self.has_quorum(MAIN_CLUSTER) {
+            let running = self.members_running(MAIN_CLUSTER);
+            self.violate(
+                Invariant::QuorumLost,
+                format!("{running} of {count} members run; the world took {world_down} down"),
+            );
+        }
+        if count >= 3 {
+            let down: Vec<usize> = (0..count)
+                .filter(|&n| !self.world_down(n) && !self.serves_clients(n))
+                .collect();
+            let serving = (0..count).filter(|&n| self.serves_clients(n)).count();
+            if down.len() >= 2 || (serving == 0 && world_down <= minority) {
+                let names = down
+                    .iter()
+                    .map(|&n| self.nodes[n].name.clone())
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                self.violate(
+                    Invariant::ApiServersDown,
+                    format!("API servers not serving clients on {names}; the world took {world_down} down"),
+                );
+            }
+        }
+        let clusters: BTreeSet<u64> = (0..count)
+            .filter(|&n| self.runs(n, ETCD))
+            .filter_map(|n| self.nodes[n].etcd_data)
+            .collect();
+        if clusters.len() >= 2 {
+            self.violate(
+                Invariant::TwoClusters,
+                format!("etcd clusters {clusters:?} run at once"),
+            );
+        }
+    }
+
+    fn check_recovered(&mut self) {
+        let mut wrong = Vec::new();
+        for n in 0..self.nodes.len() {
+            if !self.nodes[n].powered {
+                continue;
+            }
+            for c in 0..2 {
+                let good = self.nodes[n].pods[c]
+                    .container
+                    .as_ref()
+                    .filter(|ct| matches!(ct.phase, Phase::Running { .. }))
+                    .map(|ct| &self.versions[ct.version])
+                    .filter(|v| v.fault.is_none() && !(c == ETCD && v.minor < self.cluster_version));
+                if good.is_none() || !self.ready(n, c) {
+                    let what = match &self.nodes[n].pods[c].container {
+                        Some(ct) => format!("{} {:?}", self.versions[ct.version].id, ct.phase),
+                        None => "nothing".into(),
+                    };
+                    wrong.push(format!("{} runs {what}", self.nodes[n].name));
+                }
+            }
+        }
+        if !self.any_api(|w, j| w.serves_clients(j)) {
+            wrong.push("no API server serves clients".into());
+        }
+        for (c, lease) in self.leases.iter().enumerate() {
+            if let Some(h) = lease.holder {
+                wrong.push(format!("{} holds the {} turn", self.nodes[h].name, COMPONENTS[c]));
+            }
+        }
+        if !wrong.is_empty() {
+            self.violate(Invariant::NotRecovered, wrong.join("; "));
+        }
+    }
+}
+
+impl Lease {
+    fn free() -> Self {
+        Lease {
+            holder: None,
+            renewed: 0,
+            failed: None,
+        }
+    }
+}
+
+// ---- generated runs and shrinking -----------------------------------------------------------
+
+/// How many operations a generated run has, and over how long they are spread.
+pub const GENERATED_OPS: usize = 20;
+pub const GENERATED_SPAN: u64 = 30 * 60;
+
+/// A run drawn from `seed`: `nodes` nodes, [`GENERATED_OPS`] operations over
+/// [`GENERATED_SPAN`] (pushes good and bad of every kind, helm rollbacks, power cuts of any
+/// subset, kubelet restarts, a re-image now and then).
+pub fn generate(nodes: usize, seed: u64) -> Scenario {
+    let mut rng = Rng::new(seed ^ 0x005e_ed0f_0be7);
+    let mut ops = Vec::with_capacity(GENERATED_OPS);
+    for _ in 0..GENERATED_OPS {
+        let at = rng.uniform(0.0, GENERATED_SPAN as f64) as u64;
+        let component = (rng.next_u64() % 2) as usize;
+        let roll = rng.next_u64() % 100;
+        let op = match roll {
+            0..35 => Op::Push {
+                component,
+                fault: None,
+                minor_up: rng.next_u64().is_multiple_of(4),
+            },
+            35..60 => {
+                let faults: Vec<Fault> = Fault::ALL.into_iter().filter(|f| f.applies_to(component)).collect();
+                Op::Push {
+                    component,
+                    fault: Some(faults[(rng.next_u64() % faults.len() as u64) as usize]),
+                    minor_up: false,
+                }
+            }
+            60..68 => Op::HelmRollback { component },
+            68..84 => {
+                let mut cut: Vec<usize> = (0..nodes).filter(|_| rng.next_u64().is_multiple_of(2)).collect();
+                if cut.is_empty() {
+                    cut.push((rng.next_u64() % nodes as u64) as usize);
+                }
+                Op::PowerCut {
+                    nodes: cut,
+                    down_for: rng.uniform(10.0, 600.0) as u64,
+                }
+            }
+            84..97 => Op::KubeletRestart {
+                node: (rng.next_u64() % nodes as u64) as usize,
+            },
+            _ => Op::Reimage {
+                node: (rng.next_u64() % nodes as u64) as usize,
+            },
+        };
+        ops.push((at, op));
+    }
+    ops.sort_by_key(|(at, _)| *at);
+    Scenario { nodes, ops }
+}
+
+/// The shortest list of `scenario`'s operations (dropping one at a time, then moving each as
+/// early as it goes) with which `seed` still shows `invariant`.
+pub fn shrink(scenario: &Scenario, seed: u64, invariant: Invariant) -> Scenario {
+    let shows = |s: &Scenario| World::run(s, seed).violations.contains_key(&invariant);
+    let mut best = scenario.clone();
+    let mut i = 0;
+    while i < best.ops.len() {
+        let mut candidate = best.clone();
+        candidate.ops.remove(i);
+        if shows(&candidate) {
+            best = candidate;
+        } else {
+            i += 1;
+        }
+    }
+    best
+}
+
+impl fmt::Display for Scenario {
+    /// As a scenario to paste into a test.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "Scenario {{")?;
+        writeln!(f, "    nodes: {},", self.nodes)?;
+        writeln!(f, "    ops: vec![")?;
+        for (at, op) in &self.ops {
+            writeln!(f, "        ({at}, {}),", op_source(op))?;
+        }
+        writeln!(f, "    ],")?;
+        write!(f, "}}")
+    }
+}
+
+const COMPONENT_CONSTS: [&str; 2] = ["ETCD", "APISERVER"];
+
+/// `op` as Rust source.
+fn op_source(op: &Op) -> String {
+    match op {
+        Op::Push {
+            component,
+            fault,
+            minor_up,
+        } => {
+            let fault = match fault {
+                Some(f) => format!("Some(Fault::{f:?})"),
+                None => "None".into(),
+            };
+            format!(
+                "Op::Push {{ component: {}, fault: {fault}, minor_up: {minor_up} }}",
+                COMPONENT_CONSTS[*component]
+            )
+        }
+        Op::HelmRollback { component } => {
+            format!("Op::HelmRollback {{ component: {} }}", COMPONENT_CONSTS[*component])
+        }
+        Op::PowerCut { nodes, down_for } => format!("Op::PowerCut {{ nodes: vec!{nodes:?}, down_for: {down_for} }}"),
+        other => format!("Op::{other:?}"),
+    }
+}

@@ -1,0 +1,148 @@
+//! The fleet simulation's ratchets: the named scenarios and 10,000 generated runs show exactly the
+//! violations their lists name (no new one, none already fixed), and a seed replays exactly.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use kube_anchor_sim::fleet::{self, Invariant, World};
+use kube_anchor_sim::scenarios::{self, GENERATED_KNOWN, KNOWN, SEEDS};
+
+/// Generated runs per node count (1 and 3): 10,000 in all.
+const GENERATED_RUNS: u64 = 5000;
+
+#[test]
+fn each_named_scenario_shows_exactly_its_known_violations() {
+    let mut wrong = Vec::new();
+    let named = scenarios::all();
+    assert_eq!(named.len(), KNOWN.len(), "one ratchet entry per named scenario");
+    for n in named {
+        let known: BTreeSet<Invariant> = KNOWN
+            .iter()
+            .find(|(name, _)| *name == n.name)
+            .unwrap_or_else(|| panic!("{} has no entry in scenarios::KNOWN", n.name))
+            .1
+            .iter()
+            .copied()
+            .collect();
+        let scenario = (n.scenario)();
+        let mut seen = BTreeMap::new();
+        for seed in SEEDS {
+            for (invariant, v) in World::run(&scenario, seed).violations {
+                seen.entry(invariant).or_insert(format!("seed {seed}: {v}"));
+            }
+        }
+        for (invariant, v) in &seen {
+            if !known.contains(invariant) {
+                wrong.push(format!("{}: a violation not on the list: {v}", n.name));
+            }
+        }
+        for invariant in known.iter().filter(|i| !seen.contains_key(i)) {
+            wrong.push(format!(
+                "{}: {invariant:?} no longer occurs: remove it from scenarios::KNOWN",
+                n.name
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// Runs `seeds` of `nodes` nodes on two threads; the first seed showing each invariant.
+fn sweep(nodes: usize, seeds: std::ops::Range<u64>) -> BTreeMap<Invariant, u64> {
+    let mid = seeds.start + (seeds.end - seeds.start) / 2;
+    let half = |range: std::ops::Range<u64>| {
+        move || {
+            let mut first = BTreeMap::new();
+            for seed in range {
+                for invariant in World::run(&fleet::generate(nodes, seed), seed).violations.into_keys() {
+                    first.entry(invariant).or_insert(seed);
+                }
+            }
+            first
+        }
+    };
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(half(seeds.start..mid));
+        let b = s.spawn(half(mid..seeds.end));
+        (a.join().expect("a sweep thread"), b.join().expect("a sweep thread"))
+    });
+    let mut first = a;
+    for (invariant, seed) in b {
+        first.entry(invariant).or_insert(seed);
+    }
+    first
+}
+
+#[test]
+fn generated_runs_show_only_the_known_violations() {
+    let mut wrong = Vec::new();
+    for nodes in [1, 3] {
+        let first = sweep(nodes, 1..GENERATED_RUNS + 1);
+        let known: BTreeSet<Invariant> = GENERATED_KNOWN
+            .iter()
+            .filter(|(n, _)| *n == nodes)
+            .map(|(_, i)| *i)
+            .collect();
+        for (invariant, seed) in &first {
+            if !known.contains(invariant) {
+                let scenario = fleet::shrink(&fleet::generate(nodes, *seed), *seed, *invariant);
+                let report = World::run(&scenario, *seed);
+                wrong.push(format!(
+                    "{nodes} node(s), seed {seed}: {}\nshrunk:\n{scenario}",
+                    report.violations[invariant]
+                ));
+            }
+        }
+        for invariant in known.iter().filter(|i| !first.contains_key(i)) {
+            wrong.push(format!(
+                "{nodes} node(s): {invariant:?} no longer occurs in {GENERATED_RUNS} runs: remove it from scenarios::GENERATED_KNOWN"
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn a_seed_replays_exactly() {
+    for nodes in [1, 3] {
+        let scenario = fleet::generate(nodes, 42);
+        let a = World::run(&scenario, 42);
+        let b = World::run(&scenario, 42);
+        assert_eq!(format!("{:?}", a), format!("{:?}", b));
+        assert!(a.writes > 0, "a generated run writes versions");
+        let other = World::run(&scenario, 43);
+        assert_ne!(
+            (a.writes, a.rollbacks, a.promotions, format!("{:?}", a.violations)),
+            (
+                other.writes,
+                other.rollbacks,
+                other.promotions,
+                format!("{:?}", other.violations)
+            ),
+            "another seed draws other timings"
+        );
+    }
+}
+
+#[test]
+fn a_shrunk_scenario_still_shows_its_violation() {
+    let named = scenarios::all();
+    let n = named
+        .iter()
+        .find(|n| n.name == "etcd-push-with-a-member-off")
+        .expect("the scenario");
+    let mut scenario = (n.scenario)();
+    // Padding an operator would not notice: a kubelet restart on cp-1 and a later good push.
+    scenario.ops.push((20, fleet::Op::KubeletRestart { node: 0 }));
+    scenario.ops.push((
+        3000,
+        fleet::Op::Push {
+            component: fleet::APISERVER,
+            fault: None,
+            minor_up: false,
+        },
+    ));
+    let shrunk = fleet::shrink(&scenario, 1, Invariant::QuorumLost);
+    assert!(shrunk.ops.len() <= 2, "{shrunk}");
+    assert!(World::run(&shrunk, 1).violations.contains_key(&Invariant::QuorumLost));
+    let printed = shrunk.to_string();
+    assert!(printed.contains("Op::Push { component: ETCD, fault: None"), "{printed}");
+}
