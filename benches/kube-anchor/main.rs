@@ -4,7 +4,8 @@
 //! - `daemon`: `kube-anchor run` (release build) on a temp dir: change → host file, deletion →
 //!   restored, idle RSS and CPU, with and without a watch open;
 //! - `api`: what `run` and `checkpointer` cost the real API server in steady state, counted from
-//!   its audit log, on a control plane with three nodes.
+//!   its audit log, on a control plane with three nodes;
+//! - `fleet`: the fleet simulation's generated runs per second.
 //!
 //! `cargo bench -- daemon api` runs only the named parts. Under `cargo test --all-targets` (no
 //! `--bench` argument) every part runs as a short smoke run, so CI checks that each still works.
@@ -16,6 +17,7 @@ mod support;
 mod api;
 mod apply;
 mod daemon;
+mod fleet;
 
 use std::time::Duration;
 
@@ -71,6 +73,9 @@ fn main() {
     }
     if wanted("daemon") {
         rows.extend(daemon::measure(quick));
+    }
+    if wanted("fleet") {
+        rows.extend(fleet::measure(quick));
     }
     if wanted("api") {
         rows.extend(api::measure(quick));

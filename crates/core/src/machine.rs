@@ -438,3 +438,192 @@ impl Anchor {
         actions
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rollout::Turn as LeaseTurn;
+    use crate::trial::MirrorPod;
+
+    const PERIOD: Duration = Duration::from_secs(300);
+
+    fn anchor() -> Anchor {
+        Anchor::new(Settings {
+            component: "kube-apiserver".into(),
+            trial_period: PERIOD,
+            crash_loop_threshold: 3,
+            in_fleet: true,
+        })
+    }
+
+    fn ledger(on_node: Option<&str>, lkg: Option<&str>) -> Ledger {
+        let mut ledger = Ledger::new("kube-apiserver");
+        ledger.content_hash = on_node.map(str::to_owned);
+        ledger.last_known_good = lkg.map(str::to_owned);
+        ledger
+    }
+
+    fn sync<'a>(desired: &'a str, ledger: &'a Ledger, s: u64) -> Input<'a> {
+        Input::Sync(SyncFacts {
+            desired: Some(desired),
+            desired_refused: None,
+            ledger,
+            unrecorded_manifest: false,
+            now: Duration::from_secs(s),
+        })
+    }
+
+    fn running(hash: &str, restarts: u32) -> VersionView {
+        VersionView {
+            api_configured: true,
+            mirror: Some(MirrorPod::Present {
+                hash: Some(hash.into()),
+                phase: Some("Running".into()),
+                ready: true,
+                restarts,
+            }),
+            health: Some(Ok(())),
+            runtime: None,
+            runtime_restarts: 0,
+            dependency_down: None,
+        }
+    }
+
+    fn evaluate<'a>(view: VersionView, ledger: &'a Ledger, t0: Instant, s: u64) -> Input<'a> {
+        Input::Evaluate(EvaluateFacts {
+            view,
+            ledger,
+            api_answers: true,
+            now: Duration::from_secs(s),
+            instant: t0 + Duration::from_secs(s),
+        })
+    }
+
+    fn asked(turn: LeaseTurn, t0: Instant) -> Input<'static> {
+        Input::Asked {
+            answer: Answer::Lease {
+                lease: "kube-anchor-kube-apiserver".into(),
+                turn: Ok(turn),
+            },
+            instant: t0,
+            wall: SystemTime::UNIX_EPOCH,
+        }
+    }
+
+    fn ready(effects: &[Effect]) -> Option<(bool, String)> {
+        effects.iter().find_map(|e| match e {
+            Effect::Ready { ready, reason } => Some((*ready, reason.clone())),
+            _ => None,
+        })
+    }
+
+    #[test]
+    fn a_first_version_is_written_without_a_turn_and_promoted_after_its_trial() {
+        let t0 = Instant::now();
+        let mut a = anchor();
+        let fresh = ledger(None, None);
+        let effects = a.step(sync("A", &fresh, 0));
+        assert_eq!(effects[0], Effect::Write { version: "A".into() });
+        assert!(a.version.trial().is_some(), "on trial");
+        let written = ledger(Some("A"), None);
+        let effects = a.step(evaluate(running("A", 0), &written, t0, 100));
+        assert_eq!(ready(&effects), Some((true, String::new())));
+        assert!(!effects.iter().any(|e| matches!(e, Effect::Promote { .. })));
+        let effects = a.step(evaluate(running("A", 0), &written, t0, 100 + PERIOD.as_secs()));
+        assert!(
+            effects.contains(&Effect::Promote { version: "A".into() }),
+            "{effects:?}"
+        );
+    }
+
+    #[test]
+    fn an_upgrade_waits_for_the_turn_and_gives_it_back_once_promoted() {
+        let t0 = Instant::now();
+        let mut a = anchor();
+        let on_node = ledger(Some("A"), Some("A"));
+        let effects = a.step(sync("B", &on_node, 0));
+        assert!(
+            effects.contains(&Effect::AskTurn { version: "B".into() }),
+            "{effects:?}"
+        );
+        assert!(
+            !effects.iter().any(|e| matches!(e, Effect::Write { .. })),
+            "nothing written before the turn"
+        );
+        let held = LeaseTurn::Held {
+            by: "cp-2".into(),
+            renewed: None,
+        };
+        assert_eq!(a.step(asked(held, t0)), vec![]);
+        assert_eq!(a.waiting(), Some("B"));
+        assert_eq!(a.step(asked(LeaseTurn::Take, t0)), vec![Effect::Resync]);
+        let effects = a.step(sync("B", &on_node, 1));
+        assert_eq!(effects[0], Effect::Write { version: "B".into() });
+        let written = ledger(Some("B"), Some("A"));
+        a.step(evaluate(running("B", 0), &written, t0, 2));
+        let effects = a.step(evaluate(running("B", 0), &written, t0, 2 + PERIOD.as_secs()));
+        assert!(
+            effects.contains(&Effect::Promote { version: "B".into() }),
+            "{effects:?}"
+        );
+        // The executor records the promotion; the next evaluation gives the turn back.
+        let promoted = ledger(Some("B"), Some("B"));
+        let effects = a.step(evaluate(running("B", 0), &promoted, t0, 3 + PERIOD.as_secs()));
+        assert!(
+            effects.contains(&Effect::GiveBackTurn {
+                version: "B".into(),
+                failed: false
+            }),
+            "{effects:?}"
+        );
+    }
+
+    #[test]
+    fn a_crash_loop_rolls_back_and_gives_the_turn_back_as_failed() {
+        let t0 = Instant::now();
+        let mut a = anchor();
+        let on_node = ledger(Some("A"), Some("A"));
+        a.step(sync("B", &on_node, 0));
+        a.step(asked(LeaseTurn::Take, t0));
+        a.step(sync("B", &on_node, 1));
+        let written = ledger(Some("B"), Some("A"));
+        a.step(evaluate(running("B", 0), &written, t0, 2));
+        let effects = a.step(evaluate(running("B", 4), &written, t0, 40));
+        assert!(
+            matches!(&effects[0], Effect::RollBack { failed, to, .. } if failed == "B" && to == "A"),
+            "{effects:?}"
+        );
+        assert!(
+            effects.contains(&Effect::GiveBackTurn {
+                version: "B".into(),
+                failed: true
+            }),
+            "{effects:?}"
+        );
+        a.step(Input::RolledBack {
+            to: "A".into(),
+            note: "B failed".into(),
+        });
+        assert_eq!(a.written.as_deref(), Some("A"));
+        assert_eq!(a.version.held_back(), Some("B failed"));
+    }
+
+    #[test]
+    fn a_refused_version_is_not_written_and_says_why() {
+        let t0 = Instant::now();
+        let mut a = anchor();
+        let fresh = ledger(None, None);
+        let effects = a.step(Input::Sync(SyncFacts {
+            desired: Some("A"),
+            desired_refused: Some("tls.key does not match tls.crt".into()),
+            ledger: &fresh,
+            unrecorded_manifest: false,
+            now: Duration::ZERO,
+        }));
+        assert_eq!(effects, vec![]);
+        let effects = a.step(evaluate(running("A", 0), &fresh, t0, 1));
+        let (ready, reason) = ready(&effects).expect("a readiness");
+        assert!(!ready);
+        assert!(reason.contains("tls.key does not match"), "{reason}");
+    }
+}
