@@ -13,7 +13,7 @@
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::ledger::Ledger;
-use crate::lifecycle::{LkgAction, LkgCheck, LkgEvaluated, Version, VersionAction, VersionEvent};
+use crate::lifecycle::{LkgAction, LkgCheck, LkgEvaluated, LkgFailure, Version, VersionAction, VersionEvent};
 use crate::rollout;
 use crate::trial::{Assessment, VersionView, assess};
 use crate::turn::{Answer, Turn, TurnAction, TurnEvent};
@@ -41,8 +41,16 @@ pub struct Anchor {
     pub written: Option<String>,
     /// The last evaluation found `written` converged.
     pub converged: bool,
-    /// Why the last sync wrote nothing (a refusal), for `/readyz`.
-    pub refused: Option<String>,
+    /// A [`Effect::Write`] not reported done yet.
+    writing: Option<Writing>,
+}
+
+/// What a write asked for becomes once it is done.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Writing {
+    version: String,
+    last_known_good: bool,
+    held_back: Option<String>,
 }
 
 /// What a sync pass sees.
@@ -50,9 +58,13 @@ pub struct Anchor {
 pub struct SyncFacts<'a> {
     /// The version the inputs name (`None`: no inputs this pod may apply).
     pub desired: Option<&'a str>,
-    /// The credentials check of `desired`, refused with its message.
+    /// The credentials check of the version to write (the inputs', or the one this process
+    /// accepted), refused with its message.
     pub desired_refused: Option<String>,
     pub ledger: &'a Ledger,
+    /// The last-known-good version at hand to write (its snapshot readable): the one the
+    /// ledger names, or none.
+    pub last_known_good: Option<&'a str>,
     /// A static pod kube-anchor did not write sits where the manifest goes.
     pub unrecorded_manifest: bool,
     pub now: Duration,
@@ -60,29 +72,25 @@ pub struct SyncFacts<'a> {
 
 /// What an evaluation sees of the version written. `view.runtime_restarts` is filled in here.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EvaluateFacts<'a> {
+pub struct EvaluateFacts {
     pub view: VersionView,
-    pub ledger: &'a Ledger,
-    /// The API answered the anchor's last call (a held turn is reviewed only then).
-    pub api_answers: bool,
+    /// `view.dependency_down` was looked at (it is only when there is something to excuse: see
+    /// [`Effect::LookAtDependency`]).
+    pub dependency_looked: bool,
+    /// Why the last sync wrote nothing or failed (first in `/readyz`).
+    pub input_error: Option<String>,
+    /// Why this pod may not be Ready yet although its version runs (after a waiting turn).
+    pub pending: Option<String>,
     pub now: Duration,
-    pub instant: Instant,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Input<'a> {
     Sync(SyncFacts<'a>),
-    /// The rollout Lease's answer to asking for the waiting version's turn.
-    Asked {
-        answer: Answer,
-        instant: Instant,
-        wall: SystemTime,
-    },
-    Evaluate(EvaluateFacts<'a>),
-    /// [`Effect::RollBack`] was done: `to` is written in place of the failed version.
-    RolledBack {
-        to: String,
-        note: String,
+    /// [`Effect::Write`] was done (`Ok`) or failed: nothing changes then, the next sync tries again.
+    Written {
+        done: bool,
+        now: Duration,
     },
     /// The answer to [`Effect::RecoverTurn`]: whether the Lease names this node as its holder.
     Recovered {
@@ -92,6 +100,29 @@ pub enum Input<'a> {
     },
     /// [`Effect::GiveBackEarlierTurn`] was done.
     EarlierGivenBack,
+    /// The rollout Lease's answer to asking for the waiting version's turn.
+    Asked {
+        answer: Answer,
+        instant: Instant,
+        wall: SystemTime,
+    },
+    Evaluate(EvaluateFacts),
+    /// [`Effect::RollBack`] was done: `to` is written in place of the failed version.
+    RolledBack {
+        to: String,
+        note: String,
+    },
+    /// [`Effect::RollBack`] found no last-known-good version to go back to: the failed version
+    /// stays, on a trial started again.
+    NoLastKnownGood {
+        now: Duration,
+    },
+    /// After an evaluation's effects: the held turn reviewed against the ledger (while the API
+    /// answers: a renewal missed meanwhile is no loss, no other node takes a turn over on a timer).
+    Review {
+        ledger: &'a Ledger,
+        instant: Instant,
+    },
     /// [`Effect::GiveBackTurn`] was done.
     GivenBack,
     /// [`Effect::RenewTurn`] was done.
@@ -100,27 +131,31 @@ pub enum Input<'a> {
     },
 }
 
+/// What is worth a log line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Note {
+    /// `version` waits for this node's turn.
+    Waiting { version: String },
+    /// `version` is on trial.
+    OnTrial { version: String },
+    /// This node holds the turn an earlier process took for `version`, on trial: kept.
+    Resumed { version: String },
+    /// It is this node's turn to roll `version` out.
+    TurnGiven { version: String, lease: String },
+    /// Why the waiting version waits (it changed).
+    NotYet { why: String },
+    /// The last-known-good version runs converged again.
+    ConvergedAgain,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Effect {
-    /// Write `version`'s files (or repair them).
+    /// Write `version`'s files (or repair them); then [`Input::Written`].
     Write {
         version: String,
     },
-    /// Ask the Lease for the turn of the waiting `version`; the answer comes back as
-    /// [`Input::Asked`].
-    AskTurn {
-        version: String,
-    },
-    /// Sync again now (the turn was given).
-    Resync,
-    /// Record `version` as last-known-good.
-    Promote {
-        version: String,
-    },
-    /// Record `failed` as bad and write `to` (last-known-good); then [`Input::RolledBack`].
-    RollBack {
-        failed: String,
-        to: String,
+    /// The credentials of the inputs' version were refused: nothing written.
+    Refused {
         reason: String,
     },
     /// Ask the Lease whether an earlier process on this node left it holding the turn; the
@@ -128,22 +163,42 @@ pub enum Effect {
     RecoverTurn,
     /// Give back a turn an earlier process held for nothing written here.
     GiveBackEarlierTurn,
+    /// Ask the Lease for the turn of the waiting `version`; the answer comes back as
+    /// [`Input::Asked`].
+    AskTurn {
+        version: String,
+    },
+    /// Sync again now (the turn was given).
+    Resync,
+    /// Look whether a component this one needs is down, and evaluate again with what was found.
+    LookAtDependency,
+    /// Record `version` as last-known-good.
+    Promote {
+        version: String,
+    },
+    /// Record `failed` as bad and write the last-known-good version in its place; then
+    /// [`Input::RolledBack`], or [`Input::NoLastKnownGood`] when there is none to write.
+    RollBack {
+        failed: String,
+        reason: String,
+    },
     /// Give the turn back (recording the input revision as failed when `failed`).
     GiveBackTurn {
         version: String,
         failed: bool,
     },
     RenewTurn,
-    /// Record the last-known-good version's failure (`None`: clear it).
-    RecordLkgFailing {
-        note: Option<String>,
-    },
-    /// An Event for operators.
-    Event {
-        warning: bool,
-        reason: &'static str,
+    /// The last-known-good version fails too: an error for operators (a Warning Event).
+    LkgFailing {
         note: String,
     },
+    /// Record the last-known-good version's failure (`None`: clear it); `if_different`: only
+    /// where the ledger's record names another hash.
+    RecordLkgFailing {
+        failing: Option<LkgFailure>,
+        if_different: bool,
+    },
+    Log(Note),
     /// `/readyz`.
     Ready {
         ready: bool,
@@ -161,11 +216,11 @@ impl Anchor {
             accepted: None,
             written: None,
             converged: false,
-            refused: None,
+            writing: None,
         }
     }
 
-    /// The turn is asked for again while a version waits.
+    /// The version waiting for this node's turn.
     pub fn waiting(&self) -> Option<&str> {
         self.turn.waiting.as_ref().map(|w| w.version.as_str())
     }
@@ -175,31 +230,36 @@ impl Anchor {
         self.version.trial().is_some() || (!self.converged && self.written.is_some()) || self.turn.holding().is_some()
     }
 
+    /// Why what is written is the last-known-good version kept in place of the inputs' (and why
+    /// that one fails too).
+    pub fn held_back(&self) -> Option<String> {
+        match (self.version.held_back(), self.lkg.failing()) {
+            (Some(h), Some(failing)) => Some(format!("{failing}; {h}")),
+            (h, _) => h.map(str::to_owned),
+        }
+    }
+
     pub fn step(&mut self, input: Input<'_>) -> Vec<Effect> {
         match input {
             Input::Sync(facts) => self.sync(facts),
-            Input::Asked { answer, instant, wall } => {
-                let component = self.settings.component.clone();
-                let actions = self.step_turn(TurnEvent::Asked {
-                    answer,
-                    component: &component,
-                    now: instant,
-                    wall,
+            Input::Written { done, now } => {
+                let Some(w) = self.writing.take().filter(|_| done) else {
+                    return vec![];
+                };
+                let announce = self.step_version(VersionEvent::Written {
+                    hash: &w.version,
+                    last_known_good: w.last_known_good,
+                    held_back: w.held_back,
+                    now,
                 });
-                actions
+                self.written = Some(w.version);
+                announce
                     .into_iter()
                     .filter_map(|a| match a {
-                        // The turn is this node's: the sync that follows writes the version.
-                        TurnAction::Go { .. } => Some(Effect::Resync),
+                        VersionAction::AnnounceTrial { hash } => Some(Effect::Log(Note::OnTrial { version: hash })),
                         _ => None,
                     })
                     .collect()
-            }
-            Input::Evaluate(facts) => self.evaluate(facts),
-            Input::RolledBack { to, note } => {
-                self.step_version(VersionEvent::RolledBack { note });
-                self.written = Some(to);
-                vec![]
             }
             Input::Recovered {
                 held_here,
@@ -218,12 +278,63 @@ impl Anchor {
                 };
                 self.step_turn(event)
                     .into_iter()
-                    .filter_map(|a| (a == TurnAction::GiveBackEarlier).then_some(Effect::GiveBackEarlierTurn))
+                    .filter_map(|a| match a {
+                        TurnAction::GiveBackEarlier => Some(Effect::GiveBackEarlierTurn),
+                        TurnAction::Resume { version } => Some(Effect::Log(Note::Resumed { version })),
+                        _ => None,
+                    })
                     .collect()
             }
             Input::EarlierGivenBack => {
                 self.step_turn(TurnEvent::EarlierGivenBack);
                 vec![]
+            }
+            Input::Asked { answer, instant, wall } => {
+                let component = self.settings.component.clone();
+                let actions = self.step_turn(TurnEvent::Asked {
+                    answer,
+                    component: &component,
+                    now: instant,
+                    wall,
+                });
+                let mut effects = Vec::new();
+                for action in actions {
+                    match action {
+                        // The turn is this node's: the sync that follows writes the version.
+                        TurnAction::Go { version, lease } => {
+                            effects.push(Effect::Log(Note::TurnGiven { version, lease }));
+                            effects.push(Effect::Resync);
+                        }
+                        TurnAction::NotYet { why } => effects.push(Effect::Log(Note::NotYet { why })),
+                        _ => {}
+                    }
+                }
+                effects
+            }
+            Input::Evaluate(facts) => self.evaluate(facts),
+            Input::RolledBack { to, note } => {
+                self.step_version(VersionEvent::RolledBack { note });
+                self.written = Some(to);
+                vec![]
+            }
+            Input::NoLastKnownGood { now } => {
+                self.step_version(VersionEvent::NoLastKnownGood { now });
+                vec![]
+            }
+            Input::Review { ledger, instant } => {
+                let runs = self.written.clone().filter(|_| self.converged);
+                self.step_turn(TurnEvent::Review {
+                    ledger,
+                    runs: runs.as_deref(),
+                    now: instant,
+                })
+                .into_iter()
+                .filter_map(|action| match action {
+                    TurnAction::GiveBack { version, failed } => Some(Effect::GiveBackTurn { version, failed }),
+                    TurnAction::Renew => Some(Effect::RenewTurn),
+                    _ => None,
+                })
+                .collect()
             }
             Input::GivenBack => {
                 self.step_turn(TurnEvent::GivenBack);
@@ -237,6 +348,8 @@ impl Anchor {
     }
 
     fn sync(&mut self, f: SyncFacts<'_>) -> Vec<Effect> {
+        // As after every pass: an earlier process may have left the turn held.
+        let recover = (self.settings.in_fleet && self.turn.needs_recovery()).then_some(Effect::RecoverTurn);
         let desired = match f.desired {
             Some(d) => {
                 self.accepted = Some(d.to_owned());
@@ -244,30 +357,30 @@ impl Anchor {
             }
             // Keep what this process accepted (drift is still repaired); after a restart only the
             // last-known-good version is at hand, and only if it is what the node runs.
-            None => match (&self.accepted, &f.ledger.last_known_good) {
+            None => match (&self.accepted, f.last_known_good) {
                 (Some(a), _) => a.clone(),
-                (None, Some(lkg)) if f.ledger.content_hash.as_ref() == Some(lkg) => lkg.clone(),
-                _ => return vec![],
+                (None, Some(lkg)) if f.ledger.content_hash.as_deref() == Some(lkg) => lkg.to_owned(),
+                _ => return recover.into_iter().collect(),
             },
         };
-        let (target, held_back) = match (f.ledger.bad_version(&desired), &f.ledger.last_known_good) {
+        let (target, held_back) = match (f.ledger.bad_version(&desired), f.last_known_good) {
             (Some(bad), Some(lkg)) => (
-                lkg.clone(),
+                lkg.to_owned(),
                 Some(format!(
                     "the inputs are version {} which failed its trial at {} ({}); keeping last-known-good {lkg}",
                     bad.hash, bad.at, bad.reason
                 )),
             ),
-            _ => (desired.clone(), None),
+            _ => (desired, None),
         };
-        // A refused version takes no turn and goes no further.
+        // Before the rollout turn: a refused version takes no turn and goes no further.
         if held_back.is_none()
-            && let Some(refused) = f.desired_refused.filter(|_| f.desired == Some(target.as_str()))
+            && let Some(reason) = f.desired_refused
         {
-            self.refused = Some(format!("credentials refused, nothing written: {refused}"));
-            return vec![];
+            return [Effect::Refused { reason }].into_iter().chain(recover).collect();
         }
-        self.refused = None;
+        // Replacing the version the node runs waits for this node's turn; a static pod
+        // kube-anchor did not write (a kubeadm node taken over) counts as one.
         let on_node = f
             .ledger
             .content_hash
@@ -275,34 +388,41 @@ impl Anchor {
             .or_else(|| f.unrecorded_manifest.then(|| "an unrecorded manifest".to_owned()));
         let needed = self.settings.in_fleet
             && rollout::needs_turn(on_node.as_deref(), &target, f.ledger.last_known_good.as_deref());
-        self.step_turn(TurnEvent::Gate {
-            version: &target,
-            needed,
-        });
-        // As the daemon does after every pass: an earlier process may have left the turn held.
-        let recover = (self.settings.in_fleet && self.turn.needs_recovery()).then_some(Effect::RecoverTurn);
+        let mut effects: Vec<Effect> = self
+            .step_turn(TurnEvent::Gate {
+                version: &target,
+                needed,
+            })
+            .into_iter()
+            .filter_map(|a| match a {
+                TurnAction::AnnounceWaiting { version } => Some(Effect::Log(Note::Waiting { version })),
+                _ => None,
+            })
+            .collect();
         if let Some(w) = &self.turn.waiting {
             let ask = Effect::AskTurn {
                 version: w.version.clone(),
             };
-            return recover.into_iter().chain([ask]).collect();
+            effects.extend(recover);
+            effects.push(ask);
+            return effects;
         }
-        self.step_version(VersionEvent::Written {
-            hash: &target,
+        self.writing = Some(Writing {
+            version: target.clone(),
             last_known_good: f.ledger.last_known_good.as_deref() == Some(target.as_str()),
             held_back,
-            now: f.now,
         });
-        self.written = Some(target.clone());
-        [Effect::Write { version: target }].into_iter().chain(recover).collect()
+        effects.push(Effect::Write { version: target });
+        effects.extend(recover);
+        effects
     }
 
-    fn evaluate(&mut self, f: EvaluateFacts<'_>) -> Vec<Effect> {
+    fn evaluate(&mut self, f: EvaluateFacts) -> Vec<Effect> {
         let Some(written) = self.written.clone() else {
-            let reason = self
-                .refused
-                .clone()
+            let reason = f
+                .input_error
                 .or_else(|| self.turn.waiting.as_ref().map(|w| w.why.clone()))
+                .or(f.pending)
                 .unwrap_or_else(|| "nothing written yet".into());
             return vec![Effect::Ready { ready: false, reason }];
         };
@@ -320,44 +440,33 @@ impl Anchor {
             }
         }
         let assessment = assess(&view, &written, self.settings.crash_loop_threshold);
+        // The components it needs are looked at only when there is something to excuse.
+        if !f.dependency_looked && matches!(assessment, Assessment::NotConverged(_) | Assessment::CrashLooping(_)) {
+            return vec![Effect::LookAtDependency];
+        }
         let mut effects = Vec::new();
-        let actions = self.step_version(VersionEvent::Assessed {
+        let mut rolled_back = false;
+        for action in self.step_version(VersionEvent::Assessed {
             assessment: &assessment,
             now: f.now,
             period: self.settings.trial_period,
-        });
-        let mut rolled_back = false;
-        for action in actions {
+        }) {
             match action {
-                VersionAction::Promote => {
-                    effects.push(Effect::Promote {
-                        version: written.clone(),
+                VersionAction::Promote => effects.push(Effect::Promote {
+                    version: written.clone(),
+                }),
+                VersionAction::RollBack { reason } => {
+                    effects.push(Effect::RollBack {
+                        failed: written.clone(),
+                        reason,
                     });
-                    effects.push(Effect::Event {
-                        warning: false,
-                        reason: "Promoted",
-                        note: format!("{written} is now last-known-good"),
-                    });
+                    rolled_back = true;
                 }
-                VersionAction::RollBack { reason } => match &f.ledger.last_known_good {
-                    Some(lkg) if *lkg != written => {
-                        effects.push(Effect::RollBack {
-                            failed: written.clone(),
-                            to: lkg.clone(),
-                            reason,
-                        });
-                        rolled_back = true;
-                    }
-                    // The first version on a node is never rolled back to nothing.
-                    _ => {
-                        self.step_version(VersionEvent::NoLastKnownGood { now: f.now });
-                    }
-                },
-                VersionAction::AnnounceTrial { .. } => {}
+                VersionAction::AnnounceTrial { .. } => {} // only when written
             }
         }
         // What was assessed is the version rolled back, not the last-known-good one written in
-        // its place: that one is judged from the next evaluation on.
+        // its place: that one is judged from the next evaluation on, by its own hash.
         if !rolled_back {
             let (lkg, actions) = std::mem::take(&mut self.lkg).step(LkgEvaluated {
                 held_back: self.version.held_back().is_some(),
@@ -368,61 +477,24 @@ impl Anchor {
             });
             self.lkg = lkg;
             for action in actions {
-                match action {
-                    LkgAction::Report { note } => effects.push(Effect::Event {
-                        warning: true,
-                        reason: "LastKnownGoodFailing",
-                        note,
-                    }),
-                    LkgAction::Record { failing, .. } => effects.push(Effect::RecordLkgFailing {
-                        note: failing.map(|f| f.note),
-                    }),
-                    LkgAction::ConvergedAgain => {}
-                }
+                effects.push(match action {
+                    LkgAction::Report { note } => Effect::LkgFailing { note },
+                    LkgAction::Record { failing, if_different } => Effect::RecordLkgFailing { failing, if_different },
+                    LkgAction::ConvergedAgain => Effect::Log(Note::ConvergedAgain),
+                });
             }
         }
         self.converged = assessment == Assessment::Converged;
-        let held_back = match (self.version.held_back(), self.lkg.failing()) {
-            (Some(h), Some(failing)) => Some(format!("{failing}; {h}")),
-            (h, _) => h.map(str::to_owned),
-        };
-        let reason = self
-            .refused
-            .clone()
+        let reason = f
+            .input_error
             .or_else(|| self.turn.waiting.as_ref().map(|w| w.why.clone()))
-            .or(held_back)
+            .or(f.pending)
+            .or_else(|| self.held_back())
             .or_else(|| assessment.reason().map(str::to_owned));
         effects.push(Effect::Ready {
             ready: reason.is_none(),
             reason: reason.unwrap_or_default(),
         });
-        // A held turn is reviewed only while the API answers (a renewal missed meanwhile is no
-        // loss: no other node takes a turn over on a timer).
-        if self.turn.holding().is_some() && f.api_answers {
-            // After a rollback, the ledger the executor records names the failed version bad.
-            let mut ledger = f.ledger.clone();
-            for e in &effects {
-                if let Effect::RollBack { failed, reason, .. } = e {
-                    ledger.mark_bad(crate::ledger::BadVersion {
-                        hash: failed.clone(),
-                        at: String::new(),
-                        reason: reason.clone(),
-                    });
-                }
-            }
-            let runs = self.written.clone().filter(|_| self.converged && !rolled_back);
-            for action in self.step_turn(TurnEvent::Review {
-                ledger: &ledger,
-                runs: runs.as_deref(),
-                now: f.instant,
-            }) {
-                match action {
-                    TurnAction::GiveBack { version, failed } => effects.push(Effect::GiveBackTurn { version, failed }),
-                    TurnAction::Renew => effects.push(Effect::RenewTurn),
-                    _ => {}
-                }
-            }
-        }
         effects
     }
 
@@ -463,11 +535,24 @@ mod tests {
         ledger
     }
 
+    /// A sync whose write (if any) is done.
+    fn synced(a: &mut Anchor, desired: &str, ledger: &Ledger, s: u64) -> Vec<Effect> {
+        let mut effects = a.step(sync(desired, ledger, s));
+        if effects.iter().any(|e| matches!(e, Effect::Write { .. })) {
+            effects.extend(a.step(Input::Written {
+                done: true,
+                now: Duration::from_secs(s),
+            }));
+        }
+        effects
+    }
+
     fn sync<'a>(desired: &'a str, ledger: &'a Ledger, s: u64) -> Input<'a> {
         Input::Sync(SyncFacts {
             desired: Some(desired),
             desired_refused: None,
             ledger,
+            last_known_good: ledger.last_known_good.as_deref(),
             unrecorded_manifest: false,
             now: Duration::from_secs(s),
         })
@@ -489,14 +574,21 @@ mod tests {
         }
     }
 
-    fn evaluate<'a>(view: VersionView, ledger: &'a Ledger, t0: Instant, s: u64) -> Input<'a> {
+    fn evaluate(view: VersionView, s: u64) -> Input<'static> {
         Input::Evaluate(EvaluateFacts {
             view,
-            ledger,
-            api_answers: true,
+            dependency_looked: true,
+            input_error: None,
+            pending: None,
             now: Duration::from_secs(s),
-            instant: t0 + Duration::from_secs(s),
         })
+    }
+
+    fn review(ledger: &Ledger, t0: Instant, s: u64) -> Input<'_> {
+        Input::Review {
+            ledger,
+            instant: t0 + Duration::from_secs(s),
+        }
     }
 
     fn asked(turn: LeaseTurn, t0: Instant) -> Input<'static> {
@@ -519,17 +611,15 @@ mod tests {
 
     #[test]
     fn a_first_version_is_written_without_a_turn_and_promoted_after_its_trial() {
-        let t0 = Instant::now();
         let mut a = anchor();
         let fresh = ledger(None, None);
-        let effects = a.step(sync("A", &fresh, 0));
+        let effects = synced(&mut a, "A", &fresh, 0);
         assert_eq!(effects[0], Effect::Write { version: "A".into() });
         assert!(a.version.trial().is_some(), "on trial");
-        let written = ledger(Some("A"), None);
-        let effects = a.step(evaluate(running("A", 0), &written, t0, 100));
+        let effects = a.step(evaluate(running("A", 0), 100));
         assert_eq!(ready(&effects), Some((true, String::new())));
         assert!(!effects.iter().any(|e| matches!(e, Effect::Promote { .. })));
-        let effects = a.step(evaluate(running("A", 0), &written, t0, 100 + PERIOD.as_secs()));
+        let effects = a.step(evaluate(running("A", 0), 100 + PERIOD.as_secs()));
         assert!(
             effects.contains(&Effect::Promote { version: "A".into() }),
             "{effects:?}"
@@ -541,7 +631,7 @@ mod tests {
         let t0 = Instant::now();
         let mut a = anchor();
         let on_node = ledger(Some("A"), Some("A"));
-        let effects = a.step(sync("B", &on_node, 0));
+        let effects = synced(&mut a, "B", &on_node, 0);
         assert!(
             effects.contains(&Effect::AskTurn { version: "B".into() }),
             "{effects:?}"
@@ -554,21 +644,24 @@ mod tests {
             by: "cp-2".into(),
             renewed: None,
         };
-        assert_eq!(a.step(asked(held, t0)), vec![]);
+        assert!(
+            matches!(&a.step(asked(held, t0))[..], [Effect::Log(Note::NotYet { why })] if why.contains("cp-2 is rolling out")),
+            "held by another node"
+        );
         assert_eq!(a.waiting(), Some("B"));
-        assert_eq!(a.step(asked(LeaseTurn::Take, t0)), vec![Effect::Resync]);
-        let effects = a.step(sync("B", &on_node, 1));
+        assert_eq!(a.step(asked(LeaseTurn::Take, t0)).last(), Some(&Effect::Resync));
+        let effects = synced(&mut a, "B", &on_node, 1);
         assert_eq!(effects[0], Effect::Write { version: "B".into() });
-        let written = ledger(Some("B"), Some("A"));
-        a.step(evaluate(running("B", 0), &written, t0, 2));
-        let effects = a.step(evaluate(running("B", 0), &written, t0, 2 + PERIOD.as_secs()));
+        a.step(evaluate(running("B", 0), 2));
+        let effects = a.step(evaluate(running("B", 0), 2 + PERIOD.as_secs()));
         assert!(
             effects.contains(&Effect::Promote { version: "B".into() }),
             "{effects:?}"
         );
         // The executor records the promotion; the next evaluation gives the turn back.
         let promoted = ledger(Some("B"), Some("B"));
-        let effects = a.step(evaluate(running("B", 0), &promoted, t0, 3 + PERIOD.as_secs()));
+        a.step(evaluate(running("B", 0), 3 + PERIOD.as_secs()));
+        let effects = a.step(review(&promoted, t0, 3 + PERIOD.as_secs()));
         assert!(
             effects.contains(&Effect::GiveBackTurn {
                 version: "B".into(),
@@ -583,16 +676,27 @@ mod tests {
         let t0 = Instant::now();
         let mut a = anchor();
         let on_node = ledger(Some("A"), Some("A"));
-        a.step(sync("B", &on_node, 0));
+        synced(&mut a, "B", &on_node, 0);
         a.step(asked(LeaseTurn::Take, t0));
-        a.step(sync("B", &on_node, 1));
-        let written = ledger(Some("B"), Some("A"));
-        a.step(evaluate(running("B", 0), &written, t0, 2));
-        let effects = a.step(evaluate(running("B", 4), &written, t0, 40));
+        synced(&mut a, "B", &on_node, 1);
+        a.step(evaluate(running("B", 0), 2));
+        let effects = a.step(evaluate(running("B", 4), 40));
         assert!(
-            matches!(&effects[0], Effect::RollBack { failed, to, .. } if failed == "B" && to == "A"),
+            matches!(&effects[0], Effect::RollBack { failed, .. } if failed == "B"),
             "{effects:?}"
         );
+        // The executor marks B bad and writes A, then reviews the turn.
+        let mut rolled_back = ledger(Some("A"), Some("A"));
+        rolled_back.mark_bad(crate::ledger::BadVersion {
+            hash: "B".into(),
+            at: "2026-01-01T00:00:00Z".into(),
+            reason: "crash loop".into(),
+        });
+        a.step(Input::RolledBack {
+            to: "A".into(),
+            note: "B failed".into(),
+        });
+        let effects = a.step(review(&rolled_back, t0, 40));
         assert!(
             effects.contains(&Effect::GiveBackTurn {
                 version: "B".into(),
@@ -600,30 +704,92 @@ mod tests {
             }),
             "{effects:?}"
         );
-        a.step(Input::RolledBack {
-            to: "A".into(),
-            note: "B failed".into(),
-        });
         assert_eq!(a.written.as_deref(), Some("A"));
         assert_eq!(a.version.held_back(), Some("B failed"));
     }
 
     #[test]
     fn a_refused_version_is_not_written_and_says_why() {
-        let t0 = Instant::now();
         let mut a = anchor();
         let fresh = ledger(None, None);
         let effects = a.step(Input::Sync(SyncFacts {
             desired: Some("A"),
             desired_refused: Some("tls.key does not match tls.crt".into()),
             ledger: &fresh,
+            last_known_good: None,
             unrecorded_manifest: false,
             now: Duration::ZERO,
         }));
-        assert_eq!(effects, vec![]);
-        let effects = a.step(evaluate(running("A", 0), &fresh, t0, 1));
+        assert_eq!(
+            effects,
+            vec![
+                Effect::Refused {
+                    reason: "tls.key does not match tls.crt".into()
+                },
+                // Whether an earlier process held the turn is asked all the same.
+                Effect::RecoverTurn
+            ]
+        );
+        assert_eq!(a.written, None, "nothing written");
+        let effects = a.step(Input::Evaluate(EvaluateFacts {
+            view: running("A", 0),
+            dependency_looked: false,
+            input_error: Some("credentials refused, nothing written: tls.key does not match tls.crt".into()),
+            pending: None,
+            now: Duration::from_secs(1),
+        }));
         let (ready, reason) = ready(&effects).expect("a readiness");
         assert!(!ready);
         assert!(reason.contains("tls.key does not match"), "{reason}");
+    }
+
+    #[test]
+    fn a_dependency_is_looked_at_only_when_there_is_something_to_excuse() {
+        let mut a = anchor();
+        let fresh = ledger(None, None);
+        synced(&mut a, "A", &fresh, 0);
+        let mut facts = EvaluateFacts {
+            view: running("A", 0),
+            dependency_looked: false,
+            input_error: None,
+            pending: None,
+            now: Duration::from_secs(1),
+        };
+        let effects = a.step(Input::Evaluate(facts.clone()));
+        assert!(!effects.contains(&Effect::LookAtDependency), "converged: {effects:?}");
+        facts.view.mirror = Some(MirrorPod::Absent);
+        facts.view.health = Some(Err(crate::trial::HealthFailure::no_answer("connection refused")));
+        assert_eq!(a.step(Input::Evaluate(facts.clone())), vec![Effect::LookAtDependency]);
+        facts.dependency_looked = true;
+        facts.view.dependency_down = Some("etcd does not run on this node".into());
+        let effects = a.step(Input::Evaluate(facts));
+        let (ready, reason) = ready(&effects).expect("a readiness");
+        assert!(
+            !ready && reason.contains("not evidence against the version"),
+            "{reason}"
+        );
+    }
+
+    #[test]
+    fn a_failed_write_changes_nothing_and_the_next_sync_writes_again() {
+        let mut a = anchor();
+        let on_node = ledger(Some("A"), Some("A"));
+        // Settled on A; a repair pass writes A again.
+        synced(&mut a, "A", &on_node, 0);
+        assert_eq!(a.version, Version::Settled);
+        let fresh = ledger(None, None);
+        let mut b = anchor();
+        let effects = b.step(sync("B", &fresh, 0));
+        assert_eq!(effects[0], Effect::Write { version: "B".into() });
+        b.step(Input::Written {
+            done: false,
+            now: Duration::ZERO,
+        });
+        assert_eq!(b.written, None, "nothing written");
+        assert_eq!(b.version, Version::Settled, "nothing on trial");
+        let effects = synced(&mut b, "B", &fresh, 1);
+        assert_eq!(effects[0], Effect::Write { version: "B".into() });
+        assert_eq!(b.written.as_deref(), Some("B"));
+        assert!(b.version.trial().is_some());
     }
 }

@@ -23,12 +23,13 @@ use kube_anchor_core::change::DATA_LINK;
 use kube_anchor_core::desired::Desired;
 use kube_anchor_core::hostpath::HostPath;
 use kube_anchor_core::ledger::BadVersion;
-use kube_anchor_core::lifecycle::{LkgAction, LkgCheck, LkgEvaluated, Version, VersionAction, VersionEvent};
+use kube_anchor_core::lifecycle::LkgFailure;
+use kube_anchor_core::machine::{Anchor, Effect, EvaluateFacts, Input, Note, Settings, SyncFacts};
 use kube_anchor_core::pinned::{MAX_MARKER_BYTES, PinnedInputs};
 use kube_anchor_core::plan::Notice;
 use kube_anchor_core::runtime::{Local, RuntimeView};
-use kube_anchor_core::trial::{Assessment, MirrorPod, VersionView, assess};
-use kube_anchor_core::turn::{Answer, Turn, TurnAction, TurnEvent};
+use kube_anchor_core::trial::{MirrorPod, VersionView};
+use kube_anchor_core::turn::Answer;
 use kube_anchor_host::watch::{DirRole, DirWatcher};
 use kube_anchor_k8s::anchor_status;
 use kube_anchor_k8s::cri::{RuntimeObserver, StaticPodRef};
@@ -98,12 +99,12 @@ struct Daemon {
     accepted: Option<Desired>,
     /// Set while the inputs belong to another revision of the pod template.
     awaiting_rollout: Option<String>,
-    /// Settled, on trial, or held back from a known-bad version.
-    version: Version,
-    /// Judges the last-known-good version while it is held in place of a bad one.
-    lkg: LkgCheck,
+    /// The decisions (`kube_anchor_core::machine`): the version settled, on trial or held back
+    /// from a known-bad one, the judgement of a last-known-good version held in place of a bad
+    /// one, and the rollout turn this node holds (or one an earlier process held, not looked at
+    /// yet) and a version waiting for one.
+    machine: Anchor,
     input_error: Option<String>,
-    converged: bool,
     started: Instant,
     input_dirs: BTreeSet<PathBuf>,
     /// `spec.etcdMember`: the membership record the manifest renders with.
@@ -116,9 +117,6 @@ struct Daemon {
     learner_watch: Option<LearnerWatch>,
     /// The component's rollout Lease (see [`kube_anchor_core::rollout`]), once there is a client.
     rollout_lease: Option<kubeapi::RolloutLease>,
-    /// The turn this node holds to roll a version out (or one an earlier process held, not
-    /// looked at yet), and a version waiting for one.
-    turn: Turn,
     /// The last rollout Lease error logged at warn (the same one again is logged at debug).
     lease_error: Option<String>,
     /// This node's `AnchorStatus` as the API shows it, once there is a client and a node name.
@@ -203,6 +201,15 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         kubeapi::user_agent(&format!("run {component}"), args.identity.node_name.as_deref()),
         Duration::ZERO,
     );
+    // Only an anchor pod (node and namespace from the downward API) with an API has a rollout
+    // Lease; a `run` outside a cluster is alone with its node.
+    let in_fleet = api_wanted && args.identity.node_name.is_some() && args.identity.pod_namespace.is_some();
+    let machine = Anchor::new(Settings {
+        component: component.clone(),
+        trial_period: args.trial_period,
+        crash_loop_threshold: args.crash_loop_threshold,
+        in_fleet,
+    });
     let mut daemon = Daemon {
         args,
         engine,
@@ -223,17 +230,14 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         written: None,
         accepted: None,
         awaiting_rollout: None,
-        version: Version::default(),
-        lkg: LkgCheck::default(),
+        machine,
         input_error: None,
-        converged: false,
         started: Instant::now(),
         input_dirs: BTreeSet::new(),
         member_record: None,
         membership_pending: None,
         learner_watch: None,
         rollout_lease: None,
-        turn: Turn::default(),
         lease_error: None,
         status_watch: None,
         status_written: None,
@@ -287,7 +291,7 @@ impl Daemon {
                     // Deadlines from the last sync: evaluations in between must not push them back.
                     _ = tokio::time::sleep_until(synced + self.args.resync_period) => break,
                     _ = sleep_until_opt(self.membership_pending.as_ref().map(|_| synced + MEMBERSHIP_RETRY)) => break,
-                    _ = sleep_until_opt(self.turn.waiting.as_ref().map(|_| synced + TURN_RETRY)) => break,
+                    _ = sleep_until_opt(self.machine.turn.waiting.as_ref().map(|_| synced + TURN_RETRY)) => break,
                     _ = sleep_until_opt(self.credential_drift_since.map(|since| since + CREDENTIAL_SETTLE)) => break,
                     true = mirror_changed => self.evaluate().await,
                     true = status_changed => self.publish_status().await,
@@ -314,10 +318,7 @@ impl Daemon {
     fn evaluation_interval(&self) -> Option<Duration> {
         if self.api.client().is_none() && self.health.is_none() && self.runtime.is_none() {
             None // nothing to learn by looking again
-        } else if self.version.trial().is_some()
-            || (!self.converged && self.written.is_some())
-            || self.turn.holding().is_some()
-        {
+        } else if self.machine.busy() {
             Some(TRIAL_TICK)
         } else if self.health.is_some() || self.runtime.is_some() {
             Some(self.args.health_interval)
@@ -380,11 +381,11 @@ impl Daemon {
     async fn sync(&mut self) {
         self.connect().await;
         self.membership_step().await;
-        self.sync_pass();
-        self.recover_turn().await;
-        if self.take_turn().await {
+        let effects = self.sync_pass();
+        if self.carry_out_turn(effects).await {
             self.hand_off_leadership().await;
-            self.sync_pass();
+            let effects = self.sync_pass();
+            self.carry_out_turn(effects).await;
         }
         // A change that landed between reading a directory and watching it went unseen.
         if self.watch_dirs() {
@@ -552,7 +553,9 @@ impl Daemon {
         }
     }
 
-    fn sync_pass(&mut self) {
+    /// One pass of the files; what the machine asks of the rollout Lease is returned, for the
+    /// async caller.
+    fn sync_pass(&mut self) -> Vec<Effect> {
         self.shared.update(|s| s.sync_started = Some(Instant::now()));
         let mut result = self.sync_files();
         if let (Err(EngineError::Decommissioned { .. }), Some(pod)) = (&result, &self.args.identity.pod_name) {
@@ -568,8 +571,10 @@ impl Daemon {
             }
         }
         self.shared.update(|s| s.sync_started = None);
+        let mut lease_effects = Vec::new();
         match result {
-            Ok(()) => {
+            Ok(effects) => {
+                lease_effects = effects;
                 self.input_error = None;
                 let now = SystemTime::now()
                     .duration_since(SystemTime::UNIX_EPOCH)
@@ -606,6 +611,7 @@ impl Daemon {
                 self.input_error = Some(format!("sync failed: {message}"));
             }
         }
+        lease_effects
     }
 
     /// The version this pod's inputs describe, or `None` while they belong to another pod
@@ -681,82 +687,97 @@ impl Daemon {
         }
     }
 
-    fn sync_files(&mut self) -> Result<(), EngineError> {
-        let desired = match self.load_desired()? {
-            Some(desired) => {
-                self.accepted = Some(desired.clone());
-                desired
-            }
-            // Keep what this pod applied (drift is still repaired); after a container restart
-            // only the last-known-good snapshot is at hand, and only if it is what the node runs.
-            None => match &self.accepted {
-                Some(accepted) => accepted.clone(),
-                None => match self.current_last_known_good()? {
-                    Some(lkg) => lkg,
-                    None => return Ok(()),
-                },
-            },
-        };
-        let ledger = self.engine.ledger(&self.component)?;
-        let (target, held_back) = match ledger.bad_version(&desired.content_hash) {
-            Some(bad) => match self.engine.last_known_good(&self.component)? {
-                Some(lkg) => {
-                    let why = format!(
-                        "the inputs are version {} which failed its trial at {} ({}); keeping last-known-good {}",
-                        bad.hash, bad.at, bad.reason, lkg.content_hash
-                    );
-                    (lkg, Some(why))
-                }
-                None => (desired, None),
-            },
-            None => (desired, None),
-        };
-        if held_back.is_none() {
-            // Before the rollout turn: a refused version takes no turn and goes no further.
-            self.engine.check_credentials(&target)?;
+    /// Feeds the machine a sync and carries out what it asks of the node (writes); what it asks
+    /// of the rollout Lease is returned. A refusal comes back as the credentials error.
+    fn sync_files(&mut self) -> Result<Vec<Effect>, EngineError> {
+        let desired = self.load_desired()?;
+        if let Some(d) = &desired {
+            self.accepted = Some(d.clone());
         }
-        let previous = ledger.content_hash.clone();
-        // Replacing the version the node runs waits for this node's turn (`kube_anchor_core::rollout`);
-        // until then the node keeps what it has.
+        let ledger = self.engine.ledger(&self.component)?;
+        // The version to write unless it is a known-bad one: the inputs', else what this pod
+        // accepted before.
+        let candidate = desired.as_ref().or(self.accepted.as_ref());
+        // The last-known-good snapshot is read only when it may be written: in place of a bad
+        // version, or after a container restart with nothing accepted yet.
+        let needs_last_known_good =
+            ledger.last_known_good.is_some() && candidate.is_none_or(|c| ledger.bad_version(&c.content_hash).is_some());
+        let last_known_good = if needs_last_known_good {
+            self.engine.last_known_good(&self.component)?
+        } else {
+            None
+        };
+        let mut refusal = match candidate {
+            Some(c) if !(ledger.bad_version(&c.content_hash).is_some() && last_known_good.is_some()) => {
+                self.engine.check_credentials(c).err()
+            }
+            _ => None,
+        };
         // A static pod kube-anchor did not write (a kubeadm node taken over by the charts) runs
         // too: replacing it waits for the turn like an upgrade.
-        let on_node = previous.clone().or_else(|| {
-            let manifest = target.manifest();
-            match self.engine.fs.read(&manifest.path) {
-                Ok(Some(content)) if content != manifest.content => Some("an unrecorded manifest".to_owned()),
-                _ => None,
-            }
-        });
-        // Only an anchor pod (node and namespace from the downward API) has a rollout Lease; a
-        // `run` outside a cluster is alone with its node.
-        let in_fleet = self.args.identity.node_name.is_some() && self.args.identity.pod_namespace.is_some();
-        let turn_needed = self.api_wanted
-            && in_fleet
-            && kube_anchor_core::rollout::needs_turn(
-                on_node.as_deref(),
-                &target.content_hash,
-                ledger.last_known_good.as_deref(),
-            );
-        let actions = self.step_turn(TurnEvent::Gate {
-            version: &target.content_hash,
-            needed: turn_needed,
-        });
-        for action in actions {
-            if let TurnAction::AnnounceWaiting { version } = action {
-                tracing::info!(component = %self.component, content_hash = %version, "new version: waiting for this node's turn to roll it out");
+        let unrecorded_manifest = ledger.content_hash.is_none()
+            && candidate.is_some_and(|c| {
+                let manifest = c.manifest();
+                matches!(self.engine.fs.read(&manifest.path), Ok(Some(content)) if content != manifest.content)
+            });
+        let effects = self.machine.step(Input::Sync(SyncFacts {
+            desired: desired.as_ref().map(|d| d.content_hash.as_str()),
+            desired_refused: refusal.as_ref().map(ToString::to_string),
+            ledger: &ledger,
+            last_known_good: last_known_good.as_ref().map(|d| d.content_hash.as_str()),
+            unrecorded_manifest,
+            now: self.monotonic(),
+        }));
+        let mut lease_effects = Vec::new();
+        for effect in effects {
+            match effect {
+                Effect::Refused { .. } => {
+                    if let Some(e) = refusal.take() {
+                        return Err(e);
+                    }
+                }
+                Effect::Write { version } => {
+                    let Some(target) = [desired.as_ref(), self.accepted.as_ref(), last_known_good.as_ref()]
+                        .into_iter()
+                        .flatten()
+                        .find(|d| d.content_hash == version)
+                        .cloned()
+                    else {
+                        // Never: the machine writes one of the versions it was given.
+                        tracing::error!(component = %self.component, content_hash = %version, "asked to write a version this pod does not have; not writing");
+                        self.machine.step(Input::Written {
+                            done: false,
+                            now: self.monotonic(),
+                        });
+                        continue;
+                    };
+                    let written = self.write(&target, ledger.content_hash.as_deref());
+                    let notes = self.machine.step(Input::Written {
+                        done: written.is_ok(),
+                        now: self.monotonic(),
+                    });
+                    written?;
+                    notes.into_iter().for_each(|n| self.log_effect(n));
+                    self.ensure_mirror_watch(&target);
+                    self.written = Some(target);
+                }
+                Effect::Log(_) => self.log_effect(effect),
+                other => lease_effects.push(other),
             }
         }
-        if self.turn.waiting.is_some() {
-            return Ok(());
-        }
+        Ok(lease_effects)
+    }
+
+    /// Writes (or repairs) `target`; `previous`: the version the ledger recorded before.
+    fn write(&mut self, target: &Desired, previous: Option<&str>) -> Result<(), EngineError> {
         // A credential changed on the node is repaired only once the node has been left alone
         // for CREDENTIAL_SETTLE: it may be the first half of a renewal (`plan::hold_credential_drift`).
-        let repairing = previous.as_deref() == Some(target.content_hash.as_str());
+        let repairing = previous == Some(target.content_hash.as_str());
         let hold = repairing
             && self
                 .credential_drift_since
                 .is_none_or(|since| since.elapsed() < CREDENTIAL_SETTLE);
-        let report = self.engine.apply_holding(&target, self.args.prune, hold)?;
+        let report = self.engine.apply_holding(target, self.args.prune, hold)?;
         self.credential_drift_since = if report.held.is_empty() {
             None
         } else {
@@ -766,7 +787,7 @@ impl Daemon {
         self.note_renewals(&report);
         let written = report.written.len() as u64;
         if written > 0 {
-            if previous.as_deref() == Some(target.content_hash.as_str()) {
+            if repairing {
                 self.shared.metrics.repairs.inc_by(written);
                 tracing::warn!(component = %self.component, files = ?report.written.iter().map(|(p, _)| p.to_string()).collect::<Vec<_>>(), "repaired drift");
             } else {
@@ -774,33 +795,39 @@ impl Daemon {
                 tracing::info!(component = %self.component, content_hash = %target.content_hash, files = written, "wrote a new version");
             }
         }
-        let now = self.monotonic();
-        let actions = self.step_version(VersionEvent::Written {
-            hash: &target.content_hash,
-            last_known_good: ledger.last_known_good.as_deref() == Some(target.content_hash.as_str()),
-            held_back,
-            now,
-        });
-        for action in actions {
-            if let VersionAction::AnnounceTrial { hash } = action {
-                tracing::info!(component = %self.component, content_hash = %hash, trial = %humantime::format_duration(self.args.trial_period), "version on trial");
-            }
-        }
-        self.ensure_mirror_watch(&target);
-        self.written = Some(target);
         Ok(())
     }
 
-    /// The last-known-good version, when it is also what the ledger says the node holds.
-    fn current_last_known_good(&self) -> Result<Option<Desired>, EngineError> {
-        let ledger = self.engine.ledger(&self.component)?;
-        match self.engine.last_known_good(&self.component)? {
-            Some(lkg) if ledger.content_hash.as_deref() == Some(lkg.content_hash.as_str()) => Ok(Some(lkg)),
-            _ => Ok(None),
+    fn log_effect(&self, effect: Effect) {
+        let component = &self.component;
+        match effect {
+            Effect::Log(Note::Waiting { version }) => {
+                tracing::info!(%component, content_hash = %version, "new version: waiting for this node's turn to roll it out");
+            }
+            Effect::Log(Note::OnTrial { version }) => {
+                tracing::info!(%component, content_hash = %version, trial = %humantime::format_duration(self.args.trial_period), "version on trial");
+            }
+            Effect::Log(Note::Resumed { version }) => {
+                let lease = self
+                    .rollout_lease
+                    .as_ref()
+                    .map(|l| l.name().to_owned())
+                    .unwrap_or_default();
+                tracing::info!(%component, content_hash = %version, %lease, "this node holds the rollout turn for the version on trial: keeping it");
+            }
+            Effect::Log(Note::TurnGiven { version, lease }) => {
+                tracing::info!(%component, content_hash = %version, lease = lease.as_str(), "this node's turn: rolling out");
+            }
+            Effect::Log(Note::NotYet { why }) => {
+                tracing::info!(%component, reason = %why, "not this node's turn yet");
+            }
+            Effect::Log(Note::ConvergedAgain) => {
+                tracing::info!(%component, "last-known-good runs converged again");
+            }
+            other => tracing::debug!(%component, effect = ?other, "not a log line"),
         }
     }
 
-    /// Returns whether a directory is watched now that was not before.
     fn watch_dirs(&mut self) -> bool {
         let mut dirs: BTreeMap<PathBuf, DirRole> =
             self.input_dirs.iter().map(|d| (d.clone(), DirRole::input())).collect();
@@ -845,16 +872,79 @@ impl Daemon {
         if !self.unpublished.is_empty() && self.api_answers() {
             self.publish_unpublished().await;
         }
-        let Some(written) = self.written.clone() else {
-            let reason = self
-                .input_error
-                .clone()
-                .or_else(|| self.turn.waiting.as_ref().map(|w| w.why.clone()))
-                .or_else(|| self.awaiting_rollout.clone())
-                .unwrap_or_else(|| "nothing written yet".into());
-            self.shared.update(|s| (s.ready, s.reason) = (false, reason));
-            return;
+        let mut facts = EvaluateFacts {
+            view: VersionView {
+                api_configured: self.api_wanted,
+                mirror: None,
+                health: None,
+                runtime: None,
+                runtime_restarts: 0,
+                dependency_down: None,
+            },
+            dependency_looked: false,
+            input_error: self.input_error.clone(),
+            pending: None,
+            now: self.monotonic(),
         };
+        if let Some(written) = self.written.clone() {
+            facts.view = self.observe(&written).await;
+            // A process that never saw its own inputs cannot tell whether it is an old pod whose
+            // inputs moved on (restarted container) or a new one whose inputs have not arrived
+            // yet; being Ready as the latter would let the rollout move on before this node is
+            // updated.
+            let unproven = match (&self.accepted, &self.awaiting_rollout) {
+                (None, Some(why)) => Some(why.clone()),
+                _ => None,
+            };
+            facts.pending = unproven.or_else(|| self.membership_pending.clone());
+        } else {
+            // Nothing written: only the reason changes.
+            facts.pending = self.awaiting_rollout.clone();
+            for effect in self.machine.step(Input::Evaluate(facts)) {
+                if let Effect::Ready { ready, reason } = effect {
+                    self.shared.update(|s| (s.ready, s.reason) = (ready, reason));
+                }
+            }
+            return;
+        }
+        let mut effects = self.machine.step(Input::Evaluate(facts.clone()));
+        if effects == [Effect::LookAtDependency] {
+            facts.view.dependency_down = self.dependency_down().await;
+            facts.dependency_looked = true;
+            effects = self.machine.step(Input::Evaluate(facts));
+        }
+        for effect in effects {
+            match effect {
+                Effect::Promote { .. } => {
+                    if let Some(written) = self.written.clone() {
+                        self.promote(&written).await;
+                    }
+                }
+                Effect::RollBack { reason, .. } => {
+                    if let Some(written) = self.written.clone() {
+                        self.rollback(&written, reason).await;
+                    }
+                }
+                Effect::LkgFailing { note } => {
+                    tracing::error!(component = %self.component, "{note}");
+                    self.publish(true, "LastKnownGoodFailing", note).await;
+                }
+                Effect::RecordLkgFailing { failing, if_different } => self.record_lkg_failing(failing, if_different),
+                Effect::Ready { ready, reason } => self.shared.update(|s| (s.ready, s.reason) = (ready, reason)),
+                other => self.log_effect(other),
+            }
+        }
+        self.shared.metrics.converged.set(i64::from(self.machine.converged));
+        self.shared
+            .metrics
+            .last_known_good_failing
+            .set(i64::from(self.machine.lkg.failing().is_some()));
+        self.keep_or_give_back_turn().await;
+        self.publish_status().await;
+    }
+
+    /// What the mirror pod, the health URL and the container runtime show of `written`.
+    async fn observe(&self, written: &Desired) -> VersionView {
         let mirror = self.mirror.as_ref().and_then(|m| m.rx.borrow().clone());
         let health = match &self.health {
             Some(h) => Some(h.check().await),
@@ -874,85 +964,14 @@ impl Daemon {
             }
             None => None,
         };
-        let mut observation = VersionView {
+        VersionView {
             api_configured: self.api_wanted,
             mirror,
             health,
             runtime,
             runtime_restarts: 0,
             dependency_down: None,
-        };
-        // Restarts are a trial's evidence, and only those it saw.
-        match self.version.trial_mut().or(self.lkg.check_mut()) {
-            Some(trial) => {
-                trial.restarts_in_trial(&mut observation.mirror);
-                observation.runtime_restarts = trial.runtime_restarts(observation.runtime.as_ref());
-            }
-            None => {
-                if let Some(mirror) = observation.mirror.as_mut() {
-                    mirror.forget_restarts();
-                }
-            }
         }
-        let mut assessment = assess(&observation, &written.content_hash, self.args.crash_loop_threshold);
-        // The components it needs are looked at only when there is something to excuse.
-        if matches!(assessment, Assessment::NotConverged(_) | Assessment::CrashLooping(_)) {
-            observation.dependency_down = self.dependency_down().await;
-            if observation.dependency_down.is_some() {
-                assessment = assess(&observation, &written.content_hash, self.args.crash_loop_threshold);
-            }
-        }
-        let actions = self.step_version(VersionEvent::Assessed {
-            assessment: &assessment,
-            now: self.started.elapsed(),
-            period: self.args.trial_period,
-        });
-        let mut rolled_back = false;
-        for action in actions {
-            match action {
-                VersionAction::Promote => self.promote(&written).await,
-                VersionAction::RollBack { reason } => {
-                    self.rollback(&written, reason).await;
-                    rolled_back = true;
-                }
-                VersionAction::AnnounceTrial { .. } => {} // only when written
-            }
-        }
-        // What was assessed is the version just rolled back, not the last-known-good one now
-        // held in its place: that one is judged from the next evaluation on, by its own hash.
-        if !rolled_back {
-            self.check_last_known_good(&written, &assessment).await;
-        }
-        self.converged = assessment == Assessment::Converged;
-        self.shared.metrics.converged.set(i64::from(self.converged));
-        let held_back = match (self.version.held_back(), self.lkg.failing()) {
-            (Some(h), Some(failing)) => Some(format!("{failing}; {h}")),
-            (h, _) => h.map(str::to_owned),
-        };
-        // A process that never saw its own inputs cannot tell whether it is an old pod whose
-        // inputs moved on (restarted container) or a new one whose inputs have not arrived yet;
-        // being Ready as the latter would let the rollout move on before this node is updated.
-        let unproven = match (&self.accepted, &self.awaiting_rollout) {
-            (None, Some(why)) => Some(why.clone()),
-            _ => None,
-        };
-        let (ready, reason) = match (
-            self.input_error
-                .as_ref()
-                .or(self.turn.waiting.as_ref().map(|w| &w.why))
-                .or(unproven.as_ref())
-                .or(self.membership_pending.as_ref()),
-            &held_back,
-            assessment.reason(),
-        ) {
-            (Some(e), _, _) => (false, e.clone()),
-            (_, Some(h), _) => (false, h.clone()),
-            (_, _, Some(r)) => (false, r.to_owned()),
-            (None, None, None) => (true, String::new()),
-        };
-        self.shared.update(|s| (s.ready, s.reason) = (ready, reason));
-        self.keep_or_give_back_turn().await;
-        self.publish_status().await;
     }
 
     /// Writes this node's `AnchorStatus` when it differs from what the API holds (deleted or
@@ -978,7 +997,7 @@ impl Daemon {
             kube_anchor_core::node_status::Daemon {
                 node,
                 pod: self.args.identity.pod_name.as_deref(),
-                version: &self.version,
+                version: &self.machine.version,
                 ready: now.ready,
                 reason: &now.reason,
             },
@@ -1056,83 +1075,58 @@ impl Daemon {
             .map(|m| m.hash.clone())
     }
 
-    /// An earlier process on this node may have held the turn when it stopped (the anchor pod
-    /// replaced or restarted mid-trial). Since no other node takes a turn over on a timer, this
-    /// one takes it up again for the version it concerns: the inputs' version if it was rolled
-    /// back here, else the one written; `keep_or_give_back_turn` then keeps it through the trial
-    /// or gives it back (recording a rolled-back revision). Once per process, after the first
-    /// answer from the API.
-    async fn recover_turn(&mut self) {
-        if !self.turn.needs_recovery() {
-            return;
-        }
-        let Some(lease) = self.rollout_lease.clone() else {
-            return;
-        };
-        let Ok(ledger) = self.engine.ledger(&self.component) else {
-            return;
-        };
-        let accepted = self.accepted.as_ref().map(|d| d.content_hash.clone());
-        let event = match kubeapi::bounded(lease.held_here()).await {
-            Ok(false) => TurnEvent::NotHeldHere,
-            Ok(true) => TurnEvent::HeldHere {
-                ledger: &ledger,
-                accepted: accepted.as_deref(),
-                now: Instant::now(),
-            },
-            Err(e) => {
-                tracing::debug!(component = %self.component, error = %e, "rollout Lease unreadable; looking again at the next sync");
-                return;
-            }
-        };
-        let actions = self.step_turn(event);
-        for action in actions {
-            match action {
-                TurnAction::Resume { version } => {
-                    tracing::info!(component = %self.component, content_hash = %version, lease = lease.name(), "this node holds the rollout turn for the version on trial: keeping it");
-                }
-                TurnAction::GiveBackEarlier => {
-                    if let Err(e) = kubeapi::bounded(lease.release(None)).await {
-                        tracing::warn!(component = %self.component, error = %e, "rollout Lease: cannot give back an earlier turn; retrying");
-                        return;
-                    }
-                    self.step_turn(TurnEvent::EarlierGivenBack);
-                }
-                _ => {}
-            }
-        }
-    }
-
-    /// Asks for this node's turn for the version waiting for it; true when it was given.
-    async fn take_turn(&mut self) -> bool {
-        if self.turn.waiting.is_none() {
-            return false;
-        }
-        let answer = match &self.rollout_lease {
-            None => Answer::NoLease,
-            Some(lease) => Answer::Lease {
-                lease: lease.name().to_owned(),
-                turn: kubeapi::bounded(lease.ask(self.input_revision().as_deref())).await,
-            },
-        };
-        let component = self.component.clone();
-        let actions = self.step_turn(TurnEvent::Asked {
-            answer,
-            component: &component,
-            now: Instant::now(),
-            wall: SystemTime::now(),
-        });
+    /// Carries out what a sync asks of the rollout Lease: whether an earlier process on this node
+    /// left the turn held (the anchor pod replaced or restarted mid-trial: since no other node
+    /// takes a turn over on a timer, this one takes it up again for the version it concerns), and
+    /// the turn for a waiting version. True when the turn was given: the caller syncs again.
+    async fn carry_out_turn(&mut self, effects: Vec<Effect>) -> bool {
         let mut given = false;
-        for action in actions {
-            match action {
-                TurnAction::Go { version, lease } => {
-                    tracing::info!(component = %self.component, content_hash = %version, lease = lease.as_str(), "this node's turn: rolling out");
-                    given = true;
+        let mut queue: std::collections::VecDeque<Effect> = effects.into();
+        while let Some(effect) = queue.pop_front() {
+            match effect {
+                Effect::RecoverTurn => {
+                    let (Some(lease), Ok(ledger)) = (self.rollout_lease.clone(), self.engine.ledger(&self.component))
+                    else {
+                        continue;
+                    };
+                    match kubeapi::bounded(lease.held_here()).await {
+                        Ok(held_here) => queue.extend(self.machine.step(Input::Recovered {
+                            held_here,
+                            ledger: &ledger,
+                            instant: Instant::now(),
+                        })),
+                        Err(e) => {
+                            tracing::debug!(component = %self.component, error = %e, "rollout Lease unreadable; looking again at the next sync");
+                        }
+                    }
                 }
-                TurnAction::NotYet { why } => {
-                    tracing::info!(component = %self.component, reason = %why, "not this node's turn yet");
+                Effect::GiveBackEarlierTurn => {
+                    let Some(lease) = self.rollout_lease.clone() else {
+                        continue;
+                    };
+                    match kubeapi::bounded(lease.release(None)).await {
+                        Ok(()) => queue.extend(self.machine.step(Input::EarlierGivenBack)),
+                        Err(e) => {
+                            tracing::warn!(component = %self.component, error = %e, "rollout Lease: cannot give back an earlier turn; retrying");
+                        }
+                    }
                 }
-                _ => {}
+                Effect::AskTurn { .. } => {
+                    let answer = match &self.rollout_lease {
+                        None => Answer::NoLease,
+                        Some(lease) => Answer::Lease {
+                            lease: lease.name().to_owned(),
+                            turn: kubeapi::bounded(lease.ask(self.input_revision().as_deref())).await,
+                        },
+                    };
+                    queue.extend(self.machine.step(Input::Asked {
+                        answer,
+                        instant: Instant::now(),
+                        wall: SystemTime::now(),
+                    }));
+                }
+                Effect::Resync => given = true,
+                other => self.log_effect(other),
             }
         }
         given
@@ -1142,7 +1136,7 @@ impl Daemon {
     /// last-known-good version converged, or once the turn's version is rolled back (recording
     /// the revision, so no other node tries it).
     async fn keep_or_give_back_turn(&mut self) {
-        let (Some(_), Some(lease)) = (self.turn.holding(), self.rollout_lease.clone()) else {
+        let (Some(_), Some(lease)) = (self.machine.turn.holding(), self.rollout_lease.clone()) else {
             return;
         };
         // Kept until the API answers again (a renewal missed then is no loss: no other node
@@ -1153,29 +1147,25 @@ impl Daemon {
         let Ok(ledger) = self.engine.ledger(&self.component) else {
             return;
         };
-        let runs = self
-            .written
-            .as_ref()
-            .filter(|_| self.converged)
-            .map(|w| w.content_hash.clone());
-        let actions = self.step_turn(TurnEvent::Review {
+        let effects = self.machine.step(Input::Review {
             ledger: &ledger,
-            runs: runs.as_deref(),
-            now: Instant::now(),
+            instant: Instant::now(),
         });
-        for action in actions {
-            let result = match action {
-                TurnAction::GiveBack { version, failed } => {
+        for effect in effects {
+            let result = match effect {
+                Effect::GiveBackTurn { version, failed } => {
                     let revision = self.input_revision().filter(|_| failed);
                     kubeapi::bounded(lease.release(revision.as_deref())).await.map(|()| {
                         tracing::info!(component = %self.component, content_hash = %version, failed, "gave back the rollout turn");
-                        self.step_turn(TurnEvent::GivenBack);
+                        self.machine.step(Input::GivenBack);
                     })
                 }
-                TurnAction::Renew => kubeapi::bounded(lease.ask(self.input_revision().as_deref()))
+                Effect::RenewTurn => kubeapi::bounded(lease.ask(self.input_revision().as_deref()))
                     .await
                     .map(|_| {
-                        self.step_turn(TurnEvent::Renewed { now: Instant::now() });
+                        self.machine.step(Input::Renewed {
+                            instant: Instant::now(),
+                        });
                     }),
                 _ => Ok(()),
             };
@@ -1190,73 +1180,32 @@ impl Daemon {
         }
     }
 
-    fn step_turn(&mut self, event: TurnEvent<'_>) -> Vec<TurnAction> {
-        let (turn, actions) = std::mem::take(&mut self.turn).step(event);
-        self.turn = turn;
-        actions
-    }
-
-    fn step_version(&mut self, event: VersionEvent<'_>) -> Vec<VersionAction> {
-        let (version, actions) = std::mem::take(&mut self.version).step(event);
-        self.version = version;
-        actions
-    }
-
-    /// While the last-known-good version is kept in place of the inputs' bad one, it is judged
-    /// like a version on trial; one that fails too is reported loudly (Warning Event, metric,
-    /// `/readyz` reason) rather than kept silently. It is not rolled back further: there is
-    /// nothing older known to be good.
-    async fn check_last_known_good(&mut self, written: &Desired, assessment: &Assessment) {
-        let event = LkgEvaluated {
-            held_back: self.version.held_back().is_some(),
-            hash: &written.content_hash,
-            assessment,
-            now: self.monotonic(),
-            period: self.args.trial_period,
-        };
-        let (lkg, actions) = std::mem::take(&mut self.lkg).step(event);
-        self.lkg = lkg;
-        for action in actions {
-            match action {
-                LkgAction::Report { note } => {
-                    tracing::error!(component = %self.component, "{note}");
-                    self.publish(true, "LastKnownGoodFailing", note).await;
-                }
-                LkgAction::ConvergedAgain => {
-                    tracing::info!(component = %self.component, "last-known-good runs converged again");
-                }
-                LkgAction::Record { failing, if_different } => {
-                    // The first record also clears one an earlier process left (read first: no
-                    // ledger write at every start).
-                    if if_different {
-                        let recorded = self
-                            .engine
-                            .ledger(&self.component)
-                            .ok()
-                            .and_then(|l| l.last_known_good_failing);
-                        if recorded.map(|r| r.hash) == failing.as_ref().map(|f| f.hash.clone()) {
-                            continue;
-                        }
-                    }
-                    // Recorded so `status` shows it too; a failure to record is logged, not fatal.
-                    let record = failing.map(|f| BadVersion {
-                        hash: f.hash,
-                        at: now_rfc3339(),
-                        reason: f.note,
-                    });
-                    if let Err(e) = self
-                        .engine
-                        .update_ledger(&self.component, |l| l.last_known_good_failing = record)
-                    {
-                        tracing::error!(component = %self.component, error = %e, "could not record the last-known-good state");
-                    }
-                }
+    /// While the last-known-good version is kept in place of the inputs' bad one, its failure
+    /// is recorded so `status` shows it too; a failure to record is logged, not fatal.
+    fn record_lkg_failing(&mut self, failing: Option<LkgFailure>, if_different: bool) {
+        // The first record also clears one an earlier process left (read first: no ledger
+        // write at every start).
+        if if_different {
+            let recorded = self
+                .engine
+                .ledger(&self.component)
+                .ok()
+                .and_then(|l| l.last_known_good_failing);
+            if recorded.map(|r| r.hash) == failing.as_ref().map(|f| f.hash.clone()) {
+                return;
             }
         }
-        self.shared
-            .metrics
-            .last_known_good_failing
-            .set(i64::from(self.lkg.failing().is_some()));
+        let record = failing.map(|f| BadVersion {
+            hash: f.hash,
+            at: now_rfc3339(),
+            reason: f.note,
+        });
+        if let Err(e) = self
+            .engine
+            .update_ledger(&self.component, |l| l.last_known_good_failing = record)
+        {
+            tracing::error!(component = %self.component, error = %e, "could not record the last-known-good state");
+        }
     }
 
     async fn promote(&mut self, written: &Desired) {
@@ -1283,7 +1232,7 @@ impl Daemon {
                 // The first version on a node is never rolled back to nothing.
                 tracing::warn!(component = %self.component, content_hash = %failed.content_hash, %reason, "failed its trial, but there is no last-known-good version: kept");
                 let now = self.monotonic();
-                self.step_version(VersionEvent::NoLastKnownGood { now });
+                self.machine.step(Input::NoLastKnownGood { now });
                 return;
             }
             Err(e) => {
@@ -1313,7 +1262,10 @@ impl Daemon {
         );
         tracing::warn!(component = %self.component, "{note}");
         self.publish(true, "RolledBack", note.clone()).await;
-        self.step_version(VersionEvent::RolledBack { note });
+        self.machine.step(Input::RolledBack {
+            to: lkg.content_hash.clone(),
+            note,
+        });
         self.ensure_mirror_watch(&lkg);
         self.written = Some(lkg);
     }

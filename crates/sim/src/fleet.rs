@@ -257,6 +257,8 @@ struct AnchorProc {
     /// The inputs' version this process last synced.
     synced_inputs: Option<usize>,
     next_sync: u64,
+    /// Why the last sync wrote nothing (a refusal).
+    input_error: Option<String>,
 }
 
 struct Node {
@@ -561,6 +563,7 @@ impl World {
                         next_wake: now,
                         synced_inputs: None,
                         next_sync: now,
+                        input_error: None,
                     });
                 }
             }
@@ -840,10 +843,12 @@ impl World {
             .filter(|&v| self.versions[v].fault == Some(Fault::WrongKey))
             .map(|_| "tls.key does not match the certificate in tls.crt".to_owned());
         let ledger = self.nodes[n].ledgers[c].clone();
+        proc.input_error = None;
         let effects = proc.machine.step(Input::Sync(SyncFacts {
             desired: desired.as_deref(),
             desired_refused: refused,
             ledger: &ledger,
+            last_known_good: ledger.last_known_good.as_deref(),
             unrecorded_manifest: false,
             now: Duration::from_secs(self.now),
         }));
@@ -911,15 +916,22 @@ impl World {
             runtime_restarts: 0,
             dependency_down,
         };
-        let ledger = self.nodes[n].ledgers[c].clone();
         let effects = proc.machine.step(Input::Evaluate(EvaluateFacts {
             view,
-            ledger: &ledger,
-            api_answers: api,
+            dependency_looked: true,
+            input_error: proc.input_error.clone(),
+            pending: None,
             now: Duration::from_secs(self.now),
-            instant: self.instant(),
         }));
         self.perform(n, c, proc, effects);
+        if proc.machine.turn.holding().is_some() && self.anchor_reaches_api() {
+            let ledger = self.nodes[n].ledgers[c].clone();
+            let effects = proc.machine.step(Input::Review {
+                ledger: &ledger,
+                instant: self.instant(),
+            });
+            self.perform(n, c, proc, effects);
+        }
     }
 
     fn version_index(&self, id: &str) -> usize {
@@ -930,7 +942,13 @@ impl World {
         let mut queue: std::collections::VecDeque<Effect> = effects.into();
         while let Some(effect) = queue.pop_front() {
             match effect {
-                Effect::Write { version } => self.write(n, c, &version),
+                Effect::Write { version } => {
+                    self.write(n, c, &version);
+                    queue.extend(proc.machine.step(Input::Written {
+                        done: true,
+                        now: Duration::from_secs(self.now),
+                    }));
+                }
                 Effect::AskTurn { version } => {
                     let answer = if self.anchor_reaches_api() {
                         let lease = &self.leases[c];
@@ -968,6 +986,7 @@ impl World {
                         desired: desired.as_deref(),
                         desired_refused: None,
                         ledger: &ledger,
+                        last_known_good: ledger.last_known_good.as_deref(),
                         unrecorded_manifest: false,
                         now: Duration::from_secs(self.now),
                     }));
@@ -994,7 +1013,17 @@ impl World {
                     self.nodes[n].ledgers[c].last_known_good = Some(version);
                     self.report.promotions += 1;
                 }
-                Effect::RollBack { failed, to, reason } => {
+                Effect::RollBack { failed, reason } => {
+                    let Some(to) = self.nodes[n].ledgers[c]
+                        .last_known_good
+                        .clone()
+                        .filter(|l| *l != failed)
+                    else {
+                        queue.extend(proc.machine.step(Input::NoLastKnownGood {
+                            now: Duration::from_secs(self.now),
+                        }));
+                        continue;
+                    };
                     let spec = &self.versions[self.version_index(&failed)];
                     if spec.fault.is_none() && !(c == ETCD && spec.minor < self.cluster_version) {
                         let detail = format!(
@@ -1030,7 +1059,15 @@ impl World {
                         }));
                     }
                 }
-                Effect::RecordLkgFailing { .. } | Effect::Event { .. } | Effect::Ready { .. } => {}
+                Effect::Refused { reason } => {
+                    proc.input_error = Some(format!("credentials refused, nothing written: {reason}"));
+                }
+                // Every evaluation looks at the dependency.
+                Effect::LookAtDependency
+                | Effect::RecordLkgFailing { .. }
+                | Effect::LkgFailing { .. }
+                | Effect::Log(_)
+                | Effect::Ready { .. } => {}
             }
         }
     }
