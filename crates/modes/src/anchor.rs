@@ -557,24 +557,23 @@ impl Daemon {
     /// async caller.
     fn sync_pass(&mut self) -> Vec<Effect> {
         self.shared.update(|s| s.sync_started = Some(Instant::now()));
-        let mut result = self.sync_files();
+        let mut lease_effects = Vec::new();
+        let mut result = self.sync_files(&mut lease_effects);
         if let (Err(EngineError::Decommissioned { .. }), Some(pod)) = (&result, &self.args.identity.pod_name) {
             // Another anchor pod of this component (an old DaemonSet of a renamed release, say)
             // decommissioned it; this pod is alive and still wants it. Our own pod's marker stays.
             match self.engine.recommission(&self.component, Some(pod)) {
                 Ok(true) => {
                     tracing::warn!(component = %self.component, "lifted a decommission marker another anchor pod set; keeping the component on the node");
-                    result = self.sync_files();
+                    result = self.sync_files(&mut lease_effects);
                 }
                 Ok(false) => {}
                 Err(e) => result = Err(e),
             }
         }
         self.shared.update(|s| s.sync_started = None);
-        let mut lease_effects = Vec::new();
         match result {
-            Ok(effects) => {
-                lease_effects = effects;
+            Ok(()) => {
                 self.input_error = None;
                 let now = SystemTime::now()
                     .duration_since(SystemTime::UNIX_EPOCH)
@@ -688,8 +687,9 @@ impl Daemon {
     }
 
     /// Feeds the machine a sync and carries out what it asks of the node (writes); what it asks
-    /// of the rollout Lease is returned. A refusal comes back as the credentials error.
-    fn sync_files(&mut self) -> Result<Vec<Effect>, EngineError> {
+    /// of the rollout Lease goes to `lease_effects`, for the async caller (also when the sync
+    /// fails). A refusal comes back as the credentials error.
+    fn sync_files(&mut self, lease_effects: &mut Vec<Effect>) -> Result<(), EngineError> {
         let desired = self.load_desired()?;
         if let Some(d) = &desired {
             self.accepted = Some(d.clone());
@@ -728,14 +728,12 @@ impl Daemon {
             unrecorded_manifest,
             now: self.monotonic(),
         }));
-        let mut lease_effects = Vec::new();
+        let mut failed = None;
         for effect in effects {
             match effect {
-                Effect::Refused { .. } => {
-                    if let Some(e) = refusal.take() {
-                        return Err(e);
-                    }
-                }
+                // Reported once the rest is done: whether an earlier process held the turn is
+                // still asked.
+                Effect::Refused { .. } => failed = refusal.take(),
                 Effect::Write { version } => {
                     let Some(target) = [desired.as_ref(), self.accepted.as_ref(), last_known_good.as_ref()]
                         .into_iter()
@@ -756,7 +754,10 @@ impl Daemon {
                         done: written.is_ok(),
                         now: self.monotonic(),
                     });
-                    written?;
+                    if let Err(e) = written {
+                        failed = Some(e);
+                        continue;
+                    }
                     notes.into_iter().for_each(|n| self.log_effect(n));
                     self.ensure_mirror_watch(&target);
                     self.written = Some(target);
@@ -765,7 +766,7 @@ impl Daemon {
                 other => lease_effects.push(other),
             }
         }
-        Ok(lease_effects)
+        failed.map_or(Ok(()), Err)
     }
 
     /// Writes (or repairs) `target`; `previous`: the version the ledger recorded before.
