@@ -839,9 +839,7 @@ impl World {
             return;
         }
         let desired = self.nodes[n].inputs[c].map(|v| self.versions[v].id.clone());
-        let refused = self.nodes[n].inputs[c]
-            .filter(|&v| self.versions[v].fault == Some(Fault::WrongKey))
-            .map(|_| "tls.key does not match the certificate in tls.crt".to_owned());
+        let refused = self.refusal(n, c);
         let ledger = self.nodes[n].ledgers[c].clone();
         proc.input_error = None;
         let effects = proc.machine.step(Input::Sync(SyncFacts {
@@ -853,6 +851,13 @@ impl World {
             now: Duration::from_secs(self.now),
         }));
         self.perform(n, c, proc, effects);
+    }
+
+    /// `credentials::check`'s verdict on the inputs' version: a wrong key is refused.
+    fn refusal(&self, n: usize, c: usize) -> Option<String> {
+        self.nodes[n].inputs[c]
+            .filter(|&v| self.versions[v].fault == Some(Fault::WrongKey))
+            .map(|_| "tls.key does not match the certificate in tls.crt".to_owned())
     }
 
     /// The etcd anchor's join step for a node with no membership record; whether the sync may go on.
@@ -984,7 +989,7 @@ impl World {
                     let ledger = self.nodes[n].ledgers[c].clone();
                     let more = proc.machine.step(Input::Sync(SyncFacts {
                         desired: desired.as_deref(),
-                        desired_refused: None,
+                        desired_refused: self.refusal(n, c),
                         ledger: &ledger,
                         last_known_good: ledger.last_known_good.as_deref(),
                         unrecorded_manifest: false,
