@@ -690,7 +690,14 @@ impl Daemon {
     /// of the rollout Lease goes to `lease_effects`, for the async caller (also when the sync
     /// fails). A refusal comes back as the credentials error.
     fn sync_files(&mut self, lease_effects: &mut Vec<Effect>) -> Result<(), EngineError> {
-        let desired = self.load_desired()?;
+        // An input that cannot be read or rendered stops a new version, not the repair of the
+        // one accepted before (a stuck volume must not leave a deleted manifest deleted); it is
+        // reported once the rest is done.
+        let (desired, input_failure) = match self.load_desired() {
+            Ok(desired) => (desired, None),
+            Err(e) if e.is_input() => (None, Some(e)),
+            Err(e) => return Err(e),
+        };
         if let Some(d) = &desired {
             self.accepted = Some(d.clone());
         }
@@ -766,7 +773,7 @@ impl Daemon {
                 other => lease_effects.push(other),
             }
         }
-        failed.map_or(Ok(()), Err)
+        failed.or(input_failure).map_or(Ok(()), Err)
     }
 
     /// Writes (or repairs) `target`; `previous`: the version the ledger recorded before.

@@ -69,6 +69,17 @@ pub enum EngineError {
     },
 }
 
+impl EngineError {
+    /// An error of the inputs (the config, a source, the version they render, a volume that
+    /// keeps swapping): it stops a new version, not the repair of the version accepted before.
+    pub fn is_input(&self) -> bool {
+        matches!(
+            self,
+            Self::Config(_) | Self::Source { .. } | Self::Desired(_) | Self::InputsChanging { .. }
+        )
+    }
+}
+
 /// Where the engine works: the node's filesystem and the state dir on it.
 #[derive(Debug, Clone)]
 pub struct Engine {
