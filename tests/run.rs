@@ -311,6 +311,65 @@ fn sigterm_drains_and_exits_zero_leaving_every_file() {
     );
 }
 
+/// A second signal ends a step that waits (here on an API server that accepts and never
+/// answers): the process exits 143 at once, not after the API timeout, and deletes nothing.
+#[test]
+fn a_second_sigterm_aborts_a_step_that_waits() {
+    let s = Setup::new("kubeconfig v1");
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let kubeconfig = s.dir.path().join("silent.kubeconfig");
+    fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters: [{{name: c, cluster: {{server: 'http://127.0.0.1:{port}'}}}}]\n\
+             users: [{{name: u, user: {{token: t}}}}]\ncontexts: [{{name: c, context: {{cluster: c, user: u}}}}]\n\
+             current-context: c\n"
+        ),
+    )
+    .unwrap();
+    // Accepts every connection and never answers: each API call waits for its timeout.
+    let held = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let keep = held.clone();
+    std::thread::spawn(move || {
+        for conn in silent.incoming().flatten() {
+            keep.lock().unwrap().push(conn);
+        }
+    });
+    let args = [
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "--pod-name",
+        "anchor-x",
+        "--pod-namespace",
+        "kube-system",
+    ];
+    let mut d = s.start(&args);
+    wait_until(WAIT, "the first apply and an API call waiting", &d, || {
+        s.read(MANIFEST).is_some() && !held.lock().unwrap().is_empty()
+    });
+    d.signal(libc::SIGTERM);
+    std::thread::sleep(Duration::from_millis(200));
+    let sent = std::time::Instant::now();
+    d.signal(libc::SIGTERM);
+    let status = d.child.wait().unwrap();
+    let took = sent.elapsed();
+    assert_eq!(status.code(), Some(143), "log:\n{}", d.log_text());
+    assert!(
+        took < kube_anchor_k8s::kubeapi::API_TIMEOUT / 2,
+        "exited {took:?} after the second signal"
+    );
+    assert!(
+        d.log_text().contains("aborted by a second signal (SIGTERM)"),
+        "{}",
+        d.log_text()
+    );
+    assert!(
+        s.read(MANIFEST).is_some() && s.read(KUBECONFIG).is_some(),
+        "a signal never deletes"
+    );
+}
+
 #[test]
 fn the_first_version_on_a_node_is_never_rolled_back_to_nothing() {
     let s = Setup::new("kubeconfig v1");

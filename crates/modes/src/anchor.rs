@@ -174,7 +174,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     if engine.recommission(&component, args.identity.pod_name.as_deref())? {
         tracing::info!(%component, "lifted the decommission marker of an earlier pod");
     }
-    let draining = shutdown::install().context("installing signal handlers")?;
+    let (draining, abort) = shutdown::install().context("installing signal handlers")?;
     let shared = Shared::new(Metrics::new(&component));
     server::start(
         args.endpoints.health_socket.as_deref(),
@@ -245,8 +245,12 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         status_due: None,
         status_error: None,
     };
-    daemon.connect().await;
-    daemon.run(draining).await;
+    abort
+        .around(async {
+            daemon.connect().await;
+            daemon.run(draining).await;
+        })
+        .await?;
     Ok(())
 }
 

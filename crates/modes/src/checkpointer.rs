@@ -429,7 +429,17 @@ async fn run(args: CheckpointerRunArgs) -> anyhow::Result<()> {
         setup.shared.clone(),
     )
     .await?;
-    let mut draining = crate::shutdown::install()?;
+    let (draining, abort) = crate::shutdown::install()?;
+    abort.around(serve(setup, role, draining, &args)).await?
+}
+
+/// The checkpointer's work once set up: the locks, then turns until it drains.
+async fn serve(
+    setup: Setup,
+    role: CopyRole,
+    mut draining: tokio::sync::watch::Receiver<bool>,
+    args: &CheckpointerRunArgs,
+) -> anyhow::Result<()> {
     let mut api = ApiLink::new(
         args.identity.kubeconfig().map(ToOwned::to_owned),
         args.identity.api_servers.clone(),
@@ -461,7 +471,7 @@ async fn run(args: CheckpointerRunArgs) -> anyhow::Result<()> {
         setup
             .shared
             .update(|s| (s.ready, s.reason) = (false, "first pass running".into()));
-        let end = turn(&setup, &mut api, &kubelet, &mut draining, started, &args).await;
+        let end = turn(&setup, &mut api, &kubelet, &mut draining, started, args).await;
         setup.metrics.lock_held.set(0);
         drop(lock);
         match end {

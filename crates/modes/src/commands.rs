@@ -35,7 +35,11 @@ pub fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {}", error_chain(&e));
-            ExitCode::from(EXIT_ERROR)
+            if e.is::<crate::shutdown::Aborted>() {
+                ExitCode::from(crate::shutdown::ABORT_EXIT_CODE)
+            } else {
+                ExitCode::from(EXIT_ERROR)
+            }
         }
     }
 }
