@@ -141,6 +141,18 @@ fn the_image_is_reproducible_and_runs_its_binary_in_its_own_root() {
         cmd
     };
     assert_version_line(&stdout(&run(&mut chroot(&["--version"]))));
+    // Shipped without its debug info (released beside it), symbols kept for backtraces.
+    let shipped = rootfs.join("usr/local/bin/kube-anchor");
+    let sections = stdout(&run(Command::new("readelf")
+        .arg("--section-headers")
+        .arg("--wide")
+        .arg(&shipped)));
+    assert!(!sections.contains(".debug_line"), "{sections}");
+    assert!(
+        sections.contains(".gnu_debuglink") && sections.contains(".symtab"),
+        "{sections}"
+    );
+    assert!(fs::metadata(&shipped).unwrap().len() < fs::metadata(BIN).unwrap().len());
 
     // Nothing but the binary, its libraries, CA certificates and the user database.
     let example = rootfs.join("tmp/example");
@@ -230,6 +242,7 @@ fn the_release_script_packages_charts_completions_and_man_pages() {
         "./charts/index.yaml".into(),
         "./completions/kube-anchor.bash".into(),
         "./man/kube-anchor-run.1".into(),
+        "./kube-anchor.debug".into(),
     ] {
         assert!(listing.lines().any(|l| l == file), "{file} missing from:\n{listing}");
     }
@@ -237,6 +250,11 @@ fn the_release_script_packages_charts_completions_and_man_pages() {
         !listing.contains("kube-anchor-lib-"),
         "the library chart is not released alone"
     );
+    let debug = stdout(&run(Command::new("readelf")
+        .arg("--section-headers")
+        .arg("--wide")
+        .arg(out.path().join("kube-anchor.debug"))));
+    assert!(debug.contains(".debug_line"), "the debug info is released: {debug}");
     let index = fs::read_to_string(out.path().join("charts/index.yaml")).unwrap();
     assert!(index.contains(&format!("appVersion: {version}")), "{index}");
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds a release into DIR (default target/release-artifacts): the container image
 # (tools/image.sh: OCI archive and digest), the charts packaged with helm and a chart repository
-# index, shell completions and man pages generated from the CLI definition.
+# index, shell completions and man pages generated from the CLI definition, and the binary's
+# debug info (kube-anchor.debug; the image's binary is stripped of it).
 #
 #   tools/release.sh [--out DIR] [--binary PATH] [--no-image]
 #
@@ -47,6 +48,8 @@ for shell in bash zsh fish; do
   "$binary" completion "$shell" >"$out/completions/kube-anchor.$shell"
 done
 "$binary" man --out-dir "$out/man" >/dev/null
+# The image ships the binary stripped; its debug info is this artifact.
+"$root/tools/debug-info.sh" "$binary" "$out/kube-anchor.debug"
 
 if $image; then
   "$root/tools/image.sh" --binary "$binary" --out "$out/image" --tag "$version" >/dev/null
