@@ -191,6 +191,14 @@ impl HostFs {
         })?;
         let real = self.root.join(path.relative());
         let parent = real.parent().expect("below an allowed root");
+        let file_name = real.file_name().expect("host paths name a file");
+        // The common case, no symlink between the host root and the file: nothing can lead
+        // elsewhere, and one `lstat` per directory below the root proves it (a full
+        // `canonicalize` reads every link from `/`, twice per path).
+        let below = parent.strip_prefix(&self.root).expect("joined to the root");
+        if let Some(resolved) = plain_below(&self.root, below).map_err(io_err(path, "resolve parent directory"))? {
+            return Ok(resolved.join(file_name));
+        }
         let resolved = canonicalize_existing_prefix(parent).map_err(io_err(path, "resolve parent directory"))?;
         let real_allowed = canonicalize_existing_prefix(&self.root.join(allowed.relative()))
             .map_err(io_err(path, "resolve allowed root"))?;
@@ -201,7 +209,7 @@ impl HostFs {
                 allowed: allowed.to_string(),
             });
         }
-        Ok(resolved.join(real.file_name().expect("host paths name a file")))
+        Ok(resolved.join(file_name))
     }
 
     pub fn observe(&self, path: &HostPath) -> Result<Observed, HostFsError> {
@@ -662,7 +670,8 @@ impl HostFs {
 /// At most this many fsyncs run at once.
 const MAX_CONCURRENT_FSYNCS: usize = 16;
 
-/// fsyncs `files`, concurrently when there are several (scoped threads with small stacks).
+/// fsyncs `files`, concurrently when there are several (scoped threads with small stacks; the
+/// calling thread takes one share itself).
 fn sync_all_concurrently(files: &[(&HostPath, &File)]) -> Result<(), HostFsError> {
     if files.len() <= 1 {
         return files
@@ -678,15 +687,15 @@ fn sync_all_concurrently(files: &[(&HostPath, &File)]) -> Result<(), HostFsError
             .try_for_each(|(path, f)| f.sync_all().map_err(io_err(path, "fsync")))
     };
     std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..threads)
+        let handles: Vec<_> = (1..threads)
             .map(|k| {
                 std::thread::Builder::new()
                     .stack_size(64 * 1024)
                     .spawn_scoped(scope, move || share(k))
             })
             .collect();
-        let mut result = Ok(());
-        for (k, handle) in handles.into_iter().enumerate() {
+        let mut result = share(0);
+        for (k, handle) in (1..threads).zip(handles) {
             let outcome = match handle {
                 Ok(h) => h.join().expect("an fsync thread does not panic"),
                 // No thread to be had: that share is done here.
@@ -879,6 +888,30 @@ fn sync_dirs(dirs: &mut Vec<(HostPath, PathBuf)>) -> Result<(), HostFsError> {
         sync_dir(&host, &real)?;
     }
     Ok(())
+}
+
+/// `root` (canonical) joined with `rel` when no existing component of `rel` is a symlink or
+/// anything but a directory, the missing tail appended as [`canonicalize_existing_prefix`] does;
+/// `None` otherwise (that path then decides).
+fn plain_below(root: &Path, rel: &Path) -> io::Result<Option<PathBuf>> {
+    let mut out = root.to_path_buf();
+    let mut components = rel.components();
+    while let Some(component) = components.next() {
+        let std::path::Component::Normal(name) = component else {
+            return Ok(None);
+        };
+        out.push(name);
+        match fs::symlink_metadata(&out) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => return Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                out.extend(components);
+                return Ok(Some(out));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(Some(out))
 }
 
 /// `canonicalize` for a path whose tail may not exist yet: the deepest existing ancestor is
