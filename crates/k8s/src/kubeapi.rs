@@ -192,6 +192,64 @@ fn no_answer(started: std::time::Instant, timeout: Duration) -> String {
     }
 }
 
+/// [`lookup`] of a namespaced object.
+pub async fn lookup_in<K>(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    timeout: Duration,
+) -> kube_anchor_core::decommission::Lookup<K>
+where
+    K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    lookup(&Api::namespaced(client.clone(), namespace), name, timeout).await
+}
+
+/// [`lookup`] of a cluster-scoped object (a Node).
+pub async fn lookup_cluster_scoped<K>(
+    client: &Client,
+    name: &str,
+    timeout: Duration,
+) -> kube_anchor_core::decommission::Lookup<K>
+where
+    K: kube::Resource<DynamicType = (), Scope = kube::core::ClusterResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    lookup(&Api::all(client.clone()), name, timeout).await
+}
+
+/// The pods bound to `node`, kept by a reflector: the store, and the stream that fills it (to be
+/// polled; each item says whether the watch is working).
+pub fn pods_on_node(
+    client: &Client,
+    node: &str,
+) -> (
+    kube::runtime::reflector::Store<Pod>,
+    impl futures::Stream<Item = Result<watcher::Event<Pod>, watcher::Error>> + Send + 'static,
+) {
+    let (store, writer) = kube::runtime::reflector::store::<Pod>();
+    let config = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
+    let stream = kube::runtime::reflector(
+        writer,
+        watcher(Api::<Pod>::all(client.clone()), config).default_backoff(),
+    );
+    (store, stream)
+}
+
+/// Every Lease in `namespace` (the rollout Leases are among them).
+pub async fn list_leases(
+    client: &Client,
+    namespace: &str,
+) -> Result<Vec<k8s_openapi::api::coordination::v1::Lease>, kube::Error> {
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(client.clone(), namespace);
+    Ok(leases.list(&kube::api::ListParams::default()).await?.items)
+}
+
 /// GET one object, as evidence: only the API server's own answer that this very object does
 /// not exist — a `Status` with reason `NotFound` whose details, when given, name this object —
 /// is `NotFound`. Every other failure, a 404 with another body (a proxy, an unserved path) or a

@@ -22,8 +22,6 @@ use anyhow::Context;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
-use kube::api::Api;
-use kube::runtime::{WatchStreamExt, reflector, watcher};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -631,7 +629,7 @@ async fn turn(
 struct ApiLink {
     node: String,
     lazy: kubeapi::LazyClient,
-    store: Option<reflector::Store<Pod>>,
+    store: Option<kube::runtime::reflector::Store<Pod>>,
     api_ok: Option<tokio::sync::watch::Receiver<bool>>,
     wake: tokio::sync::mpsc::Receiver<()>,
     wake_tx: tokio::sync::mpsc::Sender<()>,
@@ -666,11 +664,8 @@ impl ApiLink {
                 return;
             }
         };
-        let (store, writer) = reflector::store::<Pod>();
+        let (store, stream) = kubeapi::pods_on_node(&client, &self.node);
         let (api_ok_tx, api_ok) = tokio::sync::watch::channel(false);
-        let pods: Api<Pod> = Api::all(client.clone());
-        let config = watcher::Config::default().fields(&format!("spec.nodeName={}", self.node));
-        let stream = reflector(writer, watcher(pods, config).default_backoff());
         let wake_tx = self.wake_tx.clone();
         tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);
@@ -1062,7 +1057,7 @@ impl Machine {
             (true, Some(c)) => {
                 if node_facts.is_none() {
                     *node_facts = Some(
-                        match kubeapi::lookup(&Api::<Node>::all(c.clone()), &setup.node, API_TIMEOUT).await {
+                        match kubeapi::lookup_cluster_scoped::<Node>(c, &setup.node, API_TIMEOUT).await {
                             Lookup::Found(n) => Some(decommission::node_facts(&n)),
                             _ => None,
                         },
@@ -1199,26 +1194,20 @@ impl Machine {
         for m in &checkpoint.materials {
             for s in &m.sources {
                 let data = match s.kind {
-                    SourceKind::Secret => {
-                        match kubeapi::lookup(&Api::<Secret>::namespaced(client.clone(), &ns), &s.name, API_TIMEOUT)
-                            .await
-                        {
-                            Lookup::Found(secret) => Some(
-                                secret
-                                    .data
-                                    .unwrap_or_default()
-                                    .into_iter()
-                                    .map(|(k, v)| (k, v.0))
-                                    .collect(),
-                            ),
-                            Lookup::NotFound => None,
-                            Lookup::Unavailable(e) => anyhow::bail!("reading Secret {ns}/{}: {e}", s.name),
-                        }
-                    }
+                    SourceKind::Secret => match kubeapi::lookup_in::<Secret>(client, &ns, &s.name, API_TIMEOUT).await {
+                        Lookup::Found(secret) => Some(
+                            secret
+                                .data
+                                .unwrap_or_default()
+                                .into_iter()
+                                .map(|(k, v)| (k, v.0))
+                                .collect(),
+                        ),
+                        Lookup::NotFound => None,
+                        Lookup::Unavailable(e) => anyhow::bail!("reading Secret {ns}/{}: {e}", s.name),
+                    },
                     SourceKind::ConfigMap => {
-                        match kubeapi::lookup(&Api::<ConfigMap>::namespaced(client.clone(), &ns), &s.name, API_TIMEOUT)
-                            .await
-                        {
+                        match kubeapi::lookup_in::<ConfigMap>(client, &ns, &s.name, API_TIMEOUT).await {
                             Lookup::Found(cm) => {
                                 let mut data: BTreeMap<String, Vec<u8>> = cm
                                     .data
@@ -1419,13 +1408,7 @@ async fn owner_wants_node(
         Some(!complete || has_pod_here())
     };
     match kind {
-        "DaemonSet" => match kubeapi::lookup(
-            &Api::<DaemonSet>::namespaced(client.clone(), namespace),
-            name,
-            API_TIMEOUT,
-        )
-        .await
-        {
+        "DaemonSet" => match kubeapi::lookup_in::<DaemonSet>(client, namespace, name, API_TIMEOUT).await {
             Lookup::NotFound => Some(false),
             Lookup::Found(ds) => {
                 let facts = decommission::daemonset_facts(&ds);
@@ -1434,13 +1417,7 @@ async fn owner_wants_node(
             }
             Lookup::Unavailable(_) => None,
         },
-        "Deployment" => match kubeapi::lookup(
-            &Api::<Deployment>::namespaced(client.clone(), namespace),
-            name,
-            API_TIMEOUT,
-        )
-        .await
-        {
+        "Deployment" => match kubeapi::lookup_in::<Deployment>(client, namespace, name, API_TIMEOUT).await {
             Lookup::NotFound => Some(false),
             Lookup::Found(d) => {
                 let (spec, status) = (d.spec.as_ref()?, d.status.clone().unwrap_or_default());
@@ -1456,13 +1433,7 @@ async fn owner_wants_node(
             }
             Lookup::Unavailable(_) => None,
         },
-        "StatefulSet" => match kubeapi::lookup(
-            &Api::<StatefulSet>::namespaced(client.clone(), namespace),
-            name,
-            API_TIMEOUT,
-        )
-        .await
-        {
+        "StatefulSet" => match kubeapi::lookup_in::<StatefulSet>(client, namespace, name, API_TIMEOUT).await {
             Lookup::NotFound => Some(false),
             Lookup::Found(ss) => {
                 let (spec, status) = (ss.spec.as_ref()?, ss.status.clone().unwrap_or_default());

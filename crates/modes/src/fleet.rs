@@ -6,7 +6,6 @@ use std::time::SystemTime;
 
 use anyhow::Context;
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{Api, ListParams};
 use serde_json::json;
 
 use crate::cli::{FleetArgs, OutputFormat};
@@ -46,12 +45,9 @@ pub(crate) async fn fleet(args: FleetArgs) -> anyhow::Result<ExitCode> {
     let statuses = anchor_status::list(client.clone(), args.selector.as_deref())
         .await
         .context("listing AnchorStatus objects (installed with the charts' CRD, anchorstatuses.kube-anchor.io)")?;
-    let leases: Api<Lease> = Api::namespaced(client, &args.namespace);
-    let rollouts: Vec<Rollout> = leases
-        .list(&ListParams::default())
+    let rollouts: Vec<Rollout> = kubeapi::list_leases(&client, &args.namespace)
         .await
         .with_context(|| format!("listing the rollout Leases in namespace {}", args.namespace))?
-        .items
         .into_iter()
         .filter_map(rollout)
         .collect();

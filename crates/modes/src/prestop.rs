@@ -24,7 +24,6 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::Api;
 use serde_json::json;
 
 use crate::cli::{OutputFormat, PreStopArgs};
@@ -382,12 +381,11 @@ async fn wait_stopped(args: &PreStopArgs, client: Option<&kube::Client>, pod: Op
             }
             break;
         }
-        if let (Some(c), Some((ns, name))) = (&client, &mirror) {
-            let pods: Api<Pod> = Api::namespaced((*c).clone(), ns);
-            if let Lookup::NotFound = kubeapi::lookup(&pods, name, API_TIMEOUT.min(remaining(until))).await {
-                tracing::info!(mirror_pod = %name, "the static pod is gone");
-                return;
-            }
+        if let (Some(c), Some((ns, name))) = (&client, &mirror)
+            && let Lookup::NotFound = kubeapi::lookup_in::<Pod>(c, ns, name, API_TIMEOUT.min(remaining(until))).await
+        {
+            tracing::info!(mirror_pod = %name, "the static pod is gone");
+            return;
         }
         tokio::time::sleep(Duration::from_millis(250).min(remaining(until))).await;
     }
