@@ -232,6 +232,25 @@ impl HostFs {
         }
     }
 
+    /// The names (UTF-8 ones) in the directory at `dir`; none when it cannot be listed.
+    pub fn file_names(&self, dir: &HostPath) -> Vec<String> {
+        let Some(entries) = self.resolve(dir).ok().and_then(|real| fs::read_dir(real).ok()) else {
+            return Vec::new();
+        };
+        entries.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect()
+    }
+
+    /// Removes the state file at `path` (a kept original no longer needed), then its directory
+    /// if that leaves it empty. Best effort: what cannot be removed stays, unreported.
+    pub fn remove_with_empty_dir(&self, path: &HostPath) {
+        if let Ok(real) = self.resolve(path) {
+            let _ = fs::remove_file(&real);
+            if let Some(dir) = real.parent() {
+                let _ = fs::remove_dir(dir);
+            }
+        }
+    }
+
     /// Removes temp files a killed writer left next to `paths`. Only our own names are touched:
     /// `.<file name>.<random>.kube-anchor.tmp` for the given files.
     pub fn clean_stale_temps<'a>(&self, paths: impl IntoIterator<Item = &'a HostPath>) -> Vec<HostPath> {

@@ -4,6 +4,7 @@
 
 #![deny(unsafe_code)] // `memory` alone allows it (mallopt, madvise), and one test (fcntl).
 
+pub mod etcd_data;
 pub mod hostfs;
 pub mod memory;
 pub mod watch;

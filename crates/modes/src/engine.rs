@@ -303,11 +303,10 @@ impl Engine {
         let Ok(dir) = self.state_dir.join(kube_anchor_core::ledger::STATE_SUBDIR) else {
             return Vec::new();
         };
-        let Some(entries) = self.fs.resolve(&dir).ok().and_then(|real| std::fs::read_dir(real).ok()) else {
-            return Vec::new();
-        };
-        let mut names: Vec<String> = entries
-            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        let mut names: Vec<String> = self
+            .fs
+            .file_names(&dir)
+            .into_iter()
             .filter_map(|name| {
                 let component = name.strip_suffix(".json")?;
                 (!component.contains('.') && kube_anchor_core::config::is_component_name(component))
@@ -745,13 +744,9 @@ impl Engine {
             if needed {
                 continue;
             }
-            let kept = self.state_dir.join(&original.file_name(component));
-            if let Some(real) = kept.ok().and_then(|k| self.fs.resolve(&k).ok()) {
-                let _ = std::fs::remove_file(&real);
-                if let Some(dir) = real.parent() {
-                    // Only when empty: the component's other originals stay.
-                    let _ = std::fs::remove_dir(dir);
-                }
+            if let Ok(kept) = self.state_dir.join(&original.file_name(component)) {
+                // Its directory only when that leaves it empty: the component's other originals stay.
+                self.fs.remove_with_empty_dir(&kept);
             }
         }
     }

@@ -9,9 +9,6 @@
 //! healthy quorum; the data dir goes only after a snapshot of its database is saved.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs;
-use std::io;
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -23,7 +20,8 @@ use kube_anchor_core::membership::{
     self, HandOff, Join, JoinFacts, LearnerProgress, Leave, LeaveFacts, LeaveIntent, Me, Observed, Outcome, PeerStatus,
     Phase, Record,
 };
-use kube_anchor_host::hostfs::{HostFsError, commit_file, stage_file};
+use kube_anchor_host::etcd_data;
+use kube_anchor_host::hostfs::HostFsError;
 use kube_anchor_k8s::etcd::{Cluster, Credentials, Endpoint, EtcdError};
 
 /// How long one etcd call may take (a membership change commits through raft, with an fsync
@@ -44,12 +42,8 @@ pub(crate) enum MemberError {
         field: &'static str,
         source: kube_anchor_core::render::RenderError,
     },
-    #[error("{}: {op}: {source}", .path.display())]
-    Io {
-        path: PathBuf,
-        op: &'static str,
-        source: io::Error,
-    },
+    #[error(transparent)]
+    DataDir(#[from] etcd_data::DataDirError),
 }
 
 /// The state of the join after one step.
@@ -227,19 +221,9 @@ fn credentials(member: &EtcdMember) -> Result<Credentials, MemberError> {
 
 /// The data dir on this machine (below `--host-root`), refused when it is a symlink.
 fn data_dir(engine: &Engine, member: &EtcdMember) -> Result<PathBuf, MemberError> {
-    let path = engine.fs.host_root().join(member.data_dir.relative());
-    match fs::symlink_metadata(&path) {
-        Ok(m) if m.file_type().is_symlink() => Err(MemberError::Io {
-            path,
-            op: "inspect data dir",
-            source: io::Error::other("is a symlink; not followed"),
-        }),
-        _ => Ok(path),
-    }
-}
-
-fn has_member(data: &Path) -> bool {
-    fs::symlink_metadata(data.join("member")).is_ok_and(|m| m.is_dir())
+    Ok(etcd_data::data_dir(
+        engine.fs.host_root().join(member.data_dir.relative()),
+    )?)
 }
 
 /// Whether this node is named in the configured initial cluster under its name and peer URL.
@@ -303,7 +287,7 @@ pub(crate) async fn join_step(engine: &Engine, inputs: &Inputs) -> Result<JoinRe
     let me = me(inputs, member)?;
     let record = load_record(engine, component)?.filter(|r| r.phase != Phase::Removed);
     let data = data_dir(engine, member)?;
-    let data_has_member = has_member(&data);
+    let data_has_member = etcd_data::has_member(&data);
     // A voter never needs the cluster to render its manifest: upgrades and reboots stay local
     // (unless its data is gone: see `Join::Rejoin`).
     let data_lost = record
@@ -848,7 +832,7 @@ pub(crate) async fn wait_etcd_stopped(engine: &Engine, inputs: &Inputs, member: 
             }
         }
         if silent {
-            match wal_held(&data) {
+            match etcd_data::wal_held(&data) {
                 Ok(false) => return true,
                 Ok(true) => {}
                 Err(e) => {
@@ -862,30 +846,6 @@ pub(crate) async fn wait_etcd_stopped(engine: &Engine, inputs: &Inputs, member: 
     false
 }
 
-/// Whether a process holds a lock on one of the WAL files below `data`.
-fn wal_held(data: &Path) -> io::Result<bool> {
-    let wal = data.join("member/wal");
-    let entries = match fs::read_dir(&wal) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
-        Err(e) => return Err(e),
-    };
-    for entry in entries {
-        let path = entry?.path();
-        if path.extension().is_some_and(|x| x == "wal") && kube_anchor_host::hostfs::write_locked(&path)? {
-            return Ok(true);
-        }
-    }
-    Ok(false)
-}
-
-/// The snapshot of the data dir saved before it is deleted.
-#[derive(Debug, Clone)]
-pub(crate) struct SavedData {
-    pub snapshot: PathBuf,
-    pub pruned: Vec<String>,
-}
-
 /// Saves `member/snap/db` under `<state-dir>/v1/<component>-snapshots/` (fsynced, at most
 /// `snapshots.maxBytes`, the newest `snapshots.keep` kept), then deletes the data dir. Any
 /// failure keeps the data dir.
@@ -893,95 +853,27 @@ pub(crate) fn save_and_remove_data_dir(
     engine: &Engine,
     component: &str,
     member: &EtcdMember,
-) -> Result<Option<SavedData>, MemberError> {
+) -> Result<Option<etcd_data::Saved>, MemberError> {
     let data = data_dir(engine, member)?;
-    if fs::symlink_metadata(&data).is_err() {
-        return Ok(None);
-    }
-    let db = data.join("member/snap/db");
-    let io = |path: &Path, op: &'static str| {
-        let path = path.to_path_buf();
-        move |source| MemberError::Io { path, op, source }
-    };
-    let saved = match fs::symlink_metadata(&db) {
-        Ok(m) if m.is_file() => {
-            if m.len() > member.snapshot_max_bytes {
-                return Err(MemberError::Io {
-                    path: db,
-                    op: "snapshot",
-                    source: io::Error::other(format!(
-                        "{} bytes, above snapshots.maxBytes {}; the data dir is kept",
-                        m.len(),
-                        member.snapshot_max_bytes
-                    )),
-                });
-            }
-            let dir_host = engine
-                .state_dir
-                .join(&format!("{STATE_SUBDIR}/{component}-snapshots"))
-                .map_err(|e| MemberError::Record {
-                    path: engine.state_dir.clone(),
-                    reason: e.to_string(),
-                })?;
-            let dir = engine.fs.resolve(&dir_host)?;
-            match fs::DirBuilder::new().mode(0o700).create(&dir) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(io(&dir, "create snapshot dir")(e)),
-            }
-            let stamp = SystemTime::now()
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .unwrap_or_default();
-            let name = format!("{:020}-{:09}.db", stamp.as_secs(), stamp.subsec_nanos());
-            let target = dir.join(&name);
-            let mut from = fs::File::open(&db).map_err(io(&db, "open"))?;
-            let temp = stage_file(&target, FileMode(0o600), None, |to| {
-                let copied = io::copy(&mut io::Read::take(&mut from, member.snapshot_max_bytes + 1), to)?;
-                if copied > member.snapshot_max_bytes {
-                    return Err(io::Error::other("grew above snapshots.maxBytes while copied"));
-                }
-                Ok(())
-            })
-            .map_err(|(_, e)| io(&target, "write snapshot")(e))?;
-            commit_file(temp, &target).map_err(|(op, e)| io(&target, op)(e))?;
-            let names: Vec<String> = fs::read_dir(&dir)
-                .map_err(io(&dir, "list"))?
-                .filter_map(|e| e.ok()?.file_name().into_string().ok())
-                .filter(|n| n.ends_with(".db") && !n.starts_with('.'))
-                .collect();
-            let pruned = membership::snapshots_to_prune(&names, member.snapshots_keep);
-            for n in &pruned {
-                let _ = fs::remove_file(dir.join(n));
-            }
-            Some(SavedData {
-                snapshot: target,
-                pruned,
-            })
-        }
-        // No database (etcd never wrote one): nothing to save.
-        Ok(_) | Err(_) => None,
-    };
-    // Only what etcd writes there (`member/`), then the directory if that leaves it empty: a
-    // dataDir set by mistake to a directory holding anything else loses nothing of it.
-    let member_dir = data.join("member");
-    if fs::symlink_metadata(&member_dir).is_ok_and(|m| m.is_dir()) {
-        fs::remove_dir_all(&member_dir).map_err(io(&member_dir, "remove etcd's member dir"))?;
-    }
-    match fs::remove_dir(&data) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) if e.kind() == io::ErrorKind::DirectoryNotEmpty => {
+    let dir_host = engine
+        .state_dir
+        .join(&format!("{STATE_SUBDIR}/{component}-snapshots"))
+        .map_err(|e| MemberError::Record {
+            path: engine.state_dir.clone(),
+            reason: e.to_string(),
+        })?;
+    let snapshots = engine.fs.resolve(&dir_host)?;
+    let (saved, left) = etcd_data::save_and_remove(&data, &snapshots, member.snapshot_max_bytes, |names| {
+        membership::snapshots_to_prune(names, member.snapshots_keep)
+    })?;
+    match left {
+        etcd_data::DirLeft::Gone => {}
+        etcd_data::DirLeft::NotEmpty => {
             tracing::warn!(path = %data.display(), "the data dir holds more than etcd's member/: kept, with what is in it");
         }
-        // A mount point: the charts mount the data dir into the anchor's container. Emptied of
-        // etcd's data, the directory itself stays on the host.
-        Err(e) if e.kind() == io::ErrorKind::ResourceBusy => {
+        etcd_data::DirLeft::MountPoint => {
             tracing::info!(path = %data.display(), "the data dir is a mount point here: emptied of etcd's member/, the directory stays");
         }
-        Err(e) => return Err(io(&data, "remove data dir")(e)),
-    }
-    if let Some(parent) = data.parent() {
-        let _ = fs::File::open(parent).and_then(|d| d.sync_all());
     }
     Ok(saved)
 }
@@ -989,6 +881,7 @@ pub(crate) fn save_and_remove_data_dir(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     fn member(max_bytes: u64, keep: usize) -> EtcdMember {
         EtcdMember {
