@@ -51,7 +51,7 @@ impl Revision {
             .filter(char::is_ascii_hexdigit)
             .collect();
         let hex = if hex.is_empty() { "none".into() } else { hex };
-        format!("{}/history/{component}/{hex}.json", crate::ledger::STATE_SUBDIR)
+        format!("{}/history/{component}/{hex}.json", crate::state_layout::STATE_SUBDIR)
     }
 }
 

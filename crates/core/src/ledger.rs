@@ -11,10 +11,9 @@ use serde_json::value::RawValue;
 use crate::config::{FileMode, Owner, Role};
 use crate::digest::sha256_hex;
 use crate::hostpath::HostPath;
+use crate::state_layout::STATE_SUBDIR;
 
 pub(crate) const SCHEMA_VERSION: u32 = 1;
-/// The state dir holds one subdirectory per schema, so a future format never reads this one.
-pub const STATE_SUBDIR: &str = "v1";
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -28,6 +28,7 @@ pub mod render;
 pub mod rollout;
 pub mod runtime;
 pub mod sanitize;
+pub mod state_layout;
 pub mod staticpod;
 pub mod trial;
 pub mod turn;

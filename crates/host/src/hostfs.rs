@@ -19,8 +19,9 @@ use tempfile::{NamedTempFile, TempPath};
 
 use kube_anchor_core::config::{FileMode, Owner, Role};
 use kube_anchor_core::hostpath::{AllowedRoots, HostPath, HostPathError, TEMP_SUFFIX};
-use kube_anchor_core::ledger::{CorruptLedger, Ledger, STATE_SUBDIR, Snapshot, decode_checked, encode_checked};
+use kube_anchor_core::ledger::{CorruptLedger, Ledger, Snapshot, decode_checked, encode_checked};
 use kube_anchor_core::plan::{Observations, Observed, Op, Reader};
+use kube_anchor_core::state_layout::STATE_SUBDIR;
 
 const LEDGER_MODE: FileMode = FileMode(0o600);
 /// The most bytes read from one input: the config file and each `source:`. Checked while

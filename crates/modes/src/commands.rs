@@ -22,8 +22,7 @@ use kube_anchor_core::runtime::{ContainerState, RuntimeView};
 use kube_anchor_host::hostfs::SetAside;
 use kube_anchor_k8s::cri::{RuntimeObserver, StaticPodRef};
 
-pub const EXIT_ERROR: u8 = 1;
-pub const EXIT_OUT_OF_SYNC: u8 = 3;
+use crate::output::{EXIT_ERROR, EXIT_OUT_OF_SYNC};
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();

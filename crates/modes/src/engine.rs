@@ -300,7 +300,7 @@ impl Engine {
 
     /// The components with a ledger on this node (what `apply` or `run` recorded), by name.
     pub fn recorded_components(&self) -> Vec<String> {
-        let Ok(dir) = self.state_dir.join(kube_anchor_core::ledger::STATE_SUBDIR) else {
+        let Ok(dir) = self.state_dir.join(kube_anchor_core::state_layout::STATE_SUBDIR) else {
             return Vec::new();
         };
         let mut names: Vec<String> = self

@@ -15,11 +15,12 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::engine::{Engine, Inputs, now_rfc3339};
 use kube_anchor_core::config::{EtcdMember, FileMode, Role};
 use kube_anchor_core::hostpath::HostPath;
-use kube_anchor_core::ledger::{STATE_SUBDIR, decode_checked, encode_checked};
+use kube_anchor_core::ledger::{decode_checked, encode_checked};
 use kube_anchor_core::membership::{
     self, HandOff, Join, JoinFacts, LearnerProgress, Leave, LeaveFacts, LeaveIntent, Me, Observed, Outcome, PeerStatus,
     Phase, Record,
 };
+use kube_anchor_core::state_layout::STATE_SUBDIR;
 use kube_anchor_host::etcd_data;
 use kube_anchor_host::hostfs::HostFsError;
 use kube_anchor_k8s::etcd::{Cluster, Credentials, Endpoint, EtcdError};

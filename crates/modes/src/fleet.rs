@@ -9,7 +9,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use serde_json::json;
 
 use crate::cli::{FleetArgs, OutputFormat};
-use crate::commands::EXIT_OUT_OF_SYNC;
+use crate::output::EXIT_OUT_OF_SYNC;
 use crate::output::outln;
 use kube_anchor_core::node_status::{NodeStatus, short_hash};
 use kube_anchor_k8s::{anchor_status, kubeapi};

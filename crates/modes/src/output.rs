@@ -6,6 +6,11 @@
 
 use std::io::Write;
 
+/// The exit code of a verb that failed (the message names the file and the cause).
+pub(crate) const EXIT_ERROR: u8 = 1;
+/// `status` and `fleet`: the node or the fleet is not as its inputs say.
+pub(crate) const EXIT_OUT_OF_SYNC: u8 = 3;
+
 /// `print!` to stdout, never failing.
 macro_rules! out {
     ($($arg:tt)*) => { $crate::output::write(format_args!($($arg)*), false) };
