@@ -16,18 +16,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::support::daemon::{ConfigVolume, Daemon, anchor_config};
+use crate::support::daemon::{ConfigVolume, Daemon, anchor_config, refs};
 use crate::{Row, ms, percentiles};
 
 const POD: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: kube-scheduler, namespace: kube-system}\nspec: {containers: [{name: s, image: 'i'}]}\n";
 const CHANGES: usize = 100;
 /// When the idle resident set is read, after the last change.
 const RSS_AFTER: Duration = Duration::from_secs(15);
-/// The files beside the one that changes.
-const EXTRA_NAMES: [&str; 15] = [
-    "extra-1", "extra-2", "extra-3", "extra-4", "extra-5", "extra-6", "extra-7", "extra-8", "extra-9", "extra-10",
-    "extra-11", "extra-12", "extra-13", "extra-14", "extra-15",
-];
+/// How many files sit beside the one that changes.
+const EXTRA_FILES: usize = 15;
 /// Under `cargo test --all-targets` (no `--bench` argument): a quick smoke run.
 const QUICK_CHANGES: usize = 5;
 
@@ -139,14 +136,11 @@ fn measure_binary(quick: bool, bin: &Path, label: &str) -> Vec<Row> {
     let node = work.path().join("node");
     fs::create_dir_all(&node).unwrap();
     // 16 files and a manifest, as a control-plane component has; one of them changes.
-    let extra_paths: Vec<String> = EXTRA_NAMES.iter().map(|n| format!("/etc/kubernetes/pki/{n}")).collect();
+    let extra: Vec<(String, String)> = (1..=EXTRA_FILES)
+        .map(|i| (format!("extra-{i}"), format!("/etc/kubernetes/pki/extra-{i}")))
+        .collect();
     let mut specs = vec![("scheduler.conf", "/etc/kubernetes/scheduler.conf", "0600")];
-    specs.extend(
-        EXTRA_NAMES
-            .iter()
-            .zip(&extra_paths)
-            .map(|(n, p)| (*n, p.as_str(), "0600")),
-    );
+    specs.extend(extra.iter().map(|(name, path)| (name.as_str(), path.as_str(), "0600")));
     let config = anchor_config(
         "kube-scheduler",
         &specs,
@@ -158,13 +152,14 @@ fn measure_binary(quick: bool, bin: &Path, label: &str) -> Vec<Row> {
             ("pod.yaml", POD.as_bytes().to_vec()),
             ("scheduler.conf", kubeconfig.as_bytes().to_vec()),
         ];
-        files.extend(EXTRA_NAMES.iter().map(|n| (*n, format!("unchanged {n}").into_bytes())));
+        files.extend(
+            extra
+                .iter()
+                .map(|(name, _)| (name.as_str(), format!("unchanged {name}").into_bytes())),
+        );
         files
     };
-    let refs = |f: &Vec<(&'static str, Vec<u8>)>| f.iter().map(|(n, c)| (*n, c.clone())).collect::<Vec<_>>();
-    let initial = refs(&files("kubeconfig 0"));
-    let initial: Vec<(&str, &[u8])> = initial.iter().map(|(n, c)| (*n, c.as_slice())).collect();
-    let mut volume = ConfigVolume::new(&work.path().join("config"), &initial);
+    let mut volume = ConfigVolume::new(&work.path().join("config"), &refs(&files("kubeconfig 0")));
     let d = Daemon::start_binary(
         bin,
         &volume.config(),
@@ -181,9 +176,8 @@ fn measure_binary(quick: bool, bin: &Path, label: &str) -> Vec<Row> {
     for i in 1..=changes {
         let want = format!("kubeconfig {i}");
         let f = files(&want);
-        let f: Vec<(&str, &[u8])> = f.iter().map(|(n, c)| (*n, c.as_slice())).collect();
         let start = Instant::now();
-        volume.update(&f);
+        volume.update(&refs(&f));
         wait_for(|| fs::read(&kubeconfig).is_ok_and(|c| c == want.as_bytes()));
         change.push(start.elapsed());
         std::thread::sleep(Duration::from_millis(30));
@@ -214,9 +208,8 @@ fn measure_binary(quick: bool, bin: &Path, label: &str) -> Vec<Row> {
     // mapped back from the page cache.
     let want = "kubeconfig after idle";
     let f = files(want);
-    let f: Vec<(&str, &[u8])> = f.iter().map(|(n, c)| (*n, c.as_slice())).collect();
     let start = Instant::now();
-    volume.update(&f);
+    volume.update(&refs(&f));
     wait_for(|| fs::read(&kubeconfig).is_ok_and(|c| c == want.as_bytes()));
     let after_idle = start.elapsed();
     drop(d);

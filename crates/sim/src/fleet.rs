@@ -1279,11 +1279,10 @@ pub fn shrink(scenario: &Scenario, seed: u64, invariant: Invariant) -> Scenario 
         {
             best = alone;
         }
+        // One change per operation and pass (the candidates are made from `best` as it stands).
         for i in 0..best.ops.len() {
-            for candidate in smaller_op(&best, i) {
-                if shows(&candidate) {
-                    best = candidate;
-                }
+            if let Some(candidate) = smaller_op(&best, i).into_iter().find(|c| shows(c)) {
+                best = candidate;
             }
         }
         if best == before {
