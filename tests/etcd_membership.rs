@@ -451,6 +451,25 @@ spec:
         self.etcd = Some(Process::start(&format!("{}-etcd", self.name), cmd, &self.log_dir));
     }
 
+    /// Where the node's etcd writes (every start appends).
+    fn etcd_log(&self) -> PathBuf {
+        self.log_dir.join(format!("{}-etcd.log", self.name))
+    }
+
+    /// As the kubelet does with a container that exited (e.g. its port taken by another
+    /// process's outgoing connection in the moment it was down): start it again.
+    fn restart_etcd_if_exited(&mut self) {
+        if self.etcd.as_mut().is_some_and(|p| !p.is_running()) {
+            eprintln!(
+                "{}'s etcd exited; starting it again:\n{}",
+                self.name,
+                tail(&self.etcd_log(), 10)
+            );
+            self.stop_etcd();
+            self.start_etcd();
+        }
+    }
+
     fn stop_etcd(&mut self) {
         if let Some(p) = self.etcd.take() {
             p.stop();
@@ -1348,10 +1367,14 @@ fn a_rolling_etcd_upgrade_with_and_without_the_leadership_hand_off() {
             node.stop_etcd();
             node.start_etcd(); // the kubelet restarts etcd with the new flag
             bed.wait_healthy(3);
-            Poll::new(Duration::from_secs(30), "the restarted member to answer").until(|| {
-                bed.post(&node.ports.client_url(), "/v3/maintenance/status", "{}")
-                    .is_some_and(|s| s["leader"].as_str().is_some_and(|l| l != "0"))
-            });
+            let log = node.etcd_log();
+            Poll::new(Duration::from_secs(30), "the restarted member to answer")
+                .context(|| format!("its log:\n{}", tail(&log, 30)))
+                .until(|| {
+                    node.restart_etcd_if_exited();
+                    bed.post(&node.ports.client_url(), "/v3/maintenance/status", "{}")
+                        .is_some_and(|s| s["leader"].as_str().is_some_and(|l| l != "0"))
+                });
         }
         std::thread::sleep(Duration::from_secs(1));
         let (ok, failed, longest) = writer.stop();
@@ -1377,4 +1400,11 @@ fn a_rolling_etcd_upgrade_with_and_without_the_leadership_hand_off() {
     for node in &mut nodes {
         node.stop_etcd();
     }
+}
+
+/// The last `lines` lines of a log file.
+fn tail(path: &std::path::Path, lines: usize) -> String {
+    let text = fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
 }
