@@ -393,7 +393,9 @@ fn removed(json: &serde_json::Value) -> Vec<String> {
         .collect()
 }
 
-async fn delete_daemonset_and_check_removal(name: &str, propagation: PropagationPolicy) {
+/// `with_before_remove`: a failing `--before-remove` is tried first (nothing goes), then one
+/// that succeeds (it runs before the removal).
+async fn delete_daemonset_and_check_removal(name: &str, propagation: PropagationPolicy, with_before_remove: bool) {
     let s = Scenario::new(name).await;
     let pod = s.create_daemonset().await;
     s.anchor_the_component().await;
@@ -403,9 +405,26 @@ async fn delete_daemonset_and_check_removal(name: &str, propagation: Propagation
     };
     s.daemonsets().delete("addon-manager-anchor", &dp).await.unwrap();
     s.wait_terminating(&pod).await;
-    let (out, json) = s.pre_stop(&pod, &s.kubeconfig, &[]);
+    let mut extra = vec![];
+    let ran = s.work.path().join("before-remove-ran");
+    let touch = format!("touch {}", ran.display());
+    if with_before_remove {
+        // A failing --before-remove stops the hook before anything goes, loudly.
+        let (out, json) = s.pre_stop(&pod, &s.kubeconfig, &["--before-remove", "exit 3"]);
+        assert!(!out.status.success(), "{json}");
+        assert_eq!(json["decision"], "failed", "{json}");
+        let reason = json["reason"].as_str().unwrap();
+        assert!(
+            reason.contains("--before-remove failed") && reason.contains("every file is kept"),
+            "{json}"
+        );
+        assert_eq!(s.files_present(), (true, true));
+        extra = vec!["--before-remove", &touch];
+    }
+    let (out, json) = s.pre_stop(&pod, &s.kubeconfig, &extra);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(json["decision"], "remove", "{json}");
+    assert_eq!(ran.exists(), with_before_remove);
     assert!(
         json["reason"]
             .as_str()
@@ -433,12 +452,12 @@ async fn delete_daemonset_and_check_removal(name: &str, propagation: Propagation
 
 #[tokio::test(flavor = "multi_thread")]
 async fn daemonset_deleted_in_the_background_removes_the_files_in_order() {
-    delete_daemonset_and_check_removal("bg-delete", PropagationPolicy::Background).await;
+    delete_daemonset_and_check_removal("bg-delete", PropagationPolicy::Background, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn daemonset_deleted_in_the_foreground_removes_the_files_in_order() {
-    delete_daemonset_and_check_removal("fg-delete", PropagationPolicy::Foreground).await;
+    delete_daemonset_and_check_removal("fg-delete", PropagationPolicy::Foreground, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -24,6 +24,7 @@ pub mod pinned;
 pub mod plan;
 pub mod pod_rules;
 pub mod pod_status;
+pub mod prestop_steps;
 pub mod render;
 pub mod rollout;
 pub mod runtime;

@@ -1,23 +1,11 @@
 //! `kube-anchor pre-stop`, the anchor DaemonSet's preStop hook: remove the component from the
 //! node only on a real decommission, in a safe order, within a bounded time.
 //!
-//! 1. Gather evidence (own pod → owning DaemonSet, Node, every anchor of the component) and
-//!    [`decide`]; on `Remove`, look again after `--confirm-interval` and [`confirm`].
-//! 2. Keep: log why and exit 0 — the files stay for the next pod or the next boot. Held (the
-//!    guard: a quorum, or the last copy): the same, plus a Warning Event on this pod.
-//! 3. `spec.etcdMember`: the member leaves the cluster first, its intent recorded before each
-//!    attempt and asked again while a refusal may pass. When it does not leave: a Warning
-//!    Event, every file kept, exit 1, and the intent kept for the next hook.
-//! 4. Remove: mark the ledger decommissioned (the daemon in this pod then refuses to write, with
-//!    no need for a writable root filesystem), run `--before-remove`, remove the manifest, wait
-//!    until the mirror pod is gone or the health URL stops answering, remove the credentials.
-//!
-//! Time: every lookup ends `REMOVAL_RESERVE` before the deadline (an unanswered one is no evidence),
-//! and every later probe ends `FINAL_STEP` before the deadline, so a slow API never leaves the
-//! credentials behind once the manifest is gone.
-//!
-//! [`decide`]: decommission::decide
-//! [`confirm`]: decommission::confirm
+//! The order and the deadlines are [`Hook`]'s (pure, `kube_anchor_core::prestop_steps`); this module performs
+//! its actions: the evidence (own pod → owning DaemonSet, Node, every anchor of the component,
+//! [`decide_with_evidence`]), the Warning Events, the etcd member's leave and its record, the
+//! ledger's mark, the rollout turn, `--before-remove`, the removals, and the waits for the static
+//! pod and etcd to stop.
 
 use crate::output::outln;
 use std::process::ExitCode;
@@ -31,8 +19,9 @@ use crate::engine::{Engine, Inputs};
 use crate::etcd_member::{self, LeaveReport};
 use kube_anchor_core::config::EtcdMember;
 use kube_anchor_core::config::Role;
-use kube_anchor_core::decommission::{self, Decision, FilesHere, Lookup, ThisPod};
+use kube_anchor_core::decommission::{self, FilesHere, Lookup, ThisPod};
 use kube_anchor_core::hostpath::HostPath;
+use kube_anchor_core::prestop_steps::{Action, Exit, Hook, LeaveAnswer, Limits, MemberConfig, Observation};
 use kube_anchor_core::runtime::RuntimeView;
 use kube_anchor_core::staticpod;
 use kube_anchor_k8s::cri::{RuntimeObserver, StaticPodRef};
@@ -40,15 +29,9 @@ use kube_anchor_k8s::direct::HealthCheck;
 use kube_anchor_k8s::evidence::{decide_with_evidence, remaining};
 use kube_anchor_k8s::kubeapi::{self, API_TIMEOUT, EventSink};
 
-/// Kept free at the end of --timeout for removing the credentials.
-const FINAL_STEP: Duration = Duration::from_secs(2);
-/// Kept free after the evidence for the removal (at most half of --timeout): the manifest, a
-/// short wait for the static pod to stop, the credentials.
-const REMOVAL_RESERVE: Duration = Duration::from_secs(5);
-
 pub(crate) async fn run(args: PreStopArgs) -> anyhow::Result<ExitCode> {
-    let deadline = Instant::now() + args.timeout;
-    match tokio::time::timeout(args.timeout, run_inner(&args, deadline)).await {
+    let started = Instant::now();
+    match tokio::time::timeout(args.timeout, run_inner(&args, started)).await {
         Ok(result) => result,
         Err(_) => anyhow::bail!(
             "pre-stop did not finish within {}; stopped where it was",
@@ -57,16 +40,17 @@ pub(crate) async fn run(args: PreStopArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
-async fn run_inner(args: &PreStopArgs, deadline: Instant) -> anyhow::Result<ExitCode> {
+/// Performs the hook's actions ([`prestop::Hook`] decides them) and feeds back what each gave.
+async fn run_inner(args: &PreStopArgs, started: Instant) -> anyhow::Result<ExitCode> {
     let engine = args.node.engine()?;
     let component = args.component.name(engine.roots())?;
-    let evidence_until = deadline
-        .checked_sub(REMOVAL_RESERVE.min(args.timeout / 2))
-        .unwrap_or_else(Instant::now);
+    let limits = Limits { timeout: args.timeout };
+    let at = |since_start: Duration| started + since_start;
+    let deadline = at(limits.timeout);
     // One client for the evidence and for watching the static pod stop; why there is none is
     // itself part of the evidence ("no API client" keeps everything).
     let client: Result<kube::Client, String> = match tokio::time::timeout(
-        remaining(evidence_until),
+        remaining(at(limits.evidence_until())),
         kubeapi::client(
             args.identity.kubeconfig(),
             &args.identity.api_servers,
@@ -84,160 +68,187 @@ async fn run_inner(args: &PreStopArgs, deadline: Instant) -> anyhow::Result<Exit
     let guard = decommission::QuorumGuard::from(args.quorum_guard).guard_for(&component);
     // Read before anything is removed: the manifest names the static pod whose copies on the
     // other nodes the guard counts, and whose stop is waited for below.
-    let pod = static_pod_of(&engine, &component, args.identity.node_name.as_deref());
+    let mut pod = static_pod_of(&engine, &component, args.identity.node_name.as_deref());
     let static_pod = pod.as_ref().map(|p| decommission::StaticPodName {
         namespace: p.namespace.clone(),
         name: p.name.clone(),
     });
-    let decision = decide_with_evidence(
-        args.cleanup.into(),
-        guard,
-        args.confirm_interval,
-        this.as_ref(),
-        &client,
-        &component,
-        static_pod.as_ref(),
-        evidence_until,
-        // Every anchor on the node shares the state dir: a dependent's ledger says whether its
-        // own hook has taken it off the node yet.
-        &|dependent| match engine.ledger(dependent) {
-            Ok(ledger) => FilesHere::of(&ledger),
-            Err(e) => FilesHere::Unreadable(e.to_string()),
-        },
-    )
-    .await;
-    let reason = match &decision {
-        Decision::Keep(reason) => {
-            tracing::info!(%component, decision = "keep", %reason, "pre-stop: keeping the component on this node");
-            report(args.output, &component, "keep", reason, &[]);
-            return Ok(ExitCode::SUCCESS);
-        }
-        Decision::Held(reason) => {
-            tracing::warn!(%component, decision = "held", %reason, "pre-stop: the guard keeps the component on this node");
-            warn_event(&client, this.as_ref(), "DecommissionHeld", &component, reason, deadline).await;
-            report(args.output, &component, "held", reason, &[]);
-            return Ok(ExitCode::SUCCESS);
-        }
-        Decision::Remove(reason) => reason.clone(),
+    let (etcd, member) = match etcd_member(args, &engine) {
+        Ok(Some(etcd)) => (Some(etcd), MemberConfig::Configured),
+        Ok(None) => (None, MemberConfig::NotConfigured),
+        Err(why) => (None, MemberConfig::Unreadable(why)),
     };
-    // etcd: the member leaves the cluster before any file goes, and only with quorum to spare.
-    let (etcd, unreadable) = match etcd_member(args, &engine) {
-        Ok(etcd) => (etcd, None),
-        Err(why) => (None, Some(why)),
-    };
-    let leave = async {
-        let Some((inputs, member)) = &etcd else {
-            return unreadable.map(|why| format!("the etcd member's config cannot be read ({why})"));
-        };
-        leave_cluster(args, &engine, inputs, member, deadline).await
-    };
-    if let Some(why) = leave.await {
-        // Loud: a Warning Event, a non-zero exit (the kubelet adds its FailedPreStopHook Event)
-        // and the intent kept in the membership record for the next hook and for `status`.
-        let reason = format!("{reason}, but the etcd member stays: {why}; every file is kept");
-        tracing::error!(%component, decision = "held", %reason, "pre-stop: etcd membership keeps the component on this node");
-        warn_event(&client, this.as_ref(), "MembershipHeld", &component, &reason, deadline).await;
-        report(args.output, &component, "held", &reason, &[]);
-        return Ok(ExitCode::FAILURE);
-    }
-    tracing::warn!(%component, decision = "remove", %reason, "pre-stop: decommissioning the component on this node");
-    engine.decommission(&component, &reason, args.identity.pod_name.as_deref())?;
-    give_back_turn(args, client.as_ref().ok(), &component, deadline).await;
-
-    if let Some(command) = &args.before_remove {
-        let budget = remaining(deadline).saturating_sub(FINAL_STEP);
-        run_hook(command, budget).await?;
-    }
-    let manifests = engine.remove_roles(&component, &[Role::Manifest])?;
-    wait_stopped(args, client.as_ref().ok(), pod, deadline).await;
-    let credentials = engine.remove_roles(&component, &[Role::Credential])?;
-    let mut removed: Vec<HostPath> = manifests.removed.into_iter().chain(credentials.removed).collect();
-    if let Some((inputs, member)) = &etcd {
-        // The data dir goes only once etcd has stopped and its database is saved.
-        let until = deadline - FINAL_STEP.min(remaining(deadline));
-        if etcd_member::wait_etcd_stopped(&engine, inputs, member, until).await {
-            match etcd_member::save_and_remove_data_dir(&engine, &component, member) {
-                Ok(saved) => {
-                    if let Some(s) = &saved {
-                        tracing::info!(%component, snapshot = %s.snapshot.display(), pruned = s.pruned.len(), "pre-stop: saved the etcd database");
-                    }
-                    tracing::info!(%component, data_dir = %member.data_dir, "pre-stop: removed the etcd data dir");
-                    removed.push(member.data_dir.clone());
-                }
-                Err(e) => tracing::warn!(%component, error = %e, "pre-stop: the etcd data dir is kept"),
+    let mut hook = Hook::new(limits, member, args.before_remove.is_some());
+    let mut observation = Observation::Began;
+    let mut removed: Vec<HostPath> = Vec::new();
+    let mut notices = Vec::new();
+    loop {
+        let (next, action) = hook.step(observation, started.elapsed());
+        hook = next;
+        observation = match action {
+            Action::GatherEvidence { until } => Observation::Decided(
+                decide_with_evidence(
+                    args.cleanup.into(),
+                    guard,
+                    args.confirm_interval,
+                    this.as_ref(),
+                    &client,
+                    &component,
+                    static_pod.as_ref(),
+                    at(until),
+                    // Every anchor on the node shares the state dir: a dependent's ledger says
+                    // whether its own hook has taken it off the node yet.
+                    &|dependent| match engine.ledger(dependent) {
+                        Ok(ledger) => FilesHere::of(&ledger),
+                        Err(e) => FilesHere::Unreadable(e.to_string()),
+                    },
+                )
+                .await,
+            ),
+            Action::Warn { code, reason } => {
+                warn_event(&client, this.as_ref(), code.as_str(), &component, &reason, deadline).await;
+                Observation::Done
             }
-        } else {
-            tracing::warn!(%component, data_dir = %member.data_dir, "pre-stop: etcd still answers; its data dir is kept");
-        }
+            Action::RecordIntentToLeave { attempt } => {
+                match etcd_member::ask_leave(&engine, &component, args.identity.pod_name.as_deref()) {
+                    Ok(_) => Observation::Done,
+                    Err(e) => {
+                        tracing::warn!(%component, attempt, error = %e, "pre-stop: cannot record the intent to leave");
+                        Observation::Failed(e.to_string())
+                    }
+                }
+            }
+            Action::Leave { budget } => {
+                let (inputs, member) = etcd.as_ref().expect("a leave is asked only with a member config");
+                Observation::Left(leave(inputs, &engine, member, budget).await)
+            }
+            Action::Pause { pause, why } => {
+                tracing::info!(%component, reason = %why, "pre-stop: the etcd member may not leave yet; asking again");
+                tokio::time::sleep(pause).await;
+                Observation::Done
+            }
+            Action::RecordLeaveHeld { why } => match etcd_member::hold_leave(&engine, &component, &why) {
+                Ok(_) => Observation::Done,
+                Err(e) => {
+                    tracing::warn!(%component, error = %e, "pre-stop: cannot record why the member did not leave");
+                    Observation::Failed(e.to_string())
+                }
+            },
+            Action::MarkDecommissioned { reason } => {
+                tracing::warn!(%component, decision = "remove", %reason, "pre-stop: decommissioning the component on this node");
+                match engine.decommission(&component, &reason, args.identity.pod_name.as_deref()) {
+                    Ok(()) => Observation::Done,
+                    Err(e) => Observation::Failed(crate::logging::error_chain(&anyhow::Error::from(e))),
+                }
+            }
+            Action::GiveBackTurn { budget } => {
+                give_back_turn(args, client.as_ref().ok(), &component, budget).await;
+                Observation::Done
+            }
+            Action::RunBeforeRemove { budget } => {
+                let command = args.before_remove.as_deref().expect("asked only with --before-remove");
+                match run_hook(command, budget).await {
+                    Ok(()) => Observation::Done,
+                    Err(why) => Observation::Failed(why),
+                }
+            }
+            Action::RemoveManifest | Action::RemoveCredentials => {
+                let role = if action == Action::RemoveManifest {
+                    Role::Manifest
+                } else {
+                    Role::Credential
+                };
+                match engine.remove_roles(&component, &[role]) {
+                    Ok(report) => {
+                        removed.extend(report.removed);
+                        notices.extend(report.notices);
+                        Observation::Done
+                    }
+                    Err(e) => Observation::Failed(crate::logging::error_chain(&anyhow::Error::from(e))),
+                }
+            }
+            Action::WaitStopped { until } => {
+                wait_stopped(args, client.as_ref().ok(), pod.take(), at(until)).await;
+                Observation::Done
+            }
+            Action::WaitEtcdStopped { until } => {
+                let (inputs, member) = etcd.as_ref().expect("asked only with a member config");
+                let stopped = etcd_member::wait_etcd_stopped(&engine, inputs, member, at(until)).await;
+                if !stopped {
+                    tracing::warn!(%component, data_dir = %member.data_dir, "pre-stop: etcd still answers; its data dir is kept");
+                }
+                Observation::EtcdStopped(stopped)
+            }
+            Action::SaveAndRemoveDataDir => {
+                let (_, member) = etcd.as_ref().expect("asked only with a member config");
+                // The data dir goes only once etcd has stopped and its database is saved.
+                match etcd_member::save_and_remove_data_dir(&engine, &component, member) {
+                    Ok(saved) => {
+                        if let Some(s) = &saved {
+                            tracing::info!(%component, snapshot = %s.snapshot.display(), pruned = s.pruned.len(), "pre-stop: saved the etcd database");
+                        }
+                        tracing::info!(%component, data_dir = %member.data_dir, "pre-stop: removed the etcd data dir");
+                        removed.push(member.data_dir.clone());
+                        Observation::Done
+                    }
+                    Err(e) => {
+                        tracing::warn!(%component, error = %e, "pre-stop: the etcd data dir is kept");
+                        Observation::Failed(e.to_string())
+                    }
+                }
+            }
+            Action::Exit(exit) => {
+                for notice in &notices {
+                    tracing::warn!(%component, "{notice:?}");
+                }
+                let reason = exit.reason();
+                match &exit {
+                    Exit::Keep(_) => {
+                        tracing::info!(%component, decision = "keep", %reason, "pre-stop: keeping the component on this node")
+                    }
+                    Exit::Held(_) => {
+                        tracing::warn!(%component, decision = "held", %reason, "pre-stop: the guard keeps the component on this node")
+                    }
+                    Exit::MemberStays(_) => {
+                        tracing::error!(%component, decision = "held", %reason, "pre-stop: etcd membership keeps the component on this node")
+                    }
+                    Exit::Removed(_) => tracing::info!(%component, removed = removed.len(), "pre-stop: removed"),
+                    Exit::Failed(_) => {
+                        tracing::error!(%component, %reason, removed = removed.len(), "pre-stop: stopped where a step failed")
+                    }
+                }
+                report(args.output, &component, exit.decision(), reason, &removed);
+                return Ok(if exit.success() {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                });
+            }
+        };
     }
-    for notice in manifests.notices.iter().chain(&credentials.notices) {
-        tracing::warn!(%component, "{notice:?}");
-    }
-    tracing::info!(%component, removed = removed.len(), "pre-stop: removed");
-    report(args.output, &component, "remove", &reason, &removed);
-    Ok(ExitCode::SUCCESS)
 }
 
-/// Pause between leave attempts that may pass when asked again.
-const LEAVE_RETRY: Duration = Duration::from_secs(2);
-
-/// The member leaves the cluster, asked again while the refusal may pass later (etcd answering
-/// again, a member back to health) and time is left for the removal after it. `None` once it
-/// has left (or was not a member); why not otherwise, recorded with the intent.
-async fn leave_cluster(
-    args: &PreStopArgs,
-    engine: &Engine,
-    inputs: &Inputs,
-    member: &EtcdMember,
-    deadline: Instant,
-) -> Option<String> {
+/// One attempt to leave the etcd cluster, within `budget`.
+async fn leave(inputs: &Inputs, engine: &Engine, member: &EtcdMember, budget: Duration) -> LeaveAnswer {
     let component = &inputs.anchor.name;
-    let retry_until = deadline
-        .checked_sub(REMOVAL_RESERVE.min(args.timeout / 2))
-        .unwrap_or_else(Instant::now);
-    let mut attempts = 0u32;
-    let why = loop {
-        attempts += 1;
-        if let Err(e) = etcd_member::ask_leave(engine, component, args.identity.pod_name.as_deref()) {
-            tracing::warn!(%component, error = %e, "pre-stop: cannot record the intent to leave");
+    match tokio::time::timeout(budget, etcd_member::leave_step(engine, inputs, member)).await {
+        Ok(Ok(LeaveReport::Removed { id })) => {
+            tracing::warn!(%component, member_id = %format!("{id:x}"), "pre-stop: removed this node's etcd member");
+            LeaveAnswer::Removed { id }
         }
-        let budget = remaining(deadline).saturating_sub(FINAL_STEP);
-        match tokio::time::timeout(budget, etcd_member::leave_step(engine, inputs, member)).await {
-            Ok(Ok(LeaveReport::Removed { id })) => {
-                tracing::warn!(%component, member_id = %format!("{id:x}"), attempts, "pre-stop: removed this node's etcd member");
-                return None;
-            }
-            Ok(Ok(LeaveReport::NotAMember)) => {
-                tracing::info!(%component, "pre-stop: this node is not an etcd member");
-                return None;
-            }
-            Ok(Ok(LeaveReport::Refused { reason, may_pass_later })) => {
-                if may_pass_later && Instant::now() + LEAVE_RETRY < retry_until {
-                    tracing::info!(%component, %reason, attempts, "pre-stop: the etcd member may not leave yet; asking again");
-                    tokio::time::sleep(LEAVE_RETRY).await;
-                    continue;
-                }
-                break reason;
-            }
-            Ok(Err(e)) => break crate::logging::error_chain(&anyhow::Error::from(e)),
-            Err(_) => {
-                break format!(
-                    "etcd did not answer within {}",
-                    humantime::format_duration(Duration::from_secs(budget.as_secs()))
-                );
-            }
+        Ok(Ok(LeaveReport::NotAMember)) => {
+            tracing::info!(%component, "pre-stop: this node is not an etcd member");
+            LeaveAnswer::NotAMember
         }
-    };
-    let why = format!("{why} (asked {attempts} time(s))");
-    if let Err(e) = etcd_member::hold_leave(engine, component, &why) {
-        tracing::warn!(%component, error = %e, "pre-stop: cannot record why the member did not leave");
+        Ok(Ok(LeaveReport::Refused { reason, may_pass_later })) => LeaveAnswer::Refused { reason, may_pass_later },
+        Ok(Err(e)) => LeaveAnswer::Failed(crate::logging::error_chain(&anyhow::Error::from(e))),
+        Err(_) => LeaveAnswer::NoAnswer { within: budget },
     }
-    Some(why)
 }
 
 /// A node leaving mid-rollout gives its turn back: no other node takes a turn over on a timer,
 /// and this node's Node object stays. Best effort, within a few seconds of the hook's budget.
-async fn give_back_turn(args: &PreStopArgs, client: Option<&kube::Client>, component: &str, deadline: Instant) {
+async fn give_back_turn(args: &PreStopArgs, client: Option<&kube::Client>, component: &str, budget: Duration) {
     let (Some(client), Some(node), Some(namespace)) = (
         client,
         args.identity.node_name.as_deref(),
@@ -246,9 +257,6 @@ async fn give_back_turn(args: &PreStopArgs, client: Option<&kube::Client>, compo
         return;
     };
     let lease = kubeapi::RolloutLease::new(client.clone(), namespace, component, node, Duration::ZERO);
-    let budget = remaining(deadline)
-        .saturating_sub(FINAL_STEP)
-        .min(Duration::from_secs(5));
     match tokio::time::timeout(budget, lease.release(None)).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => {
@@ -294,21 +302,23 @@ async fn warn_event(
     }
 }
 
-async fn run_hook(command: &str, budget: Duration) -> anyhow::Result<()> {
+/// Runs `--before-remove`; why it did not succeed otherwise.
+async fn run_hook(command: &str, budget: Duration) -> Result<(), String> {
     tracing::info!(command, "pre-stop: running --before-remove");
     let mut child = tokio::process::Command::new("sh")
         .arg("-c")
         .arg(command)
         .kill_on_drop(true)
-        .spawn()?;
+        .spawn()
+        .map_err(|e| format!("--before-remove could not run: {e}"))?;
     match tokio::time::timeout(budget, child.wait()).await {
         Ok(Ok(status)) if status.success() => Ok(()),
-        Ok(Ok(status)) => anyhow::bail!("--before-remove failed ({status}); every file is kept"),
-        Ok(Err(e)) => anyhow::bail!("--before-remove could not run: {e}; every file is kept"),
-        Err(_) => anyhow::bail!(
-            "--before-remove did not finish within {}; every file is kept",
+        Ok(Ok(status)) => Err(format!("--before-remove failed ({status})")),
+        Ok(Err(e)) => Err(format!("--before-remove could not run: {e}")),
+        Err(_) => Err(format!(
+            "--before-remove did not finish within {}",
             humantime::format_duration(budget)
-        ),
+        )),
     }
 }
 
@@ -331,7 +341,7 @@ fn static_pod_of(engine: &Engine, component: &str, node: Option<&str>) -> Option
 /// dropped the pod; a component that merely exited is restarted in the same sandbox, as etcd is
 /// after its member is removed). Without an answer from the runtime: the mirror pod gone, or the
 /// health URL silent. With nothing to look at, there is nothing to wait for.
-async fn wait_stopped(args: &PreStopArgs, client: Option<&kube::Client>, pod: Option<StaticPodRef>, deadline: Instant) {
+async fn wait_stopped(args: &PreStopArgs, client: Option<&kube::Client>, pod: Option<StaticPodRef>, until: Instant) {
     let health = args
         .health_url
         .as_deref()
@@ -349,7 +359,6 @@ async fn wait_stopped(args: &PreStopArgs, client: Option<&kube::Client>, pod: Op
     if client.is_none() && health.is_none() && runtime.is_none() {
         return;
     }
-    let until = deadline - FINAL_STEP.min(remaining(deadline));
     while Instant::now() < until {
         if let (Some(observer), Some(pod)) = (&runtime, &pod) {
             match observer.observe(pod).await {
