@@ -27,6 +27,7 @@
 //! and removes only when both answers are `Remove` ([`confirm`]).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, NodeSelectorRequirement, NodeSelectorTerm, Pod};
@@ -670,6 +671,102 @@ pub fn confirm(first: &Decision, second: Decision) -> Decision {
         }
         (Decision::Remove(_), held @ Decision::Held(_)) => held,
         (first, _) => first.clone(),
+    }
+}
+
+/// Pause between looks while a removal waits for a dependent's hook ([`Order::Wait`]).
+pub const ORDER_POLL: Duration = Duration::from_secs(1);
+/// Kept free after waiting for dependents: the confirming look and what follows it.
+pub const ORDER_RESERVE: Duration = Duration::from_secs(5);
+
+/// The looks of one preStop hook (the anchors' and the checkpointer's), as a pure machine: each
+/// look's evidence goes in, and out comes when to look again or the decision. A first `Remove`
+/// waits, looking every [`ORDER_POLL`], until each dependent that goes with the component has
+/// left the node ([`removal_order`]), then is looked at again `confirm_interval` later and
+/// [`confirm`]ed. Times are since the hook started; the evidence must be in by
+/// `evidence_until`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Looks {
+    this: ThisPod,
+    guard: Guard,
+    confirm_interval: Duration,
+    evidence_until: Duration,
+    /// The dependents a removal waits for: the [`goes_with`] of every look so far.
+    waited: Vec<Dependent>,
+    /// The first look's `Remove`, once in dependency order: the next look confirms it.
+    first: Option<Decision>,
+}
+
+/// What to do after a look.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NextLook {
+    /// Look again at `at`: a dependent goes first (`waiting_for`), or the removal is confirmed
+    /// (`None`).
+    Again {
+        at: Duration,
+        waiting_for: Option<String>,
+    },
+    Decided(Decision),
+}
+
+impl Looks {
+    pub fn new(this: ThisPod, guard: Guard, confirm_interval: Duration, evidence_until: Duration) -> Self {
+        Looks {
+            this,
+            guard,
+            confirm_interval,
+            evidence_until,
+            waited: Vec::new(),
+            first: None,
+        }
+    }
+
+    /// One look's evidence, at `now`; `files_here` reads a dependent's ledger on this node.
+    pub fn look(&mut self, evidence: &Evidence, files_here: impl Fn(&str) -> FilesHere, now: Duration) -> NextLook {
+        let decision = decide(CleanupMode::Guarded, self.guard, &self.this, evidence);
+        let order = if matches!(decision, Decision::Remove(_)) {
+            for d in goes_with(evidence) {
+                if !self.waited.contains(&d) {
+                    self.waited.push(d);
+                }
+            }
+            removal_order(evidence, &self.waited, files_here)
+        } else {
+            Order::Now
+        };
+        let left = |until: Duration| until.saturating_sub(now);
+        let Some(first) = &self.first else {
+            let held = |why: String| NextLook::Decided(Decision::Held(format!("{}, but {why}", decision.reason())));
+            let order_until = self
+                .evidence_until
+                .saturating_sub(self.confirm_interval + ORDER_RESERVE);
+            return match order {
+                _ if !matches!(decision, Decision::Remove(_)) => NextLook::Decided(decision),
+                Order::Held(why) => held(why),
+                Order::Wait(why) if left(order_until) < ORDER_POLL => {
+                    held(format!("{why}, and no time is left to wait for it"))
+                }
+                Order::Wait(why) => NextLook::Again {
+                    at: now + ORDER_POLL,
+                    waiting_for: Some(why),
+                },
+                Order::Now if left(self.evidence_until) < self.confirm_interval => NextLook::Decided(Decision::Keep(
+                    format!("{}, but no time is left to confirm it", decision.reason()),
+                )),
+                Order::Now => {
+                    self.first = Some(decision);
+                    NextLook::Again {
+                        at: now + self.confirm_interval,
+                        waiting_for: None,
+                    }
+                }
+            };
+        };
+        let second = match order {
+            Order::Now => decision,
+            Order::Held(why) | Order::Wait(why) => Decision::Held(format!("{}, but {why}", decision.reason())),
+        };
+        NextLook::Decided(confirm(first, second))
     }
 }
 
@@ -1596,5 +1693,114 @@ mod tests {
         assert_eq!(goes_with(&e), [dependent(true), staying]);
         e.dependents = Some(unavailable());
         assert!(goes_with(&e).is_empty());
+    }
+
+    /// The looks of one hook: a first removal waits for a dependent that goes (each
+    /// ORDER_POLL) until it has left or no time is left to wait, then is confirmed a
+    /// confirm interval later; anything but a removal decides at once.
+    #[test]
+    fn looks_wait_in_dependency_order_and_confirm() {
+        let secs = Duration::from_secs;
+        let removal = || {
+            let mut e = ev(
+                pod(true, true),
+                Some(Lookup::NotFound),
+                node(&[], false, false),
+                anchors(vec![], vec![]),
+            );
+            e.dependents = Some(Lookup::Found(vec![dependent(true)]));
+            e
+        };
+        assert!(is_remove(&decide(
+            CleanupMode::Guarded,
+            Guard::None,
+            &this(),
+            &removal()
+        )));
+        let new = || Looks::new(this(), Guard::None, secs(2), secs(25));
+
+        // Not a removal: decided by the first look.
+        let mut looks = new();
+        let alive = ev(
+            pod(true, false),
+            Some(Lookup::NotFound),
+            node(&[], false, false),
+            anchors(vec![], vec![]),
+        );
+        assert!(matches!(
+            looks.look(&alive, |_| FilesHere::Nothing, secs(0)),
+            NextLook::Decided(Decision::Keep(_))
+        ));
+
+        // The dependent has left: confirmed two seconds later; a second look that no longer
+        // proves it keeps.
+        let mut looks = new();
+        assert_eq!(
+            looks.look(&removal(), |_| FilesHere::Nothing, secs(1)),
+            NextLook::Again {
+                at: secs(3),
+                waiting_for: None
+            }
+        );
+        let mut unproved = looks.clone();
+        assert!(matches!(
+            looks.look(&removal(), |_| FilesHere::Nothing, secs(3)),
+            NextLook::Decided(Decision::Remove(_))
+        ));
+        match unproved.look(&alive, |_| FilesHere::Nothing, secs(3)) {
+            NextLook::Decided(Decision::Keep(why)) => assert!(why.starts_with("the evidence did not hold"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+
+        // The dependent's files stay: looked at every second until 18 s (25 s less the confirm
+        // interval and the order's reserve), then held; once it decommissioned itself, confirmed.
+        let mut looks = new();
+        let mut now = secs(0);
+        let held = loop {
+            match looks.look(&removal(), |_| FilesHere::Kept, now) {
+                NextLook::Again {
+                    at,
+                    waiting_for: Some(why),
+                } => {
+                    assert_eq!(at, now + ORDER_POLL);
+                    assert!(why.contains("kube-apiserver goes too"), "{why}");
+                    now = at;
+                }
+                NextLook::Decided(d) => break d,
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(now, secs(18));
+        assert!(
+            matches!(&held, Decision::Held(why) if why.contains("no time is left to wait")),
+            "{held:?}"
+        );
+        let mut looks = new();
+        assert!(matches!(
+            looks.look(&removal(), |_| FilesHere::Kept, secs(0)),
+            NextLook::Again {
+                waiting_for: Some(_),
+                ..
+            }
+        ));
+        assert_eq!(
+            looks.look(&removal(), |_| FilesHere::Decommissioned, secs(1)),
+            NextLook::Again {
+                at: secs(3),
+                waiting_for: None
+            }
+        );
+        // A dependent back on the node by the confirming look holds it.
+        match looks.look(&removal(), |_| FilesHere::Kept, secs(3)) {
+            NextLook::Decided(Decision::Held(why)) => assert!(why.contains("kube-apiserver goes too"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+
+        // Too late to confirm: kept.
+        let mut looks = new();
+        match looks.look(&removal(), |_| FilesHere::Nothing, secs(24)) {
+            NextLook::Decided(Decision::Keep(why)) => assert!(why.contains("no time is left to confirm"), "{why}"),
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -8,7 +8,7 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::Api;
 use kube_anchor_core::decommission::{
-    self, AnchorPod, Anchors, CleanupMode, Decision, Dependent, Evidence, FilesHere, Guard, Lookup, Order,
+    self, AnchorPod, Anchors, CleanupMode, Decision, Evidence, FilesHere, Guard, Looks, Lookup, NextLook,
     StaticPodName, ThisPod,
 };
 
@@ -18,11 +18,6 @@ use crate::kubeapi::{self, API_TIMEOUT};
 pub fn remaining(deadline: Instant) -> Duration {
     deadline.saturating_duration_since(Instant::now())
 }
-
-/// Pause between looks while a removal waits for a dependent's hook ([`decommission::Order::Wait`]).
-const ORDER_POLL: Duration = Duration::from_secs(1);
-/// Kept free after waiting for dependents: the confirming look and what follows it.
-const ORDER_RESERVE: Duration = Duration::from_secs(5);
 
 /// The decision of a preStop hook (the anchors' and the checkpointer's): under `guarded`, the
 /// evidence gathered by `evidence_until`; when it says remove, in dependency order
@@ -48,58 +43,33 @@ pub async fn decide_with_evidence(
         }
         (CleanupMode::Guarded, Some(_), Err(why)) => Decision::Keep(format!("{why}: no evidence")),
         (CleanupMode::Guarded, Some(this), Ok(client)) => {
-            let mut waited: Vec<Dependent> = Vec::new();
-            // One look: the decision, and for a removal the order it may go in.
-            let look = async |waited: &mut Vec<Dependent>| {
+            // The looks' order and timing are `decommission::Looks`'s; here only the evidence
+            // is gathered and the pauses slept.
+            let started = Instant::now();
+            let mut looks = Looks::new(
+                this.clone(),
+                guard,
+                confirm_interval,
+                evidence_until.saturating_duration_since(started),
+            );
+            let mut said = false;
+            loop {
                 let evidence = gather(client, this, component, static_pod, evidence_until).await;
                 tracing::debug!(?evidence, "pre-stop evidence");
-                let decision = decommission::decide(CleanupMode::Guarded, guard, this, &evidence);
-                if !matches!(decision, Decision::Remove(_)) {
-                    return (decision, Order::Now);
-                }
-                for d in decommission::goes_with(&evidence) {
-                    if !waited.contains(&d) {
-                        waited.push(d);
-                    }
-                }
-                let order = decommission::removal_order(&evidence, waited, files_here);
-                (decision, order)
-            };
-            let order_until = evidence_until
-                .checked_sub(confirm_interval + ORDER_RESERVE)
-                .unwrap_or_else(Instant::now);
-            let mut said = false;
-            let first = loop {
-                match look(&mut waited).await {
-                    (decision, _) if !matches!(decision, Decision::Remove(_)) => return decision,
-                    (decision, Order::Now) => break decision,
-                    (decision, Order::Held(why)) => return Decision::Held(format!("{}, but {why}", decision.reason())),
-                    (decision, Order::Wait(why)) if remaining(order_until) < ORDER_POLL => {
-                        return Decision::Held(format!(
-                            "{}, but {why}, and no time is left to wait for it",
-                            decision.reason()
-                        ));
-                    }
-                    (decision, Order::Wait(why)) => {
-                        if !std::mem::replace(&mut said, true) {
-                            tracing::info!(reason = decision.reason(), waiting_for = %why, "pre-stop: removing in dependency order");
+                match looks.look(&evidence, files_here, started.elapsed()) {
+                    NextLook::Decided(decision) => return decision,
+                    NextLook::Again { at, waiting_for } => {
+                        match waiting_for {
+                            Some(why) if !std::mem::replace(&mut said, true) => {
+                                tracing::info!(waiting_for = %why, "pre-stop: removing in dependency order")
+                            }
+                            Some(_) => {}
+                            None => tracing::info!("pre-stop: looking again before removing"),
                         }
-                        tokio::time::sleep(ORDER_POLL).await;
+                        tokio::time::sleep_until((started + at).into()).await;
                     }
                 }
-            };
-            if remaining(evidence_until) < confirm_interval {
-                return Decision::Keep(format!("{}, but no time is left to confirm it", first.reason()));
             }
-            tracing::info!(reason = first.reason(), "pre-stop: looking again before removing");
-            tokio::time::sleep(confirm_interval).await;
-            let second = match look(&mut waited).await {
-                (decision, Order::Now) => decision,
-                (decision, Order::Held(why) | Order::Wait(why)) => {
-                    Decision::Held(format!("{}, but {why}", decision.reason()))
-                }
-            };
-            decommission::confirm(&first, second)
         }
         (CleanupMode::Never, _, _) => Decision::Keep("--cleanup never".into()),
         (CleanupMode::Always, _, _) => Decision::Remove("--cleanup always".into()),
