@@ -155,6 +155,49 @@ pub fn all() -> Vec<Named> {
                 ],
             },
         },
+        Named {
+            name: "a-node-leaves-the-control-plane",
+            story: "three nodes; cp-3's control-plane label is removed: both anchors' preStop hooks run",
+            scenario: || Scenario {
+                nodes: 3,
+                ops: vec![(60, Op::Deselect { node: 2 })],
+            },
+        },
+        Named {
+            name: "a-node-leaves-while-another-is-off",
+            story: "three nodes; cp-2 is powered off for an hour, then cp-3's control-plane label is removed",
+            scenario: || Scenario {
+                nodes: 3,
+                ops: vec![
+                    (
+                        30,
+                        Op::PowerCut {
+                            nodes: vec![1],
+                            down_for: 3600,
+                        },
+                    ),
+                    (120, Op::Deselect { node: 2 }),
+                ],
+            },
+        },
+        Named {
+            name: "a-node-leaves-just-after-another-lost-power",
+            story: "three nodes; cp-2 loses power, and cp-3's control-plane label is removed seconds later, \
+                    while cp-2's pods still read Ready",
+            scenario: || Scenario {
+                nodes: 3,
+                ops: vec![
+                    (
+                        60,
+                        Op::PowerCut {
+                            nodes: vec![1],
+                            down_for: 3600,
+                        },
+                    ),
+                    (65, Op::Deselect { node: 2 }),
+                ],
+            },
+        },
     ]
 }
 
@@ -201,6 +244,11 @@ pub const KNOWN: &[(&str, &[Invariant])] = &[
     ("single-node-kubelet-restart-in-a-bad-trial", &[Invariant::NotRecovered]),
     // [F11, F19] nothing checks the skew policy or etcd's cluster version.
     ("etcd-rollback-below-its-cluster-version", &[Invariant::SkewWritten]),
+    ("a-node-leaves-the-control-plane", &[]),
+    ("a-node-leaves-while-another-is-off", &[]),
+    // The guard counts a copy by the Ready its node last posted: for the node lifecycle
+    // controller's grace (40 s) after a power loss, a dead copy still counts.
+    ("a-node-leaves-just-after-another-lost-power", &[Invariant::RemovedBelowQuorum]),
 ];
 
 /// The ratchet of the generated runs: the invariants that [`crate::fleet::generate`]'s runs
@@ -217,4 +265,5 @@ pub const GENERATED_KNOWN: &[(usize, Invariant)] = &[
     (3, Invariant::SkewWritten),
     (3, Invariant::TwoClusters),
     (3, Invariant::NotRecovered),
+    (3, Invariant::RemovedBelowQuorum),
 ];

@@ -191,3 +191,22 @@ fn shrinking_drops_the_nodes_a_violation_does_not_need() {
     assert_eq!(shrunk.ops.len(), 2, "{shrunk}");
     assert!(shrunk.ops[1].0 < 900, "the rollback comes sooner: {shrunk}");
 }
+
+/// The preStop hook's machine (`prestop_steps::Hook`) and its looks (`decommission::Looks`) run
+/// in the world: a node leaving the control plane takes both components and its etcd member
+/// with it; with another member off, the guard keeps everything on it.
+#[test]
+fn a_node_leaves_the_control_plane_only_with_a_quorum_to_spare() {
+    let named = |name: &str| {
+        let n = scenarios::all().into_iter().find(|n| n.name == name).expect("a named scenario");
+        (n.scenario)()
+    };
+    for seed in SEEDS {
+        let healthy = World::run(&named("a-node-leaves-the-control-plane"), seed);
+        assert_eq!(healthy.hook_exits.get("remove"), Some(&2), "seed {seed}: {:?}", healthy.hook_exits);
+        assert_eq!(healthy.members, 2, "seed {seed}: the member left");
+        let off = World::run(&named("a-node-leaves-while-another-is-off"), seed);
+        assert_eq!(off.hook_exits.get("held"), Some(&2), "seed {seed}: {:?}", off.hook_exits);
+        assert_eq!(off.members, 3, "seed {seed}: the member stayed");
+    }
+}
