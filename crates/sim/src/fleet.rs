@@ -15,7 +15,7 @@ use std::fmt;
 use std::time::{Duration, Instant, SystemTime};
 
 use kube_anchor_core::decommission::{
-    AnchorPod, Anchors, DaemonSetFacts, DaemonSetRef, Dependent, Evidence, FilesHere, Guard, Lookup, Looks, NextLook,
+    AnchorPod, Anchors, DaemonSetFacts, DaemonSetRef, Dependent, Evidence, FilesHere, Guard, Looks, Lookup, NextLook,
     NodeFacts, NodeSelection, PodFacts, ThisPod,
 };
 use kube_anchor_core::ledger::{BadVersion, Decommissioned, Ledger};
@@ -853,7 +853,9 @@ impl World {
                 self.fault(n, ETCD),
                 Some(Fault::ServingNameDropped | Fault::ListenAddressMoved)
             )
-            && self.nodes[n].etcd_data.is_some_and(|c| self.is_member(n, c) && self.has_quorum(c))
+            && self.nodes[n]
+                .etcd_data
+                .is_some_and(|c| self.is_member(n, c) && self.has_quorum(c))
     }
 
     fn api_runs(&self, n: usize) -> bool {
@@ -1329,7 +1331,10 @@ impl World {
 
     /// A dependent's ledger on node `n`, as the hook reads it.
     fn files_here(&self, n: usize, component: &str) -> FilesHere {
-        let c = COMPONENTS.iter().position(|x| *x == component).expect("a modelled component");
+        let c = COMPONENTS
+            .iter()
+            .position(|x| *x == component)
+            .expect("a modelled component");
         if self.nodes[n].ledgers[c].decommissioned.is_some() {
             FilesHere::Decommissioned
         } else if self.nodes[n].pods[c].manifest.is_some() {
@@ -1490,7 +1495,9 @@ impl World {
     /// The guard's promise, against the world's truth: removing component `c` from node `n`
     /// leaves a majority of its copies running it Ready.
     fn check_removal(&mut self, n: usize, c: usize) {
-        let copies = (0..self.nodes.len()).filter(|&m| self.anchor_pod(m, c).is_some()).count();
+        let copies = (0..self.nodes.len())
+            .filter(|&m| self.anchor_pod(m, c).is_some())
+            .count();
         let serving: Vec<String> = (0..self.nodes.len())
             .filter(|&m| m != n && self.nodes[m].selected && self.ready(m, c))
             .map(|m| self.nodes[m].name.clone())
@@ -1713,7 +1720,9 @@ fn on_first_node(scenario: &Scenario) -> Option<Scenario> {
                     down_for: *down_for,
                 },
                 Op::PowerCut { .. } => return None,
-                Op::KubeletRestart { node } | Op::Reimage { node } | Op::Deselect { node } if *node != 0 => return None,
+                Op::KubeletRestart { node } | Op::Reimage { node } | Op::Deselect { node } if *node != 0 => {
+                    return None;
+                }
                 other => other.clone(),
             };
             Some((*at, op))

@@ -248,7 +248,10 @@ pub const KNOWN: &[(&str, &[Invariant])] = &[
     ("a-node-leaves-while-another-is-off", &[]),
     // The guard counts a copy by the Ready its node last posted: for the node lifecycle
     // controller's grace (40 s) after a power loss, a dead copy still counts.
-    ("a-node-leaves-just-after-another-lost-power", &[Invariant::RemovedBelowQuorum]),
+    (
+        "a-node-leaves-just-after-another-lost-power",
+        &[Invariant::RemovedBelowQuorum],
+    ),
 ];
 
 /// The ratchet of the generated runs: the invariants that [`crate::fleet::generate`]'s runs

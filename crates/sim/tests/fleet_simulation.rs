@@ -198,15 +198,28 @@ fn shrinking_drops_the_nodes_a_violation_does_not_need() {
 #[test]
 fn a_node_leaves_the_control_plane_only_with_a_quorum_to_spare() {
     let named = |name: &str| {
-        let n = scenarios::all().into_iter().find(|n| n.name == name).expect("a named scenario");
+        let n = scenarios::all()
+            .into_iter()
+            .find(|n| n.name == name)
+            .expect("a named scenario");
         (n.scenario)()
     };
     for seed in SEEDS {
         let healthy = World::run(&named("a-node-leaves-the-control-plane"), seed);
-        assert_eq!(healthy.hook_exits.get("remove"), Some(&2), "seed {seed}: {:?}", healthy.hook_exits);
+        assert_eq!(
+            healthy.hook_exits.get("remove"),
+            Some(&2),
+            "seed {seed}: {:?}",
+            healthy.hook_exits
+        );
         assert_eq!(healthy.members, 2, "seed {seed}: the member left");
         let off = World::run(&named("a-node-leaves-while-another-is-off"), seed);
-        assert_eq!(off.hook_exits.get("held"), Some(&2), "seed {seed}: {:?}", off.hook_exits);
+        assert_eq!(
+            off.hook_exits.get("held"),
+            Some(&2),
+            "seed {seed}: {:?}",
+            off.hook_exits
+        );
         assert_eq!(off.members, 3, "seed {seed}: the member stayed");
     }
 }
