@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use support::fixture::BIN;
 use support::pki::Pki;
 use support::poll::Poll;
-use support::processes::{Process, free_port, tool};
+use support::processes::{Process, free_port, tail, tool};
 
 const IP: &str = "127.0.0.1";
 
@@ -1400,11 +1400,4 @@ fn a_rolling_etcd_upgrade_with_and_without_the_leadership_hand_off() {
     for node in &mut nodes {
         node.stop_etcd();
     }
-}
-
-/// The last `lines` lines of a log file.
-fn tail(path: &std::path::Path, lines: usize) -> String {
-    let text = fs::read_to_string(path).unwrap_or_default();
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
 }

@@ -111,9 +111,7 @@ impl Process {
     }
 
     pub fn log_tail(&self, lines: usize) -> String {
-        let text = fs::read_to_string(&self.log).unwrap_or_default();
-        let all: Vec<&str> = text.lines().collect();
-        all[all.len().saturating_sub(lines)..].join("\n")
+        tail(&self.log, lines)
     }
 }
 
@@ -121,6 +119,13 @@ impl Drop for Process {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// The last `lines` lines of a log file (none when it cannot be read).
+pub fn tail(path: &Path, lines: usize) -> String {
+    let text = fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
 }
 
 pub fn rss_kib(pid: &str) -> u64 {

@@ -297,36 +297,28 @@ impl Hook {
                     budget: limits.budget(now),
                 },
             ),
-            (Pending::Leaving { attempt }, Observation::Left(answer)) => {
-                let why = match answer {
-                    LeaveAnswer::Removed { .. } | LeaveAnswer::NotAMember => {
-                        return self.marking();
-                    }
-                    LeaveAnswer::Refused { reason, may_pass_later }
-                        if may_pass_later && now + LEAVE_RETRY < limits.evidence_until() =>
-                    {
-                        self.pending = Pending::Pausing { attempt };
-                        return (
-                            self,
-                            Action::Pause {
-                                pause: LEAVE_RETRY,
-                                why: reason,
-                            },
-                        );
-                    }
-                    LeaveAnswer::Refused { reason, .. } => reason,
-                    LeaveAnswer::Failed(e) => e,
-                    LeaveAnswer::NoAnswer { within } => format!(
+            (Pending::Leaving { attempt }, Observation::Left(answer)) => match answer {
+                LeaveAnswer::Removed { .. } | LeaveAnswer::NotAMember => self.mark(),
+                LeaveAnswer::Refused { reason, may_pass_later }
+                    if may_pass_later && now + LEAVE_RETRY < limits.evidence_until() =>
+                {
+                    (
+                        Pending::Pausing { attempt },
+                        Action::Pause {
+                            pause: LEAVE_RETRY,
+                            why: reason,
+                        },
+                    )
+                }
+                LeaveAnswer::Refused { reason: why, .. } | LeaveAnswer::Failed(why) => record_held(attempt, &why),
+                LeaveAnswer::NoAnswer { within } => record_held(
+                    attempt,
+                    &format!(
                         "etcd did not answer within {}",
                         humantime::format_duration(Duration::from_secs(within.as_secs()))
                     ),
-                };
-                let why = format!("{why} (asked {attempt} time(s))");
-                (
-                    Pending::RecordingHeld { why: why.clone() },
-                    Action::RecordLeaveHeld { why },
-                )
-            }
+                ),
+            },
             (Pending::Pausing { attempt }, _) => record_intent(attempt + 1),
             (Pending::RecordingHeld { why }, _) => self.member_stays(&why),
             (Pending::Warning(exit_with), _) => exit(exit_with),
@@ -397,11 +389,6 @@ impl Hook {
         )
     }
 
-    fn marking(self) -> (Hook, Action) {
-        let (pending, action) = self.mark();
-        (Hook { pending, ..self }, action)
-    }
-
     fn member_stays(&self, why: &str) -> (Pending, Action) {
         let reason = format!("{}, but the etcd member stays: {why}; every file is kept", self.reason);
         warn(WarningReason::MembershipHeld, Exit::MemberStays(reason))
@@ -415,6 +402,15 @@ fn exit(exit: Exit) -> (Pending, Action) {
 fn warn(code: WarningReason, exit: Exit) -> (Pending, Action) {
     let reason = exit.reason().to_owned();
     (Pending::Warning(exit), Action::Warn { code, reason })
+}
+
+/// Why the member did not leave, recorded with the number of attempts.
+fn record_held(attempt: u32, why: &str) -> (Pending, Action) {
+    let why = format!("{why} (asked {attempt} time(s))");
+    (
+        Pending::RecordingHeld { why: why.clone() },
+        Action::RecordLeaveHeld { why },
+    )
 }
 
 fn record_intent(attempt: u32) -> (Pending, Action) {

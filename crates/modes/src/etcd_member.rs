@@ -20,6 +20,7 @@ use kube_anchor_core::membership::{
     self, HandOff, Join, JoinFacts, LearnerProgress, Leave, LeaveFacts, LeaveIntent, Me, Observed, Outcome, PeerStatus,
     Phase, Record,
 };
+use kube_anchor_core::prestop_steps::LeaveAnswer;
 use kube_anchor_core::state_layout::STATE_SUBDIR;
 use kube_anchor_host::etcd_data;
 use kube_anchor_host::hostfs::HostFsError;
@@ -506,14 +507,6 @@ async fn rejoin(
     }
 }
 
-/// What the leave step found and did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum LeaveReport {
-    Removed { id: u64 },
-    NotAMember,
-    Refused { reason: String, may_pass_later: bool },
-}
-
 /// Removes this node's member when [`membership::decide_leave`] allows it. Called by pre-stop
 /// once the decommission is proved (and [`ask_leave`] has recorded the intent), before
 /// anything is removed from the node. A member removed, or found gone, ends the intent; a
@@ -522,7 +515,7 @@ pub(crate) async fn leave_step(
     engine: &Engine,
     inputs: &Inputs,
     member: &EtcdMember,
-) -> Result<LeaveReport, MemberError> {
+) -> Result<LeaveAnswer, MemberError> {
     let component = &inputs.anchor.name;
     let me = me(inputs, member)?;
     let creds = credentials(member)?;
@@ -542,22 +535,22 @@ pub(crate) async fn leave_step(
     });
     let mut handed_off = None;
     let report = match decision {
-        Leave::Refuse(refusal) => LeaveReport::Refused {
+        Leave::Refuse(refusal) => LeaveAnswer::Refused {
             reason: refusal.to_string(),
             may_pass_later: refusal.may_pass_later(),
         },
-        Leave::NotAMember => LeaveReport::NotAMember,
+        Leave::NotAMember => LeaveAnswer::NotAMember,
         Leave::Remove { id } => {
             // A leader removed from under the cluster stalls every write for an election.
             let hand_off = hand_off_leadership(inputs, member, HAND_OFF_BUDGET).await;
             tracing::info!(%component, hand_off = %hand_off.summary, "before leaving");
             handed_off = hand_off.moved_to.map(|_| hand_off.summary);
             match cluster.remove(id).await {
-                Ok(()) => LeaveReport::Removed { id },
+                Ok(()) => LeaveAnswer::Removed { id },
                 // etcd's own check (--strict-reconfig-check) may refuse what the member list
                 // allowed a moment before, when another node left meanwhile: asked again, the
                 // decision sees the new list.
-                Err(e) => LeaveReport::Refused {
+                Err(e) => LeaveAnswer::Refused {
                     reason: format!("removing member {id:x} failed: {e}"),
                     may_pass_later: true,
                 },
@@ -565,12 +558,13 @@ pub(crate) async fn leave_step(
         }
     };
     let result = match &report {
-        LeaveReport::Refused { .. } => return Ok(report),
-        LeaveReport::Removed { id } => match &handed_off {
+        LeaveAnswer::Removed { id } => match &handed_off {
             Some(moved) => format!("removed {id:x} ({moved} first)"),
             None => format!("removed {id:x}"),
         },
-        LeaveReport::NotAMember => "not a member".into(),
+        LeaveAnswer::NotAMember => "not a member".into(),
+        // Not left: the caller records why, with whatever else kept it.
+        LeaveAnswer::Refused { .. } | LeaveAnswer::Failed(_) | LeaveAnswer::NoAnswer { .. } => return Ok(report),
     };
     let recorded = update_record(engine, component, |r| {
         r.phase = Phase::Removed;

@@ -16,11 +16,12 @@ use serde_json::json;
 
 use crate::cli::{OutputFormat, PreStopArgs};
 use crate::engine::{Engine, Inputs};
-use crate::etcd_member::{self, LeaveReport};
+use crate::etcd_member;
 use kube_anchor_core::config::EtcdMember;
 use kube_anchor_core::config::Role;
 use kube_anchor_core::decommission::{self, FilesHere, Lookup, ThisPod};
 use kube_anchor_core::hostpath::HostPath;
+use kube_anchor_core::plan::Notice;
 use kube_anchor_core::prestop_steps::{Action, Exit, Hook, LeaveAnswer, Limits, MemberConfig, Observation};
 use kube_anchor_core::runtime::RuntimeView;
 use kube_anchor_core::staticpod;
@@ -40,7 +41,7 @@ pub(crate) async fn run(args: PreStopArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Performs the hook's actions ([`prestop::Hook`] decides them) and feeds back what each gave.
+/// Performs the hook's actions ([`Hook`] decides them) and feeds back what each gave.
 async fn run_inner(args: &PreStopArgs, started: Instant) -> anyhow::Result<ExitCode> {
     let engine = args.node.engine()?;
     let component = args.component.name(engine.roots())?;
@@ -152,21 +153,8 @@ async fn run_inner(args: &PreStopArgs, started: Instant) -> anyhow::Result<ExitC
                     Err(why) => Observation::Failed(why),
                 }
             }
-            Action::RemoveManifest | Action::RemoveCredentials => {
-                let role = if action == Action::RemoveManifest {
-                    Role::Manifest
-                } else {
-                    Role::Credential
-                };
-                match engine.remove_roles(&component, &[role]) {
-                    Ok(report) => {
-                        removed.extend(report.removed);
-                        notices.extend(report.notices);
-                        Observation::Done
-                    }
-                    Err(e) => Observation::Failed(crate::logging::error_chain(&anyhow::Error::from(e))),
-                }
-            }
+            Action::RemoveManifest => remove_role(&engine, &component, Role::Manifest, &mut removed, &mut notices),
+            Action::RemoveCredentials => remove_role(&engine, &component, Role::Credential, &mut removed, &mut notices),
             Action::WaitStopped { until } => {
                 wait_stopped(args, client.as_ref().ok(), pod.take(), at(until)).await;
                 Observation::Done
@@ -228,22 +216,40 @@ async fn run_inner(args: &PreStopArgs, started: Instant) -> anyhow::Result<ExitC
     }
 }
 
+/// Removes the files of `role`, adding them and the notices to the hook's report.
+fn remove_role(
+    engine: &Engine,
+    component: &str,
+    role: Role,
+    removed: &mut Vec<HostPath>,
+    notices: &mut Vec<Notice>,
+) -> Observation {
+    match engine.remove_roles(component, &[role]) {
+        Ok(report) => {
+            removed.extend(report.removed);
+            notices.extend(report.notices);
+            Observation::Done
+        }
+        Err(e) => Observation::Failed(crate::logging::error_chain(&anyhow::Error::from(e))),
+    }
+}
+
 /// One attempt to leave the etcd cluster, within `budget`.
 async fn leave(inputs: &Inputs, engine: &Engine, member: &EtcdMember, budget: Duration) -> LeaveAnswer {
     let component = &inputs.anchor.name;
-    match tokio::time::timeout(budget, etcd_member::leave_step(engine, inputs, member)).await {
-        Ok(Ok(LeaveReport::Removed { id })) => {
-            tracing::warn!(%component, member_id = %format!("{id:x}"), "pre-stop: removed this node's etcd member");
-            LeaveAnswer::Removed { id }
-        }
-        Ok(Ok(LeaveReport::NotAMember)) => {
-            tracing::info!(%component, "pre-stop: this node is not an etcd member");
-            LeaveAnswer::NotAMember
-        }
-        Ok(Ok(LeaveReport::Refused { reason, may_pass_later })) => LeaveAnswer::Refused { reason, may_pass_later },
+    let answer = match tokio::time::timeout(budget, etcd_member::leave_step(engine, inputs, member)).await {
+        Ok(Ok(answer)) => answer,
         Ok(Err(e)) => LeaveAnswer::Failed(crate::logging::error_chain(&anyhow::Error::from(e))),
         Err(_) => LeaveAnswer::NoAnswer { within: budget },
+    };
+    match &answer {
+        LeaveAnswer::Removed { id } => {
+            tracing::warn!(%component, member_id = %format!("{id:x}"), "pre-stop: removed this node's etcd member")
+        }
+        LeaveAnswer::NotAMember => tracing::info!(%component, "pre-stop: this node is not an etcd member"),
+        _ => {}
     }
+    answer
 }
 
 /// A node leaving mid-rollout gives its turn back: no other node takes a turn over on a timer,

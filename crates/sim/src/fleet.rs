@@ -344,8 +344,6 @@ pub struct World {
     next_cluster_id: u64,
     next_sandbox: u64,
     anchor_etcd_tls_broken: bool,
-    /// The hook being stepped (node, component).
-    stepping: Option<(usize, usize)>,
     /// The nodes each faulty version was written on.
     written_on: BTreeMap<usize, BTreeSet<usize>>,
     base: Instant,
@@ -423,7 +421,6 @@ impl World {
             next_cluster_id: MAIN_CLUSTER + 1,
             next_sandbox: sandboxes,
             anchor_etcd_tls_broken: false,
-            stepping: None,
             written_on: BTreeMap::new(),
             base: Instant::now(),
             report: Report::default(),
@@ -504,12 +501,7 @@ impl World {
                 if let Some(n) = self.nodes.get_mut(*node).filter(|n| n.powered && n.kubelet_up) {
                     n.kubelet_up = false;
                     n.kubelet_at = Some(self.now + 2);
-                    // The hook runs through the kubelet (an exec in the container): it is cut off.
-                    for hook in &mut n.hooks {
-                        if hook.take().is_some() {
-                            *self.report.hook_exits.entry("aborted").or_default() += 1;
-                        }
-                    }
+                    self.abort_hooks(*node);
                 }
             }
             Op::Reimage { node } => {
@@ -571,11 +563,7 @@ impl World {
     }
 
     fn power_off(&mut self, n: usize, back: u64) {
-        for c in 0..2 {
-            if self.nodes[n].hooks[c].take().is_some() {
-                *self.report.hook_exits.entry("aborted").or_default() += 1;
-            }
-        }
+        self.abort_hooks(n);
         let now = self.now;
         let node = &mut self.nodes[n];
         node.powered = false;
@@ -1254,8 +1242,7 @@ impl World {
     /// listed, terminating, while its hook runs.
     fn anchor_pod(&self, m: usize, c: usize) -> Option<AnchorPod> {
         let node = &self.nodes[m];
-        // Its hook is at work (a hook being stepped is out of `hooks` for the moment).
-        let hooked = node.hooks[c].is_some() || self.stepping == Some((m, c));
+        let hooked = node.hooks[c].is_some();
         (node.selected || hooked).then(|| AnchorPod {
             namespace: "kube-system".into(),
             name: self.anchor_pod_name(m, c),
@@ -1305,15 +1292,16 @@ impl World {
         } else {
             Vec::new()
         };
+        let daemonset = self.daemonset(c);
         Evidence {
             pod: Lookup::Found(PodFacts {
                 owner: Some(DaemonSetRef {
-                    name: self.daemonset(c).name,
-                    uid: self.daemonset(c).uid,
+                    name: daemonset.name.clone(),
+                    uid: daemonset.uid.clone(),
                 }),
                 deleting: true,
             }),
-            daemonset: Some(Lookup::Found(self.daemonset(c))),
+            daemonset: Some(Lookup::Found(daemonset.clone())),
             node: Lookup::Found(NodeFacts {
                 name: node.name.clone(),
                 labels,
@@ -1321,7 +1309,7 @@ impl World {
                 decommission: false,
             }),
             anchors: Some(Lookup::Found(Anchors {
-                daemonsets: vec![self.daemonset(c)],
+                daemonsets: vec![daemonset],
                 pods: (0..self.nodes.len()).filter_map(|m| self.anchor_pod(m, c)).collect(),
                 static_pods_ready,
             })),
@@ -1329,12 +1317,8 @@ impl World {
         }
     }
 
-    /// A dependent's ledger on node `n`, as the hook reads it.
-    fn files_here(&self, n: usize, component: &str) -> FilesHere {
-        let c = COMPONENTS
-            .iter()
-            .position(|x| *x == component)
-            .expect("a modelled component");
+    /// Component `c`'s ledger on node `n`, as a dependent's hook reads it.
+    fn files_here(&self, n: usize, c: usize) -> FilesHere {
         if self.nodes[n].ledgers[c].decommissioned.is_some() {
             FilesHere::Decommissioned
         } else if self.nodes[n].pods[c].manifest.is_some() {
@@ -1387,43 +1371,41 @@ impl World {
     }
 
     /// Node `n`'s hook of component `c`, one second: the action due is performed and what it
-    /// gave goes to the real machine.
+    /// gave goes to the real machine. The run stays in `hooks` while the action is performed:
+    /// its pod is listed, terminating, for as long as the hook runs.
     fn prestop(&mut self, n: usize, c: usize) {
-        self.stepping = Some((n, c));
-        self.step_hook(n, c);
-        self.stepping = None;
-    }
-
-    fn step_hook(&mut self, n: usize, c: usize) {
         let now = self.now;
-        let Some(mut run) = self.nodes[n].hooks[c].take() else {
+        let Some(run) = &self.nodes[n].hooks[c] else {
             return;
         };
         if now >= run.started + PRESTOP_TIMEOUT {
             // `pre-stop` stops where it is at its --timeout.
+            self.nodes[n].hooks[c] = None;
             *self.report.hook_exits.entry("timed-out").or_default() += 1;
             return;
         }
         if run.due > now {
-            self.nodes[n].hooks[c] = Some(run);
             return;
         }
-        let since = Duration::from_secs(now - run.started);
-        let observation = match &run.action {
+        let (started, action) = (run.started, run.action.clone());
+        let since = Duration::from_secs(now - started);
+        let observation = match &action {
             Action::GatherEvidence { until } => {
+                let evidence = self.prestop_evidence(n, c);
+                let files = [self.files_here(n, ETCD), self.files_here(n, APISERVER)];
                 let this = ThisPod {
                     namespace: "kube-system".into(),
                     name: self.anchor_pod_name(n, c),
                     node: self.nodes[n].name.clone(),
                 };
+                let run = self.nodes[n].hooks[c].as_mut().expect("checked above");
                 let looks = run.looks.get_or_insert_with(|| {
                     Looks::new(this, Guard::Quorum, Duration::from_secs(CONFIRM_INTERVAL), *until)
                 });
-                let evidence = self.prestop_evidence(n, c);
-                match looks.look(&evidence, |component| self.files_here(n, component), since) {
+                let files_here = |component: &str| files[component_index(component)].clone();
+                match looks.look(&evidence, files_here, since) {
                     NextLook::Again { at, .. } => {
-                        run.due = run.started + at.as_secs();
-                        self.nodes[n].hooks[c] = Some(run);
+                        run.due = started + at.as_secs();
                         return;
                     }
                     NextLook::Decided(decision) => Observation::Decided(decision),
@@ -1452,11 +1434,10 @@ impl World {
             Action::WaitStopped { until } | Action::WaitEtcdStopped { until } => {
                 let stopped = self.nodes[n].pods[c].container.is_none();
                 if !stopped && since < *until {
-                    run.due = now + 1;
-                    self.nodes[n].hooks[c] = Some(run);
+                    self.nodes[n].hooks[c].as_mut().expect("checked above").due = now + 1;
                     return;
                 }
-                match run.action {
+                match action {
                     Action::WaitEtcdStopped { .. } => Observation::EtcdStopped(stopped),
                     _ => Observation::Done,
                 }
@@ -1475,6 +1456,7 @@ impl World {
             | Action::RemoveCredentials => Observation::Done,
             Action::Exit(_) => unreachable!("an exited hook is not kept"),
         };
+        let mut run = self.nodes[n].hooks[c].take().expect("checked above");
         let (hook, action) = run.hook.step(observation, since);
         if let Action::Exit(exit) = &action {
             *self.report.hook_exits.entry(exit.decision()).or_default() += 1;
@@ -1488,6 +1470,16 @@ impl World {
         run.hook = hook;
         run.action = action;
         self.nodes[n].hooks[c] = Some(run);
+    }
+
+    /// A kubelet restart or a power cut cuts off node `n`'s hooks (each is an exec the kubelet
+    /// runs in the container).
+    fn abort_hooks(&mut self, n: usize) {
+        for c in 0..2 {
+            if self.nodes[n].hooks[c].take().is_some() {
+                *self.report.hook_exits.entry("aborted").or_default() += 1;
+            }
+        }
     }
 
     // ---- the invariants --------------------------------------------------------------------
@@ -1787,6 +1779,14 @@ impl fmt::Display for Scenario {
 }
 
 const COMPONENT_CONSTS: [&str; 2] = ["ETCD", "APISERVER"];
+
+/// The index of a modelled component's name.
+fn component_index(component: &str) -> usize {
+    COMPONENTS
+        .iter()
+        .position(|x| *x == component)
+        .expect("a modelled component")
+}
 
 /// `op` as Rust source.
 fn op_source(op: &Op) -> String {
