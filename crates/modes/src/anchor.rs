@@ -462,7 +462,10 @@ impl Daemon {
                 self.shared
                     .metrics
                     .set_etcd_member(report.record.as_ref(), report.pending);
-                self.watch_learner(report.learner.as_ref(), inputs.anchor.etcd_member.as_ref());
+                self.watch_learner(
+                    crate::etcd_member::LearnerReport::of(&report).as_ref(),
+                    inputs.anchor.etcd_member.as_ref(),
+                );
                 self.membership_pending = report.pending.then_some(report.summary);
                 self.member_record = report.record;
             }

@@ -15,10 +15,11 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::engine::{Engine, Inputs, now_rfc3339};
 use kube_anchor_core::config::{EtcdMember, FileMode, Role};
 use kube_anchor_core::hostpath::HostPath;
+use kube_anchor_core::join_steps::{Action, JoinEnd, JoinStart, JoinStep, Observation};
 use kube_anchor_core::ledger::{decode_checked, encode_checked};
 use kube_anchor_core::membership::{
-    self, HandOff, Join, JoinFacts, LearnerProgress, Leave, LeaveFacts, LeaveIntent, Me, Observed, Outcome, PeerStatus,
-    Phase, Record,
+    self, HandOff, Join, LearnerProgress, Leave, LeaveFacts, LeaveIntent, Me, Observed, Outcome, PeerStatus, Phase,
+    Record,
 };
 use kube_anchor_core::prestop_steps::LeaveAnswer;
 use kube_anchor_core::state_layout::STATE_SUBDIR;
@@ -48,19 +49,6 @@ pub(crate) enum MemberError {
     DataDir(#[from] etcd_data::DataDirError),
 }
 
-/// The state of the join after one step.
-#[derive(Debug, Clone)]
-pub(crate) struct JoinReport {
-    /// What the manifest renders with; `None`: write nothing yet.
-    pub record: Option<Record>,
-    /// The decision and what came of it, for logs and readiness.
-    pub summary: String,
-    /// The join is not finished (a learner to promote, or waiting): look again soon.
-    pub pending: bool,
-    /// This node's member is a learner not promoted yet: how far it has come.
-    pub learner: Option<LearnerReport>,
-}
-
 /// A learner waiting for its promotion.
 #[derive(Debug, Clone)]
 pub(crate) struct LearnerReport {
@@ -73,6 +61,17 @@ pub(crate) struct LearnerReport {
 }
 
 impl LearnerReport {
+    /// The learner a join step ended with, if any.
+    pub(crate) fn of(end: &JoinEnd) -> Option<LearnerReport> {
+        let (id, progress) = end.learner.clone()?;
+        let since = end
+            .record
+            .as_ref()
+            .and_then(|r| r.last_join.as_ref())
+            .and_then(|o| humantime::parse_rfc3339_weak(&o.at).ok());
+        Some(LearnerReport { id, progress, since })
+    }
+
     /// How long it has waited, by the record's clock; `None` when the record says nothing usable.
     pub(crate) fn waited(&self) -> Option<Duration> {
         SystemTime::now().duration_since(self.since?).ok()
@@ -132,27 +131,6 @@ pub(crate) async fn learner_status(
             humantime::format_duration(budget)
         )),
     })
-}
-
-/// The learner part of a join step, for a record in the learner phase.
-async fn learner_report(
-    record: Option<&Record>,
-    members: &[membership::Member],
-    creds: Option<&Credentials>,
-    unreachable: Option<&str>,
-) -> Option<LearnerReport> {
-    let r = record.filter(|r| r.phase == Phase::Learner)?;
-    let id = r.member_id.as_deref()?.parse().ok()?;
-    let progress = match (unreachable, creds) {
-        (Some(why), _) => Err(format!("etcd unreachable: {why}")),
-        (None, Some(creds)) => learner_progress(members, id, creds).await,
-        (None, None) => Err("no etcd client credentials".into()),
-    };
-    let since = r
-        .last_join
-        .as_ref()
-        .and_then(|o| humantime::parse_rfc3339_weak(&o.at).ok());
-    Some(LearnerReport { id, progress, since })
 }
 
 pub(crate) fn record_path(state_dir: &HostPath, component: &str) -> Result<HostPath, MemberError> {
@@ -228,14 +206,6 @@ fn data_dir(engine: &Engine, member: &EtcdMember) -> Result<PathBuf, MemberError
     )?)
 }
 
-/// Whether this node is named in the configured initial cluster under its name and peer URL.
-fn may_bootstrap(member: &EtcdMember, me: &Me) -> bool {
-    member
-        .initial_cluster
-        .as_deref()
-        .is_some_and(|ic| ic.split(',').any(|p| p == format!("{}={}", me.name, me.peer_url)))
-}
-
 fn outcome(action: &str, result: impl Into<String>) -> Option<Outcome> {
     Some(Outcome {
         at: now_rfc3339(),
@@ -276,8 +246,10 @@ pub(crate) async fn join_before_write(engine: &Engine, inputs: &Inputs) -> anyho
     }
 }
 
-/// One join step: observe, decide, act, record. Never removes anything.
-pub(crate) async fn join_step(engine: &Engine, inputs: &Inputs) -> Result<JoinReport, MemberError> {
+/// One join step ([`JoinStep`]), performed: the member list, the calls it decides, the record.
+/// Removes nothing but this node's own stale member (see [`Join::Rejoin`]). A failed call ends
+/// the step with its error.
+pub(crate) async fn join_step(engine: &Engine, inputs: &Inputs) -> Result<JoinEnd, MemberError> {
     let member = inputs
         .anchor
         .etcd_member
@@ -286,224 +258,51 @@ pub(crate) async fn join_step(engine: &Engine, inputs: &Inputs) -> Result<JoinRe
     let component = &inputs.anchor.name;
     // One writer of the record at a time (a one-shot apply and the daemon).
     let _lock = engine.fs.lock(&engine.state_dir, &format!("{component}.membership"))?;
-    let me = me(inputs, member)?;
-    let record = load_record(engine, component)?.filter(|r| r.phase != Phase::Removed);
-    let data = data_dir(engine, member)?;
-    let data_has_member = etcd_data::has_member(&data);
-    // A voter never needs the cluster to render its manifest: upgrades and reboots stay local
-    // (unless its data is gone: see `Join::Rejoin`).
-    let data_lost = record
-        .as_ref()
-        .is_some_and(|r| r.phase == Phase::Voter && r.member_id.is_some() && !data_has_member);
-    let observed = if record.as_ref().is_some_and(|r| r.phase == Phase::Voter) && !data_lost {
-        Observed::Unreachable("not asked: recorded as a voter".into())
-    } else {
-        match Cluster::new(&member.endpoints, &credentials(member)?, ETCD_TIMEOUT) {
-            Ok(cluster) => match cluster.member_list().await {
-                Ok(members) => Observed::Members(members),
-                Err(e) => Observed::Unreachable(e.to_string()),
-            },
-            Err(e) => return Err(e.into()),
-        }
-    };
-    let decision = membership::decide_join(&JoinFacts {
-        me: &me,
-        observed: &observed,
-        data_dir_has_member: data_has_member,
-        record: record.as_ref(),
-        may_bootstrap: may_bootstrap(member, &me),
+    let (mut join, mut action) = JoinStep::new(JoinStart {
+        me: me(inputs, member)?,
+        record: load_record(engine, component)?,
+        data_dir_has_member: etcd_data::has_member(&data_dir(engine, member)?),
+        initial_cluster: member.initial_cluster.clone(),
+        at: now_rfc3339(),
     });
-    tracing::debug!(%component, ?decision, "membership decision");
-    let members = match &observed {
-        Observed::Members(m) => m.clone(),
-        Observed::Unreachable(_) => Vec::new(),
+    let cluster = || -> Result<Cluster, MemberError> {
+        Ok(Cluster::new(&member.endpoints, &credentials(member)?, ETCD_TIMEOUT)?)
     };
-    let joined = |id: u64, phase: Phase, members: &[membership::Member], action: &str, result: String| Record {
-        name: me.name.clone(),
-        peer_url: me.peer_url.clone(),
-        member_id: Some(id.to_string()),
-        phase,
-        initial_cluster: membership::initial_cluster(&me, members),
-        initial_cluster_state: "existing".into(),
-        last_join: outcome(action, result),
-        last_leave: None,
-        leave_pending: None,
-    };
-    let (record, summary, pending) = match decision {
-        Join::Keep => {
-            let pending = record.as_ref().is_some_and(|r| r.phase == Phase::Learner);
-            let summary = if pending {
-                "learner: waiting for etcd to start from the manifest".into()
-            } else {
-                "member: nothing to change".into()
-            };
-            (record, summary, pending)
-        }
-        Join::Wait(reason) => {
-            let pending = record.as_ref().is_none_or(|r| r.phase == Phase::Learner);
-            (record, format!("waiting: {reason}"), pending)
-        }
-        Join::Bootstrap => {
-            let r = Record {
-                name: me.name.clone(),
-                peer_url: me.peer_url.clone(),
-                member_id: None,
-                phase: Phase::Voter,
-                initial_cluster: member.initial_cluster.clone().expect("may_bootstrap checked it"),
-                initial_cluster_state: "new".into(),
-                last_join: outcome("bootstrap", "member of the initial cluster"),
-                last_leave: None,
-                leave_pending: None,
-            };
-            store_record(engine, component, &r)?;
-            tracing::info!(%component, initial_cluster = %r.initial_cluster, "etcd: bootstrapping as a member of the initial cluster");
-            (Some(r), "bootstrap: member of the initial cluster".into(), false)
-        }
-        Join::AddLearner => {
-            let cluster = Cluster::new(&member.endpoints, &credentials(member)?, ETCD_TIMEOUT)?;
-            // A lost answer may still have added it: the next step finds it by peer URL.
-            let (added, after) = cluster.add_learner(&me.peer_url).await?;
-            let r = joined(
-                added.id,
-                Phase::Learner,
-                &after,
-                "add learner",
-                format!("added as learner {:x}", added.id),
-            );
-            store_record(engine, component, &r)?;
-            tracing::info!(%component, member_id = %format!("{:x}", added.id), peer_url = %me.peer_url, "etcd: added this node as a learner");
-            (Some(r), format!("added as learner {:x}", added.id), true)
-        }
-        Join::Resume { id } => {
-            let r = joined(
-                id,
-                Phase::Learner,
-                &members,
-                "resume",
-                format!("found learner {id:x} of an interrupted join"),
-            );
-            store_record(engine, component, &r)?;
-            tracing::warn!(%component, member_id = %format!("{id:x}"), "etcd: resuming an interrupted join (learner already added)");
-            (Some(r), format!("resumed the join of learner {id:x}"), true)
-        }
-        Join::Adopt { id, learner } => {
-            let phase = if learner { Phase::Learner } else { Phase::Voter };
-            let r = joined(id, phase, &members, "adopt", format!("existing member {id:x}"));
-            store_record(engine, component, &r)?;
-            tracing::info!(%component, member_id = %format!("{id:x}"), "etcd: recorded the existing member");
-            (Some(r), format!("recorded existing member {id:x}"), learner)
-        }
-        Join::Rejoin { stale } => rejoin(engine, inputs, member, &me, record, &observed, &members, stale).await?,
-        Join::RecordVoter { id } => {
-            let mut r = record.expect("decided with a record");
-            r.phase = Phase::Voter;
-            r.member_id = Some(id.to_string());
-            r.last_join = outcome("promote", format!("{id:x} is a voter"));
-            store_record(engine, component, &r)?;
-            (Some(r), format!("member {id:x} is a voter"), false)
-        }
-        Join::Promote { id } => {
-            let cluster = Cluster::new(&member.endpoints, &credentials(member)?, ETCD_TIMEOUT)?;
-            match cluster.promote(id).await {
-                Ok(()) => {
-                    let mut r = record.expect("decided with a record");
-                    r.phase = Phase::Voter;
-                    r.member_id = Some(id.to_string());
-                    r.last_join = outcome("promote", format!("promoted {id:x} to voter"));
-                    store_record(engine, component, &r)?;
-                    tracing::info!(%component, member_id = %format!("{id:x}"), "etcd: promoted the learner to a voting member");
-                    (Some(r), format!("promoted {id:x}"), false)
+    loop {
+        let observation = match action {
+            Action::Done(end) => {
+                tracing::debug!(%component, decision = ?end.decision, "membership decision");
+                if end.is_notable() {
+                    tracing::warn!(%component, membership = %end.summary, "etcd membership");
+                } else if !matches!(end.decision, Join::Keep) {
+                    tracing::info!(%component, membership = %end.summary, "etcd membership");
                 }
-                // etcd refuses a learner that has not caught up with the leader: try again.
-                Err(e) => {
-                    tracing::info!(%component, member_id = %format!("{id:x}"), error = %e, "etcd: learner not promoted yet");
-                    (record, format!("learner {id:x} not promoted yet: {e}"), true)
-                }
+                return Ok(end);
             }
-        }
-    };
-    let creds = credentials(member).ok();
-    let unreachable = match &observed {
-        Observed::Unreachable(why) => Some(why.as_str()),
-        Observed::Members(_) => None,
-    };
-    let learner = learner_report(record.as_ref(), &members, creds.as_ref(), unreachable).await;
-    Ok(JoinReport {
-        record,
-        summary,
-        pending,
-        learner,
-    })
-}
-
-/// `Join::Rejoin`: this node's member has run but its data is gone. Removed only when the
-/// voters left keep a healthy quorum (the leave's own rule) and the member does not answer at
-/// its client URL (an etcd that answers has its data somewhere, a disk not mounted yet, say);
-/// the record then says `removed`, and the next step adds this node as a learner. The member
-/// list never holds two entries for the node: the add needs the old one gone.
-#[allow(clippy::too_many_arguments)]
-async fn rejoin(
-    engine: &Engine,
-    inputs: &Inputs,
-    member: &EtcdMember,
-    me: &Me,
-    record: Option<Record>,
-    observed: &Observed,
-    members: &[membership::Member],
-    stale: u64,
-) -> Result<(Option<Record>, String, bool), MemberError> {
-    let component = &inputs.anchor.name;
-    let creds = credentials(member)?;
-    let healthy = healthy_members(members, &creds).await;
-    if healthy.contains(&stale) {
-        let why = format!(
-            "member {stale:x} has this node's peer URL and answers, but this node holds no data for it; not removed (is the data dir's disk mounted?)"
-        );
-        return Ok((record, format!("waiting: {why}"), true));
-    }
-    match membership::decide_leave(&LeaveFacts {
-        me,
-        observed,
-        healthy: &healthy,
-    }) {
-        Leave::Remove { id } if id == stale => {
-            let cluster = Cluster::new(&member.endpoints, &creds, ETCD_TIMEOUT)?;
-            cluster.remove(stale).await?;
-            let r = Record {
-                name: me.name.clone(),
-                peer_url: me.peer_url.clone(),
-                member_id: Some(stale.to_string()),
-                phase: Phase::Removed,
-                initial_cluster: record.as_ref().map(|r| r.initial_cluster.clone()).unwrap_or_default(),
-                initial_cluster_state: "existing".into(),
-                last_join: record.as_ref().and_then(|r| r.last_join.clone()),
-                last_leave: outcome(
-                    "remove stale member",
-                    format!("removed {stale:x}: this node has no data for it; joining again as a learner"),
-                ),
-                leave_pending: None,
-            };
-            store_record(engine, component, &r)?;
-            tracing::warn!(%component, member_id = %format!("{stale:x}"), "etcd: removed this node's stale member (its data is gone); joining again as a learner");
-            // No manifest from this record: the next step adds the learner.
-            Ok((
-                None,
-                format!("removed stale member {stale:x}; joining again as a learner"),
-                true,
-            ))
-        }
-        Leave::Refuse(why) => Ok((
-            record,
-            format!(
-                "waiting: this node's member {stale:x} has no data here and must be removed before it joins again, but {why}"
-            ),
-            true,
-        )),
-        other => Ok((
-            record,
-            format!("waiting: the member list changed while rejoining ({other:?})"),
-            true,
-        )),
+            Action::ListMembers => Observation::Members(cluster()?.member_list().await.map_err(|e| e.to_string())),
+            Action::ProbeHealth { members } => {
+                Observation::Healthy(healthy_members(&members, &credentials(member)?).await)
+            }
+            Action::AddLearner { peer_url } => {
+                // A lost answer may still have added it: the next step finds it by peer URL.
+                let (added, members) = cluster()?.add_learner(&peer_url).await?;
+                Observation::Added { id: added.id, members }
+            }
+            Action::Promote { id } => Observation::Promoted(cluster()?.promote(id).await.map_err(|e| e.to_string())),
+            Action::RemoveStale { id } => {
+                cluster()?.remove(id).await?;
+                Observation::Removed
+            }
+            Action::Store(record) => {
+                store_record(engine, component, &record)?;
+                Observation::Stored
+            }
+            Action::AskProgress { id, members } => Observation::Progress(match credentials(member) {
+                Ok(creds) => learner_progress(&members, id, &creds).await,
+                Err(_) => Err("no etcd client credentials".into()),
+            }),
+        };
+        (join, action) = join.step(observation, now_rfc3339());
     }
 }
 
