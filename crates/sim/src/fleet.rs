@@ -1,7 +1,7 @@
 //! A deterministic simulation of a control plane (etcd and kube-apiserver as static pods on 1 or
 //! 3 nodes) in which every node's anchors run the project's decision machine
-//! ([`kube_anchor_core::machine::Anchor`]) and etcd membership decision
-//! ([`kube_anchor_core::membership::decide_join`]), while an operator pushes versions (good and
+//! ([`kube_anchor_core::machine::Anchor`]), etcd join step
+//! ([`kube_anchor_core::join_steps::JoinStep`]) and pre-stop hook, while an operator pushes versions (good and
 //! bad of every kind) and the world cuts power, restarts kubelets and re-images nodes.
 //!
 //! Virtual time in one-second steps; every duration the world draws comes from one seeded
@@ -18,9 +18,10 @@ use kube_anchor_core::decommission::{
     AnchorPod, Anchors, DaemonSetFacts, DaemonSetRef, Dependent, Evidence, FilesHere, Guard, Looks, Lookup, NextLook,
     NodeFacts, NodeSelection, PodFacts, ThisPod,
 };
+use kube_anchor_core::join_steps::{self, JoinStart, JoinStep};
 use kube_anchor_core::ledger::{BadVersion, Decommissioned, Ledger};
 use kube_anchor_core::machine::{Anchor, Effect, EvaluateFacts, Input, Settings, SyncFacts};
-use kube_anchor_core::membership::{self, Join, JoinFacts, Leave, LeaveFacts, Me, Member, Observed};
+use kube_anchor_core::membership::{self, LearnerProgress, Leave, LeaveFacts, Me, Member, Observed, Record};
 use kube_anchor_core::prestop_steps::{Action, Hook, LeaveAnswer, Limits, MemberConfig, Observation};
 use kube_anchor_core::rollout::{self, LeaseView};
 use kube_anchor_core::runtime::{ContainerState, LocalContainer, LocalPod, RuntimeView};
@@ -66,6 +67,14 @@ const NODE_MONITOR_GRACE: u64 = 40;
 const CONTROL_PLANE_LABEL: &str = "node-role.kubernetes.io/control-plane";
 /// The cluster ID of the cluster the fleet was created as.
 const MAIN_CLUSTER: u64 = 1;
+/// The etcd anchor's join step again while the join is pending (`anchor.rs`, `MEMBERSHIP_RETRY`).
+const MEMBERSHIP_RETRY: u64 = 2;
+/// etcd promotes a learner only once its log is within 10 % of the leader's
+/// (`isLearnerReady`, server/etcdserver/server.go); on the bed's small keyspace a learner that
+/// runs was promotable within 1 s (docs/testing.md, lifecycle seed 1).
+const LEARNER_CATCH_UP: u64 = 2;
+/// etcd's `--max-learners` default: a second learner is refused.
+const MAX_LEARNERS: usize = 1;
 
 /// What a version does wrong.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -206,6 +215,8 @@ pub struct Report {
     /// How the preStop hooks ended, by the decision they reported (`keep`, `held`, `remove`,
     /// `failed`, `timed-out`, `aborted`).
     pub hook_exits: BTreeMap<&'static str, u64>,
+    /// How the etcd anchors' join steps ended, by decision (`keep`, `add-learner`, `promote`, …).
+    pub join_ends: BTreeMap<&'static str, u64>,
     /// The main etcd cluster's members when the run ended.
     pub members: usize,
 }
@@ -268,13 +279,15 @@ struct StaticPod {
     start_gap_until: u64,
 }
 
-/// How this node's etcd data dir was (or will be) populated.
+/// Where a node stands in the main etcd cluster's member list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum JoinMode {
-    /// Found a cluster from the configured initial cluster (state `new`).
-    Bootstrap,
-    /// Join the existing cluster as a learner.
-    Join,
+enum Listed {
+    No,
+    /// Added as a learner (since when it has run with the cluster's data, for its catch-up).
+    Learner {
+        running_since: Option<u64>,
+    },
+    Voter,
 }
 
 struct AnchorProc {
@@ -285,6 +298,8 @@ struct AnchorProc {
     next_sync: u64,
     /// Why the last sync wrote nothing (a refusal).
     input_error: Option<String>,
+    /// The etcd join is not finished: the next step comes after [`MEMBERSHIP_RETRY`].
+    membership_pending: bool,
 }
 
 /// One anchor pod's preStop hook at work: the real [`Hook`] and [`Looks`], performed here.
@@ -303,8 +318,11 @@ struct Node {
     powered_off_at: u64,
     /// Both charts' DaemonSets select it.
     selected: bool,
-    /// In the main etcd cluster's member list.
-    member: bool,
+    /// In the main etcd cluster's member list, under `member_id`; `published`: the member has
+    /// started and published its name and client URLs (etcd keeps them after it stops).
+    listed: Listed,
+    member_id: u64,
+    published: bool,
     hooks: [Option<HookRun>; 2],
     /// When the kubelet (re)starts; `None` while it runs or the node is off.
     kubelet_at: Option<u64>,
@@ -321,8 +339,8 @@ struct Node {
     inputs_due: [Option<(usize, u64)>; 2],
     /// The cluster the data dir belongs to; `None`: no member data.
     etcd_data: Option<u64>,
-    member_record: bool,
-    join_mode: Option<JoinMode>,
+    /// The etcd anchor's membership record (`<state-dir>/v1/etcd.membership.json`).
+    record: Option<Record>,
     world_down_until: u64,
 }
 
@@ -342,12 +360,44 @@ pub struct World {
     leases: [Lease; 2],
     cluster_version: u32,
     next_cluster_id: u64,
+    next_member_id: u64,
     next_sandbox: u64,
     anchor_etcd_tls_broken: bool,
     /// The nodes each faulty version was written on.
     written_on: BTreeMap<usize, BTreeSet<usize>>,
     base: Instant,
     report: Report,
+}
+
+/// The membership record of node `i`'s member in the fleet as it was created.
+fn voter_record(i: usize, id: u64) -> Record {
+    Record {
+        name: format!("cp-{}", i + 1),
+        peer_url: format!("https://cp-{}:2380", i + 1),
+        member_id: Some(id.to_string()),
+        phase: membership::Phase::Voter,
+        initial_cluster: "cp-1=https://cp-1:2380".into(),
+        initial_cluster_state: if i == 0 { "new" } else { "existing" }.into(),
+        last_join: None,
+        last_leave: None,
+        leave_pending: None,
+    }
+}
+
+/// A join decision's name in [`Report::join_ends`].
+fn join_name(join: &membership::Join) -> &'static str {
+    use membership::Join;
+    match join {
+        Join::Bootstrap => "bootstrap",
+        Join::AddLearner => "add-learner",
+        Join::Resume { .. } => "resume",
+        Join::Promote { .. } => "promote",
+        Join::RecordVoter { .. } => "record-voter",
+        Join::Adopt { .. } => "adopt",
+        Join::Rejoin { .. } => "rejoin",
+        Join::Keep => "keep",
+        Join::Wait(_) => "wait",
+    }
 }
 
 fn wall(now: u64) -> SystemTime {
@@ -390,7 +440,9 @@ impl World {
                     powered: true,
                     powered_off_at: 0,
                     selected: true,
-                    member: true,
+                    listed: Listed::Voter,
+                    member_id: 1000 + i as u64,
+                    published: true,
                     hooks: [None, None],
                     kubelet_at: None,
                     kubelet_up: true,
@@ -403,8 +455,7 @@ impl World {
                     inputs: [Some(ETCD), Some(APISERVER)],
                     inputs_due: [None, None],
                     etcd_data: Some(MAIN_CLUSTER),
-                    member_record: true,
-                    join_mode: Some(JoinMode::Join),
+                    record: Some(voter_record(i, 1000 + i as u64)),
                     world_down_until: 0,
                 }
             })
@@ -419,6 +470,7 @@ impl World {
             leases: [Lease::free(), Lease::free()],
             cluster_version: 5,
             next_cluster_id: MAIN_CLUSTER + 1,
+            next_member_id: 1000 + sandboxes,
             next_sandbox: sandboxes,
             anchor_etcd_tls_broken: false,
             written_on: BTreeMap::new(),
@@ -514,8 +566,7 @@ impl World {
                         pod.manifest = None;
                     }
                     n.etcd_data = None;
-                    n.member_record = false;
-                    n.join_mode = None;
+                    n.record = None;
                 }
             }
             Op::ExpireAnchorEtcdCert => self.anchor_etcd_tls_broken = true,
@@ -649,6 +700,7 @@ impl World {
                         synced_inputs: None,
                         next_sync: now,
                         input_error: None,
+                        membership_pending: false,
                     });
                 }
             }
@@ -730,14 +782,31 @@ impl World {
                     ct.backoff = BACKOFF_START;
                 }
                 if c == ETCD && ct.phase == (Phase::Running { since }) && self.nodes[n].etcd_data.is_none() {
-                    let cluster = match self.nodes[n].join_mode {
-                        Some(JoinMode::Bootstrap) => {
-                            self.next_cluster_id += 1;
-                            self.next_cluster_id - 1
-                        }
-                        _ => MAIN_CLUSTER,
-                    };
-                    self.nodes[n].etcd_data = Some(cluster);
+                    // The manifest's `--initial-cluster-state` (from the record): `new` founds a
+                    // cluster; `existing` joins the member with this peer URL, and etcd exits
+                    // when the cluster has none (etcd docs, "Runtime reconfiguration").
+                    let new = self.nodes[n]
+                        .record
+                        .as_ref()
+                        .is_some_and(|r| r.initial_cluster_state == "new");
+                    if new {
+                        self.next_cluster_id += 1;
+                        self.nodes[n].etcd_data = Some(self.next_cluster_id - 1);
+                    } else if self.nodes[n].listed != Listed::No && self.has_quorum(MAIN_CLUSTER) {
+                        self.nodes[n].etcd_data = Some(MAIN_CLUSTER);
+                        self.nodes[n].published = true;
+                    } else if self.nodes[n].listed == Listed::No {
+                        ct.phase = self.exit(&mut ct);
+                    }
+                }
+                // A learner catches up from the time it first runs with the cluster's data (the
+                // leader keeps its progress while it is down).
+                let with_data = ct.running() && self.nodes[n].etcd_data == Some(MAIN_CLUSTER);
+                if c == ETCD
+                    && with_data
+                    && let Listed::Learner { running_since } = &mut self.nodes[n].listed
+                {
+                    running_since.get_or_insert(now);
                 }
             }
             _ => {}
@@ -792,7 +861,7 @@ impl World {
 
     /// Node `n`'s etcd is a member of `cluster` (a second cluster has its one founder).
     fn is_member(&self, n: usize, cluster: u64) -> bool {
-        self.nodes[n].etcd_data == Some(cluster) && (cluster != MAIN_CLUSTER || self.nodes[n].member)
+        self.nodes[n].etcd_data == Some(cluster) && (cluster != MAIN_CLUSTER || self.nodes[n].listed == Listed::Voter)
     }
 
     /// The members of `cluster` that run.
@@ -809,26 +878,27 @@ impl World {
 
     /// How many members the main cluster has.
     fn members(&self) -> usize {
-        self.nodes.iter().filter(|n| n.member).count()
-    }
-
-    fn member_id(&self, n: usize) -> u64 {
-        let name = &self.nodes[n].name;
-        name.len() as u64 * 1000 + name.as_bytes()[3] as u64
+        self.nodes.iter().filter(|n| n.listed == Listed::Voter).count()
     }
 
     /// The main cluster's member list.
     fn member_list(&self) -> Vec<Member> {
         (0..self.nodes.len())
-            .filter(|&m| self.nodes[m].member)
+            .filter(|&m| self.nodes[m].listed != Listed::No)
             .map(|m| {
-                let name = &self.nodes[m].name;
+                let node = &self.nodes[m];
+                let name = &node.name;
                 Member {
-                    id: self.member_id(m),
-                    name: name.clone(),
+                    id: node.member_id,
+                    // A member added but never started has no name and no client URLs.
+                    name: if node.published { name.clone() } else { String::new() },
                     peer_urls: vec![format!("https://{name}:2380")],
-                    client_urls: vec![format!("https://{name}:2379")],
-                    is_learner: false,
+                    client_urls: if node.published {
+                        vec![format!("https://{name}:2379")]
+                    } else {
+                        Vec::new()
+                    },
+                    is_learner: matches!(node.listed, Listed::Learner { .. }),
                 }
             })
             .collect()
@@ -931,7 +1001,9 @@ impl World {
             proc.synced_inputs = inputs;
             self.sync(n, c, &mut proc);
             proc.next_sync = now
-                + if proc.machine.waiting().is_some() {
+                + if proc.membership_pending {
+                    MEMBERSHIP_RETRY
+                } else if proc.machine.waiting().is_some() {
                     TURN_RETRY
                 } else {
                     60
@@ -955,8 +1027,12 @@ impl World {
     }
 
     fn sync(&mut self, n: usize, c: usize, proc: &mut AnchorProc) {
-        if c == ETCD && !self.nodes[n].member_record && !self.membership(n) {
-            return;
+        if c == ETCD {
+            let (may_sync, pending) = self.membership(n);
+            proc.membership_pending = pending;
+            if !may_sync {
+                return;
+            }
         }
         let desired = self.nodes[n].inputs[c].map(|v| self.versions[v].id.clone());
         let refused = self.refusal(n, c);
@@ -980,33 +1056,155 @@ impl World {
             .map(|_| "tls.key does not match the certificate in tls.crt".to_owned())
     }
 
-    /// The etcd anchor's join step for a node with no membership record; whether the sync may go on.
-    fn membership(&mut self, n: usize) -> bool {
-        let me = Me {
+    /// The etcd anchor's join step before its sync (the real [`JoinStep`], its calls answered
+    /// by the world); whether the sync may go on (a record renders the manifest) and whether the
+    /// join is pending.
+    fn membership(&mut self, n: usize) -> (bool, bool) {
+        let me = self.me(n);
+        let (mut join, mut action) = JoinStep::new(JoinStart {
+            me,
+            record: self.nodes[n].record.clone(),
+            data_dir_has_member: self.nodes[n].etcd_data.is_some(),
+            // The cluster was created on cp-1 alone (`initialCluster: cp-1=…`, state `new`).
+            initial_cluster: Some("cp-1=https://cp-1:2380".into()),
+            at: format!("{}s", self.now),
+        });
+        loop {
+            let observation = match action {
+                join_steps::Action::Done(end) => {
+                    *self.report.join_ends.entry(join_name(&end.decision)).or_default() += 1;
+                    return (end.record.is_some(), end.pending);
+                }
+                join_steps::Action::ListMembers => join_steps::Observation::Members(self.list_members()),
+                join_steps::Action::ProbeHealth { .. } => join_steps::Observation::Healthy(self.healthy_members()),
+                join_steps::Action::AddLearner { .. } => match self.add_learner(n) {
+                    Ok(()) => join_steps::Observation::Added {
+                        id: self.nodes[n].member_id,
+                        members: self.member_list(),
+                    },
+                    // A failed call ends the step; the next one looks again.
+                    Err(_) => return (false, true),
+                },
+                join_steps::Action::Promote { id } => join_steps::Observation::Promoted(self.promote(id)),
+                join_steps::Action::RemoveStale { id } => {
+                    let Some(m) = (0..self.nodes.len()).find(|&m| self.nodes[m].member_id == id) else {
+                        return (false, true);
+                    };
+                    match self.remove_member(m) {
+                        Ok(()) => join_steps::Observation::Removed,
+                        Err(_) => return (self.nodes[n].record.is_some(), true),
+                    }
+                }
+                join_steps::Action::Store(record) => {
+                    self.nodes[n].record = Some(record).filter(|r| r.phase != membership::Phase::Removed);
+                    join_steps::Observation::Stored
+                }
+                join_steps::Action::AskProgress { id, .. } => join_steps::Observation::Progress(self.progress(id)),
+            };
+            (join, action) = join.step(observation, format!("{}s", self.now));
+        }
+    }
+
+    /// Node `n`'s member as its config renders it.
+    fn me(&self, n: usize) -> Me {
+        Me {
             name: self.nodes[n].name.clone(),
             peer_url: format!("https://{}:2380", self.nodes[n].name),
-        };
-        let observed = if self.anchor_etcd_tls_broken || !self.has_quorum(MAIN_CLUSTER) {
-            Observed::Unreachable("tls: certificate has expired or is not yet valid".into())
+        }
+    }
+
+    /// The member list as the anchors' client sees it: none without quorum or with the anchors'
+    /// own client certificate expired.
+    fn list_members(&self) -> Result<Vec<Member>, String> {
+        if self.anchor_etcd_tls_broken {
+            Err("tls: certificate has expired or is not yet valid".into())
+        } else if !self.has_quorum(MAIN_CLUSTER) {
+            Err("context deadline exceeded".into())
         } else {
-            Observed::Members(self.member_list())
+            Ok(self.member_list())
+        }
+    }
+
+    /// The members whose etcd answers a status with a leader.
+    fn healthy_members(&self) -> BTreeSet<u64> {
+        if !self.has_quorum(MAIN_CLUSTER) {
+            return BTreeSet::new();
+        }
+        (0..self.nodes.len())
+            .filter(|&m| self.runs(m, ETCD) && self.is_member(m, MAIN_CLUSTER))
+            .map(|m| self.nodes[m].member_id)
+            .collect()
+    }
+
+    /// `member add --learner` for node `n`: a membership change commits through raft (quorum),
+    /// and etcd refuses more than `--max-learners`.
+    fn add_learner(&mut self, n: usize) -> Result<(), String> {
+        self.list_members()?;
+        let learners = self
+            .nodes
+            .iter()
+            .filter(|m| matches!(m.listed, Listed::Learner { .. }))
+            .count();
+        if learners >= MAX_LEARNERS {
+            return Err("etcdserver: too many learner members in cluster".into());
+        }
+        self.next_member_id += 1;
+        let node = &mut self.nodes[n];
+        node.member_id = self.next_member_id;
+        node.listed = Listed::Learner { running_since: None };
+        node.published = false;
+        Ok(())
+    }
+
+    /// `member promote`: refused until the learner has caught up.
+    fn promote(&mut self, id: u64) -> Result<(), String> {
+        self.list_members()?;
+        let Some(m) = (0..self.nodes.len()).find(|&m| self.nodes[m].member_id == id) else {
+            return Err("etcdserver: member not found".into());
         };
-        // The cluster was created on cp-1 alone (`initialCluster: cp-1=…`, state `new`).
-        let join = membership::decide_join(&JoinFacts {
-            me: &me,
-            observed: &observed,
-            data_dir_has_member: self.nodes[n].etcd_data.is_some(),
-            record: None,
-            may_bootstrap: n == 0,
-        });
-        let mode = match join {
-            Join::Wait(_) => return false,
-            Join::Bootstrap => JoinMode::Bootstrap,
-            _ => JoinMode::Join,
-        };
-        self.nodes[n].member_record = true;
-        self.nodes[n].join_mode = Some(mode);
-        true
+        match self.nodes[m].listed {
+            Listed::Learner {
+                running_since: Some(since),
+            } if self.now >= since + LEARNER_CATCH_UP => {
+                self.nodes[m].listed = Listed::Voter;
+                Ok(())
+            }
+            Listed::Learner { .. } => {
+                Err("etcdserver: can only promote a learner member which is in sync with leader".into())
+            }
+            _ => Err("etcdserver: can only promote a learner member".into()),
+        }
+    }
+
+    /// The leader's view of learner `id`.
+    fn progress(&self, id: u64) -> Result<LearnerProgress, String> {
+        self.list_members()?;
+        let caught_up = self
+            .nodes
+            .iter()
+            .any(|m| m.member_id == id && matches!(m.listed, Listed::Learner { running_since: Some(_) }));
+        Ok(LearnerProgress {
+            leader_index: 100,
+            matched: Some(if caught_up { 100 } else { 0 }),
+        })
+    }
+
+    /// `member remove` of node `m`'s member, with etcd's own check (`--strict-reconfig-check`,
+    /// on by default): a removal that would leave fewer started members than a quorum of the
+    /// rest is refused.
+    fn remove_member(&mut self, m: usize) -> Result<(), String> {
+        self.list_members()?;
+        if self.nodes[m].listed == Listed::Voter {
+            let remaining = self.members() - 1;
+            let started_after =
+                self.members_running(MAIN_CLUSTER) - usize::from(self.is_member(m, MAIN_CLUSTER) && self.runs(m, ETCD));
+            if started_after <= remaining / 2 {
+                return Err("etcdserver: re-configuration failed due to not enough started members".into());
+            }
+        }
+        self.nodes[m].listed = Listed::No;
+        self.nodes[m].published = false;
+        Ok(())
     }
 
     fn evaluate(&mut self, n: usize, c: usize, proc: &mut AnchorProc) {
@@ -1329,39 +1527,26 @@ impl World {
     }
 
     /// One attempt of node `n`'s member to leave: the real `membership::decide_leave` on the
-    /// member list, then etcd's own check (`--strict-reconfig-check`, on by default: a removal
-    /// that would leave fewer started members than a quorum is refused).
+    /// member list, then etcd's own check ([`World::remove_member`]).
     fn leave(&mut self, n: usize) -> LeaveAnswer {
-        let me = Me {
-            name: self.nodes[n].name.clone(),
-            peer_url: format!("https://{}:2380", self.nodes[n].name),
+        let me = self.me(n);
+        let observed = match self.list_members() {
+            Ok(members) => Observed::Members(members),
+            Err(why) => Observed::Unreachable(why),
         };
-        let observed = if self.anchor_etcd_tls_broken || !self.has_quorum(MAIN_CLUSTER) {
-            Observed::Unreachable("context deadline exceeded".into())
-        } else {
-            Observed::Members(self.member_list())
-        };
-        let healthy: BTreeSet<u64> = (0..self.nodes.len())
-            .filter(|&m| self.runs(m, ETCD) && self.is_member(m, MAIN_CLUSTER))
-            .map(|m| self.member_id(m))
-            .collect();
+        let healthy = self.healthy_members();
         match membership::decide_leave(&LeaveFacts {
             me: &me,
             observed: &observed,
             healthy: &healthy,
         }) {
-            Leave::Remove { id } => {
-                let remaining = self.members() - 1;
-                let started_after = self.members_running(MAIN_CLUSTER) - usize::from(self.runs(n, ETCD));
-                if started_after <= remaining / 2 {
-                    return LeaveAnswer::Refused {
-                        reason: "etcdserver: re-configuration failed due to not enough started members".into(),
-                        may_pass_later: true,
-                    };
-                }
-                self.nodes[n].member = false;
-                LeaveAnswer::Removed { id }
-            }
+            Leave::Remove { id } => match self.remove_member(n) {
+                Ok(()) => LeaveAnswer::Removed { id },
+                Err(reason) => LeaveAnswer::Refused {
+                    reason,
+                    may_pass_later: true,
+                },
+            },
             Leave::NotAMember => LeaveAnswer::NotAMember,
             Leave::Refuse(refusal) => LeaveAnswer::Refused {
                 reason: refusal.to_string(),
@@ -1444,8 +1629,7 @@ impl World {
             }
             Action::SaveAndRemoveDataDir => {
                 self.nodes[n].etcd_data = None;
-                self.nodes[n].member_record = false;
-                self.nodes[n].join_mode = None;
+                self.nodes[n].record = None;
                 Observation::Done
             }
             Action::Warn { .. }
@@ -1514,7 +1698,7 @@ impl World {
         // etcd: over its members (a node that left is not one).
         let members = self.members();
         let world_down = (0..self.nodes.len())
-            .filter(|&n| self.nodes[n].member && self.world_down(n))
+            .filter(|&n| self.nodes[n].listed == Listed::Voter && self.world_down(n))
             .count();
         if members >= 3 && world_down <= (members - 1) / 2 && !self.has_quorum(MAIN_CLUSTER) {
             let running = self.members_running(MAIN_CLUSTER);

@@ -181,6 +181,24 @@ pub fn all() -> Vec<Named> {
             },
         },
         Named {
+            name: "a-node-is-re-imaged",
+            story: "three nodes; cp-3 is re-imaged (its disks wiped) and boots minutes later: its etcd anchor \
+                    removes the member it had, joins as a learner and promotes it",
+            scenario: || Scenario {
+                nodes: 3,
+                ops: vec![(60, Op::Reimage { node: 2 })],
+            },
+        },
+        Named {
+            name: "the-bootstrap-node-is-re-imaged",
+            story: "three nodes; cp-1, named alone in the initial cluster, is re-imaged: the member list \
+                    answers, so it rejoins as a learner instead of founding a cluster",
+            scenario: || Scenario {
+                nodes: 3,
+                ops: vec![(60, Op::Reimage { node: 0 })],
+            },
+        },
+        Named {
             name: "a-node-leaves-just-after-another-lost-power",
             story: "three nodes; cp-2 loses power, and cp-3's control-plane label is removed seconds later, \
                     while cp-2's pods still read Ready",
@@ -246,6 +264,8 @@ pub const KNOWN: &[(&str, &[Invariant])] = &[
     ("etcd-rollback-below-its-cluster-version", &[Invariant::SkewWritten]),
     ("a-node-leaves-the-control-plane", &[]),
     ("a-node-leaves-while-another-is-off", &[]),
+    ("a-node-is-re-imaged", &[]),
+    ("the-bootstrap-node-is-re-imaged", &[]),
     // The guard counts a copy by the Ready its node last posted: for the node lifecycle
     // controller's grace (40 s) after a power loss, a dead copy still counts.
     (

@@ -222,3 +222,31 @@ fn a_node_leaves_the_control_plane_only_with_a_quorum_to_spare() {
         }
     }
 }
+
+/// The etcd anchor's join step (`join_steps::JoinStep`) runs in the world: a re-imaged node's
+/// stale member is removed, a learner added, promoted once it has caught up (etcd refuses it
+/// before), and the cluster has its three voters again. The bootstrap node does the same: it
+/// founds a cluster only when the member list does not answer.
+#[test]
+fn a_re_imaged_node_rejoins_as_a_learner() {
+    let named = |name: &str| {
+        let n = scenarios::all()
+            .into_iter()
+            .find(|n| n.name == name)
+            .expect("a named scenario");
+        (n.scenario)()
+    };
+    for seed in SEEDS {
+        for name in ["a-node-is-re-imaged", "the-bootstrap-node-is-re-imaged"] {
+            let report = World::run(&named(name), seed);
+            let ends = |decision: &str| report.join_ends.get(decision).copied().unwrap_or(0);
+            let context = format!("{name}, seed {seed}: {:?}", report.join_ends);
+            assert_eq!(ends("rejoin"), 1, "{context}");
+            assert_eq!(ends("add-learner"), 1, "{context}");
+            assert_eq!(ends("bootstrap"), 0, "{context}");
+            // The first promotion comes before the learner has caught up, and is refused.
+            assert!(ends("promote") >= 2, "{context}");
+            assert_eq!(report.members, 3, "{context}: the voters at the end");
+        }
+    }
+}
