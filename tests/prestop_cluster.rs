@@ -1458,3 +1458,108 @@ async fn project(client: &kube::Client, ns: &str, name: &str, dir: &std::path::P
     }
     dir.join("config/anchor.yaml")
 }
+
+/// The fleet simulation's `a-node-leaves-just-after-another-lost-power`, on real kubelets. Three
+/// copies of kube-apiserver (the quorum guard's component by default): node 1's, and one on
+/// each of two process nodes, whose static pod serves its readiness probe on the node's own
+/// address as the chart's kube-apiserver does (`${NODE_IP}:<port>/readyz`). Node 2 loses power:
+/// its pods still read Ready in the API (the node lifecycle controller waits out its grace), but
+/// asked at its readiness URL its copy does not answer. Node 1 leaving is held, naming node 2;
+/// counting the Ready node 2 last posted, the hook took kube-apiserver off node 1 with one live
+/// copy left.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_copy_on_a_node_that_just_lost_power_does_not_count_though_its_pods_still_read_ready() {
+    let s = Scenario::with_component("silent", "kube-apiserver").await;
+    let n2 = s.cp.add_process_node("silent-node-2", &[(&s.label, "enabled")]).await;
+    let n3 = s.cp.add_process_node("silent-node-3", &[(&s.label, "enabled")]).await;
+    // A stand-in for kube-apiserver: /readyz answers 200 on the node's address.
+    let port = support::processes::free_port();
+    let server = "import http.server, sys\n\
+class H(http.server.BaseHTTPRequestHandler):\n    \
+def do_GET(self):\n        self.send_response(200); self.end_headers(); self.wfile.write(b'ok')\n    \
+def log_message(self, *a): pass\n\
+http.server.ThreadingHTTPServer((sys.argv[1], int(sys.argv[2])), H).serve_forever()\n";
+    let pod = serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": s.component, "namespace": s.ns},
+        "spec": {"hostNetwork": true, "containers": [{
+            "name": "kube-apiserver",
+            "image": "registry.k8s.io/kube-apiserver:v1.36.3",
+            "command": ["python3", "-c", server, "${NODE_IP}", port.to_string()],
+            "readinessProbe": {
+                "httpGet": {"host": "${NODE_IP}", "path": "/readyz", "port": port, "scheme": "HTTP"},
+                "periodSeconds": 1,
+            },
+        }]},
+    });
+    let work = s.work.path();
+    fs::write(work.join("pod.yaml"), serde_yaml_ng::to_string(&pod).unwrap()).unwrap();
+    let config = anchor_config(
+        &s.component,
+        &[("scheduler.conf", "/etc/kubernetes/scheduler.conf", "0600")],
+        &format!("/etc/kubernetes/manifests/{}.yaml", s.component),
+    )
+    .replace("variables: [NODE_NAME]", "variables: [NODE_NAME, NODE_IP]");
+    fs::write(s.config(), config).unwrap();
+    // Anchor pods that run on a process node too (its runtime runs real processes).
+    let ds = "kube-apiserver-anchor";
+    let sleeper = serde_json::json!({"hostNetwork": true, "containers": [{
+        "name": "anchor",
+        "image": "registry.k8s.io/kube-apiserver:v1.36.3",
+        "command": ["python3", "-c", "import time; time.sleep(86400)"],
+    }]});
+    s.create_anchor_daemonset_with(ds, serde_json::json!({&s.label: "enabled"}), &[], sleeper)
+        .await;
+    let p1 = s.pod_of(ds, &s.node.name).await;
+    for n in [&s.node, &n2, &n3] {
+        let out = Command::new(BIN)
+            .args(["apply", "--config"])
+            .arg(s.config())
+            .arg("--host-root")
+            .arg(n.host_root())
+            .env("NODE_NAME", &n.name)
+            .env("NODE_IP", &n.ip)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    s.pod_of(ds, &n2.name).await;
+    s.pod_of(ds, &n3.name).await;
+    let pods: Api<Pod> = Api::namespaced(s.admin.clone(), &s.ns);
+    let ready = |name: String| {
+        let pods = pods.clone();
+        async move {
+            let conditions = pods.get(&name).await.ok()?.status?.conditions?;
+            Some(conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        }
+    };
+    let mirror = |n: &NodeHandle| format!("{}-{}", s.component, n.name);
+    for n in [&n2, &n3] {
+        eventually(WAIT, "the stand-in's static pod Ready", || {
+            let ready = ready(mirror(n));
+            async move { ready.await.filter(|r| *r).map(drop) }
+        })
+        .await;
+    }
+
+    patch_node(&s, &s.node.name, unlabel(&s)).await;
+    s.wait_terminating(&p1).await;
+    s.cp.stop_kubelet(&n2.name);
+    let (out, json) = s.pre_stop(&p1, &s.kubeconfig, &[]);
+    // The precondition: node 2's copy still read Ready in the API while the hook looked.
+    assert_eq!(
+        ready(mirror(&n2)).await,
+        Some(true),
+        "node 2's mirror pod still reads Ready"
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(json["decision"], "held", "{json}");
+    let reason = json["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("only 1 other Ready copies of 3")
+            && reason.contains(&format!("the copy on {} did not answer at its readiness URL", n2.name)),
+        "{json}"
+    );
+    assert_eq!(s.files_present(), (true, true));
+    s.release_pods().await;
+}

@@ -199,6 +199,11 @@ pub struct Anchors {
     /// whatever its anchor says: an anchor holding a rollout back after a rollback elsewhere is
     /// not Ready, while the version it keeps runs well.
     pub static_pods_ready: BTreeSet<String>,
+    /// The other nodes whose copy was asked at its own readiness URL during this look
+    /// ([`crate::pod_status::readiness_url`]) and did not answer: whatever Ready its node last
+    /// posted, it does not count. A node that lost power keeps its pods Ready in the API until
+    /// the node lifecycle controller's grace (40 s) has passed.
+    pub silent_copies: BTreeSet<String>,
 }
 
 /// The component's static pod as its manifest names it: the kubelet names its mirror pod on
@@ -294,7 +299,7 @@ pub fn decide(mode: CleanupMode, guard: Guard, this: &ThisPod, evidence: &Eviden
         }
         Err(Dependents::Running(_)) => {}
     }
-    if let Err(short) = enough_remain(guard, this, &anchors.pods, &anchors.static_pods_ready)
+    if let Err(short) = enough_remain(guard, this, anchors)
         && !consented(evidence)
     {
         return Decision::Held(format!("{proof}, but {short}; {}", consent()));
@@ -604,18 +609,16 @@ fn no_other_anchor_wants_node<'e>(this: &ThisPod, evidence: &'e Evidence) -> Res
 /// this node included; the copies that remain are the *other* nodes with a live (not
 /// terminating) anchor pod of the component that is Ready, or whose static pod is
 /// (`static_pods_ready`: an anchor holding a rollout back is not Ready, while the version it
-/// keeps runs and serves). [`Guard::Quorum`] needs the remaining copies
+/// keeps runs and serves), unless the copy was asked directly just now and did not answer
+/// (`silent_copies`: a Ready posted before a power loss is stale). [`Guard::Quorum`] needs the remaining copies
 /// to be a majority of all copies, [`Guard::LastCopy`] needs one. A DaemonSet deletion or a
 /// deselection of every node terminates every anchor at once, so none counts, and nothing is
 /// removed without consent.
-pub fn enough_remain(
-    guard: Guard,
-    this: &ThisPod,
-    pods: &[AnchorPod],
-    static_pods_ready: &BTreeSet<String>,
-) -> Result<(), String> {
+pub fn enough_remain(guard: Guard, this: &ThisPod, anchors: &Anchors) -> Result<(), String> {
     let elsewhere = || {
-        pods.iter()
+        anchors
+            .pods
+            .iter()
             .filter(|p| p.node.as_deref().is_some_and(|n| n != this.node))
     };
     let copies = elsewhere()
@@ -627,15 +630,29 @@ pub fn enough_remain(
     // rollout back is not Ready while the version it keeps runs).
     let remaining = elsewhere()
         .filter(|p| !p.terminating)
-        .filter(|p| p.ready || p.node.as_ref().is_some_and(|n| static_pods_ready.contains(n)))
+        .filter(|p| p.ready || p.node.as_ref().is_some_and(|n| anchors.static_pods_ready.contains(n)))
         .filter_map(|p| p.node.as_deref())
+        .filter(|n| !anchors.silent_copies.contains(*n))
         .collect::<BTreeSet<_>>()
         .len();
+    let silent = elsewhere()
+        .filter_map(|p| p.node.as_deref())
+        .filter(|n| anchors.silent_copies.contains(*n))
+        .collect::<BTreeSet<_>>();
+    let silent = if silent.is_empty() {
+        String::new()
+    } else {
+        let nodes: Vec<&str> = silent.into_iter().collect();
+        format!(
+            "; not counted, though posted Ready: the copy on {} did not answer at its readiness URL",
+            nodes.join(", ")
+        )
+    };
     match guard {
         Guard::None => Ok(()),
         Guard::LastCopy if remaining >= 1 => Ok(()),
         Guard::LastCopy => Err(format!(
-            "no other Ready copy would remain ({copies} in all), and the control plane cannot bring back a component whose copies are all gone"
+            "no other Ready copy would remain ({copies} in all), and the control plane cannot bring back a component whose copies are all gone{silent}"
         )),
         Guard::Quorum => {
             let quorum = copies / 2 + 1;
@@ -643,7 +660,7 @@ pub fn enough_remain(
                 Ok(())
             } else {
                 Err(format!(
-                    "only {remaining} other Ready copies of {copies} would remain, fewer than a quorum of {quorum}"
+                    "only {remaining} other Ready copies of {copies} would remain, fewer than a quorum of {quorum}{silent}"
                 ))
             }
         }
@@ -965,6 +982,7 @@ mod tests {
             daemonsets: sets,
             pods: all,
             static_pods_ready: BTreeSet::new(),
+            silent_copies: BTreeSet::new(),
         }))
     }
 
@@ -1270,19 +1288,19 @@ mod tests {
                 false,
             ),
         ];
-        let none = BTreeSet::new();
         for (pods, ok) in cases {
-            assert_eq!(enough_remain(Guard::Quorum, &me, &pods, &none).is_ok(), ok, "{pods:?}");
+            let none = copies(&pods, &[], &[]);
+            assert_eq!(enough_remain(Guard::Quorum, &me, &none).is_ok(), ok, "{pods:?}");
             // One other live Ready copy on any node is enough for the last-copy guard.
             let one_elsewhere = pods
                 .iter()
                 .any(|p| p.node.as_deref() != Some("cp-1") && p.ready && !p.terminating);
             assert_eq!(
-                enough_remain(Guard::LastCopy, &me, &pods, &none).is_ok(),
+                enough_remain(Guard::LastCopy, &me, &none).is_ok(),
                 one_elsewhere,
                 "{pods:?}"
             );
-            assert!(enough_remain(Guard::None, &me, &pods, &none).is_ok());
+            assert!(enough_remain(Guard::None, &me, &none).is_ok());
         }
     }
 
@@ -1298,16 +1316,72 @@ mod tests {
             node: "cp-1".into(),
         };
         let pods = vec![anchor("b", "cp-2", false, false), anchor("c", "cp-3", false, false)];
-        let ready = |nodes: &[&str]| nodes.iter().map(|n| n.to_string()).collect::<BTreeSet<_>>();
-        assert!(enough_remain(Guard::LastCopy, &me, &pods, &ready(&[])).is_err());
-        assert!(enough_remain(Guard::LastCopy, &me, &pods, &ready(&["cp-2"])).is_ok());
+        let ready = |nodes: &[&str]| copies(&pods, nodes, &[]);
+        assert!(enough_remain(Guard::LastCopy, &me, &ready(&[])).is_err());
+        assert!(enough_remain(Guard::LastCopy, &me, &ready(&["cp-2"])).is_ok());
         // The quorum guard counts them the same way.
-        assert!(enough_remain(Guard::Quorum, &me, &pods, &ready(&["cp-2"])).is_err());
-        assert!(enough_remain(Guard::Quorum, &me, &pods, &ready(&["cp-2", "cp-3"])).is_ok());
+        assert!(enough_remain(Guard::Quorum, &me, &ready(&["cp-2"])).is_err());
+        assert!(enough_remain(Guard::Quorum, &me, &ready(&["cp-2", "cp-3"])).is_ok());
         // A static pod Ready on this node, or under a terminating anchor, does not count.
-        assert!(enough_remain(Guard::LastCopy, &me, &pods, &ready(&["cp-1"])).is_err());
+        assert!(enough_remain(Guard::LastCopy, &me, &ready(&["cp-1"])).is_err());
         let going = vec![anchor("b", "cp-2", true, false)];
-        assert!(enough_remain(Guard::LastCopy, &me, &going, &ready(&["cp-2"])).is_err());
+        assert!(enough_remain(Guard::LastCopy, &me, &copies(&going, &["cp-2"], &[])).is_err());
+    }
+
+    /// The other copies: anchor `pods`, the nodes whose static pod reads Ready, and those whose
+    /// copy was asked directly and did not answer.
+    fn copies(pods: &[AnchorPod], ready: &[&str], silent: &[&str]) -> Anchors {
+        let set = |nodes: &[&str]| nodes.iter().map(|n| n.to_string()).collect::<BTreeSet<_>>();
+        Anchors {
+            daemonsets: vec![],
+            pods: pods.to_vec(),
+            static_pods_ready: set(ready),
+            silent_copies: set(silent),
+        }
+    }
+
+    /// The fleet simulation's `a-node-leaves-just-after-another-lost-power`: cp-2 lost power
+    /// seconds ago, and its anchor and mirror pods still read Ready (the node lifecycle
+    /// controller marks them only after its 40 s grace). Asked directly, cp-2's copy does not
+    /// answer, so it does not count, and cp-1's copy stays: the quorum guard's promise holds
+    /// against the world, not against what was last posted.
+    #[test]
+    fn a_copy_that_does_not_answer_when_asked_does_not_count_whatever_it_last_posted() {
+        let me = ThisPod {
+            namespace: "kube-system".into(),
+            name: "a".into(),
+            node: "cp-1".into(),
+        };
+        let pods = vec![anchor("b", "cp-2", false, true), anchor("c", "cp-3", false, true)];
+        let posted = ["cp-2", "cp-3"];
+        // (the copies asked that stayed silent, quorum guard passes, last-copy guard passes)
+        let cases: [(&[&str], bool, bool); 4] = [
+            (&[], true, true),
+            (&["cp-2"], false, true),
+            (&["cp-2", "cp-3"], false, false),
+            // This node's own copy is never one of the others, asked or not.
+            (&["cp-1"], true, true),
+        ];
+        for (silent, quorum, last_copy) in cases {
+            let anchors = copies(&pods, &posted, silent);
+            assert_eq!(
+                enough_remain(Guard::Quorum, &me, &anchors).is_ok(),
+                quorum,
+                "{silent:?}"
+            );
+            assert_eq!(
+                enough_remain(Guard::LastCopy, &me, &anchors).is_ok(),
+                last_copy,
+                "{silent:?}"
+            );
+            assert!(enough_remain(Guard::None, &me, &anchors).is_ok());
+        }
+        let why = enough_remain(Guard::Quorum, &me, &copies(&pods, &posted, &["cp-2"])).unwrap_err();
+        assert!(why.contains("only 1 other Ready copies of 3"), "{why}");
+        assert!(
+            why.contains("the copy on cp-2 did not answer at its readiness URL"),
+            "{why}"
+        );
     }
 
     #[test]

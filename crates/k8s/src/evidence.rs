@@ -76,15 +76,23 @@ pub async fn decide_with_evidence(
     }
 }
 
+/// How long a copy asked at its readiness URL may take to answer: a node that lost power
+/// answers nothing, and a connect to it runs into this bound.
+const COPY_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// The other nodes with a live anchor pod of the component whose mirror pod of `static_pod` is
-/// Running and Ready. A lookup that fails counts the node out.
+/// Running and Ready, and those whose copy, asked at its own readiness URL (as the kubelet's
+/// probe asks it: [`kube_anchor_core::pod_status::readiness_url`], the certificate not
+/// verified), did not answer 2xx within [`COPY_PROBE_TIMEOUT`]: a Ready posted before a power
+/// loss stays in the API for the node lifecycle controller's grace. A lookup that fails counts
+/// the node out.
 async fn static_pods_ready(
     client: &kube::Client,
     static_pod: &StaticPodName,
     this: &ThisPod,
     pods: &[AnchorPod],
     until: Instant,
-) -> std::collections::BTreeSet<String> {
+) -> (std::collections::BTreeSet<String>, std::collections::BTreeSet<String>) {
     let api = Api::<Pod>::namespaced(client.clone(), &static_pod.namespace);
     let nodes: std::collections::BTreeSet<&str> = pods
         .iter()
@@ -96,11 +104,45 @@ async fn static_pods_ready(
         let (api, name) = (api.clone(), static_pod.mirror_pod(node));
         async move {
             let found = kubeapi::lookup(&api, &name, API_TIMEOUT.min(remaining(until))).await;
-            let ready = matches!(&found, Lookup::Found(pod) if static_pod.ready_on(pod, node));
-            ready.then(|| node.to_string())
+            let Lookup::Found(pod) = found else {
+                return (false, false);
+            };
+            let ready = static_pod.ready_on(&pod, node);
+            let silent = match kube_anchor_core::pod_status::readiness_url(&pod) {
+                Some(url) => !copy_answers(&url, COPY_PROBE_TIMEOUT.min(remaining(until))).await,
+                None => false,
+            };
+            (ready, silent)
         }
     });
-    futures::future::join_all(looks).await.into_iter().flatten().collect()
+    let answers = futures::future::join_all(looks).await;
+    let pick = |which: fn(&(bool, bool)) -> bool| {
+        nodes
+            .iter()
+            .zip(&answers)
+            .filter(|(_, a)| which(a))
+            .map(|(n, _)| n.to_string())
+            .collect()
+    };
+    (pick(|a| a.0), pick(|a| a.1))
+}
+
+/// Whether `url` answers 2xx within `timeout`.
+async fn copy_answers(url: &str, timeout: Duration) -> bool {
+    let Ok(check) = crate::direct::HealthCheck::new(url, None) else {
+        return false;
+    };
+    match tokio::time::timeout(timeout, check.check()).await {
+        Ok(Ok(())) => true,
+        Ok(Err(why)) => {
+            tracing::debug!(%url, ?why, "pre-stop: another copy did not answer Ready at its readiness URL");
+            false
+        }
+        Err(_) => {
+            tracing::debug!(%url, "pre-stop: another copy did not answer at its readiness URL in time");
+            false
+        }
+    }
 }
 
 /// Own pod → its DaemonSet owner → that DaemonSet; the Node; every anchor DaemonSet and pod of
@@ -149,7 +191,7 @@ async fn gather(
     let anchors = match (daemonsets, pods) {
         (Lookup::Found(daemonsets), Lookup::Found(pods)) => {
             let pods: Vec<AnchorPod> = pods.iter().map(decommission::anchor_pod).collect();
-            let static_pods_ready = match static_pod {
+            let (static_pods_ready, silent_copies) = match static_pod {
                 Some(static_pod) => static_pods_ready(client, static_pod, this, &pods, until).await,
                 None => Default::default(),
             };
@@ -157,6 +199,7 @@ async fn gather(
                 daemonsets: daemonsets.iter().map(decommission::daemonset_facts).collect(),
                 pods,
                 static_pods_ready,
+                silent_copies,
             })
         }
         (Lookup::Unavailable(why), _) | (_, Lookup::Unavailable(why)) => Lookup::Unavailable(why),

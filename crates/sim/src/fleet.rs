@@ -1477,6 +1477,17 @@ impl World {
             })
             .map(|m| self.nodes[m].name.clone())
             .collect();
+        // The charts' kube-apiserver probes `${NODE_IP}:6443/readyz`, which another node can ask
+        // (etcd's and kube-scheduler's probe 127.0.0.1 and are never asked): the hook asks every
+        // other copy whose mirror pod it finds, and one that does not answer Ready is silent.
+        let silent_copies = if c == APISERVER {
+            (0..self.nodes.len())
+                .filter(|&m| m != n && self.nodes[m].pods[c].mirror.is_some() && self.health(m, c).is_err())
+                .map(|m| self.nodes[m].name.clone())
+                .collect()
+        } else {
+            BTreeSet::new()
+        };
         let dependents = if c == ETCD {
             self.anchor_pod(n, APISERVER)
                 .map(|pod| Dependent {
@@ -1510,6 +1521,7 @@ impl World {
                 daemonsets: vec![daemonset],
                 pods: (0..self.nodes.len()).filter_map(|m| self.anchor_pod(m, c)).collect(),
                 static_pods_ready,
+                silent_copies,
             })),
             dependents: Some(Lookup::Found(dependents)),
         }
