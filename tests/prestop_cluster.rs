@@ -373,6 +373,12 @@ impl Scenario {
     }
 }
 
+/// Whether pod `name`'s Ready condition is True; `None` when it cannot be read.
+async fn pod_ready(pods: Api<Pod>, name: String) -> Option<bool> {
+    let conditions = pods.get(&name).await.ok()?.status?.conditions?;
+    Some(conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
 fn parse_output(out: Output) -> (Output, serde_json::Value) {
     let json = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
@@ -1077,13 +1083,7 @@ async fn a_copy_whose_static_pod_is_ready_under_an_anchor_that_is_not_counts_for
         s.anchor_on(n).await;
     }
     let pods: Api<Pod> = Api::namespaced(s.admin.clone(), &s.ns);
-    let ready = |name: String| {
-        let pods = pods.clone();
-        async move {
-            let conditions = pods.get(&name).await.ok()?.status?.conditions?;
-            Some(conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-        }
-    };
+    let ready = |name: String| pod_ready(pods.clone(), name);
     let mirror = format!("{}-{}", s.component, n2.name);
     eventually(WAIT, "the scheduler's static pod Ready on node 2", || {
         let ready = ready(mirror.clone());
@@ -1526,13 +1526,7 @@ http.server.ThreadingHTTPServer((sys.argv[1], int(sys.argv[2])), H).serve_foreve
     s.pod_of(ds, &n2.name).await;
     s.pod_of(ds, &n3.name).await;
     let pods: Api<Pod> = Api::namespaced(s.admin.clone(), &s.ns);
-    let ready = |name: String| {
-        let pods = pods.clone();
-        async move {
-            let conditions = pods.get(&name).await.ok()?.status?.conditions?;
-            Some(conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-        }
-    };
+    let ready = |name: String| pod_ready(pods.clone(), name);
     let mirror = |n: &NodeHandle| format!("{}-{}", s.component, n.name);
     for n in [&n2, &n3] {
         eventually(WAIT, "the stand-in's static pod Ready", || {

@@ -192,18 +192,20 @@ fn shrinking_drops_the_nodes_a_violation_does_not_need() {
     assert!(shrunk.ops[1].0 < 900, "the rollback comes sooner: {shrunk}");
 }
 
+/// The named scenario `name`.
+fn named(name: &str) -> fleet::Scenario {
+    let n = scenarios::all()
+        .into_iter()
+        .find(|n| n.name == name)
+        .expect("a named scenario");
+    (n.scenario)()
+}
+
 /// The preStop hook's machine (`prestop_steps::Hook`) and its looks (`decommission::Looks`) run
 /// in the world: a node leaving the control plane takes both components and its etcd member
 /// with it; with another member off, the guard keeps everything on it.
 #[test]
 fn a_node_leaves_the_control_plane_only_with_a_quorum_to_spare() {
-    let named = |name: &str| {
-        let n = scenarios::all()
-            .into_iter()
-            .find(|n| n.name == name)
-            .expect("a named scenario");
-        (n.scenario)()
-    };
     // (scenario, how both hooks end, the members left)
     let expected = [
         ("a-node-leaves-the-control-plane", "remove", 2),
@@ -229,13 +231,6 @@ fn a_node_leaves_the_control_plane_only_with_a_quorum_to_spare() {
 /// founds a cluster only when the member list does not answer.
 #[test]
 fn a_re_imaged_node_rejoins_as_a_learner() {
-    let named = |name: &str| {
-        let n = scenarios::all()
-            .into_iter()
-            .find(|n| n.name == name)
-            .expect("a named scenario");
-        (n.scenario)()
-    };
     for seed in SEEDS {
         for name in ["a-node-is-re-imaged", "the-bootstrap-node-is-re-imaged"] {
             let report = World::run(&named(name), seed);
