@@ -106,10 +106,10 @@ enum Stage {
     Listing,
     Adding,
     Promoting { id: u64 },
-    Probing { stale: u64, members: Vec<Member> },
+    Probing { stale: u64 },
     Removing { stale: u64 },
     Storing(Box<JoinEnd>),
-    Asking(Box<JoinEnd>),
+    Asking { end: Box<JoinEnd>, id: u64 },
     Over,
 }
 
@@ -125,18 +125,14 @@ pub struct JoinStep {
 impl JoinStep {
     pub fn new(mut start: JoinStart) -> (JoinStep, Action) {
         start.record = start.record.filter(|r| r.phase != Phase::Removed);
-        let data_lost = start
-            .record
-            .as_ref()
-            .is_some_and(|r| r.phase == Phase::Voter && r.member_id.is_some() && !start.data_dir_has_member);
-        let voter = start.record.as_ref().is_some_and(|r| r.phase == Phase::Voter);
+        let local = membership::stays_local(start.record.as_ref(), start.data_dir_has_member);
         let join = JoinStep {
             start,
             stage: Stage::Listing,
             observed: Observed::Unreachable("not asked: recorded as a voter".into()),
             decision: Join::Keep,
         };
-        if voter && !data_lost {
+        if local {
             join.decide()
         } else {
             (join, Action::ListMembers)
@@ -176,9 +172,7 @@ impl JoinStep {
                 let record = self.start.record.clone();
                 self.finish(record, format!("learner {id:x} not promoted yet: {e}"), true)
             }
-            (Stage::Probing { stale, members }, Observation::Healthy(healthy)) => {
-                self.probed(stale, &members, &healthy)
-            }
+            (Stage::Probing { stale }, Observation::Healthy(healthy)) => self.probed(stale, &healthy),
             (Stage::Removing { stale }, Observation::Removed) => {
                 let prior = self.start.record.clone();
                 let r = Record {
@@ -207,10 +201,8 @@ impl JoinStep {
                 (self, Action::Store(r))
             }
             (Stage::Storing(end), Observation::Stored) => self.ask_progress(*end),
-            (Stage::Asking(mut end), Observation::Progress(progress)) => {
-                if let Some((_, p)) = &mut end.learner {
-                    *p = progress;
-                }
+            (Stage::Asking { mut end, id }, Observation::Progress(progress)) => {
+                end.learner = Some((id, progress));
                 (self, Action::Done(*end))
             }
             (stage, observation) => panic!("join step: {observation:?} does not answer {stage:?}"),
@@ -281,11 +273,8 @@ impl JoinStep {
                 self.store(r, format!("recorded existing member {id:x}"), learner)
             }
             Join::Rejoin { stale } => {
+                self.stage = Stage::Probing { stale };
                 let members = self.members().to_vec();
-                self.stage = Stage::Probing {
-                    stale,
-                    members: members.clone(),
-                };
                 (self, Action::ProbeHealth { members })
             }
             Join::RecordVoter { id } => {
@@ -303,7 +292,7 @@ impl JoinStep {
     }
 
     /// `Join::Rejoin`, once the members' health is known.
-    fn probed(mut self, stale: u64, members: &[Member], healthy: &BTreeSet<u64>) -> (JoinStep, Action) {
+    fn probed(mut self, stale: u64, healthy: &BTreeSet<u64>) -> (JoinStep, Action) {
         let record = self.start.record.clone();
         if healthy.contains(&stale) {
             let why = format!(
@@ -311,10 +300,9 @@ impl JoinStep {
             );
             return self.finish(record, format!("waiting: {why}"), true);
         }
-        let observed = Observed::Members(members.to_vec());
         match membership::decide_leave(&LeaveFacts {
             me: &self.start.me,
-            observed: &observed,
+            observed: &self.observed,
             healthy,
         }) {
             Leave::Remove { id } if id == stale => {
@@ -406,8 +394,7 @@ impl JoinStep {
             }
             Observed::Members(members) => {
                 let members = members.clone();
-                end.learner = Some((id, Err("not asked".into())));
-                self.stage = Stage::Asking(Box::new(end));
+                self.stage = Stage::Asking { end: Box::new(end), id };
                 (self, Action::AskProgress { id, members })
             }
         }

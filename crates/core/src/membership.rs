@@ -193,11 +193,7 @@ pub fn decide_join(f: &JoinFacts) -> Join {
             r.name, r.peer_url, f.me.name, f.me.peer_url
         ));
     }
-    // A voter stays a voter: upgrades, restarts and reboots change nothing. Only a recorded
-    // member whose data is gone (a bootstrap record has no ID until etcd has run) asks further.
-    if f.record
-        .is_some_and(|r| r.phase == Phase::Voter && !data_lost(r, f.data_dir_has_member))
-    {
+    if stays_local(f.record, f.data_dir_has_member) {
         return Join::Keep;
     }
     let members = match f.observed {
@@ -257,6 +253,13 @@ pub fn decide_join(f: &JoinFacts) -> Join {
 /// of an initial cluster are named from `--initial-cluster` before they ever start.)
 fn has_run(m: &Member) -> bool {
     !m.client_urls.is_empty()
+}
+
+/// A recorded voter whose data is here needs nothing of the cluster: upgrades, restarts and
+/// reboots change nothing, and the join step does not even list the members. Only a recorded
+/// member whose data is gone (a bootstrap record has no ID until etcd has run) asks further.
+pub fn stays_local(record: Option<&Record>, data_dir_has_member: bool) -> bool {
+    record.is_some_and(|r| r.phase == Phase::Voter && !data_lost(r, data_dir_has_member))
 }
 
 /// A recorded voter with a member ID (it has run) whose data dir holds no member.

@@ -86,7 +86,7 @@ const COPY_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// verified), did not answer 2xx within [`COPY_PROBE_TIMEOUT`]: a Ready posted before a power
 /// loss stays in the API for the node lifecycle controller's grace. A lookup that fails counts
 /// the node out.
-async fn static_pods_ready(
+async fn other_copies(
     client: &kube::Client,
     static_pod: &StaticPodName,
     this: &ThisPod,
@@ -192,7 +192,7 @@ async fn gather(
         (Lookup::Found(daemonsets), Lookup::Found(pods)) => {
             let pods: Vec<AnchorPod> = pods.iter().map(decommission::anchor_pod).collect();
             let (static_pods_ready, silent_copies) = match static_pod {
-                Some(static_pod) => static_pods_ready(client, static_pod, this, &pods, until).await,
+                Some(static_pod) => other_copies(client, static_pod, this, &pods, until).await,
                 None => Default::default(),
             };
             Lookup::Found(Anchors {

@@ -1087,7 +1087,7 @@ impl World {
                 },
                 join_steps::Action::Promote { id } => join_steps::Observation::Promoted(self.promote(id)),
                 join_steps::Action::RemoveStale { id } => {
-                    let Some(m) = (0..self.nodes.len()).find(|&m| self.nodes[m].member_id == id) else {
+                    let Some(m) = self.node_of_member(id) else {
                         return (false, true);
                     };
                     match self.remove_member(m) {
@@ -1103,6 +1103,11 @@ impl World {
             };
             (join, action) = join.step(observation, format!("{}s", self.now));
         }
+    }
+
+    /// The node whose member has (or last had) ID `id`.
+    fn node_of_member(&self, id: u64) -> Option<usize> {
+        (0..self.nodes.len()).find(|&m| self.nodes[m].member_id == id)
     }
 
     /// Node `n`'s member as its config renders it.
@@ -1159,7 +1164,7 @@ impl World {
     /// `member promote`: refused until the learner has caught up.
     fn promote(&mut self, id: u64) -> Result<(), String> {
         self.list_members()?;
-        let Some(m) = (0..self.nodes.len()).find(|&m| self.nodes[m].member_id == id) else {
+        let Some(m) = self.node_of_member(id) else {
             return Err("etcdserver: member not found".into());
         };
         match self.nodes[m].listed {
@@ -1180,9 +1185,8 @@ impl World {
     fn progress(&self, id: u64) -> Result<LearnerProgress, String> {
         self.list_members()?;
         let caught_up = self
-            .nodes
-            .iter()
-            .any(|m| m.member_id == id && matches!(m.listed, Listed::Learner { running_since: Some(_) }));
+            .node_of_member(id)
+            .is_some_and(|m| matches!(self.nodes[m].listed, Listed::Learner { running_since: Some(_) }));
         Ok(LearnerProgress {
             leader_index: 100,
             matched: Some(if caught_up { 100 } else { 0 }),
