@@ -13,6 +13,7 @@ use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use sha2::{Digest, Sha256};
 use tempfile::{NamedTempFile, TempPath};
@@ -149,7 +150,18 @@ pub struct HostFs {
     root: PathBuf,
     roots: AllowedRoots,
     dir_mode: u32,
+    /// Directories below the root found plain (every component a directory, none a symlink),
+    /// with the device and inode each had then. One `lstat` of the whole path shows that it is
+    /// still that directory, instead of one per component at every resolution (a sync resolves
+    /// each managed path several times).
+    plain_dirs: Arc<Mutex<BTreeMap<PathBuf, DirId>>>,
 }
+
+/// A directory's device and inode.
+type DirId = (u64, u64);
+
+/// At most this many directories are remembered as plain (a component has a handful).
+const MAX_PLAIN_DIRS: usize = 256;
 
 impl HostFs {
     /// `host_root` must exist; every host path is resolved below it.
@@ -162,6 +174,7 @@ impl HostFs {
             root,
             roots,
             dir_mode: 0o755,
+            plain_dirs: Arc::default(),
         })
     }
 
@@ -196,8 +209,10 @@ impl HostFs {
         // The common case, no symlink between the host root and the file: nothing can lead
         // elsewhere, and one `lstat` per directory below the root proves it (a full
         // `canonicalize` reads every link from `/`, twice per path).
-        let below = parent.strip_prefix(&self.root).expect("joined to the root");
-        if let Some(resolved) = plain_below(&self.root, below).map_err(io_err(path, "resolve parent directory"))? {
+        if let Some(resolved) = self
+            .plain_parent(parent)
+            .map_err(io_err(path, "resolve parent directory"))?
+        {
             return Ok(resolved.join(file_name));
         }
         let resolved = canonicalize_existing_prefix(parent).map_err(io_err(path, "resolve parent directory"))?;
@@ -211,6 +226,35 @@ impl HostFs {
             });
         }
         Ok(resolved.join(file_name))
+    }
+
+    /// `parent` (the root joined with a relative path) when no existing component below the
+    /// root is a symlink or anything but a directory, as [`plain_below`] finds; a directory found
+    /// so before is taken when one `lstat` of its whole path gives the same device and inode
+    /// (that is, the very directory that was checked).
+    fn plain_parent(&self, parent: &Path) -> io::Result<Option<PathBuf>> {
+        let known = self.plain_dirs.lock().ok().and_then(|dirs| dirs.get(parent).copied());
+        if let Some(id) = known {
+            match fs::symlink_metadata(parent) {
+                Ok(m) if m.is_dir() && (m.dev(), m.ino()) == id => return Ok(Some(parent.to_path_buf())),
+                _ => {
+                    if let Ok(mut dirs) = self.plain_dirs.lock() {
+                        dirs.remove(parent);
+                    }
+                }
+            }
+        }
+        let below = parent.strip_prefix(&self.root).expect("joined to the root");
+        let walked = plain_below(&self.root, below)?;
+        if let Some((resolved, Some(id))) = &walked
+            && let Ok(mut dirs) = self.plain_dirs.lock()
+        {
+            if dirs.len() >= MAX_PLAIN_DIRS {
+                dirs.clear();
+            }
+            dirs.insert(resolved.clone(), *id);
+        }
+        Ok(walked.map(|(resolved, _)| resolved))
     }
 
     pub fn observe(&self, path: &HostPath) -> Result<Observed, HostFsError> {
@@ -689,11 +733,14 @@ impl HostFs {
 
 /// At most this many fsyncs run at once.
 const MAX_CONCURRENT_FSYNCS: usize = 16;
+/// Up to this many files are fsynced one after the other: a daemon's change (its intent
+/// record, a file, the manifest) costs no thread start, whose cost is that of an fsync.
+const SEQUENTIAL_FSYNCS: usize = 4;
 
-/// fsyncs `files`, concurrently when there are several (scoped threads with small stacks; the
-/// calling thread takes one share itself).
+/// fsyncs `files`: one after the other when there are few, else concurrently (scoped threads
+/// with small stacks; the calling thread takes one share itself).
 fn sync_all_concurrently(files: &[(&HostPath, &File)]) -> Result<(), HostFsError> {
-    if files.len() <= 1 {
+    if files.len() <= SEQUENTIAL_FSYNCS {
         return files
             .iter()
             .try_for_each(|(path, f)| f.sync_all().map_err(io_err(path, "fsync")));
@@ -911,27 +958,29 @@ fn sync_dirs(dirs: &mut Vec<(HostPath, PathBuf)>) -> Result<(), HostFsError> {
 }
 
 /// `root` (canonical) joined with `rel` when no existing component of `rel` is a symlink or
-/// anything but a directory, the missing tail appended as [`canonicalize_existing_prefix`] does;
-/// `None` otherwise (that path then decides).
-fn plain_below(root: &Path, rel: &Path) -> io::Result<Option<PathBuf>> {
+/// anything but a directory, the missing tail appended as [`canonicalize_existing_prefix`] does,
+/// with the device and inode of the last component when every one exists; `None` otherwise
+/// (that path then decides).
+fn plain_below(root: &Path, rel: &Path) -> io::Result<Option<(PathBuf, Option<DirId>)>> {
     let mut out = root.to_path_buf();
     let mut components = rel.components();
+    let mut id = None;
     while let Some(component) = components.next() {
         let std::path::Component::Normal(name) = component else {
             return Ok(None);
         };
         out.push(name);
         match fs::symlink_metadata(&out) {
-            Ok(m) if m.is_dir() => {}
+            Ok(m) if m.is_dir() => id = Some((m.dev(), m.ino())),
             Ok(_) => return Ok(None),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 out.extend(components);
-                return Ok(Some(out));
+                return Ok(Some((out, None)));
             }
             Err(e) => return Err(e),
         }
     }
-    Ok(Some(out))
+    Ok(Some((out, id)))
 }
 
 /// `canonicalize` for a path whose tail may not exist yet: the deepest existing ancestor is
@@ -1066,6 +1115,39 @@ mod tests {
             fs::read_dir(outside.path()).unwrap().next().is_none(),
             "nothing written outside"
         );
+    }
+
+    /// A directory checked once is taken again only while its path still leads to that very
+    /// directory: swapped for a symlink leading outside, at its own place or above it, after
+    /// a write through it, it is refused as on the first look.
+    #[test]
+    fn a_directory_found_plain_once_and_swapped_for_a_symlink_is_refused() {
+        for swapped in ["/etc/kubernetes/pki", "/etc/kubernetes"] {
+            let n = node();
+            let outside = tempfile::tempdir().unwrap();
+            fs::create_dir_all(outside.path().join("pki")).unwrap();
+            // The first write creates the directories, the second finds them plain.
+            for content in ["K0", "K1"] {
+                n.fs.execute(&[write_op("/etc/kubernetes/pki/key", content, 0o600, Role::Credential)])
+                    .unwrap();
+            }
+            fs::rename(n.real(swapped), n.dir.path().join("moved")).unwrap();
+            let target = if swapped.ends_with("pki") {
+                outside.path().join("pki")
+            } else {
+                outside.path().to_path_buf()
+            };
+            symlink(&target, n.real(swapped)).unwrap();
+            let err =
+                n.fs.execute(&[write_op("/etc/kubernetes/pki/key", "K2", 0o600, Role::Credential)])
+                    .unwrap_err()
+                    .0;
+            assert!(matches!(err, HostFsError::Escape { .. }), "{swapped}: {err}");
+            assert!(
+                fs::read_dir(outside.path().join("pki")).unwrap().next().is_none(),
+                "{swapped}: nothing written outside"
+            );
+        }
     }
 
     #[test]
