@@ -305,12 +305,18 @@ impl Daemon {
                         release_code_at = None;
                         let bytes = kube_anchor_host::memory::release_code_pages();
                         tracing::debug!(bytes, "idle: code released from the resident set");
+                        continue;
                     }
                     _ = draining.changed() => {
                         self.shared.update(|s| s.draining = true);
                         tracing::info!(component = %self.component, "drained; exiting (files stay on the node)");
                         return;
                     }
+                }
+                // Idle and released once: the periodic evaluation or status report just done
+                // gives back the code it mapped, so the resident set stays small between them.
+                if release_code_at.is_none() && !self.machine.busy() {
+                    kube_anchor_host::memory::release_code_pages();
                 }
             }
         }
