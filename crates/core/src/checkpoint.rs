@@ -112,8 +112,9 @@ pub struct Generation {
     pub host_network: bool,
 }
 
+/// One pod's checkpoints on this node and the hand-off under way, as the checkpointer keeps them.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct State {
+pub struct Checkpoints {
     /// Oldest first; the last one is the newest.
     pub generations: Vec<Generation>,
     /// A hostNetwork hand-off in progress: when the checkpoint was deactivated.
@@ -139,7 +140,7 @@ pub enum Action {
 /// The state after `action`, which [`decide`] assumed done, failed: the belief it changed is
 /// taken back (from `before`, the state the decision started from), so the next step asks for
 /// the same action again.
-pub fn undo(mut next: State, action: &Action, before: &State) -> State {
+pub fn undo(mut next: Checkpoints, action: &Action, before: &Checkpoints) -> Checkpoints {
     match action {
         Action::Checkpoint { name, .. } => next.generations.retain(|g| &g.name != name),
         Action::Activate { name } => next
@@ -157,7 +158,7 @@ pub fn undo(mut next: State, action: &Action, before: &State) -> State {
     next
 }
 
-pub fn decide(state: &State, obs: &Observation, cfg: &Config) -> (State, Vec<Action>) {
+pub fn decide(state: &Checkpoints, obs: &Observation, cfg: &Config) -> (Checkpoints, Vec<Action>) {
     let mut s = state.clone();
     let mut actions = Vec::new();
     let now = obs.now;
@@ -276,7 +277,7 @@ pub fn decide(state: &State, obs: &Observation, cfg: &Config) -> (State, Vec<Act
 
 /// A hand-off whose replacement did not become Ready in time: bring the checkpoint back and
 /// retry later. True when it ran out now.
-fn handoff_expired(s: &mut State, now: Duration, cfg: &Config, newest: usize, actions: &mut Vec<Action>) -> bool {
+fn handoff_expired(s: &mut Checkpoints, now: Duration, cfg: &Config, newest: usize, actions: &mut Vec<Action>) -> bool {
     let Some(started) = s.handoff_started else {
         return false;
     };
@@ -297,7 +298,7 @@ fn handoff_expired(s: &mut State, now: Duration, cfg: &Config, newest: usize, ac
 /// The checkpointer leaves the node: nothing will manage a checkpoint after it. Inactive ones go
 /// at once (with their secrets); an active one only when a replacement runs Ready here or the
 /// owner no longer wants the node (else it would take the component down); its own last.
-fn decommission(mut s: State, obs: &Observation, replacement_ready: bool) -> (State, Vec<Action>) {
+fn decommission(mut s: Checkpoints, obs: &Observation, replacement_ready: bool) -> (Checkpoints, Vec<Action>) {
     let mut actions = Vec::new();
     if obs.is_self {
         if !obs.others_left {
@@ -335,7 +336,7 @@ fn decommission(mut s: State, obs: &Observation, replacement_ready: bool) -> (St
     (s, actions)
 }
 
-fn activate(s: &mut State, index: usize, actions: &mut Vec<Action>) {
+fn activate(s: &mut Checkpoints, index: usize, actions: &mut Vec<Action>) {
     // Only one copy of the owner may be active: the newest.
     for (i, g) in s.generations.iter_mut().enumerate() {
         if i != index && g.active {
@@ -416,7 +417,7 @@ mod tests {
     /// A failed action takes back exactly the belief it changed, so the next step asks again.
     #[test]
     fn undo_takes_back_what_a_failed_action_changed() {
-        let before = State {
+        let before = Checkpoints {
             unwanted_since: Some(Duration::from_secs(3)),
             ..with(vec![generation("a", true, false)])
         };
@@ -453,8 +454,8 @@ mod tests {
         }
     }
 
-    fn with(gens: Vec<Generation>) -> State {
-        State {
+    fn with(gens: Vec<Generation>) -> Checkpoints {
+        Checkpoints {
             generations: gens,
             ..Default::default()
         }
@@ -462,7 +463,7 @@ mod tests {
 
     #[test]
     fn checkpoints_only_after_the_ready_window() {
-        let s = State::default();
+        let s = Checkpoints::default();
         let (s1, a) = decide(
             &s,
             &obs(
@@ -630,7 +631,7 @@ mod tests {
             }
         }
         // A hand-off that runs out while the kubelet cannot be asked comes back.
-        let s = State {
+        let s = Checkpoints {
             handoff_started: Some(secs(0)),
             ..with(vec![generation("a", false, true)])
         };
@@ -776,7 +777,7 @@ mod tests {
         );
         assert_eq!(a, [Action::Retire { name: "pod-b".into() }]);
         // A checkpoint that stepped aside for a hand-off is the running copy: kept and back.
-        let s = State {
+        let s = Checkpoints {
             handoff_started: Some(secs(0)),
             ..with(vec![generation("a", false, true)])
         };
@@ -832,7 +833,7 @@ mod exhaustive {
                                             host_network,
                                         })
                                         .collect();
-                                    let state = State {
+                                    let state = Checkpoints {
                                         generations,
                                         handoff_started: handoff,
                                         handoff_attempts: 0,
@@ -904,7 +905,14 @@ mod exhaustive {
         out
     }
 
-    fn check(cfg: &Config, now: Duration, state: &State, obs: &Observation, replacement: u8, proven_parent: bool) {
+    fn check(
+        cfg: &Config,
+        now: Duration,
+        state: &Checkpoints,
+        obs: &Observation,
+        replacement: u8,
+        proven_parent: bool,
+    ) {
         let (next, actions) = decide(state, obs, cfg);
         let context = format!("{state:?} / {obs:?} -> {actions:?}");
         let api = obs.api_reachable;
@@ -1025,7 +1033,7 @@ mod properties {
         #[test]
         fn guarded_invariants(steps in proptest::collection::vec(step(), 1..60)) {
             let cfg = Config { ready_window: Duration::from_secs(30), stable_window: Duration::from_secs(120), handoff_timeout: Duration::from_secs(60), retire_grace: Duration::from_secs(300), max_backoff: Duration::from_secs(600) };
-            let mut state = State::default();
+            let mut state = Checkpoints::default();
             let mut now = 0u64;
             let mut ready_since: std::collections::BTreeMap<String, u64> = Default::default();
             let mut seen = false;

@@ -488,7 +488,7 @@ pub struct Renewed {
 }
 
 /// A credential of the version next to what the node holds at its path.
-pub struct Held<'a> {
+pub struct OnNode<'a> {
     pub path: &'a HostPath,
     pub wanted: &'a [u8],
     pub on_node: Option<&'a [u8]>,
@@ -501,7 +501,7 @@ pub struct Held<'a> {
 /// that belongs to the renewed certificate (kubeadm renews with a new key). A key file
 /// (`x.key`) is kept with its renewed `x.crt` when it holds the renewed certificate's key, and
 /// a renewed `x.crt` with a new key only when `x.key` holds that key.
-pub fn renewed_on_node(files: &[Held<'_>], now: i64) -> Vec<Renewed> {
+pub fn renewed_on_node(files: &[OnNode<'_>], now: i64) -> Vec<Renewed> {
     let cas: Vec<Vec<u8>> = files
         .iter()
         .flat_map(|f| certificates_in(f.path, f.wanted))
@@ -1151,10 +1151,10 @@ mod tests {
     /// `renewed_on_node` over the apiserver's files: the version holds `wanted`, the node `held`.
     fn kept(wanted: &[(&'static str, String)], held: &[(&'static str, String)]) -> Vec<String> {
         let paths: Vec<HostPath> = wanted.iter().map(|(p, _)| hp(p)).collect();
-        let files: Vec<Held> = paths
+        let files: Vec<OnNode> = paths
             .iter()
             .zip(wanted)
-            .map(|(path, (p, content))| Held {
+            .map(|(path, (p, content))| OnNode {
                 path,
                 wanted: content.as_bytes(),
                 on_node: held.iter().find(|(q, _)| q == p).map(|(_, c)| c.as_bytes()),
@@ -1186,12 +1186,12 @@ mod tests {
         let renewed = kept(&wanted, &new_key);
         let detail = renewed_on_node(
             &[
-                Held {
+                OnNode {
                     path: &hp(CRT),
                     wanted: wanted[1].1.as_bytes(),
                     on_node: Some(new_key[1].1.as_bytes()),
                 },
-                Held {
+                OnNode {
                     path: &hp(KEY),
                     wanted: wanted[2].1.as_bytes(),
                     on_node: Some(new_key[2].1.as_bytes()),

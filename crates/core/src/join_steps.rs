@@ -19,7 +19,7 @@
 use std::collections::BTreeSet;
 
 use crate::membership::{
-    self, Join, JoinFacts, LearnerProgress, Leave, LeaveFacts, Me, Member, Observed, Outcome, Phase, Record,
+    self, Attempt, Join, JoinFacts, LearnerProgress, Leave, LeaveFacts, Me, Member, MemberList, Phase, Record,
 };
 
 /// What the step starts from, read from the node.
@@ -118,7 +118,7 @@ enum Stage {
 pub struct JoinStep {
     start: JoinStart,
     stage: Stage,
-    observed: Observed,
+    observed: MemberList,
     decision: Join,
 }
 
@@ -129,7 +129,7 @@ impl JoinStep {
         let join = JoinStep {
             start,
             stage: Stage::Listing,
-            observed: Observed::Unreachable("not asked: recorded as a voter".into()),
+            observed: MemberList::Unreachable("not asked: recorded as a voter".into()),
             decision: Join::Keep,
         };
         if local {
@@ -145,8 +145,8 @@ impl JoinStep {
         match (stage, observation) {
             (Stage::Listing, Observation::Members(list)) => {
                 self.observed = match list {
-                    Ok(members) => Observed::Members(members),
-                    Err(why) => Observed::Unreachable(why),
+                    Ok(members) => MemberList::Members(members),
+                    Err(why) => MemberList::Unreachable(why),
                 };
                 self.decide()
             }
@@ -326,13 +326,13 @@ impl JoinStep {
 
     fn members(&self) -> &[Member] {
         match &self.observed {
-            Observed::Members(m) => m,
-            Observed::Unreachable(_) => &[],
+            MemberList::Members(m) => m,
+            MemberList::Unreachable(_) => &[],
         }
     }
 
-    fn outcome(&self, action: &str, result: String) -> Option<Outcome> {
-        Some(Outcome {
+    fn outcome(&self, action: &str, result: String) -> Option<Attempt> {
+        Some(Attempt {
             at: self.start.at.clone(),
             action: action.into(),
             result,
@@ -388,11 +388,11 @@ impl JoinStep {
             return (self, Action::Done(end));
         };
         match &self.observed {
-            Observed::Unreachable(why) => {
+            MemberList::Unreachable(why) => {
                 end.learner = Some((id, Err(format!("etcd unreachable: {why}"))));
                 (self, Action::Done(end))
             }
-            Observed::Members(members) => {
+            MemberList::Members(members) => {
                 let members = members.clone();
                 self.stage = Stage::Asking { end: Box::new(end), id };
                 (self, Action::AskProgress { id, members })

@@ -514,7 +514,7 @@ impl Anchor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rollout::Turn as LeaseTurn;
+    use crate::rollout::LeaseAnswer;
     use crate::trial::MirrorPod;
 
     const PERIOD: Duration = Duration::from_secs(300);
@@ -591,7 +591,7 @@ mod tests {
         }
     }
 
-    fn asked(turn: LeaseTurn, t0: Instant) -> Input<'static> {
+    fn asked(turn: LeaseAnswer, t0: Instant) -> Input<'static> {
         Input::Asked {
             answer: Answer::Lease {
                 lease: "kube-anchor-kube-apiserver".into(),
@@ -640,7 +640,7 @@ mod tests {
             !effects.iter().any(|e| matches!(e, Effect::Write { .. })),
             "nothing written before the turn"
         );
-        let held = LeaseTurn::Held {
+        let held = LeaseAnswer::Held {
             by: "cp-2".into(),
             renewed: None,
         };
@@ -649,7 +649,7 @@ mod tests {
             "held by another node"
         );
         assert_eq!(a.waiting(), Some("B"));
-        assert_eq!(a.step(asked(LeaseTurn::Take, t0)).last(), Some(&Effect::Resync));
+        assert_eq!(a.step(asked(LeaseAnswer::Take, t0)).last(), Some(&Effect::Resync));
         let effects = synced(&mut a, "B", &on_node, 1);
         assert_eq!(effects[0], Effect::Write { version: "B".into() });
         a.step(evaluate(running("B", 0), 2));
@@ -677,7 +677,7 @@ mod tests {
         let mut a = anchor();
         let on_node = ledger(Some("A"), Some("A"));
         synced(&mut a, "B", &on_node, 0);
-        a.step(asked(LeaseTurn::Take, t0));
+        a.step(asked(LeaseAnswer::Take, t0));
         synced(&mut a, "B", &on_node, 1);
         a.step(evaluate(running("B", 0), 2));
         let effects = a.step(evaluate(running("B", 4), 40));

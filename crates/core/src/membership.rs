@@ -28,7 +28,7 @@ pub struct Me {
 
 /// The member list, or why none could be had (never evidence of anything).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Observed {
+pub enum MemberList {
     Members(Vec<Member>),
     Unreachable(String),
 }
@@ -57,7 +57,7 @@ impl Phase {
 /// An action and its outcome, for `status` and metrics.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Outcome {
+pub struct Attempt {
     pub at: String,
     pub action: String,
     pub result: String,
@@ -79,9 +79,9 @@ pub struct Record {
     pub initial_cluster: String,
     pub initial_cluster_state: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_join: Option<Outcome>,
+    pub last_join: Option<Attempt>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_leave: Option<Outcome>,
+    pub last_leave: Option<Attempt>,
     /// A leave asked for and not done yet (see [`LeaveIntent`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leave_pending: Option<LeaveIntent>,
@@ -125,7 +125,7 @@ impl Record {
 #[derive(Debug, Clone)]
 pub struct JoinFacts<'a> {
     pub me: &'a Me,
-    pub observed: &'a Observed,
+    pub observed: &'a MemberList,
     /// The data dir holds `member/` (etcd has run here, or a copy of a member is here).
     pub data_dir_has_member: bool,
     pub record: Option<&'a Record>,
@@ -197,8 +197,8 @@ pub fn decide_join(f: &JoinFacts) -> Join {
         return Join::Keep;
     }
     let members = match f.observed {
-        Observed::Members(m) => m,
-        Observed::Unreachable(why) => {
+        MemberList::Members(m) => m,
+        MemberList::Unreachable(why) => {
             return match (f.record, f.data_dir_has_member, f.may_bootstrap) {
                 // A learner being joined: the manifest from the record keeps etcd running.
                 (Some(_), _, _) => Join::Wait(format!("etcd unreachable ({why}); the join resumes when it answers")),
@@ -291,7 +291,7 @@ pub fn initial_cluster(me: &Me, members: &[Member]) -> String {
 #[derive(Debug, Clone)]
 pub struct LeaveFacts<'a> {
     pub me: &'a Me,
-    pub observed: &'a Observed,
+    pub observed: &'a MemberList,
     /// IDs of the members that answered a health check (status with a leader).
     pub healthy: &'a BTreeSet<u64>,
 }
@@ -354,8 +354,8 @@ impl std::fmt::Display for Refusal {
 /// (n-1)/2+1. Never the last member. A learner does not vote and can always go.
 pub fn decide_leave(f: &LeaveFacts) -> Leave {
     let members = match f.observed {
-        Observed::Members(m) => m,
-        Observed::Unreachable(why) => return Leave::Refuse(Refusal::Unreachable(why.clone())),
+        MemberList::Members(m) => m,
+        MemberList::Unreachable(why) => return Leave::Refuse(Refusal::Unreachable(why.clone())),
     };
     let mine = match find_me(f.me, members) {
         Ok(Some(m)) => m,
@@ -567,7 +567,7 @@ mod tests {
         }
     }
 
-    fn join(observed: Observed, data: bool, rec: Option<Phase>, boot: bool) -> Join {
+    fn join(observed: MemberList, data: bool, rec: Option<Phase>, boot: bool) -> Join {
         let me = me();
         let r = rec.map(record);
         decide_join(&JoinFacts {
@@ -579,14 +579,14 @@ mod tests {
         })
     }
 
-    fn with(extra: Member) -> Observed {
+    fn with(extra: Member) -> MemberList {
         let mut m = three();
         m.push(extra);
-        Observed::Members(m)
+        MemberList::Members(m)
     }
 
-    fn down() -> Observed {
-        Observed::Unreachable("connection refused".into())
+    fn down() -> MemberList {
+        MemberList::Unreachable("connection refused".into())
     }
 
     fn is_wait(j: &Join) -> bool {
@@ -596,7 +596,7 @@ mod tests {
     #[test]
     fn join_table() {
         use Phase::*;
-        let not_member = Observed::Members(three());
+        let not_member = MemberList::Members(three());
         let learner = with(member(4, "", 4, true));
         let running = |mut m: Member| {
             m.client_urls = vec!["https://10.0.0.4:2379".into()];
@@ -608,7 +608,7 @@ mod tests {
         // A member of the initial cluster is named from the configuration before it starts.
         let named_unstarted_voter = with(member(4, "n4", 4, false));
         // (what, observed, data dir has member, record, may bootstrap) → decision
-        type Case = (&'static str, Observed, bool, Option<Phase>, bool, Join);
+        type Case = (&'static str, MemberList, bool, Option<Phase>, bool, Join);
         let cases: Vec<Case> = vec![
             (
                 "removed earlier, data dir gone, cluster up",
@@ -784,7 +784,7 @@ mod tests {
         for (what, observed, data, rec, boot, want) in cases {
             assert_eq!(join(observed, data, rec, boot), want, "{what}");
         }
-        let waits: Vec<(&str, Observed, bool, Option<Phase>, bool)> = vec![
+        let waits: Vec<(&str, MemberList, bool, Option<Phase>, bool)> = vec![
             ("cluster down, may not bootstrap", down(), false, None, false),
             ("cluster down, data, may not bootstrap", down(), true, None, false),
             ("recorded learner, cluster down", down(), true, Some(Learner), false),
@@ -873,7 +873,7 @@ mod tests {
         let r = record(Phase::Voter);
         let j = decide_join(&JoinFacts {
             me: &me,
-            observed: &Observed::Members(three()),
+            observed: &MemberList::Members(three()),
             data_dir_has_member: true,
             record: Some(&r),
             may_bootstrap: false,
@@ -886,7 +886,7 @@ mod tests {
         let healthy: BTreeSet<u64> = healthy.iter().copied().collect();
         decide_leave(&LeaveFacts {
             me: &me,
-            observed: &Observed::Members(members),
+            observed: &MemberList::Members(members),
             healthy: &healthy,
         })
     }

@@ -39,7 +39,7 @@ pub struct LeaseView {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Turn {
+pub enum LeaseAnswer {
     /// Take (or keep) the Lease and go on.
     Take,
     /// Another node is upgrading this component; wait. `renewed`: when it last said so.
@@ -56,19 +56,19 @@ pub enum Turn {
 /// its own API path, an etcd member partitioned away), and taking its turn would put the next
 /// node on that version too. Only a release or the holder's Node gone frees it; an operator can
 /// also delete the Lease.
-pub fn decide(lease: Option<&LeaseView>, me: &str, revision: Option<&str>, holder_node_gone: bool) -> Turn {
-    let Some(lease) = lease else { return Turn::Take };
+pub fn decide(lease: Option<&LeaseView>, me: &str, revision: Option<&str>, holder_node_gone: bool) -> LeaseAnswer {
+    let Some(lease) = lease else { return LeaseAnswer::Take };
     if let (Some((failed, node)), Some(revision)) = (&lease.failed, revision)
         && failed == revision
         && node != me
     {
-        return Turn::FailedElsewhere { node: node.clone() };
+        return LeaseAnswer::FailedElsewhere { node: node.clone() };
     }
     match &lease.holder {
-        None => Turn::Take,
-        Some(h) if h.is_empty() || h == me => Turn::Take,
-        Some(_) if holder_node_gone => Turn::Take,
-        Some(h) => Turn::Held {
+        None => LeaseAnswer::Take,
+        Some(h) if h.is_empty() || h == me => LeaseAnswer::Take,
+        Some(_) if holder_node_gone => LeaseAnswer::Take,
+        Some(h) => LeaseAnswer::Held {
             by: h.clone(),
             renewed: lease.renewed,
         },
@@ -102,12 +102,18 @@ mod tests {
 
     #[test]
     fn a_free_or_own_lease_is_taken_and_one_of_another_node_waits() {
-        assert_eq!(decide(None, "cp-1", Some("r2"), false), Turn::Take);
-        assert_eq!(decide(Some(&LeaseView::default()), "cp-1", None, false), Turn::Take);
-        assert_eq!(decide(Some(&held_by("cp-1", 90)), "cp-1", None, false), Turn::Take);
+        assert_eq!(decide(None, "cp-1", Some("r2"), false), LeaseAnswer::Take);
+        assert_eq!(
+            decide(Some(&LeaseView::default()), "cp-1", None, false),
+            LeaseAnswer::Take
+        );
+        assert_eq!(
+            decide(Some(&held_by("cp-1", 90)), "cp-1", None, false),
+            LeaseAnswer::Take
+        );
         assert_eq!(
             decide(Some(&held_by("cp-2", 90)), "cp-1", None, false),
-            Turn::Held {
+            LeaseAnswer::Held {
                 by: "cp-2".into(),
                 renewed: Some(at(90))
             }
@@ -119,7 +125,7 @@ mod tests {
         // Renewed long ago, or never: still held (the holder may be blind, not gone).
         assert!(matches!(
             decide(Some(&held_by("cp-2", 0)), "cp-1", None, false),
-            Turn::Held { .. }
+            LeaseAnswer::Held { .. }
         ));
         let never_renewed = LeaseView {
             holder: Some("cp-2".into()),
@@ -127,9 +133,9 @@ mod tests {
         };
         assert!(matches!(
             decide(Some(&never_renewed), "cp-1", None, false),
-            Turn::Held { .. }
+            LeaseAnswer::Held { .. }
         ));
-        assert_eq!(decide(Some(&held_by("cp-2", 0)), "cp-1", None, true), Turn::Take);
+        assert_eq!(decide(Some(&held_by("cp-2", 0)), "cp-1", None, true), LeaseAnswer::Take);
     }
 
     #[test]
@@ -138,17 +144,17 @@ mod tests {
         lease.failed = Some(("r2".into(), "cp-2".into()));
         assert_eq!(
             decide(Some(&lease), "cp-1", Some("r2"), false),
-            Turn::FailedElsewhere { node: "cp-2".into() }
+            LeaseAnswer::FailedElsewhere { node: "cp-2".into() }
         );
         // Not even once cp-2's Node is gone: the revision is still known bad.
         assert_eq!(
             decide(Some(&lease), "cp-1", Some("r2"), true),
-            Turn::FailedElsewhere { node: "cp-2".into() }
+            LeaseAnswer::FailedElsewhere { node: "cp-2".into() }
         );
-        assert_eq!(decide(Some(&lease), "cp-1", Some("r3"), false), Turn::Take);
+        assert_eq!(decide(Some(&lease), "cp-1", Some("r3"), false), LeaseAnswer::Take);
         // The node that rolled it back may be given the same revision again (retry).
-        assert_eq!(decide(Some(&lease), "cp-2", Some("r2"), false), Turn::Take);
-        assert_eq!(decide(Some(&lease), "cp-1", None, false), Turn::Take);
+        assert_eq!(decide(Some(&lease), "cp-2", Some("r2"), false), LeaseAnswer::Take);
+        assert_eq!(decide(Some(&lease), "cp-1", None, false), LeaseAnswer::Take);
     }
 
     #[test]

@@ -62,7 +62,7 @@ pub enum Answer {
     /// The Lease `lease` answered (or could not be read: the error's text).
     Lease {
         lease: String,
-        turn: Result<rollout::Turn, String>,
+        turn: Result<rollout::LeaseAnswer, String>,
     },
 }
 
@@ -220,7 +220,7 @@ impl Turn {
                         "no API to take the rollout Lease from: keeping the version the node runs".to_owned()
                     }
                     Answer::Lease { lease, turn } => match turn {
-                        Ok(rollout::Turn::Take) => {
+                        Ok(rollout::LeaseAnswer::Take) => {
                             let holding = Holding {
                                 version: w.version.clone(),
                                 renewed: now,
@@ -237,7 +237,7 @@ impl Turn {
                                 }],
                             );
                         }
-                        Ok(rollout::Turn::Held { by, renewed }) => {
+                        Ok(rollout::LeaseAnswer::Held { by, renewed }) => {
                             match renewed.and_then(|r| silent_for(r, wall)) {
                                 None => {
                                     format!("waiting for its turn: {by} is rolling out {component} (Lease {lease})")
@@ -249,7 +249,7 @@ impl Turn {
                                 ),
                             }
                         }
-                        Ok(rollout::Turn::FailedElsewhere { node }) => {
+                        Ok(rollout::LeaseAnswer::FailedElsewhere { node }) => {
                             format!("this input revision was rolled back on {node} (Lease {lease}); not trying it here")
                         }
                         Err(e) => format!("cannot read the rollout Lease {lease}: {e}"),
@@ -384,7 +384,7 @@ mod tests {
             why: format!("version B waits: {why}"),
         };
         let held_by = |renewed: Option<u64>| {
-            Ok(rollout::Turn::Held {
+            Ok(rollout::LeaseAnswer::Held {
                 by: "cp-2".into(),
                 renewed: renewed.map(|ago| wall - Duration::from_secs(ago)),
             })
@@ -520,21 +520,21 @@ mod tests {
             (
                 "taken",
                 turn(Held::Free, waiting("B", "w")),
-                asked(lease(Ok(rollout::Turn::Take))),
+                asked(lease(Ok(rollout::LeaseAnswer::Take))),
                 turn(Held::Held(holding("B", 3)), None),
                 vec![go("B")],
             ),
             (
                 "taken before recovery",
                 turn(Held::Unrecovered(None), waiting("B", "w")),
-                asked(lease(Ok(rollout::Turn::Take))),
+                asked(lease(Ok(rollout::LeaseAnswer::Take))),
                 turn(Held::Unrecovered(Some(holding("B", 3))), None),
                 vec![go("B")],
             ),
             (
                 "taken over the turn for the previous version",
                 turn(Held::Held(holding("A", 0)), waiting("B", "w")),
-                asked(lease(Ok(rollout::Turn::Take))),
+                asked(lease(Ok(rollout::LeaseAnswer::Take))),
                 turn(Held::Held(holding("B", 3)), None),
                 vec![go("B")],
             ),
@@ -576,7 +576,7 @@ mod tests {
             (
                 "rolled back elsewhere",
                 turn(Held::Held(holding("A", 0)), waiting("B", "w")),
-                asked(lease(Ok(rollout::Turn::FailedElsewhere { node: "cp-3".into() }))),
+                asked(lease(Ok(rollout::LeaseAnswer::FailedElsewhere { node: "cp-3".into() }))),
                 turn(
                     Held::Held(holding("A", 0)),
                     waiting("B", &format!("version B waits: {elsewhere}")),

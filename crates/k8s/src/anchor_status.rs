@@ -32,7 +32,7 @@ pub type Seen = Option<Option<NodeStatus>>;
 /// already wrote again only once the API has said something since (an echo that differs, a
 /// deletion), never because a watch is silent.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Observed {
+pub struct LastHeard {
     pub generation: u64,
     pub seen: Seen,
 }
@@ -60,8 +60,8 @@ fn unserved(error: &watcher::Error) -> bool {
 
 /// Watches the object `name`: a deleted or edited object shows at once, so the anchor writes it
 /// again with no periodic request.
-pub fn watch(client: Client, name: &str) -> (watch::Receiver<Observed>, tokio::task::JoinHandle<()>) {
-    let (tx, rx) = watch::channel(Observed::default());
+pub fn watch(client: Client, name: &str) -> (watch::Receiver<LastHeard>, tokio::task::JoinHandle<()>) {
+    let (tx, rx) = watch::channel(LastHeard::default());
     let say = move |seen: Seen| {
         tx.send_modify(|o| {
             o.generation += 1;

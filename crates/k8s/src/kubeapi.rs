@@ -414,15 +414,15 @@ impl RolloutLease {
 
     /// Asks for this node's turn to replace its version by one of input `revision`; takes (or
     /// renews) the Lease when it is free. A write that loses a race counts as held.
-    pub async fn ask(&self, revision: Option<&str>) -> Result<kube_anchor_core::rollout::Turn, kube::Error> {
+    pub async fn ask(&self, revision: Option<&str>) -> Result<kube_anchor_core::rollout::LeaseAnswer, kube::Error> {
         use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
         use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-        use kube_anchor_core::rollout::{Turn, decide};
+        use kube_anchor_core::rollout::{LeaseAnswer, decide};
         let current = self.api.get_opt(&self.name).await?;
         let now = std::time::SystemTime::now();
         let view = current.as_ref().map(lease_view);
         let mut turn = decide(view.as_ref(), &self.node, revision, false);
-        if let Turn::Held { by, renewed } = &turn
+        if let LeaseAnswer::Held { by, renewed } = &turn
             // Only a silent holder (or one that never renewed) may be gone: a renewing one has a Node.
             && renewed.is_none_or(|r| kube_anchor_core::rollout::silent_for(r, now).is_some())
             && self.nodes.get_opt(by).await?.is_none()
@@ -430,7 +430,7 @@ impl RolloutLease {
             tracing::info!(lease = %self.name, holder = %by, "the rollout Lease's holder has no Node any more: taking the turn");
             turn = decide(view.as_ref(), &self.node, revision, true);
         }
-        if turn != Turn::Take {
+        if turn != LeaseAnswer::Take {
             return Ok(turn);
         }
         let stamp = k8s_openapi::jiff::Timestamp::try_from(now).ok().map(MicroTime);
@@ -457,8 +457,8 @@ impl RolloutLease {
             self.api.create(&Default::default(), &lease).await.map(drop)
         };
         match result {
-            Ok(()) => Ok(Turn::Take),
-            Err(kube::Error::Api(e)) if e.code == 409 => Ok(Turn::Held {
+            Ok(()) => Ok(LeaseAnswer::Take),
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(LeaseAnswer::Held {
                 by: "another node (it changed at the same moment)".into(),
                 renewed: None,
             }),

@@ -56,7 +56,7 @@ impl Drop for MirrorWatch {
 
 /// This node's `AnchorStatus` object as the API holds it (`kube_anchor_k8s::anchor_status`).
 struct StatusWatch {
-    rx: watch::Receiver<anchor_status::Observed>,
+    rx: watch::Receiver<anchor_status::LastHeard>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -122,7 +122,7 @@ struct Daemon {
     /// This node's `AnchorStatus` as the API shows it, once there is a client and a node name.
     status_watch: Option<StatusWatch>,
     /// When the `AnchorStatus` was last written, what, and the watch's generation then (see
-    /// `anchor_status::Observed`); and a write held back until [`STATUS_MIN_INTERVAL`] has passed.
+    /// `anchor_status::LastHeard`); and a write held back until [`STATUS_MIN_INTERVAL`] has passed.
     status_written: Option<Instant>,
     status_published: Option<(kube_anchor_core::node_status::NodeStatus, u64)>,
     status_due: Option<tokio::time::Instant>,

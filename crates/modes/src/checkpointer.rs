@@ -32,7 +32,7 @@ use std::sync::atomic::AtomicU64;
 use crate::cli::{CheckpointerAction, CheckpointerArgs, CheckpointerPreStopArgs, CheckpointerRunArgs};
 use crate::metrics::Metrics;
 use crate::server::{self, Shared};
-use kube_anchor_core::checkpoint::{self, Action, Generation, Local, LocalView, Observation, Parent, State};
+use kube_anchor_core::checkpoint::{self, Action, Checkpoints, Generation, Local, LocalView, Observation, Parent};
 use kube_anchor_core::config::{FileMode, Owner, Role};
 use kube_anchor_core::decommission::{self, Decision, Lookup};
 use kube_anchor_core::desired::DesiredFile;
@@ -783,7 +783,7 @@ struct Machine {
     fs: HostFs,
     paths: Paths,
     /// By owner key.
-    states: BTreeMap<String, State>,
+    states: BTreeMap<String, Checkpoints>,
     /// By generation (file stem `<ns>-<pod>`).
     files: BTreeMap<String, GenerationFiles>,
     /// Pod uid -> when the kubelet was first seen running it Ready.
@@ -1171,7 +1171,7 @@ impl Machine {
     }
 
     /// Keeps the owner's next state (forgets an owner with nothing left).
-    fn record(&mut self, key: String, next: State, decommissioned: bool) {
+    fn record(&mut self, key: String, next: Checkpoints, decommissioned: bool) {
         if decommissioned {
             for g in &next.generations {
                 if self.left_reported.insert(g.name.clone()) {

@@ -895,10 +895,10 @@ impl Engine {
                 _ => None,
             })
             .collect();
-        let held: Vec<kube_anchor_core::credentials::Held> = credentials
+        let held: Vec<kube_anchor_core::credentials::OnNode> = credentials
             .iter()
             .zip(&on_node)
-            .map(|(f, on_node)| kube_anchor_core::credentials::Held {
+            .map(|(f, on_node)| kube_anchor_core::credentials::OnNode {
                 path: &f.path,
                 wanted: &f.content,
                 on_node: on_node.as_deref(),

@@ -18,7 +18,7 @@ use kube_anchor_core::hostpath::HostPath;
 use kube_anchor_core::join_steps::{Action, JoinEnd, JoinStart, JoinStep, Observation};
 use kube_anchor_core::ledger::{decode_checked, encode_checked};
 use kube_anchor_core::membership::{
-    self, HandOff, Join, LearnerProgress, Leave, LeaveFacts, LeaveIntent, Me, Observed, Outcome, PeerStatus, Phase,
+    self, Attempt, HandOff, Join, LearnerProgress, Leave, LeaveFacts, LeaveIntent, Me, MemberList, PeerStatus, Phase,
     Record,
 };
 use kube_anchor_core::prestop_steps::LeaveAnswer;
@@ -206,8 +206,8 @@ fn data_dir(engine: &Engine, member: &EtcdMember) -> Result<PathBuf, MemberError
     )?)
 }
 
-fn outcome(action: &str, result: impl Into<String>) -> Option<Outcome> {
-    Some(Outcome {
+fn outcome(action: &str, result: impl Into<String>) -> Option<Attempt> {
+    Some(Attempt {
         at: now_rfc3339(),
         action: action.into(),
         result: result.into(),
@@ -320,12 +320,12 @@ pub(crate) async fn leave_step(
     let creds = credentials(member)?;
     let cluster = Cluster::new(&member.endpoints, &creds, ETCD_TIMEOUT)?;
     let observed = match cluster.member_list().await {
-        Ok(m) => Observed::Members(m),
-        Err(e) => Observed::Unreachable(e.to_string()),
+        Ok(m) => MemberList::Members(m),
+        Err(e) => MemberList::Unreachable(e.to_string()),
     };
     let healthy = match &observed {
-        Observed::Members(members) => healthy_members(members, &creds).await,
-        Observed::Unreachable(_) => BTreeSet::new(),
+        MemberList::Members(members) => healthy_members(members, &creds).await,
+        MemberList::Unreachable(_) => BTreeSet::new(),
     };
     let decision = membership::decide_leave(&LeaveFacts {
         me: &me,

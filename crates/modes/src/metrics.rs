@@ -131,7 +131,7 @@ impl Metrics {
         self.etcd_leave_pending
             .set(i64::from(record.is_some_and(|r| r.leave_pending.is_some())));
         if let Some(r) = record {
-            let result = |o: &Option<kube_anchor_core::membership::Outcome>| {
+            let result = |o: &Option<kube_anchor_core::membership::Attempt>| {
                 o.as_ref()
                     .map(|o| format!("{}: {}", o.action, o.result))
                     .unwrap_or_default()

@@ -21,7 +21,7 @@ use kube_anchor_core::decommission::{
 use kube_anchor_core::join_steps::{self, JoinStart, JoinStep};
 use kube_anchor_core::ledger::{BadVersion, Decommissioned, Ledger};
 use kube_anchor_core::machine::{Anchor, Effect, EvaluateFacts, Input, Settings, SyncFacts};
-use kube_anchor_core::membership::{self, LearnerProgress, Leave, LeaveFacts, Me, Member, Observed, Record};
+use kube_anchor_core::membership::{self, LearnerProgress, Leave, LeaveFacts, Me, Member, MemberList, Record};
 use kube_anchor_core::prestop_steps::{Action, Hook, LeaveAnswer, Limits, MemberConfig, Observation};
 use kube_anchor_core::rollout::{self, LeaseView};
 use kube_anchor_core::runtime::{ContainerState, LocalContainer, LocalPod, RuntimeView};
@@ -1277,7 +1277,7 @@ impl World {
                                 .map(|(r, h)| (r.clone(), self.nodes[*h].name.clone())),
                         };
                         let turn = rollout::decide(Some(&view), &self.nodes[n].name, Some(&version), false);
-                        if turn == rollout::Turn::Take {
+                        if turn == rollout::LeaseAnswer::Take {
                             self.leases[c].holder = Some(n);
                             self.leases[c].renewed = self.now;
                         }
@@ -1547,8 +1547,8 @@ impl World {
     fn leave(&mut self, n: usize) -> LeaveAnswer {
         let me = self.me(n);
         let observed = match self.list_members() {
-            Ok(members) => Observed::Members(members),
-            Err(why) => Observed::Unreachable(why),
+            Ok(members) => MemberList::Members(members),
+            Err(why) => MemberList::Unreachable(why),
         };
         let healthy = self.healthy_members();
         match membership::decide_leave(&LeaveFacts {

@@ -11,7 +11,7 @@ pub mod scenarios;
 
 use std::time::Duration;
 
-use kube_anchor_core::checkpoint::{self, Action, Generation, Local, LocalView, Observation, Parent, State};
+use kube_anchor_core::checkpoint::{self, Action, Checkpoints, Generation, Local, LocalView, Observation, Parent};
 use kube_anchor_core::decommission::{
     self, Anchors, CleanupMode, DaemonSetFacts, DaemonSetRef, Decision, Evidence, Lookup, NodeFacts, NodeSelection,
     PodFacts, QuorumGuard, ThisPod,
@@ -235,7 +235,7 @@ struct Slot {
     bootkube_checkpoint: bool,
     gone_since: Option<u64>,
     // guarded
-    state: State,
+    state: Checkpoints,
 }
 
 #[derive(Debug, Clone)]
@@ -362,7 +362,7 @@ impl Slot {
             api_client,
             bootkube_checkpoint: true,
             gone_since: None,
-            state: State {
+            state: Checkpoints {
                 generations: vec![Generation {
                     uid: "g0".into(),
                     name: "g0".into(),
