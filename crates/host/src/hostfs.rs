@@ -849,7 +849,7 @@ fn observe_real(path: &HostPath, real: &Path) -> Result<Observed, HostFsError> {
         });
     }
     // Checked again on the open file: whatever was swapped in since is never read through.
-    let mut file = open_regular(real, Follow::No).map_err(|source| match source.kind() {
+    let (mut file, _) = open_regular(real, Follow::No).map_err(|source| match source.kind() {
         io::ErrorKind::PermissionDenied => HostFsError::Unreadable {
             path: path.clone(),
             owner: Owner {
@@ -893,15 +893,16 @@ pub enum Follow {
 /// Opens a file for reading only when it is a regular file. Non-blocking, so a FIFO with no
 /// writer never hangs the open; `fstat` on the open file refuses FIFOs, devices, sockets and
 /// directories, naming what was found.
-pub(crate) fn open_regular(path: &Path, follow: Follow) -> io::Result<File> {
+pub(crate) fn open_regular(path: &Path, follow: Follow) -> io::Result<(File, fs::Metadata)> {
     let mut flags = libc::O_NONBLOCK;
     if follow == Follow::No {
         flags |= libc::O_NOFOLLOW;
     }
     let file = fs::OpenOptions::new().read(true).custom_flags(flags).open(path)?;
-    let kind = file.metadata()?.file_type();
+    let meta = file.metadata()?;
+    let kind = meta.file_type();
     if kind.is_file() {
-        return Ok(file);
+        return Ok((file, meta));
     }
     let what = if kind.is_dir() {
         "a directory"
@@ -925,14 +926,14 @@ pub(crate) fn open_regular(path: &Path, follow: Follow) -> io::Result<File> {
 /// Reads a regular file (see [`open_regular`]) of at most `limit` bytes. The bound holds while
 /// reading, so a file that grows is refused as soon as it passes the limit.
 pub fn read_regular(path: &Path, limit: u64, follow: Follow) -> io::Result<Vec<u8>> {
-    let file = open_regular(path, follow)?;
+    let (file, meta) = open_regular(path, follow)?;
     let too_large = || {
         io::Error::new(
             io::ErrorKind::InvalidData,
             format!("larger than the limit of {limit} bytes"),
         )
     };
-    let size = file.metadata()?.len();
+    let size = meta.len();
     if size > limit {
         return Err(too_large());
     }

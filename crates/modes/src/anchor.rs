@@ -303,8 +303,8 @@ impl Daemon {
                     _ = sleep_opt(tick) => self.evaluate().await,
                     _ = sleep_until_opt(release_code_at) => {
                         release_code_at = None;
-                        let bytes = kube_anchor_host::memory::release_code_pages();
-                        tracing::debug!(bytes, "idle: code released from the resident set");
+                        let bytes = kube_anchor_host::memory::release_read_only_pages();
+                        tracing::debug!(bytes, "idle: code and constant data released from the resident set");
                         continue;
                     }
                     _ = draining.changed() => {
@@ -313,10 +313,11 @@ impl Daemon {
                         return;
                     }
                 }
-                // Idle and released once: the periodic evaluation or status report just done
-                // gives back the code it mapped, so the resident set stays small between them.
-                if release_code_at.is_none() && !self.machine.busy() {
-                    kube_anchor_host::memory::release_code_pages();
+                // Released once since the last sync: the evaluation or status report just done
+                // gives back the code it mapped, so the resident set stays small between them
+                // (mapping it again next time costs minor faults, no IO).
+                if release_code_at.is_none() {
+                    kube_anchor_host::memory::release_read_only_pages();
                 }
             }
         }

@@ -87,6 +87,9 @@ pub struct Engine {
     pub state_dir: HostPath,
     /// How many passed and failed versions the revision history keeps.
     pub retention: kube_anchor_core::history::Retention,
+    /// The paths whose leftover temp files this process has looked for: only a killed writer
+    /// leaves one, so once per path is enough (not a directory listing at every sync).
+    temps_cleaned: std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<HostPath>>>,
 }
 
 /// What an apply did, file by file.
@@ -295,6 +298,7 @@ impl Engine {
             fs,
             state_dir,
             retention: Default::default(),
+            temps_cleaned: Default::default(),
         })
     }
 
@@ -352,9 +356,16 @@ impl Engine {
             ..Default::default()
         };
         let paths = paths_of(desired, &ledger);
-        report.cleaned_temps = self
-            .fs
-            .clean_stale_temps(paths.iter().chain(&self.state_files(&desired.component)?));
+        let state_files = self.state_files(&desired.component)?;
+        let not_looked_at: Vec<&HostPath> = {
+            let mut cleaned = self.temps_cleaned.lock().unwrap_or_else(|e| e.into_inner());
+            paths
+                .iter()
+                .chain(&state_files)
+                .filter(|p| cleaned.insert((*p).clone()))
+                .collect()
+        };
+        report.cleaned_temps = self.fs.clean_stale_temps(not_looked_at);
         plan::check_readable(desired, &reader())?;
         let observations = self.fs.observe_all(&paths)?;
         let mut plan = plan::plan_apply(desired, &observations, &ledger, prune)?;
