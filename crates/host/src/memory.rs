@@ -60,12 +60,11 @@ fn read_only_file_mappings(smaps: &str) -> Vec<(usize, usize)> {
             {
                 candidate = Some((start, end));
             }
-        } else if fields.first() == Some(&"Anonymous:") {
-            if let Some(range) = candidate.take()
-                && fields.get(1) == Some(&"0")
-            {
-                found.push(range);
-            }
+        } else if fields.first() == Some(&"Anonymous:")
+            && let Some(range) = candidate.take()
+            && fields.get(1) == Some(&"0")
+        {
+            found.push(range);
         }
     }
     found
