@@ -234,15 +234,11 @@ impl HostFs {
     /// (that is, the very directory that was checked).
     fn plain_parent(&self, parent: &Path) -> io::Result<Option<PathBuf>> {
         let known = self.plain_dirs.lock().ok().and_then(|dirs| dirs.get(parent).copied());
-        if let Some(id) = known {
-            match fs::symlink_metadata(parent) {
-                Ok(m) if m.is_dir() && (m.dev(), m.ino()) == id => return Ok(Some(parent.to_path_buf())),
-                _ => {
-                    if let Ok(mut dirs) = self.plain_dirs.lock() {
-                        dirs.remove(parent);
-                    }
-                }
-            }
+        // Any other answer walks from the root again, whose finding replaces the entry.
+        if let Some(id) = known
+            && fs::symlink_metadata(parent).is_ok_and(|m| m.is_dir() && (m.dev(), m.ino()) == id)
+        {
+            return Ok(Some(parent.to_path_buf()));
         }
         let below = parent.strip_prefix(&self.root).expect("joined to the root");
         let walked = plain_below(&self.root, below)?;
@@ -463,7 +459,7 @@ impl HostFs {
             paths.push(&file.path);
         }
         let files: Vec<(&HostPath, &File)> = paths.into_iter().zip(staged.iter().map(|(t, _)| t.as_file())).collect();
-        sync_all_concurrently(&files)?;
+        sync_files(&files)?;
         // Closed before the rename, so the `close_write` a watcher sees names the temp file.
         Ok(staged.into_iter().map(|(t, real)| (t.into_temp_path(), real)).collect())
     }
@@ -739,7 +735,7 @@ const SEQUENTIAL_FSYNCS: usize = 4;
 
 /// fsyncs `files`: one after the other when there are few, else concurrently (scoped threads
 /// with small stacks; the calling thread takes one share itself).
-fn sync_all_concurrently(files: &[(&HostPath, &File)]) -> Result<(), HostFsError> {
+fn sync_files(files: &[(&HostPath, &File)]) -> Result<(), HostFsError> {
     if files.len() <= SEQUENTIAL_FSYNCS {
         return files
             .iter()

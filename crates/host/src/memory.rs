@@ -25,8 +25,7 @@ pub fn release_read_only_pages() -> usize {
         return 0;
     };
     let mut released = 0;
-    for mapping in read_only_file_mappings(&smaps) {
-        let (start, end) = mapping;
+    for (start, end) in read_only_file_mappings(&smaps) {
         // SAFETY: the range is a private, read-only mapping of a file that holds no page of its
         // own (`Anonymous: 0 kB`: nothing was ever copied on write, relocated or patched), and
         // being read-only, never will; MADV_DONTNEED only unmaps its pages, and the next access
