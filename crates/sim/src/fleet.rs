@@ -142,6 +142,14 @@ pub enum Op {
     /// The node leaves the control plane: its label goes, neither chart's DaemonSet selects it,
     /// and its anchor pods are deleted (their preStop hooks run where the anchors run).
     Deselect { node: usize },
+    /// The node's power goes off for `down_for` seconds, and at its boot etcd's data disk
+    /// (`/var/lib/etcd`, a disk of its own) is mounted `mount_after` seconds after the kubelet
+    /// starts (a cloud volume attached late, a `nofail` mount, a LUKS unlock).
+    LateDataDisk {
+        node: usize,
+        down_for: u64,
+        mount_after: u64,
+    },
 }
 
 /// A run: how many nodes, and what happens when (seconds from the start).
@@ -161,6 +169,9 @@ impl Scenario {
 fn op_length(op: &Op) -> u64 {
     match op {
         Op::PowerCut { down_for, .. } => *down_for,
+        Op::LateDataDisk {
+            down_for, mount_after, ..
+        } => down_for + mount_after,
         _ => 0,
     }
 }
@@ -188,6 +199,9 @@ pub enum Invariant {
     /// A preStop hook removed a component under the quorum guard while fewer than a majority of
     /// its copies (the nodes with an anchor pod of it, this one included) ran it Ready elsewhere.
     RemovedBelowQuorum,
+    /// An anchor removed an etcd member whose data was on its node's data disk, on a node the
+    /// charts still select: no proof that the member was gone.
+    RemovedWithoutProof,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -261,6 +275,10 @@ struct Container {
     attempt: u32,
     phase: Phase,
     backoff: u64,
+    /// Created before the data disk was mounted: its hostPath bind mount shows the empty mount
+    /// point on the root file system for its whole life (the kubelet's hostPath mounts are
+    /// private: a mount made beneath one later does not reach the container).
+    on_root: bool,
 }
 
 impl Container {
@@ -290,7 +308,18 @@ enum Listed {
     Voter,
 }
 
+/// An etcd data dir's member: the cluster and the member ID it was created as (etcd keeps both
+/// in its WAL and its backend).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Data {
+    cluster: u64,
+    member: u64,
+}
+
 struct AnchorProc {
+    /// Started before the data disk was mounted (see [`Container::on_root`]): the chart mounts
+    /// the host's `/var/lib/etcd` with no mount propagation.
+    on_root: bool,
     machine: Anchor,
     next_wake: u64,
     /// The inputs' version this process last synced.
@@ -304,6 +333,8 @@ struct AnchorProc {
 
 /// One anchor pod's preStop hook at work: the real [`Hook`] and [`Looks`], performed here.
 struct HookRun {
+    /// Its anchor's view of the data dir (see [`AnchorProc::on_root`]).
+    on_root: bool,
     hook: Hook,
     started: u64,
     /// The action being performed, and when what it gives is observed.
@@ -337,8 +368,13 @@ struct Node {
     /// The inputs mounted into each anchor (a ConfigMap volume), and an update on its way.
     inputs: [Option<usize>; 2],
     inputs_due: [Option<(usize, u64)>; 2],
-    /// The cluster the data dir belongs to; `None`: no member data.
-    etcd_data: Option<u64>,
+    /// The member data on etcd's data disk; `None`: none.
+    disk_data: Option<Data>,
+    /// What etcd wrote into the mount point on the root file system while the disk was not
+    /// mounted (hidden once it is).
+    root_data: Option<Data>,
+    /// When the data disk is mounted (at or before the boot but after a late mount).
+    disk_mounted_at: u64,
     /// The etcd anchor's membership record (`<state-dir>/v1/etcd.membership.json`).
     record: Option<Record>,
     world_down_until: u64,
@@ -431,6 +467,7 @@ impl World {
                         attempt: 0,
                         phase: Phase::Running { since: 0 },
                         backoff: BACKOFF_START,
+                        on_root: false,
                     }),
                     mirror: Some((c, true, 0)),
                     start_gap_until: 0,
@@ -454,7 +491,12 @@ impl World {
                     ledgers,
                     inputs: [Some(ETCD), Some(APISERVER)],
                     inputs_due: [None, None],
-                    etcd_data: Some(MAIN_CLUSTER),
+                    disk_data: Some(Data {
+                        cluster: MAIN_CLUSTER,
+                        member: 1000 + i as u64,
+                    }),
+                    root_data: None,
+                    disk_mounted_at: 0,
                     record: Some(voter_record(i, 1000 + i as u64)),
                     world_down_until: 0,
                 }
@@ -565,8 +607,20 @@ impl World {
                     for pod in &mut n.pods {
                         pod.manifest = None;
                     }
-                    n.etcd_data = None;
+                    n.disk_data = None;
+                    n.root_data = None;
                     n.record = None;
+                }
+            }
+            Op::LateDataDisk {
+                node,
+                down_for,
+                mount_after,
+            } => {
+                if *node < self.nodes.len() {
+                    let back = self.now + down_for + self.secs(20, 120);
+                    self.power_off(*node, back);
+                    self.nodes[*node].disk_mounted_at = back + mount_after;
                 }
             }
             Op::ExpireAnchorEtcdCert => self.anchor_etcd_tls_broken = true,
@@ -580,7 +634,7 @@ impl World {
                 // The DaemonSet controller deletes the pods; the kubelet runs the preStop hook
                 // of each anchor that runs (a pod on a node that is off has nothing to run it).
                 for c in 0..2 {
-                    if self.nodes[n].anchors[c].take().is_some() {
+                    if let Some(anchor) = self.nodes[n].anchors[c].take() {
                         let member = if c == ETCD {
                             MemberConfig::Configured
                         } else {
@@ -591,6 +645,7 @@ impl World {
                         };
                         let (hook, action) = Hook::new(limits, member, false).step(Observation::Began, Duration::ZERO);
                         self.nodes[n].hooks[c] = Some(HookRun {
+                            on_root: anchor.on_root,
                             hook,
                             started: self.now,
                             action,
@@ -688,8 +743,10 @@ impl World {
                 && at <= now
             {
                 self.nodes[n].anchor_start_at = Some(u64::MAX);
+                let on_root = !self.disk_mounted(n);
                 for (anchor, component) in self.nodes[n].anchors.iter_mut().zip(COMPONENTS) {
                     *anchor = Some(AnchorProc {
+                        on_root,
                         machine: Anchor::new(Settings {
                             component: component.into(),
                             trial_period: Duration::from_secs(TRIAL_PERIOD),
@@ -726,6 +783,7 @@ impl World {
                 let at = now + self.secs(2, 8);
                 let sandbox = self.next_sandbox;
                 self.next_sandbox += 1;
+                let on_root = !self.disk_mounted(n);
                 self.nodes[n].pods[c].container = Some(Container {
                     version,
                     sandbox,
@@ -733,6 +791,7 @@ impl World {
                     attempt: 0,
                     phase: Phase::Starting { at },
                     backoff: BACKOFF_START,
+                    on_root,
                 });
             }
             return;
@@ -772,8 +831,10 @@ impl World {
                 };
             }
             Phase::Exited { restart_at } if restart_at <= now => {
+                // A restart is a new container, with its mounts made anew.
                 ct.attempt += 1;
                 ct.phase = Phase::Starting { at: now + 1 };
+                ct.on_root = !self.disk_mounted(n);
             }
             Phase::Running { since } => {
                 if c == APISERVER && now >= since + APISERVER_WITHOUT_ETCD && !self.etcd_serves_local(n) {
@@ -781,27 +842,18 @@ impl World {
                 } else if c == ETCD && now >= since + 600 {
                     ct.backoff = BACKOFF_START;
                 }
-                if c == ETCD && ct.phase == (Phase::Running { since }) && self.nodes[n].etcd_data.is_none() {
-                    // The manifest's `--initial-cluster-state` (from the record): `new` founds a
-                    // cluster; `existing` joins the member with this peer URL, and etcd exits
-                    // when the cluster has none (etcd docs, "Runtime reconfiguration").
-                    let new = self.nodes[n]
-                        .record
-                        .as_ref()
-                        .is_some_and(|r| r.initial_cluster_state == "new");
-                    if new {
-                        self.next_cluster_id += 1;
-                        self.nodes[n].etcd_data = Some(self.next_cluster_id - 1);
-                    } else if self.nodes[n].listed != Listed::No && self.has_quorum(MAIN_CLUSTER) {
-                        self.nodes[n].etcd_data = Some(MAIN_CLUSTER);
-                        self.nodes[n].published = true;
-                    } else if self.nodes[n].listed == Listed::No {
-                        ct.phase = self.exit(&mut ct);
-                    }
+                if c == ETCD && ct.phase == (Phase::Running { since }) && !self.etcd_member_runs(n, ct.on_root) {
+                    ct.phase = self.exit(&mut ct);
                 }
                 // A learner catches up from the time it first runs with the cluster's data (the
                 // leader keeps its progress while it is down).
-                let with_data = ct.running() && self.nodes[n].etcd_data == Some(MAIN_CLUSTER);
+                let member = self.nodes[n].member_id;
+                let with_data = ct.running()
+                    && self.data_in(n, ct.on_root)
+                        == Some(Data {
+                            cluster: MAIN_CLUSTER,
+                            member,
+                        });
                 if c == ETCD
                     && with_data
                     && let Listed::Learner { running_since } = &mut self.nodes[n].listed
@@ -812,6 +864,83 @@ impl World {
             _ => {}
         }
         self.nodes[n].pods[c].container = Some(ct);
+    }
+
+    /// Whether node `n`'s running etcd, on the data dir it sees, stays up this second; creates
+    /// its data on an empty dir (etcd docs, "Runtime reconfiguration"; etcdserver `bootstrap.go`).
+    fn etcd_member_runs(&mut self, n: usize, on_root: bool) -> bool {
+        let node = &self.nodes[n];
+        let (listed, published, member) = (node.listed, node.published, node.member_id);
+        match self.data_in(n, on_root) {
+            None => {
+                // The manifest's `--initial-cluster-state` (from the record): `new` founds a
+                // cluster.
+                let new = node.record.as_ref().is_some_and(|r| r.initial_cluster_state == "new");
+                if new {
+                    let cluster = self.next_cluster_id;
+                    self.next_cluster_id += 1;
+                    *self.data_in_mut(n, on_root) = Some(Data { cluster, member });
+                    return true;
+                }
+                match listed {
+                    // `existing`: etcd exits when the cluster has no member with its peer URL.
+                    Listed::No => false,
+                    // A member that has run before: the leader sends it a commit index past its
+                    // empty log and raft panics ("tocommit(N) is out of range [lastIndex(0)]").
+                    _ if published => false,
+                    // A member added but never started joins with its peer URL once the cluster
+                    // can answer (until then it keeps trying).
+                    _ => {
+                        if self.has_quorum(MAIN_CLUSTER) {
+                            *self.data_in_mut(n, on_root) = Some(Data {
+                                cluster: MAIN_CLUSTER,
+                                member,
+                            });
+                            self.nodes[n].published = true;
+                        }
+                        true
+                    }
+                }
+            }
+            // Data of a member the cluster no longer lists (removed, or replaced by a new ID): its
+            // peers refuse it and it stops ("the member has been permanently removed from the
+            // cluster").
+            Some(data) if data.cluster == MAIN_CLUSTER => listed != Listed::No && data.member == member,
+            Some(_) => true,
+        }
+    }
+
+    /// The data disk is mounted on node `n`.
+    fn disk_mounted(&self, n: usize) -> bool {
+        self.now >= self.nodes[n].disk_mounted_at
+    }
+
+    /// The member data in node `n`'s data dir as a container sees it: the data disk's, or the
+    /// root file system's mount point for one created before the disk was mounted.
+    fn data_in(&self, n: usize, on_root: bool) -> Option<Data> {
+        if on_root {
+            self.nodes[n].root_data
+        } else {
+            self.nodes[n].disk_data
+        }
+    }
+
+    fn data_in_mut(&mut self, n: usize, on_root: bool) -> &mut Option<Data> {
+        if on_root {
+            &mut self.nodes[n].root_data
+        } else {
+            &mut self.nodes[n].disk_data
+        }
+    }
+
+    /// The member data node `n`'s etcd container sees (the data disk's when none runs and it is
+    /// mounted).
+    fn etcd_data(&self, n: usize) -> Option<Data> {
+        let on_root = self.nodes[n].pods[ETCD]
+            .container
+            .as_ref()
+            .map_or(!self.disk_mounted(n), |ct| ct.on_root);
+        self.data_in(n, on_root)
     }
 
     fn exit(&mut self, ct: &mut Container) -> Phase {
@@ -826,7 +955,7 @@ impl World {
             return true;
         }
         // etcd refuses to run below the cluster's version (etcd docs, "Downgrading").
-        c == ETCD && self.nodes[n].etcd_data == Some(MAIN_CLUSTER) && spec.minor < self.cluster_version
+        c == ETCD && self.etcd_data(n).is_some_and(|d| d.cluster == MAIN_CLUSTER) && spec.minor < self.cluster_version
     }
 
     /// etcd raises the cluster version to the lowest member version once every member runs it.
@@ -845,7 +974,11 @@ impl World {
 
     fn etcd_member_version(&self, n: usize) -> Option<u32> {
         let ct = self.nodes[n].pods[ETCD].container.as_ref()?;
-        (ct.running() && self.nodes[n].etcd_data == Some(MAIN_CLUSTER)).then(|| self.versions[ct.version].minor)
+        let own = Data {
+            cluster: MAIN_CLUSTER,
+            member: self.nodes[n].member_id,
+        };
+        (ct.running() && self.data_in(n, ct.on_root) == Some(own)).then(|| self.versions[ct.version].minor)
     }
 
     // ---- what is true of the control plane -------------------------------------------------
@@ -861,7 +994,11 @@ impl World {
 
     /// Node `n`'s etcd is a member of `cluster` (a second cluster has its one founder).
     fn is_member(&self, n: usize, cluster: u64) -> bool {
-        self.nodes[n].etcd_data == Some(cluster) && (cluster != MAIN_CLUSTER || self.nodes[n].listed == Listed::Voter)
+        let node = &self.nodes[n];
+        self.etcd_data(n).is_some_and(|d| {
+            d.cluster == cluster
+                && (cluster != MAIN_CLUSTER || (node.listed == Listed::Voter && d.member == node.member_id))
+        })
     }
 
     /// The members of `cluster` that run.
@@ -911,9 +1048,9 @@ impl World {
                 self.fault(n, ETCD),
                 Some(Fault::ServingNameDropped | Fault::ListenAddressMoved)
             )
-            && self.nodes[n]
-                .etcd_data
-                .is_some_and(|c| self.is_member(n, c) && self.has_quorum(c))
+            && self
+                .etcd_data(n)
+                .is_some_and(|d| self.is_member(n, d.cluster) && self.has_quorum(d.cluster))
     }
 
     fn api_runs(&self, n: usize) -> bool {
@@ -951,7 +1088,7 @@ impl World {
             return Err(HealthFailure::no_answer("connection refused"));
         }
         match c {
-            ETCD if !self.nodes[n].etcd_data.is_some_and(|id| self.has_quorum(id)) => Err(HealthFailure::answered(
+            ETCD if !self.etcd_data(n).is_some_and(|d| self.has_quorum(d.cluster)) => Err(HealthFailure::answered(
                 r#"503: {"health":"false","reason":"RAFT NO LEADER"}"#,
             )),
             APISERVER if !self.etcd_serves_local(n) => Err(HealthFailure::answered("500: [-]etcd failed")),
@@ -1028,7 +1165,7 @@ impl World {
 
     fn sync(&mut self, n: usize, c: usize, proc: &mut AnchorProc) {
         if c == ETCD {
-            let (may_sync, pending) = self.membership(n);
+            let (may_sync, pending) = self.membership(n, proc.on_root);
             proc.membership_pending = pending;
             if !may_sync {
                 return;
@@ -1059,12 +1196,12 @@ impl World {
     /// The etcd anchor's join step before its sync (the real [`JoinStep`], its calls answered
     /// by the world); whether the sync may go on (a record renders the manifest) and whether the
     /// join is pending.
-    fn membership(&mut self, n: usize) -> (bool, bool) {
+    fn membership(&mut self, n: usize, on_root: bool) -> (bool, bool) {
         let me = self.me(n);
         let (mut join, mut action) = JoinStep::new(JoinStart {
             me,
             record: self.nodes[n].record.clone(),
-            data_dir_has_member: self.nodes[n].etcd_data.is_some(),
+            data_dir_has_member: self.data_in(n, on_root).is_some(),
             // The cluster was created on cp-1 alone (`initialCluster: cp-1=…`, state `new`).
             initial_cluster: Some("cp-1=https://cp-1:2380".into()),
             at: format!("{}s", self.now),
@@ -1090,7 +1227,20 @@ impl World {
                     let Some(m) = self.node_of_member(id) else {
                         return (false, true);
                     };
-                    match self.remove_member(m) {
+                    let holds = self.nodes[m].disk_data
+                        == Some(Data {
+                            cluster: MAIN_CLUSTER,
+                            member: id,
+                        });
+                    let removed = self.remove_member(m);
+                    if removed.is_ok() && holds && self.nodes[m].selected {
+                        let detail = format!(
+                            "{}'s anchor removed member {id} of {}, whose data is on its data disk",
+                            self.nodes[n].name, self.nodes[m].name
+                        );
+                        self.violate(Invariant::RemovedWithoutProof, detail);
+                    }
+                    match removed {
                         Ok(()) => join_steps::Observation::Removed,
                         Err(_) => return (self.nodes[n].record.is_some(), true),
                     }
@@ -1644,7 +1794,8 @@ impl World {
                 }
             }
             Action::SaveAndRemoveDataDir => {
-                self.nodes[n].etcd_data = None;
+                let on_root = self.nodes[n].hooks[c].as_ref().is_some_and(|run| run.on_root);
+                *self.data_in_mut(n, on_root) = None;
                 self.nodes[n].record = None;
                 Observation::Done
             }
@@ -1746,9 +1897,9 @@ impl World {
                 );
             }
         }
-        let clusters: BTreeSet<u64> = (0..count)
+        let clusters: BTreeSet<u64> = (0..self.nodes.len())
             .filter(|&n| self.runs(n, ETCD))
-            .filter_map(|n| self.nodes[n].etcd_data)
+            .filter_map(|n| self.etcd_data(n).map(|d| d.cluster))
             .collect();
         if clusters.len() >= 2 {
             self.violate(
@@ -1812,7 +1963,8 @@ pub const GENERATED_SPAN: u64 = 30 * 60;
 
 /// A run drawn from `seed`: `nodes` nodes, [`GENERATED_OPS`] operations over
 /// [`GENERATED_SPAN`] (pushes good and bad of every kind, helm rollbacks, power cuts of any
-/// subset, kubelet restarts, a re-image now and then, and on three nodes, in the last quarter,
+/// subset, kubelet restarts, a boot with a late data disk or a re-image now and then, and on
+/// three nodes, in the last quarter,
 /// the last one leaving the control plane now and then).
 pub fn generate(nodes: usize, seed: u64) -> Scenario {
     let mut rng = Rng::new(seed ^ 0x005e_ed0f_0be7);
@@ -1846,8 +1998,13 @@ pub fn generate(nodes: usize, seed: u64) -> Scenario {
                     down_for: rng.uniform(10.0, 600.0) as u64,
                 }
             }
-            84..97 => Op::KubeletRestart {
+            84..95 => Op::KubeletRestart {
                 node: (rng.next_u64() % nodes as u64) as usize,
+            },
+            95..97 => Op::LateDataDisk {
+                node: (rng.next_u64() % nodes as u64) as usize,
+                down_for: rng.uniform(10.0, 600.0) as u64,
+                mount_after: rng.uniform(5.0, 300.0) as u64,
             },
             // Three nodes or more: now and then, late in the run, the last one leaves the control plane
             // (the invariants about quorum and API servers hold for three nodes or more, so an
@@ -1912,7 +2069,12 @@ fn on_first_node(scenario: &Scenario) -> Option<Scenario> {
                     down_for: *down_for,
                 },
                 Op::PowerCut { .. } => return None,
-                Op::KubeletRestart { node } | Op::Reimage { node } | Op::Deselect { node } if *node != 0 => {
+                Op::KubeletRestart { node }
+                | Op::Reimage { node }
+                | Op::Deselect { node }
+                | Op::LateDataDisk { node, .. }
+                    if *node != 0 =>
+                {
                     return None;
                 }
                 other => other.clone(),

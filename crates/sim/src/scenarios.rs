@@ -225,6 +225,44 @@ pub fn all() -> Vec<Named> {
                 ],
             },
         },
+        Named {
+            name: "late-data-disk",
+            story: "three nodes; cp-2 reboots and its etcd data disk is mounted 90 s after its kubelet starts, \
+                    after its anchors did; later a good etcd version is pushed",
+            scenario: || Scenario {
+                nodes: 3,
+                ops: vec![
+                    (
+                        30,
+                        Op::LateDataDisk {
+                            node: 1,
+                            down_for: 60,
+                            mount_after: 90,
+                        },
+                    ),
+                    (900, push(ETCD, None)),
+                ],
+            },
+        },
+        Named {
+            name: "single-node-late-data-disk",
+            story: "one node; it reboots and its etcd data disk is mounted 90 s after its kubelet starts; later a \
+                    good etcd version is pushed",
+            scenario: || Scenario {
+                nodes: 1,
+                ops: vec![
+                    (
+                        30,
+                        Op::LateDataDisk {
+                            node: 0,
+                            down_for: 60,
+                            mount_after: 90,
+                        },
+                    ),
+                    (900, push(ETCD, None)),
+                ],
+            },
+        },
     ]
 }
 
@@ -285,6 +323,18 @@ pub const KNOWN: &[(&str, &[Invariant])] = &[
         "a-node-leaves-while-an-etcd-rollout-restarts-another-member",
         &[Invariant::RemovedBelowQuorum],
     ),
+    // [F9] the etcd anchor's mount does not see a disk mounted after it started: its data dir
+    // reads empty, the record says voter, and the member is removed while its etcd crash-loops
+    // on the empty mount point; back on its real data, the removed member exits for good.
+    (
+        "late-data-disk",
+        &[
+            Invariant::GoodRolledBack,
+            Invariant::NotRecovered,
+            Invariant::RemovedWithoutProof,
+        ],
+    ),
+    ("single-node-late-data-disk", &[]),
 ];
 
 /// The ratchet of the generated runs: the invariants that [`crate::fleet::generate`]'s runs
@@ -302,4 +352,5 @@ pub const GENERATED_KNOWN: &[(usize, Invariant)] = &[
     (3, Invariant::TwoClusters),
     (3, Invariant::NotRecovered),
     (3, Invariant::RemovedBelowQuorum),
+    (3, Invariant::RemovedWithoutProof),
 ];
