@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use kube::api::{Api, ListParams};
-use support::control_plane;
+use support::control_plane::{self, ControlPlane};
 use support::fixture::BIN;
 use support::helm::{chart, configmap_files, helm, of_kind, ok, template};
 use support::nodes::NodeHandle;
@@ -143,11 +143,52 @@ fn ready(pod: &Pod) -> bool {
             .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
-async fn wait_ready(pods: &Api<Pod>, name: &str) -> Pod {
-    eventually(WAIT, &format!("{name} Running and Ready"), || async move {
-        pods.get_opt(name).await.ok().flatten().filter(ready)
-    })
-    .await
+/// Waits until static pod `name` of `node` is Running and Ready; a timeout says what the API last
+/// showed of it, what the kubelet logged about it and what its containers wrote.
+async fn wait_ready(cp: &ControlPlane, pods: &Api<Pod>, node: &NodeHandle, name: &str) -> Pod {
+    let last = std::sync::Mutex::new(String::from("no such pod"));
+    Poll::new(WAIT, format!("{name} Running and Ready"))
+        .context(|| {
+            let kubelet = cp.kubelet_log_tail(&node.name, 5000);
+            let naming: Vec<&str> = kubelet.lines().filter(|l| l.contains(name)).collect();
+            format!(
+                "the API last showed: {}\nthe kubelet's last lines naming it:\n{}\nits containers' log tails:\n{}",
+                last.lock().unwrap(),
+                naming[naming.len().saturating_sub(30)..].join("\n"),
+                container_logs(node, name)
+            )
+        })
+        .until_async(|| async {
+            let pod = pods.get_opt(name).await;
+            if let Ok(Some(pod)) = &pod {
+                *last.lock().unwrap() = serde_json::to_string(&pod.status).unwrap_or_default();
+            }
+            pod.ok().flatten().filter(ready)
+        })
+        .await
+}
+
+/// The last lines of every log file of pod `name`'s containers on `node` (the process runtime's
+/// pod log dir, and containerd's).
+fn container_logs(node: &NodeHandle, name: &str) -> String {
+    let prefix = format!("kube-system_{name}_");
+    let mut out = String::new();
+    for dir in [
+        node.root.join("kubelet/pod-logs"),
+        node.host_root().join("var/log/pods"),
+    ] {
+        for pod_dir in fs::read_dir(&dir).into_iter().flatten().flatten() {
+            if !pod_dir.file_name().to_string_lossy().starts_with(&prefix) {
+                continue;
+            }
+            for container in fs::read_dir(pod_dir.path()).into_iter().flatten().flatten() {
+                for log in fs::read_dir(container.path()).into_iter().flatten().flatten() {
+                    out += &format!("{}:\n{}\n", log.path().display(), processes::tail(&log.path(), 15));
+                }
+            }
+        }
+    }
+    out
 }
 
 /// GET http://<addr>/health from the test: the real process answering, not the API's view.
@@ -205,7 +246,7 @@ async fn static_pods_run_fight_for_ports_crash_loop_and_survive_a_hard_kill() {
     apply(&n2, "privileges", &privileges_pod());
 
     for node in [&n1, &n2] {
-        let pod = wait_ready(&pods, &format!("etcd-{}", node.name)).await;
+        let pod = wait_ready(cp, &pods, node, &format!("etcd-{}", node.name)).await;
         assert_eq!(pod.status.as_ref().unwrap().pod_ip.as_deref(), Some(node.ip.as_str()));
         let addr = format!("{}:{client}", node.ip);
         assert!(
@@ -224,7 +265,7 @@ async fn static_pods_run_fight_for_ports_crash_loop_and_survive_a_hard_kill() {
         cp.node_rss_kib(&n1.name) / 1024,
         cp.node_rss_kib(&n2.name) / 1024
     );
-    wait_ready(&pods, "privileges-pn-2").await;
+    wait_ready(cp, &pods, &n2, "privileges-pn-2").await;
     let report = |name: &str| {
         let text = fs::read_to_string(out.join(name)).unwrap_or_default();
         let field = |key: &str| {
@@ -437,7 +478,7 @@ async fn a_slow_health_endpoint_passes_the_charts_probes_and_fails_a_one_second_
     // The chart's probes pass on it: Ready, and never restarted, also three liveness periods
     // later (a span of time, so a wait: nothing is to happen in it).
     let chart_pod = format!("slow-chart-{}", node.name);
-    wait_ready(&pods, &chart_pod).await;
+    wait_ready(cp, &pods, &node, &chart_pod).await;
     let period = liveness["periodSeconds"].as_u64().unwrap_or(10);
     tokio::time::sleep(Duration::from_secs(3 * period)).await;
     assert_eq!(restarts(chart_pod).await, Some((0, true)));
@@ -507,7 +548,7 @@ async fn the_chart_runs_a_real_anchor_that_writes_its_component_and_rolls_back_a
     );
     let manifest = node.host_root().join("etc/kubernetes/manifests/kube-scheduler.yaml");
     let written = fs::read_to_string(&manifest).expect("the anchor wrote the manifest on its node");
-    let scheduler = wait_ready(&system, &format!("kube-scheduler-{}", node.name)).await;
+    let scheduler = wait_ready(cp, &system, &node, &format!("kube-scheduler-{}", node.name)).await;
     let hash = scheduler.metadata.annotations.as_ref().unwrap()["kubernetes.io/config.hash"].clone();
     assert!(!hash.is_empty());
     assert!(written.contains("kube-scheduler"));
@@ -559,7 +600,7 @@ async fn the_chart_runs_a_real_anchor_that_writes_its_component_and_rolls_back_a
         "the bad version recorded: {back}"
     );
     assert!(!fs::read_to_string(&manifest).unwrap().contains("no-such-flag"));
-    wait_ready(&system, &format!("kube-scheduler-{}", node.name)).await;
+    wait_ready(cp, &system, &node, &format!("kube-scheduler-{}", node.name)).await;
     // The new anchor pod holds the rollout: it stays unready while the component runs.
     tokio::time::sleep(Duration::from_secs(10)).await;
     let list = pods.list(&ListParams::default()).await.unwrap();
@@ -649,6 +690,8 @@ fn nothing_outlives_a_panicking_test() {
             "--nocapture",
         ])
         .env(PANIC_CHILD, "1")
+        // The child's node runs beside this binary's own: on a network of its own.
+        .env(support::nodes::PROCESS_NODE_NET, "127.0.3")
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);

@@ -170,10 +170,17 @@ fn cgroup_parents() -> Vec<PathBuf> {
     parents
 }
 
-fn next_process_node_address() -> u8 {
+/// The network of this binary's process and containerd nodes: 127.0.1 unless
+/// [`PROCESS_NODE_NET`] names another (a test that runs its binary again as a child, beside
+/// itself, gives the child one of its own: two beds never share an address).
+fn next_process_node_address() -> String {
     static NEXT: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(1);
-    NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+    let net = std::env::var(PROCESS_NODE_NET).unwrap_or_else(|_| "127.0.1".into());
+    format!("{net}.{}", NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst))
 }
+
+/// The environment variable naming the network (`127.0.N`) of a test binary's process nodes.
+pub const PROCESS_NODE_NET: &str = "KUBE_ANCHOR_TEST_PROCESS_NODE_NET";
 
 /// The command line of a containerd node: `tools/containerd-node.sh` as PID 1 of a PID and mount
 /// namespace of its own makes `root/host` the node's `/`, starts containerd there and becomes the
@@ -311,17 +318,17 @@ impl ControlPlane {
 
     /// Starts a node whose containers are real processes: a kubelet with the process runtime in
     /// a PID namespace of its own (everything of the node dies at once with its first process,
-    /// as at a power cut), with the next free address 127.0.1.N. Images are the binaries in
-    /// [`ControlPlane::image_dir`]. Waits until the Node is Ready.
+    /// as at a power cut), with the next free address of its binary's network (127.0.1.N).
+    /// Images are the binaries in [`ControlPlane::image_dir`]. Waits until the Node is Ready.
     pub async fn add_process_node(&self, name: &str, labels: &[(&str, &str)]) -> NodeHandle {
-        let ip = format!("127.0.1.{}", next_process_node_address());
+        let ip = next_process_node_address();
         self.start_node(name, labels, Runtime::Process, &ip).await
     }
 
     /// Starts a node of the real kubelet on containerd and runc (`tools/containerd-node.sh`): its
     /// root dir is the node's `/`, images come from `registry`, and `pause` (a reference by digest) is every pod
     /// sandbox's image. Like a process node, it lives in a PID namespace of its own, with the
-    /// next free address 127.0.1.N. Waits until the Node is Ready.
+    /// next free address of its binary's network (127.0.1.N). Waits until the Node is Ready.
     pub async fn add_containerd_node(
         &self,
         name: &str,
@@ -331,7 +338,7 @@ impl ControlPlane {
     ) -> NodeHandle {
         static SWEPT: OnceLock<()> = OnceLock::new();
         SWEPT.get_or_init(remove_dead_node_cgroups);
-        let ip = format!("127.0.1.{}", next_process_node_address());
+        let ip = next_process_node_address();
         let runtime = Runtime::Containerd {
             registry: registry.addr.clone(),
             pause: pause.to_owned(),
@@ -473,16 +480,7 @@ impl ControlPlane {
 
     async fn wait_node_ready(&self, name: &str, timeout: Duration) {
         let nodes: Api<Node> = Api::all(self.admin().await);
-        let kubelet_log = || {
-            let tail = self
-                .nodes
-                .lock()
-                .unwrap()
-                .get(name)
-                .and_then(|n| n.process.as_ref().map(|p| p.log_tail(40)))
-                .unwrap_or_default();
-            format!("kubelet log tail:\n{tail}")
-        };
+        let kubelet_log = || format!("kubelet log tail:\n{}", self.kubelet_log_tail(name, 40));
         Poll::new(timeout, format!("node {name} Ready"))
             .every(Duration::from_millis(250))
             .context(kubelet_log)
@@ -497,6 +495,17 @@ impl ControlPlane {
                     .any(|c| c.type_ == "Ready" && c.status == "True")
             })
             .await;
+    }
+
+    /// The last `lines` lines of a running node's kubelet log (its runtime's too on a process
+    /// node); empty when the kubelet is stopped.
+    pub fn kubelet_log_tail(&self, name: &str, lines: usize) -> String {
+        self.nodes
+            .lock()
+            .unwrap()
+            .get(name)
+            .and_then(|n| n.process.as_ref().map(|p| p.log_tail(lines)))
+            .unwrap_or_default()
     }
 
     /// Kills a node's kubelet, as a power loss would. On a process node every process of the
