@@ -224,6 +224,8 @@ pub struct Report {
     pub violations: BTreeMap<Invariant, Violation>,
     pub steps: u64,
     pub writes: u64,
+    /// When a version was last written (the second): when the run's rollouts settled.
+    pub last_write_at: Option<u64>,
     pub rollbacks: u64,
     pub promotions: u64,
     /// How the preStop hooks ended, by the decision they reported (`keep`, `held`, `remove`,
@@ -316,7 +318,29 @@ struct Data {
     member: u64,
 }
 
+/// A node's anchor pod of one component, as the API holds it. Each node has a DaemonSet of its
+/// own per component, as `examples/bootstrap/cluster.sh` renders the charts (`perNode`
+/// credentials): a template change replaces every node's pod at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AnchorPodObject {
+    Absent,
+    /// Created from the template of release version `revision`: its inputs are pinned to it
+    /// (`--expect-inputs`).
+    Bound {
+        revision: usize,
+        serial: u64,
+    },
+    /// Deleted: listed until its preStop hook has ended and its kubelet has seen the deletion.
+    Terminating {
+        serial: u64,
+    },
+}
+
 struct AnchorProc {
+    /// The release version its pod's template pins the inputs to.
+    expects: usize,
+    /// The inputs' version this process last took (matching `expects`).
+    accepted: Option<usize>,
     /// Started before the data disk was mounted (see [`Container::on_root`]): the chart mounts
     /// the host's `/var/lib/etcd` with no mount propagation.
     on_root: bool,
@@ -362,8 +386,10 @@ struct Node {
     /// The kubelet has reached an API server since it started (all its pod sources are ready).
     sources_ready: bool,
     pods: [StaticPod; 2],
+    anchor_pods: [AnchorPodObject; 2],
     anchors: [Option<AnchorProc>; 2],
-    anchor_start_at: Option<u64>,
+    /// When the kubelet starts each anchor pod's container.
+    anchor_start_at: [Option<u64>; 2],
     ledgers: [Ledger; 2],
     /// The inputs mounted into each anchor (a ConfigMap volume), and an update on its way.
     inputs: [Option<usize>; 2],
@@ -398,6 +424,7 @@ pub struct World {
     next_cluster_id: u64,
     next_member_id: u64,
     next_sandbox: u64,
+    next_pod_serial: u64,
     anchor_etcd_tls_broken: bool,
     /// The nodes each faulty version was written on.
     written_on: BTreeMap<usize, BTreeSet<usize>>,
@@ -486,8 +513,12 @@ impl World {
                     kubelet_since: 0,
                     sources_ready: true,
                     pods: [pod(ETCD), pod(APISERVER)],
+                    anchor_pods: [ETCD, APISERVER].map(|c| AnchorPodObject::Bound {
+                        revision: c,
+                        serial: (i * 2 + c) as u64,
+                    }),
                     anchors: [None, None],
-                    anchor_start_at: Some(0),
+                    anchor_start_at: [Some(0), Some(0)],
                     ledgers,
                     inputs: [Some(ETCD), Some(APISERVER)],
                     inputs_due: [None, None],
@@ -514,6 +545,7 @@ impl World {
             next_cluster_id: MAIN_CLUSTER + 1,
             next_member_id: 1000 + sandboxes,
             next_sandbox: sandboxes,
+            next_pod_serial: sandboxes,
             anchor_etcd_tls_broken: false,
             written_on: BTreeMap::new(),
             base: Instant::now(),
@@ -630,32 +662,43 @@ impl World {
                     return;
                 }
                 self.nodes[n].selected = false;
-                self.nodes[n].anchor_start_at = None;
-                // The DaemonSet controller deletes the pods; the kubelet runs the preStop hook
-                // of each anchor that runs (a pod on a node that is off has nothing to run it).
+                // Neither DaemonSet selects it: the controller deletes its pods.
                 for c in 0..2 {
-                    if let Some(anchor) = self.nodes[n].anchors[c].take() {
-                        let member = if c == ETCD {
-                            MemberConfig::Configured
-                        } else {
-                            MemberConfig::NotConfigured
-                        };
-                        let limits = Limits {
-                            timeout: Duration::from_secs(PRESTOP_TIMEOUT),
-                        };
-                        let (hook, action) = Hook::new(limits, member, false).step(Observation::Began, Duration::ZERO);
-                        self.nodes[n].hooks[c] = Some(HookRun {
-                            on_root: anchor.on_root,
-                            hook,
-                            started: self.now,
-                            action,
-                            due: self.now,
-                            looks: None,
-                        });
-                    }
+                    self.delete_anchor_pod(n, c);
                 }
             }
         }
+    }
+
+    /// The DaemonSet controller deletes node `n`'s anchor pod of component `c`; the kubelet runs
+    /// the preStop hook of its anchor if it runs (a pod on a node that is off has nothing to run
+    /// it in).
+    fn delete_anchor_pod(&mut self, n: usize, c: usize) {
+        let AnchorPodObject::Bound { serial, .. } = self.nodes[n].anchor_pods[c] else {
+            return;
+        };
+        self.nodes[n].anchor_pods[c] = AnchorPodObject::Terminating { serial };
+        self.nodes[n].anchor_start_at[c] = None;
+        let Some(anchor) = self.nodes[n].anchors[c].take() else {
+            return;
+        };
+        let member = if c == ETCD {
+            MemberConfig::Configured
+        } else {
+            MemberConfig::NotConfigured
+        };
+        let limits = Limits {
+            timeout: Duration::from_secs(PRESTOP_TIMEOUT),
+        };
+        let (hook, action) = Hook::new(limits, member, false).step(Observation::Began, Duration::ZERO);
+        self.nodes[n].hooks[c] = Some(HookRun {
+            on_root: anchor.on_root,
+            hook,
+            started: self.now,
+            action,
+            due: self.now,
+            looks: None,
+        });
     }
 
     /// The ConfigMap changes; each node's mounted copy follows within the kubelet's sync period
@@ -681,7 +724,7 @@ impl World {
             pod.container = None;
         }
         node.anchors = [None, None];
-        node.anchor_start_at = None;
+        node.anchor_start_at = [None, None];
         node.world_down_until = back + BOOT_GRACE;
     }
 
@@ -728,45 +771,96 @@ impl World {
                     self.nodes[n].inputs_due[c] = None;
                 }
             }
-            // The anchors are DaemonSet pods: after a boot the kubelet starts them only once it
-            // has them from an API server.
-            let node = &mut self.nodes[n];
-            if node.selected
-                && node.anchors.iter().all(Option::is_none)
-                && node.anchor_start_at.is_none()
-                && node.sources_ready
-            {
-                let delay = 5 + (self.rng.next_u64() % 11);
-                self.nodes[n].anchor_start_at = Some(now + delay);
-            }
-            if let Some(at) = self.nodes[n].anchor_start_at
-                && at <= now
-            {
-                self.nodes[n].anchor_start_at = Some(u64::MAX);
-                let on_root = !self.disk_mounted(n);
-                for (anchor, component) in self.nodes[n].anchors.iter_mut().zip(COMPONENTS) {
-                    *anchor = Some(AnchorProc {
-                        on_root,
-                        machine: Anchor::new(Settings {
-                            component: component.into(),
-                            trial_period: Duration::from_secs(TRIAL_PERIOD),
-                            crash_loop_threshold: CRASH_LOOP_THRESHOLD,
-                            in_fleet: true,
-                        }),
-                        next_wake: now,
-                        synced_inputs: None,
-                        next_sync: now,
-                        input_error: None,
-                        membership_pending: false,
-                    });
+            // The anchors are DaemonSet pods: the kubelet starts one only once it has it from an
+            // API server, and learns of a deletion from there too.
+            for c in 0..2 {
+                let node = &mut self.nodes[n];
+                if !node.sources_ready {
+                    continue;
+                }
+                match node.anchor_pods[c] {
+                    AnchorPodObject::Terminating { .. } if node.hooks[c].is_none() => {
+                        node.anchors[c] = None;
+                        node.anchor_pods[c] = AnchorPodObject::Absent;
+                    }
+                    AnchorPodObject::Bound { revision, .. } if node.anchors[c].is_none() => {
+                        match node.anchor_start_at[c] {
+                            None => {
+                                let delay = 5 + (self.rng.next_u64() % 11);
+                                self.nodes[n].anchor_start_at[c] = Some(now + delay);
+                            }
+                            Some(at) if at <= now => self.start_anchor(n, c, revision),
+                            Some(_) => {}
+                        }
+                    }
+                    _ => {}
                 }
             }
         }
+        self.daemonset_controller();
         self.raise_cluster_version();
         for n in 0..self.nodes.len() {
             for c in 0..2 {
                 self.anchor(n, c);
                 self.prestop(n, c);
+            }
+        }
+    }
+
+    /// The container of node `n`'s anchor pod of component `c` starts: a new process, its
+    /// machine empty, its ConfigMap volume as the API holds it now.
+    fn start_anchor(&mut self, n: usize, c: usize, revision: usize) {
+        let now = self.now;
+        let on_root = !self.disk_mounted(n);
+        let current = *self.releases[c].last().expect("a release");
+        let node = &mut self.nodes[n];
+        node.anchor_start_at[c] = None;
+        node.inputs[c] = Some(current);
+        node.inputs_due[c] = None;
+        node.anchors[c] = Some(AnchorProc {
+            expects: revision,
+            accepted: None,
+            on_root,
+            machine: Anchor::new(Settings {
+                component: COMPONENTS[c].into(),
+                trial_period: Duration::from_secs(TRIAL_PERIOD),
+                crash_loop_threshold: CRASH_LOOP_THRESHOLD,
+                in_fleet: true,
+            }),
+            next_wake: now,
+            synced_inputs: None,
+            next_sync: now,
+            input_error: None,
+            membership_pending: false,
+        });
+    }
+
+    /// Each component's DaemonSet controller, through an API server that accepts
+    /// kube-controller-manager's client certificate: a selected node's pod of an older template is
+    /// deleted (each node's DaemonSet has that one pod: `maxUnavailable: 1` lets it go whether it
+    /// is available or not), and a selected node without a pod gets one of the current template
+    /// once the old one is gone (`maxSurge: 0`).
+    fn daemonset_controller(&mut self) {
+        if !self.any_api(|w, j| w.accepts_client_certs(j)) {
+            return;
+        }
+        for c in 0..2 {
+            let template = *self.releases[c].last().expect("a release");
+            for n in 0..self.nodes.len() {
+                if !self.nodes[n].selected {
+                    continue;
+                }
+                match self.nodes[n].anchor_pods[c] {
+                    AnchorPodObject::Bound { revision, .. } if revision != template => self.delete_anchor_pod(n, c),
+                    AnchorPodObject::Absent => {
+                        self.next_pod_serial += 1;
+                        self.nodes[n].anchor_pods[c] = AnchorPodObject::Bound {
+                            revision: template,
+                            serial: self.next_pod_serial,
+                        };
+                    }
+                    _ => {}
+                }
             }
         }
     }
@@ -1171,8 +1265,7 @@ impl World {
                 return;
             }
         }
-        let desired = self.nodes[n].inputs[c].map(|v| self.versions[v].id.clone());
-        let refused = self.refusal(n, c);
+        let (desired, refused) = self.desired(n, c, proc);
         let ledger = self.nodes[n].ledgers[c].clone();
         proc.input_error = None;
         let effects = proc.machine.step(Input::Sync(SyncFacts {
@@ -1186,11 +1279,22 @@ impl World {
         self.perform(n, c, proc, effects);
     }
 
-    /// `credentials::check`'s verdict on the inputs' version: a wrong key is refused.
-    fn refusal(&self, n: usize, c: usize) -> Option<String> {
-        self.nodes[n].inputs[c]
-            .filter(|&v| self.versions[v].fault == Some(Fault::WrongKey))
-            .map(|_| "tls.key does not match the certificate in tls.crt".to_owned())
+    /// What a sync tells the machine of the inputs: their version while it matches the pod's
+    /// template (`--expect-inputs`), and the refusal of the credentials of the version this
+    /// process would write (the inputs', else the one it took before: `anchor::Daemon::sync_files`).
+    fn desired(&self, n: usize, c: usize, proc: &mut AnchorProc) -> (Option<String>, Option<String>) {
+        let inputs = self.nodes[n].inputs[c].filter(|&v| v == proc.expects);
+        if inputs.is_some() {
+            proc.accepted = inputs;
+        }
+        let refused = inputs.or(proc.accepted).and_then(|v| self.refusal(v));
+        (inputs.map(|v| self.versions[v].id.clone()), refused)
+    }
+
+    /// `credentials::check`'s verdict on version `v`: a wrong key is refused.
+    fn refusal(&self, v: usize) -> Option<String> {
+        (self.versions[v].fault == Some(Fault::WrongKey))
+            .then(|| "tls.key does not match the certificate in tls.crt".to_owned())
     }
 
     /// The etcd anchor's join step before its sync (the real [`JoinStep`], its calls answered
@@ -1446,11 +1550,11 @@ impl World {
                     queue.extend(more);
                 }
                 Effect::Resync => {
-                    let desired = self.nodes[n].inputs[c].map(|v| self.versions[v].id.clone());
+                    let (desired, refused) = self.desired(n, c, proc);
                     let ledger = self.nodes[n].ledgers[c].clone();
                     let more = proc.machine.step(Input::Sync(SyncFacts {
                         desired: desired.as_deref(),
-                        desired_refused: self.refusal(n, c),
+                        desired_refused: refused,
                         ledger: &ledger,
                         last_known_good: ledger.last_known_good.as_deref(),
                         unrecorded_manifest: false,
@@ -1544,6 +1648,7 @@ impl World {
             return; // in place: nothing written
         }
         self.report.writes += 1;
+        self.report.last_write_at = Some(self.now);
         self.nodes[n].pods[c].manifest = Some(v);
         self.nodes[n].ledgers[c].content_hash = Some(id.to_owned());
         let spec = self.versions[v].clone();
@@ -1571,8 +1676,14 @@ impl World {
 
     // ---- the preStop hooks -------------------------------------------------------------------
 
+    /// Node `n`'s anchor pod of component `c` by name (its DaemonSet's name and a suffix of
+    /// its own).
     fn anchor_pod_name(&self, n: usize, c: usize) -> String {
-        format!("{}-anchor-{}", COMPONENTS[c], self.nodes[n].name)
+        let serial = match self.nodes[n].anchor_pods[c] {
+            AnchorPodObject::Bound { serial, .. } | AnchorPodObject::Terminating { serial } => serial,
+            AnchorPodObject::Absent => 0,
+        };
+        format!("{}-anchor-{}-{serial}", COMPONENTS[c], self.nodes[n].name)
     }
 
     fn daemonset(&self, c: usize) -> DaemonSetFacts {
@@ -1589,18 +1700,22 @@ impl World {
         }
     }
 
-    /// Node `m`'s anchor pod of component `c` as the API lists it: a selected node always has
-    /// one (Ready while its anchor runs and its static pod is ready); a deselected node's is
-    /// listed, terminating, while its hook runs.
+    /// Node `m`'s anchor pod of component `c` as the API lists it: Ready while its anchor runs
+    /// and its static pod is ready; a deleted one is listed, terminating, until its hook has
+    /// ended and its kubelet has seen the deletion.
     fn anchor_pod(&self, m: usize, c: usize) -> Option<AnchorPod> {
         let node = &self.nodes[m];
-        let hooked = node.hooks[c].is_some();
-        (node.selected || hooked).then(|| AnchorPod {
+        let terminating = match node.anchor_pods[c] {
+            AnchorPodObject::Absent => return None,
+            AnchorPodObject::Bound { .. } => false,
+            AnchorPodObject::Terminating { .. } => true,
+        };
+        Some(AnchorPod {
             namespace: "kube-system".into(),
             name: self.anchor_pod_name(m, c),
             node: Some(node.name.clone()),
-            terminating: hooked,
-            ready: !hooked && node.anchors[c].is_some() && self.ready(m, c),
+            terminating,
+            ready: !terminating && node.anchors[c].is_some() && self.ready(m, c),
             static_copy: false,
         })
     }

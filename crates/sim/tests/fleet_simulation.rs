@@ -108,16 +108,21 @@ fn a_seed_replays_exactly() {
         let b = World::run(&scenario, 42);
         assert_eq!(format!("{:?}", a), format!("{:?}", b));
         assert!(a.writes > 0, "a generated run writes versions");
-        let other = World::run(&scenario, 43);
-        assert_ne!(
-            (a.writes, a.rollbacks, a.promotions, format!("{:?}", a.violations)),
+        // Other seeds draw other timings (a run can end the same way for a few: a re-imaged
+        // single node whose cluster is gone stops everything that follows).
+        let outcome = |r: &fleet::Report| {
             (
-                other.writes,
-                other.rollbacks,
-                other.promotions,
-                format!("{:?}", other.violations)
-            ),
-            "another seed draws other timings"
+                r.writes,
+                r.last_write_at,
+                r.rollbacks,
+                r.promotions,
+                format!("{:?}", r.violations),
+            )
+        };
+        assert!(
+            (43..=50).any(|seed| outcome(&World::run(&scenario, seed)) != outcome(&a)),
+            "seeds 43 to 50 all ran as 42 did: {:?}",
+            outcome(&a)
         );
     }
 }
