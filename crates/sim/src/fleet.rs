@@ -34,9 +34,6 @@ pub const ETCD: usize = 0;
 pub const APISERVER: usize = 1;
 pub const COMPONENTS: [&str; 2] = ["etcd", "kube-apiserver"];
 
-/// The charts' defaults (charts/*/values.yaml: `trialPeriod: 5m`, `crashLoopThreshold: 3`).
-const TRIAL_PERIOD: u64 = 300;
-const CRASH_LOOP_THRESHOLD: u32 = 3;
 /// The daemon's evaluation while a version is on trial or a turn held (`TRIAL_TICK`), its
 /// `--health-interval` default otherwise, and its `TURN_RETRY` while a version waits.
 const TRIAL_TICK: u64 = 1;
@@ -152,6 +149,40 @@ pub enum Op {
     },
 }
 
+/// The machines and the anchors' settings a run has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Setup {
+    /// How long a boot takes: the kubelet starts this many seconds (at least, at most) after the
+    /// power returns.
+    pub boot: (u64, u64),
+    /// Each component's `trialPeriod` (seconds) and `crashLoopThreshold`.
+    pub trial_period: [u64; 2],
+    pub crash_loop_threshold: [u32; 2],
+}
+
+impl Setup {
+    /// Servers (a boot takes 20–120 s) and the charts' defaults (charts/*/values.yaml:
+    /// `trialPeriod: 5m`, `crashLoopThreshold: 3`).
+    pub const SERVERS: Setup = Setup {
+        boot: (20, 120),
+        trial_period: [300, 300],
+        crash_loop_threshold: [3, 3],
+    };
+
+    /// The lifecycle run's bed (`tests/selfhosted/lifecycle.rs`): process nodes, whose boot is
+    /// the kubelet started again at once, and its values (etcd `trialPeriod: 60s`, kube-apiserver
+    /// `trialPeriod: 150s` and `crashLoopThreshold: 2`: `SHORT_TRIALS`, tests/support/selfhosted.rs).
+    pub const LIFECYCLE_BED: Setup = Setup {
+        boot: (0, 0),
+        trial_period: [60, 150],
+        crash_loop_threshold: [3, 2],
+    };
+}
+
+/// How long a settled world must stay settled to count, as the bed's lifecycle run has it
+/// (`STABLE`, tests/selfhosted/lifecycle.rs).
+pub const STABLE: u64 = 15;
+
 /// A run: how many nodes, and what happens when (seconds from the start).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Scenario {
@@ -226,6 +257,10 @@ pub struct Report {
     pub writes: u64,
     /// When a version was last written (the second): when the run's rollouts settled.
     pub last_write_at: Option<u64>,
+    /// For each operation (by its index in time order) after which the world settled before
+    /// the next one: seconds from the operation to the start of [`STABLE`] settled seconds
+    /// ([`World::settled`]).
+    pub settled_after: BTreeMap<usize, u64>,
     pub rollbacks: u64,
     pub promotions: u64,
     /// How the preStop hooks ended, by the decision they reported (`keep`, `held`, `remove`,
@@ -353,6 +388,8 @@ struct AnchorProc {
     input_error: Option<String>,
     /// The etcd join is not finished: the next step comes after [`MEMBERSHIP_RETRY`].
     membership_pending: bool,
+    /// What its `/readyz` last said (the machine's [`Effect::Ready`]).
+    ready: bool,
 }
 
 /// One anchor pod's preStop hook at work: the real [`Hook`] and [`Looks`], performed here.
@@ -413,6 +450,7 @@ struct Lease {
 }
 
 pub struct World {
+    setup: Setup,
     rng: Rng,
     now: u64,
     nodes: Vec<Node>,
@@ -535,6 +573,7 @@ impl World {
             .collect::<Vec<_>>();
         let sandboxes = nodes.len() as u64 * 2;
         World {
+            setup: Setup::SERVERS,
             rng: Rng::new(seed),
             now: 0,
             nodes,
@@ -555,24 +594,105 @@ impl World {
 
     /// Runs `scenario` to its end (or to its first violation of `stop_on`).
     pub fn run(scenario: &Scenario, seed: u64) -> Report {
+        Self::run_on(scenario, seed, Setup::SERVERS)
+    }
+
+    /// [`World::run`] with `setup`.
+    pub fn run_on(scenario: &Scenario, seed: u64, setup: Setup) -> Report {
         let mut world = World::new(scenario.nodes, seed);
+        world.setup = setup;
         let end = scenario.end();
         let mut ops = scenario.ops.clone();
         ops.sort_by_key(|(at, _)| *at);
         let mut next = 0;
+        // The last operation applied (its index and second) until the world settles after it,
+        // and since when the world has been settled.
+        let mut unsettled: Option<(usize, u64)> = None;
+        let mut settled_since: Option<u64> = None;
         while world.now <= end {
             while next < ops.len() && ops[next].0 <= world.now {
                 world.operate(&ops[next].1);
+                unsettled = Some((next, world.now));
+                settled_since = None;
                 next += 1;
             }
             world.tick();
             world.check();
+            if world.settled() {
+                let since = *settled_since.get_or_insert(world.now);
+                if let Some((i, applied)) = unsettled
+                    && world.now >= since + STABLE
+                {
+                    world.report.settled_after.insert(i, since - applied);
+                    unsettled = None;
+                }
+            } else {
+                settled_since = None;
+            }
             world.now += 1;
         }
         world.check_recovered();
         world.report.steps = end + 1;
         world.report.members = world.members();
         world.report
+    }
+
+    /// How long the next boot takes.
+    fn boot_time(&mut self) -> u64 {
+        let (lo, hi) = self.setup.boot;
+        self.secs(lo, hi)
+    }
+
+    /// Settled as the bed's lifecycle run checks it (`not_settled`, tests/selfhosted/lifecycle.rs):
+    /// every node up; every etcd member running with quorum; no anchor pod terminating; on each
+    /// selected node each component's static pod Running and Ready with the version its ledger
+    /// says was written (but where the release holds a bad version the node has no good one to
+    /// fall back on); and every anchor pod of the current template and Ready, but for a component
+    /// whose release holds a bad version or that a node records a bad version of (held back by
+    /// design).
+    pub fn settled(&self) -> bool {
+        let n = self.nodes.len();
+        if self.nodes.iter().any(|node| !node.kubelet_up) || self.members_running(MAIN_CLUSTER) != self.members() {
+            return false;
+        }
+        if self.nodes.iter().any(|node| {
+            node.anchor_pods
+                .iter()
+                .any(|p| matches!(p, AnchorPodObject::Terminating { .. }))
+        }) {
+            return false;
+        }
+        for c in 0..2 {
+            let release = *self.releases[c].last().expect("a release");
+            let release_bad = self.versions[release].fault.is_some();
+            for m in (0..n).filter(|&m| self.nodes[m].selected) {
+                let node = &self.nodes[m];
+                let nothing_good = release_bad && node.ledgers[c].last_known_good.is_none();
+                let runs = node.pods[c]
+                    .container
+                    .as_ref()
+                    .filter(|ct| matches!(ct.phase, Phase::Running { .. }));
+                if (runs.is_none() || !self.ready(m, c)) && !nothing_good {
+                    return false;
+                }
+                let running = runs.map(|ct| self.versions[ct.version].id.as_str());
+                if running.is_some() && running != node.ledgers[c].content_hash.as_deref() {
+                    return false;
+                }
+            }
+            let held_back = release_bad || self.nodes.iter().any(|node| !node.ledgers[c].bad.is_empty());
+            if held_back {
+                continue;
+            }
+            for node in self.nodes.iter().filter(|node| node.selected) {
+                let current =
+                    matches!(node.anchor_pods[c], AnchorPodObject::Bound { revision, .. } if revision == release);
+                if !current || !node.anchors[c].as_ref().is_some_and(|p| p.ready) {
+                    return false;
+                }
+            }
+        }
+        true
     }
 
     fn violate(&mut self, invariant: Invariant, detail: String) {
@@ -619,7 +739,7 @@ impl World {
             Op::PowerCut { nodes, down_for } => {
                 let count = self.nodes.len();
                 for &n in nodes.iter().filter(|&&n| n < count) {
-                    let back = self.now + down_for + self.secs(20, 120);
+                    let back = self.now + down_for + self.boot_time();
                     self.power_off(n, back);
                 }
             }
@@ -650,7 +770,7 @@ impl World {
                 mount_after,
             } => {
                 if *node < self.nodes.len() {
-                    let back = self.now + down_for + self.secs(20, 120);
+                    let back = self.now + down_for + self.boot_time();
                     self.power_off(*node, back);
                     self.nodes[*node].disk_mounted_at = back + mount_after;
                 }
@@ -823,8 +943,8 @@ impl World {
             on_root,
             machine: Anchor::new(Settings {
                 component: COMPONENTS[c].into(),
-                trial_period: Duration::from_secs(TRIAL_PERIOD),
-                crash_loop_threshold: CRASH_LOOP_THRESHOLD,
+                trial_period: Duration::from_secs(self.setup.trial_period[c]),
+                crash_loop_threshold: self.setup.crash_loop_threshold[c],
                 in_fleet: true,
             }),
             next_wake: now,
@@ -832,6 +952,7 @@ impl World {
             next_sync: now,
             input_error: None,
             membership_pending: false,
+            ready: false,
         });
     }
 
@@ -904,9 +1025,15 @@ impl World {
                 }
                 Phase::Stopping { .. } => {}
                 Phase::Running { .. } => {
-                    ct.phase = Phase::Stopping {
-                        until: now + self.secs(1, 5),
-                    }
+                    // kube-apiserver uses up the kubelet's 30 s grace period (the bed measured
+                    // 30 s for the old one to stop: APISERVER_TRIAL_S, tests/support/selfhosted.rs);
+                    // etcd stops within seconds.
+                    let grace = if c == APISERVER {
+                        self.secs(25, 30)
+                    } else {
+                        self.secs(1, 5)
+                    };
+                    ct.phase = Phase::Stopping { until: now + grace }
                 }
                 Phase::Starting { .. } | Phase::Exited { .. } => {
                     self.nodes[n].pods[c].start_gap_until = now + 1;
@@ -1490,7 +1617,7 @@ impl World {
             view,
             dependency_looked: true,
             input_error: proc.input_error.clone(),
-            pending: None,
+            pending: self.pending(n, c, proc),
             now: Duration::from_secs(self.now),
         }));
         self.perform(n, c, proc, effects);
@@ -1501,6 +1628,17 @@ impl World {
                 instant: self.instant(),
             });
             self.perform(n, c, proc, effects);
+        }
+    }
+
+    /// Why the anchor's pod is not Ready whatever its version does, as the daemon tells its
+    /// machine: it never took inputs matching its template, or the etcd join is not done.
+    fn pending(&self, n: usize, c: usize, proc: &AnchorProc) -> Option<String> {
+        let awaiting = proc.accepted.is_none() && self.nodes[n].inputs[c].is_some_and(|v| v != proc.expects);
+        if awaiting {
+            Some("the inputs belong to another revision of this anchor".into())
+        } else {
+            proc.membership_pending.then(|| "not a member yet".into())
         }
     }
 
@@ -1636,8 +1774,8 @@ impl World {
                 Effect::LookAtDependency
                 | Effect::RecordLkgFailing { .. }
                 | Effect::LkgFailing { .. }
-                | Effect::Log(_)
-                | Effect::Ready { .. } => {}
+                | Effect::Log(_) => {}
+                Effect::Ready { ready, .. } => proc.ready = ready,
             }
         }
     }

@@ -353,3 +353,101 @@ pub const GENERATED_KNOWN: &[(usize, Invariant)] = &[
     (3, Invariant::NotRecovered),
     (3, Invariant::RemovedWithoutProof),
 ];
+
+/// One operation of a lifecycle plan the bed ran: what the bed did, the simulated operations
+/// that model it (at the second the bed applied it), and the settle time the bed measured
+/// when it waited for one.
+pub struct BedStep {
+    pub what: &'static str,
+    pub ops: Vec<(u64, Op)>,
+    pub bed_settled_after: Option<u64>,
+}
+
+/// A lifecycle plan run both ways: on the bed (`replay`), and in the simulation with
+/// [`crate::fleet::Setup::LIFECYCLE_BED`].
+pub struct BedRun {
+    pub replay: &'static str,
+    pub steps: Vec<BedStep>,
+}
+
+impl BedRun {
+    /// The plan as one simulated scenario on three nodes.
+    pub fn scenario(&self) -> Scenario {
+        Scenario {
+            nodes: 3,
+            ops: self.steps.iter().flat_map(|s| s.ops.iter().cloned()).collect(),
+        }
+    }
+
+    /// For each step the bed waited on, the index (in time order) of its last simulated
+    /// operation: the one a settle time counts from.
+    pub fn settle_indices(&self) -> Vec<(usize, usize)> {
+        let mut index = 0;
+        let mut out = Vec::new();
+        for (i, step) in self.steps.iter().enumerate() {
+            index += step.ops.len();
+            if step.bed_settled_after.is_some() {
+                out.push((i, index - 1));
+            }
+        }
+        out
+    }
+}
+
+/// A power cut of the bed: every node in `boots` cut at `at`, each booted after its delay.
+fn bed_cut(at: u64, boots: &[(usize, u64)]) -> Vec<(u64, Op)> {
+    boots
+        .iter()
+        .map(|&(node, after)| {
+            (
+                at,
+                Op::PowerCut {
+                    nodes: vec![node],
+                    down_for: after,
+                },
+            )
+        })
+        .collect()
+}
+
+/// `KUBE_ANCHOR_LIFECYCLE_ONLY=2,3,4,5,6,7 tools/lifecycle.sh 8 28` as the bed ran it: every
+/// operation of the plan the simulation models (good kube-apiserver and etcd changes, power cuts
+/// of one node and of all three), at the bed's seconds (from 30 s on, the world settled before).
+pub fn lifecycle_seed_28() -> BedRun {
+    const AT: u64 = 30;
+    BedRun {
+        replay: "KUBE_ANCHOR_LIFECYCLE_ONLY=2,3,4,5,6,7 tools/lifecycle.sh 8 28",
+        steps: vec![
+            BedStep {
+                what: "2. helm upgrade kube-apiserver (good)",
+                ops: vec![(AT, push(APISERVER, None))],
+                bed_settled_after: Some(458),
+            },
+            BedStep {
+                what: "3. helm upgrade etcd (good)",
+                ops: vec![(AT + 476, push(ETCD, None))],
+                bed_settled_after: Some(300),
+            },
+            BedStep {
+                what: "4. power cut, boots: cp-1 +6s",
+                ops: bed_cut(AT + 793, &[(0, 6)]),
+                bed_settled_after: None,
+            },
+            BedStep {
+                what: "5. power cut, boots: cp-1 +9s, cp-2 +35s, cp-3 +50s",
+                ops: bed_cut(AT + 810, &[(0, 9), (1, 35), (2, 50)]),
+                bed_settled_after: None,
+            },
+            BedStep {
+                what: "6. power cut, boots: cp-1 +2s",
+                ops: bed_cut(AT + 827, &[(0, 2)]),
+                bed_settled_after: Some(53),
+            },
+            BedStep {
+                what: "7. power cut, boots: cp-1 +29s, cp-2 +33s, cp-3 +27s",
+                ops: bed_cut(AT + 897, &[(0, 29), (1, 33), (2, 27)]),
+                bed_settled_after: Some(71),
+            },
+        ],
+    }
+}

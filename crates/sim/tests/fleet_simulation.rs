@@ -250,3 +250,28 @@ fn a_re_imaged_node_rejoins_as_a_learner() {
         }
     }
 }
+
+/// The lifecycle plan the bed ran settles in the simulation too, with the bed's setup: after
+/// each operation the bed waited on, within the bound the bed gives it (tests/selfhosted/
+/// lifecycle.rs: 480 s, 780 s for a kube-apiserver change), and with no violation, as on the
+/// bed. `fleet-sim --bed` prints the times side by side.
+#[test]
+fn the_lifecycle_plan_the_bed_ran_settles_in_the_simulation() {
+    let run = scenarios::lifecycle_seed_28();
+    let scenario = run.scenario();
+    for seed in SEEDS {
+        let report = World::run_on(&scenario, seed, fleet::Setup::LIFECYCLE_BED);
+        assert!(report.violations.is_empty(), "seed {seed}: {:?}", report.violations);
+        for (step, index) in run.settle_indices() {
+            let step = &run.steps[step];
+            let bound = if step.what.contains("kube-apiserver") { 780 } else { 480 };
+            let settled = report.settled_after.get(&index);
+            assert!(
+                settled.is_some_and(|s| *s <= bound),
+                "seed {seed}: {}: settled after {settled:?} s (the bed: {:?} s, its bound {bound} s)",
+                step.what,
+                step.bed_settled_after
+            );
+        }
+    }
+}

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Parser;
-use kube_anchor_sim::fleet::{self, Invariant, World};
+use kube_anchor_sim::fleet::{self, Invariant, Setup, World};
 use kube_anchor_sim::scenarios;
 
 #[derive(Parser)]
@@ -27,13 +27,61 @@ struct Args {
     /// Shrink the first run that shows each invariant and print it as a scenario.
     #[arg(long)]
     shrink: bool,
-    /// Seeds per named scenario.
+    /// Seeds per named scenario (and per run of --bed).
     #[arg(long, default_value_t = 3)]
     seeds: u64,
+    /// Run the lifecycle plan the bed ran (`scenarios::lifecycle_seed_28`) with the bed's setup
+    /// and print each waited-on operation's settle time beside the bed's.
+    #[arg(long)]
+    bed: bool,
+}
+
+/// The bed's settle times beside the simulation's (over `seeds` seeds) for each operation the
+/// bed waited on.
+fn compare_with_bed(seeds: u64) {
+    let run = scenarios::lifecycle_seed_28();
+    let scenario = run.scenario();
+    let reports: Vec<_> = (1..=seeds)
+        .map(|seed| World::run_on(&scenario, seed, Setup::LIFECYCLE_BED))
+        .collect();
+    println!("{} beside {seeds} simulated runs (Setup::LIFECYCLE_BED):", run.replay);
+    println!("| operation | bed: settled after | simulation: p50 / min / max | not settled in the simulation |");
+    println!("|---|---|---|---|");
+    for (step, index) in run.settle_indices() {
+        let step = &run.steps[step];
+        let mut times: Vec<u64> = reports
+            .iter()
+            .filter_map(|r| r.settled_after.get(&index).copied())
+            .collect();
+        times.sort_unstable();
+        let sim = match times.as_slice() {
+            [] => "–".to_owned(),
+            t => format!("{} / {} / {} s", t[t.len() / 2], t[0], t[t.len() - 1]),
+        };
+        println!(
+            "| {} | {} s | {sim} | {} of {seeds} |",
+            step.what,
+            step.bed_settled_after.unwrap_or_default(),
+            reports.len() - times.len()
+        );
+    }
+    let mut seen: BTreeMap<Invariant, String> = BTreeMap::new();
+    for (seed, report) in (1..=seeds).zip(&reports) {
+        for (invariant, v) in &report.violations {
+            seen.entry(*invariant).or_insert(format!("seed {seed}: {v}"));
+        }
+    }
+    for v in seen.values() {
+        println!("violation: {v}");
+    }
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if args.bed {
+        compare_with_bed(args.seeds);
+        return ExitCode::SUCCESS;
+    }
     if args.scenarios {
         for named in scenarios::all() {
             let scenario = (named.scenario)();
