@@ -149,6 +149,17 @@ pub enum Op {
     },
 }
 
+/// How the anchor DaemonSets are laid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DaemonSets {
+    /// One per node and component, as `examples/bootstrap/cluster.sh` renders the charts
+    /// (`perNode` credentials): a template change replaces every node's pod at once.
+    PerNode,
+    /// One per component (the charts without `perNode`): one node's pod at a time, the next once
+    /// the new one is Ready.
+    OnePerComponent,
+}
+
 /// The machines and the anchors' settings a run has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Setup {
@@ -187,6 +198,7 @@ pub const STABLE: u64 = 15;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Scenario {
     pub nodes: usize,
+    pub daemonsets: DaemonSets,
     pub ops: Vec<(u64, Op)>,
 }
 
@@ -353,9 +365,7 @@ struct Data {
     member: u64,
 }
 
-/// A node's anchor pod of one component, as the API holds it. Each node has a DaemonSet of its
-/// own per component, as `examples/bootstrap/cluster.sh` renders the charts (`perNode`
-/// credentials): a template change replaces every node's pod at once.
+/// A node's anchor pod of one component, as the API holds it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum AnchorPodObject {
     Absent,
@@ -451,6 +461,7 @@ struct Lease {
 
 pub struct World {
     setup: Setup,
+    daemonsets: DaemonSets,
     rng: Rng,
     now: u64,
     nodes: Vec<Node>,
@@ -574,6 +585,7 @@ impl World {
         let sandboxes = nodes.len() as u64 * 2;
         World {
             setup: Setup::SERVERS,
+            daemonsets: DaemonSets::PerNode,
             rng: Rng::new(seed),
             now: 0,
             nodes,
@@ -601,6 +613,7 @@ impl World {
     pub fn run_on(scenario: &Scenario, seed: u64, setup: Setup) -> Report {
         let mut world = World::new(scenario.nodes, seed);
         world.setup = setup;
+        world.daemonsets = scenario.daemonsets;
         let end = scenario.end();
         let mut ops = scenario.ops.clone();
         ops.sort_by_key(|(at, _)| *at);
@@ -957,30 +970,54 @@ impl World {
     }
 
     /// Each component's DaemonSet controller, through an API server that accepts
-    /// kube-controller-manager's client certificate: a selected node's pod of an older template is
-    /// deleted (each node's DaemonSet has that one pod: `maxUnavailable: 1` lets it go whether it
-    /// is available or not), and a selected node without a pod gets one of the current template
-    /// once the old one is gone (`maxSurge: 0`).
+    /// kube-controller-manager's client certificate: a selected node without a pod gets one of
+    /// the current template once its old one is gone (`maxSurge: 0`), and pods of an older
+    /// template are deleted as `rollingUpdate` does with `maxUnavailable: 1` (kubernetes
+    /// pkg/controller/daemon/update.go): one that is not available at once, an available one only
+    /// while no pod of the DaemonSet is unavailable. With a DaemonSet per node each has its one
+    /// pod, so every node's goes at once.
     fn daemonset_controller(&mut self) {
         if !self.any_api(|w, j| w.accepts_client_certs(j)) {
             return;
         }
         for c in 0..2 {
             let template = *self.releases[c].last().expect("a release");
-            for n in 0..self.nodes.len() {
-                if !self.nodes[n].selected {
-                    continue;
-                }
-                match self.nodes[n].anchor_pods[c] {
-                    AnchorPodObject::Bound { revision, .. } if revision != template => self.delete_anchor_pod(n, c),
-                    AnchorPodObject::Absent => {
-                        self.next_pod_serial += 1;
-                        self.nodes[n].anchor_pods[c] = AnchorPodObject::Bound {
-                            revision: template,
-                            serial: self.next_pod_serial,
-                        };
+            let selected: Vec<usize> = (0..self.nodes.len()).filter(|&n| self.nodes[n].selected).collect();
+            let groups: Vec<Vec<usize>> = match self.daemonsets {
+                DaemonSets::PerNode => selected.iter().map(|&n| vec![n]).collect(),
+                DaemonSets::OnePerComponent => vec![selected],
+            };
+            for group in groups {
+                let mut unavailable = 0;
+                let mut delete = Vec::new();
+                let mut candidates = Vec::new();
+                for n in group {
+                    let available = self.nodes[n].anchors[c].as_ref().is_some_and(|p| p.ready);
+                    match self.nodes[n].anchor_pods[c] {
+                        AnchorPodObject::Absent => {
+                            self.next_pod_serial += 1;
+                            self.nodes[n].anchor_pods[c] = AnchorPodObject::Bound {
+                                revision: template,
+                                serial: self.next_pod_serial,
+                            };
+                            unavailable += 1;
+                        }
+                        AnchorPodObject::Terminating { .. } => unavailable += 1,
+                        AnchorPodObject::Bound { revision, .. } if revision == template => {
+                            unavailable += usize::from(!available);
+                        }
+                        AnchorPodObject::Bound { .. } if !available => {
+                            delete.push(n);
+                            unavailable += 1;
+                        }
+                        AnchorPodObject::Bound { .. } if unavailable == 0 => candidates.push(n),
+                        AnchorPodObject::Bound { .. } => {}
                     }
-                    _ => {}
+                }
+                let remaining = 1usize.saturating_sub(unavailable).min(candidates.len());
+                delete.extend(&candidates[..remaining]);
+                for n in delete {
+                    self.delete_anchor_pod(n, c);
                 }
             }
         }
@@ -2270,7 +2307,13 @@ pub fn generate(nodes: usize, seed: u64) -> Scenario {
         ops.push((at, op));
     }
     ops.sort_by_key(|(at, _)| *at);
-    Scenario { nodes, ops }
+    // The charts' two layouts, one seed in two each.
+    let daemonsets = if seed.is_multiple_of(2) {
+        DaemonSets::OnePerComponent
+    } else {
+        DaemonSets::PerNode
+    };
+    Scenario { nodes, daemonsets, ops }
 }
 
 /// A smaller `scenario` with which `seed` still shows `invariant`. Passes over it until one
@@ -2335,7 +2378,11 @@ fn on_first_node(scenario: &Scenario) -> Option<Scenario> {
             Some((*at, op))
         })
         .collect();
-    (!ops.is_empty()).then_some(Scenario { nodes: 1, ops })
+    (!ops.is_empty()).then_some(Scenario {
+        nodes: 1,
+        daemonsets: scenario.daemonsets,
+        ops,
+    })
 }
 
 /// The one-step smaller versions of `scenario`'s operation `i`: each node of a power cut
@@ -2384,6 +2431,7 @@ impl fmt::Display for Scenario {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "Scenario {{")?;
         writeln!(f, "    nodes: {},", self.nodes)?;
+        writeln!(f, "    daemonsets: DaemonSets::{:?},", self.daemonsets)?;
         writeln!(f, "    ops: vec![")?;
         for (at, op) in &self.ops {
             writeln!(f, "        ({at}, {}),", op_source(op))?;

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use kube_anchor_sim::fleet::{self, Invariant, World};
+use kube_anchor_sim::fleet::{self, DaemonSets, Invariant, World};
 use kube_anchor_sim::scenarios::{self, GENERATED_KNOWN, KNOWN, SEEDS};
 
 /// Generated runs per node count (1 and 3): 10,000 in all.
@@ -170,6 +170,7 @@ fn shrinking_drops_the_nodes_a_violation_does_not_need() {
     };
     let scenario = fleet::Scenario {
         nodes: 3,
+        daemonsets: DaemonSets::PerNode,
         ops: vec![
             (0, push(fleet::ETCD, true)),
             (300, fleet::Op::KubeletRestart { node: 2 }),
