@@ -46,6 +46,10 @@ const BACKOFF_MAX: u64 = 300;
 /// kube-apiserver exits when its post-start hooks cannot reach etcd within about 30 s of a start
 /// (design.md, "Evidence").
 const APISERVER_WITHOUT_ETCD: u64 = 30;
+/// The kubelet kills a kube-apiserver that does not answer its liveness probe 8 times in a row
+/// (the charts' `failureThreshold: 8`), each probe waiting out its 15 s timeout
+/// (`timeoutSeconds: 15` over `periodSeconds: 10`: charts/kube-anchor-lib/templates/_staticpod.tpl).
+const LIVENESS_KILL: u64 = 8 * 15;
 /// After the operator's last operation the world is left alone this long: every rollout must
 /// have ended by then (three nodes × a five-minute trial, back-offs and boots).
 pub const SETTLE: u64 = 40 * 60;
@@ -147,6 +151,9 @@ pub enum Op {
         down_for: u64,
         mount_after: u64,
     },
+    /// The node's kube-apiserver stops answering for `for_secs` seconds (SIGSTOP, then SIGCONT,
+    /// as the bed's lifecycle run does to a hung server): connections open, no answer comes.
+    HangApiServer { node: usize, for_secs: u64 },
 }
 
 /// How the anchor DaemonSets are laid out.
@@ -215,6 +222,7 @@ fn op_length(op: &Op) -> u64 {
         Op::LateDataDisk {
             down_for, mount_after, ..
         } => down_for + mount_after,
+        Op::HangApiServer { for_secs, .. } => *for_secs,
         _ => 0,
     }
 }
@@ -328,6 +336,8 @@ struct Container {
     /// point on the root file system for its whole life (the kubelet's hostPath mounts are
     /// private: a mount made beneath one later does not reach the container).
     on_root: bool,
+    /// Its process is stopped from `.0` until `.1`: it holds its port and answers nothing.
+    stopped: Option<(u64, u64)>,
 }
 
 impl Container {
@@ -544,6 +554,7 @@ impl World {
                         phase: Phase::Running { since: 0 },
                         backoff: BACKOFF_START,
                         on_root: false,
+                        stopped: None,
                     }),
                     mirror: Some((c, true, 0)),
                     start_gap_until: 0,
@@ -786,6 +797,16 @@ impl World {
                     let back = self.now + down_for + self.boot_time();
                     self.power_off(*node, back);
                     self.nodes[*node].disk_mounted_at = back + mount_after;
+                }
+            }
+            Op::HangApiServer { node, for_secs } => {
+                if let Some(n) = self.nodes.get_mut(*node)
+                    && n.pods[APISERVER].container.as_ref().is_some_and(Container::running)
+                {
+                    let now = self.now;
+                    if let Some(ct) = n.pods[APISERVER].container.as_mut() {
+                        ct.stopped = Some((now, now + for_secs));
+                    }
                 }
             }
             Op::ExpireAnchorEtcdCert => self.anchor_etcd_tls_broken = true,
@@ -1044,6 +1065,7 @@ impl World {
                     phase: Phase::Starting { at },
                     backoff: BACKOFF_START,
                     on_root,
+                    stopped: None,
                 });
             }
             return;
@@ -1093,9 +1115,17 @@ impl World {
                 ct.attempt += 1;
                 ct.phase = Phase::Starting { at: now + 1 };
                 ct.on_root = !self.disk_mounted(n);
+                ct.stopped = None;
             }
             Phase::Running { since } => {
-                if c == APISERVER && now >= since + APISERVER_WITHOUT_ETCD && !self.etcd_serves_local(n) {
+                let hung_since = ct.stopped.filter(|(_, until)| now < *until).map(|(from, _)| from);
+                if hung_since.is_some_and(|from| now >= from + LIVENESS_KILL) {
+                    // The kubelet kills it on its liveness probe's failures (SIGKILL reaches a
+                    // stopped process).
+                    ct.phase = self.exit(&mut ct);
+                } else if hung_since.is_some() {
+                    // Stopped: it neither exits nor notices anything.
+                } else if c == APISERVER && now >= since + APISERVER_WITHOUT_ETCD && !self.etcd_serves_local(n) {
                     ct.phase = self.exit(&mut ct);
                 } else if c == ETCD && now >= since + 600 {
                     ct.backoff = BACKOFF_START;
@@ -1312,7 +1342,16 @@ impl World {
     }
 
     fn api_runs(&self, n: usize) -> bool {
-        self.runs(n, APISERVER) && self.etcd_serves_local(n)
+        self.runs(n, APISERVER) && self.etcd_serves_local(n) && !self.api_hung(n)
+    }
+
+    /// Node `n`'s kube-apiserver is stopped: it holds its port and answers nothing.
+    fn api_hung(&self, n: usize) -> bool {
+        self.nodes[n].pods[APISERVER]
+            .container
+            .as_ref()
+            .and_then(|ct| ct.stopped)
+            .is_some_and(|(_, until)| self.now < until)
     }
 
     fn accepts_client_certs(&self, n: usize) -> bool {
@@ -1344,6 +1383,11 @@ impl World {
     fn health(&self, n: usize, c: usize) -> Result<(), HealthFailure> {
         if !self.runs(n, c) || self.fault(n, c) == Some(Fault::HealthMoved) {
             return Err(HealthFailure::no_answer("connection refused"));
+        }
+        if c == APISERVER && self.api_hung(n) {
+            return Err(HealthFailure::no_answer(
+                "context deadline exceeded (Client.Timeout exceeded while awaiting headers)",
+            ));
         }
         match c {
             ETCD if !self.etcd_data(n).is_some_and(|d| self.has_quorum(d.cluster)) => Err(HealthFailure::answered(
@@ -2168,11 +2212,13 @@ impl World {
         // the control plane serves nobody by design).
         let selected = || (0..self.nodes.len()).filter(|&n| self.nodes[n].selected);
         let count = selected().count();
-        let world_down = selected().filter(|&n| self.world_down(n)).count();
+        // A hung kube-apiserver is the world's doing too.
+        let api_world_down = |n: usize| self.world_down(n) || self.api_hung(n);
+        let world_down = selected().filter(|&n| api_world_down(n)).count();
         let minority = count.saturating_sub(1) / 2;
         if count >= 3 {
             let down: Vec<usize> = selected()
-                .filter(|&n| !self.world_down(n) && !self.serves_clients(n))
+                .filter(|&n| !api_world_down(n) && !self.serves_clients(n))
                 .collect();
             let serving = selected().filter(|&n| self.serves_clients(n)).count();
             if down.len() >= 2 || (serving == 0 && world_down <= minority) {
@@ -2253,7 +2299,8 @@ pub const GENERATED_SPAN: u64 = 30 * 60;
 
 /// A run drawn from `seed`: `nodes` nodes, [`GENERATED_OPS`] operations over
 /// [`GENERATED_SPAN`] (pushes good and bad of every kind, helm rollbacks, power cuts of any
-/// subset, kubelet restarts, a boot with a late data disk or a re-image now and then, and on
+/// subset, kubelet restarts, a hung kube-apiserver, a boot with a late data disk or a re-image
+/// now and then, and on
 /// three nodes, in the last quarter,
 /// the last one leaving the control plane now and then).
 pub fn generate(nodes: usize, seed: u64) -> Scenario {
@@ -2288,8 +2335,12 @@ pub fn generate(nodes: usize, seed: u64) -> Scenario {
                     down_for: rng.uniform(10.0, 600.0) as u64,
                 }
             }
-            84..95 => Op::KubeletRestart {
+            84..92 => Op::KubeletRestart {
                 node: (rng.next_u64() % nodes as u64) as usize,
+            },
+            92..95 => Op::HangApiServer {
+                node: (rng.next_u64() % nodes as u64) as usize,
+                for_secs: rng.uniform(20.0, 200.0) as u64,
             },
             95..97 => Op::LateDataDisk {
                 node: (rng.next_u64() % nodes as u64) as usize,
@@ -2369,6 +2420,7 @@ fn on_first_node(scenario: &Scenario) -> Option<Scenario> {
                 | Op::Reimage { node }
                 | Op::Deselect { node }
                 | Op::LateDataDisk { node, .. }
+                | Op::HangApiServer { node, .. }
                     if *node != 0 =>
                 {
                     return None;

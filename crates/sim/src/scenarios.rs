@@ -274,6 +274,32 @@ pub fn all() -> Vec<Named> {
             },
         },
         Named {
+            name: "a-hung-api-server-during-a-rollout",
+            story: "three nodes; a good kube-apiserver version is pushed, and cp-2's kube-apiserver stops answering \
+                    for 90 s (SIGSTOP) as the first node restarts its own",
+            scenario: || Scenario {
+                nodes: 3,
+                daemonsets: DaemonSets::PerNode,
+                ops: vec![
+                    (60, push(APISERVER, None)),
+                    (70, Op::HangApiServer { node: 1, for_secs: 90 }),
+                ],
+            },
+        },
+        Named {
+            name: "single-node-hung-api-server-in-a-trial",
+            story: "one node; a good kube-apiserver version is pushed and stops answering for 250 s during its \
+                    trial: the kubelet kills it on its liveness probe, and the version is kept",
+            scenario: || Scenario {
+                nodes: 1,
+                daemonsets: DaemonSets::PerNode,
+                ops: vec![
+                    (60, push(APISERVER, None)),
+                    (150, Op::HangApiServer { node: 0, for_secs: 250 }),
+                ],
+            },
+        },
+        Named {
             name: "late-data-disk",
             story: "three nodes; cp-2 reboots and its etcd data disk is mounted 90 s after its kubelet starts, \
                     after its anchors did; later a good etcd version is pushed",
@@ -377,6 +403,9 @@ pub const KNOWN: &[(&str, &[Invariant])] = &[
     // is unavailable, and a waiting anchor is not Ready, so F3 and F13 do not occur there.
     ("etcd-push-with-a-member-off-one-daemonset", &[]),
     ("etcd-and-apiserver-together-one-daemonset", &[]),
+    // A hung API server answers nothing, which is no evidence against the version it runs.
+    ("a-hung-api-server-during-a-rollout", &[]),
+    ("single-node-hung-api-server-in-a-trial", &[]),
     // [F9] the etcd anchor's mount does not see a disk mounted after it started: its data dir
     // reads empty, the record says voter, and the member is removed while its etcd crash-loops
     // on the empty mount point; back on its real data, the removed member exits for good.
