@@ -21,6 +21,33 @@ fn push(component: usize, fault: Option<Fault>) -> Op {
     }
 }
 
+/// Three nodes; cp-3 is powered off for an hour, then a good etcd version is pushed.
+fn etcd_push_with_a_member_off(daemonsets: DaemonSets) -> Scenario {
+    Scenario {
+        nodes: 3,
+        daemonsets,
+        ops: vec![
+            (
+                30,
+                Op::PowerCut {
+                    nodes: vec![2],
+                    down_for: 3600,
+                },
+            ),
+            (120, push(ETCD, None)),
+        ],
+    }
+}
+
+/// Three nodes; good etcd and kube-apiserver versions are pushed in the same second.
+fn etcd_and_apiserver_together(daemonsets: DaemonSets) -> Scenario {
+    Scenario {
+        nodes: 3,
+        daemonsets,
+        ops: vec![(60, push(ETCD, None)), (60, push(APISERVER, None))],
+    }
+}
+
 pub fn all() -> Vec<Named> {
     vec![
         Named {
@@ -81,29 +108,12 @@ pub fn all() -> Vec<Named> {
         Named {
             name: "etcd-push-with-a-member-off",
             story: "three nodes; cp-3 is powered off, then a good etcd version is pushed",
-            scenario: || Scenario {
-                nodes: 3,
-                daemonsets: DaemonSets::PerNode,
-                ops: vec![
-                    (
-                        30,
-                        Op::PowerCut {
-                            nodes: vec![2],
-                            down_for: 3600,
-                        },
-                    ),
-                    (120, push(ETCD, None)),
-                ],
-            },
+            scenario: || etcd_push_with_a_member_off(DaemonSets::PerNode),
         },
         Named {
             name: "etcd-and-apiserver-on-separate-turns",
             story: "three nodes; good etcd and kube-apiserver versions are pushed together",
-            scenario: || Scenario {
-                nodes: 3,
-                daemonsets: DaemonSets::PerNode,
-                ops: vec![(60, push(ETCD, None)), (60, push(APISERVER, None))],
-            },
+            scenario: || etcd_and_apiserver_together(DaemonSets::PerNode),
         },
         Named {
             name: "reimaged-bootstrap-node-with-a-tls-error",
@@ -248,30 +258,13 @@ pub fn all() -> Vec<Named> {
             story: "three nodes, one anchor DaemonSet per component (the charts without perNode); cp-3 is \
                     powered off, then a good etcd version is pushed: the DaemonSet replaces cp-3's unavailable \
                     pod and no other until it is back",
-            scenario: || Scenario {
-                nodes: 3,
-                daemonsets: DaemonSets::OnePerComponent,
-                ops: vec![
-                    (
-                        30,
-                        Op::PowerCut {
-                            nodes: vec![2],
-                            down_for: 3600,
-                        },
-                    ),
-                    (120, push(ETCD, None)),
-                ],
-            },
+            scenario: || etcd_push_with_a_member_off(DaemonSets::OnePerComponent),
         },
         Named {
             name: "etcd-and-apiserver-together-one-daemonset",
             story: "three nodes, one anchor DaemonSet per component; good etcd and kube-apiserver versions are \
                     pushed together",
-            scenario: || Scenario {
-                nodes: 3,
-                daemonsets: DaemonSets::OnePerComponent,
-                ops: vec![(60, push(ETCD, None)), (60, push(APISERVER, None))],
-            },
+            scenario: || etcd_and_apiserver_together(DaemonSets::OnePerComponent),
         },
         Named {
             name: "a-hung-api-server-during-a-rollout",
