@@ -313,6 +313,23 @@ pub fn all() -> Vec<Named> {
             },
         },
         Named {
+            name: "bootstrap-node-late-data-disk",
+            story: "three nodes created from cp-1 alone; cp-1 reboots and its etcd data disk is mounted 90 s \
+                    after its kubelet starts",
+            scenario: || Scenario {
+                nodes: 3,
+                daemonsets: DaemonSets::PerNode,
+                ops: vec![(
+                    30,
+                    Op::LateDataDisk {
+                        node: 0,
+                        down_for: 60,
+                        mount_after: 90,
+                    },
+                )],
+            },
+        },
+        Named {
             name: "single-node-late-data-disk",
             story: "one node; it reboots and its etcd data disk is mounted 90 s after its kubelet starts; later a \
                     good etcd version is pushed",
@@ -409,6 +426,13 @@ pub const KNOWN: &[(&str, &[Invariant])] = &[
             Invariant::NotRecovered,
             Invariant::RemovedWithoutProof,
         ],
+    ),
+    // [F4, F9] the bootstrap node's manifest keeps `--initial-cluster-state=new` (its record's):
+    // its etcd, started on the empty mount point, founds a second cluster; or, as on any node,
+    // its anchor removes its member.
+    (
+        "bootstrap-node-late-data-disk",
+        &[Invariant::TwoClusters, Invariant::RemovedWithoutProof],
     ),
     ("single-node-late-data-disk", &[]),
 ];
