@@ -447,6 +447,9 @@ struct Node {
     anchors: [Option<AnchorProc>; 2],
     /// When the kubelet starts each anchor pod's container.
     anchor_start_at: [Option<u64>; 2],
+    /// Whether each anchor pod was Ready when the power went: the API shows it so until the node
+    /// lifecycle controller marks the node's pods not Ready.
+    anchors_ready_at_power_off: [bool; 2],
     ledgers: [Ledger; 2],
     /// The inputs mounted into each anchor (a ConfigMap volume), and an update on its way.
     inputs: [Option<usize>; 2],
@@ -579,6 +582,7 @@ impl World {
                     }),
                     anchors: [None, None],
                     anchor_start_at: [Some(0), Some(0)],
+                    anchors_ready_at_power_off: [false, false],
                     ledgers,
                     inputs: [Some(ETCD), Some(APISERVER)],
                     inputs_due: [None, None],
@@ -877,6 +881,7 @@ impl World {
         for pod in &mut node.pods {
             pod.container = None;
         }
+        node.anchors_ready_at_power_off = [0, 1].map(|c| node.anchors[c].as_ref().is_some_and(|p| p.ready));
         node.anchors = [None, None];
         node.anchor_start_at = [None, None];
         node.world_down_until = back + BOOT_GRACE;
@@ -1013,7 +1018,14 @@ impl World {
                 let mut delete = Vec::new();
                 let mut candidates = Vec::new();
                 for n in group {
-                    let available = self.nodes[n].anchors[c].as_ref().is_some_and(|p| p.ready);
+                    // A node that lost power keeps its pods' Ready in the API for the node
+                    // monitor's grace period.
+                    let node = &self.nodes[n];
+                    let available = if node.powered {
+                        node.anchors[c].as_ref().is_some_and(|p| p.ready)
+                    } else {
+                        node.anchors_ready_at_power_off[c] && self.now < node.powered_off_at + NODE_MONITOR_GRACE
+                    };
                     match self.nodes[n].anchor_pods[c] {
                         AnchorPodObject::Absent => {
                             self.next_pod_serial += 1;

@@ -261,6 +261,25 @@ pub fn all() -> Vec<Named> {
             scenario: || etcd_push_with_a_member_off(DaemonSets::OnePerComponent),
         },
         Named {
+            name: "etcd-push-just-after-a-member-lost-power-one-daemonset",
+            story: "three nodes, one anchor DaemonSet per component; cp-3 loses power, and a good etcd version is \
+                    pushed 10 s later, while cp-3's pods still read Ready",
+            scenario: || Scenario {
+                nodes: 3,
+                daemonsets: DaemonSets::OnePerComponent,
+                ops: vec![
+                    (
+                        60,
+                        Op::PowerCut {
+                            nodes: vec![2],
+                            down_for: 3600,
+                        },
+                    ),
+                    (70, push(ETCD, None)),
+                ],
+            },
+        },
+        Named {
             name: "etcd-and-apiserver-together-one-daemonset",
             story: "three nodes, one anchor DaemonSet per component; good etcd and kube-apiserver versions are \
                     pushed together",
@@ -413,6 +432,12 @@ pub const KNOWN: &[(&str, &[Invariant])] = &[
     // is unavailable, and a waiting anchor is not Ready, so F3 and F13 do not occur there.
     ("etcd-push-with-a-member-off-one-daemonset", &[]),
     ("etcd-and-apiserver-together-one-daemonset", &[]),
+    // [F3] but within the node monitor's 40 s, while a node that lost power still reads Ready:
+    // the DaemonSet replaces another node's pod, whose anchor restarts its member unchecked.
+    (
+        "etcd-push-just-after-a-member-lost-power-one-daemonset",
+        &[Invariant::QuorumLost, Invariant::ApiServersDown],
+    ),
     // A hung API server answers nothing, which is no evidence against the version it runs.
     ("a-hung-api-server-during-a-rollout", &[]),
     ("single-node-hung-api-server-in-a-trial", &[]),
