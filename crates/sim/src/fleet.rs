@@ -646,16 +646,18 @@ impl World {
             }
             world.tick();
             world.check();
-            if world.settled() {
-                let since = *settled_since.get_or_insert(world.now);
-                if let Some((i, applied)) = unsettled
-                    && world.now >= since + STABLE
-                {
-                    world.report.settled_after.insert(i, since - applied);
-                    unsettled = None;
+            // Looked at only while an operation waits to have settled: the check reads every
+            // node and component.
+            if let Some((i, applied)) = unsettled {
+                if world.settled() {
+                    let since = *settled_since.get_or_insert(world.now);
+                    if world.now >= since + STABLE {
+                        world.report.settled_after.insert(i, since - applied);
+                        unsettled = None;
+                    }
+                } else {
+                    settled_since = None;
                 }
-            } else {
-                settled_since = None;
             }
             world.now += 1;
         }
@@ -1008,6 +1010,14 @@ impl World {
         }
         for c in 0..2 {
             let template = *self.releases[c].last().expect("a release");
+            // Nothing to do while every selected node has a pod of the current template.
+            let current = |node: &Node| {
+                !node.selected
+                    || matches!(node.anchor_pods[c], AnchorPodObject::Bound { revision, .. } if revision == template)
+            };
+            if self.nodes.iter().all(current) {
+                continue;
+            }
             let selected: Vec<usize> = (0..self.nodes.len()).filter(|&n| self.nodes[n].selected).collect();
             let groups: Vec<Vec<usize>> = match self.daemonsets {
                 DaemonSets::PerNode => selected.iter().map(|&n| vec![n]).collect(),
