@@ -341,6 +341,11 @@ struct Container {
 }
 
 impl Container {
+    /// Since when its process has been stopped, while it still is at `now`.
+    fn stopped_since(&self, now: u64) -> Option<u64> {
+        self.stopped.filter(|(_, until)| now < *until).map(|(from, _)| from)
+    }
+
     fn running(&self) -> bool {
         matches!(self.phase, Phase::Running { .. } | Phase::Stopping { .. })
     }
@@ -373,6 +378,16 @@ enum Listed {
 struct Data {
     cluster: u64,
     member: u64,
+}
+
+impl Data {
+    /// Member `member`'s data in the main cluster.
+    fn main(member: u64) -> Self {
+        Data {
+            cluster: MAIN_CLUSTER,
+            member,
+        }
+    }
 }
 
 /// A node's anchor pod of one component, as the API holds it.
@@ -586,10 +601,7 @@ impl World {
                     ledgers,
                     inputs: [Some(ETCD), Some(APISERVER)],
                     inputs_due: [None, None],
-                    disk_data: Some(Data {
-                        cluster: MAIN_CLUSTER,
-                        member: 1000 + i as u64,
-                    }),
+                    disk_data: Some(Data::main(1000 + i as u64)),
                     root_data: None,
                     disk_mounted_at: 0,
                     record: Some(voter_record(i, 1000 + i as u64)),
@@ -619,7 +631,7 @@ impl World {
         }
     }
 
-    /// Runs `scenario` to its end (or to its first violation of `stop_on`).
+    /// Runs `scenario` to its end with [`Setup::SERVERS`].
     pub fn run(scenario: &Scenario, seed: u64) -> Report {
         Self::run_on(scenario, seed, Setup::SERVERS)
     }
@@ -806,13 +818,14 @@ impl World {
                 }
             }
             Op::HangApiServer { node, for_secs } => {
-                if let Some(n) = self.nodes.get_mut(*node)
-                    && n.pods[APISERVER].container.as_ref().is_some_and(Container::running)
+                let now = self.now;
+                if let Some(ct) = self
+                    .nodes
+                    .get_mut(*node)
+                    .and_then(|n| n.pods[APISERVER].container.as_mut())
+                    .filter(|ct| ct.running())
                 {
-                    let now = self.now;
-                    if let Some(ct) = n.pods[APISERVER].container.as_mut() {
-                        ct.stopped = Some((now, now + for_secs));
-                    }
+                    ct.stopped = Some((now, now + for_secs));
                 }
             }
             Op::ExpireAnchorEtcdCert => self.anchor_etcd_tls_broken = true,
@@ -940,8 +953,8 @@ impl World {
                     continue;
                 }
                 match node.anchor_pods[c] {
+                    // Its process went with the deletion (to its hook) or with the power.
                     AnchorPodObject::Terminating { .. } if node.hooks[c].is_none() => {
-                        node.anchors[c] = None;
                         node.anchor_pods[c] = AnchorPodObject::Absent;
                     }
                     AnchorPodObject::Bound { revision, .. } if node.anchors[c].is_none() => {
@@ -1140,7 +1153,7 @@ impl World {
                 ct.stopped = None;
             }
             Phase::Running { since } => {
-                let hung_since = ct.stopped.filter(|(_, until)| now < *until).map(|(from, _)| from);
+                let hung_since = ct.stopped_since(now);
                 if hung_since.is_some_and(|from| now >= from + LIVENESS_KILL) {
                     // The kubelet kills it on its liveness probe's failures (SIGKILL reaches a
                     // stopped process).
@@ -1157,13 +1170,7 @@ impl World {
                 }
                 // A learner catches up from the time it first runs with the cluster's data (the
                 // leader keeps its progress while it is down).
-                let member = self.nodes[n].member_id;
-                let with_data = ct.running()
-                    && self.data_in(n, ct.on_root)
-                        == Some(Data {
-                            cluster: MAIN_CLUSTER,
-                            member,
-                        });
+                let with_data = ct.running() && self.holds_own_member(n, ct.on_root);
                 if c == ETCD
                     && with_data
                     && let Listed::Learner { running_since } = &mut self.nodes[n].listed
@@ -1202,10 +1209,7 @@ impl World {
                     // can answer (until then it keeps trying).
                     _ => {
                         if self.has_quorum(MAIN_CLUSTER) {
-                            *self.data_in_mut(n, on_root) = Some(Data {
-                                cluster: MAIN_CLUSTER,
-                                member,
-                            });
+                            *self.data_in_mut(n, on_root) = Some(Data::main(member));
                             self.nodes[n].published = true;
                         }
                         true
@@ -1241,6 +1245,11 @@ impl World {
         } else {
             &mut self.nodes[n].disk_data
         }
+    }
+
+    /// The data dir a container of node `n` sees holds its current member of the main cluster.
+    fn holds_own_member(&self, n: usize, on_root: bool) -> bool {
+        self.data_in(n, on_root) == Some(Data::main(self.nodes[n].member_id))
     }
 
     /// The member data node `n`'s etcd container sees (the data disk's when none runs and it is
@@ -1284,11 +1293,7 @@ impl World {
 
     fn etcd_member_version(&self, n: usize) -> Option<u32> {
         let ct = self.nodes[n].pods[ETCD].container.as_ref()?;
-        let own = Data {
-            cluster: MAIN_CLUSTER,
-            member: self.nodes[n].member_id,
-        };
-        (ct.running() && self.data_in(n, ct.on_root) == Some(own)).then(|| self.versions[ct.version].minor)
+        (ct.running() && self.holds_own_member(n, ct.on_root)).then(|| self.versions[ct.version].minor)
     }
 
     // ---- what is true of the control plane -------------------------------------------------
@@ -1372,8 +1377,7 @@ impl World {
         self.nodes[n].pods[APISERVER]
             .container
             .as_ref()
-            .and_then(|ct| ct.stopped)
-            .is_some_and(|(_, until)| self.now < until)
+            .is_some_and(|ct| ct.stopped_since(self.now).is_some())
     }
 
     fn accepts_client_certs(&self, n: usize) -> bool {
@@ -1561,11 +1565,7 @@ impl World {
                     let Some(m) = self.node_of_member(id) else {
                         return (false, true);
                     };
-                    let holds = self.nodes[m].disk_data
-                        == Some(Data {
-                            cluster: MAIN_CLUSTER,
-                            member: id,
-                        });
+                    let holds = self.nodes[m].disk_data == Some(Data::main(id));
                     let removed = self.remove_member(m);
                     if removed.is_ok() && holds && self.nodes[m].selected {
                         let detail = format!(
@@ -2322,9 +2322,8 @@ pub const GENERATED_SPAN: u64 = 30 * 60;
 /// A run drawn from `seed`: `nodes` nodes, [`GENERATED_OPS`] operations over
 /// [`GENERATED_SPAN`] (pushes good and bad of every kind, helm rollbacks, power cuts of any
 /// subset, kubelet restarts, a hung kube-apiserver, a boot with a late data disk or a re-image
-/// now and then, and on
-/// three nodes, in the last quarter,
-/// the last one leaving the control plane now and then).
+/// now and then, and on three nodes, in the last quarter, the last one leaving the control plane
+/// now and then).
 pub fn generate(nodes: usize, seed: u64) -> Scenario {
     let mut rng = Rng::new(seed ^ 0x005e_ed0f_0be7);
     let mut ops = Vec::with_capacity(GENERATED_OPS);

@@ -491,6 +491,23 @@ pub struct BedStep {
     pub bed_settled_after: Option<u64>,
 }
 
+impl BedStep {
+    /// How long the bed's lifecycle run lets it take to settle (tests/selfhosted/lifecycle.rs:
+    /// `APISERVER_SETTLE_BOUND` for a kube-apiserver change, else `SETTLE_BOUND`).
+    pub fn settle_bound(&self) -> u64 {
+        let apiserver_change = self.ops.iter().any(|(_, op)| {
+            matches!(
+                op,
+                Op::Push {
+                    component: APISERVER,
+                    ..
+                }
+            )
+        });
+        if apiserver_change { 780 } else { 480 }
+    }
+}
+
 /// A lifecycle plan run both ways: on the bed (`replay`), and in the simulation with
 /// [`crate::fleet::Setup::LIFECYCLE_BED`].
 pub struct BedRun {

@@ -265,7 +265,7 @@ fn the_lifecycle_plan_the_bed_ran_settles_in_the_simulation() {
         assert!(report.violations.is_empty(), "seed {seed}: {:?}", report.violations);
         for (step, index) in run.settle_indices() {
             let step = &run.steps[step];
-            let bound = if step.what.contains("kube-apiserver") { 780 } else { 480 };
+            let bound = step.settle_bound();
             let settled = report.settled_after.get(&index);
             assert!(
                 settled.is_some_and(|s| *s <= bound),
