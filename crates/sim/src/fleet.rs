@@ -154,6 +154,18 @@ pub enum Op {
     /// The node's kube-apiserver stops answering for `for_secs` seconds (SIGSTOP, then SIGCONT,
     /// as the bed's lifecycle run does to a hung server): connections open, no answer comes.
     HangApiServer { node: usize, for_secs: u64 },
+    /// `kubectl drain`, then a reboot, as kured or a machine rollout runs them: the node is
+    /// cordoned, its evictable pods are evicted (none in this world: the anchors are DaemonSet
+    /// pods, which a drain skips, and a static pod's mirror cannot be evicted, so no
+    /// PodDisruptionBudget speaks for etcd or kube-apiserver), and its power goes off for
+    /// `down_for` seconds.
+    Drain { node: usize, down_for: u64 },
+    /// The power of the node holding `component`'s rollout turn goes off for `down_for` seconds
+    /// (nothing happens when no node holds it).
+    CutTurnHolder { component: usize, down_for: u64 },
+    /// The operator deletes `component`'s rollout Lease, as the anchors' `/readyz` advises once
+    /// its holder has been silent for a minute.
+    DeleteLease { component: usize },
 }
 
 /// How the anchor DaemonSets are laid out.
@@ -223,6 +235,7 @@ fn op_length(op: &Op) -> u64 {
             down_for, mount_after, ..
         } => down_for + mount_after,
         Op::HangApiServer { for_secs, .. } => *for_secs,
+        Op::Drain { down_for, .. } | Op::CutTurnHolder { down_for, .. } => *down_for,
         _ => 0,
     }
 }
@@ -253,6 +266,11 @@ pub enum Invariant {
     /// An anchor removed an etcd member whose data was on its node's data disk, on a node the
     /// charts still select: no proof that the member was gone.
     RemovedWithoutProof,
+    /// An eviction-based drain took a node down that etcd or the API servers could not lose:
+    /// three members or more and fewer than a majority of them healthy on the other nodes, or
+    /// two selected nodes or more and no other API server serving clients. A budget allowing
+    /// one unavailable (issue 53's guard pods) would have made the drain wait.
+    DrainedBelowQuorum,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -828,6 +846,22 @@ impl World {
                     ct.stopped = Some((now, now + for_secs));
                 }
             }
+            Op::Drain { node, down_for } => {
+                let n = *node;
+                if n >= self.nodes.len() || !self.nodes[n].powered {
+                    return;
+                }
+                self.check_drain(n);
+                let back = self.now + down_for + self.boot_time();
+                self.power_off(n, back);
+            }
+            Op::CutTurnHolder { component, down_for } => {
+                if let Some(n) = self.leases[*component].holder.filter(|&n| self.nodes[n].powered) {
+                    let back = self.now + down_for + self.boot_time();
+                    self.power_off(n, back);
+                }
+            }
+            Op::DeleteLease { component } => self.leases[*component] = Lease::free(),
             Op::ExpireAnchorEtcdCert => self.anchor_etcd_tls_broken = true,
             Op::Deselect { node } => {
                 let n = *node;
@@ -1762,21 +1796,7 @@ impl World {
                 }
                 Effect::AskTurn { version } => {
                     let answer = if self.anchor_reaches_api() {
-                        let lease = &self.leases[c];
-                        let view = LeaseView {
-                            holder: lease.holder.map(|h| self.nodes[h].name.clone()),
-                            renewed: lease.holder.map(|_| wall(lease.renewed)),
-                            failed: lease
-                                .failed
-                                .as_ref()
-                                .map(|(r, h)| (r.clone(), self.nodes[*h].name.clone())),
-                        };
-                        let turn = rollout::decide(Some(&view), &self.nodes[n].name, Some(&version), false);
-                        if turn == rollout::LeaseAnswer::Take {
-                            self.leases[c].holder = Some(n);
-                            self.leases[c].renewed = self.now;
-                        }
-                        Ok(turn)
+                        Ok(self.ask_lease(n, c, &version))
                     } else {
                         Err("API unreachable".to_owned())
                     };
@@ -1862,9 +1882,12 @@ impl World {
                         queue.extend(proc.machine.step(Input::GivenBack));
                     }
                 }
+                // As the daemon renews: it asks for the turn again, for its pod's inputs, and
+                // counts it renewed whatever the answer (`anchor::Daemon`, `Lease::ask`).
                 Effect::RenewTurn => {
-                    if self.anchor_reaches_api() && self.leases[c].holder == Some(n) {
-                        self.leases[c].renewed = self.now;
+                    if self.anchor_reaches_api() {
+                        let version = self.versions[proc.expects].id.clone();
+                        self.ask_lease(n, c, &version);
                         queue.extend(proc.machine.step(Input::Renewed {
                             instant: self.instant(),
                         }));
@@ -1881,6 +1904,26 @@ impl World {
                 Effect::Ready { ready, .. } => proc.ready = ready,
             }
         }
+    }
+
+    /// `Lease::ask` for node `n`'s anchor of component `c` and `version`: `rollout::decide` on
+    /// the Lease as it is, and the Lease taken (created when the operator deleted it) on `Take`.
+    fn ask_lease(&mut self, n: usize, c: usize, version: &str) -> rollout::LeaseAnswer {
+        let lease = &self.leases[c];
+        let view = LeaseView {
+            holder: lease.holder.map(|h| self.nodes[h].name.clone()),
+            renewed: lease.holder.map(|_| wall(lease.renewed)),
+            failed: lease
+                .failed
+                .as_ref()
+                .map(|(r, h)| (r.clone(), self.nodes[*h].name.clone())),
+        };
+        let turn = rollout::decide(Some(&view), &self.nodes[n].name, Some(version), false);
+        if turn == rollout::LeaseAnswer::Take {
+            self.leases[c].holder = Some(n);
+            self.leases[c].renewed = self.now;
+        }
+        turn
     }
 
     fn write(&mut self, n: usize, c: usize, id: &str) {
@@ -2213,6 +2256,31 @@ impl World {
         }
     }
 
+    /// Whether the control plane could lose node `n` when a drain takes it down
+    /// ([`Invariant::DrainedBelowQuorum`]).
+    fn check_drain(&mut self, n: usize) {
+        let members = self.members();
+        let own = self.nodes[n].member_id;
+        let healthy_elsewhere = self.healthy_members().into_iter().filter(|&id| id != own).count();
+        let mut short = Vec::new();
+        if members >= 3 && self.nodes[n].listed == Listed::Voter && healthy_elsewhere <= members / 2 {
+            short.push(format!(
+                "{healthy_elsewhere} of {members} etcd members healthy elsewhere"
+            ));
+        }
+        let selected = (0..self.nodes.len()).filter(|&m| self.nodes[m].selected).count();
+        if selected >= 2
+            && self.nodes[n].selected
+            && !(0..self.nodes.len()).any(|m| m != n && self.nodes[m].selected && self.serves_clients(m))
+        {
+            short.push("no other API server serving clients".into());
+        }
+        if !short.is_empty() {
+            let detail = format!("a drain took {} down with {}", self.nodes[n].name, short.join(" and "));
+            self.violate(Invariant::DrainedBelowQuorum, detail);
+        }
+    }
+
     fn world_down(&self, n: usize) -> bool {
         !self.nodes[n].powered || self.now < self.nodes[n].world_down_until
     }
@@ -2321,9 +2389,10 @@ pub const GENERATED_SPAN: u64 = 30 * 60;
 
 /// A run drawn from `seed`: `nodes` nodes, [`GENERATED_OPS`] operations over
 /// [`GENERATED_SPAN`] (pushes good and bad of every kind, helm rollbacks, power cuts of any
-/// subset, kubelet restarts, a hung kube-apiserver, a boot with a late data disk or a re-image
-/// now and then, and on three nodes, in the last quarter, the last one leaving the control plane
-/// now and then).
+/// subset, kubelet restarts, a hung kube-apiserver, drains with a reboot, and now and then a
+/// power cut of the node holding a turn, a rollout Lease deleted, a boot with a late data disk
+/// or a re-image, and on three nodes, in the last quarter, the last one leaving the control
+/// plane).
 pub fn generate(nodes: usize, seed: u64) -> Scenario {
     let mut rng = Rng::new(seed ^ 0x005e_ed0f_0be7);
     let mut ops = Vec::with_capacity(GENERATED_OPS);
@@ -2345,8 +2414,8 @@ pub fn generate(nodes: usize, seed: u64) -> Scenario {
                     minor_up: false,
                 }
             }
-            60..68 => Op::HelmRollback { component },
-            68..84 => {
+            60..67 => Op::HelmRollback { component },
+            67..82 => {
                 let mut cut: Vec<usize> = (0..nodes).filter(|_| rng.next_u64().is_multiple_of(2)).collect();
                 if cut.is_empty() {
                     cut.push((rng.next_u64() % nodes as u64) as usize);
@@ -2356,14 +2425,23 @@ pub fn generate(nodes: usize, seed: u64) -> Scenario {
                     down_for: rng.uniform(10.0, 600.0) as u64,
                 }
             }
-            84..92 => Op::KubeletRestart {
+            82..88 => Op::KubeletRestart {
                 node: (rng.next_u64() % nodes as u64) as usize,
             },
-            92..95 => Op::HangApiServer {
+            88..91 => Op::HangApiServer {
                 node: (rng.next_u64() % nodes as u64) as usize,
                 for_secs: rng.uniform(20.0, 200.0) as u64,
             },
-            95..97 => Op::LateDataDisk {
+            91..94 => Op::Drain {
+                node: (rng.next_u64() % nodes as u64) as usize,
+                down_for: rng.uniform(30.0, 300.0) as u64,
+            },
+            94 => Op::CutTurnHolder {
+                component,
+                down_for: rng.uniform(10.0, 600.0) as u64,
+            },
+            95 => Op::DeleteLease { component },
+            96 | 97 => Op::LateDataDisk {
                 node: (rng.next_u64() % nodes as u64) as usize,
                 down_for: rng.uniform(10.0, 600.0) as u64,
                 mount_after: rng.uniform(5.0, 300.0) as u64,
@@ -2439,6 +2517,7 @@ fn on_first_node(scenario: &Scenario) -> Option<Scenario> {
                 Op::PowerCut { .. } => return None,
                 Op::KubeletRestart { node }
                 | Op::Reimage { node }
+                | Op::Drain { node, .. }
                 | Op::Deselect { node }
                 | Op::LateDataDisk { node, .. }
                 | Op::HangApiServer { node, .. }
@@ -2459,7 +2538,7 @@ fn on_first_node(scenario: &Scenario) -> Option<Scenario> {
 }
 
 /// The one-step smaller versions of `scenario`'s operation `i`: each node of a power cut
-/// dropped, the cut halved, the operation moved halfway to the one before it.
+/// dropped, the cut (or a drain's or a holder's time off) halved, the operation moved halfway to the one before it.
 fn smaller_op(scenario: &Scenario, i: usize) -> Vec<Scenario> {
     let with = |at: u64, op: Op| {
         let mut s = scenario.clone();
@@ -2491,6 +2570,23 @@ fn smaller_op(scenario: &Scenario, i: usize) -> Vec<Scenario> {
                 },
             ));
         }
+    }
+    match &op {
+        Op::Drain { node, down_for } if *down_for > 1 => out.push(with(
+            at,
+            Op::Drain {
+                node: *node,
+                down_for: down_for / 2,
+            },
+        )),
+        Op::CutTurnHolder { component, down_for } if *down_for > 1 => out.push(with(
+            at,
+            Op::CutTurnHolder {
+                component: *component,
+                down_for: down_for / 2,
+            },
+        )),
+        _ => {}
     }
     let previous = i.checked_sub(1).map_or(0, |p| scenario.ops[p].0);
     if at > previous {
@@ -2545,6 +2641,13 @@ fn op_source(op: &Op) -> String {
             format!("Op::HelmRollback {{ component: {} }}", COMPONENT_CONSTS[*component])
         }
         Op::PowerCut { nodes, down_for } => format!("Op::PowerCut {{ nodes: vec!{nodes:?}, down_for: {down_for} }}"),
+        Op::CutTurnHolder { component, down_for } => format!(
+            "Op::CutTurnHolder {{ component: {}, down_for: {down_for} }}",
+            COMPONENT_CONSTS[*component]
+        ),
+        Op::DeleteLease { component } => {
+            format!("Op::DeleteLease {{ component: {} }}", COMPONENT_CONSTS[*component])
+        }
         other => format!("Op::{other:?}"),
     }
 }

@@ -368,6 +368,53 @@ pub fn all() -> Vec<Named> {
                 ],
             },
         },
+        Named {
+            name: "a-second-drain-while-the-first-node-reboots",
+            story: "three nodes; `kubectl drain` of cp-1 and a reboot of 5 minutes (kured), then a drain of cp-2 \
+                    while cp-1 is still down",
+            scenario: || Scenario {
+                nodes: 3,
+                daemonsets: DaemonSets::OnePerComponent,
+                ops: vec![
+                    (60, Op::Drain { node: 0, down_for: 300 }),
+                    (180, Op::Drain { node: 1, down_for: 300 }),
+                ],
+            },
+        },
+        Named {
+            name: "one-drain-at-a-time",
+            story: "three nodes; cp-1, cp-2 and cp-3 drained and rebooted one after the other, each once the one \
+                    before is back",
+            scenario: || Scenario {
+                nodes: 3,
+                daemonsets: DaemonSets::OnePerComponent,
+                ops: vec![
+                    (60, Op::Drain { node: 0, down_for: 120 }),
+                    (600, Op::Drain { node: 1, down_for: 120 }),
+                    (1140, Op::Drain { node: 2, down_for: 120 }),
+                ],
+            },
+        },
+        Named {
+            name: "the-lease-of-a-holder-that-lost-power-is-deleted",
+            story: "three nodes; a good etcd version is pushed; the node trying it loses power for 10 minutes, \
+                    and 90 s later the operator deletes the rollout Lease, as `/readyz` advises",
+            scenario: || Scenario {
+                nodes: 3,
+                daemonsets: DaemonSets::PerNode,
+                ops: vec![
+                    (60, push(ETCD, None)),
+                    (
+                        150,
+                        Op::CutTurnHolder {
+                            component: ETCD,
+                            down_for: 600,
+                        },
+                    ),
+                    (240, Op::DeleteLease { component: ETCD }),
+                ],
+            },
+        },
     ]
 }
 
@@ -460,6 +507,19 @@ pub const KNOWN: &[(&str, &[Invariant])] = &[
         &[Invariant::TwoClusters, Invariant::RemovedWithoutProof],
     ),
     ("single-node-late-data-disk", &[]),
+    // [drains, issue 53] static pods are not evicted, so no PodDisruptionBudget speaks for etcd or
+    // kube-apiserver: the second drain goes ahead while the first node is down.
+    (
+        "a-second-drain-while-the-first-node-reboots",
+        &[Invariant::DrainedBelowQuorum],
+    ),
+    ("one-drain-at-a-time", &[]),
+    // [F3] the Lease deleted, the next node takes the turn and restarts its member with nothing
+    // checked while the holder is down.
+    (
+        "the-lease-of-a-holder-that-lost-power-is-deleted",
+        &[Invariant::QuorumLost, Invariant::ApiServersDown],
+    ),
 ];
 
 /// The ratchet of the generated runs: the invariants that [`crate::fleet::generate`]'s runs
@@ -476,10 +536,9 @@ pub const GENERATED_KNOWN: &[(usize, Invariant)] = &[
     (3, Invariant::SkewWritten),
     (3, Invariant::TwoClusters),
     (3, Invariant::NotRecovered),
-    // A leave racing a rollout's restart on another node (with one DaemonSet per component,
-    // kube-apiserver's too): the named scenario of an etcd rollout shows it.
-    (3, Invariant::RemovedBelowQuorum),
     (3, Invariant::RemovedWithoutProof),
+    // A drain while another node is down (or its member not healthy).
+    (3, Invariant::DrainedBelowQuorum),
 ];
 
 /// One operation of a lifecycle plan the bed ran: what the bed did, the simulated operations
