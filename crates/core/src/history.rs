@@ -170,12 +170,24 @@ pub fn find<'a>(history: &'a [Revision], wanted: &str) -> Result<&'a Revision, F
     }
 }
 
+/// The kept revision `wanted` names that `rollback --to` may go back to: one that passed its
+/// trial on this node.
+pub fn find_passed<'a>(history: &'a [Revision], wanted: &str) -> Result<&'a Revision, FindError> {
+    let revision = find(history, wanted)?;
+    match revision.outcome {
+        Outcome::Passed { .. } => Ok(revision),
+        _ => Err(FindError::NotPassed(revision.hash.clone(), revision.outcome.as_str())),
+    }
+}
+
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum FindError {
     #[error("{0} is not a revision kept on this node")]
     NotKept(String),
     #[error("{0} names {1} kept revisions: give more of the hash")]
     Ambiguous(String, usize),
+    #[error("{0} did not pass a trial on this node ({1}): only a version that did can be gone back to")]
+    NotPassed(String, &'static str),
 }
 
 fn take(history: &mut Vec<Revision>, hash: &str) -> Option<Revision> {
@@ -281,6 +293,26 @@ mod tests {
         assert_eq!(find(&h, "ab"), Err(FindError::Ambiguous("ab".into(), 2)));
         assert_eq!(find(&h, "0"), Err(FindError::NotKept("0".into())));
         assert_eq!(find(&h, ""), Err(FindError::NotKept("".into())));
+    }
+
+    #[test]
+    fn only_a_revision_that_passed_can_be_gone_back_to() {
+        let mut h = Vec::new();
+        for hash in ["sha256:aa", "sha256:bb", "sha256:cc"] {
+            applied(&mut h, hash, "t");
+        }
+        passed(&mut h, "sha256:aa", "t");
+        failed(&mut h, "sha256:bb", "t", "crash loop");
+        assert_eq!(find_passed(&h, "aa").unwrap().hash, "sha256:aa");
+        assert_eq!(
+            find_passed(&h, "bb"),
+            Err(FindError::NotPassed("sha256:bb".into(), "failed"))
+        );
+        assert_eq!(
+            find_passed(&h, "cc"),
+            Err(FindError::NotPassed("sha256:cc".into(), "trial"))
+        );
+        assert_eq!(find_passed(&h, "dd"), Err(FindError::NotKept("dd".into())));
     }
 
     #[test]

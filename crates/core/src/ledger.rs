@@ -91,6 +91,15 @@ pub struct BadVersion {
     pub reason: String,
 }
 
+/// [`Ledger::rollback_to`]'s decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RollbackTo {
+    /// The version the node is on, to record as bad (`None`: the node is on the target).
+    pub mark_bad: Option<String>,
+    /// The target becomes last-known-good.
+    pub promote: bool,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Ledger {
@@ -267,6 +276,26 @@ impl Ledger {
         self.bad.drain(..excess);
     }
 
+    /// What `rollback` does to go back to `target` (last-known-good, or a kept revision that
+    /// passed its trial): the version the node is on is recorded as bad unless it is the
+    /// target, and the target becomes last-known-good unless it is already.
+    pub fn rollback_to(&self, target: &str) -> RollbackTo {
+        RollbackTo {
+            mark_bad: self.content_hash.clone().filter(|current| current != target),
+            promote: self.last_known_good.as_deref() != Some(target),
+        }
+    }
+
+    /// `retry`: forgets the bad versions `hash` names (every one when `None`), so an anchor tries
+    /// them again; returns those forgotten.
+    pub fn forget_bad(&mut self, hash: Option<&str>) -> Vec<BadVersion> {
+        let (forget, keep) = std::mem::take(&mut self.bad)
+            .into_iter()
+            .partition::<Vec<_>, _>(|b| hash.is_none_or(|h| h == b.hash));
+        self.bad = keep;
+        forget
+    }
+
     /// `hash` survived its trial at `now`: the last-known-good version.
     pub fn mark_good(&mut self, hash: &str, now: &str) {
         crate::history::passed(&mut self.history, hash, now);
@@ -404,6 +433,61 @@ mod tests {
             });
         }
         l
+    }
+
+    fn bad(hash: &str) -> BadVersion {
+        BadVersion {
+            hash: hash.into(),
+            at: "t".into(),
+            reason: "r".into(),
+        }
+    }
+
+    #[test]
+    fn rollback_records_the_current_version_bad_and_the_target_good_only_when_they_differ() {
+        let mut l = Ledger::new("etcd");
+        l.content_hash = Some("b".into());
+        l.last_known_good = Some("a".into());
+        // Back to last-known-good from a version on trial.
+        assert_eq!(
+            l.rollback_to("a"),
+            RollbackTo {
+                mark_bad: Some("b".into()),
+                promote: false,
+            }
+        );
+        // `--to` an older revision than last-known-good: both change.
+        assert_eq!(
+            l.rollback_to("z"),
+            RollbackTo {
+                mark_bad: Some("b".into()),
+                promote: true,
+            }
+        );
+        // Already on the target, which is not last-known-good yet: nothing is bad.
+        assert_eq!(
+            l.rollback_to("b"),
+            RollbackTo {
+                mark_bad: None,
+                promote: true,
+            }
+        );
+        // Nothing written here yet.
+        l.content_hash = None;
+        assert_eq!(l.rollback_to("a").mark_bad, None);
+    }
+
+    #[test]
+    fn retry_forgets_the_bad_version_named_or_every_one() {
+        let mut l = Ledger::new("etcd");
+        l.mark_bad(bad("x"));
+        l.mark_bad(bad("y"));
+        assert!(l.forget_bad(Some("z")).is_empty());
+        assert_eq!(l.forget_bad(Some("x")), vec![bad("x")]);
+        assert_eq!(l.bad, vec![bad("y")]);
+        l.mark_bad(bad("x"));
+        assert_eq!(l.forget_bad(None).len(), 2);
+        assert!(l.bad.is_empty());
     }
 
     #[test]

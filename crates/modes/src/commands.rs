@@ -421,7 +421,6 @@ fn rollback(args: RollbackArgs) -> anyhow::Result<ExitCode> {
     let engine = engine(&args.node)?;
     let component = args.component.name(engine.roots())?;
     let read = engine.ledger(&component)?;
-    let current = read.content_hash;
     let target = match &args.to {
         Some(wanted) => engine.revision(&component, wanted)?,
         None => engine.last_known_good(&component)?.ok_or_else(|| {
@@ -430,8 +429,10 @@ fn rollback(args: RollbackArgs) -> anyhow::Result<ExitCode> {
             )
         })?,
     };
-    let bad = current.filter(|c| *c != target.content_hash);
-    let new_last_known_good = read.last_known_good.as_deref() != Some(target.content_hash.as_str());
+    let kube_anchor_core::ledger::RollbackTo {
+        mark_bad: bad,
+        promote: new_last_known_good,
+    } = read.rollback_to(&target.content_hash);
     if bad.is_some() || new_last_known_good {
         // Under the ledger's lock: an anchor that promoted another version since it was read
         // has changed what there is to go back to.
@@ -483,13 +484,7 @@ fn rollback(args: RollbackArgs) -> anyhow::Result<ExitCode> {
 fn retry(args: RetryArgs) -> anyhow::Result<ExitCode> {
     let engine = engine(&args.node)?;
     let component = args.component.name(engine.roots())?;
-    let forgotten = engine.update_ledger(&component, |ledger| {
-        let (forget, keep) = std::mem::take(&mut ledger.bad)
-            .into_iter()
-            .partition::<Vec<_>, _>(|b| args.hash.as_deref().is_none_or(|h| h == b.hash));
-        ledger.bad = keep;
-        forget
-    })?;
+    let forgotten = engine.update_ledger(&component, |ledger| ledger.forget_bad(args.hash.as_deref()))?;
     if forgotten.is_empty() {
         match args.hash.as_deref() {
             Some(hash) => anyhow::bail!("{component}: {hash} is not recorded as bad; nothing to retry"),

@@ -839,14 +839,8 @@ impl Engine {
             reason,
         };
         let ledger = self.ledger(component)?;
-        let revision = kube_anchor_core::history::find(&ledger.history, wanted).map_err(|e| no(e.to_string()))?;
-        if !matches!(revision.outcome, kube_anchor_core::history::Outcome::Passed { .. }) {
-            return Err(no(format!(
-                "{} did not pass a trial on this node ({}): only a version that did can be gone back to",
-                revision.hash,
-                revision.outcome.as_str()
-            )));
-        }
+        let revision =
+            kube_anchor_core::history::find_passed(&ledger.history, wanted).map_err(|e| no(e.to_string()))?;
         let path = HostFs::revision_path(&self.state_dir, component, &revision.hash)?;
         match self.fs.load_snapshot_at(&path)? {
             Some(Ok(snapshot)) if snapshot.content_hash == revision.hash => snapshot
