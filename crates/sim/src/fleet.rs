@@ -18,8 +18,9 @@ use kube_anchor_core::decommission::{
     AnchorPod, Anchors, DaemonSetFacts, DaemonSetRef, Dependent, Evidence, FilesHere, Guard, Looks, Lookup, NextLook,
     NodeFacts, NodeSelection, PodFacts, ThisPod,
 };
+use kube_anchor_core::history::{self, Retention};
 use kube_anchor_core::join_steps::{self, JoinStart, JoinStep};
-use kube_anchor_core::ledger::{BadVersion, Decommissioned, Ledger};
+use kube_anchor_core::ledger::{BadVersion, Decommissioned, Ledger, RollbackTo};
 use kube_anchor_core::machine::{Anchor, Effect, EvaluateFacts, Input, Settings, SyncFacts};
 use kube_anchor_core::membership::{self, LearnerProgress, Leave, LeaveFacts, Me, Member, MemberList, Record};
 use kube_anchor_core::prestop_steps::{Action, Hook, LeaveAnswer, Limits, MemberConfig, Observation};
@@ -166,6 +167,25 @@ pub enum Op {
     /// The operator deletes `component`'s rollout Lease, as the anchors' `/readyz` advises once
     /// its holder has been silent for a minute.
     DeleteLease { component: usize },
+    /// The operator runs `verb` for `component` on `node`.
+    Verb { node: usize, component: usize, verb: Verb },
+    /// `node`'s etcd disk becomes too slow for a learner to catch up (a throttled cloud volume
+    /// behind a leader's snapshot): from now on a learner there never does.
+    SlowDisk { node: usize },
+}
+
+/// A one-shot verb an operator runs on a node (over ssh, as runbooks fan them out over the
+/// control plane), carried out as its command does in `commands.rs`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verb {
+    /// `kube-anchor rollback`: back to last-known-good; the version the node is on is recorded
+    /// as bad.
+    Rollback,
+    /// `kube-anchor rollback --to`: back to `version` (its index: 0 is the version every node
+    /// started with), if it passed a trial on this node; it becomes last-known-good.
+    RollbackTo { version: usize },
+    /// `kube-anchor retry`: every bad version forgotten, so the anchor tries it again.
+    Retry,
 }
 
 /// How the anchor DaemonSets are laid out.
@@ -306,6 +326,8 @@ pub struct Report {
     pub hook_exits: BTreeMap<&'static str, u64>,
     /// How the etcd anchors' join steps ended, by decision (`keep`, `add-learner`, `promote`, …).
     pub join_ends: BTreeMap<&'static str, u64>,
+    /// How the operator's one-shot verbs ended (`rolled-back`, `retried`, `refused`).
+    pub verbs: BTreeMap<&'static str, u64>,
     /// The main etcd cluster's members when the run ended.
     pub members: usize,
 }
@@ -497,6 +519,8 @@ struct Node {
     /// The etcd anchor's membership record (`<state-dir>/v1/etcd.membership.json`).
     record: Option<Record>,
     world_down_until: u64,
+    /// A learner here never catches up ([`Op::SlowDisk`]).
+    slow_disk: bool,
 }
 
 struct Lease {
@@ -577,8 +601,10 @@ impl World {
             .map(|i| {
                 let mut ledgers = [Ledger::new(COMPONENTS[0]), Ledger::new(COMPONENTS[1])];
                 for (c, ledger) in ledgers.iter_mut().enumerate() {
+                    // Written, then passed its trial, as `bootstrap` leaves a node.
                     ledger.content_hash = Some(versions[c].id.clone());
-                    ledger.last_known_good = Some(versions[c].id.clone());
+                    history::applied(&mut ledger.history, &versions[c].id, "0s");
+                    ledger.mark_good(&versions[c].id, "0s");
                 }
                 let pod = |c: usize| StaticPod {
                     manifest: Some(c),
@@ -624,6 +650,7 @@ impl World {
                     disk_mounted_at: 0,
                     record: Some(voter_record(i, 1000 + i as u64)),
                     world_down_until: 0,
+                    slow_disk: false,
                 }
             })
             .collect::<Vec<_>>();
@@ -862,6 +889,16 @@ impl World {
                 }
             }
             Op::DeleteLease { component } => self.leases[*component] = Lease::free(),
+            Op::Verb { node, component, verb } => {
+                if self.nodes.get(*node).is_some_and(|n| n.powered) {
+                    self.verb(*node, *component, *verb);
+                }
+            }
+            Op::SlowDisk { node } => {
+                if let Some(n) = self.nodes.get_mut(*node) {
+                    n.slow_disk = true;
+                }
+            }
             Op::ExpireAnchorEtcdCert => self.anchor_etcd_tls_broken = true,
             Op::Deselect { node } => {
                 let n = *node;
@@ -874,6 +911,51 @@ impl World {
                     self.delete_anchor_pod(n, c);
                 }
             }
+        }
+    }
+
+    /// `verb` on node `n` for component `c`, deciding as its command does (`commands::rollback`,
+    /// `commands::retry`); a refusal changes nothing. A running anchor sees the files it changed
+    /// at once (it watches them) and the ledger at its next resync.
+    fn verb(&mut self, n: usize, c: usize, verb: Verb) {
+        let now = format!("{}s", self.now);
+        let ledger = &mut self.nodes[n].ledgers[c];
+        let target = match verb {
+            Verb::Retry => {
+                let retried = !ledger.forget_bad(None).is_empty();
+                *self
+                    .report
+                    .verbs
+                    .entry(if retried { "retried" } else { "refused" })
+                    .or_default() += 1;
+                return;
+            }
+            Verb::Rollback => ledger.last_known_good.clone(),
+            Verb::RollbackTo { version } => self
+                .versions
+                .get(version)
+                .and_then(|v| history::find_passed(&ledger.history, &v.id).ok())
+                .map(|r| r.hash.clone()),
+        };
+        let Some(target) = target else {
+            *self.report.verbs.entry("refused").or_default() += 1;
+            return;
+        };
+        *self.report.verbs.entry("rolled-back").or_default() += 1;
+        let RollbackTo { mark_bad, promote } = ledger.rollback_to(&target);
+        if let Some(bad) = mark_bad {
+            ledger.mark_bad(BadVersion {
+                hash: bad,
+                at: now.clone(),
+                reason: "rolled back by hand".into(),
+            });
+        }
+        self.write(n, c, &target);
+        if promote {
+            self.nodes[n].ledgers[c].mark_good(&target, &now);
+        }
+        if let Some(anchor) = self.nodes[n].anchors[c].as_mut() {
+            anchor.next_sync = self.now;
         }
     }
 
@@ -1688,7 +1770,7 @@ impl World {
         match self.nodes[m].listed {
             Listed::Learner {
                 running_since: Some(since),
-            } if self.now >= since + LEARNER_CATCH_UP => {
+            } if self.now >= since + LEARNER_CATCH_UP && !self.nodes[m].slow_disk => {
                 self.nodes[m].listed = Listed::Voter;
                 Ok(())
             }
@@ -1702,9 +1784,9 @@ impl World {
     /// The leader's view of learner `id`.
     fn progress(&self, id: u64) -> Result<LearnerProgress, String> {
         self.list_members()?;
-        let caught_up = self
-            .node_of_member(id)
-            .is_some_and(|m| matches!(self.nodes[m].listed, Listed::Learner { running_since: Some(_) }));
+        let caught_up = self.node_of_member(id).is_some_and(|m| {
+            matches!(self.nodes[m].listed, Listed::Learner { running_since: Some(_) }) && !self.nodes[m].slow_disk
+        });
         Ok(LearnerProgress {
             leader_index: 100,
             matched: Some(if caught_up { 100 } else { 0 }),
@@ -1840,8 +1922,11 @@ impl World {
                         queue.extend(proc.machine.step(Input::EarlierGivenBack));
                     }
                 }
+                // As `Engine::promote` records it.
                 Effect::Promote { version } => {
-                    self.nodes[n].ledgers[c].last_known_good = Some(version);
+                    let ledger = &mut self.nodes[n].ledgers[c];
+                    ledger.mark_good(&version, &format!("{}s", self.now));
+                    ledger.prune_history(Retention::default());
                     self.report.promotions += 1;
                 }
                 Effect::RollBack { failed, reason } => {
@@ -1934,7 +2019,9 @@ impl World {
         self.report.writes += 1;
         self.report.last_write_at = Some(self.now);
         self.nodes[n].pods[c].manifest = Some(v);
-        self.nodes[n].ledgers[c].content_hash = Some(id.to_owned());
+        let ledger = &mut self.nodes[n].ledgers[c];
+        ledger.content_hash = Some(id.to_owned());
+        history::applied(&mut ledger.history, id, &format!("{}s", self.now));
         let spec = self.versions[v].clone();
         if c == ETCD && spec.minor < self.cluster_version {
             let detail = format!(
@@ -2390,9 +2477,9 @@ pub const GENERATED_SPAN: u64 = 30 * 60;
 /// A run drawn from `seed`: `nodes` nodes, [`GENERATED_OPS`] operations over
 /// [`GENERATED_SPAN`] (pushes good and bad of every kind, helm rollbacks, power cuts of any
 /// subset, kubelet restarts, a hung kube-apiserver, drains with a reboot, and now and then a
-/// power cut of the node holding a turn, a rollout Lease deleted, a boot with a late data disk
-/// or a re-image, and on three nodes, in the last quarter, the last one leaving the control
-/// plane).
+/// power cut of the node holding a turn, a rollout Lease deleted, a one-shot `rollback`,
+/// `rollback --to` or `retry` on a node, a boot with a late data disk or a re-image, and on
+/// three nodes, in the last quarter, the last one leaving the control plane).
 pub fn generate(nodes: usize, seed: u64) -> Scenario {
     let mut rng = Rng::new(seed ^ 0x005e_ed0f_0be7);
     let mut ops = Vec::with_capacity(GENERATED_OPS);
@@ -2441,7 +2528,18 @@ pub fn generate(nodes: usize, seed: u64) -> Scenario {
                 down_for: rng.uniform(10.0, 600.0) as u64,
             },
             95 => Op::DeleteLease { component },
-            96 | 97 => Op::LateDataDisk {
+            96 => Op::Verb {
+                node: (rng.next_u64() % nodes as u64) as usize,
+                component,
+                verb: match rng.next_u64() % 10 {
+                    0..5 => Verb::Rollback,
+                    5..8 => Verb::Retry,
+                    _ => Verb::RollbackTo {
+                        version: (rng.next_u64() % 6) as usize,
+                    },
+                },
+            },
+            97 => Op::LateDataDisk {
                 node: (rng.next_u64() % nodes as u64) as usize,
                 down_for: rng.uniform(10.0, 600.0) as u64,
                 mount_after: rng.uniform(5.0, 300.0) as u64,
@@ -2518,6 +2616,8 @@ fn on_first_node(scenario: &Scenario) -> Option<Scenario> {
                 Op::KubeletRestart { node }
                 | Op::Reimage { node }
                 | Op::Drain { node, .. }
+                | Op::Verb { node, .. }
+                | Op::SlowDisk { node }
                 | Op::Deselect { node }
                 | Op::LateDataDisk { node, .. }
                 | Op::HangApiServer { node, .. }
@@ -2648,6 +2748,10 @@ fn op_source(op: &Op) -> String {
         Op::DeleteLease { component } => {
             format!("Op::DeleteLease {{ component: {} }}", COMPONENT_CONSTS[*component])
         }
+        Op::Verb { node, component, verb } => format!(
+            "Op::Verb {{ node: {node}, component: {}, verb: Verb::{verb:?} }}",
+            COMPONENT_CONSTS[*component]
+        ),
         other => format!("Op::{other:?}"),
     }
 }

@@ -3,7 +3,7 @@
 //! a violation its entry does not list, and when a listed one no longer occurs: the change that
 //! fixes a sequence removes its entry.
 
-use crate::fleet::{APISERVER, DaemonSets, ETCD, Fault, Invariant, Op, Scenario};
+use crate::fleet::{APISERVER, DaemonSets, ETCD, Fault, Invariant, Op, Scenario, Verb};
 
 /// A named sequence of ordinary events.
 pub struct Named {
@@ -415,6 +415,65 @@ pub fn all() -> Vec<Named> {
                 ],
             },
         },
+        Named {
+            name: "a-re-imaged-node-whose-learner-never-catches-up",
+            story: "three nodes; cp-3's etcd disk is too slow for a learner to catch up, and cp-3 is re-imaged; \
+                    later a good etcd version is pushed",
+            scenario: || Scenario {
+                nodes: 3,
+                daemonsets: DaemonSets::PerNode,
+                ops: vec![
+                    (10, Op::SlowDisk { node: 2 }),
+                    (30, Op::Reimage { node: 2 }),
+                    (1200, push(ETCD, None)),
+                ],
+            },
+        },
+        Named {
+            name: "rollback-to-the-first-version-fanned-out",
+            story: "three nodes; a good etcd version rolls out; half an hour later the operator runs \
+                    `kube-anchor rollback --to` the first version on each node over ssh, one after the other",
+            scenario: || Scenario {
+                nodes: 3,
+                daemonsets: DaemonSets::PerNode,
+                ops: vec![(60, push(ETCD, None))]
+                    .into_iter()
+                    .chain((0..3).map(|node| {
+                        (
+                            1860 + 2 * node as u64,
+                            Op::Verb {
+                                node,
+                                component: ETCD,
+                                verb: Verb::RollbackTo { version: 0 },
+                            },
+                        )
+                    }))
+                    .collect(),
+            },
+        },
+        Named {
+            name: "a-retried-bad-version-fails-again-on-its-node",
+            story: "three nodes; an etcd version with a refused flag fails its trial on the first node; the \
+                    operator runs `kube-anchor retry` on each node: the node that recorded it tries it again, \
+                    the others have nothing to retry",
+            scenario: || Scenario {
+                nodes: 3,
+                daemonsets: DaemonSets::PerNode,
+                ops: vec![(60, push(ETCD, Some(Fault::RefusedFlag)))]
+                    .into_iter()
+                    .chain((0..3).map(|node| {
+                        (
+                            900 + 2 * node as u64,
+                            Op::Verb {
+                                node,
+                                component: ETCD,
+                                verb: Verb::Retry,
+                            },
+                        )
+                    }))
+                    .collect(),
+            },
+        },
     ]
 }
 
@@ -520,6 +579,19 @@ pub const KNOWN: &[(&str, &[Invariant])] = &[
         "the-lease-of-a-holder-that-lost-power-is-deleted",
         &[Invariant::QuorumLost, Invariant::ApiServersDown],
     ),
+    // [F3] a learner that never catches up leaves two voters, and the etcd rollout restarts one
+    // with nothing checked (learners count for no quorum): no API anywhere; cp-3's kube-apiserver
+    // never serves (its local etcd is a learner).
+    (
+        "a-re-imaged-node-whose-learner-never-catches-up",
+        &[Invariant::ApiServersDown, Invariant::NotRecovered],
+    ),
+    // [F11] `rollback` checks nothing: run on each node in turn, every member restarts at once.
+    (
+        "rollback-to-the-first-version-fanned-out",
+        &[Invariant::QuorumLost, Invariant::ApiServersDown],
+    ),
+    ("a-retried-bad-version-fails-again-on-its-node", &[]),
 ];
 
 /// The ratchet of the generated runs: the invariants that [`crate::fleet::generate`]'s runs

@@ -252,6 +252,48 @@ fn a_re_imaged_node_rejoins_as_a_learner() {
     }
 }
 
+/// The operator's one-shot verbs decide as their commands do (`Ledger::rollback_to`,
+/// `history::find_passed`, `Ledger::forget_bad`): `retry` only where a version was recorded bad,
+/// and the anchor then tries it again (and rolls it back again); `rollback --to` a version that
+/// passed its trial on every node, and refused for one that never ran there.
+#[test]
+fn the_one_shot_verbs_decide_as_their_commands_do() {
+    for seed in SEEDS {
+        let report = World::run(&named("a-retried-bad-version-fails-again-on-its-node"), seed);
+        let context = format!("seed {seed}: {:?}, {} rollbacks", report.verbs, report.rollbacks);
+        assert_eq!(report.verbs.get("retried"), Some(&1), "{context}");
+        assert_eq!(report.verbs.get("refused"), Some(&2), "{context}");
+        assert_eq!(
+            report.rollbacks, 2,
+            "{context}: the bad version tried twice on its node"
+        );
+
+        let report = World::run(&named("rollback-to-the-first-version-fanned-out"), seed);
+        assert_eq!(
+            report.verbs.get("rolled-back"),
+            Some(&3),
+            "seed {seed}: {:?}",
+            report.verbs
+        );
+
+        // `rollback --to` the version that failed twice (on its node) and never ran elsewhere.
+        let mut to_failed = named("a-retried-bad-version-fails-again-on-its-node");
+        to_failed.ops.extend((0..3).map(|node| {
+            (
+                2000,
+                fleet::Op::Verb {
+                    node,
+                    component: fleet::ETCD,
+                    verb: fleet::Verb::RollbackTo { version: 2 },
+                },
+            )
+        }));
+        let report = World::run(&to_failed, seed);
+        assert_eq!(report.verbs.get("refused"), Some(&5), "seed {seed}: {:?}", report.verbs);
+        assert_eq!(report.verbs.get("rolled-back"), None, "seed {seed}: {:?}", report.verbs);
+    }
+}
+
 /// The lifecycle plan the bed ran settles in the simulation too, with the bed's setup: after
 /// each operation the bed waited on, within the bound the bed gives it (tests/selfhosted/
 /// lifecycle.rs: 480 s, 780 s for a kube-apiserver change), and with no violation, as on the
