@@ -21,6 +21,26 @@ fn push(component: usize, fault: Option<Fault>) -> Op {
     }
 }
 
+/// Three nodes, etcd: `push` at 60 s, then from `at` the operator runs `verb` on each node over
+/// ssh, one after the other (2 s apart).
+fn verb_fanned_out(push: Op, at: u64, verb: Verb) -> Scenario {
+    let verbs = (0..3).map(|node| {
+        (
+            at + 2 * node as u64,
+            Op::Verb {
+                node,
+                component: ETCD,
+                verb,
+            },
+        )
+    });
+    Scenario {
+        nodes: 3,
+        daemonsets: DaemonSets::PerNode,
+        ops: std::iter::once((60, push)).chain(verbs).collect(),
+    }
+}
+
 /// Three nodes; cp-3 is powered off for an hour, then a good etcd version is pushed.
 fn etcd_push_with_a_member_off(daemonsets: DaemonSets) -> Scenario {
     Scenario {
@@ -433,46 +453,14 @@ pub fn all() -> Vec<Named> {
             name: "rollback-to-the-first-version-fanned-out",
             story: "three nodes; a good etcd version rolls out; half an hour later the operator runs \
                     `kube-anchor rollback --to` the first version on each node over ssh, one after the other",
-            scenario: || Scenario {
-                nodes: 3,
-                daemonsets: DaemonSets::PerNode,
-                ops: vec![(60, push(ETCD, None))]
-                    .into_iter()
-                    .chain((0..3).map(|node| {
-                        (
-                            1860 + 2 * node as u64,
-                            Op::Verb {
-                                node,
-                                component: ETCD,
-                                verb: Verb::RollbackTo { version: 0 },
-                            },
-                        )
-                    }))
-                    .collect(),
-            },
+            scenario: || verb_fanned_out(push(ETCD, None), 1860, Verb::RollbackTo { version: 0 }),
         },
         Named {
             name: "a-retried-bad-version-fails-again-on-its-node",
             story: "three nodes; an etcd version with a refused flag fails its trial on the first node; the \
                     operator runs `kube-anchor retry` on each node: the node that recorded it tries it again, \
                     the others have nothing to retry",
-            scenario: || Scenario {
-                nodes: 3,
-                daemonsets: DaemonSets::PerNode,
-                ops: vec![(60, push(ETCD, Some(Fault::RefusedFlag)))]
-                    .into_iter()
-                    .chain((0..3).map(|node| {
-                        (
-                            900 + 2 * node as u64,
-                            Op::Verb {
-                                node,
-                                component: ETCD,
-                                verb: Verb::Retry,
-                            },
-                        )
-                    }))
-                    .collect(),
-            },
+            scenario: || verb_fanned_out(push(ETCD, Some(Fault::RefusedFlag)), 900, Verb::Retry),
         },
     ]
 }
