@@ -91,10 +91,11 @@ pub struct BadVersion {
     pub reason: String,
 }
 
-/// [`Ledger::rollback_to`]'s decision.
+/// [`Ledger::rollback_plan`]'s decision.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RollbackTo {
-    /// The version the node is on, to record as bad (`None`: the node is on the target).
+pub struct RollbackPlan {
+    /// The version the node is on, to record as bad (`None`: the node is on the target, or
+    /// nothing was written here yet).
     pub mark_bad: Option<String>,
     /// The target becomes last-known-good.
     pub promote: bool,
@@ -279,8 +280,8 @@ impl Ledger {
     /// What `rollback` does to go back to `target` (last-known-good, or a kept revision that
     /// passed its trial): the version the node is on is recorded as bad unless it is the
     /// target, and the target becomes last-known-good unless it is already.
-    pub fn rollback_to(&self, target: &str) -> RollbackTo {
-        RollbackTo {
+    pub fn rollback_plan(&self, target: &str) -> RollbackPlan {
+        RollbackPlan {
             mark_bad: self.content_hash.clone().filter(|current| current != target),
             promote: self.last_known_good.as_deref() != Some(target),
         }
@@ -450,31 +451,31 @@ mod tests {
         l.last_known_good = Some("a".into());
         // Back to last-known-good from a version on trial.
         assert_eq!(
-            l.rollback_to("a"),
-            RollbackTo {
+            l.rollback_plan("a"),
+            RollbackPlan {
                 mark_bad: Some("b".into()),
                 promote: false,
             }
         );
         // `--to` an older revision than last-known-good: both change.
         assert_eq!(
-            l.rollback_to("z"),
-            RollbackTo {
+            l.rollback_plan("z"),
+            RollbackPlan {
                 mark_bad: Some("b".into()),
                 promote: true,
             }
         );
         // Already on the target, which is not last-known-good yet: nothing is bad.
         assert_eq!(
-            l.rollback_to("b"),
-            RollbackTo {
+            l.rollback_plan("b"),
+            RollbackPlan {
                 mark_bad: None,
                 promote: true,
             }
         );
         // Nothing written here yet.
         l.content_hash = None;
-        assert_eq!(l.rollback_to("a").mark_bad, None);
+        assert_eq!(l.rollback_plan("a").mark_bad, None);
     }
 
     #[test]

@@ -429,10 +429,10 @@ fn rollback(args: RollbackArgs) -> anyhow::Result<ExitCode> {
             )
         })?,
     };
-    let kube_anchor_core::ledger::RollbackTo {
+    let kube_anchor_core::ledger::RollbackPlan {
         mark_bad: bad,
         promote: new_last_known_good,
-    } = read.rollback_to(&target.content_hash);
+    } = read.rollback_plan(&target.content_hash);
     if bad.is_some() || new_last_known_good {
         // Under the ledger's lock: an anchor that promoted another version since it was read
         // has changed what there is to go back to.

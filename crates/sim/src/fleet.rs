@@ -20,7 +20,7 @@ use kube_anchor_core::decommission::{
 };
 use kube_anchor_core::history::{self, Retention};
 use kube_anchor_core::join_steps::{self, JoinStart, JoinStep};
-use kube_anchor_core::ledger::{BadVersion, Decommissioned, Ledger, RollbackTo};
+use kube_anchor_core::ledger::{BadVersion, Decommissioned, Ledger, RollbackPlan};
 use kube_anchor_core::machine::{Anchor, Effect, EvaluateFacts, Input, Settings, SyncFacts};
 use kube_anchor_core::membership::{self, LearnerProgress, Leave, LeaveFacts, Me, Member, MemberList, Record};
 use kube_anchor_core::prestop_steps::{Action, Hook, LeaveAnswer, Limits, MemberConfig, Observation};
@@ -155,7 +155,7 @@ pub enum Op {
     /// The node's kube-apiserver stops answering for `for_secs` seconds (SIGSTOP, then SIGCONT,
     /// as the bed's lifecycle run does to a hung server): connections open, no answer comes.
     HangApiServer { node: usize, for_secs: u64 },
-    /// `kubectl drain`, then a reboot, as kured or a machine rollout runs them: the node is
+    /// `kubectl drain`, then a reboot (by hand, or as kured or a machine rollout runs them): the node is
     /// cordoned, its evictable pods are evicted (none in this world: the anchors are DaemonSet
     /// pods, which a drain skips, and a static pod's mirror cannot be evicted, so no
     /// PodDisruptionBudget speaks for etcd or kube-apiserver), and its power goes off for
@@ -164,8 +164,8 @@ pub enum Op {
     /// The power of the node holding `component`'s rollout turn goes off for `down_for` seconds
     /// (nothing happens when no node holds it).
     CutTurnHolder { component: usize, down_for: u64 },
-    /// The operator deletes `component`'s rollout Lease, as the anchors' `/readyz` advises once
-    /// its holder has been silent for a minute.
+    /// The operator deletes `component`'s rollout Lease, taking its silent holder for gone (the
+    /// anchors' `/readyz` advises it for a holder gone for good).
     DeleteLease { component: usize },
     /// The operator runs `verb` for `component` on `node`.
     Verb { node: usize, component: usize, verb: Verb },
@@ -181,9 +181,10 @@ pub enum Verb {
     /// `kube-anchor rollback`: back to last-known-good; the version the node is on is recorded
     /// as bad.
     Rollback,
-    /// `kube-anchor rollback --to`: back to `version` (its index: 0 is the version every node
-    /// started with), if it passed a trial on this node; it becomes last-known-good.
-    RollbackTo { version: usize },
+    /// `kube-anchor rollback --to`: back to the component's release `releases_back` releases
+    /// before its current one, if that version passed a trial on this node; it becomes
+    /// last-known-good.
+    RollbackTo { releases_back: usize },
     /// `kube-anchor retry`: every bad version forgotten, so the anchor tries it again.
     Retry,
 }
@@ -288,8 +289,8 @@ pub enum Invariant {
     RemovedWithoutProof,
     /// An eviction-based drain took a node down that etcd or the API servers could not lose:
     /// three members or more and fewer than a majority of them healthy on the other nodes, or
-    /// two selected nodes or more and no other API server serving clients. A budget allowing
-    /// one unavailable (issue 53's guard pods) would have made the drain wait.
+    /// two selected nodes or more and no other API server serving clients. (Two members cannot
+    /// lose one, drained or not, as `QuorumLost` has it.)
     DrainedBelowQuorum,
 }
 
@@ -592,7 +593,7 @@ impl World {
         for (component, name) in COMPONENTS.iter().enumerate() {
             debug_assert_eq!(component, versions.len());
             versions.push(VersionSpec {
-                id: format!("{name}-v0"),
+                id: format!("{name}-v000"),
                 fault: None,
                 minor: 5,
             });
@@ -806,7 +807,8 @@ impl World {
                 let c = *component;
                 let current = &self.versions[*self.releases[c].last().expect("a release")];
                 let minor = current.minor + u32::from(*minor_up && c == ETCD);
-                let id = format!("{}-v{}", COMPONENTS[c], self.versions.len());
+                // Of one width: `rollback --to` finds a revision by a prefix of its id, as of a hash.
+                let id = format!("{}-v{:03}", COMPONENTS[c], self.versions.len());
                 self.versions.push(VersionSpec {
                     id,
                     fault: *fault,
@@ -931,28 +933,34 @@ impl World {
                 return;
             }
             Verb::Rollback => ledger.last_known_good.clone(),
-            Verb::RollbackTo { version } => self
-                .versions
-                .get(version)
-                .and_then(|v| history::find_passed(&ledger.history, &v.id).ok())
+            Verb::RollbackTo { releases_back } => self.releases[c]
+                .len()
+                .checked_sub(1 + releases_back)
+                .map(|i| &self.versions[self.releases[c][i]].id)
+                .and_then(|id| history::find_passed(&ledger.history, id).ok())
                 .map(|r| r.hash.clone()),
         };
         let Some(target) = target else {
             *self.report.verbs.entry("refused").or_default() += 1;
             return;
         };
-        *self.report.verbs.entry("rolled-back").or_default() += 1;
-        let RollbackTo { mark_bad, promote } = ledger.rollback_to(&target);
+        let RollbackPlan { mark_bad, promote } = ledger.rollback_plan(&target);
         if let Some(bad) = mark_bad {
             ledger.mark_bad(BadVersion {
                 hash: bad,
-                at: now.clone(),
+                at: now,
                 reason: "rolled back by hand".into(),
             });
         }
+        // `Engine::apply` writes nothing on a node that left the control plane.
+        if ledger.decommissioned.is_some() {
+            *self.report.verbs.entry("refused").or_default() += 1;
+            return;
+        }
+        *self.report.verbs.entry("rolled-back").or_default() += 1;
         self.write(n, c, &target);
         if promote {
-            self.nodes[n].ledgers[c].mark_good(&target, &now);
+            self.promote_version(n, c, &target);
         }
         if let Some(anchor) = self.nodes[n].anchors[c].as_mut() {
             anchor.next_sync = self.now;
@@ -1876,8 +1884,11 @@ impl World {
                         now: Duration::from_secs(self.now),
                     }));
                 }
-                Effect::AskTurn { version } => {
+                // The daemon asks for its pod's inputs (`input_revision`), as it renews and gives
+                // back.
+                Effect::AskTurn { .. } => {
                     let answer = if self.anchor_reaches_api() {
+                        let version = self.versions[proc.expects].id.clone();
                         Ok(self.ask_lease(n, c, &version))
                     } else {
                         Err("API unreachable".to_owned())
@@ -1918,16 +1929,14 @@ impl World {
                 }
                 Effect::GiveBackEarlierTurn => {
                     if self.anchor_reaches_api() {
-                        self.leases[c].holder = None;
+                        self.release_lease(n, c, None);
                         queue.extend(proc.machine.step(Input::EarlierGivenBack));
                     }
                 }
-                // As `Engine::promote` records it.
                 Effect::Promote { version } => {
-                    let ledger = &mut self.nodes[n].ledgers[c];
-                    ledger.mark_good(&version, &format!("{}s", self.now));
-                    ledger.prune_history(Retention::default());
-                    self.report.promotions += 1;
+                    if self.promote_version(n, c, &version) {
+                        self.report.promotions += 1;
+                    }
                 }
                 Effect::RollBack { failed, reason } => {
                     let Some(to) = self.nodes[n].ledgers[c]
@@ -1960,10 +1969,8 @@ impl World {
                 }
                 Effect::GiveBackTurn { failed, .. } => {
                     if self.anchor_reaches_api() {
-                        self.leases[c].holder = None;
-                        if failed && let Some(v) = self.nodes[n].inputs[c] {
-                            self.leases[c].failed = Some((self.versions[v].id.clone(), n));
-                        }
+                        let revision = failed.then(|| self.versions[proc.expects].id.clone());
+                        self.release_lease(n, c, revision);
                         queue.extend(proc.machine.step(Input::GivenBack));
                     }
                 }
@@ -2011,6 +2018,33 @@ impl World {
         turn
     }
 
+    /// `Lease::release` by node `n`: only a turn it holds, recording `failed` (its inputs'
+    /// version) when the trial failed.
+    fn release_lease(&mut self, n: usize, c: usize, failed: Option<String>) {
+        let lease = &mut self.leases[c];
+        if lease.holder != Some(n) {
+            return;
+        }
+        lease.holder = None;
+        if let Some(revision) = failed {
+            lease.failed = Some((revision, n));
+        }
+    }
+
+    /// `Engine::promote`: refused, recording nothing, when the node no longer runs `version` or
+    /// it was recorded bad meanwhile (an operator's `rollback` while the anchor judged it); else
+    /// last-known-good, and the history pruned to the default retention.
+    fn promote_version(&mut self, n: usize, c: usize, version: &str) -> bool {
+        let now = format!("{}s", self.now);
+        let ledger = &mut self.nodes[n].ledgers[c];
+        if ledger.content_hash.as_deref() != Some(version) || ledger.bad_version(version).is_some() {
+            return false;
+        }
+        ledger.mark_good(version, &now);
+        ledger.prune_history(Retention::default());
+        true
+    }
+
     fn write(&mut self, n: usize, c: usize, id: &str) {
         let v = self.version_index(id);
         if self.nodes[n].pods[c].manifest == Some(v) && self.nodes[n].ledgers[c].content_hash.as_deref() == Some(id) {
@@ -2019,9 +2053,11 @@ impl World {
         self.report.writes += 1;
         self.report.last_write_at = Some(self.now);
         self.nodes[n].pods[c].manifest = Some(v);
+        // As `Engine::apply` records a write.
         let ledger = &mut self.nodes[n].ledgers[c];
         ledger.content_hash = Some(id.to_owned());
         history::applied(&mut ledger.history, id, &format!("{}s", self.now));
+        ledger.prune_history(Retention::default());
         let spec = self.versions[v].clone();
         if c == ETCD && spec.minor < self.cluster_version {
             let detail = format!(
@@ -2535,7 +2571,7 @@ pub fn generate(nodes: usize, seed: u64) -> Scenario {
                     0..5 => Verb::Rollback,
                     5..8 => Verb::Retry,
                     _ => Verb::RollbackTo {
-                        version: (rng.next_u64() % 6) as usize,
+                        releases_back: 1 + (rng.next_u64() % 3) as usize,
                     },
                 },
             },
@@ -2638,7 +2674,8 @@ fn on_first_node(scenario: &Scenario) -> Option<Scenario> {
 }
 
 /// The one-step smaller versions of `scenario`'s operation `i`: each node of a power cut
-/// dropped, the cut (or a drain's or a holder's time off) halved, the operation moved halfway to the one before it.
+/// dropped, the cut (or a drain's or a turn holder's time off) halved, the operation moved
+/// halfway to the one before it.
 fn smaller_op(scenario: &Scenario, i: usize) -> Vec<Scenario> {
     let with = |at: u64, op: Op| {
         let mut s = scenario.clone();

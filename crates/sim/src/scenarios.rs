@@ -21,9 +21,9 @@ fn push(component: usize, fault: Option<Fault>) -> Op {
     }
 }
 
-/// Three nodes, etcd: `push` at 60 s, then from `at` the operator runs `verb` on each node over
+/// Three nodes, etcd: `first` at 60 s, then from `at` the operator runs `verb` on each node over
 /// ssh, one after the other (2 s apart).
-fn verb_fanned_out(push: Op, at: u64, verb: Verb) -> Scenario {
+fn verb_fanned_out(first: Op, at: u64, verb: Verb) -> Scenario {
     let verbs = (0..3).map(|node| {
         (
             at + 2 * node as u64,
@@ -37,7 +37,7 @@ fn verb_fanned_out(push: Op, at: u64, verb: Verb) -> Scenario {
     Scenario {
         nodes: 3,
         daemonsets: DaemonSets::PerNode,
-        ops: std::iter::once((60, push)).chain(verbs).collect(),
+        ops: std::iter::once((60, first)).chain(verbs).collect(),
     }
 }
 
@@ -390,8 +390,8 @@ pub fn all() -> Vec<Named> {
         },
         Named {
             name: "a-second-drain-while-the-first-node-reboots",
-            story: "three nodes; `kubectl drain` of cp-1 and a reboot of 5 minutes (kured), then a drain of cp-2 \
-                    while cp-1 is still down",
+            story: "three nodes; `kubectl drain` of cp-1 and a reboot of 5 minutes, then, by hand, a drain of \
+                    cp-2 while cp-1 is still down",
             scenario: || Scenario {
                 nodes: 3,
                 daemonsets: DaemonSets::OnePerComponent,
@@ -418,7 +418,7 @@ pub fn all() -> Vec<Named> {
         Named {
             name: "the-lease-of-a-holder-that-lost-power-is-deleted",
             story: "three nodes; a good etcd version is pushed; the node trying it loses power for 10 minutes, \
-                    and 90 s later the operator deletes the rollout Lease, as `/readyz` advises",
+                    and 90 s later the operator, taking the silent holder for gone, deletes the rollout Lease",
             scenario: || Scenario {
                 nodes: 3,
                 daemonsets: DaemonSets::PerNode,
@@ -432,6 +432,19 @@ pub fn all() -> Vec<Named> {
                         },
                     ),
                     (240, Op::DeleteLease { component: ETCD }),
+                ],
+            },
+        },
+        Named {
+            name: "the-lease-of-a-live-holder-is-deleted-in-a-bad-trial",
+            story: "three nodes; an etcd version whose health URL moved is pushed, and the operator deletes the \
+                    rollout Lease while a node is trying it",
+            scenario: || Scenario {
+                nodes: 3,
+                daemonsets: DaemonSets::PerNode,
+                ops: vec![
+                    (60, push(ETCD, Some(Fault::HealthMoved))),
+                    (200, Op::DeleteLease { component: ETCD }),
                 ],
             },
         },
@@ -452,8 +465,8 @@ pub fn all() -> Vec<Named> {
         Named {
             name: "rollback-to-the-first-version-fanned-out",
             story: "three nodes; a good etcd version rolls out; half an hour later the operator runs \
-                    `kube-anchor rollback --to` the first version on each node over ssh, one after the other",
-            scenario: || verb_fanned_out(push(ETCD, None), 1860, Verb::RollbackTo { version: 0 }),
+                    `kube-anchor rollback --to` the version before on each node over ssh, one after the other",
+            scenario: || verb_fanned_out(push(ETCD, None), 1860, Verb::RollbackTo { releases_back: 1 }),
         },
         Named {
             name: "a-retried-bad-version-fails-again-on-its-node",
@@ -566,6 +579,13 @@ pub const KNOWN: &[(&str, &[Invariant])] = &[
     (
         "the-lease-of-a-holder-that-lost-power-is-deleted",
         &[Invariant::QuorumLost, Invariant::ApiServersDown],
+    ),
+    // [F3, turn gaps] a waiting node asks every 2 s, before the holder renews (every 10 s): it
+    // takes the turn and writes the version on trial; the holder's renewal, answered `Held`,
+    // counts as renewed, so both go on trying it.
+    (
+        "the-lease-of-a-live-holder-is-deleted-in-a-bad-trial",
+        &[Invariant::BadVersionSpread],
     ),
     // [F3] a learner that never catches up leaves two voters, and the etcd rollout restarts one
     // with nothing checked (learners count for no quorum): no API anywhere; cp-3's kube-apiserver

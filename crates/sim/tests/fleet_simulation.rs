@@ -276,7 +276,8 @@ fn the_one_shot_verbs_decide_as_their_commands_do() {
             report.verbs
         );
 
-        // `rollback --to` the version that failed twice (on its node) and never ran elsewhere.
+        // `rollback --to` the release's current version: it failed twice on its node and never
+        // ran elsewhere.
         let mut to_failed = named("a-retried-bad-version-fails-again-on-its-node");
         to_failed.ops.extend((0..3).map(|node| {
             (
@@ -284,7 +285,7 @@ fn the_one_shot_verbs_decide_as_their_commands_do() {
                 fleet::Op::Verb {
                     node,
                     component: fleet::ETCD,
-                    verb: fleet::Verb::RollbackTo { version: 2 },
+                    verb: fleet::Verb::RollbackTo { releases_back: 0 },
                 },
             )
         }));
