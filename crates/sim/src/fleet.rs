@@ -828,8 +828,7 @@ impl World {
             Op::PowerCut { nodes, down_for } => {
                 let count = self.nodes.len();
                 for &n in nodes.iter().filter(|&&n| n < count) {
-                    let back = self.now + down_for + self.boot_time();
-                    self.power_off(n, back);
+                    self.cut_power(n, *down_for);
                 }
             }
             Op::KubeletRestart { node } => {
@@ -859,8 +858,7 @@ impl World {
                 mount_after,
             } => {
                 if *node < self.nodes.len() {
-                    let back = self.now + down_for + self.boot_time();
-                    self.power_off(*node, back);
+                    let back = self.cut_power(*node, *down_for);
                     self.nodes[*node].disk_mounted_at = back + mount_after;
                 }
             }
@@ -881,19 +879,18 @@ impl World {
                     return;
                 }
                 self.check_drain(n);
-                let back = self.now + down_for + self.boot_time();
-                self.power_off(n, back);
+                self.cut_power(n, *down_for);
             }
             Op::CutTurnHolder { component, down_for } => {
                 if let Some(n) = self.leases[*component].holder.filter(|&n| self.nodes[n].powered) {
-                    let back = self.now + down_for + self.boot_time();
-                    self.power_off(n, back);
+                    self.cut_power(n, *down_for);
                 }
             }
             Op::DeleteLease { component } => self.leases[*component] = Lease::free(),
             Op::Verb { node, component, verb } => {
                 if self.nodes.get(*node).is_some_and(|n| n.powered) {
-                    self.verb(*node, *component, *verb);
+                    let outcome = self.verb(*node, *component, *verb);
+                    *self.report.verbs.entry(outcome).or_default() += 1;
                 }
             }
             Op::SlowDisk { node } => {
@@ -917,20 +914,19 @@ impl World {
     }
 
     /// `verb` on node `n` for component `c`, deciding as its command does (`commands::rollback`,
-    /// `commands::retry`); a refusal changes nothing. A running anchor sees the files it changed
-    /// at once (it watches them) and the ledger at its next resync.
-    fn verb(&mut self, n: usize, c: usize, verb: Verb) {
-        let now = format!("{}s", self.now);
+    /// `commands::retry`), and how it ended (`Report::verbs`); a refusal changes nothing. A
+    /// running anchor sees the files it changed at once (it watches them) and the ledger at its
+    /// next resync.
+    fn verb(&mut self, n: usize, c: usize, verb: Verb) -> &'static str {
+        let now = self.stamp();
         let ledger = &mut self.nodes[n].ledgers[c];
         let target = match verb {
             Verb::Retry => {
-                let retried = !ledger.forget_bad(None).is_empty();
-                *self
-                    .report
-                    .verbs
-                    .entry(if retried { "retried" } else { "refused" })
-                    .or_default() += 1;
-                return;
+                return if ledger.forget_bad(None).is_empty() {
+                    "refused"
+                } else {
+                    "retried"
+                };
             }
             Verb::Rollback => ledger.last_known_good.clone(),
             Verb::RollbackTo { releases_back } => self.releases[c]
@@ -941,8 +937,7 @@ impl World {
                 .map(|r| r.hash.clone()),
         };
         let Some(target) = target else {
-            *self.report.verbs.entry("refused").or_default() += 1;
-            return;
+            return "refused";
         };
         let RollbackPlan { mark_bad, promote } = ledger.rollback_plan(&target);
         if let Some(bad) = mark_bad {
@@ -954,10 +949,8 @@ impl World {
         }
         // `Engine::apply` writes nothing on a node that left the control plane.
         if ledger.decommissioned.is_some() {
-            *self.report.verbs.entry("refused").or_default() += 1;
-            return;
+            return "refused";
         }
-        *self.report.verbs.entry("rolled-back").or_default() += 1;
         self.write(n, c, &target);
         if promote {
             self.promote_version(n, c, &target);
@@ -965,6 +958,7 @@ impl World {
         if let Some(anchor) = self.nodes[n].anchors[c].as_mut() {
             anchor.next_sync = self.now;
         }
+        "rolled-back"
     }
 
     /// The DaemonSet controller deletes node `n`'s anchor pod of component `c`; the kubelet runs
@@ -1006,6 +1000,18 @@ impl World {
             let at = self.now + self.secs(1, 60);
             self.nodes[i].inputs_due[c] = Some((version, at));
         }
+    }
+
+    /// Node `n`'s power goes off for `down_for` seconds; returns when its kubelet starts again.
+    fn cut_power(&mut self, n: usize, down_for: u64) -> u64 {
+        let back = self.now + down_for + self.boot_time();
+        self.power_off(n, back);
+        back
+    }
+
+    /// The simulated clock as the ledger's and the join step's timestamps have it.
+    fn stamp(&self) -> String {
+        format!("{}s", self.now)
     }
 
     fn power_off(&mut self, n: usize, back: u64) {
@@ -1666,7 +1672,7 @@ impl World {
             data_dir_has_member: self.data_in(n, on_root).is_some(),
             // The cluster was created on cp-1 alone (`initialCluster: cp-1=…`, state `new`).
             initial_cluster: Some("cp-1=https://cp-1:2380".into()),
-            at: format!("{}s", self.now),
+            at: self.stamp(),
         });
         loop {
             let observation = match action {
@@ -1709,7 +1715,7 @@ impl World {
                 }
                 join_steps::Action::AskProgress { id, .. } => join_steps::Observation::Progress(self.progress(id)),
             };
-            (join, action) = join.step(observation, format!("{}s", self.now));
+            (join, action) = join.step(observation, self.stamp());
         }
     }
 
@@ -1958,9 +1964,10 @@ impl World {
                         self.violate(Invariant::GoodRolledBack, detail);
                     }
                     self.report.rollbacks += 1;
+                    let at = self.stamp();
                     self.nodes[n].ledgers[c].mark_bad(BadVersion {
                         hash: failed.clone(),
-                        at: format!("{}s", self.now),
+                        at,
                         reason: reason.clone(),
                     });
                     self.write(n, c, &to);
@@ -2035,7 +2042,7 @@ impl World {
     /// it was recorded bad meanwhile (an operator's `rollback` while the anchor judged it); else
     /// last-known-good, and the history pruned to the default retention.
     fn promote_version(&mut self, n: usize, c: usize, version: &str) -> bool {
-        let now = format!("{}s", self.now);
+        let now = self.stamp();
         let ledger = &mut self.nodes[n].ledgers[c];
         if ledger.content_hash.as_deref() != Some(version) || ledger.bad_version(version).is_some() {
             return false;
@@ -2054,9 +2061,10 @@ impl World {
         self.report.last_write_at = Some(self.now);
         self.nodes[n].pods[c].manifest = Some(v);
         // As `Engine::apply` records a write.
+        let now = self.stamp();
         let ledger = &mut self.nodes[n].ledgers[c];
         ledger.content_hash = Some(id.to_owned());
-        history::applied(&mut ledger.history, id, &format!("{}s", self.now));
+        history::applied(&mut ledger.history, id, &now);
         ledger.prune_history(Retention::default());
         let spec = self.versions[v].clone();
         if c == ETCD && spec.minor < self.cluster_version {
