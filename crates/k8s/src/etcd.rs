@@ -432,6 +432,30 @@ impl Cluster {
     pub async fn remove(&self, id: u64) -> Result<(), EtcdError> {
         self.first(false, |e| e.remove(id)).await
     }
+
+    /// Removes member `id`, asking the endpoints that are not among `own_urls` (the member's
+    /// own client URLs) first: a member removed through itself stops once it has applied the
+    /// change, often before its answer is out.
+    pub async fn remove_through_others(&self, id: u64, own_urls: &[String]) -> Result<(), EtcdError> {
+        let own = |e: &Endpoint| {
+            own_urls
+                .iter()
+                .any(|u| u.trim_end_matches('/') == e.url.trim_end_matches('/'))
+        };
+        let mut errors = Vec::new();
+        for e in self
+            .endpoints
+            .iter()
+            .filter(|e| !own(e))
+            .chain(self.endpoints.iter().filter(|e| own(e)))
+        {
+            match e.remove(id).await {
+                Ok(()) => return Ok(()),
+                Err(err) => errors.push(err.to_string()),
+            }
+        }
+        Err(EtcdError::NoEndpoint(errors.join("; ")))
+    }
 }
 
 /// An error etcd itself returned (the gateway's `{"code", "message"}`), as opposed to no answer.

@@ -344,14 +344,31 @@ pub(crate) async fn leave_step(
             let hand_off = hand_off_leadership(inputs, member, HAND_OFF_BUDGET).await;
             tracing::info!(%component, hand_off = %hand_off.summary, "before leaving");
             handed_off = hand_off.moved_to.map(|_| hand_off.summary);
-            match cluster.remove(id).await {
+            let own_urls = match &observed {
+                MemberList::Members(members) => members
+                    .iter()
+                    .find(|m| m.id == id)
+                    .map(|m| m.client_urls.clone())
+                    .unwrap_or_default(),
+                MemberList::Unreachable(_) => Vec::new(),
+            };
+            match cluster.remove_through_others(id, &own_urls).await {
                 Ok(()) => LeaveAnswer::Removed { id },
-                // etcd's own check (--strict-reconfig-check) may refuse what the member list
-                // allowed a moment before, when another node left meanwhile: asked again, the
-                // decision sees the new list.
-                Err(e) => LeaveAnswer::Refused {
-                    reason: format!("removing member {id:x} failed: {e}"),
-                    may_pass_later: true,
+                Err(e) => match cluster.member_list().await {
+                    // An answer lost after etcd applied the removal (the others then answer
+                    // "member not found"): a list without the member is the proof it left.
+                    Ok(members) if !members.iter().any(|m| m.id == id) => {
+                        tracing::info!(%component, member = %format!("{id:x}"), error = %e,
+                            "the removal's answer was lost; the member list no longer has the member");
+                        LeaveAnswer::Removed { id }
+                    }
+                    // etcd's own check (--strict-reconfig-check) may refuse what the member
+                    // list allowed a moment before, when another node left meanwhile: asked
+                    // again, the decision sees the new list.
+                    _ => LeaveAnswer::Refused {
+                        reason: format!("removing member {id:x} failed: {e}"),
+                        may_pass_later: true,
+                    },
                 },
             }
         }
