@@ -172,6 +172,11 @@ pub enum Op {
     /// `node`'s etcd disk becomes too slow for a learner to catch up (a throttled cloud volume
     /// behind a leader's snapshot): from now on a learner there never does.
     SlowDisk { node: usize },
+    /// The network between `nodes` and the other nodes fails for `for_secs` seconds (a switch
+    /// port, a top-of-rack switch, a firewall rule pushed by mistake): `nodes` reach each other,
+    /// the rest reach each other, every node reaches itself (loopback). Nothing stops: each side
+    /// goes on with what it can reach. `nodes` are the ones the world took away.
+    Partition { nodes: Vec<usize>, for_secs: u64 },
 }
 
 /// A one-shot verb an operator runs on a node (over ssh, as runbooks fan them out over the
@@ -255,7 +260,7 @@ fn op_length(op: &Op) -> u64 {
         Op::LateDataDisk {
             down_for, mount_after, ..
         } => down_for + mount_after,
-        Op::HangApiServer { for_secs, .. } => *for_secs,
+        Op::HangApiServer { for_secs, .. } | Op::Partition { for_secs, .. } => *for_secs,
         Op::Drain { down_for, .. } | Op::CutTurnHolder { down_for, .. } => *down_for,
         _ => 0,
     }
@@ -483,7 +488,8 @@ struct HookRun {
 struct Node {
     name: String,
     powered: bool,
-    powered_off_at: u64,
+    /// The side of a partition it is on, and until when ([`Op::Partition`]).
+    partition: Option<(u64, u64)>,
     /// Both charts' DaemonSets select it.
     selected: bool,
     /// In the main etcd cluster's member list, under `member_id`; `published`: the member has
@@ -503,9 +509,11 @@ struct Node {
     anchors: [Option<AnchorProc>; 2],
     /// When the kubelet starts each anchor pod's container.
     anchor_start_at: [Option<u64>; 2],
-    /// Whether each anchor pod was Ready when the power went: the API shows it so until the node
-    /// lifecycle controller marks the node's pods not Ready.
-    anchors_ready_at_power_off: [bool; 2],
+    /// When its kubelet last posted its status to an API server, and whether each anchor pod
+    /// was Ready then: the API shows it so until the node lifecycle controller, hearing nothing
+    /// for its grace period, marks the node's pods not Ready.
+    posted_at: u64,
+    anchors_ready_posted: [bool; 2],
     ledgers: [Ledger; 2],
     /// The inputs mounted into each anchor (a ConfigMap volume), and an update on its way.
     inputs: [Option<usize>; 2],
@@ -545,6 +553,8 @@ pub struct World {
     next_member_id: u64,
     next_sandbox: u64,
     next_pod_serial: u64,
+    /// The last side of a partition handed out ([`Op::Partition`]).
+    next_side: u64,
     anchor_etcd_tls_broken: bool,
     /// The nodes each faulty version was written on.
     written_on: BTreeMap<usize, BTreeSet<usize>>,
@@ -625,7 +635,7 @@ impl World {
                 Node {
                     name: format!("cp-{}", i + 1),
                     powered: true,
-                    powered_off_at: 0,
+                    partition: None,
                     selected: true,
                     listed: Listed::Voter,
                     member_id: 1000 + i as u64,
@@ -642,7 +652,8 @@ impl World {
                     }),
                     anchors: [None, None],
                     anchor_start_at: [Some(0), Some(0)],
-                    anchors_ready_at_power_off: [false, false],
+                    posted_at: 0,
+                    anchors_ready_posted: [false, false],
                     ledgers,
                     inputs: [Some(ETCD), Some(APISERVER)],
                     inputs_due: [None, None],
@@ -670,6 +681,7 @@ impl World {
             next_member_id: 1000 + sandboxes,
             next_sandbox: sandboxes,
             next_pod_serial: sandboxes,
+            next_side: 0,
             anchor_etcd_tls_broken: false,
             written_on: BTreeMap::new(),
             base: Instant::now(),
@@ -898,6 +910,18 @@ impl World {
                     n.slow_disk = true;
                 }
             }
+            Op::Partition { nodes, for_secs } => {
+                self.next_side += 1;
+                let (side, until) = (self.next_side, self.now + for_secs);
+                let count = self.nodes.len();
+                for &n in nodes.iter().filter(|&&n| n < count) {
+                    let node = &mut self.nodes[n];
+                    node.partition = Some((side, until));
+                    // Taken away by the world until a boot's grace after the network is back
+                    // (its kube-apiserver, which exited without etcd, waits out its back-off).
+                    node.world_down_until = node.world_down_until.max(until + BOOT_GRACE);
+                }
+            }
             Op::ExpireAnchorEtcdCert => self.anchor_etcd_tls_broken = true,
             Op::Deselect { node } => {
                 let n = *node;
@@ -961,15 +985,24 @@ impl World {
         "rolled-back"
     }
 
-    /// The DaemonSet controller deletes node `n`'s anchor pod of component `c`; the kubelet runs
-    /// the preStop hook of its anchor if it runs (a pod on a node that is off has nothing to run
-    /// it in).
+    /// The DaemonSet controller deletes node `n`'s anchor pod of component `c`. A kubelet that
+    /// hears of it from an API server runs the preStop hook of its anchor at once; one cut off
+    /// from every API server does when it hears, and until then the anchor runs on (a pod on a
+    /// node that is off has nothing to run it in).
     fn delete_anchor_pod(&mut self, n: usize, c: usize) {
         let AnchorPodObject::Bound { serial, .. } = self.nodes[n].anchor_pods[c] else {
             return;
         };
         self.nodes[n].anchor_pods[c] = AnchorPodObject::Terminating { serial };
         self.nodes[n].anchor_start_at[c] = None;
+        if self.nodes[n].kubelet_up && self.kubelet_reaches_api(n) {
+            self.stop_anchor(n, c);
+        }
+    }
+
+    /// The kubelet stops node `n`'s anchor of component `c`, whose pod was deleted: its preStop
+    /// hook runs.
+    fn stop_anchor(&mut self, n: usize, c: usize) {
         let Some(anchor) = self.nodes[n].anchors[c].take() else {
             return;
         };
@@ -1019,14 +1052,14 @@ impl World {
         let now = self.now;
         let node = &mut self.nodes[n];
         node.powered = false;
-        node.powered_off_at = now;
+        node.posted_at = now;
         node.kubelet_up = false;
         node.kubelet_at = Some(back);
         node.sources_ready = false;
         for pod in &mut node.pods {
             pod.container = None;
         }
-        node.anchors_ready_at_power_off = [0, 1].map(|c| node.anchors[c].as_ref().is_some_and(|p| p.ready));
+        node.anchors_ready_posted = [0, 1].map(|c| node.anchors[c].as_ref().is_some_and(|p| p.ready));
         node.anchors = [None, None];
         node.anchor_start_at = [None, None];
         node.world_down_until = back + BOOT_GRACE;
@@ -1048,11 +1081,11 @@ impl World {
                 node.sources_ready = false;
             }
         }
-        let kubelet_reaches_api = self.any_api(|w, j| w.accepts_client_certs(j));
         for n in 0..self.nodes.len() {
             if !self.nodes[n].kubelet_up {
                 continue;
             }
+            let kubelet_reaches_api = self.kubelet_reaches_api(n);
             if kubelet_reaches_api {
                 self.nodes[n].sources_ready = true;
             }
@@ -1076,13 +1109,17 @@ impl World {
                 }
             }
             // The anchors are DaemonSet pods: the kubelet starts one only once it has it from an
-            // API server, and learns of a deletion from there too.
+            // API server, and learns of a deletion from there too (a kubelet cut off from every
+            // API server learns nothing: its pods run on, and a deleted one stays listed,
+            // terminating, until it hears).
             for c in 0..2 {
                 let node = &mut self.nodes[n];
                 if !node.sources_ready {
                     continue;
                 }
                 match node.anchor_pods[c] {
+                    AnchorPodObject::Terminating { .. } if !kubelet_reaches_api => {}
+                    AnchorPodObject::Terminating { .. } if node.anchors[c].is_some() => self.stop_anchor(n, c),
                     // Its process went with the deletion (to its hook) or with the power.
                     AnchorPodObject::Terminating { .. } if node.hooks[c].is_none() => {
                         node.anchor_pods[c] = AnchorPodObject::Absent;
@@ -1099,6 +1136,12 @@ impl World {
                     }
                     _ => {}
                 }
+            }
+            // Its node status, and with it its pods' readiness, as the API will show it.
+            if kubelet_reaches_api {
+                let node = &mut self.nodes[n];
+                node.posted_at = now;
+                node.anchors_ready_posted = [0, 1].map(|c| node.anchors[c].as_ref().is_some_and(|p| p.ready));
             }
         }
         self.daemonset_controller();
@@ -1171,14 +1214,9 @@ impl World {
                 let mut delete = Vec::new();
                 let mut candidates = Vec::new();
                 for n in group {
-                    // A node that lost power keeps its pods' Ready in the API for the node
-                    // monitor's grace period.
-                    let node = &self.nodes[n];
-                    let available = if node.powered {
-                        node.anchors[c].as_ref().is_some_and(|p| p.ready)
-                    } else {
-                        node.anchors_ready_at_power_off[c] && self.now < node.powered_off_at + NODE_MONITOR_GRACE
-                    };
+                    // A node that lost power or its network keeps its pods' Ready in the API for
+                    // the node monitor's grace period.
+                    let available = self.api_shows_ready(n) && self.nodes[n].anchors_ready_posted[c];
                     match self.nodes[n].anchor_pods[c] {
                         AnchorPodObject::Absent => {
                             self.next_pod_serial += 1;
@@ -1338,7 +1376,7 @@ impl World {
                     // A member added but never started joins with its peer URL once the cluster
                     // can answer (until then it keeps trying).
                     _ => {
-                        if self.has_quorum(MAIN_CLUSTER) {
+                        if self.quorum_from(n, MAIN_CLUSTER) {
                             *self.data_in_mut(n, on_root) = Some(Data::main(member));
                             self.nodes[n].published = true;
                         }
@@ -1453,9 +1491,32 @@ impl World {
             .count()
     }
 
-    fn has_quorum(&self, cluster: u64) -> bool {
+    /// The side of a partition node `n` is on now (0: none, or healed).
+    fn side(&self, n: usize) -> u64 {
+        match self.nodes[n].partition {
+            Some((side, until)) if self.now < until => side,
+            _ => 0,
+        }
+    }
+
+    /// Nodes `a` and `b` reach each other over the network (a node always reaches itself).
+    fn linked(&self, a: usize, b: usize) -> bool {
+        a == b || self.side(a) == self.side(b)
+    }
+
+    /// From node `n`, a majority of `cluster`'s members runs and is reached: a member on `n`'s
+    /// side has (or elects) a leader. Raft needs a majority of the voters to elect and to commit.
+    fn quorum_from(&self, n: usize, cluster: u64) -> bool {
         let members = if cluster == MAIN_CLUSTER { self.members() } else { 1 };
-        self.members_running(cluster) > members / 2
+        let reached = (0..self.nodes.len())
+            .filter(|&m| self.linked(n, m) && self.runs(m, ETCD) && self.is_member(m, cluster))
+            .count();
+        reached > members / 2
+    }
+
+    /// Some member of `cluster` has a leader (on the side of a partition that holds a majority).
+    fn has_quorum(&self, cluster: u64) -> bool {
+        (0..self.nodes.len()).any(|n| self.runs(n, ETCD) && self.is_member(n, cluster) && self.quorum_from(n, cluster))
     }
 
     /// How many members the main cluster has.
@@ -1495,7 +1556,7 @@ impl World {
             )
             && self
                 .etcd_data(n)
-                .is_some_and(|d| self.is_member(n, d.cluster) && self.has_quorum(d.cluster))
+                .is_some_and(|d| self.is_member(n, d.cluster) && self.quorum_from(n, d.cluster))
     }
 
     fn api_runs(&self, n: usize) -> bool {
@@ -1530,6 +1591,23 @@ impl World {
         (0..self.nodes.len()).any(|n| ok(self, n))
     }
 
+    /// An API server that node `n` reaches and of which `ok` holds (the kubelet's and the
+    /// anchors' clients go to any of them: the Service's endpoints, a load balancer).
+    fn api_from(&self, n: usize, ok: impl Fn(&World, usize) -> bool) -> bool {
+        (0..self.nodes.len()).any(|j| self.linked(n, j) && ok(self, j))
+    }
+
+    /// Node `n`'s kubelet reaches an API server that accepts its client certificate.
+    fn kubelet_reaches_api(&self, n: usize) -> bool {
+        self.api_from(n, |w, j| w.accepts_client_certs(j))
+    }
+
+    /// The API still shows node `n`'s pods as its kubelet last posted them: the node lifecycle
+    /// controller has not yet gone its grace period without hearing from it.
+    fn api_shows_ready(&self, n: usize) -> bool {
+        self.now < self.nodes[n].posted_at + NODE_MONITOR_GRACE
+    }
+
     fn ready(&self, n: usize, c: usize) -> bool {
         self.health(n, c).is_ok() && self.runs(n, c)
     }
@@ -1546,7 +1624,7 @@ impl World {
             ));
         }
         match c {
-            ETCD if !self.etcd_data(n).is_some_and(|d| self.has_quorum(d.cluster)) => Err(HealthFailure::answered(
+            ETCD if !self.etcd_data(n).is_some_and(|d| self.quorum_from(n, d.cluster)) => Err(HealthFailure::answered(
                 r#"503: {"health":"false","reason":"RAFT NO LEADER"}"#,
             )),
             APISERVER if !self.etcd_serves_local(n) => Err(HealthFailure::answered("500: [-]etcd failed")),
@@ -1582,8 +1660,9 @@ impl World {
 
     // ---- the anchors -----------------------------------------------------------------------
 
-    fn anchor_reaches_api(&self) -> bool {
-        self.any_api(|w, j| w.accepts_tokens(j))
+    /// Node `n`'s anchors reach an API server that accepts their token.
+    fn anchor_reaches_api(&self, n: usize) -> bool {
+        self.api_from(n, |w, j| w.accepts_tokens(j))
     }
 
     fn anchor(&mut self, n: usize, c: usize) {
@@ -1680,8 +1759,10 @@ impl World {
                     *self.report.join_ends.entry(join_name(&end.decision)).or_default() += 1;
                     return (end.record.is_some(), end.pending);
                 }
-                join_steps::Action::ListMembers => join_steps::Observation::Members(self.list_members()),
-                join_steps::Action::ProbeHealth { .. } => join_steps::Observation::Healthy(self.healthy_members()),
+                join_steps::Action::ListMembers => join_steps::Observation::Members(self.list_members(n)),
+                join_steps::Action::ProbeHealth { .. } => {
+                    join_steps::Observation::Healthy(self.healthy_members_from(n))
+                }
                 join_steps::Action::AddLearner { .. } => match self.add_learner(n) {
                     Ok(()) => join_steps::Observation::Added {
                         id: self.nodes[n].member_id,
@@ -1690,13 +1771,13 @@ impl World {
                     // A failed call ends the step; the next one looks again.
                     Err(_) => return (false, true),
                 },
-                join_steps::Action::Promote { id } => join_steps::Observation::Promoted(self.promote(id)),
+                join_steps::Action::Promote { id } => join_steps::Observation::Promoted(self.promote(n, id)),
                 join_steps::Action::RemoveStale { id } => {
                     let Some(m) = self.node_of_member(id) else {
                         return (false, true);
                     };
                     let holds = self.nodes[m].disk_data == Some(Data::main(id));
-                    let removed = self.remove_member(m);
+                    let removed = self.remove_member(n, m);
                     if removed.is_ok() && holds && self.nodes[m].selected {
                         let detail = format!(
                             "{}'s anchor removed member {id} of {}, whose data is on its data disk",
@@ -1713,7 +1794,7 @@ impl World {
                     self.nodes[n].record = Some(record).filter(|r| r.phase != membership::Phase::Removed);
                     join_steps::Observation::Stored
                 }
-                join_steps::Action::AskProgress { id, .. } => join_steps::Observation::Progress(self.progress(id)),
+                join_steps::Action::AskProgress { id, .. } => join_steps::Observation::Progress(self.progress(n, id)),
             };
             (join, action) = join.step(observation, self.stamp());
         }
@@ -1732,33 +1813,39 @@ impl World {
         }
     }
 
-    /// The member list as the anchors' client sees it: none without quorum or with the anchors'
-    /// own client certificate expired.
-    fn list_members(&self) -> Result<Vec<Member>, String> {
+    /// The member list as node `n`'s anchors' client sees it (a linearizable read, through the
+    /// members' client URLs): none without a quorum it reaches, or with the anchors' own client
+    /// certificate expired.
+    fn list_members(&self, n: usize) -> Result<Vec<Member>, String> {
         if self.anchor_etcd_tls_broken {
             Err("tls: certificate has expired or is not yet valid".into())
-        } else if !self.has_quorum(MAIN_CLUSTER) {
+        } else if !self.quorum_from(n, MAIN_CLUSTER) {
             Err("context deadline exceeded".into())
         } else {
             Ok(self.member_list())
         }
     }
 
-    /// The members whose etcd answers a status with a leader.
+    /// The members that answer a status with a leader: those on a side with a quorum.
     fn healthy_members(&self) -> BTreeSet<u64> {
-        if !self.has_quorum(MAIN_CLUSTER) {
-            return BTreeSet::new();
-        }
         (0..self.nodes.len())
-            .filter(|&m| self.runs(m, ETCD) && self.is_member(m, MAIN_CLUSTER))
+            .filter(|&m| self.runs(m, ETCD) && self.is_member(m, MAIN_CLUSTER) && self.quorum_from(m, MAIN_CLUSTER))
             .map(|m| self.nodes[m].member_id)
             .collect()
+    }
+
+    /// [`World::healthy_members`] as node `n` probes them: a member it cannot reach does not
+    /// answer.
+    fn healthy_members_from(&self, n: usize) -> BTreeSet<u64> {
+        let mut healthy = self.healthy_members();
+        healthy.retain(|&id| self.node_of_member(id).is_some_and(|m| self.linked(n, m)));
+        healthy
     }
 
     /// `member add --learner` for node `n`: a membership change commits through raft (quorum),
     /// and etcd refuses more than `--max-learners`.
     fn add_learner(&mut self, n: usize) -> Result<(), String> {
-        self.list_members()?;
+        self.list_members(n)?;
         let learners = self
             .nodes
             .iter()
@@ -1775,9 +1862,9 @@ impl World {
         Ok(())
     }
 
-    /// `member promote`: refused until the learner has caught up.
-    fn promote(&mut self, id: u64) -> Result<(), String> {
-        self.list_members()?;
+    /// `member promote` from node `from`: refused until the learner has caught up.
+    fn promote(&mut self, from: usize, id: u64) -> Result<(), String> {
+        self.list_members(from)?;
         let Some(m) = self.node_of_member(id) else {
             return Err("etcdserver: member not found".into());
         };
@@ -1795,9 +1882,9 @@ impl World {
         }
     }
 
-    /// The leader's view of learner `id`.
-    fn progress(&self, id: u64) -> Result<LearnerProgress, String> {
-        self.list_members()?;
+    /// The leader's view of learner `id`, asked from node `from`.
+    fn progress(&self, from: usize, id: u64) -> Result<LearnerProgress, String> {
+        self.list_members(from)?;
         let caught_up = self.node_of_member(id).is_some_and(|m| {
             matches!(self.nodes[m].listed, Listed::Learner { running_since: Some(_) }) && !self.nodes[m].slow_disk
         });
@@ -1807,15 +1894,18 @@ impl World {
         })
     }
 
-    /// `member remove` of node `m`'s member, with etcd's own check (`--strict-reconfig-check`,
-    /// on by default): a removal that would leave fewer started members than a quorum of the
-    /// rest is refused.
-    fn remove_member(&mut self, m: usize) -> Result<(), String> {
-        self.list_members()?;
+    /// `member remove` of node `m`'s member, asked from node `from`, with etcd's own check
+    /// (`--strict-reconfig-check`, on by default): a removal that would leave fewer started
+    /// members than a quorum of the rest is refused. The leader counts the members its transport
+    /// is connected to (`mayRemoveMember`, `numConnectedSince`: server/etcdserver/server.go):
+    /// those on its side, which is `from`'s once the list answered.
+    fn remove_member(&mut self, from: usize, m: usize) -> Result<(), String> {
+        self.list_members(from)?;
         if self.nodes[m].listed == Listed::Voter {
             let remaining = self.members() - 1;
-            let started_after =
-                self.members_running(MAIN_CLUSTER) - usize::from(self.is_member(m, MAIN_CLUSTER) && self.runs(m, ETCD));
+            let started_after = (0..self.nodes.len())
+                .filter(|&k| k != m && self.linked(from, k) && self.runs(k, ETCD) && self.is_member(k, MAIN_CLUSTER))
+                .count();
             if started_after <= remaining / 2 {
                 return Err("etcdserver: re-configuration failed due to not enough started members".into());
             }
@@ -1826,7 +1916,7 @@ impl World {
     }
 
     fn evaluate(&mut self, n: usize, c: usize, proc: &mut AnchorProc) {
-        let api = self.anchor_reaches_api();
+        let api = self.anchor_reaches_api(n);
         let mirror = api.then(|| match self.nodes[n].pods[c].mirror {
             None => MirrorPod::Absent,
             Some((version, ready, restarts)) => MirrorPod::Present {
@@ -1854,7 +1944,7 @@ impl World {
             now: Duration::from_secs(self.now),
         }));
         self.perform(n, c, proc, effects);
-        if proc.machine.turn.holding().is_some() && self.anchor_reaches_api() {
+        if proc.machine.turn.holding().is_some() && self.anchor_reaches_api(n) {
             let ledger = self.nodes[n].ledgers[c].clone();
             let effects = proc.machine.step(Input::Review {
                 ledger: &ledger,
@@ -1893,7 +1983,7 @@ impl World {
                 // The daemon asks for its pod's inputs (`input_revision`), as it renews and gives
                 // back.
                 Effect::AskTurn { .. } => {
-                    let answer = if self.anchor_reaches_api() {
+                    let answer = if self.anchor_reaches_api(n) {
                         let version = self.versions[proc.expects].id.clone();
                         Ok(self.ask_lease(n, c, &version))
                     } else {
@@ -1923,7 +2013,7 @@ impl World {
                     queue.extend(more);
                 }
                 Effect::RecoverTurn => {
-                    if self.anchor_reaches_api() {
+                    if self.anchor_reaches_api(n) {
                         let ledger = self.nodes[n].ledgers[c].clone();
                         let more = proc.machine.step(Input::Recovered {
                             held_here: self.leases[c].holder == Some(n),
@@ -1934,7 +2024,7 @@ impl World {
                     }
                 }
                 Effect::GiveBackEarlierTurn => {
-                    if self.anchor_reaches_api() {
+                    if self.anchor_reaches_api(n) {
                         self.release_lease(n, c, None);
                         queue.extend(proc.machine.step(Input::EarlierGivenBack));
                     }
@@ -1975,7 +2065,7 @@ impl World {
                     queue.extend(proc.machine.step(Input::RolledBack { to, note }));
                 }
                 Effect::GiveBackTurn { failed, .. } => {
-                    if self.anchor_reaches_api() {
+                    if self.anchor_reaches_api(n) {
                         let revision = failed.then(|| self.versions[proc.expects].id.clone());
                         self.release_lease(n, c, revision);
                         queue.extend(proc.machine.step(Input::GivenBack));
@@ -1984,7 +2074,7 @@ impl World {
                 // As the daemon renews: it asks for the turn again, for its pod's inputs, and
                 // counts it renewed whatever the answer (`anchor::Daemon`, `Lease::ask`).
                 Effect::RenewTurn => {
-                    if self.anchor_reaches_api() {
+                    if self.anchor_reaches_api(n) {
                         let version = self.versions[proc.expects].id.clone();
                         self.ask_lease(n, c, &version);
                         queue.extend(proc.machine.step(Input::Renewed {
@@ -2137,7 +2227,7 @@ impl World {
 
     /// What the API tells node `n`'s hook of component `c`.
     fn prestop_evidence(&self, n: usize, c: usize) -> Evidence {
-        if !self.anchor_reaches_api() {
+        if !self.anchor_reaches_api(n) {
             let why = || "connection refused".to_owned();
             return Evidence {
                 pod: Lookup::Unavailable(why()),
@@ -2156,8 +2246,7 @@ impl World {
         let static_pods_ready = (0..self.nodes.len())
             .filter(|&m| {
                 let other = &self.nodes[m];
-                other.pods[c].mirror.is_some_and(|(_, ready, _)| ready)
-                    && (other.powered || self.now < other.powered_off_at + NODE_MONITOR_GRACE)
+                other.pods[c].mirror.is_some_and(|(_, ready, _)| ready) && self.api_shows_ready(m)
             })
             .map(|m| self.nodes[m].name.clone())
             .collect();
@@ -2166,7 +2255,11 @@ impl World {
         // other copy whose mirror pod it finds, and one that does not answer Ready is silent.
         let silent_copies = if c == APISERVER {
             (0..self.nodes.len())
-                .filter(|&m| m != n && self.nodes[m].pods[c].mirror.is_some() && self.health(m, c).is_err())
+                .filter(|&m| {
+                    m != n
+                        && self.nodes[m].pods[c].mirror.is_some()
+                        && (!self.linked(n, m) || self.health(m, c).is_err())
+                })
                 .map(|m| self.nodes[m].name.clone())
                 .collect()
         } else {
@@ -2226,17 +2319,17 @@ impl World {
     /// member list, then etcd's own check ([`World::remove_member`]).
     fn leave(&mut self, n: usize) -> LeaveAnswer {
         let me = self.me(n);
-        let observed = match self.list_members() {
+        let observed = match self.list_members(n) {
             Ok(members) => MemberList::Members(members),
             Err(why) => MemberList::Unreachable(why),
         };
-        let healthy = self.healthy_members();
+        let healthy = self.healthy_members_from(n);
         match membership::decide_leave(&LeaveFacts {
             me: &me,
             observed: &observed,
             healthy: &healthy,
         }) {
-            Leave::Remove { id } => match self.remove_member(n) {
+            Leave::Remove { id } => match self.remove_member(n, n) {
                 Ok(()) => LeaveAnswer::Removed { id },
                 Err(reason) => LeaveAnswer::Refused {
                     reason,
@@ -2302,7 +2395,7 @@ impl World {
                 Observation::Done
             }
             Action::GiveBackTurn { .. } => {
-                if self.anchor_reaches_api() && self.leases[c].holder == Some(n) {
+                if self.anchor_reaches_api(n) && self.leases[c].holder == Some(n) {
                     self.leases[c].holder = None;
                 }
                 Observation::Done
@@ -2424,9 +2517,23 @@ impl World {
             .count();
         if members >= 3 && world_down <= (members - 1) / 2 && !self.has_quorum(MAIN_CLUSTER) {
             let running = self.members_running(MAIN_CLUSTER);
+            // The most that reach each other, where a partition splits them.
+            let together = (0..self.nodes.len())
+                .map(|n| {
+                    (0..self.nodes.len())
+                        .filter(|&m| self.linked(n, m) && self.runs(m, ETCD) && self.is_member(m, MAIN_CLUSTER))
+                        .count()
+                })
+                .max()
+                .unwrap_or(0);
+            let apart = if together < running {
+                format!(", at most {together} reaching each other")
+            } else {
+                String::new()
+            };
             self.violate(
                 Invariant::QuorumLost,
-                format!("{running} of {members} members run; the world took {world_down} down"),
+                format!("{running} of {members} members run{apart}; the world took {world_down} down"),
             );
         }
         // The API servers: over the nodes the charts select (a node the operator took out of
@@ -2520,7 +2627,8 @@ pub const GENERATED_SPAN: u64 = 30 * 60;
 
 /// A run drawn from `seed`: `nodes` nodes, [`GENERATED_OPS`] operations over
 /// [`GENERATED_SPAN`] (pushes good and bad of every kind, helm rollbacks, power cuts of any
-/// subset, kubelet restarts, a hung kube-apiserver, drains with a reboot, and now and then a
+/// subset, on three nodes a node cut off from the others by the network, kubelet restarts, a
+/// hung kube-apiserver, drains with a reboot, and now and then a
 /// power cut of the node holding a turn, a rollout Lease deleted, a one-shot `rollback`,
 /// `rollback --to` or `retry` on a node, a boot with a late data disk or a re-image, and on
 /// three nodes, in the last quarter, the last one leaving the control plane).
@@ -2546,6 +2654,11 @@ pub fn generate(nodes: usize, seed: u64) -> Scenario {
                 }
             }
             60..67 => Op::HelmRollback { component },
+            // Three nodes or more: one node (a minority) cut off from the others.
+            80..82 if nodes >= 3 => Op::Partition {
+                nodes: vec![(rng.next_u64() % nodes as u64) as usize],
+                for_secs: rng.uniform(30.0, 900.0) as u64,
+            },
             67..82 => {
                 let mut cut: Vec<usize> = (0..nodes).filter(|_| rng.next_u64().is_multiple_of(2)).collect();
                 if cut.is_empty() {
@@ -2611,7 +2724,7 @@ pub fn generate(nodes: usize, seed: u64) -> Scenario {
 /// A smaller `scenario` with which `seed` still shows `invariant`. Passes over it until one
 /// changes nothing, each keeping every change that still shows the violation: an operation
 /// dropped; the run on one node (operations on the others dropped); a node dropped from a power
-/// cut; an operation moved halfway to the one before it; a power cut halved.
+/// cut; an operation moved halfway to the one before it; a power cut or a partition halved.
 pub fn shrink(scenario: &Scenario, seed: u64, invariant: Invariant) -> Scenario {
     let shows = |s: &Scenario| World::run(s, seed).violations.contains_key(&invariant);
     let mut best = scenario.clone();
@@ -2656,7 +2769,7 @@ fn on_first_node(scenario: &Scenario) -> Option<Scenario> {
                     nodes: vec![0],
                     down_for: *down_for,
                 },
-                Op::PowerCut { .. } => return None,
+                Op::PowerCut { .. } | Op::Partition { .. } => return None,
                 Op::KubeletRestart { node }
                 | Op::Reimage { node }
                 | Op::Drain { node, .. }
@@ -2731,6 +2844,13 @@ fn smaller_op(scenario: &Scenario, i: usize) -> Vec<Scenario> {
                 down_for: down_for / 2,
             },
         )),
+        Op::Partition { nodes, for_secs } if *for_secs > 1 => out.push(with(
+            at,
+            Op::Partition {
+                nodes: nodes.clone(),
+                for_secs: for_secs / 2,
+            },
+        )),
         _ => {}
     }
     let previous = i.checked_sub(1).map_or(0, |p| scenario.ops[p].0);
@@ -2786,6 +2906,7 @@ fn op_source(op: &Op) -> String {
             format!("Op::HelmRollback {{ component: {} }}", COMPONENT_CONSTS[*component])
         }
         Op::PowerCut { nodes, down_for } => format!("Op::PowerCut {{ nodes: vec!{nodes:?}, down_for: {down_for} }}"),
+        Op::Partition { nodes, for_secs } => format!("Op::Partition {{ nodes: vec!{nodes:?}, for_secs: {for_secs} }}"),
         Op::CutTurnHolder { component, down_for } => format!(
             "Op::CutTurnHolder {{ component: {}, down_for: {down_for} }}",
             COMPONENT_CONSTS[*component]

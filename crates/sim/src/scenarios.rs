@@ -475,7 +475,114 @@ pub fn all() -> Vec<Named> {
                     the others have nothing to retry",
             scenario: || verb_fanned_out(push(ETCD, Some(Fault::RefusedFlag)), 900, Verb::Retry),
         },
+        Named {
+            name: "a-node-cut-off-by-the-network-and-back",
+            story: "three nodes; cp-3's network to the others fails for ten minutes, then comes back",
+            scenario: || cut_off_then(None),
+        },
+        Named {
+            name: "etcd-push-with-a-member-cut-off",
+            story: "three nodes; cp-3's network to the others fails for half an hour, and a good etcd version \
+                    is pushed meanwhile: cp-3's member is running, unreachable",
+            scenario: || cut_off_then(Some((120, push(ETCD, None)))),
+        },
+        Named {
+            name: "apiserver-push-with-a-node-cut-off",
+            story: "three nodes; cp-3's network to the others fails for half an hour, and a good kube-apiserver \
+                    version is pushed meanwhile",
+            scenario: || cut_off_then(Some((120, push(APISERVER, None)))),
+        },
+        Named {
+            name: "a-member-cut-off-in-its-etcd-trial",
+            story: "three nodes, one anchor DaemonSet per component (cp-1's pod is replaced first); a good etcd \
+                    version is pushed, and cp-1's network to the others fails for five minutes while it tries \
+                    the version",
+            scenario: || cut_off_in_a_trial(ETCD),
+        },
+        Named {
+            name: "a-node-cut-off-in-its-apiserver-trial",
+            story: "three nodes, one anchor DaemonSet per component; a good kube-apiserver version is pushed, and \
+                    cp-1's network to the others fails for five minutes while it tries the version",
+            scenario: || cut_off_in_a_trial(APISERVER),
+        },
+        Named {
+            name: "a-node-leaves-while-another-is-cut-off",
+            story: "three nodes; cp-2's network to the others fails for half an hour; two minutes in, cp-3 is \
+                    taken out of the control plane",
+            scenario: || Scenario {
+                nodes: 3,
+                daemonsets: DaemonSets::PerNode,
+                ops: vec![
+                    (
+                        30,
+                        Op::Partition {
+                            nodes: vec![1],
+                            for_secs: 1800,
+                        },
+                    ),
+                    (150, Op::Deselect { node: 2 }),
+                ],
+            },
+        },
+        Named {
+            name: "a-cut-off-node-leaves",
+            story: "three nodes; cp-3's network to the others fails for ten minutes, and meanwhile cp-3 is taken \
+                    out of the control plane: its kubelet hears of it once the network is back",
+            scenario: || Scenario {
+                nodes: 3,
+                daemonsets: DaemonSets::PerNode,
+                ops: vec![
+                    (
+                        30,
+                        Op::Partition {
+                            nodes: vec![2],
+                            for_secs: 600,
+                        },
+                    ),
+                    (150, Op::Deselect { node: 2 }),
+                ],
+            },
+        },
     ]
+}
+
+/// Three nodes, one DaemonSet per component, whose controller replaces cp-1's anchor pod first:
+/// a good version of `component` at 60 s, and cp-1 cut off from the others for five minutes from
+/// 200 s, while it tries the version.
+fn cut_off_in_a_trial(component: usize) -> Scenario {
+    Scenario {
+        nodes: 3,
+        daemonsets: DaemonSets::OnePerComponent,
+        ops: vec![
+            (60, push(component, None)),
+            (
+                200,
+                Op::Partition {
+                    nodes: vec![0],
+                    for_secs: 300,
+                },
+            ),
+        ],
+    }
+}
+
+/// Three nodes; cp-3's network to the others fails at 30 s (for ten minutes with no `then`,
+/// else for half an hour), and `then` happens.
+fn cut_off_then(then: Option<(u64, Op)>) -> Scenario {
+    let for_secs = if then.is_some() { 1800 } else { 600 };
+    Scenario {
+        nodes: 3,
+        daemonsets: DaemonSets::PerNode,
+        ops: std::iter::once((
+            30,
+            Op::Partition {
+                nodes: vec![2],
+                for_secs,
+            },
+        ))
+        .chain(then)
+        .collect(),
+    }
 }
 
 /// The seeds each named scenario runs with (the world's timings differ by seed: whether two
@@ -600,6 +707,23 @@ pub const KNOWN: &[(&str, &[Invariant])] = &[
         &[Invariant::QuorumLost, Invariant::ApiServersDown],
     ),
     ("a-retried-bad-version-fails-again-on-its-node", &[]),
+    ("a-node-cut-off-by-the-network-and-back", &[]),
+    // [F3] a member cut off by the network runs, unreachable; nothing checks before the etcd
+    // rollout restarts a member on the side that holds the quorum: 1 of the 2 there is left.
+    (
+        "etcd-push-with-a-member-cut-off",
+        &[Invariant::QuorumLost, Invariant::ApiServersDown],
+    ),
+    ("apiserver-push-with-a-node-cut-off", &[]),
+    // The member's health answers RAFT NO LEADER while it is cut off: the trial waits, and the
+    // version passes once the network is back (the DaemonSet holds the other nodes meanwhile).
+    ("a-member-cut-off-in-its-etcd-trial", &[]),
+    // [F6] kube-apiserver on trial loses its etcd with the network (the local member has no
+    // leader) and restarts; the anchor's dependency check asks only whether etcd runs
+    // (`anchor::Daemon::dependency_down`), so the restarts count against the version.
+    ("a-node-cut-off-in-its-apiserver-trial", &[Invariant::GoodRolledBack]),
+    ("a-node-leaves-while-another-is-cut-off", &[]),
+    ("a-cut-off-node-leaves", &[]),
 ];
 
 /// The ratchet of the generated runs: the invariants that [`crate::fleet::generate`]'s runs

@@ -209,13 +209,17 @@ fn named(name: &str) -> fleet::Scenario {
 
 /// The preStop hook's machine (`prestop_steps::Hook`) and its looks (`decommission::Looks`) run
 /// in the world: a node leaving the control plane takes both components and its etcd member
-/// with it; with another member off, the guard keeps everything on it.
+/// with it; with another member off, or cut off by the network, the guard keeps everything on
+/// it. A node cut off itself runs its hooks once its kubelet hears of the deletion, after the
+/// network is back, and then leaves.
 #[test]
 fn a_node_leaves_the_control_plane_only_with_a_quorum_to_spare() {
     // (scenario, how both hooks end, the members left)
     let expected = [
         ("a-node-leaves-the-control-plane", "remove", 2),
         ("a-node-leaves-while-another-is-off", "held", 3),
+        ("a-node-leaves-while-another-is-cut-off", "held", 3),
+        ("a-cut-off-node-leaves", "remove", 2),
     ];
     for seed in SEEDS {
         for (name, exit, members) in expected {
