@@ -192,6 +192,10 @@ pub enum Verb {
     RollbackTo { releases_back: usize },
     /// `kube-anchor retry`: every bad version forgotten, so the anchor tries it again.
     Retry,
+    /// `kube-anchor apply` with the inputs mounted on the node: the version they name written at
+    /// once (etcd's join step first, the credentials checked, a decommission marker lifted), with
+    /// no turn and no trial of its own.
+    Apply,
 }
 
 /// How the anchor DaemonSets are laid out.
@@ -332,7 +336,7 @@ pub struct Report {
     pub hook_exits: BTreeMap<&'static str, u64>,
     /// How the etcd anchors' join steps ended, by decision (`keep`, `add-learner`, `promote`, …).
     pub join_ends: BTreeMap<&'static str, u64>,
-    /// How the operator's one-shot verbs ended (`rolled-back`, `retried`, `refused`).
+    /// How the operator's one-shot verbs ended (`rolled-back`, `retried`, `applied`, `refused`).
     pub verbs: BTreeMap<&'static str, u64>,
     /// The main etcd cluster's members when the run ended.
     pub members: usize,
@@ -938,10 +942,13 @@ impl World {
     }
 
     /// `verb` on node `n` for component `c`, deciding as its command does (`commands::rollback`,
-    /// `commands::retry`), and how it ended (`Report::verbs`); a refusal changes nothing. A
-    /// running anchor sees the files it changed at once (it watches them) and the ledger at its
-    /// next resync.
+    /// `commands::retry`, `commands::apply`), and how it ended (`Report::verbs`); a refusal
+    /// changes nothing. A running anchor sees the files it changed at once (it watches them) and
+    /// the ledger at its next resync.
     fn verb(&mut self, n: usize, c: usize, verb: Verb) -> &'static str {
+        if verb == Verb::Apply {
+            return self.apply(n, c);
+        }
         let now = self.stamp();
         let ledger = &mut self.nodes[n].ledgers[c];
         let target = match verb {
@@ -953,6 +960,7 @@ impl World {
                 };
             }
             Verb::Rollback => ledger.last_known_good.clone(),
+            Verb::Apply => unreachable!("applied above"),
             Verb::RollbackTo { releases_back } => self.releases[c]
                 .len()
                 .checked_sub(1 + releases_back)
@@ -983,6 +991,29 @@ impl World {
             anchor.next_sync = self.now;
         }
         "rolled-back"
+    }
+
+    /// `kube-anchor apply` on node `n` for component `c` (`commands::apply`): etcd's join step (a
+    /// process on the host: it sees the data disk once mounted), the credentials checked
+    /// (`Engine::check_credentials`), the decommission marker lifted (`Engine::recommission`),
+    /// and the version the mounted inputs name written (`Engine::apply`).
+    fn apply(&mut self, n: usize, c: usize) -> &'static str {
+        let Some(version) = self.nodes[n].inputs[c] else {
+            return "refused";
+        };
+        if c == ETCD && !self.membership(n, !self.disk_mounted(n)).0 {
+            return "refused";
+        }
+        if self.refusal(version).is_some() {
+            return "refused";
+        }
+        self.nodes[n].ledgers[c].decommissioned = None;
+        let id = self.versions[version].id.clone();
+        self.write(n, c, &id);
+        if let Some(anchor) = self.nodes[n].anchors[c].as_mut() {
+            anchor.next_sync = self.now;
+        }
+        "applied"
     }
 
     /// The DaemonSet controller deletes node `n`'s anchor pod of component `c`. A kubelet that
@@ -2630,7 +2661,7 @@ pub const GENERATED_SPAN: u64 = 30 * 60;
 /// subset, on three nodes a node cut off from the others by the network, kubelet restarts, a
 /// hung kube-apiserver, drains with a reboot, and now and then a
 /// power cut of the node holding a turn, a rollout Lease deleted, a one-shot `rollback`,
-/// `rollback --to` or `retry` on a node, a boot with a late data disk or a re-image, and on
+/// `rollback --to`, `retry` or `apply` on a node, a boot with a late data disk or a re-image, and on
 /// three nodes, in the last quarter, the last one leaving the control plane).
 pub fn generate(nodes: usize, seed: u64) -> Scenario {
     let mut rng = Rng::new(seed ^ 0x005e_ed0f_0be7);
@@ -2689,8 +2720,9 @@ pub fn generate(nodes: usize, seed: u64) -> Scenario {
                 node: (rng.next_u64() % nodes as u64) as usize,
                 component,
                 verb: match rng.next_u64() % 10 {
-                    0..5 => Verb::Rollback,
-                    5..8 => Verb::Retry,
+                    0..4 => Verb::Rollback,
+                    4..6 => Verb::Retry,
+                    6..8 => Verb::Apply,
                     _ => Verb::RollbackTo {
                         releases_back: 1 + (rng.next_u64() % 3) as usize,
                     },

@@ -476,6 +476,12 @@ pub fn all() -> Vec<Named> {
             scenario: || verb_fanned_out(push(ETCD, Some(Fault::RefusedFlag)), 900, Verb::Retry),
         },
         Named {
+            name: "apply-fanned-out",
+            story: "three nodes; a good etcd version is pushed, and the operator, not waiting for the rollout, \
+                    runs `kube-anchor apply` with the mounted inputs on each node over ssh, one after the other",
+            scenario: || verb_fanned_out(push(ETCD, None), 200, Verb::Apply),
+        },
+        Named {
             name: "a-node-cut-off-by-the-network-and-back",
             story: "three nodes; cp-3's network to the others fails for ten minutes, then comes back",
             scenario: || cut_off_then(None),
@@ -707,6 +713,9 @@ pub const KNOWN: &[(&str, &[Invariant])] = &[
         &[Invariant::QuorumLost, Invariant::ApiServersDown],
     ),
     ("a-retried-bad-version-fails-again-on-its-node", &[]),
+    // [F3] `apply` checks nothing either: the nodes not yet on the version restart their
+    // members within seconds of each other.
+    ("apply-fanned-out", &[Invariant::QuorumLost, Invariant::ApiServersDown]),
     ("a-node-cut-off-by-the-network-and-back", &[]),
     // [F3] a member cut off by the network runs, unreachable; nothing checks before the etcd
     // rollout restarts a member on the side that holds the quorum: 1 of the 2 there is left.

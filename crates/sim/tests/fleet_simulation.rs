@@ -259,7 +259,8 @@ fn a_re_imaged_node_rejoins_as_a_learner() {
 /// The operator's one-shot verbs decide as their commands do (`Ledger::rollback_to`,
 /// `history::find_passed`, `Ledger::forget_bad`): `retry` only where a version was recorded bad,
 /// and the anchor then tries it again (and rolls it back again); `rollback --to` a version that
-/// passed its trial on every node, and refused for one that never ran there.
+/// passed its trial on every node, and refused for one that never ran there; `apply` the
+/// mounted inputs' version on every node.
 #[test]
 fn the_one_shot_verbs_decide_as_their_commands_do() {
     for seed in SEEDS {
@@ -279,6 +280,11 @@ fn the_one_shot_verbs_decide_as_their_commands_do() {
             "seed {seed}: {:?}",
             report.verbs
         );
+
+        // `apply` writes what the mounted inputs name, on every node, trial or not.
+        let report = World::run(&named("apply-fanned-out"), seed);
+        assert_eq!(report.verbs.get("applied"), Some(&3), "seed {seed}: {:?}", report.verbs);
+        assert_eq!(report.rollbacks, 0, "seed {seed}: the version is good");
 
         // `rollback --to` the release's current version: it failed twice on its node and never
         // ran elsewhere.
