@@ -209,19 +209,12 @@ pub fn all() -> Vec<Named> {
         Named {
             name: "a-node-leaves-while-another-is-off",
             story: "three nodes; cp-2 is powered off for an hour, then cp-3's control-plane label is removed",
-            scenario: || Scenario {
-                nodes: 3,
-                daemonsets: DaemonSets::PerNode,
-                ops: vec![
-                    (
-                        30,
-                        Op::PowerCut {
-                            nodes: vec![1],
-                            down_for: 3600,
-                        },
-                    ),
-                    (120, Op::Deselect { node: 2 }),
-                ],
+            scenario: || {
+                let off = Op::PowerCut {
+                    nodes: vec![1],
+                    down_for: 3600,
+                };
+                leaves_after(off, 120)
             },
         },
         Named {
@@ -515,41 +508,36 @@ pub fn all() -> Vec<Named> {
             name: "a-node-leaves-while-another-is-cut-off",
             story: "three nodes; cp-2's network to the others fails for half an hour; two minutes in, cp-3 is \
                     taken out of the control plane",
-            scenario: || Scenario {
-                nodes: 3,
-                daemonsets: DaemonSets::PerNode,
-                ops: vec![
-                    (
-                        30,
-                        Op::Partition {
-                            nodes: vec![1],
-                            for_secs: 1800,
-                        },
-                    ),
-                    (150, Op::Deselect { node: 2 }),
-                ],
+            scenario: || {
+                let cut_off = Op::Partition {
+                    nodes: vec![1],
+                    for_secs: 1800,
+                };
+                leaves_after(cut_off, 150)
             },
         },
         Named {
             name: "a-cut-off-node-leaves",
             story: "three nodes; cp-3's network to the others fails for ten minutes, and meanwhile cp-3 is taken \
                     out of the control plane: its kubelet hears of it once the network is back",
-            scenario: || Scenario {
-                nodes: 3,
-                daemonsets: DaemonSets::PerNode,
-                ops: vec![
-                    (
-                        30,
-                        Op::Partition {
-                            nodes: vec![2],
-                            for_secs: 600,
-                        },
-                    ),
-                    (150, Op::Deselect { node: 2 }),
-                ],
+            scenario: || {
+                let cut_off = Op::Partition {
+                    nodes: vec![2],
+                    for_secs: 600,
+                };
+                leaves_after(cut_off, 150)
             },
         },
     ]
+}
+
+/// Three nodes; `first` at 30 s, and cp-3's control-plane label removed at `at`.
+fn leaves_after(first: Op, at: u64) -> Scenario {
+    Scenario {
+        nodes: 3,
+        daemonsets: DaemonSets::PerNode,
+        ops: vec![(30, first), (at, Op::Deselect { node: 2 })],
+    }
 }
 
 /// Three nodes, one DaemonSet per component, whose controller replaces cp-1's anchor pod first:
