@@ -177,6 +177,9 @@ pub enum Op {
     /// the rest reach each other, every node reaches itself (loopback). Nothing stops: each side
     /// goes on with what it can reach. `nodes` are the ones the world took away.
     Partition { nodes: Vec<usize>, for_secs: u64 },
+    /// The node holding `component`'s rollout turn is cut off from the others for `for_secs`
+    /// seconds ([`Op::Partition`]; nothing happens when no node holds it).
+    CutOffTurnHolder { component: usize, for_secs: u64 },
 }
 
 /// A one-shot verb an operator runs on a node (over ssh, as runbooks fan them out over the
@@ -264,7 +267,9 @@ fn op_length(op: &Op) -> u64 {
         Op::LateDataDisk {
             down_for, mount_after, ..
         } => down_for + mount_after,
-        Op::HangApiServer { for_secs, .. } | Op::Partition { for_secs, .. } => *for_secs,
+        Op::HangApiServer { for_secs, .. } | Op::Partition { for_secs, .. } | Op::CutOffTurnHolder { for_secs, .. } => {
+            *for_secs
+        }
         Op::Drain { down_for, .. } | Op::CutTurnHolder { down_for, .. } => *down_for,
         _ => 0,
     }
@@ -912,6 +917,14 @@ impl World {
             Op::SlowDisk { node } => {
                 if let Some(n) = self.nodes.get_mut(*node) {
                     n.slow_disk = true;
+                }
+            }
+            Op::CutOffTurnHolder { component, for_secs } => {
+                if let Some(n) = self.leases[*component].holder {
+                    self.operate(&Op::Partition {
+                        nodes: vec![n],
+                        for_secs: *for_secs,
+                    });
                 }
             }
             Op::Partition { nodes, for_secs } => {
@@ -2946,6 +2959,10 @@ fn op_source(op: &Op) -> String {
         Op::DeleteLease { component } => {
             format!("Op::DeleteLease {{ component: {} }}", COMPONENT_CONSTS[*component])
         }
+        Op::CutOffTurnHolder { component, for_secs } => format!(
+            "Op::CutOffTurnHolder {{ component: {}, for_secs: {for_secs} }}",
+            COMPONENT_CONSTS[*component]
+        ),
         Op::Verb { node, component, verb } => format!(
             "Op::Verb {{ node: {node}, component: {}, verb: Verb::{verb:?} }}",
             COMPONENT_CONSTS[*component]

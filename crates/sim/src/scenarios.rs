@@ -505,6 +505,25 @@ pub fn all() -> Vec<Named> {
             scenario: || cut_off_in_a_trial(APISERVER),
         },
         Named {
+            name: "the-holder-of-the-etcd-turn-is-cut-off",
+            story: "three nodes; a good etcd version is pushed, and the network of the node trying it fails for \
+                    ten minutes: it cannot renew the turn, and its member runs without a leader",
+            scenario: || Scenario {
+                nodes: 3,
+                daemonsets: DaemonSets::PerNode,
+                ops: vec![
+                    (60, push(ETCD, None)),
+                    (
+                        200,
+                        Op::CutOffTurnHolder {
+                            component: ETCD,
+                            for_secs: 600,
+                        },
+                    ),
+                ],
+            },
+        },
+        Named {
             name: "a-node-leaves-while-another-is-cut-off",
             story: "three nodes; cp-2's network to the others fails for half an hour; two minutes in, cp-3 is \
                     taken out of the control plane",
@@ -719,6 +738,9 @@ pub const KNOWN: &[(&str, &[Invariant])] = &[
     // leader) and restarts; the anchor's dependency check asks only whether etcd runs
     // (`anchor::Daemon::dependency_down`), so the restarts count against the version.
     ("a-node-cut-off-in-its-apiserver-trial", &[Invariant::GoodRolledBack]),
+    // The turn is not taken from a silent holder (`rollout::decide`): the others wait, the
+    // holder's trial waits out its member's lost leader, and the rollout ends after the heal.
+    ("the-holder-of-the-etcd-turn-is-cut-off", &[]),
     ("a-node-leaves-while-another-is-cut-off", &[]),
     ("a-cut-off-node-leaves", &[]),
 ];
