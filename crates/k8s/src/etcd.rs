@@ -394,8 +394,21 @@ impl Cluster {
         F: Fn(&'a Endpoint) -> Fut,
         Fut: std::future::Future<Output = Result<T, EtcdError>>,
     {
+        Self::first_of(&self.endpoints, final_answer, f).await
+    }
+
+    /// [`Cluster::first`] over `endpoints`, in their order.
+    async fn first_of<'a, T, F, Fut>(
+        endpoints: impl IntoIterator<Item = &'a Endpoint>,
+        final_answer: bool,
+        f: F,
+    ) -> Result<T, EtcdError>
+    where
+        F: Fn(&'a Endpoint) -> Fut,
+        Fut: std::future::Future<Output = Result<T, EtcdError>>,
+    {
         let mut errors = Vec::new();
-        for e in &self.endpoints {
+        for e in endpoints {
             match f(e).await {
                 Ok(v) => return Ok(v),
                 Err(err) if final_answer && is_server_answer(&err) && !is_learner_refusal(&err) => {
@@ -442,19 +455,12 @@ impl Cluster {
                 .iter()
                 .any(|u| u.trim_end_matches('/') == e.url.trim_end_matches('/'))
         };
-        let mut errors = Vec::new();
-        for e in self
+        let others_first = self
             .endpoints
             .iter()
             .filter(|e| !own(e))
-            .chain(self.endpoints.iter().filter(|e| own(e)))
-        {
-            match e.remove(id).await {
-                Ok(()) => return Ok(()),
-                Err(err) => errors.push(err.to_string()),
-            }
-        }
-        Err(EtcdError::NoEndpoint(errors.join("; ")))
+            .chain(self.endpoints.iter().filter(|e| own(e)));
+        Self::first_of(others_first, false, |e| e.remove(id)).await
     }
 }
 

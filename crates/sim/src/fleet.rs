@@ -541,6 +541,14 @@ struct Node {
     slow_disk: bool,
 }
 
+impl Node {
+    /// Its kubelet posts its status at `now`: its anchor pods' readiness as they are.
+    fn post_status(&mut self, now: u64) {
+        self.posted_at = now;
+        self.anchors_ready_posted = [0, 1].map(|c| self.anchors[c].as_ref().is_some_and(|p| p.ready));
+    }
+}
+
 struct Lease {
     holder: Option<usize>,
     renewed: u64,
@@ -921,24 +929,10 @@ impl World {
             }
             Op::CutOffTurnHolder { component, for_secs } => {
                 if let Some(n) = self.leases[*component].holder {
-                    self.operate(&Op::Partition {
-                        nodes: vec![n],
-                        for_secs: *for_secs,
-                    });
+                    self.cut_off(&[n], *for_secs);
                 }
             }
-            Op::Partition { nodes, for_secs } => {
-                self.next_side += 1;
-                let (side, until) = (self.next_side, self.now + for_secs);
-                let count = self.nodes.len();
-                for &n in nodes.iter().filter(|&&n| n < count) {
-                    let node = &mut self.nodes[n];
-                    node.partition = Some((side, until));
-                    // Taken away by the world until a boot's grace after the network is back
-                    // (its kube-apiserver, which exited without etcd, waits out its back-off).
-                    node.world_down_until = node.world_down_until.max(until + BOOT_GRACE);
-                }
-            }
+            Op::Partition { nodes, for_secs } => self.cut_off(nodes, *for_secs),
             Op::ExpireAnchorEtcdCert => self.anchor_etcd_tls_broken = true,
             Op::Deselect { node } => {
                 let n = *node;
@@ -959,12 +953,10 @@ impl World {
     /// changes nothing. A running anchor sees the files it changed at once (it watches them) and
     /// the ledger at its next resync.
     fn verb(&mut self, n: usize, c: usize, verb: Verb) -> &'static str {
-        if verb == Verb::Apply {
-            return self.apply(n, c);
-        }
         let now = self.stamp();
         let ledger = &mut self.nodes[n].ledgers[c];
         let target = match verb {
+            Verb::Apply => return self.apply(n, c),
             Verb::Retry => {
                 return if ledger.forget_bad(None).is_empty() {
                     "refused"
@@ -973,7 +965,6 @@ impl World {
                 };
             }
             Verb::Rollback => ledger.last_known_good.clone(),
-            Verb::Apply => unreachable!("applied above"),
             Verb::RollbackTo { releases_back } => self.releases[c]
                 .len()
                 .checked_sub(1 + releases_back)
@@ -1086,6 +1077,20 @@ impl World {
         back
     }
 
+    /// `nodes` are cut off from the others for `for_secs` seconds, on a side of their own.
+    fn cut_off(&mut self, nodes: &[usize], for_secs: u64) {
+        self.next_side += 1;
+        let (side, until) = (self.next_side, self.now + for_secs);
+        let count = self.nodes.len();
+        for &n in nodes.iter().filter(|&&n| n < count) {
+            let node = &mut self.nodes[n];
+            node.partition = Some((side, until));
+            // Taken away by the world until a boot's grace after the network is back (its
+            // kube-apiserver, which exited without etcd, waits out its back-off).
+            node.world_down_until = node.world_down_until.max(until + BOOT_GRACE);
+        }
+    }
+
     /// The simulated clock as the ledger's and the join step's timestamps have it.
     fn stamp(&self) -> String {
         format!("{}s", self.now)
@@ -1096,14 +1101,14 @@ impl World {
         let now = self.now;
         let node = &mut self.nodes[n];
         node.powered = false;
-        node.posted_at = now;
+        // What the API shows of it from now on: its pods as they were.
+        node.post_status(now);
         node.kubelet_up = false;
         node.kubelet_at = Some(back);
         node.sources_ready = false;
         for pod in &mut node.pods {
             pod.container = None;
         }
-        node.anchors_ready_posted = [0, 1].map(|c| node.anchors[c].as_ref().is_some_and(|p| p.ready));
         node.anchors = [None, None];
         node.anchor_start_at = [None, None];
         node.world_down_until = back + BOOT_GRACE;
@@ -1184,8 +1189,7 @@ impl World {
             // Its node status, and with it its pods' readiness, as the API will show it.
             if kubelet_reaches_api {
                 let node = &mut self.nodes[n];
-                node.posted_at = now;
-                node.anchors_ready_posted = [0, 1].map(|c| node.anchors[c].as_ref().is_some_and(|p| p.ready));
+                node.post_status(now);
             }
         }
         self.daemonset_controller();
@@ -1552,15 +1556,24 @@ impl World {
     /// side has (or elects) a leader. Raft needs a majority of the voters to elect and to commit.
     fn quorum_from(&self, n: usize, cluster: u64) -> bool {
         let members = if cluster == MAIN_CLUSTER { self.members() } else { 1 };
-        let reached = (0..self.nodes.len())
-            .filter(|&m| self.linked(n, m) && self.runs(m, ETCD) && self.is_member(m, cluster))
-            .count();
-        reached > members / 2
+        self.members_reached(n, cluster) > members / 2
+    }
+
+    /// Node `m` runs a member of `cluster` that node `n` reaches.
+    fn member_reached(&self, n: usize, m: usize, cluster: u64) -> bool {
+        self.linked(n, m) && self.runs(m, ETCD) && self.is_member(m, cluster)
+    }
+
+    /// The running members of `cluster` that node `n` reaches.
+    fn members_reached(&self, n: usize, cluster: u64) -> usize {
+        (0..self.nodes.len())
+            .filter(|&m| self.member_reached(n, m, cluster))
+            .count()
     }
 
     /// Some member of `cluster` has a leader (on the side of a partition that holds a majority).
     fn has_quorum(&self, cluster: u64) -> bool {
-        (0..self.nodes.len()).any(|n| self.runs(n, ETCD) && self.is_member(n, cluster) && self.quorum_from(n, cluster))
+        (0..self.nodes.len()).any(|n| self.member_reached(n, n, cluster) && self.quorum_from(n, cluster))
     }
 
     /// How many members the main cluster has.
@@ -1873,7 +1886,7 @@ impl World {
     /// The members that answer a status with a leader: those on a side with a quorum.
     fn healthy_members(&self) -> BTreeSet<u64> {
         (0..self.nodes.len())
-            .filter(|&m| self.runs(m, ETCD) && self.is_member(m, MAIN_CLUSTER) && self.quorum_from(m, MAIN_CLUSTER))
+            .filter(|&m| self.member_reached(m, m, MAIN_CLUSTER) && self.quorum_from(m, MAIN_CLUSTER))
             .map(|m| self.nodes[m].member_id)
             .collect()
     }
@@ -1947,9 +1960,8 @@ impl World {
         self.list_members(from)?;
         if self.nodes[m].listed == Listed::Voter {
             let remaining = self.members() - 1;
-            let started_after = (0..self.nodes.len())
-                .filter(|&k| k != m && self.linked(from, k) && self.runs(k, ETCD) && self.is_member(k, MAIN_CLUSTER))
-                .count();
+            let started_after =
+                self.members_reached(from, MAIN_CLUSTER) - usize::from(self.member_reached(from, m, MAIN_CLUSTER));
             if started_after <= remaining / 2 {
                 return Err("etcdserver: re-configuration failed due to not enough started members".into());
             }
@@ -2563,11 +2575,7 @@ impl World {
             let running = self.members_running(MAIN_CLUSTER);
             // The most that reach each other, where a partition splits them.
             let together = (0..self.nodes.len())
-                .map(|n| {
-                    (0..self.nodes.len())
-                        .filter(|&m| self.linked(n, m) && self.runs(m, ETCD) && self.is_member(m, MAIN_CLUSTER))
-                        .count()
-                })
+                .map(|n| self.members_reached(n, MAIN_CLUSTER))
                 .max()
                 .unwrap_or(0);
             let apart = if together < running {
