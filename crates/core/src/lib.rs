@@ -15,6 +15,7 @@ pub mod digest;
 pub mod errors;
 pub mod history;
 pub mod hostpath;
+pub mod import;
 pub mod join_steps;
 pub mod ledger;
 pub mod lifecycle;

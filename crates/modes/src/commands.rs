@@ -17,6 +17,7 @@ use crate::cli::{
 use crate::engine::{ApplyReport, Engine, Inputs, Preview, PreviewAction, PreviewChange, RemoveReport, StatusReport};
 use crate::logging;
 use kube_anchor_core::history::Outcome;
+use kube_anchor_core::import::ImportPlan;
 use kube_anchor_core::plan::Notice;
 use kube_anchor_core::runtime::{ContainerState, RuntimeView};
 use kube_anchor_host::hostfs::SetAside;
@@ -159,7 +160,7 @@ fn import(args: ImportArgs) -> anyhow::Result<ExitCode> {
 const SIGNING_KEYS: &[&str] = &["ca.key", "sa.key", "etcd-ca.key", "front-proxy-ca.key"];
 
 /// Names, paths and flag names only: the values files hold the secrets, stdout never does.
-fn print_import(plan: &crate::import::ImportPlan, written: &[std::path::PathBuf], format: OutputFormat) {
+fn print_import(plan: &ImportPlan, written: &[std::path::PathBuf], format: OutputFormat) {
     match format {
         OutputFormat::Json => {
             let components: Vec<serde_json::Value> = plan
