@@ -7,7 +7,7 @@
 //! ([`values_document`]) and the list of files carried. No filesystem here: the modes crate's
 //! `import` reads the nodes' files and writes the values files.
 //!
-//! What a chart fixes on its command line is stated once per chart in [`chart_flags`] (a unit
+//! What a chart fixes on its command line is stated once per chart in `chart_flags` (a unit
 //! test checks it against each chart's `_pod.tpl`): a kubeadm flag equal to the chart's fixed one
 //! needs no value; a different one goes to `component.extraArgs`, which the chart puts in the
 //! fixed flag's place; a fixed flag kubeadm does not set goes to `component.omitArgs`.
@@ -17,8 +17,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 
-/// The charts `import` writes values for, in the order the components start.
-pub(crate) const COMPONENTS: [&str; 4] = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"];
+use crate::bootstrap::CONTROL_PLANE;
+
 /// kubeadm's directory, the only one kube-anchor writes below.
 pub(crate) const KUBERNETES_DIR: &str = "/etc/kubernetes";
 /// kubeadm's static pod directory, where the IO layer finds the manifests.
@@ -30,7 +30,7 @@ const ADVERTISE_ANNOTATION: &str = "kubeadm.kubernetes.io/kube-apiserver.adverti
 pub enum ImportPlanError {
     #[error("{manifest}: not a kubeadm control-plane pod: {problem}")]
     NotKubeadmPod { manifest: String, problem: String },
-    #[error("node {node}: no {component} manifest ({MANIFEST_DIR}/{component}.yaml); import needs all of {}", COMPONENTS.join(", "))]
+    #[error("node {node}: no {component} manifest ({MANIFEST_DIR}/{component}.yaml); import needs all of {}", CONTROL_PLANE.join(", "))]
     MissingComponent { node: String, component: String },
     #[error("{manifest}: {arg:?} is not a --name=value flag")]
     NotAFlag { manifest: String, arg: String },
@@ -168,8 +168,9 @@ fn not_kubeadm(manifest: &str, problem: impl Into<String>) -> ImportPlanError {
 }
 
 /// Parses one manifest (`manifest` is its host path, for messages) as a kubeadm control-plane
-/// pod: kind Pod in kube-system, labels `component` (one of [`COMPONENTS`]) and
-/// `tier: control-plane`, one container running the component with `--name=value` flags.
+/// pod: kind Pod in kube-system, labels `component` (one of `bootstrap::CONTROL_PLANE`, the
+/// charts `import` writes values for) and `tier: control-plane`, one container running the
+/// component with `--name=value` flags.
 pub fn parse_manifest(manifest: &str, text: &str) -> Result<ComponentPod, ImportPlanError> {
     let raw = crate::yaml::document(text).map_err(|e| not_kubeadm(manifest, e.to_string()))?;
     let raw: Value =
@@ -181,11 +182,11 @@ pub fn parse_manifest(manifest: &str, text: &str) -> Result<ComponentPod, Import
     let labels = pod.metadata.labels.clone().unwrap_or_default();
     let component = labels
         .get("component")
-        .filter(|c| COMPONENTS.contains(&c.as_str()))
+        .filter(|c| CONTROL_PLANE.contains(&c.as_str()))
         .ok_or_else(|| {
             not_kubeadm(
                 manifest,
-                format!("no label component: one of {}", COMPONENTS.join(", ")),
+                format!("no label component: one of {}", CONTROL_PLANE.join(", ")),
             )
         })?
         .clone();
@@ -580,7 +581,7 @@ fn under(path: &str, dir: &str) -> bool {
 pub fn plan(nodes: &[NodeInput], labels: &[String]) -> Result<ImportPlan, ImportPlanError> {
     let mut identities = Vec::new();
     for (node, label) in nodes.iter().zip(labels) {
-        for component in COMPONENTS {
+        for component in CONTROL_PLANE {
             let manifests: Vec<&str> = node
                 .pods
                 .iter()
@@ -610,7 +611,7 @@ pub fn plan(nodes: &[NodeInput], labels: &[String]) -> Result<ImportPlan, Import
         }
         identities.push(id);
     }
-    let components = COMPONENTS
+    let components = CONTROL_PLANE
         .iter()
         .map(|c| plan_component(c, nodes, &identities))
         .collect::<Result<Vec<_>, _>>()?;
