@@ -1,5 +1,5 @@
-//! A deterministic simulation of a control plane (etcd and kube-apiserver as static pods on 1 or
-//! 3 nodes) in which every node's anchors run the project's decision machine
+//! A deterministic simulation of a control plane (etcd, kube-apiserver, kube-controller-manager and
+//! kube-scheduler as static pods on 1 or 3 nodes) in which every node's anchors run the project's decision machine
 //! ([`kube_anchor_core::machine::Anchor`]), etcd join step
 //! ([`kube_anchor_core::join_steps::JoinStep`]) and pre-stop hook, while an operator pushes versions (good and
 //! bad of every kind) and the world cuts power, restarts kubelets and re-images nodes.
@@ -33,7 +33,11 @@ use crate::Rng;
 
 pub const ETCD: usize = 0;
 pub const APISERVER: usize = 1;
-pub const COMPONENTS: [&str; 2] = ["etcd", "kube-apiserver"];
+pub const CONTROLLER_MANAGER: usize = 2;
+pub const SCHEDULER: usize = 3;
+pub const COMPONENTS: [&str; 4] = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"];
+/// The component each one's anchor names in `--depends-on` (charts/*/values.yaml `dependsOn`).
+const DEPENDS_ON: [Option<usize>; 4] = [None, Some(ETCD), Some(APISERVER), Some(APISERVER)];
 
 /// The daemon's evaluation while a version is on trial or a turn held (`TRIAL_TICK`), its
 /// `--health-interval` default otherwise, and its `TURN_RETRY` while a version waits.
@@ -57,10 +61,11 @@ pub const SETTLE: u64 = 40 * 60;
 /// A node whose power came back counts as taken down by the world until its kubelet has run
 /// this long (containers start, etcd elects, the API server syncs its informers).
 const BOOT_GRACE: u64 = 120;
-/// The charts' pre-stop hook: `preStopTimeout: 45s`, `quorumGuard: "on"` (charts/*/values.yaml),
-/// and its `--confirm-interval` default (2 s).
+/// The charts' pre-stop hook: `preStopTimeout: 45s`, `quorumGuard` (`GUARDS`:
+/// charts/*/values.yaml), and its `--confirm-interval` default (2 s).
 const PRESTOP_TIMEOUT: u64 = 45;
 const CONFIRM_INTERVAL: u64 = 2;
+const GUARDS: [Guard; 4] = [Guard::Quorum, Guard::Quorum, Guard::LastCopy, Guard::LastCopy];
 /// The node lifecycle controller marks a silent node's pods not Ready after
 /// `--node-monitor-grace-period` (kube-controller-manager: 40 s through 1.31, 50 s since):
 /// until then a powered-off node's mirror pods still read Ready.
@@ -77,6 +82,20 @@ const MEMBERSHIP_RETRY: u64 = 2;
 const LEARNER_CATCH_UP: u64 = 2;
 /// etcd's `--max-learners` default: a second learner is refused.
 const MAX_LEARNERS: usize = 1;
+/// The minor version each component's first version has: etcd 3.5, Kubernetes 1.36.
+const FIRST_MINOR: [u32; 4] = [5, 36, 36, 36];
+/// kube-controller-manager's and kube-scheduler's leader election, client-go's with the
+/// components' defaults (`--leader-elect-lease-duration=15s`, `--leader-elect-renew-deadline=10s`,
+/// `--leader-elect-retry-period=2s`: component-base `RecommendedDefaultLeaderElectionConfiguration`):
+/// a candidate takes a Lease not renewed for its duration at its next retry, and a leader that
+/// could not renew within the deadline exits (`OnStoppedLeading`: "leaderelection lost").
+const LEASE_DURATION: u64 = 15;
+const RENEW_DEADLINE: u64 = 10;
+const RETRY_PERIOD: u64 = 2;
+/// [`Invariant::ControllersDown`]: how long a control plane whose API serves may go without a
+/// kube-controller-manager or kube-scheduler leading (an election after a leader's restart takes
+/// at most a Lease's duration and a retry).
+const LEADERLESS_GRACE: u64 = 120;
 
 /// What a version does wrong.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -98,10 +117,15 @@ pub enum Fault {
     /// kube-apiserver: the service-account key rotated without the old public key: every token
     /// (the anchors' included) gets 401.
     ServiceAccountKeyDropped,
+    /// kube-controller-manager, kube-scheduler: a kubeconfig whose client certificate a CA signed
+    /// that the API servers do not trust. The component runs and its health URL answers (it is
+    /// served to anyone: `--authorization-always-allow-paths`); every API request gets 401, so it
+    /// never leads.
+    ClientCertUntrusted,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 7] = [
+    pub const ALL: [Fault; 8] = [
         Fault::RefusedFlag,
         Fault::HealthMoved,
         Fault::WrongKey,
@@ -109,13 +133,18 @@ impl Fault {
         Fault::CaWithoutBundle,
         Fault::ListenAddressMoved,
         Fault::ServiceAccountKeyDropped,
+        Fault::ClientCertUntrusted,
     ];
 
     pub fn applies_to(self, component: usize) -> bool {
         match self {
-            Fault::RefusedFlag | Fault::HealthMoved | Fault::WrongKey | Fault::ServingNameDropped => true,
+            Fault::RefusedFlag | Fault::HealthMoved | Fault::WrongKey => true,
+            // No client verifies kube-controller-manager's or kube-scheduler's serving
+            // certificate (their health URLs are asked without a CA: `healthCAFile: ""`).
+            Fault::ServingNameDropped => component == ETCD || component == APISERVER,
             Fault::ListenAddressMoved => component == ETCD,
             Fault::CaWithoutBundle | Fault::ServiceAccountKeyDropped => component == APISERVER,
+            Fault::ClientCertUntrusted => component == CONTROLLER_MANAGER || component == SCHEDULER,
         }
     }
 }
@@ -124,7 +153,8 @@ impl Fault {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Op {
     /// `helm upgrade` with a new version of `component`, good or with `fault`; `minor_up`: a new
-    /// etcd minor version (its cluster version is raised once every member runs it).
+    /// minor version (of etcd: its cluster version is raised once every member runs it; of a
+    /// Kubernetes component: the version skew policy speaks of it).
     Push {
         component: usize,
         fault: Option<Fault>,
@@ -219,8 +249,8 @@ pub struct Setup {
     /// power returns.
     pub boot: (u64, u64),
     /// Each component's `trialPeriod` (seconds) and `crashLoopThreshold`.
-    pub trial_period: [u64; 2],
-    pub crash_loop_threshold: [u32; 2],
+    pub trial_period: [u64; 4],
+    pub crash_loop_threshold: [u32; 4],
 }
 
 impl Setup {
@@ -228,8 +258,8 @@ impl Setup {
     /// `trialPeriod: 5m`, `crashLoopThreshold: 3`).
     pub const SERVERS: Setup = Setup {
         boot: (20, 120),
-        trial_period: [300, 300],
-        crash_loop_threshold: [3, 3],
+        trial_period: [300, 300, 300, 300],
+        crash_loop_threshold: [3, 3, 3, 3],
     };
 
     /// The lifecycle run's bed (`tests/selfhosted/lifecycle.rs`): process nodes, whose boot is
@@ -237,8 +267,8 @@ impl Setup {
     /// `trialPeriod: 150s` and `crashLoopThreshold: 2`: `SHORT_TRIALS`, tests/support/selfhosted.rs).
     pub const LIFECYCLE_BED: Setup = Setup {
         boot: (0, 0),
-        trial_period: [60, 150],
-        crash_loop_threshold: [3, 2],
+        trial_period: [60, 150, 25, 25],
+        crash_loop_threshold: [3, 2, 3, 3],
     };
 }
 
@@ -287,8 +317,11 @@ pub enum Invariant {
     BadVersionSpread,
     /// A version without a fault was rolled back.
     GoodRolledBack,
-    /// An etcd version below the cluster's version was written (etcd cannot be downgraded
-    /// across a minor version).
+    /// A version the skew policies forbid was written: etcd below the cluster's version (etcd
+    /// cannot be downgraded across a minor version), or a Kubernetes component against the
+    /// version skew policy (kubernetes.io, "Version Skew Policy": API servers within one minor
+    /// of each other; kube-controller-manager and kube-scheduler not newer than any API server,
+    /// at most one minor older than the newest).
     SkewWritten,
     /// Two etcd clusters ran at once.
     TwoClusters,
@@ -298,6 +331,9 @@ pub enum Invariant {
     /// A preStop hook removed a component under the quorum guard while fewer than a majority of
     /// its copies (the nodes with an anchor pod of it, this one included) ran it Ready elsewhere.
     RemovedBelowQuorum,
+    /// A preStop hook removed kube-controller-manager or kube-scheduler (the last-copy guard)
+    /// while no other copy ran it Ready.
+    RemovedLastCopy,
     /// An anchor removed an etcd member whose data was on its node's data disk, on a node the
     /// charts still select: no proof that the member was gone.
     RemovedWithoutProof,
@@ -306,6 +342,10 @@ pub enum Invariant {
     /// two selected nodes or more and no other API server serving clients. (Two members cannot
     /// lose one, drained or not, as `QuorumLost` has it.)
     DrainedBelowQuorum,
+    /// Three nodes or more: for [`LEADERLESS_GRACE`] an API server served clients and no
+    /// kube-controller-manager (no DaemonSet, node lifecycle or any other controller) or no
+    /// kube-scheduler (no pod bound) led.
+    ControllersDown,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -449,6 +489,13 @@ impl Data {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum AnchorPodObject {
     Absent,
+    /// Created by the DaemonSet controller from the template of release version `revision`, not
+    /// yet bound to its node: DaemonSet pods are bound by kube-scheduler (their node affinity
+    /// names the node; `ScheduleDaemonSetPods`, GA in 1.17).
+    Pending {
+        revision: usize,
+        serial: u64,
+    },
     /// Created from the template of release version `revision`: its inputs are pinned to it
     /// (`--expect-inputs`).
     Bound {
@@ -506,27 +553,28 @@ struct Node {
     listed: Listed,
     member_id: u64,
     published: bool,
-    hooks: [Option<HookRun>; 2],
+    hooks: [Option<HookRun>; 4],
     /// When the kubelet (re)starts; `None` while it runs or the node is off.
     kubelet_at: Option<u64>,
     kubelet_up: bool,
     kubelet_since: u64,
     /// The kubelet has reached an API server since it started (all its pod sources are ready).
     sources_ready: bool,
-    pods: [StaticPod; 2],
-    anchor_pods: [AnchorPodObject; 2],
-    anchors: [Option<AnchorProc>; 2],
+    pods: [StaticPod; 4],
+    anchor_pods: [AnchorPodObject; 4],
+    anchors: [Option<AnchorProc>; 4],
     /// When the kubelet starts each anchor pod's container.
-    anchor_start_at: [Option<u64>; 2],
+    anchor_start_at: [Option<u64>; 4],
     /// When its kubelet last posted its status to an API server, and whether each anchor pod
     /// was Ready then: the API shows it so until the node lifecycle controller, hearing nothing
-    /// for its grace period, marks the node's pods not Ready.
+    /// for its grace period, marks the node's pods not Ready (`marked_unready`).
     posted_at: u64,
-    anchors_ready_posted: [bool; 2],
-    ledgers: [Ledger; 2],
+    anchors_ready_posted: [bool; 4],
+    marked_unready: bool,
+    ledgers: [Ledger; 4],
     /// The inputs mounted into each anchor (a ConfigMap volume), and an update on its way.
-    inputs: [Option<usize>; 2],
-    inputs_due: [Option<(usize, u64)>; 2],
+    inputs: [Option<usize>; 4],
+    inputs_due: [Option<(usize, u64)>; 4],
     /// The member data on etcd's data disk; `None`: none.
     disk_data: Option<Data>,
     /// What etcd wrote into the mount point on the root file system while the disk was not
@@ -545,7 +593,8 @@ impl Node {
     /// Its kubelet posts its status at `now`: its anchor pods' readiness as they are.
     fn post_status(&mut self, now: u64) {
         self.posted_at = now;
-        self.anchors_ready_posted = [0, 1].map(|c| self.anchors[c].as_ref().is_some_and(|p| p.ready));
+        self.marked_unready = false;
+        self.anchors_ready_posted = [0, 1, 2, 3].map(|c| self.anchors[c].as_ref().is_some_and(|p| p.ready));
     }
 }
 
@@ -553,6 +602,19 @@ struct Lease {
     holder: Option<usize>,
     renewed: u64,
     failed: Option<(String, usize)>,
+}
+
+/// The leader election of kube-controller-manager or kube-scheduler (a Lease in kube-system).
+#[derive(Debug, Clone, Copy)]
+struct Election {
+    /// The process holding the Lease: its node and its container (sandbox, attempt). A restarted
+    /// container is another process, with an identity of its own.
+    holder: Option<(usize, u64, u32)>,
+    renewed: u64,
+    /// Since when the holder has led (its controllers started then).
+    since: u64,
+    /// Since when an API server has served clients while none led ([`Invariant::ControllersDown`]).
+    leaderless_since: Option<u64>,
 }
 
 pub struct World {
@@ -563,8 +625,10 @@ pub struct World {
     nodes: Vec<Node>,
     versions: Vec<VersionSpec>,
     /// Each component's release history (version indices; the last is current).
-    releases: [Vec<usize>; 2],
-    leases: [Lease; 2],
+    releases: [Vec<usize>; 4],
+    leases: [Lease; 4],
+    /// kube-controller-manager's and kube-scheduler's ([`World::election`]).
+    elections: [Election; 2],
     cluster_version: u32,
     next_cluster_id: u64,
     next_member_id: u64,
@@ -622,12 +686,12 @@ impl World {
             versions.push(VersionSpec {
                 id: format!("{name}-v000"),
                 fault: None,
-                minor: 5,
+                minor: FIRST_MINOR[component],
             });
         }
         let nodes = (0..nodes)
             .map(|i| {
-                let mut ledgers = [Ledger::new(COMPONENTS[0]), Ledger::new(COMPONENTS[1])];
+                let mut ledgers = COMPONENTS.map(Ledger::new);
                 for (c, ledger) in ledgers.iter_mut().enumerate() {
                     // Written, then passed its trial, as `bootstrap` leaves a node.
                     ledger.content_hash = Some(versions[c].id.clone());
@@ -638,7 +702,7 @@ impl World {
                     manifest: Some(c),
                     container: Some(Container {
                         version: c,
-                        sandbox: (i * 2 + c) as u64,
+                        sandbox: (i * COMPONENTS.len() + c) as u64,
                         created_at: 0,
                         attempt: 0,
                         phase: Phase::Running { since: 0 },
@@ -657,23 +721,24 @@ impl World {
                     listed: Listed::Voter,
                     member_id: 1000 + i as u64,
                     published: true,
-                    hooks: [None, None],
+                    hooks: [None, None, None, None],
                     kubelet_at: None,
                     kubelet_up: true,
                     kubelet_since: 0,
                     sources_ready: true,
-                    pods: [pod(ETCD), pod(APISERVER)],
-                    anchor_pods: [ETCD, APISERVER].map(|c| AnchorPodObject::Bound {
+                    pods: [0, 1, 2, 3].map(pod),
+                    anchor_pods: [0, 1, 2, 3].map(|c| AnchorPodObject::Bound {
                         revision: c,
-                        serial: (i * 2 + c) as u64,
+                        serial: (i * COMPONENTS.len() + c) as u64,
                     }),
-                    anchors: [None, None],
-                    anchor_start_at: [Some(0), Some(0)],
+                    anchors: [None, None, None, None],
+                    anchor_start_at: [Some(0); 4],
                     posted_at: 0,
-                    anchors_ready_posted: [false, false],
+                    anchors_ready_posted: [false; 4],
+                    marked_unready: false,
                     ledgers,
-                    inputs: [Some(ETCD), Some(APISERVER)],
-                    inputs_due: [None, None],
+                    inputs: [0, 1, 2, 3].map(Some),
+                    inputs_due: [None; 4],
                     disk_data: Some(Data::main(1000 + i as u64)),
                     root_data: None,
                     disk_mounted_at: 0,
@@ -683,7 +748,7 @@ impl World {
                 }
             })
             .collect::<Vec<_>>();
-        let sandboxes = nodes.len() as u64 * 2;
+        let sandboxes = (nodes.len() * COMPONENTS.len()) as u64;
         World {
             setup: Setup::SERVERS,
             daemonsets: DaemonSets::PerNode,
@@ -691,8 +756,15 @@ impl World {
             now: 0,
             nodes,
             versions,
-            releases: [vec![ETCD], vec![APISERVER]],
-            leases: [Lease::free(), Lease::free()],
+            releases: [0, 1, 2, 3].map(|c| vec![c]),
+            leases: [0, 1, 2, 3].map(|_| Lease::free()),
+            // cp-1's processes lead, as the first node's do after a bootstrap.
+            elections: [CONTROLLER_MANAGER, SCHEDULER].map(|c| Election {
+                holder: Some((0, c as u64, 0)),
+                renewed: 0,
+                since: 0,
+                leaderless_since: None,
+            }),
             cluster_version: 5,
             next_cluster_id: MAIN_CLUSTER + 1,
             next_member_id: 1000 + sandboxes,
@@ -779,7 +851,7 @@ impl World {
         }) {
             return false;
         }
-        for c in 0..2 {
+        for c in 0..COMPONENTS.len() {
             let release = *self.releases[c].last().expect("a release");
             let release_bad = self.versions[release].fault.is_some();
             for m in (0..n).filter(|&m| self.nodes[m].selected) {
@@ -835,7 +907,7 @@ impl World {
             } => {
                 let c = *component;
                 let current = &self.versions[*self.releases[c].last().expect("a release")];
-                let minor = current.minor + u32::from(*minor_up && c == ETCD);
+                let minor = current.minor + u32::from(*minor_up);
                 // Of one width: `rollback --to` finds a revision by a prefix of its id, as of a hash.
                 let id = format!("{}-v{:03}", COMPONENTS[c], self.versions.len());
                 self.versions.push(VersionSpec {
@@ -872,7 +944,7 @@ impl World {
                     let back = self.now + self.secs(300, 600);
                     self.power_off(*node, back);
                     let n = &mut self.nodes[*node];
-                    n.ledgers = [Ledger::new(COMPONENTS[0]), Ledger::new(COMPONENTS[1])];
+                    n.ledgers = COMPONENTS.map(Ledger::new);
                     for pod in &mut n.pods {
                         pod.manifest = None;
                     }
@@ -941,7 +1013,7 @@ impl World {
                 }
                 self.nodes[n].selected = false;
                 // Neither DaemonSet selects it: the controller deletes its pods.
-                for c in 0..2 {
+                for c in 0..COMPONENTS.len() {
                     self.delete_anchor_pod(n, c);
                 }
             }
@@ -1025,8 +1097,14 @@ impl World {
     /// from every API server does when it hears, and until then the anchor runs on (a pod on a
     /// node that is off has nothing to run it in).
     fn delete_anchor_pod(&mut self, n: usize, c: usize) {
-        let AnchorPodObject::Bound { serial, .. } = self.nodes[n].anchor_pods[c] else {
-            return;
+        let serial = match self.nodes[n].anchor_pods[c] {
+            AnchorPodObject::Bound { serial, .. } => serial,
+            // No kubelet has it: gone at once.
+            AnchorPodObject::Pending { .. } => {
+                self.nodes[n].anchor_pods[c] = AnchorPodObject::Absent;
+                return;
+            }
+            AnchorPodObject::Absent | AnchorPodObject::Terminating { .. } => return,
         };
         self.nodes[n].anchor_pods[c] = AnchorPodObject::Terminating { serial };
         self.nodes[n].anchor_start_at[c] = None;
@@ -1109,8 +1187,8 @@ impl World {
         for pod in &mut node.pods {
             pod.container = None;
         }
-        node.anchors = [None, None];
-        node.anchor_start_at = [None, None];
+        node.anchors = [None, None, None, None];
+        node.anchor_start_at = [None; 4];
         node.world_down_until = back + BOOT_GRACE;
     }
 
@@ -1138,7 +1216,7 @@ impl World {
             if kubelet_reaches_api {
                 self.nodes[n].sources_ready = true;
             }
-            for c in 0..2 {
+            for c in 0..COMPONENTS.len() {
                 self.kubelet_pod(n, c);
                 if kubelet_reaches_api {
                     let pod = &self.nodes[n].pods[c];
@@ -1161,7 +1239,7 @@ impl World {
             // API server, and learns of a deletion from there too (a kubelet cut off from every
             // API server learns nothing: its pods run on, and a deleted one stays listed,
             // terminating, until it hears).
-            for c in 0..2 {
+            for c in 0..COMPONENTS.len() {
                 let node = &mut self.nodes[n];
                 if !node.sources_ready {
                     continue;
@@ -1192,10 +1270,14 @@ impl World {
                 node.post_status(now);
             }
         }
+        self.elect(CONTROLLER_MANAGER);
+        self.elect(SCHEDULER);
+        self.node_lifecycle_controller();
+        self.schedule_pending_pods();
         self.daemonset_controller();
         self.raise_cluster_version();
         for n in 0..self.nodes.len() {
-            for c in 0..2 {
+            for c in 0..COMPONENTS.len() {
                 self.anchor(n, c);
                 self.prestop(n, c);
             }
@@ -1231,23 +1313,23 @@ impl World {
         });
     }
 
-    /// Each component's DaemonSet controller, through an API server that accepts
-    /// kube-controller-manager's client certificate: a selected node without a pod gets one of
-    /// the current template once its old one is gone (`maxSurge: 0`), and pods of an older
+    /// Each component's DaemonSet controller, in the leading kube-controller-manager: a selected
+    /// node without a pod gets one of the current template (for kube-scheduler to bind) once its
+    /// old one is gone (`maxSurge: 0`), and pods of an older
     /// template are deleted as `rollingUpdate` does with `maxUnavailable: 1` (kubernetes
     /// pkg/controller/daemon/update.go): one that is not available at once, an available one only
     /// while no pod of the DaemonSet is unavailable. With a DaemonSet per node each has its one
     /// pod, so every node's goes at once.
     fn daemonset_controller(&mut self) {
-        if !self.any_api(|w, j| w.accepts_client_certs(j)) {
+        if !self.leads(CONTROLLER_MANAGER) {
             return;
         }
-        for c in 0..2 {
+        for c in 0..COMPONENTS.len() {
             let template = *self.releases[c].last().expect("a release");
             // Nothing to do while every selected node has a pod of the current template.
             let current = |node: &Node| {
                 !node.selected
-                    || matches!(node.anchor_pods[c], AnchorPodObject::Bound { revision, .. } if revision == template)
+                    || matches!(node.anchor_pods[c], AnchorPodObject::Bound { revision, .. } | AnchorPodObject::Pending { revision, .. } if revision == template)
             };
             if self.nodes.iter().all(current) {
                 continue;
@@ -1268,13 +1350,18 @@ impl World {
                     match self.nodes[n].anchor_pods[c] {
                         AnchorPodObject::Absent => {
                             self.next_pod_serial += 1;
-                            self.nodes[n].anchor_pods[c] = AnchorPodObject::Bound {
+                            self.nodes[n].anchor_pods[c] = AnchorPodObject::Pending {
                                 revision: template,
                                 serial: self.next_pod_serial,
                             };
                             unavailable += 1;
                         }
                         AnchorPodObject::Terminating { .. } => unavailable += 1,
+                        AnchorPodObject::Pending { revision, .. } if revision == template => unavailable += 1,
+                        AnchorPodObject::Pending { .. } => {
+                            delete.push(n);
+                            unavailable += 1;
+                        }
                         AnchorPodObject::Bound { revision, .. } if revision == template => {
                             unavailable += usize::from(!available);
                         }
@@ -1290,6 +1377,128 @@ impl World {
                 delete.extend(&candidates[..remaining]);
                 for n in delete {
                     self.delete_anchor_pod(n, c);
+                }
+            }
+        }
+    }
+
+    /// Component `c`'s (kube-controller-manager's or kube-scheduler's) election.
+    fn election(&self, c: usize) -> &Election {
+        &self.elections[c - CONTROLLER_MANAGER]
+    }
+
+    /// Node `n`'s container of component `c` is the process `(sandbox, attempt)` and runs.
+    fn process_is(&self, n: usize, c: usize, sandbox: u64, attempt: u32) -> bool {
+        self.nodes[n].powered
+            && self.nodes[n].pods[c]
+                .container
+                .as_ref()
+                .is_some_and(|ct| ct.running() && ct.sandbox == sandbox && ct.attempt == attempt)
+    }
+
+    /// Node `n`'s kube-controller-manager or kube-scheduler (component `c`) is served by the API
+    /// server its kubeconfig names: its own node's (`https://${NODE_IP}:6443`,
+    /// examples/bootstrap/cluster.sh, as kubeadm's kubeconfigs do), with its client certificate.
+    fn controller_reaches_api(&self, n: usize, c: usize) -> bool {
+        self.accepts_client_certs(n) && self.fault(n, c) != Some(Fault::ClientCertUntrusted)
+    }
+
+    /// A process of component `c` leads this second: it renewed (or took) the Lease now.
+    fn leads(&self, c: usize) -> bool {
+        self.led_at(c, self.now)
+    }
+
+    /// A process of component `c` renewed (or took) the Lease at second `at` and still runs.
+    fn led_at(&self, c: usize, at: u64) -> bool {
+        let e = self.election(c);
+        e.renewed == at
+            && e.holder
+                .is_some_and(|(n, sandbox, attempt)| self.process_is(n, c, sandbox, attempt))
+    }
+
+    /// One second of component `c`'s leader election: the holder renews through its API server
+    /// or, past the renew deadline, exits; a Lease not renewed for its duration is taken at the
+    /// next retry by a running process whose API server serves it (whichever asks first).
+    fn elect(&mut self, c: usize) {
+        let now = self.now;
+        let mut e = *self.election(c);
+        if let Some((n, sandbox, attempt)) = e.holder
+            && self.process_is(n, c, sandbox, attempt)
+        {
+            if self.controller_reaches_api(n, c) {
+                e.renewed = now;
+            } else if now >= e.renewed + RENEW_DEADLINE {
+                // "leaderelection lost": the process exits, and the kubelet restarts it.
+                let mut ct = self.nodes[n].pods[c].container.take().expect("it runs");
+                ct.phase = self.exit(&mut ct);
+                self.nodes[n].pods[c].container = Some(ct);
+            }
+        }
+        if (e.holder.is_none() || now >= e.renewed + LEASE_DURATION) && now.is_multiple_of(RETRY_PERIOD) {
+            let candidates: Vec<(usize, u64, u32)> = (0..self.nodes.len())
+                .filter(|&m| self.controller_reaches_api(m, c))
+                .filter_map(|m| {
+                    let ct = self.nodes[m].pods[c].container.as_ref()?;
+                    matches!(ct.phase, Phase::Running { .. }).then_some((m, ct.sandbox, ct.attempt))
+                })
+                .collect();
+            if !candidates.is_empty() {
+                let first = (self.rng.next_u64() % candidates.len() as u64) as usize;
+                e.holder = Some(candidates[first]);
+                e.renewed = now;
+                e.since = now;
+            }
+        }
+        self.elections[c - CONTROLLER_MANAGER] = e;
+        // What a control plane without it lacks, once its API serves. Three nodes or more: on
+        // fewer a version on trial has no other copy to lead meanwhile (`NotRecovered` speaks
+        // for those).
+        let selected = self.nodes.iter().filter(|node| node.selected).count();
+        if self.leads(c) || selected < 3 || !self.any_api(|w, j| w.serves_clients(j)) {
+            self.elections[c - CONTROLLER_MANAGER].leaderless_since = None;
+            return;
+        }
+        let since = *self.elections[c - CONTROLLER_MANAGER]
+            .leaderless_since
+            .get_or_insert(now);
+        if now >= since + LEADERLESS_GRACE {
+            let detail = format!(
+                "no {} has led for {}s while an API server served clients",
+                COMPONENTS[c],
+                now - since
+            );
+            self.violate(Invariant::ControllersDown, detail);
+        }
+    }
+
+    /// The node lifecycle controller, in the leading kube-controller-manager: a node whose
+    /// kubelet has posted nothing for `--node-monitor-grace-period` has its pods marked not
+    /// Ready. It times what it observes itself, so a new leader gives every node the grace anew.
+    fn node_lifecycle_controller(&mut self) {
+        if !self.leads(CONTROLLER_MANAGER) {
+            return;
+        }
+        let (now, since) = (self.now, self.election(CONTROLLER_MANAGER).since);
+        for node in &mut self.nodes {
+            if now >= node.posted_at.max(since) + NODE_MONITOR_GRACE {
+                node.marked_unready = true;
+            }
+        }
+    }
+
+    /// The leading kube-scheduler binds each pending anchor pod to the node it is for, unless
+    /// that node is marked not Ready: the taint the node lifecycle controller sets then
+    /// (`node.kubernetes.io/not-ready` or `unreachable`, `NoSchedule`) is not among those a
+    /// DaemonSet pod tolerates for scheduling (only their `NoExecute` forms, and the charts'
+    /// control-plane toleration).
+    fn schedule_pending_pods(&mut self) {
+        if !self.leads(SCHEDULER) {
+            return;
+        }
+        for node in self.nodes.iter_mut().filter(|node| !node.marked_unready) {
+            for pod in &mut node.anchor_pods {
+                if let AnchorPodObject::Pending { revision, serial } = *pod {
+                    *pod = AnchorPodObject::Bound { revision, serial };
                 }
             }
         }
@@ -1378,7 +1587,9 @@ impl World {
                     // Stopped: it neither exits nor notices anything.
                 } else if c == APISERVER && now >= since + APISERVER_WITHOUT_ETCD && !self.etcd_serves_local(n) {
                     ct.phase = self.exit(&mut ct);
-                } else if c == ETCD && now >= since + 600 {
+                } else if now >= since + 2 * BACKOFF_MAX {
+                    // The kubelet forgets a back-off not updated for twice its maximum
+                    // (client-go flowcontrol `Backoff`, `hasExpired`).
                     ct.backoff = BACKOFF_START;
                 }
                 if c == ETCD && ct.phase == (Phase::Running { since }) && !self.etcd_member_runs(n, ct.on_root) {
@@ -1660,9 +1871,9 @@ impl World {
     }
 
     /// The API still shows node `n`'s pods as its kubelet last posted them: the node lifecycle
-    /// controller has not yet gone its grace period without hearing from it.
+    /// controller has not marked them not Ready ([`World::node_lifecycle_controller`]).
     fn api_shows_ready(&self, n: usize) -> bool {
-        self.now < self.nodes[n].posted_at + NODE_MONITOR_GRACE
+        !self.nodes[n].marked_unready
     }
 
     fn ready(&self, n: usize, c: usize) -> bool {
@@ -1724,10 +1935,15 @@ impl World {
 
     fn anchor(&mut self, n: usize, c: usize) {
         let now = self.now;
+        let inputs = self.nodes[n].inputs[c];
+        // Nothing due: the machine (large) stays where it is.
+        let due = |p: &AnchorProc| p.synced_inputs != inputs || p.next_sync <= now || p.next_wake <= now;
+        if !self.nodes[n].anchors[c].as_ref().is_some_and(due) {
+            return;
+        }
         let Some(mut proc) = self.nodes[n].anchors[c].take() else {
             return;
         };
-        let inputs = self.nodes[n].inputs[c];
         if proc.synced_inputs != inputs || proc.next_sync <= now {
             proc.synced_inputs = inputs;
             self.sync(n, c, &mut proc);
@@ -1765,18 +1981,23 @@ impl World {
                 return;
             }
         }
-        let (desired, refused) = self.desired(n, c, proc);
-        let ledger = self.nodes[n].ledgers[c].clone();
         proc.input_error = None;
-        let effects = proc.machine.step(Input::Sync(SyncFacts {
+        let effects = self.sync_step(n, c, proc);
+        self.perform(n, c, proc, effects);
+    }
+
+    /// The machine's sync step on the inputs and the ledger as they are.
+    fn sync_step(&self, n: usize, c: usize, proc: &mut AnchorProc) -> Vec<Effect> {
+        let (desired, refused) = self.desired(n, c, proc);
+        let ledger = &self.nodes[n].ledgers[c];
+        proc.machine.step(Input::Sync(SyncFacts {
             desired: desired.as_deref(),
             desired_refused: refused,
-            ledger: &ledger,
+            ledger,
             last_known_good: ledger.last_known_good.as_deref(),
             unrecorded_manifest: false,
             now: Duration::from_secs(self.now),
-        }));
-        self.perform(n, c, proc, effects);
+        }))
     }
 
     /// What a sync tells the machine of the inputs: their version while it matches the pod's
@@ -1982,8 +2203,9 @@ impl World {
                 restarts,
             },
         });
-        let dependency_down =
-            (c == APISERVER && !self.runs(n, ETCD)).then(|| "etcd does not run on this node".to_owned());
+        let dependency_down = DEPENDS_ON[c]
+            .filter(|&d| !self.runs(n, d))
+            .map(|d| format!("{} does not run on this node", COMPONENTS[d]));
         let view = VersionView {
             api_configured: true,
             mirror,
@@ -2001,9 +2223,8 @@ impl World {
         }));
         self.perform(n, c, proc, effects);
         if proc.machine.turn.holding().is_some() && self.anchor_reaches_api(n) {
-            let ledger = self.nodes[n].ledgers[c].clone();
             let effects = proc.machine.step(Input::Review {
-                ledger: &ledger,
+                ledger: &self.nodes[n].ledgers[c],
                 instant: self.instant(),
             });
             self.perform(n, c, proc, effects);
@@ -2055,25 +2276,12 @@ impl World {
                     });
                     queue.extend(more);
                 }
-                Effect::Resync => {
-                    let (desired, refused) = self.desired(n, c, proc);
-                    let ledger = self.nodes[n].ledgers[c].clone();
-                    let more = proc.machine.step(Input::Sync(SyncFacts {
-                        desired: desired.as_deref(),
-                        desired_refused: refused,
-                        ledger: &ledger,
-                        last_known_good: ledger.last_known_good.as_deref(),
-                        unrecorded_manifest: false,
-                        now: Duration::from_secs(self.now),
-                    }));
-                    queue.extend(more);
-                }
+                Effect::Resync => queue.extend(self.sync_step(n, c, proc)),
                 Effect::RecoverTurn => {
                     if self.anchor_reaches_api(n) {
-                        let ledger = self.nodes[n].ledgers[c].clone();
                         let more = proc.machine.step(Input::Recovered {
                             held_here: self.leases[c].holder == Some(n),
-                            ledger: &ledger,
+                            ledger: &self.nodes[n].ledgers[c],
                             instant: self.instant(),
                         });
                         queue.extend(more);
@@ -2220,6 +2428,13 @@ impl World {
             );
             self.violate(Invariant::SkewWritten, detail);
         }
+        if let Some(against) = self.kubernetes_skew(n, c, spec.minor) {
+            let detail = format!(
+                "{} wrote {} {id} (1.{}) while {against}",
+                self.nodes[n].name, COMPONENTS[c], spec.minor
+            );
+            self.violate(Invariant::SkewWritten, detail);
+        }
         if spec.fault.is_some_and(|f| f != Fault::WrongKey) {
             let on = self.written_on.entry(v).or_default();
             on.insert(n);
@@ -2235,13 +2450,39 @@ impl World {
         }
     }
 
+    /// What the version skew policy has against Kubernetes component `c` at minor `minor` on
+    /// node `n`, beside the versions the selected nodes' manifests name (a node that is off comes
+    /// back with them): API servers more than one minor apart, or a kube-controller-manager or
+    /// kube-scheduler newer than an API server or more than one minor older.
+    fn kubernetes_skew(&self, n: usize, c: usize, minor: u32) -> Option<String> {
+        let written = |d: usize| {
+            (0..self.nodes.len())
+                .filter(move |&m| self.nodes[m].selected && (m, d) != (n, c))
+                .filter_map(move |m| self.nodes[m].pods[d].manifest.map(|v| (m, d, self.versions[v].minor)))
+        };
+        let found = match c {
+            APISERVER => written(APISERVER)
+                .find(|&(_, _, other)| other.abs_diff(minor) > 1)
+                .or_else(|| {
+                    written(CONTROLLER_MANAGER)
+                        .chain(written(SCHEDULER))
+                        .find(|&(_, _, other)| other > minor || other + 1 < minor)
+                }),
+            CONTROLLER_MANAGER | SCHEDULER => written(APISERVER).find(|&(_, _, api)| minor > api || minor + 1 < api),
+            _ => None,
+        };
+        found.map(|(m, d, other)| format!("{} 1.{other} is on {}", COMPONENTS[d], self.nodes[m].name))
+    }
+
     // ---- the preStop hooks -------------------------------------------------------------------
 
     /// Node `n`'s anchor pod of component `c` by name (its DaemonSet's name and a suffix of
     /// its own).
     fn anchor_pod_name(&self, n: usize, c: usize) -> String {
         let serial = match self.nodes[n].anchor_pods[c] {
-            AnchorPodObject::Bound { serial, .. } | AnchorPodObject::Terminating { serial } => serial,
+            AnchorPodObject::Bound { serial, .. }
+            | AnchorPodObject::Pending { serial, .. }
+            | AnchorPodObject::Terminating { serial } => serial,
             AnchorPodObject::Absent => 0,
         };
         format!("{}-anchor-{}-{serial}", COMPONENTS[c], self.nodes[n].name)
@@ -2268,13 +2509,14 @@ impl World {
         let node = &self.nodes[m];
         let terminating = match node.anchor_pods[c] {
             AnchorPodObject::Absent => return None,
-            AnchorPodObject::Bound { .. } => false,
+            AnchorPodObject::Bound { .. } | AnchorPodObject::Pending { .. } => false,
             AnchorPodObject::Terminating { .. } => true,
         };
+        let bound = !matches!(node.anchor_pods[c], AnchorPodObject::Pending { .. });
         Some(AnchorPod {
             namespace: "kube-system".into(),
             name: self.anchor_pod_name(m, c),
-            node: Some(node.name.clone()),
+            node: bound.then(|| node.name.clone()),
             terminating,
             ready: !terminating && node.anchors[c].is_some() && self.ready(m, c),
             static_copy: false,
@@ -2321,19 +2563,19 @@ impl World {
         } else {
             BTreeSet::new()
         };
-        let dependents = if c == ETCD {
-            self.anchor_pod(n, APISERVER)
-                .map(|pod| Dependent {
+        // The anchor pods bound to this node whose `--depends-on` names this component.
+        let dependents = (0..COMPONENTS.len())
+            .filter(|&d| DEPENDS_ON[d] == Some(c))
+            .filter_map(|d| {
+                let pod = self.anchor_pod(n, d).filter(|pod| pod.node.is_some())?;
+                Some(Dependent {
                     namespace: pod.namespace,
                     name: pod.name,
-                    component: COMPONENTS[APISERVER].into(),
+                    component: COMPONENTS[d].into(),
                     going: pod.terminating || !node.selected,
                 })
-                .into_iter()
-                .collect()
-        } else {
-            Vec::new()
-        };
+            })
+            .collect();
         let daemonset = self.daemonset(c);
         Evidence {
             pod: Lookup::Found(PodFacts {
@@ -2422,16 +2664,16 @@ impl World {
         let observation = match &action {
             Action::GatherEvidence { until } => {
                 let evidence = self.prestop_evidence(n, c);
-                let files = [self.files_here(n, ETCD), self.files_here(n, APISERVER)];
+                let files = [0, 1, 2, 3].map(|d| self.files_here(n, d));
                 let this = ThisPod {
                     namespace: "kube-system".into(),
                     name: self.anchor_pod_name(n, c),
                     node: self.nodes[n].name.clone(),
                 };
                 let run = self.nodes[n].hooks[c].as_mut().expect("checked above");
-                let looks = run.looks.get_or_insert_with(|| {
-                    Looks::new(this, Guard::Quorum, Duration::from_secs(CONFIRM_INTERVAL), *until)
-                });
+                let looks = run
+                    .looks
+                    .get_or_insert_with(|| Looks::new(this, GUARDS[c], Duration::from_secs(CONFIRM_INTERVAL), *until));
                 let files_here = |component: &str| files[component_index(component)].clone();
                 match looks.look(&evidence, files_here, since) {
                     NextLook::Again { at, .. } => {
@@ -2505,7 +2747,7 @@ impl World {
     /// A kubelet restart or a power cut cuts off node `n`'s hooks (each is an exec the kubelet
     /// runs in the container).
     fn abort_hooks(&mut self, n: usize) {
-        for c in 0..2 {
+        for c in 0..COMPONENTS.len() {
             if self.nodes[n].hooks[c].take().is_some() {
                 *self.report.hook_exits.entry("aborted").or_default() += 1;
             }
@@ -2515,7 +2757,7 @@ impl World {
     // ---- the invariants --------------------------------------------------------------------
 
     /// The guard's promise, against the world's truth: removing component `c` from node `n`
-    /// leaves a majority of its copies running it Ready.
+    /// leaves a majority of its copies running it Ready, or under the last-copy guard one.
     fn check_removal(&mut self, n: usize, c: usize) {
         let copies = (0..self.nodes.len())
             .filter(|&m| self.anchor_pod(m, c).is_some())
@@ -2524,7 +2766,15 @@ impl World {
             .filter(|&m| m != n && self.nodes[m].selected && self.ready(m, c))
             .map(|m| self.nodes[m].name.clone())
             .collect();
-        if serving.len() <= copies / 2 {
+        if GUARDS[c] == Guard::LastCopy {
+            if serving.is_empty() && copies >= 2 {
+                let detail = format!(
+                    "{}'s hook removed {} with none of its {copies} copies running elsewhere",
+                    self.nodes[n].name, COMPONENTS[c]
+                );
+                self.violate(Invariant::RemovedLastCopy, detail);
+            }
+        } else if serving.len() <= copies / 2 {
             let detail = format!(
                 "{}'s hook removed {} with {} of its {copies} copies running elsewhere ({})",
                 self.nodes[n].name,
@@ -2631,7 +2881,7 @@ impl World {
             if !self.nodes[n].powered || !self.nodes[n].selected {
                 continue;
             }
-            for c in 0..2 {
+            for c in 0..COMPONENTS.len() {
                 let good = self.nodes[n].pods[c]
                     .container
                     .as_ref()
@@ -2649,6 +2899,12 @@ impl World {
         }
         if !self.any_api(|w, j| w.serves_clients(j)) {
             wrong.push("no API server serves clients".into());
+        }
+        // The run's last second was `now - 1`.
+        for c in [CONTROLLER_MANAGER, SCHEDULER] {
+            if !self.led_at(c, self.now - 1) {
+                wrong.push(format!("no {} leads", COMPONENTS[c]));
+            }
         }
         for (c, lease) in self.leases.iter().enumerate() {
             if let Some(h) = lease.holder {
@@ -2689,7 +2945,13 @@ pub fn generate(nodes: usize, seed: u64) -> Scenario {
     let mut ops = Vec::with_capacity(GENERATED_OPS);
     for _ in 0..GENERATED_OPS {
         let at = rng.uniform(0.0, GENERATED_SPAN as f64) as u64;
-        let component = (rng.next_u64() % 2) as usize;
+        // etcd and kube-apiserver 35 % each, kube-controller-manager and kube-scheduler 15 %.
+        let component = match rng.next_u64() % 20 {
+            0..7 => ETCD,
+            7..14 => APISERVER,
+            14..17 => CONTROLLER_MANAGER,
+            _ => SCHEDULER,
+        };
         let roll = rng.next_u64() % 100;
         let op = match roll {
             0..35 => Op::Push {
@@ -2928,7 +3190,7 @@ impl fmt::Display for Scenario {
     }
 }
 
-const COMPONENT_CONSTS: [&str; 2] = ["ETCD", "APISERVER"];
+const COMPONENT_CONSTS: [&str; 4] = ["ETCD", "APISERVER", "CONTROLLER_MANAGER", "SCHEDULER"];
 
 /// The index of a modelled component's name.
 fn component_index(component: &str) -> usize {
