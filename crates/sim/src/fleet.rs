@@ -70,6 +70,12 @@ const GUARDS: [Guard; 4] = [Guard::Quorum, Guard::Quorum, Guard::LastCopy, Guard
 /// `--node-monitor-grace-period` (kube-controller-manager: 40 s through 1.31, 50 s since):
 /// until then a powered-off node's mirror pods still read Ready.
 const NODE_MONITOR_GRACE: u64 = 40;
+/// podgc force-deletes the pods bound to a Node that has been gone this long
+/// (`quarantineTime`, kubernetes pkg/controller/podgc/gc_controller.go).
+const PODGC_QUARANTINE: u64 = 40;
+/// `kube-anchor bootstrap --wait-timeout` default: how long each component may take to answer
+/// its health endpoint, and a joining etcd member to be promoted.
+const BOOTSTRAP_WAIT: u64 = 300;
 /// The label both charts' DaemonSets select their nodes by.
 const CONTROL_PLANE_LABEL: &str = "node-role.kubernetes.io/control-plane";
 /// The cluster ID of the cluster the fleet was created as.
@@ -174,6 +180,13 @@ pub enum Op {
     /// The node leaves the control plane: its label goes, neither chart's DaemonSet selects it,
     /// and its anchor pods are deleted (their preStop hooks run where the anchors run).
     Deselect { node: usize },
+    /// `kubectl label node … node-role.kubernetes.io/control-plane=`: the charts' DaemonSets
+    /// select the node (again), if its Node object exists.
+    Select { node: usize },
+    /// `kubectl delete node`: the Node object goes, and its labels with it. A kubelet that starts
+    /// again registers a new one, with none of the labels the operator set (NodeRestriction keeps
+    /// a kubelet from setting `node-role.kubernetes.io/*`).
+    DeleteNode { node: usize },
     /// The node's power goes off for `down_for` seconds, and at its boot etcd's data disk
     /// (`/var/lib/etcd`, a disk of its own) is mounted `mount_after` seconds after the kubelet
     /// starts (a cloud volume attached late, a `nofail` mount, a LUKS unlock).
@@ -229,6 +242,12 @@ pub enum Verb {
     /// once (etcd's join step first, the credentials checked, a decommission marker lifted), with
     /// no turn and no trial of its own.
     Apply,
+    /// `kube-anchor bootstrap --join` from what the releases hold (`helm get manifest`), as the
+    /// README's runbook replaces a node: component by component in boot order, etcd's join step
+    /// until it has a record (never a new cluster), the release's version written with no turn
+    /// and no trial, a learner waited for until promoted, each component's health waited for
+    /// (`--wait-timeout`, 5 minutes) before the next. The component a verb names is ignored.
+    BootstrapJoin,
 }
 
 /// How the anchor DaemonSets are laid out.
@@ -587,6 +606,31 @@ struct Node {
     world_down_until: u64,
     /// A learner here never catches up ([`Op::SlowDisk`]).
     slow_disk: bool,
+    /// Its Node object exists, and since when it has not ([`Op::DeleteNode`]).
+    registered: bool,
+    deleted_at: u64,
+    /// `kube-anchor bootstrap --join` at work on it ([`Verb::BootstrapJoin`]).
+    bootstrap: Option<BootstrapRun>,
+}
+
+/// `kube-anchor bootstrap --join` on a node, one component at a time in boot order.
+#[derive(Debug, Clone, Copy)]
+struct BootstrapRun {
+    /// The component it is at (`COMPONENTS` is the boot order).
+    component: usize,
+    /// What it waits for, and since when.
+    wait: BootWait,
+    since: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BootWait {
+    /// etcd's membership record (the join step taken again each second).
+    Record,
+    /// The learner promoted (the join step promotes it once it has caught up).
+    Voter,
+    /// The component's health endpoint.
+    Healthy,
 }
 
 impl Node {
@@ -745,6 +789,9 @@ impl World {
                     record: Some(voter_record(i, 1000 + i as u64)),
                     world_down_until: 0,
                     slow_disk: false,
+                    registered: true,
+                    deleted_at: 0,
+                    bootstrap: None,
                 }
             })
             .collect::<Vec<_>>();
@@ -1006,6 +1053,18 @@ impl World {
             }
             Op::Partition { nodes, for_secs } => self.cut_off(nodes, *for_secs),
             Op::ExpireAnchorEtcdCert => self.anchor_etcd_tls_broken = true,
+            Op::Select { node } => {
+                if let Some(n) = self.nodes.get_mut(*node).filter(|n| n.registered) {
+                    n.selected = true;
+                }
+            }
+            Op::DeleteNode { node } => {
+                if let Some(n) = self.nodes.get_mut(*node).filter(|n| n.registered) {
+                    n.registered = false;
+                    n.selected = false;
+                    n.deleted_at = self.now;
+                }
+            }
             Op::Deselect { node } => {
                 let n = *node;
                 if n >= self.nodes.len() || !self.nodes[n].selected {
@@ -1029,6 +1088,7 @@ impl World {
         let ledger = &mut self.nodes[n].ledgers[c];
         let target = match verb {
             Verb::Apply => return self.apply(n, c),
+            Verb::BootstrapJoin => return self.start_bootstrap(n),
             Verb::Retry => {
                 return if ledger.forget_bad(None).is_empty() {
                     "refused"
@@ -1090,6 +1150,111 @@ impl World {
             anchor.next_sync = self.now;
         }
         "applied"
+    }
+
+    /// `kube-anchor bootstrap --join` starts on node `n` (over ssh, on a node that is on).
+    fn start_bootstrap(&mut self, n: usize) -> &'static str {
+        if self.nodes[n].bootstrap.is_some() {
+            return "refused";
+        }
+        self.nodes[n].bootstrap = Some(BootstrapRun {
+            component: ETCD,
+            wait: BootWait::Record,
+            since: self.now,
+        });
+        "bootstrap-started"
+    }
+
+    /// One second of node `n`'s `bootstrap --join` (`bootstrap_node::run`): etcd's join step
+    /// until recorded, then each component's current release written as `Engine::apply` does
+    /// (credentials checked, a decommission marker lifted), a learner waited for until promoted,
+    /// each health endpoint waited for; every wait bounded by `--wait-timeout`.
+    fn bootstrap_step(&mut self, n: usize) {
+        let Some(mut run) = self.nodes[n].bootstrap else {
+            return;
+        };
+        let now = self.now;
+        let c = run.component;
+        let on_root = !self.disk_mounted(n);
+        let done = match run.wait {
+            BootWait::Record => {
+                let (recorded, _) = if c == ETCD {
+                    self.join_step(n, on_root, None)
+                } else {
+                    (true, false)
+                };
+                if recorded {
+                    let version = *self.releases[c].last().expect("a release");
+                    if self.refusal(version).is_some() {
+                        self.end_bootstrap(n, "bootstrap-failed");
+                        return;
+                    }
+                    self.nodes[n].ledgers[c].decommissioned = None;
+                    let id = self.versions[version].id.clone();
+                    self.write(n, c, &id);
+                    let learner = c == ETCD && matches!(self.nodes[n].listed, Listed::Learner { .. });
+                    run.wait = if learner { BootWait::Voter } else { BootWait::Healthy };
+                    run.since = now;
+                }
+                false
+            }
+            BootWait::Voter => {
+                self.join_step(n, on_root, None);
+                if self.nodes[n].listed == Listed::Voter {
+                    run.wait = BootWait::Healthy;
+                    run.since = now;
+                }
+                false
+            }
+            BootWait::Healthy => self.health(n, c).is_ok(),
+        };
+        if done {
+            if c + 1 == COMPONENTS.len() {
+                self.end_bootstrap(n, "bootstrapped");
+                return;
+            }
+            run = BootstrapRun {
+                component: c + 1,
+                wait: BootWait::Record,
+                since: now,
+            };
+        } else if now >= run.since + BOOTSTRAP_WAIT {
+            self.end_bootstrap(n, "bootstrap-failed");
+            return;
+        }
+        self.nodes[n].bootstrap = Some(run);
+    }
+
+    fn end_bootstrap(&mut self, n: usize, outcome: &'static str) {
+        self.nodes[n].bootstrap = None;
+        *self.report.verbs.entry(outcome).or_default() += 1;
+    }
+
+    /// podgc, in the leading kube-controller-manager: the pods bound to a Node gone for its
+    /// quarantine are force-deleted (mirror pods too). A kubelet that hears of it stops the
+    /// anchor with the pod's own grace period, so its preStop hook runs (kubelet
+    /// `calculateEffectiveGracePeriod`: a zero deletion grace falls back to the pod's).
+    fn pod_gc(&mut self) {
+        if !self.leads(CONTROLLER_MANAGER) {
+            return;
+        }
+        for n in 0..self.nodes.len() {
+            let node = &self.nodes[n];
+            if node.registered || self.now < node.deleted_at + PODGC_QUARANTINE {
+                continue;
+            }
+            for c in 0..COMPONENTS.len() {
+                self.nodes[n].pods[c].mirror = None;
+                if self.nodes[n].anchor_pods[c] == AnchorPodObject::Absent {
+                    continue;
+                }
+                self.nodes[n].anchor_pods[c] = AnchorPodObject::Absent;
+                self.nodes[n].anchor_start_at[c] = None;
+                if self.nodes[n].kubelet_up && self.kubelet_reaches_api(n) {
+                    self.stop_anchor(n, c);
+                }
+            }
+        }
     }
 
     /// The DaemonSet controller deletes node `n`'s anchor pod of component `c`. A kubelet that
@@ -1176,6 +1341,9 @@ impl World {
 
     fn power_off(&mut self, n: usize, back: u64) {
         self.abort_hooks(n);
+        if self.nodes[n].bootstrap.is_some() {
+            self.end_bootstrap(n, "bootstrap-failed");
+        }
         let now = self.now;
         let node = &mut self.nodes[n];
         node.powered = false;
@@ -1206,6 +1374,8 @@ impl World {
                 node.kubelet_at = None;
                 node.kubelet_since = now;
                 node.sources_ready = false;
+                // A kubelet whose Node is gone registers a new one, with its own labels only.
+                node.registered = true;
             }
         }
         for n in 0..self.nodes.len() {
@@ -1216,9 +1386,12 @@ impl World {
             if kubelet_reaches_api {
                 self.nodes[n].sources_ready = true;
             }
+            // Its status and mirror pods go to its Node (a mirror pod names it as its owner);
+            // with the Node gone, they are refused.
+            let posts = kubelet_reaches_api && self.nodes[n].registered;
             for c in 0..COMPONENTS.len() {
                 self.kubelet_pod(n, c);
-                if kubelet_reaches_api {
+                if posts {
                     let pod = &self.nodes[n].pods[c];
                     let mirror = pod
                         .container
@@ -1251,6 +1424,10 @@ impl World {
                     AnchorPodObject::Terminating { .. } if node.hooks[c].is_none() => {
                         node.anchor_pods[c] = AnchorPodObject::Absent;
                     }
+                    // Force-deleted (podgc) while this kubelet did not hear.
+                    AnchorPodObject::Absent if kubelet_reaches_api && node.anchors[c].is_some() => {
+                        self.stop_anchor(n, c)
+                    }
                     AnchorPodObject::Bound { revision, .. } if node.anchors[c].is_none() => {
                         match node.anchor_start_at[c] {
                             None => {
@@ -1265,7 +1442,7 @@ impl World {
                 }
             }
             // Its node status, and with it its pods' readiness, as the API will show it.
-            if kubelet_reaches_api {
+            if posts {
                 let node = &mut self.nodes[n];
                 node.post_status(now);
             }
@@ -1273,6 +1450,7 @@ impl World {
         self.elect(CONTROLLER_MANAGER);
         self.elect(SCHEDULER);
         self.node_lifecycle_controller();
+        self.pod_gc();
         self.schedule_pending_pods();
         self.daemonset_controller();
         self.raise_cluster_version();
@@ -1280,6 +1458,9 @@ impl World {
             for c in 0..COMPONENTS.len() {
                 self.anchor(n, c);
                 self.prestop(n, c);
+            }
+            if self.nodes[n].powered {
+                self.bootstrap_step(n);
             }
         }
     }
@@ -2022,13 +2203,19 @@ impl World {
     /// by the world); whether the sync may go on (a record renders the manifest) and whether the
     /// join is pending.
     fn membership(&mut self, n: usize, on_root: bool) -> (bool, bool) {
+        // The cluster was created on cp-1 alone (`initialCluster: cp-1=…`, state `new`).
+        self.join_step(n, on_root, Some("cp-1=https://cp-1:2380"))
+    }
+
+    /// One etcd join step on node `n` with `initial_cluster` (none for `bootstrap --join`: a
+    /// cluster that does not answer is waited for, never founded anew).
+    fn join_step(&mut self, n: usize, on_root: bool, initial_cluster: Option<&str>) -> (bool, bool) {
         let me = self.me(n);
         let (mut join, mut action) = JoinStep::new(JoinStart {
             me,
             record: self.nodes[n].record.clone(),
             data_dir_has_member: self.data_in(n, on_root).is_some(),
-            // The cluster was created on cp-1 alone (`initialCluster: cp-1=…`, state `new`).
-            initial_cluster: Some("cp-1=https://cp-1:2380".into()),
+            initial_cluster: initial_cluster.map(str::to_owned),
             at: self.stamp(),
         });
         loop {
@@ -2578,20 +2765,29 @@ impl World {
             .collect();
         let daemonset = self.daemonset(c);
         Evidence {
-            pod: Lookup::Found(PodFacts {
-                owner: Some(DaemonSetRef {
-                    name: daemonset.name.clone(),
-                    uid: daemonset.uid.clone(),
-                }),
-                deleting: true,
-            }),
+            // A pod podgc force-deleted is gone at once.
+            pod: if node.anchor_pods[c] == AnchorPodObject::Absent {
+                Lookup::NotFound
+            } else {
+                Lookup::Found(PodFacts {
+                    owner: Some(DaemonSetRef {
+                        name: daemonset.name.clone(),
+                        uid: daemonset.uid.clone(),
+                    }),
+                    deleting: true,
+                })
+            },
             daemonset: Some(Lookup::Found(daemonset.clone())),
-            node: Lookup::Found(NodeFacts {
-                name: node.name.clone(),
-                labels,
-                deleting: false,
-                decommission: false,
-            }),
+            node: if node.registered {
+                Lookup::Found(NodeFacts {
+                    name: node.name.clone(),
+                    labels,
+                    deleting: false,
+                    decommission: false,
+                })
+            } else {
+                Lookup::NotFound
+            },
             anchors: Some(Lookup::Found(Anchors {
                 daemonsets: vec![daemonset],
                 pods: (0..self.nodes.len()).filter_map(|m| self.anchor_pod(m, c)).collect(),
@@ -3006,6 +3202,7 @@ pub fn generate(nodes: usize, seed: u64) -> Scenario {
                     0..4 => Verb::Rollback,
                     4..6 => Verb::Retry,
                     6..8 => Verb::Apply,
+                    8 => Verb::BootstrapJoin,
                     _ => Verb::RollbackTo {
                         releases_back: 1 + (rng.next_u64() % 3) as usize,
                     },
@@ -3091,6 +3288,8 @@ fn on_first_node(scenario: &Scenario) -> Option<Scenario> {
                 | Op::Verb { node, .. }
                 | Op::SlowDisk { node }
                 | Op::Deselect { node }
+                | Op::Select { node }
+                | Op::DeleteNode { node }
                 | Op::LateDataDisk { node, .. }
                 | Op::HangApiServer { node, .. }
                     if *node != 0 =>

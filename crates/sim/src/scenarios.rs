@@ -30,6 +30,29 @@ fn minor_up(component: usize) -> Op {
     }
 }
 
+/// Three nodes; `first`, then from 900 s cp-3 replaced as the README's "Replace a
+/// control-plane node" has it: its control-plane label removed (the hooks take every component
+/// off, its member leaves), powered off and re-imaged (a fresh machine, back 5–10 minutes later),
+/// its Node deleted, `kube-anchor bootstrap --join` once it is up, the label put back once that
+/// is done.
+fn replaced_by_the_runbook(first: Vec<(u64, Op)>) -> Scenario {
+    let runbook = [
+        (900, Op::Deselect { node: 2 }),
+        (1020, Op::Reimage { node: 2 }),
+        (1030, Op::DeleteNode { node: 2 }),
+        (
+            1700,
+            Op::Verb {
+                node: 2,
+                component: ETCD,
+                verb: Verb::BootstrapJoin,
+            },
+        ),
+        (2600, Op::Select { node: 2 }),
+    ];
+    three_nodes(first.into_iter().chain(runbook).collect())
+}
+
 /// Three nodes, one DaemonSet per node: `ops`.
 fn three_nodes(ops: Vec<(u64, Op)>) -> Scenario {
     Scenario {
@@ -616,6 +639,33 @@ pub fn all() -> Vec<Named> {
             },
         },
         Named {
+            name: "a-node-replaced-by-the-runbook",
+            story: "three nodes; cp-3 is replaced as the README's runbook has it: out of the charts' \
+                    nodeSelector, powered off, its Node deleted, a fresh machine booted, `kube-anchor bootstrap \
+                    --join` from what the releases hold, back into the nodeSelector",
+            scenario: || replaced_by_the_runbook(Vec::new()),
+        },
+        Named {
+            name: "a-node-replaced-while-a-bad-version-is-held-back",
+            story: "three nodes; an etcd version whose health URL moved fails its trial on the first node and \
+                    is held back there; meanwhile cp-3 is replaced by the runbook: the join starts what the \
+                    release holds",
+            scenario: || replaced_by_the_runbook(vec![(60, push(ETCD, Some(Fault::HealthMoved)))]),
+        },
+        Named {
+            name: "a-running-node-deleted",
+            story: "three nodes; `kubectl delete node cp-3` while it runs: podgc force-deletes its anchor pods \
+                    40 s later and their preStop hooks run; a kubelet restart registers it again without its \
+                    control-plane label, which the operator puts back",
+            scenario: || {
+                three_nodes(vec![
+                    (60, Op::DeleteNode { node: 2 }),
+                    (600, Op::KubeletRestart { node: 2 }),
+                    (700, Op::Select { node: 2 }),
+                ])
+            },
+        },
+        Named {
             name: "single-node-bad-controller-manager-push",
             story: "one node; a kube-controller-manager version with a refused flag is pushed: the DaemonSet \
                     controller it runs replaces its own anchor pod first",
@@ -849,6 +899,15 @@ pub const KNOWN: &[(&str, &[Invariant])] = &[
         &[Invariant::NotRecovered],
     ),
     ("single-node-bad-controller-manager-push", &[]),
+    ("a-node-replaced-by-the-runbook", &[]),
+    // [F12] `bootstrap --join` starts what the release holds, a version held back elsewhere
+    // included (README, "Replace a control-plane node"); the fresh node has no last-known-good
+    // to go back to.
+    (
+        "a-node-replaced-while-a-bad-version-is-held-back",
+        &[Invariant::BadVersionSpread, Invariant::NotRecovered],
+    ),
+    ("a-running-node-deleted", &[]),
 ];
 
 /// The ratchet of the generated runs: the invariants that [`crate::fleet::generate`]'s runs

@@ -328,3 +328,35 @@ fn the_lifecycle_plan_the_bed_ran_settles_in_the_simulation() {
         }
     }
 }
+
+/// The README's runbook replaces a node: the hooks take every component off cp-3 and its member
+/// leaves; the fresh machine's `bootstrap --join` adds a learner, waits for its promotion and every
+/// component's health; back in the nodeSelector, its anchors take over. A running node whose Node
+/// object is deleted keeps everything: podgc force-deletes its anchor pods, and their hooks find
+/// neither the pod nor the Node, which is no evidence.
+#[test]
+fn a_node_is_replaced_by_the_runbook_and_a_deleted_node_keeps_its_components() {
+    for seed in SEEDS {
+        let report = World::run(&named("a-node-replaced-by-the-runbook"), seed);
+        let context = format!("seed {seed}: verbs {:?}, joins {:?}", report.verbs, report.join_ends);
+        assert_eq!(report.verbs.get("bootstrapped"), Some(&1), "{context}");
+        assert_eq!(report.join_ends.get("bootstrap"), None, "{context}: no new cluster");
+        assert!(report.join_ends.get("add-learner").is_some(), "{context}");
+        assert_eq!(report.members, 3, "{context}: the voters at the end");
+        assert_eq!(
+            report.hook_exits.get("remove"),
+            Some(&4),
+            "{context}: {:?}",
+            report.hook_exits
+        );
+
+        let report = World::run(&named("a-running-node-deleted"), seed);
+        assert_eq!(
+            report.hook_exits.get("keep"),
+            Some(&4),
+            "seed {seed}: every hook keeps: {:?}",
+            report.hook_exits
+        );
+        assert_eq!(report.members, 3, "seed {seed}: the member stays");
+    }
+}
