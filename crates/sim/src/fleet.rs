@@ -248,6 +248,10 @@ pub enum Verb {
     /// and no trial, a learner waited for until promoted, each component's health waited for
     /// (`--wait-timeout`, 5 minutes) before the next. The component a verb names is ignored.
     BootstrapJoin,
+    /// `kube-anchor remove`: the manifest and the credentials go (`Engine::remove`); the ledger
+    /// forgets them, and with no file left its history; its version and last-known-good stay. A
+    /// running anchor sees the files go and writes its version again at once.
+    Remove,
 }
 
 /// How the anchor DaemonSets are laid out.
@@ -1089,6 +1093,7 @@ impl World {
         let target = match verb {
             Verb::Apply => return self.apply(n, c),
             Verb::BootstrapJoin => return self.start_bootstrap(n),
+            Verb::Remove => return self.remove(n, c),
             Verb::Retry => {
                 return if ledger.forget_bad(None).is_empty() {
                     "refused"
@@ -1150,6 +1155,23 @@ impl World {
             anchor.next_sync = self.now;
         }
         "applied"
+    }
+
+    /// `kube-anchor remove` on node `n` for component `c` (`commands::remove`): nothing recorded
+    /// is refused (`--component` names a likely typo).
+    fn remove(&mut self, n: usize, c: usize) -> &'static str {
+        let now = self.now;
+        let node = &mut self.nodes[n];
+        if node.ledgers[c].content_hash.is_none() && node.pods[c].manifest.is_none() {
+            return "refused";
+        }
+        node.pods[c].manifest = None;
+        node.ledgers[c].history.clear();
+        // It watches the files it wrote.
+        if let Some(anchor) = node.anchors[c].as_mut() {
+            anchor.next_sync = now;
+        }
+        "removed"
     }
 
     /// `kube-anchor bootstrap --join` starts on node `n` (over ssh, on a node that is on).
@@ -1717,10 +1739,7 @@ impl World {
         if manifest != Some(ct.version) && sources_ready {
             match ct.phase {
                 Phase::Stopping { until } if until <= now => {
-                    // etcd: the bed measured 40 s between the old member's exit and the new one's
-                    // start; kube-apiserver restarts sooner.
-                    let gap = if c == ETCD { self.secs(25, 40) } else { self.secs(3, 10) };
-                    self.nodes[n].pods[c].start_gap_until = now + gap;
+                    self.stopped(n, c);
                     return; // container gone
                 }
                 Phase::Stopping { .. } => {}
@@ -1744,6 +1763,14 @@ impl World {
             return;
         }
         match ct.phase {
+            // The same manifest came back while its pod stopped (written again within the
+            // second: a `kube-anchor remove` that a running anchor repaired): the pod stops, and
+            // the file's pod starts anew (the kubelet restarts a static pod re-added while it
+            // terminated: `restartRequested`, pkg/kubelet/pod_workers.go).
+            Phase::Stopping { until } if until <= now => {
+                self.stopped(n, c);
+                return;
+            }
             Phase::Starting { at } if at <= now => {
                 ct.phase = if self.refuses_to_start(n, c, ct.version) {
                     self.exit(&mut ct)
@@ -1789,6 +1816,13 @@ impl World {
             _ => {}
         }
         self.nodes[n].pods[c].container = Some(ct);
+    }
+
+    /// Node `n`'s pod of component `c` has stopped: the next one starts after a gap (etcd: the bed
+    /// measured 40 s between the old member's exit and the new one's start; the others sooner).
+    fn stopped(&mut self, n: usize, c: usize) {
+        let gap = if c == ETCD { self.secs(25, 40) } else { self.secs(3, 10) };
+        self.nodes[n].pods[c].start_gap_until = self.now + gap;
     }
 
     /// Whether node `n`'s running etcd, on the data dir it sees, stays up this second; creates
@@ -3134,7 +3168,7 @@ pub const GENERATED_SPAN: u64 = 30 * 60;
 /// subset, on three nodes a node cut off from the others by the network, kubelet restarts, a
 /// hung kube-apiserver, drains with a reboot, and now and then a
 /// power cut of the node holding a turn, a rollout Lease deleted, a one-shot `rollback`,
-/// `rollback --to`, `retry` or `apply` on a node, a boot with a late data disk or a re-image, and on
+/// `rollback --to`, `retry`, `apply`, `remove` or `bootstrap --join` on a node, a boot with a late data disk or a re-image, and on
 /// three nodes, in the last quarter, the last one leaving the control plane).
 pub fn generate(nodes: usize, seed: u64) -> Scenario {
     let mut rng = Rng::new(seed ^ 0x005e_ed0f_0be7);
@@ -3198,11 +3232,12 @@ pub fn generate(nodes: usize, seed: u64) -> Scenario {
             96 => Op::Verb {
                 node: (rng.next_u64() % nodes as u64) as usize,
                 component,
-                verb: match rng.next_u64() % 10 {
+                verb: match rng.next_u64() % 12 {
                     0..4 => Verb::Rollback,
                     4..6 => Verb::Retry,
                     6..8 => Verb::Apply,
                     8 => Verb::BootstrapJoin,
+                    9 => Verb::Remove,
                     _ => Verb::RollbackTo {
                         releases_back: 1 + (rng.next_u64() % 3) as usize,
                     },

@@ -639,6 +639,13 @@ pub fn all() -> Vec<Named> {
             },
         },
         Named {
+            name: "remove-fanned-out-under-running-anchors",
+            story: "three nodes; a good etcd version rolls out; half an hour later the operator, stopping etcd \
+                    everywhere as a disaster-recovery runbook does, runs `kube-anchor remove` of etcd on each node \
+                    over ssh: each running anchor writes the manifest back at once",
+            scenario: || verb_fanned_out(push(ETCD, None), 1860, Verb::Remove),
+        },
+        Named {
             name: "a-node-replaced-by-the-runbook",
             story: "three nodes; cp-3 is replaced as the README's runbook has it: out of the charts' \
                     nodeSelector, powered off, its Node deleted, a fresh machine booted, `kube-anchor bootstrap \
@@ -899,6 +906,12 @@ pub const KNOWN: &[(&str, &[Invariant])] = &[
         &[Invariant::NotRecovered],
     ),
     ("single-node-bad-controller-manager-push", &[]),
+    // [F10, issue 54] nothing holds the anchors: each writes back what `remove` took, and the
+    // kubelet restarts the member it stopped, on every node within seconds.
+    (
+        "remove-fanned-out-under-running-anchors",
+        &[Invariant::QuorumLost, Invariant::ApiServersDown],
+    ),
     ("a-node-replaced-by-the-runbook", &[]),
     // [F12] `bootstrap --join` starts what the release holds, a version held back elsewhere
     // included (README, "Replace a control-plane node"); the fresh node has no last-known-good
