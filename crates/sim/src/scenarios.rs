@@ -62,6 +62,15 @@ fn three_nodes(ops: Vec<(u64, Op)>) -> Scenario {
     }
 }
 
+/// One node: `ops`.
+fn one_node(ops: Vec<(u64, Op)>) -> Scenario {
+    Scenario {
+        nodes: 1,
+        daemonsets: DaemonSets::PerNode,
+        ops,
+    }
+}
+
 /// Three nodes, etcd: `first` at 60 s, then from `at` the operator runs `verb` on each node over
 /// ssh, one after the other (2 s apart).
 fn verb_fanned_out(first: Op, at: u64, verb: Verb) -> Scenario {
@@ -75,11 +84,7 @@ fn verb_fanned_out(first: Op, at: u64, verb: Verb) -> Scenario {
             },
         )
     });
-    Scenario {
-        nodes: 3,
-        daemonsets: DaemonSets::PerNode,
-        ops: std::iter::once((60, first)).chain(verbs).collect(),
-    }
+    three_nodes(std::iter::once((60, first)).chain(verbs).collect())
 }
 
 /// Three nodes; cp-3 is powered off for an hour, then a good etcd version is pushed.
@@ -114,57 +119,33 @@ pub fn all() -> Vec<Named> {
         Named {
             name: "etcd-upgrade",
             story: "three nodes; a good etcd version is pushed",
-            scenario: || Scenario {
-                nodes: 3,
-                daemonsets: DaemonSets::PerNode,
-                ops: vec![(60, push(ETCD, None))],
-            },
+            scenario: || three_nodes(vec![(60, push(ETCD, None))]),
         },
         Named {
             name: "apiserver-upgrade",
             story: "three nodes; a good kube-apiserver version is pushed",
-            scenario: || Scenario {
-                nodes: 3,
-                daemonsets: DaemonSets::PerNode,
-                ops: vec![(60, push(APISERVER, None))],
-            },
+            scenario: || three_nodes(vec![(60, push(APISERVER, None))]),
         },
         Named {
             name: "refused-flag-stops-at-first-node",
             story: "three nodes; a kube-apiserver version with a flag the binary refuses is pushed",
-            scenario: || Scenario {
-                nodes: 3,
-                daemonsets: DaemonSets::PerNode,
-                ops: vec![(60, push(APISERVER, Some(Fault::RefusedFlag)))],
-            },
+            scenario: || three_nodes(vec![(60, push(APISERVER, Some(Fault::RefusedFlag)))]),
         },
         Named {
             name: "single-node-bad-push",
             story: "one node; an etcd version with a flag the binary refuses is pushed",
-            scenario: || Scenario {
-                nodes: 1,
-                daemonsets: DaemonSets::PerNode,
-                ops: vec![(60, push(ETCD, Some(Fault::RefusedFlag)))],
-            },
+            scenario: || one_node(vec![(60, push(ETCD, Some(Fault::RefusedFlag)))]),
         },
         Named {
             name: "etcd-serving-name-dropped",
             story: "three nodes; a renewed etcd serving certificate without 127.0.0.1 is pushed: etcd is healthy, \
                     each node's kube-apiserver loses it",
-            scenario: || Scenario {
-                nodes: 3,
-                daemonsets: DaemonSets::PerNode,
-                ops: vec![(60, push(ETCD, Some(Fault::ServingNameDropped)))],
-            },
+            scenario: || three_nodes(vec![(60, push(ETCD, Some(Fault::ServingNameDropped)))]),
         },
         Named {
             name: "client-ca-without-bundle",
             story: "three nodes; kube-apiserver's client CA is replaced without the old one in a bundle",
-            scenario: || Scenario {
-                nodes: 3,
-                daemonsets: DaemonSets::PerNode,
-                ops: vec![(60, push(APISERVER, Some(Fault::CaWithoutBundle)))],
-            },
+            scenario: || three_nodes(vec![(60, push(APISERVER, Some(Fault::CaWithoutBundle)))]),
         },
         Named {
             name: "etcd-push-with-a-member-off",
@@ -180,20 +161,14 @@ pub fn all() -> Vec<Named> {
             name: "reimaged-bootstrap-node-with-a-tls-error",
             story: "three nodes created from cp-1 alone; the anchors' etcd client certificate expires, cp-1 is \
                     re-imaged",
-            scenario: || Scenario {
-                nodes: 3,
-                daemonsets: DaemonSets::PerNode,
-                ops: vec![(60, Op::ExpireAnchorEtcdCert), (120, Op::Reimage { node: 0 })],
-            },
+            scenario: || three_nodes(vec![(60, Op::ExpireAnchorEtcdCert), (120, Op::Reimage { node: 0 })]),
         },
         Named {
             name: "single-node-reboot-in-a-bad-trial",
             story: "one node; a kube-apiserver version with a refused flag is pushed and the node reboots \
                     during its trial",
-            scenario: || Scenario {
-                nodes: 1,
-                daemonsets: DaemonSets::PerNode,
-                ops: vec![
+            scenario: || {
+                one_node(vec![
                     (60, push(APISERVER, Some(Fault::RefusedFlag))),
                     (
                         150,
@@ -202,30 +177,26 @@ pub fn all() -> Vec<Named> {
                             down_for: 30,
                         },
                     ),
-                ],
+                ])
             },
         },
         Named {
             name: "single-node-kubelet-restart-in-a-bad-trial",
             story: "one node; a kube-apiserver version with a refused flag is pushed and the kubelet is \
                     restarted during its trial",
-            scenario: || Scenario {
-                nodes: 1,
-                daemonsets: DaemonSets::PerNode,
-                ops: vec![
+            scenario: || {
+                one_node(vec![
                     (60, push(APISERVER, Some(Fault::RefusedFlag))),
                     (150, Op::KubeletRestart { node: 0 }),
-                ],
+                ])
             },
         },
         Named {
             name: "etcd-rollback-below-its-cluster-version",
             story: "three nodes; etcd's next minor version rolls out everywhere, then the operator runs helm \
                     rollback",
-            scenario: || Scenario {
-                nodes: 3,
-                daemonsets: DaemonSets::PerNode,
-                ops: vec![
+            scenario: || {
+                three_nodes(vec![
                     (
                         60,
                         Op::Push {
@@ -235,17 +206,13 @@ pub fn all() -> Vec<Named> {
                         },
                     ),
                     (2400, Op::HelmRollback { component: ETCD }),
-                ],
+                ])
             },
         },
         Named {
             name: "a-node-leaves-the-control-plane",
             story: "three nodes; cp-3's control-plane label is removed: both anchors' preStop hooks run",
-            scenario: || Scenario {
-                nodes: 3,
-                daemonsets: DaemonSets::PerNode,
-                ops: vec![(60, Op::Deselect { node: 2 })],
-            },
+            scenario: || three_nodes(vec![(60, Op::Deselect { node: 2 })]),
         },
         Named {
             name: "a-node-leaves-while-another-is-off",
@@ -262,21 +229,13 @@ pub fn all() -> Vec<Named> {
             name: "a-node-is-re-imaged",
             story: "three nodes; cp-3 is re-imaged (its disks wiped) and boots minutes later: its etcd anchor \
                     removes the member it had, joins as a learner and promotes it",
-            scenario: || Scenario {
-                nodes: 3,
-                daemonsets: DaemonSets::PerNode,
-                ops: vec![(60, Op::Reimage { node: 2 })],
-            },
+            scenario: || three_nodes(vec![(60, Op::Reimage { node: 2 })]),
         },
         Named {
             name: "the-bootstrap-node-is-re-imaged",
             story: "three nodes; cp-1, named alone in the initial cluster, is re-imaged: the member list \
                     answers, so it rejoins as a learner instead of founding a cluster",
-            scenario: || Scenario {
-                nodes: 3,
-                daemonsets: DaemonSets::PerNode,
-                ops: vec![(60, Op::Reimage { node: 0 })],
-            },
+            scenario: || three_nodes(vec![(60, Op::Reimage { node: 0 })]),
         },
         Named {
             name: "a-node-leaves-while-an-etcd-rollout-restarts-another-member",
@@ -288,10 +247,8 @@ pub fn all() -> Vec<Named> {
             name: "a-node-leaves-just-after-another-lost-power",
             story: "three nodes; cp-2 loses power, and cp-3's control-plane label is removed seconds later, \
                     while cp-2's pods still read Ready",
-            scenario: || Scenario {
-                nodes: 3,
-                daemonsets: DaemonSets::PerNode,
-                ops: vec![
+            scenario: || {
+                three_nodes(vec![
                     (
                         60,
                         Op::PowerCut {
@@ -300,7 +257,7 @@ pub fn all() -> Vec<Named> {
                         },
                     ),
                     (65, Op::Deselect { node: 2 }),
-                ],
+                ])
             },
         },
         Named {
@@ -339,36 +296,30 @@ pub fn all() -> Vec<Named> {
             name: "a-hung-api-server-during-a-rollout",
             story: "three nodes; a good kube-apiserver version is pushed, and cp-2's kube-apiserver stops answering \
                     for 90 s (SIGSTOP) as the first node restarts its own",
-            scenario: || Scenario {
-                nodes: 3,
-                daemonsets: DaemonSets::PerNode,
-                ops: vec![
+            scenario: || {
+                three_nodes(vec![
                     (60, push(APISERVER, None)),
                     (70, Op::HangApiServer { node: 1, for_secs: 90 }),
-                ],
+                ])
             },
         },
         Named {
             name: "single-node-hung-api-server-in-a-trial",
             story: "one node; a good kube-apiserver version is pushed and stops answering for 250 s during its \
                     trial: the kubelet kills it on its liveness probe, and the version is kept",
-            scenario: || Scenario {
-                nodes: 1,
-                daemonsets: DaemonSets::PerNode,
-                ops: vec![
+            scenario: || {
+                one_node(vec![
                     (60, push(APISERVER, None)),
                     (150, Op::HangApiServer { node: 0, for_secs: 250 }),
-                ],
+                ])
             },
         },
         Named {
             name: "late-data-disk",
             story: "three nodes; cp-2 reboots and its etcd data disk is mounted 90 s after its kubelet starts, \
                     after its anchors did; later a good etcd version is pushed",
-            scenario: || Scenario {
-                nodes: 3,
-                daemonsets: DaemonSets::PerNode,
-                ops: vec![
+            scenario: || {
+                three_nodes(vec![
                     (
                         30,
                         Op::LateDataDisk {
@@ -378,34 +329,30 @@ pub fn all() -> Vec<Named> {
                         },
                     ),
                     (900, push(ETCD, None)),
-                ],
+                ])
             },
         },
         Named {
             name: "bootstrap-node-late-data-disk",
             story: "three nodes created from cp-1 alone; cp-1 reboots and its etcd data disk is mounted 90 s \
                     after its kubelet starts",
-            scenario: || Scenario {
-                nodes: 3,
-                daemonsets: DaemonSets::PerNode,
-                ops: vec![(
+            scenario: || {
+                three_nodes(vec![(
                     30,
                     Op::LateDataDisk {
                         node: 0,
                         down_for: 60,
                         mount_after: 90,
                     },
-                )],
+                )])
             },
         },
         Named {
             name: "single-node-late-data-disk",
             story: "one node; it reboots and its etcd data disk is mounted 90 s after its kubelet starts; later a \
                     good etcd version is pushed",
-            scenario: || Scenario {
-                nodes: 1,
-                daemonsets: DaemonSets::PerNode,
-                ops: vec![
+            scenario: || {
+                one_node(vec![
                     (
                         30,
                         Op::LateDataDisk {
@@ -415,7 +362,7 @@ pub fn all() -> Vec<Named> {
                         },
                     ),
                     (900, push(ETCD, None)),
-                ],
+                ])
             },
         },
         Named {
@@ -449,10 +396,8 @@ pub fn all() -> Vec<Named> {
             name: "the-lease-of-a-holder-that-lost-power-is-deleted",
             story: "three nodes; a good etcd version is pushed; the node trying it loses power for 10 minutes, \
                     and 90 s later the operator, taking the silent holder for gone, deletes the rollout Lease",
-            scenario: || Scenario {
-                nodes: 3,
-                daemonsets: DaemonSets::PerNode,
-                ops: vec![
+            scenario: || {
+                three_nodes(vec![
                     (60, push(ETCD, None)),
                     (
                         150,
@@ -462,34 +407,30 @@ pub fn all() -> Vec<Named> {
                         },
                     ),
                     (240, Op::DeleteLease { component: ETCD }),
-                ],
+                ])
             },
         },
         Named {
             name: "the-lease-of-a-live-holder-is-deleted-in-a-bad-trial",
             story: "three nodes; an etcd version whose health URL moved is pushed, and the operator deletes the \
                     rollout Lease while a node is trying it",
-            scenario: || Scenario {
-                nodes: 3,
-                daemonsets: DaemonSets::PerNode,
-                ops: vec![
+            scenario: || {
+                three_nodes(vec![
                     (60, push(ETCD, Some(Fault::HealthMoved))),
                     (200, Op::DeleteLease { component: ETCD }),
-                ],
+                ])
             },
         },
         Named {
             name: "a-re-imaged-node-whose-learner-never-catches-up",
             story: "three nodes; cp-3's etcd disk is too slow for a learner to catch up, and cp-3 is re-imaged; \
                     later a good etcd version is pushed",
-            scenario: || Scenario {
-                nodes: 3,
-                daemonsets: DaemonSets::PerNode,
-                ops: vec![
+            scenario: || {
+                three_nodes(vec![
                     (10, Op::SlowDisk { node: 2 }),
                     (30, Op::Reimage { node: 2 }),
                     (1200, push(ETCD, None)),
-                ],
+                ])
             },
         },
         Named {
@@ -545,10 +486,8 @@ pub fn all() -> Vec<Named> {
             name: "the-holder-of-the-etcd-turn-is-cut-off",
             story: "three nodes; a good etcd version is pushed, and the network of the node trying it fails for \
                     ten minutes: it cannot renew the turn, and its member runs without a leader",
-            scenario: || Scenario {
-                nodes: 3,
-                daemonsets: DaemonSets::PerNode,
-                ops: vec![
+            scenario: || {
+                three_nodes(vec![
                     (60, push(ETCD, None)),
                     (
                         200,
@@ -557,7 +496,7 @@ pub fn all() -> Vec<Named> {
                             for_secs: 600,
                         },
                     ),
-                ],
+                ])
             },
         },
         Named {
@@ -629,13 +568,11 @@ pub fn all() -> Vec<Named> {
             name: "scheduler-client-cert-untrusted-then-rolled-back",
             story: "one node; kube-scheduler's kubeconfig gets a client certificate of a CA the API server does \
                     not trust; half an hour later the operator runs helm rollback of kube-scheduler",
-            scenario: || Scenario {
-                nodes: 1,
-                daemonsets: DaemonSets::PerNode,
-                ops: vec![
+            scenario: || {
+                one_node(vec![
                     (60, push(SCHEDULER, Some(Fault::ClientCertUntrusted))),
                     (1860, Op::HelmRollback { component: SCHEDULER }),
-                ],
+                ])
             },
         },
         Named {
@@ -676,22 +613,14 @@ pub fn all() -> Vec<Named> {
             name: "single-node-bad-controller-manager-push",
             story: "one node; a kube-controller-manager version with a refused flag is pushed: the DaemonSet \
                     controller it runs replaces its own anchor pod first",
-            scenario: || Scenario {
-                nodes: 1,
-                daemonsets: DaemonSets::PerNode,
-                ops: vec![(60, push(CONTROLLER_MANAGER, Some(Fault::RefusedFlag)))],
-            },
+            scenario: || one_node(vec![(60, push(CONTROLLER_MANAGER, Some(Fault::RefusedFlag)))]),
         },
     ]
 }
 
 /// Three nodes; `first` at 30 s, and cp-3's control-plane label removed at `at`.
 fn leaves_after(first: Op, at: u64) -> Scenario {
-    Scenario {
-        nodes: 3,
-        daemonsets: DaemonSets::PerNode,
-        ops: vec![(30, first), (at, Op::Deselect { node: 2 })],
-    }
+    three_nodes(vec![(30, first), (at, Op::Deselect { node: 2 })])
 }
 
 /// Three nodes, one DaemonSet per component, whose controller replaces cp-1's anchor pod first:
@@ -718,19 +647,11 @@ fn cut_off_in_a_trial(component: usize) -> Scenario {
 /// else for half an hour), and `then` happens.
 fn cut_off_then(then: Option<(u64, Op)>) -> Scenario {
     let for_secs = if then.is_some() { 1800 } else { 600 };
-    Scenario {
-        nodes: 3,
-        daemonsets: DaemonSets::PerNode,
-        ops: std::iter::once((
-            30,
-            Op::Partition {
-                nodes: vec![2],
-                for_secs,
-            },
-        ))
-        .chain(then)
-        .collect(),
-    }
+    let cut_off = Op::Partition {
+        nodes: vec![2],
+        for_secs,
+    };
+    three_nodes(std::iter::once((30, cut_off)).chain(then).collect())
 }
 
 /// The seeds each named scenario runs with (the world's timings differ by seed: whether two
@@ -983,11 +904,7 @@ pub struct BedRun {
 impl BedRun {
     /// The plan as one simulated scenario on three nodes.
     pub fn scenario(&self) -> Scenario {
-        Scenario {
-            nodes: 3,
-            daemonsets: DaemonSets::PerNode,
-            ops: self.steps.iter().flat_map(|s| s.ops.iter().cloned()).collect(),
-        }
+        three_nodes(self.steps.iter().flat_map(|s| s.ops.iter().cloned()).collect())
     }
 
     /// For each step the bed waited on, the index (in time order) of its last simulated
