@@ -484,6 +484,17 @@ pub fn intent(ledger: &Ledger, ops: &[Op], observations: &Observations, now: &st
     intent
 }
 
+/// Whether the ledger already records every write of `ops` with the very content it writes (a
+/// repair: a file deleted or changed on the node put back as recorded). Then an intent record
+/// would add nothing a crash could need: whichever of the old and the new content a crash
+/// leaves at such a path, the ledger covers it.
+pub fn writes_recorded(ledger: &Ledger, ops: &[Op]) -> bool {
+    ops.iter().all(|op| match op {
+        Op::Write { file, sha256, .. } => ledger.get(&file.path).is_some_and(|e| e.sha256 == *sha256),
+        Op::Remove { .. } => true,
+    })
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum FileState {
@@ -801,6 +812,34 @@ mod tests {
             ),
             "{e}"
         );
+    }
+
+    #[test]
+    fn only_a_repair_of_recorded_content_needs_no_intent() {
+        let d = desired();
+        let ledger = ledger_of(&[
+            ("/k/key", "KEY", Role::Credential),
+            ("/k/m.yaml", "POD", Role::Manifest),
+        ]);
+        // The key deleted by hand: put back as recorded.
+        let deleted: Observations = [(hp("/k/m.yaml"), on_disk("POD"))].into();
+        let repair = plan_apply(&d, &deleted, &ledger, false).unwrap();
+        assert_eq!(repair.ops.len(), 1);
+        assert!(writes_recorded(&ledger, &repair.ops));
+        // A new version of the key: the ledger has the old content only.
+        let old = ledger_of(&[
+            ("/k/key", "OLD KEY", Role::Credential),
+            ("/k/m.yaml", "POD", Role::Manifest),
+        ]);
+        let held: Observations = [(hp("/k/key"), on_disk("OLD KEY")), (hp("/k/m.yaml"), on_disk("POD"))].into();
+        let change = plan_apply(&d, &held, &old, false).unwrap();
+        assert!(!writes_recorded(&old, &change.ops));
+        // A file kube-anchor never wrote: no entry.
+        let key_only = ledger_of(&[("/k/key", "KEY", Role::Credential)]);
+        let first = plan_apply(&d, &Observations::new(), &key_only, false).unwrap();
+        assert!(!writes_recorded(&key_only, &first.ops));
+        // Nothing to write.
+        assert!(writes_recorded(&Ledger::new("c"), &[]));
     }
 
     #[test]
