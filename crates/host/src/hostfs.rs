@@ -136,6 +136,9 @@ pub struct LoadedLedger {
     pub ledger: Ledger,
     /// Set when a corrupt or unreadable ledger was found and moved aside.
     pub set_aside: Option<SetAside>,
+    /// These are the very bytes this process last stored there, fsynced with their directory:
+    /// they survive a power cut.
+    pub durable: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -155,6 +158,25 @@ pub struct HostFs {
     /// still that directory, instead of one per component at every resolution (a sync resolves
     /// each managed path several times).
     plain_dirs: Arc<Mutex<BTreeMap<PathBuf, DirId>>>,
+    /// What observing each file found, by real path, with the `lstat` it was found under: a
+    /// later observation whose `lstat` is the same takes it instead of reading and hashing the
+    /// file again (see [`Unchanged`]).
+    observed: Arc<Mutex<BTreeMap<PathBuf, (Unchanged, Observed)>>>,
+    /// The last ledger read or stored at each path: bytes, what they decode to, and whether
+    /// this process stored them itself (fsynced). Bytes read again that are the same are not
+    /// decoded again.
+    ledgers: Arc<Mutex<BTreeMap<HostPath, KnownLedger>>>,
+    /// [`SETTLED`] (tests take less).
+    settled: std::time::Duration,
+}
+
+#[derive(Debug)]
+struct KnownLedger {
+    bytes: Vec<u8>,
+    ledger: Ledger,
+    /// The `lstat` of the file this process stored and fsynced (with its directory): a read of
+    /// that very file is durable.
+    stored: Option<Unchanged>,
 }
 
 /// A directory's device and inode.
@@ -162,6 +184,60 @@ type DirId = (u64, u64);
 
 /// At most this many directories are remembered as plain (a component has a handful).
 const MAX_PLAIN_DIRS: usize = 256;
+/// At most this many observations are remembered (a component manages a few dozen files).
+const MAX_OBSERVED: usize = 1024;
+/// A file changed more recently than this before it was observed is read again at every
+/// observation: a write in the same tick of the file system's clock (coarse, and whole
+/// seconds on some file systems) can leave every field of its `lstat` as it was.
+const SETTLED: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The fields of a file's `lstat` that any change of the file changes: a replacement (a new
+/// inode: every write kube-anchor makes), a write in place (size, modification and change
+/// time), a chmod, chown or link (change time). An observation is taken again only while its
+/// file still shows the very same fields and had been left alone for [`SETTLED`] before it was
+/// read; the daemon also forgets the observation of every file an inotify event names
+/// ([`HostFs::forget_observed`]), and every observation at its periodic resync.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Unchanged {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mode: u32,
+    uid: u32,
+    gid: u32,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Unchanged {
+    fn of(meta: &fs::Metadata) -> Self {
+        Self {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            mode: meta.mode(),
+            uid: meta.uid(),
+            gid: meta.gid(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+        }
+    }
+
+    /// Whether the file had been left alone for `settled` at `now` (seconds and nanoseconds
+    /// since the epoch, read before the file was).
+    fn settled_at(&self, now: (i64, i64), settled: std::time::Duration) -> bool {
+        let nanos = |(s, ns): (i64, i64)| i128::from(s) * 1_000_000_000 + i128::from(ns);
+        let last = nanos(self.mtime).max(nanos(self.ctime));
+        nanos(now) - last >= settled.as_nanos() as i128
+    }
+}
+
+fn wall_clock() -> (i64, i64) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    (now.as_secs() as i64, i64::from(now.subsec_nanos()))
+}
 
 impl HostFs {
     /// `host_root` must exist; every host path is resolved below it.
@@ -175,6 +251,9 @@ impl HostFs {
             roots,
             dir_mode: 0o755,
             plain_dirs: Arc::default(),
+            observed: Arc::default(),
+            ledgers: Arc::default(),
+            settled: SETTLED,
         })
     }
 
@@ -253,9 +332,57 @@ impl HostFs {
         Ok(walked.map(|(resolved, _)| resolved))
     }
 
+    /// What is at `path` now: missing, a regular file (its sha256, mode, owner), or something
+    /// else. A file whose `lstat` shows it unchanged since it was last hashed (see
+    /// [`Unchanged`]) is not read again.
     pub fn observe(&self, path: &HostPath) -> Result<Observed, HostFsError> {
         let real = self.resolve(path)?;
-        observe_real(path, &real)
+        let now = wall_clock();
+        let meta = match fs::symlink_metadata(&real) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Observed::Missing),
+            Err(e) => return Err(io_err(path, "inspect")(e)),
+        };
+        let key = Unchanged::of(&meta);
+        if meta.is_file()
+            && let Some(known) = self.observed.lock().ok().and_then(|cache| {
+                cache
+                    .get(&real)
+                    .filter(|(k, _)| *k == key && k.settled_at(now, self.settled))
+                    .map(|(_, o)| o.clone())
+            })
+        {
+            return Ok(known);
+        }
+        let (observed, read) = observe_meta(path, &real, meta)?;
+        if let (Some(read), Ok(mut cache)) = (read, self.observed.lock()) {
+            if read.settled_at(now, self.settled) {
+                if cache.len() >= MAX_OBSERVED {
+                    cache.clear();
+                }
+                cache.insert(real, (read, observed.clone()));
+            } else {
+                cache.remove(&real);
+            }
+        }
+        Ok(observed)
+    }
+
+    /// Forgets what observing the files at these real paths found (an inotify event named
+    /// them): the next observation reads them again.
+    pub fn forget_observed<'a>(&self, real: impl IntoIterator<Item = &'a Path>) {
+        if let Ok(mut cache) = self.observed.lock() {
+            for path in real {
+                cache.remove(path);
+            }
+        }
+    }
+
+    /// Forgets every observation (the periodic resync; events lost).
+    pub fn forget_all_observed(&self) {
+        if let Ok(mut cache) = self.observed.lock() {
+            cache.clear();
+        }
     }
 
     pub fn observe_all<'a>(&self, paths: impl IntoIterator<Item = &'a HostPath>) -> Result<Observations, HostFsError> {
@@ -528,27 +655,53 @@ impl HostFs {
     /// The one ledger reader for every verb: the ledger, or why the file there is unusable
     /// (corrupt, another component's, not a regular file, unreadable). Moves nothing.
     pub fn read_ledger(&self, state_dir: &HostPath, component: &str) -> Result<Result<Ledger, String>, HostFsError> {
+        Ok(self.read_ledger_known(state_dir, component)?.map(|(ledger, _)| ledger))
+    }
+
+    /// [`HostFs::read_ledger`], and whether the bytes read are the ones this process last
+    /// stored (durable).
+    fn read_ledger_known(
+        &self,
+        state_dir: &HostPath,
+        component: &str,
+    ) -> Result<Result<(Ledger, bool), String>, HostFsError> {
         let path = Self::ledger_path(state_dir, component)?;
-        Ok(match self.read(&path) {
-            Ok(None) => Ok(Ledger::new(component)),
-            Ok(Some(bytes)) => match Ledger::decode(&bytes) {
-                Ok(ledger) if ledger.component == component => Ok(ledger),
-                Ok(ledger) => Err(format!("belongs to component {:?}", ledger.component)),
-                Err(CorruptLedger { reason }) => Err(reason),
-            },
-            Err(HostFsError::Io { source, .. }) => Err(format!("unreadable: {source}")),
-            Err(e) => return Err(e),
+        let (bytes, meta) = match read_regular_meta(&self.resolve(&path)?, MAX_STATE_BYTES, Follow::No) {
+            Ok(read) => read,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Ok((Ledger::new(component), false))),
+            Err(source) => return Ok(Err(format!("unreadable: {source}"))),
+        };
+        let mut known = self.ledgers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(k) = known.get(&path).filter(|k| k.bytes == bytes) {
+            let durable = k.stored.is_some_and(|stored| stored == Unchanged::of(&meta));
+            return Ok(Ok((k.ledger.clone(), durable)));
+        }
+        Ok(match Ledger::decode(&bytes) {
+            Ok(ledger) if ledger.component == component => {
+                known.insert(
+                    path,
+                    KnownLedger {
+                        bytes,
+                        ledger: ledger.clone(),
+                        stored: None,
+                    },
+                );
+                Ok((ledger, false))
+            }
+            Ok(ledger) => Err(format!("belongs to component {:?}", ledger.component)),
+            Err(CorruptLedger { reason }) => Err(reason),
         })
     }
 
     /// Reads the ledger; an unusable one is moved aside and reported, never fatal.
     pub fn load_ledger(&self, state_dir: &HostPath, component: &str) -> Result<LoadedLedger, HostFsError> {
         let path = Self::ledger_path(state_dir, component)?;
-        let problem = match self.read_ledger(state_dir, component)? {
-            Ok(ledger) => {
+        let problem = match self.read_ledger_known(state_dir, component)? {
+            Ok((ledger, durable)) => {
                 return Ok(LoadedLedger {
                     ledger,
                     set_aside: None,
+                    durable,
                 });
             }
             Err(problem) => problem,
@@ -578,6 +731,7 @@ impl HostFs {
                 moved_to,
                 reason: problem,
             }),
+            durable: false,
         })
     }
 
@@ -597,7 +751,22 @@ impl HostFs {
         if self.read(&path)?.as_deref() == Some(&bytes[..]) {
             return Ok(());
         }
-        self.write_file(&path, &bytes, LEDGER_MODE, Role::Credential)
+        let mut known = self.ledgers.lock().unwrap_or_else(|e| e.into_inner());
+        // Until it is stored, nothing is known of what is there.
+        known.remove(&path);
+        self.write_file(&path, &bytes, LEDGER_MODE, Role::Credential)?;
+        let stored = fs::symlink_metadata(self.resolve(&path)?)
+            .ok()
+            .map(|m| Unchanged::of(&m));
+        known.insert(
+            path,
+            KnownLedger {
+                bytes,
+                ledger: ledger.clone(),
+                stored,
+            },
+        );
+        Ok(())
     }
 
     pub fn snapshot_path(state_dir: &HostPath, component: &str) -> Result<HostPath, HostPathError> {
@@ -835,14 +1004,28 @@ fn observe_real(path: &HostPath, real: &Path) -> Result<Observed, HostFsError> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Observed::Missing),
         Err(e) => return Err(io_err(path, "inspect")(e)),
     };
+    observe_meta(path, real, meta).map(|(observed, _)| observed)
+}
+
+/// What `meta` (the `lstat` of `real`) shows; a regular file is read and hashed, and then also
+/// returned is the `lstat` of what was read when it is the file `meta` described and nothing
+/// changed it while it was read (else `None`: not to be remembered).
+fn observe_meta(
+    path: &HostPath,
+    real: &Path,
+    meta: fs::Metadata,
+) -> Result<(Observed, Option<Unchanged>), HostFsError> {
     let kind = meta.file_type();
     if kind.is_symlink() {
-        return Ok(Observed::Symlink);
+        return Ok((Observed::Symlink, None));
     }
     if !kind.is_file() {
-        return Ok(Observed::Other {
-            kind: if kind.is_dir() { "directory" } else { "special file" },
-        });
+        return Ok((
+            Observed::Other {
+                kind: if kind.is_dir() { "directory" } else { "special file" },
+            },
+            None,
+        ));
     }
     // Checked again on the open file: whatever was swapped in since is never read through.
     let (mut file, _) = open_regular(real, Follow::No).map_err(|source| match source.kind() {
@@ -867,14 +1050,23 @@ fn observe_real(path: &HostPath, real: &Path) -> Result<Observed, HostFsError> {
             Err(e) => return Err(io_err(path, "read")(e)),
         }
     }
-    Ok(Observed::File {
-        sha256: hex::encode(hasher.finalize()),
-        mode: FileMode(meta.mode() & 0o7777),
-        owner: Owner {
-            uid: meta.uid(),
-            gid: meta.gid(),
+    let before = Unchanged::of(&meta);
+    let read = file
+        .metadata()
+        .ok()
+        .map(|m| Unchanged::of(&m))
+        .filter(|after| *after == before);
+    Ok((
+        Observed::File {
+            sha256: hex::encode(hasher.finalize()),
+            mode: FileMode(meta.mode() & 0o7777),
+            owner: Owner {
+                uid: meta.uid(),
+                gid: meta.gid(),
+            },
         },
-    })
+        read,
+    ))
 }
 
 /// Whether the last component of a path may be a symlink.
@@ -922,6 +1114,11 @@ pub(crate) fn open_regular(path: &Path, follow: Follow) -> io::Result<(File, fs:
 /// Reads a regular file (see [`open_regular`]) of at most `limit` bytes. The bound holds while
 /// reading, so a file that grows is refused as soon as it passes the limit.
 pub fn read_regular(path: &Path, limit: u64, follow: Follow) -> io::Result<Vec<u8>> {
+    read_regular_meta(path, limit, follow).map(|(bytes, _)| bytes)
+}
+
+/// [`read_regular`], with the `fstat` of the file read.
+fn read_regular_meta(path: &Path, limit: u64, follow: Follow) -> io::Result<(Vec<u8>, fs::Metadata)> {
     let (file, meta) = open_regular(path, follow)?;
     let too_large = || {
         io::Error::new(
@@ -938,7 +1135,7 @@ pub fn read_regular(path: &Path, limit: u64, follow: Follow) -> io::Result<Vec<u
     if bytes.len() as u64 > limit {
         return Err(too_large());
     }
-    Ok(bytes)
+    Ok((bytes, meta))
 }
 
 fn sync_dir(path: &HostPath, dir: &Path) -> Result<(), HostFsError> {
@@ -1228,6 +1425,90 @@ mod tests {
         let removed = n.fs.clean_stale_temps([&hp("/etc/kubernetes/manifests/a.yaml")]);
         assert_eq!(removed.len(), 1);
         assert!(!ours.exists() && other_file.exists() && foreign.exists());
+    }
+
+    #[test]
+    fn an_observation_is_taken_again_only_while_the_file_shows_the_same_lstat() {
+        let mut n = node();
+        n.fs.settled = std::time::Duration::ZERO;
+        let path = hp("/etc/kubernetes/a.conf");
+        let real = n.real("/etc/kubernetes/a.conf");
+        fs::create_dir_all(real.parent().unwrap()).unwrap();
+        fs::write(&real, "one").unwrap();
+        let one = n.fs.observe(&path).unwrap();
+        assert!(matches!(&one, Observed::File { sha256, .. } if *sha256 == sha256_hex(b"one")));
+        // What is remembered is what the next observation gives, unread: a stand-in shows it.
+        let stand_in = Observed::Other { kind: "remembered" };
+        n.fs.observed.lock().unwrap().get_mut(&real).unwrap().1 = stand_in.clone();
+        assert_eq!(n.fs.observe(&path).unwrap(), stand_in);
+        // Replaced (a new inode), written in place, chmod: read again.
+        fs::write(n.real("/etc/kubernetes/.new"), "two").unwrap();
+        fs::rename(n.real("/etc/kubernetes/.new"), &real).unwrap();
+        assert!(matches!(n.fs.observe(&path).unwrap(), Observed::File { sha256, .. } if sha256 == sha256_hex(b"two")));
+        n.fs.observed.lock().unwrap().get_mut(&real).unwrap().1 = stand_in.clone();
+        fs::write(&real, "three!").unwrap();
+        assert!(
+            matches!(n.fs.observe(&path).unwrap(), Observed::File { sha256, .. } if sha256 == sha256_hex(b"three!"))
+        );
+        n.fs.observed.lock().unwrap().get_mut(&real).unwrap().1 = stand_in.clone();
+        fs::set_permissions(&real, fs::Permissions::from_mode(0o640)).unwrap();
+        assert!(matches!(n.fs.observe(&path).unwrap(), Observed::File { mode, .. } if mode == FileMode(0o640)));
+        // Forgotten (an event named it, or the resync): read again.
+        n.fs.observed.lock().unwrap().get_mut(&real).unwrap().1 = stand_in.clone();
+        n.fs.forget_observed([real.as_path()]);
+        assert!(matches!(n.fs.observe(&path).unwrap(), Observed::File { .. }));
+        n.fs.observed.lock().unwrap().get_mut(&real).unwrap().1 = stand_in.clone();
+        n.fs.forget_all_observed();
+        assert!(matches!(n.fs.observe(&path).unwrap(), Observed::File { .. }));
+        // Deleted: missing, whatever was remembered.
+        fs::remove_file(&real).unwrap();
+        assert_eq!(n.fs.observe(&path).unwrap(), Observed::Missing);
+        // A file changed less than the settle time before it was read is read every time: a
+        // write in the same tick of the file system's clock would leave its lstat as it was.
+        n.fs.settled = SETTLED;
+        fs::write(&real, "four").unwrap();
+        n.fs.observe(&path).unwrap();
+        assert!(n.fs.observed.lock().unwrap().get(&real).is_none());
+    }
+
+    #[test]
+    fn a_ledger_is_durable_only_as_the_very_file_this_process_stored() {
+        let n = node();
+        let state = hp("/var/lib/kube-anchor");
+        let mut l = Ledger::new("c");
+        l.content_hash = Some("x".into());
+        l.record(kube_anchor_core::ledger::LedgerEntry {
+            path: hp("/etc/kubernetes/a"),
+            sha256: "s".into(),
+            mode: FileMode(0o600),
+            owner: None,
+            role: Role::Credential,
+            written_at: "t".into(),
+            previous_sha256: None,
+            original: None,
+            renewed_on_node: false,
+        });
+        assert!(!n.fs.load_ledger(&state, "c").unwrap().durable, "none stored yet");
+        n.fs.store_ledger(&state, &l).unwrap();
+        let loaded = n.fs.load_ledger(&state, "c").unwrap();
+        assert!(loaded.durable);
+        assert_eq!(loaded.ledger, l);
+        // The same bytes stored by another writer (another process): not known to be durable.
+        let file = n.real("/var/lib/kube-anchor/v1/c.json");
+        let bytes = fs::read(&file).unwrap();
+        fs::remove_file(&file).unwrap();
+        fs::write(&file, &bytes).unwrap();
+        let loaded = n.fs.load_ledger(&state, "c").unwrap();
+        assert!(!loaded.durable);
+        assert_eq!(loaded.ledger, l);
+        // Another ledger there: read as it is, not as remembered.
+        let mut other = l.clone();
+        other.content_hash = Some("y".into());
+        let other_fs = HostFs::new(n.dir.path(), n.fs.roots.clone()).unwrap();
+        other_fs.store_ledger(&state, &other).unwrap();
+        let loaded = n.fs.load_ledger(&state, "c").unwrap();
+        assert!(!loaded.durable);
+        assert_eq!(loaded.ledger, other);
     }
 
     #[test]
