@@ -61,6 +61,45 @@ pub struct DirWatcher {
     dirs: BTreeMap<PathBuf, Watched>,
     /// The last `IN_MOVED_FROM` (watch, cookie, name), to pair with its `IN_MOVED_TO`.
     moved_from: Option<(WatchDescriptor, u32, OsString)>,
+    /// What the events read since [`DirWatcher::take_touched`] touched.
+    touched: Touched,
+}
+
+/// What events touched: whatever the daemon keeps of what it read or observed there is stale.
+/// Every event counts, also one that asks for no sync (a write in progress, a chmod of an
+/// input): the sync it waits for must not take the old read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Touched {
+    /// Something changed in an input directory.
+    pub inputs: bool,
+    /// The real paths of the managed files events named.
+    pub managed: BTreeSet<PathBuf>,
+    /// Events were lost (the queue overflowed) or a watched directory went away: anything may
+    /// have changed.
+    pub everything: bool,
+}
+
+/// What a sync must read afresh rather than take from the syncs before it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stale {
+    /// The inputs and every managed file.
+    Everything,
+    /// The inputs (when `inputs`) and the managed files named.
+    Some { inputs: bool, managed: BTreeSet<PathBuf> },
+}
+
+impl Touched {
+    /// What is stale: all when events were lost or the periodic resync is due; the inputs also
+    /// while an input directory is not watched (a change there would go unseen).
+    pub fn stale(self, resync_due: bool, inputs_watched: bool) -> Stale {
+        if self.everything || resync_due {
+            return Stale::Everything;
+        }
+        Stale::Some {
+            inputs: self.inputs || !inputs_watched,
+            managed: self.managed,
+        }
+    }
 }
 
 impl DirWatcher {
@@ -72,7 +111,31 @@ impl DirWatcher {
             events,
             dirs: BTreeMap::new(),
             moved_from: None,
+            touched: Touched::default(),
         })
+    }
+
+    /// Whether every one of `dirs` is watched now (a change in one that is not goes unseen).
+    pub fn watches_all<'a>(&self, mut dirs: impl Iterator<Item = &'a PathBuf>) -> bool {
+        dirs.all(|d| self.dirs.contains_key(d))
+    }
+
+    /// Reads the events already queued, without waiting, and returns what every event read
+    /// since the last call touched.
+    pub fn take_touched(&mut self) -> Touched {
+        while let Some(next) = self.events.next().now_or_never() {
+            match next {
+                Some(Ok(event)) => {
+                    self.handle(event);
+                }
+                // Nothing can be known of what was lost.
+                _ => {
+                    self.touched.everything = true;
+                    break;
+                }
+            }
+        }
+        std::mem::take(&mut self.touched)
     }
 
     /// Makes the watched directories exactly `wanted` (non-recursive watches), with their roles.
@@ -155,6 +218,18 @@ impl DirWatcher {
         if dir.is_none() && mask & IN_Q_OVERFLOW == 0 {
             return false; // a watch removed meanwhile
         }
+        self.touched.inputs |= input;
+        if mask & IN_Q_OVERFLOW != 0 {
+            self.touched.everything = true;
+        }
+        // The managed files named: the event's own name and, for a rename, the name it had.
+        for name in [raw.name.as_ref(), moved_from.as_ref()].into_iter().flatten() {
+            for (path, w) in self.dirs.iter().filter(|(_, w)| w.wd == raw.wd) {
+                if w.role.managed.contains(name) {
+                    self.touched.managed.insert(path.join(name));
+                }
+            }
+        }
         let event = Event {
             mask,
             name,
@@ -181,6 +256,7 @@ impl DirWatcher {
             .intersects(EventMask::IGNORED | EventMask::DELETE_SELF | EventMask::MOVE_SELF)
         {
             // The directory is gone or elsewhere: watch its path again at the next sync.
+            self.touched.everything = true;
             let stale: Vec<PathBuf> = self
                 .dirs
                 .iter()
@@ -199,6 +275,104 @@ impl DirWatcher {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_is_read_afresh() {
+        let named: BTreeSet<PathBuf> = [PathBuf::from("/h/f.conf")].into();
+        let touched = |inputs, everything| Touched {
+            inputs,
+            managed: named.clone(),
+            everything,
+        };
+        let some = |inputs| Stale::Some {
+            inputs,
+            managed: named.clone(),
+        };
+        // (inputs touched, events lost, resync due, inputs watched) -> stale
+        let table = [
+            ((false, false, false, true), some(false)),
+            ((true, false, false, true), some(true)),
+            ((false, false, false, false), some(true)),
+            ((false, true, false, true), Stale::Everything),
+            ((false, false, true, true), Stale::Everything),
+            ((true, true, true, false), Stale::Everything),
+        ];
+        for ((inputs, lost, resync, watched), want) in table {
+            assert_eq!(
+                touched(inputs, lost).stale(resync, watched),
+                want,
+                "{inputs} {lost} {resync} {watched}"
+            );
+        }
+    }
+
+    /// What the events so far touched, once the runtime has seen them arrive.
+    async fn touched(w: &mut DirWatcher) -> Touched {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        w.take_touched()
+    }
+
+    #[tokio::test]
+    async fn every_event_says_what_it_touched_also_one_that_asks_for_no_sync() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let input_dir = dir.path().join("in");
+        let host_dir = dir.path().join("host");
+        std::fs::create_dir_all(&input_dir).unwrap();
+        std::fs::create_dir_all(&host_dir).unwrap();
+        let mut w = DirWatcher::new().unwrap();
+        let wanted: BTreeMap<PathBuf, DirRole> = [
+            (input_dir.clone(), DirRole::input()),
+            (
+                host_dir.clone(),
+                DirRole {
+                    input: false,
+                    managed: [OsString::from("f.conf"), OsString::from("g.conf")].into(),
+                },
+            ),
+        ]
+        .into();
+        w.ensure(wanted.clone());
+        assert!(w.watches_all(wanted.keys()));
+        assert!(!w.watches_all([dir.path().join("elsewhere")].iter()));
+        assert_eq!(touched(&mut w).await, Touched::default(), "nothing yet");
+
+        // Another component's file, and a write in progress in an input directory (no sync).
+        std::fs::write(host_dir.join("other.yaml"), "y").unwrap();
+        std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(input_dir.join("plain"))
+            .unwrap();
+        let t = touched(&mut w).await;
+        assert!(t.inputs);
+        assert!(t.managed.is_empty() && !t.everything);
+        assert_eq!(touched(&mut w).await, Touched::default(), "taken");
+
+        // A managed file deleted, another written in place, our own commit over a third name.
+        std::fs::write(host_dir.join("f.conf"), "x").unwrap();
+        std::fs::write(host_dir.join("g.conf"), "x").unwrap();
+        touched(&mut w).await;
+        std::fs::remove_file(host_dir.join("f.conf")).unwrap();
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(host_dir.join("g.conf"))
+            .unwrap()
+            .write_all(b"more")
+            .unwrap();
+        let t = touched(&mut w).await;
+        assert_eq!(
+            t.managed,
+            [host_dir.join("f.conf"), host_dir.join("g.conf")].into()
+        );
+        assert!(!t.inputs && !t.everything);
+
+        // A watched directory gone: anything may have changed.
+        std::fs::remove_dir_all(&host_dir).unwrap();
+        assert!(touched(&mut w).await.everything);
+        assert!(!w.watches_all(wanted.keys()));
+    }
 
     #[tokio::test]
     async fn a_configmap_swap_wakes_once_and_our_own_commit_not_at_all() {
