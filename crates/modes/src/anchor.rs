@@ -30,7 +30,7 @@ use kube_anchor_core::plan::Notice;
 use kube_anchor_core::runtime::{Local, RuntimeView};
 use kube_anchor_core::trial::{MirrorPod, VersionView};
 use kube_anchor_core::turn::Answer;
-use kube_anchor_host::watch::{DirRole, DirWatcher};
+use kube_anchor_host::watch::{DirRole, DirWatcher, Stale};
 use kube_anchor_k8s::anchor_status;
 use kube_anchor_k8s::cri::{RuntimeObserver, StaticPodRef};
 use kube_anchor_k8s::direct::HealthCheck;
@@ -107,6 +107,8 @@ struct Daemon {
     input_error: Option<String>,
     started: Instant,
     input_dirs: BTreeSet<PathBuf>,
+    /// What the last syncs read of the inputs, kept while no event says it changed.
+    known: KnownReads,
     /// `spec.etcdMember`: the membership record the manifest renders with.
     member_record: Option<kube_anchor_core::membership::Record>,
     /// Why the etcd join is not finished (a learner to promote, or waiting); retried soon.
@@ -128,6 +130,18 @@ struct Daemon {
     status_due: Option<tokio::time::Instant>,
     /// The last failed write's error (logged at warn once).
     status_error: Option<String>,
+}
+
+/// What a sync takes from the syncs before it instead of reading again (design.md,
+/// "Event-driven sync"): the inputs, until an event touches an input directory; the host files'
+/// observations are kept by `HostFs`, each until an event names its file. All of it is read
+/// afresh at every `--resync-period`, and whenever events were lost or a watch was missing.
+#[derive(Default)]
+struct KnownReads {
+    /// The inputs as last read, all from one generation of every volume.
+    inputs: Option<Inputs>,
+    /// When everything was last read and observed afresh; `None`: at the next sync.
+    full_at: Option<tokio::time::Instant>,
 }
 
 /// An Event kept until the API answers.
@@ -234,6 +248,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         input_error: None,
         started: Instant::now(),
         input_dirs: BTreeSet::new(),
+        known: KnownReads::default(),
         member_record: None,
         membership_pending: None,
         learner_watch: None,
@@ -289,11 +304,13 @@ impl Daemon {
                         if let Err(e) = changed {
                             tracing::error!(component = %self.component, error = %e, "reading inotify events failed; syncing on the resync period only");
                             sleep_opt(Some(self.args.resync_period)).await;
+                            self.known.full_at = None;
                         }
                         break;
                     }
                     // Deadlines from the last sync: evaluations in between must not push them back.
-                    _ = tokio::time::sleep_until(synced + self.args.resync_period) => break,
+                    // The resync's from the last one: syncs on events read only what changed.
+                    _ = tokio::time::sleep_until(self.known.full_at.unwrap_or(synced) + self.args.resync_period) => break,
                     _ = sleep_until_opt(self.membership_pending.as_ref().map(|_| synced + MEMBERSHIP_RETRY)) => break,
                     _ = sleep_until_opt(self.machine.turn.waiting.as_ref().map(|_| synced + TURN_RETRY)) => break,
                     _ = sleep_until_opt(self.credential_drift_since.map(|since| since + CREDENTIAL_SETTLE)) => break,
@@ -391,6 +408,7 @@ impl Daemon {
 
     async fn sync(&mut self) {
         self.connect().await;
+        self.forget_stale();
         self.membership_step().await;
         let effects = self.sync_pass();
         if self.carry_out_turn(effects).await {
@@ -400,6 +418,7 @@ impl Daemon {
         }
         // A change that landed between reading a directory and watching it went unseen.
         if self.watch_dirs() {
+            self.known.full_at = None;
             self.sync_pass();
             self.watch_dirs();
         }
@@ -442,7 +461,9 @@ impl Daemon {
             }
             return;
         }
-        let inputs = match Inputs::load(&self.args.config, self.engine.roots()) {
+        // Read as the sync reads them, and kept for it: one read of the inputs per sync.
+        let pinned = self.args.expect_inputs.clone();
+        let inputs = match self.load_inputs(&pinned) {
             Ok(inputs) if inputs.anchor.etcd_member.is_some() => inputs,
             _ => {
                 self.membership_pending = None;
@@ -567,9 +588,34 @@ impl Daemon {
         }
     }
 
+    /// Drops what events say may have changed since it was read: the inputs when an input
+    /// directory was touched, the observation of each managed file an event named; everything
+    /// when events were lost, an input directory is not watched, or the resync is due.
+    fn forget_stale(&mut self) {
+        let resync_due = self
+            .known
+            .full_at
+            .is_none_or(|at| at.elapsed() >= self.args.resync_period);
+        let inputs_watched = self.watcher.watches_all(self.input_dirs.iter());
+        match self.watcher.take_touched().stale(resync_due, inputs_watched) {
+            Stale::Everything => {
+                self.known.inputs = None;
+                self.engine.fs.forget_all_observed();
+                self.known.full_at = Some(tokio::time::Instant::now());
+            }
+            Stale::Some { inputs, managed } => {
+                if inputs {
+                    self.known.inputs = None;
+                }
+                self.engine.fs.forget_observed(managed.iter().map(PathBuf::as_path));
+            }
+        }
+    }
+
     /// One pass of the files; what the machine asks of the rollout Lease is returned, for the
     /// async caller.
     fn sync_pass(&mut self) -> Vec<Effect> {
+        self.forget_stale();
         self.shared.update(|s| s.sync_started = Some(Instant::now()));
         let mut lease_effects = Vec::new();
         let mut result = self.sync_files(&mut lease_effects);
@@ -681,6 +727,9 @@ impl Daemon {
     /// read spanning a swap could mix two generations (the config of one, a source of the
     /// next). Such a read is done again; the swap's own event brings one more sync anyway.
     fn load_inputs(&mut self, pinned: &Option<PinnedInputs>) -> Result<Inputs, EngineError> {
+        if let Some(inputs) = &self.known.inputs {
+            return Ok(inputs.clone());
+        }
         let mut attempt = 1;
         loop {
             let dirs = self.input_dirs.clone();
@@ -688,6 +737,11 @@ impl Daemon {
             let inputs = Inputs::load(&self.args.config, self.engine.roots())?;
             self.input_dirs = input_dirs(&self.args.config, &inputs, pinned);
             if self.input_dirs == dirs && volume_generations(&dirs) == before {
+                // Kept only while every input directory is watched (else no event would say
+                // it changed).
+                if self.watcher.watches_all(self.input_dirs.iter()) {
+                    self.known.inputs = Some(inputs.clone());
+                }
                 return Ok(inputs);
             }
             if attempt == MAX_INPUT_READS {
@@ -730,7 +784,7 @@ impl Daemon {
         };
         let mut refusal = match candidate {
             Some(c) if !(ledger.bad_version(&c.content_hash).is_some() && last_known_good.is_some()) => {
-                self.engine.check_credentials(c).err()
+                self.engine.check_credentials_with(c, &ledger).err()
             }
             _ => None,
         };

@@ -342,6 +342,9 @@ impl Engine {
         let _lock = self.fs.lock(&self.state_dir, &desired.component)?;
         let loaded = self.fs.load_ledger(&self.state_dir, &desired.component)?;
         let mut ledger = loaded.ledger;
+        // The ledger as it is on disk, when that is known to survive a power cut: a repair of
+        // what it records needs no intent record.
+        let durable = loaded.durable.then(|| ledger.clone());
         if let Some(d) = &ledger.decommissioned {
             return Err(EngineError::Decommissioned {
                 component: desired.component.clone(),
@@ -397,8 +400,10 @@ impl Engine {
         self.keep_originals(&desired.component, &originals)?;
         report.replaced = originals.iter().map(|(p, _)| p.clone()).collect();
         let (ops, restores) = self.restoring(&desired.component, &ledger, plan.ops, &mut report.notices);
-        // The intent is on disk before the first rename, so no crash strands a file we wrote.
-        let intent = if ops.iter().any(|op| matches!(op, Op::Write { .. })) {
+        // The intent is on disk before the first rename, so no crash strands a file we wrote;
+        // unless the ledger on disk, durable, already records every write's content.
+        let recorded = durable.is_some_and(|on_disk| plan::writes_recorded(&on_disk, &ops));
+        let intent = if !recorded && ops.iter().any(|op| matches!(op, Op::Write { .. })) {
             let intent = plan::intent(&ledger, &ops, &observations, &now);
             Some((
                 HostFs::ledger_path(&self.state_dir, &desired.component)?,
@@ -467,14 +472,19 @@ impl Engine {
     /// (`credentials::check`), before anything is written. Versions read back from the ledger
     /// (last-known-good, rollback) are not judged again: they ran here.
     pub fn check_credentials(&self, desired: &Desired) -> Result<(), EngineError> {
-        use kube_anchor_core::credentials::{self, Context, File};
-        let observations = self.fs.observe_all(desired.files.iter().map(|f| &f.path))?;
         let ledger = self
             .fs
             .read_ledger(&self.state_dir, &desired.component)?
             .unwrap_or_else(|_| Ledger::new(&desired.component));
+        self.check_credentials_with(desired, &ledger)
+    }
+
+    /// [`Engine::check_credentials`] with the ledger the caller read.
+    pub fn check_credentials_with(&self, desired: &Desired, ledger: &Ledger) -> Result<(), EngineError> {
+        use kube_anchor_core::credentials::{self, Context, File};
+        let observations = self.fs.observe_all(desired.files.iter().map(|f| &f.path))?;
         // A renewal made on the node is kept, not written over: its file does not change.
-        let renewed = self.renewed_on_node(desired, &observations, &ledger);
+        let renewed = self.renewed_on_node(desired, &observations, ledger);
         let files: Vec<File> = desired
             .files
             .iter()
