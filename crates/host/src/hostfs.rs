@@ -1117,6 +1117,27 @@ pub fn read_regular(path: &Path, limit: u64, follow: Follow) -> io::Result<Vec<u
     read_regular_meta(path, limit, follow).map(|(bytes, _)| bytes)
 }
 
+/// Which file a path leads to and its state (device, inode, size, mode, owner, times): what
+/// was read from it stands while its identity is the same (the daemon's kept inputs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileIdentity(Unchanged);
+
+/// [`read_regular`], with the identity of the file read (its `fstat` before the read): a later
+/// [`identity`] that differs means it may hold other bytes.
+pub fn read_regular_identified(path: &Path, limit: u64, follow: Follow) -> io::Result<(Vec<u8>, FileIdentity)> {
+    read_regular_meta(path, limit, follow).map(|(bytes, meta)| (bytes, FileIdentity(Unchanged::of(&meta))))
+}
+
+/// The identity of the file at `path` now (symlinks followed with [`Follow::Yes`]); `None` when
+/// there is none to be had.
+pub fn identity(path: &Path, follow: Follow) -> Option<FileIdentity> {
+    let meta = match follow {
+        Follow::Yes => fs::metadata(path),
+        Follow::No => fs::symlink_metadata(path),
+    };
+    meta.ok().map(|m| FileIdentity(Unchanged::of(&m)))
+}
+
 /// [`read_regular`], with the `fstat` of the file read.
 fn read_regular_meta(path: &Path, limit: u64, follow: Follow) -> io::Result<(Vec<u8>, fs::Metadata)> {
     let (file, meta) = open_regular(path, follow)?;
@@ -1471,10 +1492,8 @@ mod tests {
         assert!(n.fs.observed.lock().unwrap().get(&real).is_none());
     }
 
-    #[test]
-    fn a_ledger_is_durable_only_as_the_very_file_this_process_stored() {
-        let n = node();
-        let state = hp("/var/lib/kube-anchor");
+    /// A ledger of component `c` with one entry.
+    fn a_ledger() -> Ledger {
         let mut l = Ledger::new("c");
         l.content_hash = Some("x".into());
         l.record(kube_anchor_core::ledger::LedgerEntry {
@@ -1488,6 +1507,14 @@ mod tests {
             original: None,
             renewed_on_node: false,
         });
+        l
+    }
+
+    #[test]
+    fn a_ledger_is_durable_only_as_the_very_file_this_process_stored() {
+        let n = node();
+        let state = hp("/var/lib/kube-anchor");
+        let l = a_ledger();
         assert!(!n.fs.load_ledger(&state, "c").unwrap().durable, "none stored yet");
         n.fs.store_ledger(&state, &l).unwrap();
         let loaded = n.fs.load_ledger(&state, "c").unwrap();
@@ -1515,19 +1542,7 @@ mod tests {
     fn corrupt_ledger_is_set_aside() {
         let n = node();
         let state = hp("/var/lib/kube-anchor");
-        let mut l = Ledger::new("c");
-        l.content_hash = Some("x".into());
-        l.record(kube_anchor_core::ledger::LedgerEntry {
-            path: hp("/etc/kubernetes/a"),
-            sha256: "s".into(),
-            mode: FileMode(0o600),
-            owner: None,
-            role: Role::Credential,
-            written_at: "t".into(),
-            previous_sha256: None,
-            original: None,
-            renewed_on_node: false,
-        });
+        let l = a_ledger();
         n.fs.store_ledger(&state, &l).unwrap();
         assert_eq!(n.fs.load_ledger(&state, "c").unwrap().ledger, l);
         let file = n.real("/var/lib/kube-anchor/v1/c.json");

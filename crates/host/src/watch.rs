@@ -306,6 +306,22 @@ mod tests {
         }
     }
 
+    /// A temp dir with an input directory `in` and a host directory `host` holding `managed`,
+    /// and the roles to watch them with.
+    fn input_and_host(managed: &[&str]) -> (tempfile::TempDir, PathBuf, PathBuf, BTreeMap<PathBuf, DirRole>) {
+        let dir = tempfile::tempdir().unwrap();
+        let input_dir = dir.path().join("in");
+        let host_dir = dir.path().join("host");
+        std::fs::create_dir_all(&input_dir).unwrap();
+        std::fs::create_dir_all(&host_dir).unwrap();
+        let host = DirRole {
+            input: false,
+            managed: managed.iter().map(OsString::from).collect(),
+        };
+        let wanted = [(input_dir.clone(), DirRole::input()), (host_dir.clone(), host)].into();
+        (dir, input_dir, host_dir, wanted)
+    }
+
     /// What the events so far touched, once the runtime has seen them arrive.
     async fn touched(w: &mut DirWatcher) -> Touched {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
@@ -315,23 +331,8 @@ mod tests {
     #[tokio::test]
     async fn every_event_says_what_it_touched_also_one_that_asks_for_no_sync() {
         use std::io::Write;
-        let dir = tempfile::tempdir().unwrap();
-        let input_dir = dir.path().join("in");
-        let host_dir = dir.path().join("host");
-        std::fs::create_dir_all(&input_dir).unwrap();
-        std::fs::create_dir_all(&host_dir).unwrap();
+        let (dir, input_dir, host_dir, wanted) = input_and_host(&["f.conf", "g.conf"]);
         let mut w = DirWatcher::new().unwrap();
-        let wanted: BTreeMap<PathBuf, DirRole> = [
-            (input_dir.clone(), DirRole::input()),
-            (
-                host_dir.clone(),
-                DirRole {
-                    input: false,
-                    managed: [OsString::from("f.conf"), OsString::from("g.conf")].into(),
-                },
-            ),
-        ]
-        .into();
         w.ensure(wanted.clone());
         assert!(w.watches_all(wanted.keys()));
         assert!(!w.watches_all([dir.path().join("elsewhere")].iter()));
@@ -362,10 +363,7 @@ mod tests {
             .write_all(b"more")
             .unwrap();
         let t = touched(&mut w).await;
-        assert_eq!(
-            t.managed,
-            [host_dir.join("f.conf"), host_dir.join("g.conf")].into()
-        );
+        assert_eq!(t.managed, [host_dir.join("f.conf"), host_dir.join("g.conf")].into());
         assert!(!t.inputs && !t.everything);
 
         // A watched directory gone: anything may have changed.
@@ -376,21 +374,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_configmap_swap_wakes_once_and_our_own_commit_not_at_all() {
-        let dir = tempfile::tempdir().unwrap();
-        let input_dir = dir.path().join("in");
-        let host_dir = dir.path().join("host");
-        std::fs::create_dir_all(&input_dir).unwrap();
-        std::fs::create_dir_all(&host_dir).unwrap();
+        let (_dir, input_dir, host_dir, wanted) = input_and_host(&["f.conf"]);
         let mut w = DirWatcher::new().unwrap();
-        let mut wanted = BTreeMap::new();
-        wanted.insert(input_dir.clone(), DirRole::input());
-        wanted.insert(
-            host_dir.clone(),
-            DirRole {
-                input: false,
-                managed: [OsString::from("f.conf")].into(),
-            },
-        );
         assert!(w.ensure(wanted.clone()));
         assert!(!w.ensure(wanted.clone()), "nothing new to watch");
         let quick = std::time::Duration::from_millis(200);
