@@ -727,7 +727,7 @@ impl Daemon {
     /// read spanning a swap could mix two generations (the config of one, a source of the
     /// next). Such a read is done again; the swap's own event brings one more sync anyway.
     fn load_inputs(&mut self, pinned: &Option<PinnedInputs>) -> Result<Inputs, EngineError> {
-        if let Some(inputs) = &self.known.inputs {
+        if let Some(inputs) = self.known.inputs.as_ref().filter(|i| i.unchanged()) {
             return Ok(inputs.clone());
         }
         let mut attempt = 1;

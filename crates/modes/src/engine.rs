@@ -12,7 +12,8 @@ use kube_anchor_core::ledger::{Ledger, LedgerEntry, Original, Snapshot};
 use kube_anchor_core::plan::{self, FileStatus, Notice, Op, PlanError, WriteReason};
 use kube_anchor_core::render::Variables;
 use kube_anchor_host::hostfs::{
-    Done, Follow, HostFs, HostFsError, MAX_INPUT_BYTES, MAX_TOTAL_INPUT_BYTES, SetAside, read_regular, reader,
+    Done, FileIdentity, Follow, HostFs, HostFsError, MAX_INPUT_BYTES, MAX_TOTAL_INPUT_BYTES, SetAside, identity,
+    read_regular_identified, reader,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -203,11 +204,14 @@ pub struct Inputs {
     /// Variable values given on the command line (`bootstrap`'s node name and address), which
     /// take the place of the environment's.
     pub given: std::collections::BTreeMap<String, String>,
+    /// The files read: the config's and each source's identity when it was read.
+    pub read: Vec<(PathBuf, FileIdentity)>,
 }
 
 impl Inputs {
     pub fn load(config_path: &Path, roots: &AllowedRoots) -> Result<Self, EngineError> {
-        let anchor = load_config(config_path, roots)?;
+        let (anchor, config_read) = load_config_identified(config_path, roots)?;
+        let mut read = vec![(config_path.to_path_buf(), config_read)];
         let mut sources = Vec::with_capacity(anchor.files.len());
         let credentials = anchor.files.iter().filter(|f| f.role == Role::Credential).count();
         let mut total = 0u64;
@@ -224,7 +228,7 @@ impl Inputs {
             };
             // Mounted ConfigMap and Secret files are symlinks into `..data`: followed.
             let left = MAX_INPUT_BYTES.min(MAX_TOTAL_INPUT_BYTES - total);
-            let bytes = read_regular(&spec.source, left, Follow::Yes).map_err(|e| {
+            let (bytes, identity) = read_regular_identified(&spec.source, left, Follow::Yes).map_err(|e| {
                 unreadable(
                     if left < MAX_INPUT_BYTES && e.kind() == std::io::ErrorKind::InvalidData {
                         std::io::Error::new(
@@ -238,12 +242,23 @@ impl Inputs {
             })?;
             total += bytes.len() as u64;
             sources.push(bytes);
+            read.push((spec.source.clone(), identity));
         }
         Ok(Self {
             anchor,
             sources,
             given: Default::default(),
+            read,
         })
+    }
+
+    /// Whether every file read still is the file it was (the same identity): else it may hold
+    /// other bytes, even with no event in a watched directory (a source symlinked from
+    /// elsewhere, a file replaced inside a volume's generation).
+    pub fn unchanged(&self) -> bool {
+        self.read
+            .iter()
+            .all(|(path, read)| identity(path, Follow::Yes) == Some(*read))
     }
 
     /// The variables the config allows, with their values from the process environment.
@@ -271,14 +286,19 @@ impl Inputs {
 /// Reads and validates the config at `path`: a regular file of at most [`MAX_INPUT_BYTES`];
 /// relative sources resolve against its directory.
 pub fn load_config(path: &Path, roots: &AllowedRoots) -> Result<Anchor, ConfigError> {
+    load_config_identified(path, roots).map(|(anchor, _)| anchor)
+}
+
+/// [`load_config`], with the identity of the file read.
+fn load_config_identified(path: &Path, roots: &AllowedRoots) -> Result<(Anchor, FileIdentity), ConfigError> {
     let unreadable = |source| ConfigError::Read {
         path: path.into(),
         source,
     };
-    let bytes = read_regular(path, MAX_INPUT_BYTES, Follow::Yes).map_err(unreadable)?;
+    let (bytes, read) = read_regular_identified(path, MAX_INPUT_BYTES, Follow::Yes).map_err(unreadable)?;
     let text = String::from_utf8(bytes)
         .map_err(|e| unreadable(std::io::Error::new(std::io::ErrorKind::InvalidData, e.utf8_error())))?;
-    config::parse(path, &text, roots)
+    Ok((config::parse(path, &text, roots)?, read))
 }
 
 pub fn now_rfc3339() -> String {
@@ -1011,5 +1031,46 @@ fn entry_for(
         previous_sha256: None,
         original: None,
         renewed_on_node: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kept_inputs_stand_only_while_every_file_read_is_the_file_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("anchor.yaml");
+        fs_write(
+            &config,
+            "apiVersion: kube-anchor.io/v1alpha1\nkind: Anchor\nmetadata: {name: c}\nspec:\n  files:\n  - {source: a, path: /etc/kubernetes/a, mode: \"0600\"}\n  manifest: {source: pod.yaml, path: /etc/kubernetes/manifests/c.yaml}\n",
+        );
+        fs_write(&dir.path().join("a"), "one");
+        fs_write(&dir.path().join("pod.yaml"), "pod");
+        let roots = AllowedRoots::new([HostPath::parse("/etc/kubernetes").unwrap()]);
+        let inputs = Inputs::load(&config, &roots).unwrap();
+        assert_eq!(inputs.read.len(), 3);
+        assert!(inputs.unchanged());
+        // A source replaced (a new file of the same bytes), written in place, or gone: read again.
+        let source = dir.path().join("a");
+        fs_write(&dir.path().join("a.new"), "one");
+        std::fs::rename(dir.path().join("a.new"), &source).unwrap();
+        assert!(!inputs.unchanged());
+        let inputs = Inputs::load(&config, &roots).unwrap();
+        assert!(inputs.unchanged());
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&source)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, b" more"))
+            .unwrap();
+        assert!(!inputs.unchanged());
+        let inputs = Inputs::load(&config, &roots).unwrap();
+        std::fs::remove_file(dir.path().join("pod.yaml")).unwrap();
+        assert!(!inputs.unchanged());
+    }
+
+    fn fs_write(path: &Path, text: &str) {
+        std::fs::write(path, text).unwrap();
     }
 }
