@@ -642,7 +642,7 @@ impl Node {
     fn post_status(&mut self, now: u64) {
         self.posted_at = now;
         self.marked_unready = false;
-        self.anchors_ready_posted = [0, 1, 2, 3].map(|c| self.anchors[c].as_ref().is_some_and(|p| p.ready));
+        self.anchors_ready_posted = std::array::from_fn(|c| self.anchors[c].as_ref().is_some_and(|p| p.ready));
     }
 }
 
@@ -769,23 +769,23 @@ impl World {
                     listed: Listed::Voter,
                     member_id: 1000 + i as u64,
                     published: true,
-                    hooks: [None, None, None, None],
+                    hooks: std::array::from_fn(|_| None),
                     kubelet_at: None,
                     kubelet_up: true,
                     kubelet_since: 0,
                     sources_ready: true,
-                    pods: [0, 1, 2, 3].map(pod),
-                    anchor_pods: [0, 1, 2, 3].map(|c| AnchorPodObject::Bound {
+                    pods: std::array::from_fn(pod),
+                    anchor_pods: std::array::from_fn(|c| AnchorPodObject::Bound {
                         revision: c,
                         serial: (i * COMPONENTS.len() + c) as u64,
                     }),
-                    anchors: [None, None, None, None],
+                    anchors: std::array::from_fn(|_| None),
                     anchor_start_at: [Some(0); 4],
                     posted_at: 0,
                     anchors_ready_posted: [false; 4],
                     marked_unready: false,
                     ledgers,
-                    inputs: [0, 1, 2, 3].map(Some),
+                    inputs: std::array::from_fn(Some),
                     inputs_due: [None; 4],
                     disk_data: Some(Data::main(1000 + i as u64)),
                     root_data: None,
@@ -807,8 +807,8 @@ impl World {
             now: 0,
             nodes,
             versions,
-            releases: [0, 1, 2, 3].map(|c| vec![c]),
-            leases: [0, 1, 2, 3].map(|_| Lease::free()),
+            releases: std::array::from_fn(|c| vec![c]),
+            leases: std::array::from_fn(|_| Lease::free()),
             // cp-1's processes lead, as the first node's do after a bootstrap.
             elections: [CONTROLLER_MANAGER, SCHEDULER].map(|c| Election {
                 holder: Some((0, c as u64, 0)),
@@ -1377,7 +1377,7 @@ impl World {
         for pod in &mut node.pods {
             pod.container = None;
         }
-        node.anchors = [None, None, None, None];
+        node.anchors = std::array::from_fn(|_| None);
         node.anchor_start_at = [None; 4];
         node.world_down_until = back + BOOT_GRACE;
     }
@@ -1590,6 +1590,10 @@ impl World {
         &self.elections[c - CONTROLLER_MANAGER]
     }
 
+    fn election_mut(&mut self, c: usize) -> &mut Election {
+        &mut self.elections[c - CONTROLLER_MANAGER]
+    }
+
     /// Node `n`'s container of component `c` is the process `(sandbox, attempt)` and runs.
     fn process_is(&self, n: usize, c: usize, sandbox: u64, attempt: u32) -> bool {
         self.nodes[n].powered
@@ -1652,18 +1656,16 @@ impl World {
                 e.since = now;
             }
         }
-        self.elections[c - CONTROLLER_MANAGER] = e;
+        *self.election_mut(c) = e;
         // What a control plane without it lacks, once its API serves. Three nodes or more: on
         // fewer a version on trial has no other copy to lead meanwhile (`NotRecovered` speaks
         // for those).
         let selected = self.nodes.iter().filter(|node| node.selected).count();
         if self.leads(c) || selected < 3 || !self.any_api(|w, j| w.serves_clients(j)) {
-            self.elections[c - CONTROLLER_MANAGER].leaderless_since = None;
+            self.election_mut(c).leaderless_since = None;
             return;
         }
-        let since = *self.elections[c - CONTROLLER_MANAGER]
-            .leaderless_since
-            .get_or_insert(now);
+        let since = *self.election_mut(c).leaderless_since.get_or_insert(now);
         if now >= since + LEADERLESS_GRACE {
             let detail = format!(
                 "no {} has led for {}s while an API server served clients",
@@ -2894,7 +2896,7 @@ impl World {
         let observation = match &action {
             Action::GatherEvidence { until } => {
                 let evidence = self.prestop_evidence(n, c);
-                let files = [0, 1, 2, 3].map(|d| self.files_here(n, d));
+                let files: [FilesHere; 4] = std::array::from_fn(|d| self.files_here(n, d));
                 let this = ThisPod {
                     namespace: "kube-system".into(),
                     name: self.anchor_pod_name(n, c),
