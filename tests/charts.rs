@@ -584,6 +584,38 @@ fn any_input_change_changes_the_pod_template() {
     );
 }
 
+/// `component.droppedServingNames` reaches the anchor's config (`spec.droppedServingNames`),
+/// which the anchor accepts; without it the config has no such key.
+#[test]
+fn dropped_serving_names_reach_the_anchor_config() {
+    let values = example("kube-apiserver");
+    let config_of = |extra: &[&str]| {
+        let mut args = vec!["-f", values.as_str()];
+        args.extend(extra);
+        let docs = render("kube-apiserver", &args);
+        of_kind(&docs, "ConfigMap")[0]["data"]["anchor.yaml"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let roots =
+        kube_anchor_core::hostpath::AllowedRoots::new([
+            kube_anchor_core::hostpath::HostPath::parse("/etc/kubernetes").unwrap()
+        ]);
+    let parse = |config: &str| {
+        kube_anchor_core::config::parse(Path::new("/etc/kube-anchor/config/anchor.yaml"), config, &roots)
+            .unwrap_or_else(|e| panic!("{e}\n{config}"))
+    };
+    let plain = config_of(&[]);
+    assert!(!plain.contains("droppedServingNames"), "{plain}");
+    assert!(parse(&plain).dropped_serving_names.is_empty());
+    let config = config_of(&["--set", "component.droppedServingNames={old-api.example,10.0.0.99}"]);
+    assert_eq!(
+        parse(&config).dropped_serving_names,
+        vec!["old-api.example".to_owned(), "10.0.0.99".to_owned()]
+    );
+}
+
 #[test]
 fn etcd_membership_renders_an_etcd_member_section_the_anchor_accepts() {
     let set = [

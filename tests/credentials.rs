@@ -138,6 +138,107 @@ fn bad_credentials_are_refused_and_the_node_keeps_what_it_has() {
     assert_eq!(f.read(CA), ca2.pem);
 }
 
+/// What a change would do to the component's clients, through the binary: a serving
+/// certificate without the first service address every pod dials, a renewal that drops a name
+/// the node's certificate has, and a client CA replaced while the kubelet's kubeconfig on the
+/// node holds a certificate of the old one; each refused with exit 1, naming the file, the name
+/// or CA and the client, and the node unchanged. The CA rotation in steps passes.
+#[test]
+fn changes_that_would_lock_out_a_client_are_refused() {
+    use base64::Engine as _;
+    let ca = new_ca();
+    let key = KeyPair::generate().unwrap();
+    let all = ["10.0.0.10", "10.96.0.1", "kubernetes.default.svc", "127.0.0.1"];
+    let f = fixture(&ca, &leaf(&ca, &all, 2024, 2124, &key), &key);
+    f.source(
+        "kube-apiserver.yaml",
+        MANIFEST.replace(
+            "--advertise-address=${NODE_IP}]",
+            &format!(
+                "--advertise-address=${{NODE_IP}}, --tls-cert-file={CERT}, --tls-private-key-file={KEY}, --client-ca-file={CA}, --service-cluster-ip-range=10.96.0.0/12]"
+            ),
+        ),
+    );
+    f.apply();
+    // The kubelet's kubeconfig on the node, another chart's file: a client certificate of the CA.
+    let kubelet_key = KeyPair::generate().unwrap();
+    let kubelet_cert = leaf(&ca, &[], 2024, 2100, &kubelet_key);
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let kubeconfig = |cert: &str, key: &KeyPair| {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://10.0.0.10:6443\nusers:\n- name: kubelet\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\n",
+            b64(cert),
+            b64(&key.serialize_pem())
+        )
+    };
+    std::fs::write(
+        f.host("/etc/kubernetes/kubelet.conf"),
+        kubeconfig(&kubelet_cert, &kubelet_key),
+    )
+    .unwrap();
+
+    // Without the first service address.
+    f.source(
+        "apiserver.crt",
+        leaf(
+            &ca,
+            &["10.0.0.10", "kubernetes.default.svc", "127.0.0.1"],
+            2024,
+            2124,
+            &key,
+        ),
+    );
+    refused(
+        &f,
+        CERT,
+        "does not cover 10.96.0.1, which every pod, through the kubernetes Service at 10.96.0.1",
+    );
+    // A renewal that drops 127.0.0.1, which the certificate on the node covers.
+    f.source(
+        "apiserver.crt",
+        leaf(
+            &ca,
+            &["10.0.0.10", "10.96.0.1", "kubernetes.default.svc"],
+            2024,
+            2125,
+            &key,
+        ),
+    );
+    refused(&f, CERT, "drops 127.0.0.1");
+    f.source("apiserver.crt", leaf(&ca, &all, 2024, 2124, &key));
+
+    // The CA replaced by a new one, its serving certificate with it: the kubelet is locked out.
+    let ca2 = new_ca();
+    let key2 = KeyPair::generate().unwrap();
+    f.source("ca.crt", &ca2.pem);
+    f.source("apiserver.crt", leaf(&ca2, &all, 2024, 2124, &key2));
+    f.source("apiserver.key", key2.serialize_pem());
+    refused(
+        &f,
+        CA,
+        "no longer trusts /etc/kubernetes/kubelet.conf (user kubelet: client-certificate-data)",
+    );
+    let out = f.run("apply", &[]);
+    assert!(
+        stderr(&out).contains("first a bundle of the old and the new CA"),
+        "{}",
+        stderr(&out)
+    );
+
+    // In steps: the bundle with both; the kubelet's certificate re-issued; the old CA dropped.
+    f.source("ca.crt", format!("{}{}", ca.pem, ca2.pem));
+    f.apply();
+    let kubelet_cert2 = leaf(&ca2, &[], 2024, 2100, &kubelet_key);
+    std::fs::write(
+        f.host("/etc/kubernetes/kubelet.conf"),
+        kubeconfig(&kubelet_cert2, &kubelet_key),
+    )
+    .unwrap();
+    f.source("ca.crt", &ca2.pem);
+    f.apply();
+    assert_eq!(f.read(CA), ca2.pem);
+}
+
 /// An expired certificate where the node holds none (or one no better) is written: a node
 /// must be repairable whatever state its certificates are in.
 #[test]

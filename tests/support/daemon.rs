@@ -34,6 +34,13 @@ impl ConfigVolume {
     /// Replaces the whole content at once, as the kubelet does: a new timestamped directory, a
     /// `..data_tmp` symlink to it renamed over `..data`, then the old directory removed.
     pub fn update(&mut self, files: &[(&str, &[u8])]) {
+        self.update_swapped_at(files);
+    }
+
+    /// [`ConfigVolume::update`], returning when `..data` was swapped: the instant the new
+    /// content became visible (before it, the new files were only written; after it, the old
+    /// generation is removed, as the kubelet does while its readers react).
+    pub fn update_swapped_at(&mut self, files: &[(&str, &[u8])]) -> std::time::Instant {
         self.generation += 1;
         let data = format!("..2026_11_22_00_00_{:02}.{}", self.generation % 60, self.generation);
         let data_dir = self.dir.join(&data);
@@ -46,6 +53,7 @@ impl ConfigVolume {
         let _ = fs::remove_file(&tmp);
         symlink(&data, &tmp).unwrap();
         fs::rename(&tmp, self.dir.join("..data")).unwrap();
+        let swapped = std::time::Instant::now();
         for (name, _) in files {
             let link = self.dir.join(name);
             if fs::symlink_metadata(&link).is_err() {
@@ -55,6 +63,7 @@ impl ConfigVolume {
         if let Some(old) = old {
             let _ = fs::remove_dir_all(self.dir.join(old));
         }
+        swapped
     }
 
     pub fn config(&self) -> PathBuf {

@@ -26,6 +26,9 @@ spec:
   manifest:
     source: pod.yaml
     path: {{ .Values.component.manifestPath }}
+{{- with .Values.component.droppedServingNames }}
+  droppedServingNames: {{ toJson . }}
+{{- end }}
 {{- $m := .Values.membership | default dict }}
 {{- if $m.enabled }}
 {{- $c := .Values.component }}

@@ -165,6 +165,9 @@ pub struct Anchor {
     pub files: Vec<FileSpec>,
     /// This node's etcd member, when the anchor manages etcd membership.
     pub etcd_member: Option<EtcdMember>,
+    /// Names a new serving certificate may drop from the one on the node
+    /// (`credentials::check`): a rename made on purpose, its clients moved first.
+    pub dropped_serving_names: Vec<String>,
 }
 
 /// Variables the anchor sets itself from the membership record (`spec.etcdMember`).
@@ -232,6 +235,8 @@ struct RawSpec {
     manifest: RawManifest,
     #[serde(default)]
     etcd_member: Option<RawEtcdMember>,
+    #[serde(default)]
+    dropped_serving_names: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -434,6 +439,7 @@ pub fn parse(path: &Path, text: &str, roots: &AllowedRoots) -> Result<Anchor, Co
         variables,
         files,
         etcd_member,
+        dropped_serving_names: raw.spec.dropped_serving_names,
     })
 }
 

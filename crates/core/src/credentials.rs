@@ -1,8 +1,10 @@
 //! Credentials checked before they are written (design.md, "Credentials checked before they
 //! are written"): a certificate that does not parse, a key that does not belong to its
 //! certificate, a leaf that does not chain to the component's CA, a serving certificate that
-//! does not cover the node's address, or one outside its validity while the node holds a valid
-//! one: each refuses the whole version, so nothing is written and the node keeps what runs.
+//! does not cover a name its clients dial or drops one the node's certificate has, a CA bundle
+//! that stops trusting a client the node holds, or a certificate outside its validity while the
+//! node holds a valid one: each refuses the whole version, so nothing is written and the node
+//! keeps what runs.
 //!
 //! What is recognised, from content alone: PEM `CERTIFICATE` blocks (the first is the file's
 //! leaf, any others its chain or a CA bundle), PEM private keys (`RSA PRIVATE KEY` PKCS#1,
@@ -13,17 +15,40 @@
 //! Pure: the caller gives the files, the time, the node's address and a way to read what the
 //! node holds now; X.509 is parsed by x509-parser and signatures and keys checked with ring.
 
+mod clients;
+
 use std::net::IpAddr;
 
 use x509_parser::certificate::X509Certificate;
-use x509_parser::extensions::GeneralName;
 use x509_parser::pem::Pem;
 
 use crate::hostpath::HostPath;
 
 /// Flags naming the certificate a component serves with (kube-apiserver, controller-manager and
 /// scheduler: `--tls-cert-file`; etcd: `--cert-file`, `--peer-cert-file`).
-const SERVING_FLAGS: [&str; 3] = ["--tls-cert-file=", "--cert-file=", "--peer-cert-file="];
+const SERVING_FLAGS: [&str; 3] = ["tls-cert-file", "cert-file", "peer-cert-file"];
+
+/// Flags naming the CA bundle a component verifies its clients with (kube-apiserver and the
+/// controllers: `--client-ca-file`; etcd: `--trusted-ca-file`, `--peer-trusted-ca-file`).
+const CLIENT_CA_FLAGS: [&str; 3] = ["client-ca-file", "trusted-ca-file", "peer-trusted-ca-file"];
+
+/// Where a control-plane node's clients keep their kubeconfigs and client certificates
+/// (kubeadm's layout): read when a serving certificate or a CA bundle changes.
+pub const CLIENT_DIRS: [&str; 3] = ["/etc/kubernetes", "/etc/kubernetes/pki", "/etc/kubernetes/pki/etcd"];
+/// The kubelet's rotated client certificate (its kubeconfig names it by path).
+pub const CLIENT_FILES: [&str; 1] = ["/var/lib/kubelet/pki/kubelet-client-current.pem"];
+
+/// Whether a file of that name in [`CLIENT_DIRS`] may hold a client's certificate or server: a
+/// kubeconfig or a certificate, never a private key.
+pub fn holds_clients(file_name: &str) -> bool {
+    [".conf", ".kubeconfig", ".crt", ".pem"]
+        .iter()
+        .any(|ext| file_name.ends_with(ext))
+}
+
+/// How a CA is rotated without locking a client out, for the refusal that would.
+const CA_ROTATION: &str = "rotate a CA in steps: first a bundle of the old and the new CA, then the certificates \
+     re-issued by the new CA on every node, then the bundle without the old CA";
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CredentialError {
@@ -56,15 +81,34 @@ pub enum CredentialError {
         issuer: String,
         cas: String,
     },
-    #[error(
-        "{place}: serving certificate {subject} does not cover the node's address {address} that {manifest} uses (its names: {names})"
-    )]
-    MissingAddress {
+    #[error("{place}: serving certificate {subject} does not cover {name}, which {client} dials (its names: {names})")]
+    MissingName {
         place: String,
         subject: String,
-        address: IpAddr,
-        manifest: String,
+        name: String,
+        client: String,
         names: String,
+    },
+    #[error(
+        "{place}: serving certificate {subject} drops {name}, which the certificate on the node covers: a client that dials it would be refused (its names: {names}); to drop it on purpose, list it in spec.droppedServingNames"
+    )]
+    DroppedName {
+        place: String,
+        subject: String,
+        name: String,
+        names: String,
+    },
+    #[error(
+        "{place}: the CA bundle of {bundle} no longer trusts {client} (subject {subject}, issuer {issuer}), which the node holds and the bundle on the node trusts: that client would be locked out; {rotation}",
+        rotation = CA_ROTATION
+    )]
+    DroppedTrust {
+        place: String,
+        /// The flag that names it and the manifest: `--client-ca-file in <path>`.
+        bundle: String,
+        client: String,
+        subject: String,
+        issuer: String,
     },
 }
 
@@ -82,8 +126,15 @@ pub struct Context<'a> {
     pub now: i64,
     /// `NODE_IP`, when the config declares it.
     pub node_ip: Option<IpAddr>,
-    /// What the node holds at a path now (for the validity rule).
+    /// What the node holds at a path now (the validity rule, the names a renewal keeps, the
+    /// clients a CA bundle trusts).
     pub on_node: &'a dyn Fn(&HostPath) -> Option<Vec<u8>>,
+    /// The files on the node that may hold a client's certificate or name a server a client
+    /// dials (kubeconfigs, client certificates), with their content: read only when a serving
+    /// certificate or a CA bundle changes.
+    pub clients_on_node: &'a dyn Fn() -> Vec<(HostPath, Vec<u8>)>,
+    /// Names a serving certificate may drop from the one on the node (`spec.droppedServingNames`).
+    pub dropped_names: &'a [String],
 }
 
 /// A certificate with where it came from.
@@ -180,8 +231,48 @@ pub fn check(files: &[File<'_>], manifest: &File<'_>, ctx: &Context<'_>) -> Resu
     for leaf in &leaves {
         chains(leaf, &cas)?;
     }
-    covers_node(&leaves, manifest, ctx)?;
+    let containers = clients::containers(manifest.content);
+    let changes = |path: &str| {
+        leaves
+            .iter()
+            .chain(&cas)
+            .any(|c| c.changes && c.path.to_string() == path)
+    };
+    let serving_changes = containers
+        .iter()
+        .flat_map(|c| SERVING_FLAGS.iter().filter_map(|f| c.flag(f)))
+        .any(|path| manifest.changes || changes(path));
+    let bundle_changes = containers
+        .iter()
+        .flat_map(|c| CLIENT_CA_FLAGS.iter().filter_map(|f| c.flag(f)))
+        .any(|path| files.iter().any(|f| f.changes && f.path.to_string() == path));
+    let held = if serving_changes || bundle_changes {
+        held_clients(files, &(ctx.clients_on_node)())
+    } else {
+        Vec::new()
+    };
+    covers_clients(&leaves, &containers, manifest, &held, ctx)?;
+    keeps_trust(files, &containers, manifest, &held, ctx)?;
     Ok(())
+}
+
+/// What the node's clients hold: each file as the node has it, or as this version writes it.
+struct Held {
+    path: HostPath,
+    content: Vec<u8>,
+}
+
+fn held_clients(files: &[File<'_>], on_node: &[(HostPath, Vec<u8>)]) -> Vec<Held> {
+    on_node
+        .iter()
+        .map(|(path, content)| Held {
+            path: path.clone(),
+            content: files
+                .iter()
+                .find(|f| f.path == path)
+                .map_or_else(|| content.clone(), |f| f.content.to_vec()),
+        })
+        .collect()
 }
 
 fn pem_blocks(content: &[u8]) -> Option<Vec<Pem>> {
@@ -414,65 +505,178 @@ fn chains(leaf: &Cert, cas: &[Cert]) -> Result<(), CredentialError> {
     })
 }
 
-/// A certificate the manifest serves with (by flag) must name the node's address when the
-/// manifest uses it.
-fn covers_node(leaves: &[Cert], manifest: &File, ctx: &Context) -> Result<(), CredentialError> {
-    let Some(ip) = ctx.node_ip else { return Ok(()) };
+/// A certificate the manifest serves with (by flag) must cover every name its clients dial:
+/// those its own flags give (`clients::serving`), the node's address when the manifest uses it,
+/// and, for kube-apiserver, the server of every kubeconfig on the node at its secure port; and a
+/// new one may not drop a name the node's certificate at that path covers, unless
+/// `spec.droppedServingNames` lists it.
+fn covers_clients(
+    leaves: &[Cert],
+    containers: &[clients::Container],
+    manifest: &File,
+    held: &[Held],
+    ctx: &Context,
+) -> Result<(), CredentialError> {
+    let manifest_path = manifest.path.to_string();
     let text = String::from_utf8_lossy(manifest.content);
-    if !text.contains(&ip.to_string()) {
-        return Ok(());
-    }
-    for flag in SERVING_FLAGS {
-        for value in text.split(flag).skip(1) {
-            let path: String = value
-                .chars()
-                .take_while(|c| !c.is_whitespace() && !matches!(c, '"' | '\'' | ',' | ']'))
-                .collect();
+    for container in containers {
+        for (flag, mut dialed) in clients::serving(container, &manifest_path) {
+            let Some(path) = container.flag(flag) else { continue };
             let Some(cert) = leaves.iter().find(|c| c.path.to_string() == path) else {
                 continue;
             };
             if !cert.changes && !manifest.changes {
                 continue;
             }
-            let parsed = parse(cert)?;
-            let mut names = Vec::new();
-            let mut covered = false;
-            if let Ok(Some(san)) = parsed.subject_alternative_name() {
-                for name in &san.value.general_names {
-                    match name {
-                        GeneralName::IPAddress(bytes) => {
-                            let addr = match bytes.len() {
-                                4 => <[u8; 4]>::try_from(*bytes).ok().map(IpAddr::from),
-                                16 => <[u8; 16]>::try_from(*bytes).ok().map(IpAddr::from),
-                                _ => None,
-                            };
-                            covered |= addr == Some(ip);
-                            names.extend(addr.map(|a| a.to_string()));
-                        }
-                        GeneralName::DNSName(dns) => {
-                            covered |= *dns == ip.to_string();
-                            names.push((*dns).to_owned());
-                        }
-                        _ => {}
-                    }
-                }
+            if let Some(ip) = ctx.node_ip
+                && text.contains(&ip.to_string())
+            {
+                dialed.push(clients::Dialed {
+                    name: clients::Name::Ip(ip),
+                    client: format!("a client of the node's address in {manifest_path}"),
+                });
             }
-            if !covered {
-                return Err(CredentialError::MissingAddress {
+            if container.program == "kube-apiserver" && flag == "tls-cert-file" {
+                let port = container.flag("secure-port").unwrap_or("6443");
+                dialed.extend(
+                    held.iter()
+                        .flat_map(|h| clients::kubeconfig_servers(&h.path, &h.content, port)),
+                );
+            }
+            let parsed = parse(cert)?;
+            let sans = clients::names(&parsed);
+            let listed = || {
+                if sans.is_empty() {
+                    "none".to_owned()
+                } else {
+                    sans.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+                }
+            };
+            if let Some(missing) = dialed.iter().find(|d| !clients::covers(&sans, &d.name)) {
+                return Err(CredentialError::MissingName {
                     place: cert.place.clone(),
                     subject: parsed.subject().to_string(),
-                    address: ip,
-                    manifest: manifest.path.to_string(),
-                    names: if names.is_empty() {
-                        "none".into()
-                    } else {
-                        names.join(", ")
+                    name: match missing.name {
+                        clients::Name::Ip(ip) if Some(ip) == ctx.node_ip => format!("the node's address {ip}"),
+                        ref name => name.to_string(),
                     },
+                    client: missing.client.clone(),
+                    names: listed(),
+                });
+            }
+            if !cert.changes {
+                continue;
+            }
+            let held_names: Vec<clients::Name> = (ctx.on_node)(cert.path)
+                .and_then(|bytes| first_block(&bytes, |l| l == "CERTIFICATE"))
+                .and_then(|der| {
+                    x509_parser::parse_x509_certificate(&der)
+                        .ok()
+                        .filter(|(_, c)| !c.is_ca())
+                        .map(|(_, c)| clients::names(&c))
+                })
+                .unwrap_or_default();
+            let allowed = |name: &clients::Name| {
+                ctx.dropped_names
+                    .iter()
+                    .any(|d| d.trim().eq_ignore_ascii_case(&name.to_string()))
+            };
+            if let Some(dropped) = held_names.iter().find(|n| !sans.contains(n) && !allowed(n)) {
+                return Err(CredentialError::DroppedName {
+                    place: cert.place.clone(),
+                    subject: parsed.subject().to_string(),
+                    name: dropped.to_string(),
+                    names: listed(),
                 });
             }
         }
     }
     Ok(())
+}
+
+/// A CA bundle the manifest verifies clients with (by flag), changed by this version, must
+/// still trust every client certificate the node holds that the bundle on the node trusts
+/// (signed by one of its CAs): a kubeconfig's client certificate, kube-apiserver's etcd client,
+/// this member's peer certificate, as the node has them or as this version writes them.
+fn keeps_trust(
+    files: &[File],
+    containers: &[clients::Container],
+    manifest: &File,
+    held: &[Held],
+    ctx: &Context,
+) -> Result<(), CredentialError> {
+    for container in containers {
+        for flag in CLIENT_CA_FLAGS {
+            let Some(path) = container.flag(flag) else { continue };
+            let Some(file) = files.iter().find(|f| f.changes && f.path.to_string() == path) else {
+                continue;
+            };
+            let Some(before) = (ctx.on_node)(file.path) else {
+                continue;
+            };
+            let old = certificates_in(file.path, &before);
+            let new = certificates_in(file.path, file.content);
+            for (place, der) in held.iter().flat_map(|h| client_certificates(&h.path, &h.content)) {
+                let Ok((_, client)) = x509_parser::parse_x509_certificate(&der) else {
+                    continue;
+                };
+                if signed_by_any(&client, &old) && !signed_by_any(&client, &new) {
+                    return Err(CredentialError::DroppedTrust {
+                        place: file.path.to_string(),
+                        bundle: format!("--{flag} in {}", manifest.path),
+                        client: place,
+                        subject: client.subject().to_string(),
+                        issuer: client.issuer().to_string(),
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether one of `cas` (DER) is `cert`'s issuer by name and verifies its signature.
+fn signed_by_any(cert: &X509Certificate, cas: &[Vec<u8>]) -> bool {
+    cas.iter().any(|der| {
+        x509_parser::parse_x509_certificate(der).is_ok_and(|(_, ca)| {
+            ca.subject().as_raw() == cert.issuer().as_raw() && cert.verify_signature(Some(ca.public_key())).is_ok()
+        })
+    })
+}
+
+/// The client certificates a file holds, each with its place: a PEM file's first certificate
+/// when it is no CA and may authenticate a client (no extended key usage, or `clientAuth`), and
+/// each kubeconfig user's embedded certificate.
+fn client_certificates(path: &HostPath, content: &[u8]) -> Vec<(String, Vec<u8>)> {
+    if let Some(blocks) = pem_blocks(content) {
+        return blocks
+            .into_iter()
+            .find(|b| b.label == "CERTIFICATE")
+            .filter(|b| {
+                x509_parser::parse_x509_certificate(&b.contents).is_ok_and(|(_, c)| {
+                    !c.is_ca()
+                        && match c.extended_key_usage() {
+                            Ok(Some(eku)) => eku.value.client_auth || eku.value.any,
+                            Ok(None) => true,
+                            Err(_) => false,
+                        }
+                })
+            })
+            .map(|b| (path.to_string(), b.contents))
+            .into_iter()
+            .collect();
+    }
+    let file = File {
+        path,
+        content,
+        changes: false,
+    };
+    kubeconfig(&file)
+        .into_iter()
+        .flatten()
+        .filter_map(|(cert, _, _)| cert)
+        .map(|c| (c.place, c.der))
+        .collect()
 }
 
 /// A credential the node holds in place of the version's because it was renewed there
@@ -884,13 +1088,28 @@ mod tests {
 
     const MANIFEST: &str = "/etc/kubernetes/manifests/kube-apiserver.yaml";
 
+    /// The kube-apiserver manifest of these tests: serving on the node's address.
+    fn apiserver_manifest(extra: &str) -> String {
+        format!(
+            "spec:\n  containers:\n  - command: [kube-apiserver, --advertise-address={NODE}, --tls-cert-file=/etc/kubernetes/pki/apiserver.crt{extra}]\n"
+        )
+    }
+
     /// Checks `files` (path, content), all of them changing, with `on_node` as the node's
     /// current content.
     fn check_with(files: &[(&str, String)], on_node: &[(&str, String)]) -> Result<(), CredentialError> {
+        check_in(files, &apiserver_manifest(""), on_node, &[])
+    }
+
+    /// [`check_with`] with a manifest and `spec.droppedServingNames`; every file of `on_node`
+    /// is also offered as a client's.
+    fn check_in(
+        files: &[(&str, String)],
+        manifest_text: &str,
+        on_node: &[(&str, String)],
+        dropped: &[String],
+    ) -> Result<(), CredentialError> {
         let paths: Vec<HostPath> = files.iter().map(|(p, _)| hp(p)).collect();
-        let manifest_text = format!(
-            "spec:\n  containers:\n  - command: [kube-apiserver, --advertise-address={NODE}, --tls-cert-file=/etc/kubernetes/pki/apiserver.crt]\n"
-        );
         let manifest_path = hp(MANIFEST);
         let list: Vec<File> = paths
             .iter()
@@ -908,10 +1127,13 @@ mod tests {
         };
         let node: Vec<(HostPath, Vec<u8>)> = on_node.iter().map(|(p, c)| (hp(p), c.as_bytes().to_vec())).collect();
         let read = |p: &HostPath| node.iter().find(|(q, _)| q == p).map(|(_, c)| c.clone());
+        let clients = || node.clone();
         let ctx = Context {
             now: NOW,
             node_ip: Some(NODE.parse().unwrap()),
             on_node: &read,
+            clients_on_node: &clients,
+            dropped_names: dropped,
         };
         check(&list, &manifest, &ctx)
     }
@@ -982,9 +1204,234 @@ mod tests {
         assert_eq!(
             e.to_string(),
             format!(
-                "/etc/kubernetes/pki/apiserver.crt: serving certificate CN=kube-apiserver does not cover the node's address {NODE} that {MANIFEST} uses (its names: 10.0.0.11, cp-1)"
+                "/etc/kubernetes/pki/apiserver.crt: serving certificate CN=kube-apiserver does not cover the node's address {NODE}, which a client of --advertise-address={NODE} in {MANIFEST} dials (its names: 10.0.0.11, cp-1)"
             )
         );
+    }
+
+    #[test]
+    fn a_serving_certificate_without_a_name_its_clients_dial_is_refused() {
+        let ca = ca("kubernetes");
+        let range = ", --service-cluster-ip-range=10.96.0.0/12";
+        let manifest = apiserver_manifest(range);
+        // Every pod dials the first service address, and some dial the Service's name.
+        let e = check_in(
+            &apiserver(&ca, &leaf(&ca, &[NODE, "kubernetes.default.svc"], 2026, 2028, None)),
+            &manifest,
+            &[],
+            &[],
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&e, CredentialError::MissingName { name, .. } if name == "10.96.0.1"),
+            "{e}"
+        );
+        assert!(
+            e.to_string().contains("does not cover 10.96.0.1, which every pod, through the kubernetes Service at 10.96.0.1 (the first address of --service-cluster-ip-range=10.96.0.0/12 in /etc/kubernetes/manifests/kube-apiserver.yaml) dials"),
+            "{e}"
+        );
+        let e = check_in(
+            &apiserver(&ca, &leaf(&ca, &[NODE, "10.96.0.1"], 2026, 2028, None)),
+            &manifest,
+            &[],
+            &[],
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&e, CredentialError::MissingName { name, .. } if name == "kubernetes.default.svc"),
+            "{e}"
+        );
+        // A name that spells the address is no IP SAN: Go's clients refuse it.
+        let e = check_in(
+            &apiserver(
+                &ca,
+                &leaf(&ca, &[NODE, "10.96.0.1", "kubernetes.default.svc"], 2026, 2028, None),
+            ),
+            &manifest,
+            &[],
+            &[],
+        );
+        assert!(e.is_ok(), "{e:?}");
+        // A kubeconfig on the node that dials 127.0.0.1 at the secure port.
+        let client = leaf(&ca, &[], 2026, 2028, None);
+        let local = kubeconfig_text(&ca, &client.0, &client.1)
+            .replace(&format!("https://{NODE}:6443"), "https://127.0.0.1:6443");
+        let e = check_in(
+            &apiserver(
+                &ca,
+                &leaf(&ca, &[NODE, "10.96.0.1", "kubernetes.default.svc"], 2026, 2028, None),
+            ),
+            &manifest,
+            &[("/etc/kubernetes/scheduler.conf", local.clone())],
+            &[],
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains(
+                "does not cover 127.0.0.1, which /etc/kubernetes/scheduler.conf (server https://127.0.0.1:6443) dials"
+            ),
+            "{e}"
+        );
+        // Another port is another server.
+        let elsewhere = local.replace("127.0.0.1:6443", "127.0.0.1:7443");
+        check_in(
+            &apiserver(
+                &ca,
+                &leaf(&ca, &[NODE, "10.96.0.1", "kubernetes.default.svc"], 2026, 2028, None),
+            ),
+            &manifest,
+            &[("/etc/kubernetes/scheduler.conf", elsewhere)],
+            &[],
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn an_etcd_certificate_must_cover_the_urls_it_listens_and_advertises_on() {
+        let ca = ca("etcd-ca");
+        let manifest = format!(
+            "spec:\n  containers:\n  - command: [etcd, --cert-file=/etc/kubernetes/pki/etcd/server.crt, '--listen-client-urls=https://127.0.0.1:2379,https://{NODE}:2379', --advertise-client-urls=https://{NODE}:2379, --peer-cert-file=/etc/kubernetes/pki/etcd/peer.crt, --listen-peer-urls=https://0.0.0.0:2380, --initial-advertise-peer-urls=https://{NODE}:2380]\n"
+        );
+        let files = |server: &(String, String), peer: &(String, String)| {
+            vec![
+                ("/etc/kubernetes/pki/etcd/ca.crt", ca.pem.clone()),
+                ("/etc/kubernetes/pki/etcd/server.crt", server.0.clone()),
+                ("/etc/kubernetes/pki/etcd/server.key", server.1.clone()),
+                ("/etc/kubernetes/pki/etcd/peer.crt", peer.0.clone()),
+                ("/etc/kubernetes/pki/etcd/peer.key", peer.1.clone()),
+            ]
+        };
+        let peer = leaf(&ca, &[NODE], 2026, 2028, None);
+        let e = check_in(
+            &files(&leaf(&ca, &[NODE], 2026, 2028, None), &peer),
+            &manifest,
+            &[],
+            &[],
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains(&format!(
+                "/etc/kubernetes/pki/etcd/server.crt: serving certificate CN=kube-apiserver does not cover 127.0.0.1, which a client of https://127.0.0.1:2379 (--listen-client-urls in {MANIFEST}) dials (its names: {NODE})"
+            )),
+            "{e}"
+        );
+        check_in(
+            &files(&leaf(&ca, &["127.0.0.1", NODE], 2026, 2028, None), &peer),
+            &manifest,
+            &[],
+            &[],
+        )
+        .unwrap();
+        // The peer certificate: the advertised peer URL (an unspecified listen address names no one).
+        let e = check_in(
+            &files(
+                &leaf(&ca, &["127.0.0.1", NODE], 2026, 2028, None),
+                &leaf(&ca, &["10.0.0.99"], 2026, 2028, None),
+            ),
+            &manifest,
+            &[],
+            &[],
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("--initial-advertise-peer-urls"), "{e}");
+    }
+
+    #[test]
+    fn a_new_serving_certificate_keeps_every_name_of_the_one_on_the_node_unless_told() {
+        let ca = ca("kubernetes");
+        let held = apiserver(&ca, &leaf(&ca, &[NODE, "127.0.0.1", "api.example"], 2026, 2028, None));
+        let renewed = apiserver(&ca, &leaf(&ca, &[NODE, "api.example"], 2026, 2029, None));
+        let e = check_in(&renewed, &apiserver_manifest(""), &held, &[]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "/etc/kubernetes/pki/apiserver.crt: serving certificate CN=kube-apiserver drops 127.0.0.1, which the certificate on the node covers: a client that dials it would be refused (its names: {NODE}, api.example); to drop it on purpose, list it in spec.droppedServingNames"
+            )
+        );
+        check_in(&renewed, &apiserver_manifest(""), &held, &["127.0.0.1".into()]).unwrap();
+        // Adding a name is always fine.
+        let more = apiserver(
+            &ca,
+            &leaf(
+                &ca,
+                &[NODE, "127.0.0.1", "api.example", "api2.example"],
+                2026,
+                2029,
+                None,
+            ),
+        );
+        check_in(&more, &apiserver_manifest(""), &held, &[]).unwrap();
+    }
+
+    #[test]
+    fn a_client_ca_bundle_keeps_trusting_the_clients_the_node_holds() {
+        let old = ca("kubernetes");
+        let new = ca("kubernetes-2");
+        let manifest = apiserver_manifest(", --client-ca-file=/etc/kubernetes/pki/ca.crt");
+        let serving = |ca: &Ca| leaf(ca, &[NODE], 2026, 2028, None);
+        let kubelet = |ca: &Ca| {
+            let c = leaf(ca, &[], 2026, 2028, None);
+            ("/etc/kubernetes/kubelet.conf", kubeconfig_text(ca, &c.0, &c.1))
+        };
+        let version = |bundle: String, ca: &Ca| {
+            let s = serving(ca);
+            vec![
+                ("/etc/kubernetes/pki/ca.crt", bundle),
+                ("/etc/kubernetes/pki/apiserver.crt", s.0),
+                ("/etc/kubernetes/pki/apiserver.key", s.1),
+            ]
+        };
+        let on_node = |bundle: &str, client: (&'static str, String)| {
+            vec![("/etc/kubernetes/pki/ca.crt", bundle.to_owned()), client]
+        };
+        // Replaced without a bundle while the kubelet holds a certificate of the old CA: refused.
+        let e = check_in(
+            &version(new.pem.clone(), &new),
+            &manifest,
+            &on_node(&old.pem, kubelet(&old)),
+            &[],
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&e, CredentialError::DroppedTrust { client, .. } if client.starts_with("/etc/kubernetes/kubelet.conf (user scheduler")),
+            "{e}"
+        );
+        let text = e.to_string();
+        assert!(
+            text.starts_with(&format!("/etc/kubernetes/pki/ca.crt: the CA bundle of --client-ca-file in {MANIFEST} no longer trusts /etc/kubernetes/kubelet.conf (user scheduler: client-certificate-data) (subject CN=kube-apiserver, issuer CN=kubernetes)")),
+            "{text}"
+        );
+        assert!(text.ends_with(CA_ROTATION), "{text}");
+        // The steps: a bundle of both; leaves of the new CA; then the old CA dropped.
+        let both = format!("{}{}", old.pem, new.pem);
+        check_in(
+            &version(both.clone(), &old),
+            &manifest,
+            &on_node(&old.pem, kubelet(&old)),
+            &[],
+        )
+        .unwrap();
+        check_in(
+            &version(new.pem.clone(), &new),
+            &manifest,
+            &on_node(&both, kubelet(&new)),
+            &[],
+        )
+        .unwrap();
+        // A client this version writes itself is judged as written.
+        let mut with_client = version(new.pem.clone(), &new);
+        let (path, text) = kubelet(&new);
+        with_client.push((path, text));
+        check_in(&with_client, &manifest, &on_node(&old.pem, kubelet(&old)), &[]).unwrap();
+        // A client the old bundle never trusted is none of its business.
+        let other = ca("elsewhere");
+        check_in(
+            &version(new.pem.clone(), &new),
+            &manifest,
+            &on_node(&old.pem, kubelet(&other)),
+            &[],
+        )
+        .unwrap();
     }
 
     #[test]
@@ -1055,6 +1502,8 @@ mod tests {
             now: NOW,
             node_ip: None,
             on_node: &|_| None,
+            clients_on_node: &|| Vec::new(),
+            dropped_names: &[],
         };
         check(&files, &manifest, &ctx).unwrap();
     }

@@ -39,6 +39,8 @@ pub struct Desired {
     /// `NODE_IP` where the config declares it: a serving certificate must cover it
     /// (`credentials::check`). `None` for a version read back from the ledger.
     pub node_ip: Option<std::net::IpAddr>,
+    /// `spec.droppedServingNames`: names a serving certificate may drop (`credentials::check`).
+    pub dropped_serving_names: Vec<String>,
 }
 
 impl Desired {
@@ -90,6 +92,7 @@ pub fn build(anchor: &Anchor, sources: &[Vec<u8>], vars: &Variables) -> Result<D
         pod_name: pod.name,
         pod_namespace: pod.namespace,
         node_ip: vars.get("NODE_IP").and_then(|ip| ip.trim().parse().ok()),
+        dropped_serving_names: anchor.dropped_serving_names.clone(),
     })
 }
 

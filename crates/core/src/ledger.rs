@@ -218,6 +218,7 @@ impl Snapshot {
             pod_name: self.pod_name.clone(),
             pod_namespace: self.pod_namespace.clone(),
             node_ip: None,
+            dropped_serving_names: Vec::new(),
         })
     }
 

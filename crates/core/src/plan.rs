@@ -632,6 +632,7 @@ mod tests {
             pod_name: "c".into(),
             pod_namespace: "kube-system".into(),
             node_ip: None,
+            dropped_serving_names: Vec::new(),
         }
     }
 

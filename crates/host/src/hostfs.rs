@@ -402,7 +402,14 @@ impl HostFs {
 
     /// The names (UTF-8 ones) in the directory at `dir`; none when it cannot be listed.
     pub fn file_names(&self, dir: &HostPath) -> Vec<String> {
-        let Some(entries) = self.resolve(dir).ok().and_then(|real| fs::read_dir(real).ok()) else {
+        // Resolved as the directory of a file in it: an allowed root itself (`/etc/kubernetes`)
+        // is no path below one, its files are.
+        let real = dir
+            .join("entry")
+            .ok()
+            .and_then(|entry| self.resolve(&entry).ok())
+            .and_then(|real| real.parent().map(Path::to_path_buf));
+        let Some(entries) = real.and_then(|real| fs::read_dir(real).ok()) else {
             return Vec::new();
         };
         entries.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect()

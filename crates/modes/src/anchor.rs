@@ -730,11 +730,12 @@ impl Daemon {
         if let Some(inputs) = self.known.inputs.as_ref().filter(|i| i.unchanged()) {
             return Ok(inputs.clone());
         }
+        let previous = self.known.inputs.take();
         let mut attempt = 1;
         loop {
             let dirs = self.input_dirs.clone();
             let before = volume_generations(&dirs);
-            let inputs = Inputs::load(&self.args.config, self.engine.roots())?;
+            let inputs = Inputs::load_after(&self.args.config, self.engine.roots(), previous.as_ref())?;
             self.input_dirs = input_dirs(&self.args.config, &inputs, pinned);
             if self.input_dirs == dirs && volume_generations(&dirs) == before {
                 // Kept only while every input directory is watched (else no event would say

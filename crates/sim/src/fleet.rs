@@ -113,10 +113,12 @@ pub enum Fault {
     /// A certificate with the wrong key: `credentials::check` refuses it, nothing is written.
     WrongKey,
     /// etcd: a serving certificate without `127.0.0.1`; kube-apiserver: one without the
-    /// Service IP. The component is healthy; its clients cannot verify it.
+    /// Service IP. Written, the component would be healthy and its clients unable to verify it;
+    /// `credentials::check` refuses it (a name its clients dial).
     ServingNameDropped,
-    /// kube-apiserver: the client CA replaced without the old one in a bundle: every client
-    /// certificate of the old CA (kubelets, controllers, admins) is refused.
+    /// kube-apiserver: the client CA replaced without the old one in a bundle. Written, every
+    /// client certificate of the old CA (kubelets, controllers, admins) would be refused;
+    /// `credentials::check` refuses it (the node's kubeconfigs hold such certificates).
     CaWithoutBundle,
     /// etcd: `--listen-client-urls` without `127.0.0.1`.
     ListenAddressMoved,
@@ -2229,10 +2231,19 @@ impl World {
         (inputs.map(|v| self.versions[v].id.clone()), refused)
     }
 
-    /// `credentials::check`'s verdict on version `v`: a wrong key is refused.
+    /// `credentials::check`'s verdict on version `v` (design.md, "Credentials checked before
+    /// they are written"): a key of another certificate; a serving certificate without a name its
+    /// clients dial (etcd's `127.0.0.1` of its own `--listen-client-urls`, kube-apiserver's first
+    /// service address); a client CA bundle that no longer trusts the certificates the node's
+    /// kubeconfigs hold. What the check cannot see (a listen address moved, a key the tokens were
+    /// signed with dropped, a client certificate of an untrusted CA) is written.
     fn refusal(&self, v: usize) -> Option<String> {
-        (self.versions[v].fault == Some(Fault::WrongKey))
-            .then(|| "tls.key does not match the certificate in tls.crt".to_owned())
+        match self.versions[v].fault? {
+            Fault::WrongKey => Some("the private key does not belong to the certificate".to_owned()),
+            Fault::ServingNameDropped => Some("serving certificate does not cover a name its clients dial".to_owned()),
+            Fault::CaWithoutBundle => Some("the CA bundle no longer trusts a client the node holds".to_owned()),
+            _ => None,
+        }
     }
 
     /// The etcd anchor's join step before its sync (the real [`JoinStep`], its calls answered
@@ -2658,7 +2669,9 @@ impl World {
             );
             self.violate(Invariant::SkewWritten, detail);
         }
-        if spec.fault.is_some_and(|f| f != Fault::WrongKey) {
+        if let Some(fault) = spec.fault
+            && self.refusal(v).is_none()
+        {
             let on = self.written_on.entry(v).or_default();
             on.insert(n);
             if on.len() >= 2 {
@@ -2667,7 +2680,7 @@ impl World {
                     .map(|&i| self.nodes[i].name.clone())
                     .collect::<Vec<_>>()
                     .join(", ");
-                let detail = format!("{id} ({:?}) written on {nodes}", spec.fault.expect("a fault"));
+                let detail = format!("{id} ({fault:?}) written on {nodes}");
                 self.violate(Invariant::BadVersionSpread, detail);
             }
         }
