@@ -628,6 +628,18 @@ pub fn all() -> Vec<Named> {
             scenario: || one_node(vec![(60, push(CONTROLLER_MANAGER, Some(Fault::RefusedFlag)))]),
         },
         Named {
+            name: "a-refused-version-during-a-trial",
+            story: "one node; a good etcd version is pushed, and during its trial a version whose serving \
+                    certificate credentials::check refuses: the anchor pod replaced for it has nothing it may \
+                    write",
+            scenario: || {
+                one_node(vec![
+                    (60, push(ETCD, None)),
+                    (82, push(ETCD, Some(Fault::ServingNameDropped))),
+                ])
+            },
+        },
+        Named {
             name: "a-node-leaves-as-the-other-scheduler-copies-are-down",
             story: "three nodes; a kube-scheduler version with a refused flag is on trial on cp-2 when cp-1 \
                     loses power for a second and cp-3 leaves: cp-3's hook removes its copy on the word of \
@@ -880,6 +892,10 @@ pub const KNOWN: &[(&str, &[Invariant])] = &[
         &[Invariant::BadVersionSpread, Invariant::NotRecovered],
     ),
     ("a-running-node-deleted", &[]),
+    // The new anchor process starts with a refused version and nothing accepted: it never judges
+    // the version an earlier process left on trial (never promoted, last-known-good stays the
+    // one before) and keeps the turn it recovered for it, for good.
+    ("a-refused-version-during-a-trial", &[Invariant::NotRecovered]),
     // The last-copy guard takes a mirror pod's Ready for a running copy, and the API shows a
     // node that lost power Ready until the node lifecycle controller marks it (40 s): found by
     // the long mode (seed 6975 on three nodes, shrunk). With seed 1 the version on trial on cp-2
