@@ -140,6 +140,9 @@ struct Daemon {
 struct KnownReads {
     /// The inputs as last read, all from one generation of every volume.
     inputs: Option<Inputs>,
+    /// The inputs read before an event said they may have changed: never used as they are,
+    /// only for the parsed config when its bytes are the same (`Inputs::load_after`).
+    stale_inputs: Option<Inputs>,
     /// When everything was last read and observed afresh; `None`: at the next sync.
     full_at: Option<tokio::time::Instant>,
 }
@@ -599,13 +602,13 @@ impl Daemon {
         let inputs_watched = self.watcher.watches_all(self.input_dirs.iter());
         match self.watcher.take_touched().stale(resync_due, inputs_watched) {
             Stale::Everything => {
-                self.known.inputs = None;
+                self.known.stale_inputs = self.known.inputs.take().or(self.known.stale_inputs.take());
                 self.engine.fs.forget_all_observed();
                 self.known.full_at = Some(tokio::time::Instant::now());
             }
             Stale::Some { inputs, managed } => {
                 if inputs {
-                    self.known.inputs = None;
+                    self.known.stale_inputs = self.known.inputs.take().or(self.known.stale_inputs.take());
                 }
                 self.engine.fs.forget_observed(managed.iter().map(PathBuf::as_path));
             }
@@ -730,7 +733,7 @@ impl Daemon {
         if let Some(inputs) = self.known.inputs.as_ref().filter(|i| i.unchanged()) {
             return Ok(inputs.clone());
         }
-        let previous = self.known.inputs.take();
+        let previous = self.known.inputs.take().or(self.known.stale_inputs.take());
         let mut attempt = 1;
         loop {
             let dirs = self.input_dirs.clone();
