@@ -1212,60 +1212,38 @@ mod tests {
     #[test]
     fn a_serving_certificate_without_a_name_its_clients_dial_is_refused() {
         let ca = ca("kubernetes");
-        let range = ", --service-cluster-ip-range=10.96.0.0/12";
-        let manifest = apiserver_manifest(range);
+        let manifest = apiserver_manifest(", --service-cluster-ip-range=10.96.0.0/12");
+        // A serving certificate of these names, with these files on the node.
+        let serving = |sans: &[&str], on_node: &[(&str, String)]| {
+            check_in(
+                &apiserver(&ca, &leaf(&ca, sans, 2026, 2028, None)),
+                &manifest,
+                on_node,
+                &[],
+            )
+        };
+        let missing = |e: &CredentialError| match e {
+            CredentialError::MissingName { name, .. } => name.clone(),
+            other => panic!("{other}"),
+        };
         // Every pod dials the first service address, and some dial the Service's name.
-        let e = check_in(
-            &apiserver(&ca, &leaf(&ca, &[NODE, "kubernetes.default.svc"], 2026, 2028, None)),
-            &manifest,
-            &[],
-            &[],
-        )
-        .unwrap_err();
-        assert!(
-            matches!(&e, CredentialError::MissingName { name, .. } if name == "10.96.0.1"),
-            "{e}"
-        );
+        let e = serving(&[NODE, "kubernetes.default.svc"], &[]).unwrap_err();
+        assert_eq!(missing(&e), "10.96.0.1");
         assert!(
             e.to_string().contains("does not cover 10.96.0.1, which every pod, through the kubernetes Service at 10.96.0.1 (the first address of --service-cluster-ip-range=10.96.0.0/12 in /etc/kubernetes/manifests/kube-apiserver.yaml) dials"),
             "{e}"
         );
-        let e = check_in(
-            &apiserver(&ca, &leaf(&ca, &[NODE, "10.96.0.1"], 2026, 2028, None)),
-            &manifest,
-            &[],
-            &[],
-        )
-        .unwrap_err();
-        assert!(
-            matches!(&e, CredentialError::MissingName { name, .. } if name == "kubernetes.default.svc"),
-            "{e}"
+        assert_eq!(
+            missing(&serving(&[NODE, "10.96.0.1"], &[]).unwrap_err()),
+            "kubernetes.default.svc"
         );
-        // A name that spells the address is no IP SAN: Go's clients refuse it.
-        let e = check_in(
-            &apiserver(
-                &ca,
-                &leaf(&ca, &[NODE, "10.96.0.1", "kubernetes.default.svc"], 2026, 2028, None),
-            ),
-            &manifest,
-            &[],
-            &[],
-        );
-        assert!(e.is_ok(), "{e:?}");
+        let all = [NODE, "10.96.0.1", "kubernetes.default.svc"];
+        serving(&all, &[]).unwrap();
         // A kubeconfig on the node that dials 127.0.0.1 at the secure port.
         let client = leaf(&ca, &[], 2026, 2028, None);
         let local = kubeconfig_text(&ca, &client.0, &client.1)
             .replace(&format!("https://{NODE}:6443"), "https://127.0.0.1:6443");
-        let e = check_in(
-            &apiserver(
-                &ca,
-                &leaf(&ca, &[NODE, "10.96.0.1", "kubernetes.default.svc"], 2026, 2028, None),
-            ),
-            &manifest,
-            &[("/etc/kubernetes/scheduler.conf", local.clone())],
-            &[],
-        )
-        .unwrap_err();
+        let e = serving(&all, &[("/etc/kubernetes/scheduler.conf", local.clone())]).unwrap_err();
         assert!(
             e.to_string().contains(
                 "does not cover 127.0.0.1, which /etc/kubernetes/scheduler.conf (server https://127.0.0.1:6443) dials"
@@ -1274,16 +1252,7 @@ mod tests {
         );
         // Another port is another server.
         let elsewhere = local.replace("127.0.0.1:6443", "127.0.0.1:7443");
-        check_in(
-            &apiserver(
-                &ca,
-                &leaf(&ca, &[NODE, "10.96.0.1", "kubernetes.default.svc"], 2026, 2028, None),
-            ),
-            &manifest,
-            &[("/etc/kubernetes/scheduler.conf", elsewhere)],
-            &[],
-        )
-        .unwrap();
+        serving(&all, &[("/etc/kubernetes/scheduler.conf", elsewhere)]).unwrap();
     }
 
     #[test]

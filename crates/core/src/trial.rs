@@ -179,6 +179,15 @@ fn health_failure_is_evidence(
     if QUORUM_SIGNS.iter().any(|sign| reason.contains(sign)) {
         return Err(format!("etcd unavailable ({reason}): not evidence against the version"));
     }
+    // etcd's `/health` fails on every member while an alarm is raised (`checkAlarms` in etcd's
+    // etcdhttp: "ALARM NOSPACE", "ALARM CORRUPT"): an alarm is the cluster's, raised before the
+    // version and cleared by hand (`etcdctl alarm disarm`); the version pushed to fix it (a larger
+    // quota) must not fail for it.
+    if reason.contains("\"ALARM ") {
+        return Err(format!(
+            "etcd alarm raised ({reason}): cluster state, not evidence against the version"
+        ));
+    }
     if let Some(Local::PreviousStopping(what)) = local {
         return Err(format!("{what}; health check failing meanwhile ({reason})"));
     }
@@ -891,6 +900,14 @@ mod tests {
             assess(&obs(running(), failing(no_leader)), H, 3),
             Assessment::Unknown(_)
         ));
+        // An etcd alarm is the cluster's: the version on trial waits until it is cleared.
+        for alarm in ["NOSPACE", "CORRUPT"] {
+            let body = format!(r#"{{"health":"false","reason":"ALARM {alarm}"}}"#);
+            assert!(
+                matches!(assess(&obs(running(), failing(&body)), H, 3), Assessment::Unknown(r) if r.contains("alarm raised")),
+                "{alarm}"
+            );
+        }
         // Anything else is evidence.
         let own = "[-]poststarthook/start-apiextensions-controllers failed: reason withheld";
         assert!(matches!(

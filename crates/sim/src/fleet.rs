@@ -179,6 +179,11 @@ pub enum Op {
     /// The anchors' etcd client certificate expires: every member-list call fails its TLS
     /// handshake.
     ExpireAnchorEtcdCert,
+    /// etcd's database reaches its quota: the cluster raises its `NOSPACE` alarm, and every
+    /// member's `/health` answers `ALARM NOSPACE` (etcd's `checkAlarms`) until the operator,
+    /// having compacted and defragmented, runs `etcdctl alarm disarm` `for_secs` later. Reads
+    /// go on, so each kube-apiserver stays ready.
+    EtcdAlarm { for_secs: u64 },
     /// The node leaves the control plane: its label goes, neither chart's DaemonSet selects it,
     /// and its anchor pods are deleted (their preStop hooks run where the anchors run).
     Deselect { node: usize },
@@ -322,9 +327,10 @@ fn op_length(op: &Op) -> u64 {
         Op::LateDataDisk {
             down_for, mount_after, ..
         } => down_for + mount_after,
-        Op::HangApiServer { for_secs, .. } | Op::Partition { for_secs, .. } | Op::CutOffTurnHolder { for_secs, .. } => {
-            *for_secs
-        }
+        Op::HangApiServer { for_secs, .. }
+        | Op::Partition { for_secs, .. }
+        | Op::CutOffTurnHolder { for_secs, .. }
+        | Op::EtcdAlarm { for_secs } => *for_secs,
         Op::Drain { down_for, .. } | Op::CutTurnHolder { down_for, .. } => *down_for,
         _ => 0,
     }
@@ -687,6 +693,8 @@ pub struct World {
     /// The last side of a partition handed out ([`Op::Partition`]).
     next_side: u64,
     anchor_etcd_tls_broken: bool,
+    /// Until when the etcd cluster's `NOSPACE` alarm is raised ([`Op::EtcdAlarm`]).
+    alarm_until: u64,
     /// The nodes each faulty version was written on.
     written_on: BTreeMap<usize, BTreeSet<usize>>,
     base: Instant,
@@ -825,6 +833,7 @@ impl World {
             next_pod_serial: sandboxes,
             next_side: 0,
             anchor_etcd_tls_broken: false,
+            alarm_until: 0,
             written_on: BTreeMap::new(),
             base: Instant::now(),
             report: Report::default(),
@@ -1059,6 +1068,7 @@ impl World {
             }
             Op::Partition { nodes, for_secs } => self.cut_off(nodes, *for_secs),
             Op::ExpireAnchorEtcdCert => self.anchor_etcd_tls_broken = true,
+            Op::EtcdAlarm { for_secs } => self.alarm_until = self.now + for_secs,
             Op::Select { node } => {
                 if let Some(n) = self.nodes.get_mut(*node).filter(|n| n.registered) {
                     n.selected = true;
@@ -2111,6 +2121,10 @@ impl World {
             ));
         }
         match c {
+            // Alarms first, as etcd's `/health` checks them before the leader.
+            ETCD if self.now < self.alarm_until => Err(HealthFailure::answered(
+                r#"503: {"health":"false","reason":"ALARM NOSPACE"}"#,
+            )),
             ETCD if !self.etcd_data(n).is_some_and(|d| self.quorum_from(n, d.cluster)) => Err(HealthFailure::answered(
                 r#"503: {"health":"false","reason":"RAFT NO LEADER"}"#,
             )),

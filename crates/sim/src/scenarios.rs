@@ -628,6 +628,12 @@ pub fn all() -> Vec<Named> {
             scenario: || one_node(vec![(60, push(CONTROLLER_MANAGER, Some(Fault::RefusedFlag)))]),
         },
         Named {
+            name: "etcd-push-during-a-nospace-alarm",
+            story: "three nodes; etcd's NOSPACE alarm is raised, a good etcd version is pushed (say the \
+                    larger quota that fixes it), and the operator disarms the alarm 20 minutes later",
+            scenario: || three_nodes(vec![(30, Op::EtcdAlarm { for_secs: 1200 }), (60, push(ETCD, None))]),
+        },
+        Named {
             name: "a-refused-version-during-a-trial",
             story: "one node; a good etcd version is pushed, and during its trial a version whose serving \
                     certificate credentials::check refuses: the anchor pod replaced for it has nothing it may \
@@ -895,6 +901,8 @@ pub const KNOWN: &[(&str, &[Invariant])] = &[
     // The new anchor process starts with a refused version and nothing accepted: it never judges
     // the version an earlier process left on trial (never promoted, last-known-good stays the
     // one before) and keeps the turn it recovered for it, for good.
+    // An alarm is the cluster's: the version waits on trial until it is disarmed.
+    ("etcd-push-during-a-nospace-alarm", &[]),
     ("a-refused-version-during-a-trial", &[Invariant::NotRecovered]),
     // The last-copy guard takes a mirror pod's Ready for a running copy, and the API shows a
     // node that lost power Ready until the node lifecycle controller marks it (40 s): found by
