@@ -507,7 +507,8 @@ fn chains(leaf: &Cert, cas: &[Cert]) -> Result<(), CredentialError> {
 
 /// A certificate the manifest serves with (by flag) must cover every name its clients dial:
 /// those its own flags give (`clients::serving`), the node's address when the manifest uses it,
-/// and, for kube-apiserver, the server of every kubeconfig on the node at its secure port; and a
+/// and, for kube-apiserver, the server of every kubeconfig on the node that dials this node
+/// (loopback or its own address) at its secure port; and a
 /// new one may not drop a name the node's certificate at that path covers, unless
 /// `spec.droppedServingNames` lists it.
 fn covers_clients(
@@ -537,10 +538,20 @@ fn covers_clients(
                 });
             }
             if container.program == "kube-apiserver" && flag == "tls-cert-file" {
+                // Only a server that is this node dials this kube-apiserver: loopback, or the
+                // node's own address (another node's address or a load balancer's name may be
+                // served by another API server).
                 let port = container.flag("secure-port").unwrap_or("6443");
+                let own: Vec<clients::Name> = ctx
+                    .node_ip
+                    .into_iter()
+                    .chain(container.flag("advertise-address").and_then(|a| a.parse().ok()))
+                    .map(clients::Name::Ip)
+                    .collect();
                 dialed.extend(
                     held.iter()
-                        .flat_map(|h| clients::kubeconfig_servers(&h.path, &h.content, port)),
+                        .flat_map(|h| clients::kubeconfig_servers(&h.path, &h.content, port))
+                        .filter(|d| d.name.is_loopback() || own.contains(&d.name)),
                 );
             }
             let parsed = parse(cert)?;
@@ -1250,9 +1261,12 @@ mod tests {
             ),
             "{e}"
         );
-        // Another port is another server.
-        let elsewhere = local.replace("127.0.0.1:6443", "127.0.0.1:7443");
-        serving(&all, &[("/etc/kubernetes/scheduler.conf", elsewhere)]).unwrap();
+        // Another port is another server; so is another node's address (a load balancer's name
+        // is for the values to declare).
+        for other in ["127.0.0.1:7443", "10.0.0.11:6443", "api.example:6443"] {
+            let elsewhere = local.replace("127.0.0.1:6443", other);
+            serving(&all, &[("/etc/kubernetes/scheduler.conf", elsewhere)]).unwrap();
+        }
     }
 
     #[test]

@@ -88,6 +88,16 @@ impl Name {
     }
 }
 
+impl Name {
+    /// A loopback address, or `localhost`: this very host.
+    pub fn is_loopback(&self) -> bool {
+        match self {
+            Name::Ip(ip) => ip.is_loopback(),
+            Name::Dns(dns) => dns == "localhost",
+        }
+    }
+}
+
 impl std::fmt::Display for Name {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -193,9 +203,7 @@ pub(super) fn serving(container: &Container, manifest: &str) -> Vec<(&'static st
     out
 }
 
-/// The servers a kubeconfig's clusters name at `port`, each a name its client dials (a
-/// kubeconfig on a control-plane node at kube-apiserver's secure port dials this one, directly
-/// or through a load balancer that passes TLS through).
+/// The servers a kubeconfig's clusters name at `port`, each a name its client dials.
 pub(super) fn kubeconfig_servers(path: &HostPath, content: &[u8], port: &str) -> Vec<Dialed> {
     let Ok(doc) = serde_yaml_ng::from_slice::<serde_yaml_ng::Value>(content) else {
         return Vec::new();
