@@ -508,9 +508,8 @@ fn chains(leaf: &Cert, cas: &[Cert]) -> Result<(), CredentialError> {
 /// A certificate the manifest serves with (by flag) must cover every name its clients dial:
 /// those its own flags give (`clients::serving`), the node's address when the manifest uses it,
 /// and, for kube-apiserver, the server of every kubeconfig on the node that dials this node
-/// (loopback or its own address) at its secure port; and a
-/// new one may not drop a name the node's certificate at that path covers, unless
-/// `spec.droppedServingNames` lists it.
+/// (loopback or its own address) at its secure port; and a new one may not drop a name the
+/// node's certificate at that path covers, unless `spec.droppedServingNames` lists it.
 fn covers_clients(
     leaves: &[Cert],
     containers: &[clients::Container],
