@@ -232,20 +232,18 @@ pub fn check(files: &[File<'_>], manifest: &File<'_>, ctx: &Context<'_>) -> Resu
         chains(leaf, &cas)?;
     }
     let containers = clients::containers(manifest.content);
-    let changes = |path: &str| {
-        leaves
+    // Whether a file a flag of `flags` names changes (the node's clients are read only then).
+    let named_file_changes = |flags: &[&str]| {
+        containers
             .iter()
-            .chain(&cas)
-            .any(|c| c.changes && c.path.to_string() == path)
+            .flat_map(|c| flags.iter().filter_map(|f| c.flag(f)))
+            .any(|path| files.iter().any(|f| f.changes && f.path.to_string() == path))
     };
-    let serving_changes = containers
+    let serves = containers
         .iter()
-        .flat_map(|c| SERVING_FLAGS.iter().filter_map(|f| c.flag(f)))
-        .any(|path| manifest.changes || changes(path));
-    let bundle_changes = containers
-        .iter()
-        .flat_map(|c| CLIENT_CA_FLAGS.iter().filter_map(|f| c.flag(f)))
-        .any(|path| files.iter().any(|f| f.changes && f.path.to_string() == path));
+        .any(|c| SERVING_FLAGS.iter().any(|f| c.flag(f).is_some()));
+    let serving_changes = serves && manifest.changes || named_file_changes(&SERVING_FLAGS);
+    let bundle_changes = named_file_changes(&CLIENT_CA_FLAGS);
     let held = if serving_changes || bundle_changes {
         held_clients(files, &(ctx.clients_on_node)())
     } else {

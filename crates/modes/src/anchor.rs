@@ -140,9 +140,6 @@ struct Daemon {
 struct KnownReads {
     /// The inputs as last read, all from one generation of every volume.
     inputs: Option<Inputs>,
-    /// The inputs read before an event said they may have changed: never used as they are,
-    /// only for the parsed config when its bytes are the same (`Inputs::load_after`).
-    stale_inputs: Option<Inputs>,
     /// When everything was last read and observed afresh; `None`: at the next sync.
     full_at: Option<tokio::time::Instant>,
 }
@@ -602,13 +599,13 @@ impl Daemon {
         let inputs_watched = self.watcher.watches_all(self.input_dirs.iter());
         match self.watcher.take_touched().stale(resync_due, inputs_watched) {
             Stale::Everything => {
-                self.known.stale_inputs = self.known.inputs.take().or(self.known.stale_inputs.take());
+                self.known.inputs = None;
                 self.engine.fs.forget_all_observed();
                 self.known.full_at = Some(tokio::time::Instant::now());
             }
             Stale::Some { inputs, managed } => {
                 if inputs {
-                    self.known.stale_inputs = self.known.inputs.take().or(self.known.stale_inputs.take());
+                    self.known.inputs = None;
                 }
                 self.engine.fs.forget_observed(managed.iter().map(PathBuf::as_path));
             }
@@ -733,12 +730,11 @@ impl Daemon {
         if let Some(inputs) = self.known.inputs.as_ref().filter(|i| i.unchanged()) {
             return Ok(inputs.clone());
         }
-        let previous = self.known.inputs.take().or(self.known.stale_inputs.take());
         let mut attempt = 1;
         loop {
             let dirs = self.input_dirs.clone();
             let before = volume_generations(&dirs);
-            let inputs = Inputs::load_after(&self.args.config, self.engine.roots(), previous.as_ref())?;
+            let inputs = Inputs::load(&self.args.config, self.engine.roots())?;
             self.input_dirs = input_dirs(&self.args.config, &inputs, pinned);
             if self.input_dirs == dirs && volume_generations(&dirs) == before {
                 // Kept only while every input directory is watched (else no event would say

@@ -206,28 +206,11 @@ pub struct Inputs {
     pub given: std::collections::BTreeMap<String, String>,
     /// The files read: the config's and each source's identity when it was read.
     pub read: Vec<(PathBuf, FileIdentity)>,
-    /// The config's bytes, which `anchor` was parsed from.
-    config: Vec<u8>,
 }
 
 impl Inputs {
     pub fn load(config_path: &Path, roots: &AllowedRoots) -> Result<Self, EngineError> {
-        Self::load_after(config_path, roots, None)
-    }
-
-    /// [`Inputs::load`], taking the parsed config from `previous` (inputs loaded before from the
-    /// same path with the same roots) when the config's bytes did not change: a volume's swap
-    /// changes every file's identity, though mostly a source's bytes, not the config's.
-    pub fn load_after(
-        config_path: &Path,
-        roots: &AllowedRoots,
-        previous: Option<&Inputs>,
-    ) -> Result<Self, EngineError> {
-        let (config, config_read) = read_config(config_path)?;
-        let anchor = match previous {
-            Some(p) if p.config == config => p.anchor.clone(),
-            _ => parse_config(config_path, &config, roots)?,
-        };
+        let (anchor, config_read) = load_config_identified(config_path, roots)?;
         let mut read = vec![(config_path.to_path_buf(), config_read)];
         let mut sources = Vec::with_capacity(anchor.files.len());
         let credentials = anchor.files.iter().filter(|f| f.role == Role::Credential).count();
@@ -266,7 +249,6 @@ impl Inputs {
             sources,
             given: Default::default(),
             read,
-            config,
         })
     }
 
@@ -304,23 +286,19 @@ impl Inputs {
 /// Reads and validates the config at `path`: a regular file of at most [`MAX_INPUT_BYTES`];
 /// relative sources resolve against its directory.
 pub fn load_config(path: &Path, roots: &AllowedRoots) -> Result<Anchor, ConfigError> {
-    let (bytes, _) = read_config(path)?;
-    parse_config(path, &bytes, roots)
+    load_config_identified(path, roots).map(|(anchor, _)| anchor)
 }
 
-fn read_config(path: &Path) -> Result<(Vec<u8>, FileIdentity), ConfigError> {
-    read_regular_identified(path, MAX_INPUT_BYTES, Follow::Yes).map_err(|source| ConfigError::Read {
+/// [`load_config`], with the identity of the file read.
+fn load_config_identified(path: &Path, roots: &AllowedRoots) -> Result<(Anchor, FileIdentity), ConfigError> {
+    let unreadable = |source| ConfigError::Read {
         path: path.into(),
         source,
-    })
-}
-
-fn parse_config(path: &Path, bytes: &[u8], roots: &AllowedRoots) -> Result<Anchor, ConfigError> {
-    let text = std::str::from_utf8(bytes).map_err(|e| ConfigError::Read {
-        path: path.into(),
-        source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
-    })?;
-    config::parse(path, text, roots)
+    };
+    let (bytes, read) = read_regular_identified(path, MAX_INPUT_BYTES, Follow::Yes).map_err(unreadable)?;
+    let text = String::from_utf8(bytes)
+        .map_err(|e| unreadable(std::io::Error::new(std::io::ErrorKind::InvalidData, e.utf8_error())))?;
+    Ok((config::parse(path, &text, roots)?, read))
 }
 
 pub fn now_rfc3339() -> String {
