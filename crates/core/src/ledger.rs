@@ -125,6 +125,11 @@ pub struct Ledger {
     /// (`history`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub history: Vec<crate::history::Revision>,
+    /// The clients (`--client-check` names) the version on the node has served outside a trial,
+    /// and not refused since: those a version on trial must go on serving. Kept here so that the
+    /// anchor pod replaced for a new version still knows them.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeSet::is_empty")]
+    pub clients_served: std::collections::BTreeSet<String>,
     /// Sorted by path.
     files: Vec<LedgerEntry>,
 }
@@ -260,6 +265,7 @@ impl Ledger {
             decommissioned: None,
             last_known_good_failing: None,
             history: Vec::new(),
+            clients_served: Default::default(),
             files: Vec::new(),
         }
     }

@@ -10,12 +10,13 @@
 //! and nothing reads a clock: the fleet simulator (`kube-anchor-sim`) runs this machine in a
 //! modelled control plane, node by node.
 
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::ledger::Ledger;
 use crate::lifecycle::{LkgAction, LkgCheck, LkgEvaluated, LkgFailure, Version, VersionAction, VersionEvent};
 use crate::rollout;
-use crate::trial::{Assessment, VersionView, assess};
+use crate::trial::{Assessment, ClientAnswer, VersionView, assess};
 use crate::turn::{Answer, Turn, TurnAction, TurnEvent};
 
 /// What does not change while the anchor runs.
@@ -41,6 +42,9 @@ pub struct Anchor {
     pub written: Option<String>,
     /// The last evaluation found `written` converged.
     pub converged: bool,
+    /// The clients the version on the node served outside a trial ([`Ledger::clients_served`];
+    /// `None` until the first sync read the ledger): those a version on trial must go on serving.
+    pub clients_served: Option<BTreeSet<String>>,
     /// A [`Effect::Write`] not reported done yet.
     writing: Option<Writing>,
 }
@@ -172,6 +176,11 @@ pub enum Effect {
     Resync,
     /// Look whether a component this one needs is down, and evaluate again with what was found.
     LookAtDependency,
+    /// Record in the ledger the clients the version on the node serves
+    /// ([`Ledger::clients_served`]).
+    RecordClientsServed {
+        clients: BTreeSet<String>,
+    },
     /// Record `version` as last-known-good.
     Promote {
         version: String,
@@ -216,6 +225,7 @@ impl Anchor {
             accepted: None,
             written: None,
             converged: false,
+            clients_served: Default::default(),
             writing: None,
         }
     }
@@ -348,6 +358,9 @@ impl Anchor {
     }
 
     fn sync(&mut self, f: SyncFacts<'_>) -> Vec<Effect> {
+        if self.clients_served.is_none() {
+            self.clients_served = Some(f.ledger.clients_served.clone());
+        }
         // As after every pass: an earlier process may have left the turn held.
         let recover = (self.settings.in_fleet && self.turn.needs_recovery()).then_some(Effect::RecoverTurn);
         let desired = match f.desired {
@@ -427,9 +440,18 @@ impl Anchor {
             return vec![Effect::Ready { ready: false, reason }];
         };
         let mut view = f.view;
+        let on_trial = self.version.trial().is_some();
+        if on_trial && let Some(served) = &self.clients_served {
+            for client in &mut view.clients {
+                client.served_before = served.contains(&client.client);
+            }
+        }
         // Restarts are a trial's evidence, and only those it saw.
         match self.version.trial_mut().or(self.lkg.check_mut()) {
             Some(trial) => {
+                if view.dependency_down.is_some() {
+                    trial.forget_restarts_before();
+                }
                 trial.restarts_in_trial(&mut view.mirror);
                 view.runtime_restarts = trial.runtime_restarts(view.runtime.as_ref());
             }
@@ -440,11 +462,30 @@ impl Anchor {
             }
         }
         let assessment = assess(&view, &written, self.settings.crash_loop_threshold);
-        // The components it needs are looked at only when there is something to excuse.
-        if !f.dependency_looked && matches!(assessment, Assessment::NotConverged(_) | Assessment::CrashLooping(_)) {
+        // The components it needs are looked at when there is something to excuse, and all
+        // through a trial (restarts while one is down are not the version's).
+        let to_excuse = !matches!(assessment, Assessment::Converged | Assessment::Unknown(_));
+        if !f.dependency_looked && (to_excuse || on_trial) {
             return vec![Effect::LookAtDependency];
         }
         let mut effects = Vec::new();
+        if !on_trial && let Some(served) = self.clients_served.as_mut() {
+            // Served adds a client, refused takes it away; no answer (it may be restarting) leaves
+            // it as it was.
+            let before = served.clone();
+            for client in &view.clients {
+                match client.answer {
+                    ClientAnswer::Served => served.insert(client.client.clone()),
+                    ClientAnswer::Refused(_) => served.remove(&client.client),
+                    ClientAnswer::NoAnswer(_) => false,
+                };
+            }
+            if *served != before {
+                effects.push(Effect::RecordClientsServed {
+                    clients: served.clone(),
+                });
+            }
+        }
         let mut rolled_back = false;
         for action in self.step_version(VersionEvent::Assessed {
             assessment: &assessment,
@@ -515,7 +556,7 @@ impl Anchor {
 mod tests {
     use super::*;
     use crate::rollout::LeaseAnswer;
-    use crate::trial::MirrorPod;
+    use crate::trial::{ClientAnswer, MirrorPod};
 
     const PERIOD: Duration = Duration::from_secs(300);
 
@@ -571,6 +612,7 @@ mod tests {
             runtime: None,
             runtime_restarts: 0,
             dependency_down: None,
+            clients: Vec::new(),
         }
     }
 
@@ -744,10 +786,10 @@ mod tests {
     }
 
     #[test]
-    fn a_dependency_is_looked_at_only_when_there_is_something_to_excuse() {
+    fn a_dependency_is_looked_at_through_a_trial_and_when_there_is_something_to_excuse() {
         let mut a = anchor();
-        let fresh = ledger(None, None);
-        synced(&mut a, "A", &fresh, 0);
+        let settled = ledger(Some("A"), Some("A"));
+        synced(&mut a, "A", &settled, 0);
         let mut facts = EvaluateFacts {
             view: running("A", 0),
             dependency_looked: false,
@@ -756,7 +798,13 @@ mod tests {
             now: Duration::from_secs(1),
         };
         let effects = a.step(Input::Evaluate(facts.clone()));
-        assert!(!effects.contains(&Effect::LookAtDependency), "converged: {effects:?}");
+        assert!(!effects.contains(&Effect::LookAtDependency), "settled, converged: {effects:?}");
+        // On trial: restarts while a dependency is down are not the version's, so it is looked
+        // at every time.
+        let mut a = anchor();
+        let fresh = ledger(None, None);
+        synced(&mut a, "A", &fresh, 0);
+        assert_eq!(a.step(Input::Evaluate(facts.clone())), vec![Effect::LookAtDependency]);
         facts.view.mirror = Some(MirrorPod::Absent);
         facts.view.health = Some(Err(crate::trial::HealthFailure::no_answer("connection refused")));
         assert_eq!(a.step(Input::Evaluate(facts.clone())), vec![Effect::LookAtDependency]);
@@ -767,6 +815,94 @@ mod tests {
         assert!(
             !ready && reason.contains("not evidence against the version"),
             "{reason}"
+        );
+    }
+
+    fn with_client(mut view: VersionView, answer: ClientAnswer) -> VersionView {
+        view.clients = vec![crate::trial::ClientView {
+            client: "kube-apiserver (/readyz/etcd)".into(),
+            answer,
+            served_before: false,
+        }];
+        view
+    }
+
+    fn recorded(effects: &[Effect]) -> Option<Vec<String>> {
+        effects.iter().find_map(|e| match e {
+            Effect::RecordClientsServed { clients } => Some(clients.iter().cloned().collect()),
+            _ => None,
+        })
+    }
+
+    /// The clients the version on the node served are recorded in the ledger (once, when they
+    /// change), and judge the next version in the anchor pod replaced for it.
+    #[test]
+    fn the_clients_served_outlive_the_process_and_judge_the_next_version() {
+        let client = "kube-apiserver (/readyz/etcd)".to_owned();
+        let mut a = anchor();
+        let mut on_node = ledger(Some("A"), Some("A"));
+        synced(&mut a, "A", &on_node, 0);
+        let served = a.step(evaluate(with_client(running("A", 0), ClientAnswer::Served), 1));
+        assert_eq!(recorded(&served), Some(vec![client.clone()]));
+        let again = a.step(evaluate(with_client(running("A", 0), ClientAnswer::Served), 2));
+        assert_eq!(recorded(&again), None, "unchanged: no ledger write");
+        let silent = ClientAnswer::NoAnswer("connection refused".into());
+        let restarting = a.step(evaluate(with_client(running("A", 0), silent), 3));
+        assert_eq!(recorded(&restarting), None, "no answer keeps it");
+        on_node.clients_served = [client.clone()].into();
+
+        // The pod replaced for version B: a new process.
+        let mut b = anchor();
+        synced(&mut b, "B", &on_node, 10);
+        assert_eq!(b.step(asked(LeaseAnswer::Take, Instant::now())).last(), Some(&Effect::Resync));
+        let effects = synced(&mut b, "B", &on_node, 10);
+        assert!(effects.contains(&Effect::Write { version: "B".into() }), "{effects:?}");
+        let refused = ClientAnswer::Refused("500: [-]etcd failed".into());
+        let mut rolled_back = None;
+        for s in (11..=11 + PERIOD.as_secs()).step_by(5) {
+            let effects = b.step(evaluate(with_client(running("B", 0), refused.clone()), s));
+            assert!(!effects.iter().any(|e| matches!(e, Effect::Promote { .. })), "{effects:?}");
+            if let Some(reason) = effects.iter().find_map(|e| match e {
+                Effect::RollBack { reason, .. } => Some(reason.clone()),
+                _ => None,
+            }) {
+                rolled_back = Some(reason);
+                break;
+            }
+        }
+        let reason = rolled_back.expect("rolled back within its trial");
+        assert!(reason.contains("[-]etcd failed") && reason.contains("served before"), "{reason}");
+
+        // Outside a trial, a refusal takes it away.
+        let gone = a.step(evaluate(with_client(running("A", 0), refused), 20));
+        assert_eq!(recorded(&gone), Some(vec![]));
+    }
+
+    /// A kube-apiserver on trial piles up restarts while its etcd has no leader: they are not
+    /// the version's. Counting starts anew from the last look at which etcd was down.
+    #[test]
+    fn restarts_while_a_dependency_is_down_are_not_the_versions() {
+        let mut a = anchor();
+        let fresh = ledger(None, None);
+        synced(&mut a, "A", &fresh, 0);
+        let mut down = running("A", 0);
+        down.dependency_down = Some("etcd fails its health check (RAFT NO LEADER)".into());
+        a.step(evaluate(running("A", 0), 1));
+        for (s, restarts) in [(10, 2), (20, 6), (30, 9)] {
+            let mut v = down.clone();
+            v.mirror = running("A", restarts).mirror;
+            a.step(evaluate(v, s));
+        }
+        let effects = a.step(evaluate(running("A", 9), 40));
+        assert!(!effects.iter().any(|e| matches!(e, Effect::RollBack { .. })), "{effects:?}");
+        let effects = a.step(evaluate(running("A", 12), 50));
+        assert!(!effects.iter().any(|e| matches!(e, Effect::RollBack { .. })), "3 since: {effects:?}");
+        let effects = a.step(evaluate(running("A", 13), 60));
+        assert!(
+            effects
+                .iter()
+                .any(|e| matches!(e, Effect::RollBack { reason, .. } if reason.contains("restarted 4 times"))),
+            "{effects:?}"
         );
     }
 

@@ -28,8 +28,32 @@ pub struct VersionView {
     /// (see [`Trial::runtime_restarts`]); 0 outside a trial.
     pub runtime_restarts: u32,
     /// A component this one needs that kube-anchor runs on this node (`--depends-on`: etcd for
-    /// kube-apiserver) and that the runtime does not show running, with what it shows.
+    /// kube-apiserver) and that does not run or does not answer its health URL, with what shows.
     pub dependency_down: Option<String>,
+    /// The component's clients on this node, each asked as it asks (`--client-check`).
+    pub clients: Vec<ClientView>,
+}
+
+/// A client of the component on this node (kube-apiserver of etcd; the anchor's own token of
+/// kube-apiserver; a controller's kubeconfig), asked the way it asks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientView {
+    pub client: String,
+    pub answer: ClientAnswer,
+    /// The version before this trial served it (filled in by the machine, from its last
+    /// evaluation outside a trial): only a client that was served can be broken by a version.
+    pub served_before: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClientAnswer {
+    /// Served: 2xx.
+    Served,
+    /// The component answered and did not serve it: 401, 403, a readiness check failing (a
+    /// kube-apiserver's `[-]etcd`).
+    Refused(String),
+    /// No answer (refused connection, timeout): the client may be restarting.
+    NoAnswer(String),
 }
 
 /// A health check that did not pass.
@@ -112,15 +136,23 @@ pub enum Assessment {
     NotConverged(String),
     /// Evidence of a crash loop: fail the trial now.
     CrashLooping(String),
-    /// No evidence either way.
+    /// No evidence either way, and none expected (no API answers, a dependency is down, an
+    /// alarm is raised): the trial's clocks pause.
     Unknown(String),
+    /// No evidence although an API answers (a mirror pod that does not show what the runtime
+    /// runs, a client that does not answer, etcd saying it lacks a leader): counted, and a
+    /// trial period of it fails the version.
+    Unproven(String),
 }
 
 impl Assessment {
     pub fn reason(&self) -> Option<&str> {
         match self {
             Assessment::Converged => None,
-            Assessment::NotConverged(r) | Assessment::CrashLooping(r) | Assessment::Unknown(r) => Some(r),
+            Assessment::NotConverged(r)
+            | Assessment::CrashLooping(r)
+            | Assessment::Unknown(r)
+            | Assessment::Unproven(r) => Some(r),
         }
     }
 }
@@ -162,6 +194,12 @@ fn from_api(observation: &VersionView, hash: &str, crash_loop_threshold: u32) ->
     }
 }
 
+/// etcd's `/health` fails on every member while an alarm is raised (`checkAlarms` in etcd's
+/// etcdhttp: "ALARM NOSPACE", "ALARM CORRUPT").
+fn is_alarm(failure: &HealthFailure) -> bool {
+    failure.reason.contains("\"ALARM ")
+}
+
 /// A failing health check counts against a version only when it cannot be blamed on the rest of
 /// the control plane: with the component saying it lacks etcd (or etcd saying it lacks a
 /// leader), or with the API unreachable and the component answering with an error (a
@@ -179,11 +217,9 @@ fn health_failure_is_evidence(
     if QUORUM_SIGNS.iter().any(|sign| reason.contains(sign)) {
         return Err(format!("etcd unavailable ({reason}): not evidence against the version"));
     }
-    // etcd's `/health` fails on every member while an alarm is raised (`checkAlarms` in etcd's
-    // etcdhttp: "ALARM NOSPACE", "ALARM CORRUPT"): an alarm is the cluster's, raised before the
-    // version and cleared by hand (`etcdctl alarm disarm`); the version pushed to fix it (a larger
-    // quota) must not fail for it.
-    if reason.contains("\"ALARM ") {
+    // An alarm is the cluster's, raised before the version and cleared by hand (`etcdctl alarm
+    // disarm`); the version pushed to fix it (a larger quota) must not fail for it.
+    if is_alarm(failure) {
         return Err(format!(
             "etcd alarm raised ({reason}): cluster state, not evidence against the version"
         ));
@@ -203,16 +239,48 @@ fn health_failure_is_evidence(
 }
 
 /// One set of rules for both sources; the table is in design.md ("Evidence"). A failure while a
-/// component this one needs does not run on the node (a kube-apiserver exits when its etcd is
-/// gone) is no evidence against this one's version.
+/// component this one needs is down on the node (a kube-apiserver exits when its etcd is gone)
+/// is no evidence against this one's version. A version that runs converged and refuses a client
+/// it served before is not converged. Time without evidence while an API answers is
+/// [`Assessment::Unproven`], unless a dependency is down or an alarm is raised.
 pub fn assess(observation: &VersionView, hash: &str, crash_loop_threshold: u32) -> Assessment {
-    let verdict = assess_sources(observation, hash, crash_loop_threshold);
-    match (&verdict, &observation.dependency_down) {
+    let verdict = match assess_sources(observation, hash, crash_loop_threshold) {
+        Assessment::Converged => weigh_clients(&observation.clients),
+        verdict => verdict,
+    };
+    let verdict = match (verdict, &observation.dependency_down) {
         (Assessment::NotConverged(why) | Assessment::CrashLooping(why), Some(down)) => {
-            Assessment::Unknown(format!("{why}, while {down}: not evidence against the version"))
+            return Assessment::Unknown(format!("{why}, while {down}: not evidence against the version"));
         }
-        _ => verdict,
+        (verdict, _) => verdict,
+    };
+    let api_answers = observation.mirror.is_some();
+    let alarm = matches!(&observation.health, Some(Err(failure)) if is_alarm(failure));
+    match verdict {
+        Assessment::Unknown(why) if api_answers && observation.dependency_down.is_none() && !alarm => {
+            Assessment::Unproven(why)
+        }
+        verdict => verdict,
     }
+}
+
+/// A converged version judged by the clients it served before: the first one it refuses makes it
+/// not converged; one that does not answer leaves it without evidence.
+fn weigh_clients(clients: &[ClientView]) -> Assessment {
+    let before = || clients.iter().filter(|c| c.served_before);
+    if let Some((client, why)) = before().find_map(|c| match &c.answer {
+        ClientAnswer::Refused(why) => Some((&c.client, why)),
+        _ => None,
+    }) {
+        return Assessment::NotConverged(format!("{client} is refused ({why}), and was served before"));
+    }
+    if let Some((client, why)) = before().find_map(|c| match &c.answer {
+        ClientAnswer::NoAnswer(why) => Some((&c.client, why)),
+        _ => None,
+    }) {
+        return Assessment::Unknown(format!("{client} gets no answer ({why})"));
+    }
+    Assessment::Converged
 }
 
 fn assess_sources(observation: &VersionView, hash: &str, crash_loop_threshold: u32) -> Assessment {
@@ -246,7 +314,11 @@ fn assess_sources(observation: &VersionView, hash: &str, crash_loop_threshold: u
         // The kubelet is still stopping the previous version: whatever the mirror pod says
         // (the old hash), this version has not had its turn to run yet.
         (_, Some(Local::PreviousStopping(what))) => Assessment::Unknown(what),
-        // The runtime runs it and it serves: converged, whatever a late mirror pod says.
+        // The runtime runs it and it serves: a mirror pod that shows otherwise may be late, and
+        // is waited for (bounded, as the API answers); with no API the runtime has the word.
+        (FromApi::NotConverged(reason), Some(Local::Running)) if health_answers => Assessment::Unknown(format!(
+            "{reason}, though the container runtime runs it and its health URL answers"
+        )),
         (_, Some(Local::Running)) if health_answers => Assessment::Converged,
         // Nothing but the runtime can be asked, and it runs it.
         (FromApi::Unknown(_), Some(Local::Running)) if observation.health.is_none() => Assessment::Converged,
@@ -276,6 +348,8 @@ pub struct Trial {
     pub converged_streak: Duration,
     /// Time with evidence of not being converged, in total.
     pub not_converged: Duration,
+    /// Time without evidence while an API answered ([`Assessment::Unproven`]), in total.
+    pub unproven: Duration,
     last_step: Duration,
     /// The mirror pod's restart count when the trial first saw it run this version: restarts
     /// from before (an earlier process of the anchor, a reboot, a component that exited while
@@ -284,6 +358,15 @@ pub struct Trial {
     /// The same for the runtime: the sandbox the trial first saw run its version and its
     /// containers' restarts then. Another sandbox of the version (after a reboot) starts over.
     pub runtime_restarts_before: Option<(String, u32)>,
+}
+
+/// How long a version on trial may go without evidence while an API answers
+/// ([`Assessment::Unproven`]) before it fails: twice its trial period, and at least ten minutes,
+/// as a kubelet may post a mirror pod's status minutes late (its connection to a kube-apiserver
+/// that restarted lingers until it times out). Never promoted meanwhile, the version holds the
+/// rollout turn: it reaches no other node.
+pub fn unproven_limit(period: Duration) -> Duration {
+    (period * 2).max(Duration::from_secs(600))
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -302,6 +385,7 @@ impl Trial {
             observed: Duration::ZERO,
             converged_streak: Duration::ZERO,
             not_converged: Duration::ZERO,
+            unproven: Duration::ZERO,
             last_step: now,
             restarts_before: None,
             runtime_restarts_before: None,
@@ -327,6 +411,13 @@ impl Trial {
         }
     }
 
+    /// Restarts while a component this one needs is down are that component's doing: the counts
+    /// are taken anew at the next observation.
+    pub fn forget_restarts_before(&mut self) {
+        self.restarts_before = None;
+        self.runtime_restarts_before = None;
+    }
+
     /// Counts only the restarts since this trial first saw the mirror pod run its version.
     pub fn restarts_in_trial(&mut self, mirror: &mut Option<MirrorPod>) {
         if let Some(MirrorPod::Present {
@@ -348,6 +439,18 @@ impl Trial {
         match assessment {
             Assessment::CrashLooping(reason) => TrialOutcome::Failed(reason.clone()),
             Assessment::Unknown(_) => TrialOutcome::Pending,
+            Assessment::Unproven(reason) => {
+                self.unproven += elapsed;
+                let limit = unproven_limit(period);
+                if self.unproven >= limit {
+                    TrialOutcome::Failed(format!(
+                        "no evidence that it works for {} of its trial while an API answered: {reason}",
+                        humantime::format_duration(limit)
+                    ))
+                } else {
+                    TrialOutcome::Pending
+                }
+            }
             Assessment::Converged => {
                 self.observed += elapsed;
                 self.converged_streak += elapsed;
@@ -396,6 +499,7 @@ mod tests {
                 runtime: None,
                 runtime_restarts: 0,
                 dependency_down: None,
+                clients: Vec::new(),
             };
             assess(&observation, H, 3)
         };
@@ -425,6 +529,7 @@ mod tests {
             runtime: None,
             runtime_restarts: 0,
             dependency_down: None,
+            clients: Vec::new(),
         };
         assert_eq!(assess(&observation, H, 3), Assessment::Converged);
         // Another version's mirror pod is left alone (it is not this trial's).
@@ -452,6 +557,7 @@ mod tests {
             runtime: None,
             runtime_restarts: 0,
             dependency_down: None,
+            clients: Vec::new(),
         }
     }
 
@@ -506,6 +612,7 @@ mod tests {
                     runtime: None,
                     runtime_restarts: 0,
                     dependency_down: None,
+                    clients: Vec::new(),
                 },
                 |a| matches!(a, Assessment::Unknown(r) if r.contains("no API client")),
             ),
@@ -517,6 +624,7 @@ mod tests {
                     runtime: None,
                     runtime_restarts: 0,
                     dependency_down: None,
+                    clients: Vec::new(),
                 },
                 |a| matches!(a, Assessment::NotConverged(_)),
             ),
@@ -545,6 +653,7 @@ mod tests {
             runtime,
             runtime_restarts: restarts,
             dependency_down: None,
+            clients: Vec::new(),
         };
         type Case = (&'static str, VersionView, fn(&Assessment) -> bool);
         let cases: Vec<Case> = vec![
@@ -611,7 +720,7 @@ mod tests {
                     Some(pod("sha256:old", true, vec![container("c", 0, Running)])),
                     0,
                 ),
-                |a| matches!(a, Assessment::Unknown(r) if r.contains("stops it")),
+                |a| matches!(a, Assessment::Unproven(r) if r.contains("stops it")),
             ),
             (
                 "no API, the old version stopped and nothing new started",
@@ -644,14 +753,14 @@ mod tests {
                 |a| matches!(a, Assessment::Unknown(_)),
             ),
             (
-                "a late mirror pod (Pending) while the runtime runs it and it serves",
+                "a late mirror pod (Pending) while the runtime runs it and it serves: the API has the last word",
                 view(present(H, "Pending", false, 0), Some(Ok(())), Some(runs()), 0),
-                |a| *a == Assessment::Converged,
+                |a| matches!(a, Assessment::Unproven(r) if r.contains("container runtime runs it")),
             ),
             (
                 "a late mirror pod of the old version while the runtime runs the new one and it serves",
                 view(present("sha256:old", "Running", true, 0), Some(Ok(())), Some(runs()), 0),
-                |a| *a == Assessment::Converged,
+                |a| matches!(a, Assessment::Unproven(r) if r.contains("sha256:old")),
             ),
             (
                 "a late mirror pod, and the runtime sees a crash loop",
@@ -692,6 +801,7 @@ mod tests {
                     runtime: Some(runs()),
                     runtime_restarts: 0,
                     dependency_down: None,
+                    clients: Vec::new(),
                 },
                 |a| *a == Assessment::Converged,
             ),
@@ -715,6 +825,7 @@ mod tests {
             runtime: Some(pod(H, true, vec![container("c", restarts, Exited)])),
             runtime_restarts: restarts,
             dependency_down: down.map(Into::into),
+            clients: Vec::new(),
         };
         let etcd = Some("etcd does not run on this node (container etcd exited 2 (Error), attempt 1)");
         assert!(matches!(assess(&view(0, None), H, 3), Assessment::NotConverged(_)));
@@ -734,16 +845,17 @@ mod tests {
 
     /// The selfhosted failure this settles: a good kube-apiserver ran and served 46 s after its
     /// write, the kubelet posted its mirror pod's status minutes late, and a 75 s trial failed
-    /// it. With the runtime's view it passes; the same lag under a crash-looping version still
-    /// fails.
+    /// it. A mirror pod that lags behind what the runtime runs is waited for while the API
+    /// answers (neither promoted nor failed: the API has the last word), up to
+    /// [`unproven_limit`]; the same lag under a crash-looping version still fails.
     #[test]
     fn a_late_mirror_pod_does_not_fail_a_good_version_nor_save_a_bad_one() {
         use crate::runtime::ContainerState::{Exited, Running};
         use crate::runtime::tests::{container, pod};
         let period = secs(75);
-        let run = |crash: bool| {
+        let run = |crash: bool, mirror_late_until: u64| {
             let mut trial = Trial::start(H, secs(0));
-            for t in (1..=300).step_by(3) {
+            for t in (1..=1200).step_by(3) {
                 let (runtime, health) = match (t, crash) {
                     (..46, _) => (pod("sha256:old", false, vec![container("c", 0, Exited)]), None),
                     (_, false) => (pod(H, true, vec![container("c", 0, Running)]), Some(Ok(()))),
@@ -756,13 +868,19 @@ mod tests {
                         )
                     }
                 };
+                let mirror = if t < mirror_late_until || crash {
+                    present(H, "Pending", false, 0)
+                } else {
+                    present(H, "Running", true, 0)
+                };
                 let mut v = VersionView {
                     api_configured: true,
-                    mirror: present(H, "Pending", false, 0),
+                    mirror,
                     health,
                     runtime: Some(runtime),
                     runtime_restarts: 0,
                     dependency_down: None,
+                    clients: Vec::new(),
                 };
                 v.runtime_restarts = trial.runtime_restarts(v.runtime.as_ref());
                 let outcome = trial.step(&assess(&v, H, 3), secs(t), period);
@@ -770,12 +888,20 @@ mod tests {
                     return (t, outcome);
                 }
             }
-            (300, TrialOutcome::Pending)
+            (1200, TrialOutcome::Pending)
         };
-        let (at, good) = run(false);
+        // Three minutes late: passes a trial period after the mirror pod shows it.
+        let (at, good) = run(false, 180);
         assert_eq!(good, TrialOutcome::Passed, "at {at}s");
-        assert!(at < 46 + 75 + 5, "passed at {at}s");
-        let (_, bad) = run(true);
+        assert!((180 + 70..180 + 80).contains(&at), "passed at {at}s");
+        // Never shown: not promoted on the runtime's word; failed past the limit, with why.
+        let (at, never) = run(false, u64::MAX);
+        assert!(
+            matches!(&never, TrialOutcome::Failed(r) if r.contains("no evidence") && r.contains("container runtime runs it")),
+            "{never:?}"
+        );
+        assert!((46 + 595..46 + 605).contains(&at), "failed at {at}s");
+        let (_, bad) = run(true, 0);
         assert!(matches!(bad, TrialOutcome::Failed(_)), "{bad:?}");
     }
 
@@ -890,15 +1016,16 @@ mod tests {
         assert!(
             matches!(assess(&obs(None, failing("readyz check failed")), H, 3), Assessment::Unknown(r) if r.contains("API unreachable"))
         );
-        // The API answers, but the component says etcd is what fails; or etcd has no leader.
+        // The API answers, but the component says etcd is what fails; or etcd has no leader:
+        // no evidence, but counted towards the limit while the API answers.
         let etcd_down = "[+]ping ok\n[-]etcd failed: reason withheld\nreadyz check failed";
         assert!(
-            matches!(assess(&obs(running(), failing(etcd_down)), H, 3), Assessment::Unknown(r) if r.contains("etcd"))
+            matches!(assess(&obs(running(), failing(etcd_down)), H, 3), Assessment::Unproven(r) if r.contains("etcd"))
         );
         let no_leader = r#"{"health":"false","reason":"RAFT NO LEADER"}"#;
         assert!(matches!(
             assess(&obs(running(), failing(no_leader)), H, 3),
-            Assessment::Unknown(_)
+            Assessment::Unproven(_)
         ));
         // An etcd alarm is the cluster's: the version on trial waits until it is cleared.
         for alarm in ["NOSPACE", "CORRUPT"] {
@@ -913,6 +1040,92 @@ mod tests {
         assert!(matches!(
             assess(&obs(running(), failing(own)), H, 3),
             Assessment::NotConverged(_)
+        ));
+    }
+
+    /// A version that runs and answers its health URL, judged by the clients it served before:
+    /// an etcd whose listen URL left out 127.0.0.1 (its kube-apiserver's `/readyz/etcd` fails),
+    /// a kube-apiserver that refuses the tokens it accepted.
+    #[test]
+    fn a_version_that_refuses_a_client_it_served_before_is_not_converged() {
+        let client = |answer: ClientAnswer, served_before: bool| ClientView {
+            client: "kube-apiserver (/readyz/etcd)".into(),
+            answer,
+            served_before,
+        };
+        let refused = || ClientAnswer::Refused("500: [-]etcd failed".into());
+        let silent = || ClientAnswer::NoAnswer("connection refused".into());
+        let with = |clients: Vec<ClientView>| {
+            let mut v = obs(present(H, "Running", true, 0), Some(Ok(())));
+            v.clients = clients;
+            v
+        };
+        type Case = (&'static str, VersionView, fn(&Assessment) -> bool);
+        let cases: Vec<Case> = vec![
+            ("served", with(vec![client(ClientAnswer::Served, true)]), |a| {
+                *a == Assessment::Converged
+            }),
+            (
+                "refused, served before",
+                with(vec![client(refused(), true)]),
+                |a| matches!(a, Assessment::NotConverged(r) if r.contains("kube-apiserver (/readyz/etcd) is refused") && r.contains("[-]etcd")),
+            ),
+            ("refused, never served: not this version's doing", with(vec![client(refused(), false)]), |a| {
+                *a == Assessment::Converged
+            }),
+            (
+                "no answer, served before, the API answers: counted towards the limit",
+                with(vec![client(silent(), true)]),
+                |a| matches!(a, Assessment::Unproven(r) if r.contains("no answer")),
+            ),
+            (
+                "refused while a component it needs is down: excused",
+                {
+                    let mut v = with(vec![client(refused(), true)]);
+                    v.dependency_down = Some("etcd fails its health check (RAFT NO LEADER)".into());
+                    v
+                },
+                |a| matches!(a, Assessment::Unknown(r) if r.contains("RAFT NO LEADER")),
+            ),
+            (
+                "no answer, and no API: no evidence, not counted",
+                {
+                    let mut v = with(vec![client(silent(), true)]);
+                    v.mirror = None;
+                    v.runtime = Some(crate::runtime::tests::pod(
+                        H,
+                        true,
+                        vec![crate::runtime::tests::container("c", 0, crate::runtime::ContainerState::Running)],
+                    ));
+                    v
+                },
+                |a| matches!(a, Assessment::Unknown(_)),
+            ),
+        ];
+        for (name, v, check) in cases {
+            let a = assess(&v, H, 3);
+            assert!(check(&a), "{name}: {a:?}");
+        }
+    }
+
+    #[test]
+    fn time_without_evidence_while_an_api_answers_is_bounded() {
+        let period = secs(300);
+        assert_eq!(unproven_limit(period), secs(600));
+        assert_eq!(unproven_limit(secs(25)), secs(600));
+        assert_eq!(unproven_limit(secs(900)), secs(1800));
+        let mut t = Trial::start(H, secs(0));
+        let unproven = Assessment::Unproven("mirror pod runs sha256:old".into());
+        assert_eq!(t.step(&unproven, secs(599), period), TrialOutcome::Pending);
+        // Paused time and evidence in between do not reset it.
+        assert_eq!(
+            t.step(&Assessment::Unknown("API unreachable".into()), secs(3000), period),
+            TrialOutcome::Pending
+        );
+        assert_eq!(t.step(&Assessment::Converged, secs(3010), period), TrialOutcome::Pending);
+        assert!(matches!(
+            t.step(&unproven, secs(3011), period),
+            TrialOutcome::Failed(r) if r.contains("10m") && r.contains("sha256:old")
         ));
     }
 

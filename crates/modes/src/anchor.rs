@@ -956,6 +956,7 @@ impl Daemon {
                 runtime: None,
                 runtime_restarts: 0,
                 dependency_down: None,
+                clients: Vec::new(),
             },
             dependency_looked: false,
             input_error: self.input_error.clone(),
@@ -1047,6 +1048,7 @@ impl Daemon {
             runtime,
             runtime_restarts: 0,
             dependency_down: None,
+            clients: Vec::new(),
         }
     }
 

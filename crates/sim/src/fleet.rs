@@ -26,7 +26,7 @@ use kube_anchor_core::membership::{self, LearnerProgress, Leave, LeaveFacts, Me,
 use kube_anchor_core::prestop_steps::{Action, Hook, LeaveAnswer, Limits, MemberConfig, Observation};
 use kube_anchor_core::rollout::{self, LeaseView};
 use kube_anchor_core::runtime::{ContainerState, LocalContainer, LocalPod, RuntimeView};
-use kube_anchor_core::trial::{HealthFailure, MirrorPod, VersionView};
+use kube_anchor_core::trial::{ClientAnswer, ClientView, HealthFailure, MirrorPod, VersionView};
 use kube_anchor_core::turn::Answer;
 
 use crate::Rng;
@@ -2451,9 +2451,16 @@ impl World {
                 restarts,
             },
         });
-        let dependency_down = DEPENDS_ON[c]
-            .filter(|&d| !self.runs(n, d))
-            .map(|d| format!("{} does not run on this node", COMPONENTS[d]));
+        // `--depends-on NAME=HEALTH_URL`: down while it does not run or its health URL fails.
+        let dependency_down = DEPENDS_ON[c].and_then(|d| {
+            if !self.runs(n, d) {
+                Some(format!("{} does not run on this node", COMPONENTS[d]))
+            } else {
+                self.health(n, d)
+                    .err()
+                    .map(|f| format!("{} fails its health check ({})", COMPONENTS[d], f.reason))
+            }
+        });
         let view = VersionView {
             api_configured: true,
             mirror,
@@ -2461,6 +2468,7 @@ impl World {
             runtime: Some(self.runtime_view(n, c)),
             runtime_restarts: 0,
             dependency_down,
+            clients: self.clients(n, c),
         };
         let effects = proc.machine.step(Input::Evaluate(EvaluateFacts {
             view,
@@ -2476,6 +2484,44 @@ impl World {
                 instant: self.instant(),
             });
             self.perform(n, c, proc, effects);
+        }
+    }
+
+    /// What the chart's `--client-check`s get on node `n` from component `c`
+    /// (charts/*/values.yaml `anchor.clientChecks`): etcd is asked about by kube-apiserver's
+    /// `/readyz/etcd`; kube-apiserver with the anchor's token and with a client certificate of the
+    /// cluster CA; a controller with its kubeconfig, at the API server it names (its node's).
+    fn clients(&self, n: usize, c: usize) -> Vec<ClientView> {
+        let api_answers = self.runs(n, APISERVER) && !self.api_hung(n);
+        let client = |name: &str, refused: Option<&str>| ClientView {
+            client: name.into(),
+            answer: match refused {
+                _ if !api_answers => ClientAnswer::NoAnswer("connection refused".into()),
+                Some(why) => ClientAnswer::Refused(why.into()),
+                None => ClientAnswer::Served,
+            },
+            served_before: false,
+        };
+        let unauthorized = |fault| (self.fault(n, APISERVER) == Some(fault)).then_some("401 Unauthorized");
+        match c {
+            ETCD => vec![client(
+                "kube-apiserver (/readyz/etcd)",
+                (!self.etcd_serves_local(n)).then_some("500: [-]etcd failed"),
+            )],
+            APISERVER => vec![
+                client(
+                    "the anchor's service account",
+                    unauthorized(Fault::ServiceAccountKeyDropped),
+                ),
+                client(
+                    "a client certificate of the cluster CA",
+                    unauthorized(Fault::CaWithoutBundle),
+                ),
+            ],
+            _ => vec![client(
+                COMPONENTS[c],
+                (!self.controller_reaches_api(n, c)).then_some("401 Unauthorized"),
+            )],
         }
     }
 
@@ -2603,6 +2649,7 @@ impl World {
                 | Effect::LkgFailing { .. }
                 | Effect::Log(_) => {}
                 Effect::Ready { ready, .. } => proc.ready = ready,
+                Effect::RecordClientsServed { clients } => self.nodes[n].ledgers[c].clients_served = clients,
             }
         }
     }
