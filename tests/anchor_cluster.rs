@@ -549,3 +549,98 @@ async fn a_kubelet_whose_reports_lag_does_not_decide_the_trial() {
     assert_ne!(mirror_hash().await.as_deref(), Some(good.as_str()), "{}", log());
     cp.stop_kubelet(&node.name);
 }
+
+/// `--client-checks` against the real kube-apiserver and etcd: each way of asking is served
+/// with credentials the API server accepts, and refused (not "no answer") with ones it does
+/// not: a client certificate of another CA, a token it did not sign, a server CA the client
+/// does not trust. These refusals are what fail a version on trial that locks its clients out.
+#[tokio::test]
+async fn client_checks_ask_a_real_api_server_as_its_clients_do() {
+    use kube_anchor_core::trial::ClientAnswer;
+    use kube_anchor_k8s::client_check::{ClientCheck, ClientCheckSpec};
+    use support::pki::{Identity, Pki, write_kubeconfig};
+    let cp = control_plane::shared().await;
+    let root = Path::new("/");
+    let spec = |name: &str, path: &str| ClientCheckSpec {
+        name: name.into(),
+        url: format!("{}{path}", cp.server),
+        ca_file: Some(cp.pki.ca()),
+        cert_file: None,
+        key_file: None,
+        kubeconfig: None,
+        anchor_credentials: false,
+    };
+    let answer = |spec: ClientCheckSpec, anchor_kubeconfig: Option<&Path>| {
+        let check = ClientCheck::new(spec, root, anchor_kubeconfig);
+        async move { check.ask().await.answer }
+    };
+    let served = ClientAnswer::Served;
+    let refused_with = |a: &ClientAnswer, what: &str| matches!(a, ClientAnswer::Refused(why) if why.contains(what));
+
+    // kube-apiserver's own readiness of etcd, asked as the etcd chart asks it: with the anchor's
+    // token, which the chart's ClusterRole lets read that path (anonymous users may not).
+    let anchor = cp.anchor_service_account().await;
+    let readyz_etcd = spec("etcd's client", "/readyz/etcd");
+    let a = answer(readyz_etcd.clone(), None).await;
+    assert!(refused_with(&a, "403"), "anonymous: {a:?}");
+    let with_token = ClientCheckSpec {
+        anchor_credentials: true,
+        ..readyz_etcd
+    };
+    assert_eq!(answer(with_token, Some(&anchor)).await, served);
+
+    // A client certificate of the cluster CA, and one of a CA the API server does not trust.
+    let pki = &cp.pki.dir;
+    let ours = ClientCheckSpec {
+        cert_file: Some(pki.join("apiserver-kubelet-client.crt")),
+        key_file: Some(pki.join("apiserver-kubelet-client.key")),
+        ..spec("a client certificate of the cluster CA", "/api")
+    };
+    assert_eq!(answer(ours.clone(), None).await, served);
+    let stranger_ca = Pki::new(&cp.dir.join("client-checks-other-ca"));
+    let (cert, key) = stranger_ca.issue("stranger", "stranger", None, &[]);
+    let theirs = ClientCheckSpec {
+        cert_file: Some(cert),
+        key_file: Some(key),
+        ..ours.clone()
+    };
+    let a = answer(theirs, None).await;
+    assert!(refused_with(&a, "401"), "{a:?}");
+
+    // The anchor's own token, and a token the API server did not sign.
+    let own = ClientCheckSpec {
+        anchor_credentials: true,
+        ..spec("the anchor's service account", "/api")
+    };
+    assert_eq!(answer(own.clone(), Some(&anchor)).await, served);
+    let forged_kubeconfig = cp.dir.join("client-checks-forged.kubeconfig");
+    // Header {"alg":"RS256"}, the API server's issuer, a signature of nothing.
+    let forged =
+        "eyJhbGciOiJSUzI1NiJ9.eyJpc3MiOiJodHRwczovL2t1YmVybmV0ZXMuZGVmYXVsdC5zdmMiLCJzdWIiOiJ4In0.c2lnbmF0dXJl";
+    write_kubeconfig(
+        &forged_kubeconfig,
+        &cp.server,
+        &cp.pki.ca(),
+        &Identity::Token(forged.into()),
+    );
+    let a = answer(own, Some(&forged_kubeconfig)).await;
+    assert!(refused_with(&a, "401"), "{a:?}");
+
+    // A controller's kubeconfig, at the server it names.
+    let controller = ClientCheckSpec {
+        url: "/api".into(),
+        ca_file: None,
+        kubeconfig: Some(cp.admin_kubeconfig.clone()),
+        ..spec("a controller", "")
+    };
+    assert_eq!(answer(controller, None).await, served);
+
+    // The server's certificate verified with a CA that did not sign it: refused, as the client
+    // would be.
+    let untrusted_server = ClientCheckSpec {
+        ca_file: Some(stranger_ca.ca()),
+        ..spec("a client of another CA bundle", "/readyz")
+    };
+    let a = answer(untrusted_server, None).await;
+    assert!(refused_with(&a, "certificate"), "{a:?}");
+}

@@ -1847,3 +1847,80 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     }
     out
 }
+
+/// Each component chart's client checks and dependencies reach the daemon in the shapes its own
+/// parsers accept (`--client-checks`, `--depends-on`), `${NODE_IP}` left for the kubelet to
+/// expand; and a check the schema does not know is refused by helm.
+#[test]
+fn client_checks_and_dependency_health_urls_reach_the_anchor_in_shapes_it_parses() {
+    let env_of = |docs: &[Value], name: &str| -> Option<String> {
+        of_kind(docs, "DaemonSet")[0]["spec"]["template"]["spec"]["containers"][0]["env"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == name)
+            .map(|e| e["value"].as_str().unwrap().to_owned())
+    };
+    let expect = [
+        ("etcd", vec!["kube-apiserver (/readyz/etcd)"], None),
+        (
+            "kube-apiserver",
+            vec![
+                "the anchor's service account",
+                "a client certificate of the cluster CA (apiserver-kubelet-client.crt)",
+            ],
+            Some(("etcd", "http://127.0.0.1:2381/health")),
+        ),
+        (
+            "kube-controller-manager",
+            vec!["kube-controller-manager"],
+            Some(("kube-apiserver", "https://127.0.0.1:6443/readyz")),
+        ),
+        (
+            "kube-scheduler",
+            vec!["kube-scheduler"],
+            Some(("kube-apiserver", "https://127.0.0.1:6443/readyz")),
+        ),
+    ];
+    for (chart_name, clients, dependency) in expect {
+        let required = required(chart_name);
+        let args: Vec<&str> = required.iter().map(String::as_str).collect();
+        let docs = render(chart_name, &args);
+        let checks: kube_anchor_k8s::client_check::ClientChecks = env_of(&docs, "KUBE_ANCHOR_CLIENT_CHECKS")
+            .unwrap_or_else(|| panic!("{chart_name}: no client checks"))
+            .parse()
+            .unwrap_or_else(|e| panic!("{chart_name}: {e}"));
+        let names: Vec<&str> = checks.0.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, clients, "{chart_name}");
+        let depends_on = env_of(&docs, "KUBE_ANCHOR_DEPENDS_ON");
+        let parsed: Vec<kube_anchor_core::decommission::Dependency> = depends_on
+            .iter()
+            .flat_map(|v| v.split(','))
+            .map(|d| d.parse().unwrap())
+            .collect();
+        let want: Vec<_> = dependency
+            .map(|(component, url)| kube_anchor_core::decommission::Dependency {
+                component: component.into(),
+                health_url: Some(url.into()),
+            })
+            .into_iter()
+            .collect();
+        assert_eq!(parsed, want, "{chart_name}");
+    }
+    // A kube-apiserver bound to the node's address only: the checks follow it.
+    let required = required("kube-apiserver");
+    let mut args: Vec<&str> = required.iter().map(String::as_str).collect();
+    let moved = r#"anchor.clientChecks=[{"name":"the anchor's service account","url":"https://${NODE_IP}:6443/api","anchorCredentials":true}]"#;
+    args.extend(["--set-json", moved]);
+    let docs = render("kube-apiserver", &args);
+    let value = env_of(&docs, "KUBE_ANCHOR_CLIENT_CHECKS").unwrap();
+    assert!(value.contains("https://$(NODE_IP):6443/api"), "{value}");
+    let mut args: Vec<&str> = required.iter().map(String::as_str).collect();
+    let unknown = r#"anchor.clientChecks=[{"name":"x","url":"https://127.0.0.1:6443/api","token":"t"}]"#;
+    args.extend(["--set-json", unknown]);
+    let chart = chart("kube-apiserver");
+    let mut full = vec!["template", "rel", chart.as_str()];
+    full.extend(args);
+    let err = refused(&helm(&full));
+    assert!(err.contains("token"), "{err}");
+}

@@ -125,7 +125,10 @@ spec:
             {{- end }}
             {{- /* The socket's directory is mounted at the same place under /host. */}}
             {{- with $v.anchor.dependsOn }}
-            - {name: KUBE_ANCHOR_DEPENDS_ON, value: {{ join "," . | quote }}}
+            - {name: KUBE_ANCHOR_DEPENDS_ON, value: {{ join "," . | replace "${NODE_IP}" "$(NODE_IP)" | quote }}}
+            {{- end }}
+            {{- with $v.anchor.clientChecks }}
+            - {name: KUBE_ANCHOR_CLIENT_CHECKS, value: {{ toJson . | replace "${NODE_IP}" "$(NODE_IP)" | quote }}}
             {{- end }}
             - {name: KUBE_ANCHOR_RUNTIME_ENDPOINT, value: {{ $v.anchor.runtimeEndpoint | default "none" | quote }}}
             {{- with $v.anchor.apiServers }}

@@ -51,6 +51,10 @@ rules:
   - apiGroups: [kube-anchor.io]
     resources: [anchorstatuses]
     verbs: [get, list, watch, create, patch]
+  # kube-apiserver's word on whether it still reaches etcd (the etcd chart's client check):
+  # a status line, no data. Anonymous users may read /readyz but not its checks.
+  - nonResourceURLs: [/readyz/etcd]
+    verbs: [get]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding

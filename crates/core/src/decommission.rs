@@ -42,6 +42,40 @@ pub(crate) const DECOMMISSION_ANNOTATION: &str = "kube-anchor.io/decommission";
 /// `anchor.dependsOn`): the components it needs on its node, comma-separated.
 pub const DEPENDS_ON_ENV: &str = "KUBE_ANCHOR_DEPENDS_ON";
 
+/// One entry of `--depends-on` ([`DEPENDS_ON_ENV`]): a component, and the health URL that says
+/// whether it is up (`etcd=http://127.0.0.1:2381/health`; the name alone: the runtime only).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dependency {
+    pub component: String,
+    pub health_url: Option<String>,
+}
+
+impl Dependency {
+    /// The component an entry names.
+    pub fn name_of(entry: &str) -> &str {
+        entry.split_once('=').map_or(entry, |(name, _)| name).trim()
+    }
+}
+
+impl std::str::FromStr for Dependency {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (component, health_url) = match s.split_once('=') {
+            Some((name, url)) if !url.trim().is_empty() => (name.trim(), Some(url.trim().to_owned())),
+            Some((name, _)) => (name.trim(), None),
+            None => (s.trim(), None),
+        };
+        if component.is_empty() && health_url.is_some() {
+            return Err(format!("{s:?}: a health URL without a component"));
+        }
+        Ok(Self {
+            component: component.to_owned(),
+            health_url,
+        })
+    }
+}
+
 /// The label selector of every anchor, of any component.
 pub fn every_anchor_selector() -> String {
     format!("{}={}", ANCHOR_NAME_LABEL.0, ANCHOR_NAME_LABEL.1)
@@ -365,7 +399,7 @@ pub fn dependents(
                     .flatten()
                     .filter(|e| e.name == DEPENDS_ON_ENV)
                     .filter_map(|e| e.value.as_deref())
-                    .any(|v| v.split(',').any(|d| d.trim() == component))
+                    .any(|v| v.split(',').any(|d| Dependency::name_of(d) == component))
             })
         })
         .map(|p| {

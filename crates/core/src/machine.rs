@@ -88,6 +88,8 @@ pub struct EvaluateFacts {
     pub now: Duration,
 }
 
+// An input is built for one `step` and consumed there, never stored: its size costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Input<'a> {
     Sync(SyncFacts<'a>),
@@ -798,7 +800,10 @@ mod tests {
             now: Duration::from_secs(1),
         };
         let effects = a.step(Input::Evaluate(facts.clone()));
-        assert!(!effects.contains(&Effect::LookAtDependency), "settled, converged: {effects:?}");
+        assert!(
+            !effects.contains(&Effect::LookAtDependency),
+            "settled, converged: {effects:?}"
+        );
         // On trial: restarts while a dependency is down are not the version's, so it is looked
         // at every time.
         let mut a = anchor();
@@ -854,14 +859,20 @@ mod tests {
         // The pod replaced for version B: a new process.
         let mut b = anchor();
         synced(&mut b, "B", &on_node, 10);
-        assert_eq!(b.step(asked(LeaseAnswer::Take, Instant::now())).last(), Some(&Effect::Resync));
+        assert_eq!(
+            b.step(asked(LeaseAnswer::Take, Instant::now())).last(),
+            Some(&Effect::Resync)
+        );
         let effects = synced(&mut b, "B", &on_node, 10);
         assert!(effects.contains(&Effect::Write { version: "B".into() }), "{effects:?}");
         let refused = ClientAnswer::Refused("500: [-]etcd failed".into());
         let mut rolled_back = None;
         for s in (11..=11 + PERIOD.as_secs()).step_by(5) {
             let effects = b.step(evaluate(with_client(running("B", 0), refused.clone()), s));
-            assert!(!effects.iter().any(|e| matches!(e, Effect::Promote { .. })), "{effects:?}");
+            assert!(
+                !effects.iter().any(|e| matches!(e, Effect::Promote { .. })),
+                "{effects:?}"
+            );
             if let Some(reason) = effects.iter().find_map(|e| match e {
                 Effect::RollBack { reason, .. } => Some(reason.clone()),
                 _ => None,
@@ -871,7 +882,10 @@ mod tests {
             }
         }
         let reason = rolled_back.expect("rolled back within its trial");
-        assert!(reason.contains("[-]etcd failed") && reason.contains("served before"), "{reason}");
+        assert!(
+            reason.contains("[-]etcd failed") && reason.contains("served before"),
+            "{reason}"
+        );
 
         // Outside a trial, a refusal takes it away.
         let gone = a.step(evaluate(with_client(running("A", 0), refused), 20));
@@ -894,9 +908,15 @@ mod tests {
             a.step(evaluate(v, s));
         }
         let effects = a.step(evaluate(running("A", 9), 40));
-        assert!(!effects.iter().any(|e| matches!(e, Effect::RollBack { .. })), "{effects:?}");
+        assert!(
+            !effects.iter().any(|e| matches!(e, Effect::RollBack { .. })),
+            "{effects:?}"
+        );
         let effects = a.step(evaluate(running("A", 12), 50));
-        assert!(!effects.iter().any(|e| matches!(e, Effect::RollBack { .. })), "3 since: {effects:?}");
+        assert!(
+            !effects.iter().any(|e| matches!(e, Effect::RollBack { .. })),
+            "3 since: {effects:?}"
+        );
         let effects = a.step(evaluate(running("A", 13), 60));
         assert!(
             effects

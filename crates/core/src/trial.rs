@@ -1070,9 +1070,11 @@ mod tests {
                 with(vec![client(refused(), true)]),
                 |a| matches!(a, Assessment::NotConverged(r) if r.contains("kube-apiserver (/readyz/etcd) is refused") && r.contains("[-]etcd")),
             ),
-            ("refused, never served: not this version's doing", with(vec![client(refused(), false)]), |a| {
-                *a == Assessment::Converged
-            }),
+            (
+                "refused, never served: not this version's doing",
+                with(vec![client(refused(), false)]),
+                |a| *a == Assessment::Converged,
+            ),
             (
                 "no answer, served before, the API answers: counted towards the limit",
                 with(vec![client(silent(), true)]),
@@ -1095,7 +1097,11 @@ mod tests {
                     v.runtime = Some(crate::runtime::tests::pod(
                         H,
                         true,
-                        vec![crate::runtime::tests::container("c", 0, crate::runtime::ContainerState::Running)],
+                        vec![crate::runtime::tests::container(
+                            "c",
+                            0,
+                            crate::runtime::ContainerState::Running,
+                        )],
                     ));
                     v
                 },
@@ -1122,7 +1128,10 @@ mod tests {
             t.step(&Assessment::Unknown("API unreachable".into()), secs(3000), period),
             TrialOutcome::Pending
         );
-        assert_eq!(t.step(&Assessment::Converged, secs(3010), period), TrialOutcome::Pending);
+        assert_eq!(
+            t.step(&Assessment::Converged, secs(3010), period),
+            TrialOutcome::Pending
+        );
         assert!(matches!(
             t.step(&unproven, secs(3011), period),
             TrialOutcome::Failed(r) if r.contains("10m") && r.contains("sha256:old")

@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 pub mod anchor_status;
+pub mod client_check;
 pub mod cri;
 pub mod direct;
 pub mod etcd;

@@ -32,6 +32,7 @@ use kube_anchor_core::trial::{MirrorPod, VersionView};
 use kube_anchor_core::turn::Answer;
 use kube_anchor_host::watch::{DirRole, DirWatcher, Stale};
 use kube_anchor_k8s::anchor_status;
+use kube_anchor_k8s::client_check::ClientCheck;
 use kube_anchor_k8s::cri::{RuntimeObserver, StaticPodRef};
 use kube_anchor_k8s::direct::HealthCheck;
 use kube_anchor_k8s::kubeapi::{self, EventSink};
@@ -89,6 +90,10 @@ struct Daemon {
     /// When a credential changed on the node was first seen and its repair held back.
     credential_drift_since: Option<tokio::time::Instant>,
     health: Option<HealthCheck>,
+    /// The health URLs of the `--depends-on` components that name one.
+    dependency_health: BTreeMap<String, HealthCheck>,
+    /// `--client-checks`: the component's clients on this node, asked as they ask.
+    client_checks: Vec<ClientCheck>,
     /// The container runtime, for what runs with no API; `None` with `--runtime-endpoint none`.
     runtime: Option<RuntimeObserver>,
     watcher: DirWatcher,
@@ -207,6 +212,18 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         .as_deref()
         .map(|url| HealthCheck::new(url, args.health_ca_file.as_deref()))
         .transpose()?;
+    let dependency_health = args
+        .depends_on
+        .iter()
+        .filter_map(|d| d.health_url.as_deref().map(|url| (d.component.clone(), url)))
+        .map(|(component, url)| HealthCheck::new(url, None).map(|check| (component, check)))
+        .collect::<Result<BTreeMap<_, _>, _>>()?;
+    let client_checks = args
+        .client_checks
+        .0
+        .iter()
+        .map(|spec| ClientCheck::new(spec.clone(), &args.node.host_root, args.identity.kubeconfig()))
+        .collect();
     let runtime = RuntimeObserver::new(&args.node.host_root, args.runtime.endpoint());
     let watcher = DirWatcher::new().context("starting inotify")?;
     let api = kubeapi::LazyClient::new(
@@ -238,6 +255,8 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         renewals_announced: BTreeSet::new(),
         credential_drift_since: None,
         health,
+        dependency_health,
+        client_checks,
         runtime,
         watcher,
         mirror: None,
@@ -1007,6 +1026,15 @@ impl Daemon {
                     self.publish(true, "LastKnownGoodFailing", note).await;
                 }
                 Effect::RecordLkgFailing { failing, if_different } => self.record_lkg_failing(failing, if_different),
+                Effect::RecordClientsServed { clients } => {
+                    tracing::info!(component = %self.component, clients = ?clients, "the clients the version on this node serves");
+                    if let Err(e) = self
+                        .engine
+                        .update_ledger(&self.component, |l| l.clients_served = clients)
+                    {
+                        tracing::error!(component = %self.component, error = %e, "could not record the clients served");
+                    }
+                }
                 Effect::Ready { ready, reason } => self.shared.update(|s| (s.ready, s.reason) = (ready, reason)),
                 other => self.log_effect(other),
             }
@@ -1048,7 +1076,7 @@ impl Daemon {
             runtime,
             runtime_restarts: 0,
             dependency_down: None,
-            clients: Vec::new(),
+            clients: futures::future::join_all(self.client_checks.iter().map(ClientCheck::ask)).await,
         }
     }
 
@@ -1115,28 +1143,36 @@ impl Daemon {
     }
 
     /// The first `--depends-on` component with a version on this node that the runtime shows not
-    /// running (what it shows). One the node does not run, or that has no last-known-good to
-    /// name its static pod yet, or a runtime that cannot be asked, tells nothing.
+    /// running, or that fails its health URL (what shows). One the node does not run, or that has
+    /// no last-known-good to name its static pod yet, tells nothing; nor does a runtime that
+    /// cannot be asked.
     async fn dependency_down(&self) -> Option<String> {
-        let observer = self.runtime.as_ref()?;
-        for component in self.args.depends_on.iter().filter(|c| !c.is_empty()) {
+        for dependency in self.args.depends_on.iter().filter(|d| !d.component.is_empty()) {
+            let component = &dependency.component;
             let Ok(ledger) = self.engine.ledger(component) else {
                 continue;
             };
-            let (Some(hash), Ok(Some(known))) = (ledger.content_hash, self.engine.last_known_good(component)) else {
+            let Some(hash) = ledger.content_hash else {
                 continue;
             };
-            let pod = StaticPodRef {
-                name: known.pod_name,
-                namespace: known.pod_namespace,
-                node: self.args.identity.node_name.clone(),
-            };
-            let view = observer.observe(&pod).await;
-            match kube_anchor_core::runtime::judge(&view, &hash, 0, u32::MAX) {
-                Local::NotRunning(what) | Local::CrashLooping(what) => {
-                    return Some(format!("{component} does not run on this node ({what})"));
+            if let (Some(observer), Ok(Some(known))) = (&self.runtime, self.engine.last_known_good(component)) {
+                let pod = StaticPodRef {
+                    name: known.pod_name,
+                    namespace: known.pod_namespace,
+                    node: self.args.identity.node_name.clone(),
+                };
+                let view = observer.observe(&pod).await;
+                match kube_anchor_core::runtime::judge(&view, &hash, 0, u32::MAX) {
+                    Local::NotRunning(what) | Local::CrashLooping(what) => {
+                        return Some(format!("{component} does not run on this node ({what})"));
+                    }
+                    Local::Running | Local::PreviousStopping(_) | Local::Unknown(_) => {}
                 }
-                Local::Running | Local::PreviousStopping(_) | Local::Unknown(_) => {}
+            }
+            if let Some(check) = self.dependency_health.get(component)
+                && let Err(failure) = check.check().await
+            {
+                return Some(format!("{component} fails its health check ({})", failure.reason));
             }
         }
         None

@@ -367,12 +367,20 @@ pub struct RunArgs {
     /// version reaches nodes only as fast as the DaemonSet rollout replaces anchor pods.
     #[arg(long, env = "KUBE_ANCHOR_EXPECT_INPUTS")]
     pub expect_inputs: Option<kube_anchor_core::pinned::PinnedInputs>,
-    /// Components this one needs that kube-anchor may run on the same node (kube-apiserver:
-    /// etcd). While the runtime shows one of them not running, this component's failures are
-    /// not held against its version on trial; and while this anchor runs on the node, their
-    /// anchors' pre-stop hooks keep them there (the others read it from this pod's spec).
+    /// Components this one needs that kube-anchor may run on the same node, each with its
+    /// health URL (`etcd=http://127.0.0.1:2381/health`, or the name alone). While one of them
+    /// does not run or fails its health URL, this component's failures are not held against its
+    /// version on trial, and its restarts meanwhile are not counted; and while this anchor runs
+    /// on the node, their anchors' pre-stop hooks keep them there (the others read it from this
+    /// pod's spec).
     #[arg(long, env = kube_anchor_core::decommission::DEPENDS_ON_ENV, value_delimiter = ',')]
-    pub depends_on: Vec<String>,
+    pub depends_on: Vec<kube_anchor_core::decommission::Dependency>,
+    /// The component's clients on this node, as a JSON list: `[{"name", "url", "caFile",
+    /// "certFile", "keyFile", "kubeconfig", "anchorCredentials"}]` (files are paths on the
+    /// node). Each is asked at every evaluation as that client asks; a version on trial that
+    /// refuses one the version before served fails its trial.
+    #[arg(long, env = "KUBE_ANCHOR_CLIENT_CHECKS", default_value = "")]
+    pub client_checks: kube_anchor_k8s::client_check::ClientChecks,
     /// Full resync as a backstop to change notification.
     #[arg(long, env = "KUBE_ANCHOR_RESYNC_PERIOD", default_value = "1m", value_parser = duration)]
     pub resync_period: std::time::Duration,
