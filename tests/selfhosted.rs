@@ -183,9 +183,15 @@ async fn a_self_hosted_control_plane_survives_reboots_bad_pushes_upgrades_and_a_
     };
     if scripted {
         let (bad_push, rolling) = pushes(&cluster).await;
+        let locked_out = client_breaking_pushes(&cluster).await;
         let scheduler_args = model.set_args(lifecycle::SCHEDULER, &cluster.dir);
         let decommission = decommission_scenario(&cluster, &scheduler_args).await;
         print_table(seed, max_delay, &reboots, rolling, bad_push, memory_mib);
+        for (what, (poll, took)) in &locked_out {
+            println!(
+                "client-breaking push, {what}: rolled back on its first node after {took:.1}s, reached no other; poll {poll:?}"
+            );
+        }
         println!(
             "decommission: node relabelled out -> its scheduler stopped and its files gone after {:.1}s; helm uninstall -> gone from every node after {:.1}s",
             decommission.0.as_secs_f64(),
@@ -334,6 +340,131 @@ async fn pushes(cluster: &SelfHosted) -> ((PollReport, f64), (PollReport, f64)) 
         "nodes were not upgraded one at a time (gaps {gaps:?} s, trial {APISERVER_TRIAL_S} s)"
     );
     ((bad_push, rolled_back.as_secs_f64()), (rolling, upgraded.as_secs_f64()))
+}
+
+/// The Warning `RolledBack` Events of `component`'s mirror pods, counted with their repeats.
+async fn rollbacks_of(client: &kube::Client, component: &str) -> i32 {
+    let events: Api<Event> = Api::namespaced(client.clone(), "kube-system");
+    let Ok(list) = events.list(&ListParams::default()).await else {
+        return -1;
+    };
+    list.items
+        .iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some("RolledBack")
+                && e.type_.as_deref() == Some("Warning")
+                && e.involved_object
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with(component))
+        })
+        .map(|e| e.count.unwrap_or(1).max(1))
+        .sum()
+}
+
+/// Scenario 3b: changes the credentials check cannot see, which leave the component healthy
+/// and lock its clients out (issue: "judge the control plane a change leaves behind"): etcd's
+/// `--listen-client-urls` moved off `127.0.0.1` (its kube-apiserver loses it), and
+/// kube-apiserver's service-account key pair replaced without the old public key (every token
+/// gets 401). Each must be rolled back on its first node and reach no other, with no moment in
+/// which two API servers fail together. Returns, for each, the API's poll and the time from
+/// the push to the rollback.
+async fn client_breaking_pushes(cluster: &SelfHosted) -> Vec<(&'static str, (PollReport, f64))> {
+    let keys = cluster.dir.join("client-breaking-sa");
+    fs::create_dir_all(&keys).unwrap();
+    let (key, public) = (keys.join("sa.key"), keys.join("sa.pub"));
+    for args in [
+        vec!["genrsa", "-out", key.to_str().unwrap(), "2048"],
+        vec![
+            "rsa",
+            "-in",
+            key.to_str().unwrap(),
+            "-pubout",
+            "-out",
+            public.to_str().unwrap(),
+        ],
+    ] {
+        let out = Command::new("openssl").args(&args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let sa_key = format!("credentials.sa\\.key={}", key.display());
+    let sa_pub = format!("credentials.sa\\.pub={}", public.display());
+    let pushes: [(&'static str, &'static str, Vec<&str>); 2] = [
+        (
+            "etcd's --listen-client-urls without 127.0.0.1",
+            "etcd",
+            vec![
+                "--set",
+                "component.extraArgs.listen-client-urls=https://${NODE_IP}:2379",
+            ],
+        ),
+        (
+            "kube-apiserver's service-account keys replaced without the old public key",
+            "kube-apiserver",
+            vec!["--set-file", &sa_key, "--set-file", &sa_pub],
+        ),
+    ];
+    let mut out = Vec::new();
+    for (what, component, args) in pushes {
+        cluster.wait_promoted(component, Duration::from_secs(300)).await;
+        let client = cluster.client(0).await;
+        let rollbacks_before = rollbacks_of(&client, component).await;
+        let hashes = || -> Vec<Option<String>> { cluster.nodes.iter().map(|n| n.written_hash(component)).collect() };
+        let good = hashes();
+        let poller = Poller::start(cluster.admin_kubeconfigs());
+        let pushed = Instant::now();
+        let mut upgrade = vec![component];
+        upgrade.extend(args.iter().copied());
+        succeeded(
+            &format!("cluster.sh upgrade {component} (client-breaking)"),
+            &script("upgrade", &cluster.dir, &upgrade, &[]),
+        );
+        let mut tried = vec![false; cluster.nodes.len()];
+        let rolled_back = loop {
+            let now = hashes();
+            for (i, h) in now.iter().enumerate() {
+                tried[i] |= *h != good[i];
+            }
+            let client = cluster.client(0).await;
+            if tried.iter().any(|t| *t) && now == good && rollbacks_of(&client, component).await > rollbacks_before {
+                break pushed.elapsed();
+            }
+            assert!(
+                pushed.elapsed() < Duration::from_secs(APISERVER_TRIAL_S + 420),
+                "{what}: not rolled back; tried on {tried:?}; logs in {}",
+                cluster.dir.display()
+            );
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        };
+        // The other nodes hold on: the Lease names the revision rolled back.
+        tokio::time::sleep(Duration::from_secs(15)).await;
+        for (i, h) in hashes().iter().enumerate() {
+            tried[i] |= *h != good[i];
+        }
+        let poll = poller.finish();
+        println!(
+            "{what}: rolled back after {:.1}s; tried on {tried:?}; poll {poll:?}",
+            rolled_back.as_secs_f64()
+        );
+        assert_eq!(
+            tried.iter().filter(|t| **t).count(),
+            1,
+            "{what}: the version reached more than one node"
+        );
+        assert_eq!(poll.outage, 0, "{what}: the API was lost");
+        assert_eq!(poll.two_down, 0, "{what}: two API servers failed together");
+        // The values as they were: the version every node runs again.
+        succeeded(
+            &format!("cluster.sh upgrade {component} (values restored)"),
+            &script("upgrade", &cluster.dir, &[component], &[]),
+        );
+        out.push((what, (poll, rolled_back.as_secs_f64())));
+    }
+    out
 }
 
 const SCHEDULER_FILES: [&str; 2] = [

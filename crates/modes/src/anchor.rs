@@ -1143,7 +1143,7 @@ impl Daemon {
     }
 
     /// The first `--depends-on` component with a version on this node that the runtime shows not
-    /// running, or that fails its health URL (what shows). One the node does not run, or that has
+    /// running, or whose health URL answers with an error (what shows). One the node does not run, or that has
     /// no last-known-good to name its static pod yet, tells nothing; nor does a runtime that
     /// cannot be asked.
     async fn dependency_down(&self) -> Option<String> {
@@ -1169,8 +1169,12 @@ impl Daemon {
                     Local::Running | Local::PreviousStopping(_) | Local::Unknown(_) => {}
                 }
             }
+            // Only an answer counts: a URL that nothing serves (a dependency bound to another
+            // address than the one named) would excuse every failure for good. Whether it runs
+            // at all is the runtime's to say (above).
             if let Some(check) = self.dependency_health.get(component)
                 && let Err(failure) = check.check().await
+                && failure.answered
             {
                 return Some(format!("{component} fails its health check ({})", failure.reason));
             }

@@ -2451,13 +2451,15 @@ impl World {
                 restarts,
             },
         });
-        // `--depends-on NAME=HEALTH_URL`: down while it does not run or its health URL fails.
+        // `--depends-on NAME=HEALTH_URL`: down while it does not run or its health URL answers
+        // with an error.
         let dependency_down = DEPENDS_ON[c].and_then(|d| {
             if !self.runs(n, d) {
                 Some(format!("{} does not run on this node", COMPONENTS[d]))
             } else {
                 self.health(n, d)
                     .err()
+                    .filter(|f| f.answered)
                     .map(|f| format!("{} fails its health check ({})", COMPONENTS[d], f.reason))
             }
         });
