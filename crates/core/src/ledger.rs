@@ -128,8 +128,9 @@ pub struct Ledger {
     /// The clients (`--client-check` names) the version on the node has served outside a trial,
     /// and not refused since: those a version on trial must go on serving. Kept here so that the
     /// anchor pod replaced for a new version still knows them.
-    #[serde(default, skip_serializing_if = "std::collections::BTreeSet::is_empty")]
-    pub clients_served: std::collections::BTreeSet<String>,
+    /// `None`: never recorded (no anchor with client checks has evaluated the version yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clients_served: Option<std::collections::BTreeSet<String>>,
     /// Sorted by path.
     files: Vec<LedgerEntry>,
 }

@@ -27,6 +27,8 @@ pub struct Settings {
     pub crash_loop_threshold: u32,
     /// An anchor pod with an API: replacing what the node runs waits for the rollout turn.
     pub in_fleet: bool,
+    /// The component's clients are asked (`--client-checks`).
+    pub client_checks: bool,
 }
 
 /// The anchor's state between steps.
@@ -42,9 +44,11 @@ pub struct Anchor {
     pub written: Option<String>,
     /// The last evaluation found `written` converged.
     pub converged: bool,
-    /// The clients the version on the node served outside a trial ([`Ledger::clients_served`];
-    /// `None` until the first sync read the ledger): those a version on trial must go on serving.
+    /// The clients the version on the node served outside a trial ([`Ledger::clients_served`]):
+    /// those a version on trial must go on serving. `None`: no record yet.
     pub clients_served: Option<BTreeSet<String>>,
+    /// The first sync has read [`Anchor::clients_served`] from the ledger.
+    clients_read: bool,
     /// A [`Effect::Write`] not reported done yet.
     writing: Option<Writing>,
 }
@@ -129,6 +133,10 @@ pub enum Input<'a> {
         ledger: &'a Ledger,
         instant: Instant,
     },
+    /// The answers to [`Effect::AskClients`].
+    ClientsAsked {
+        clients: Vec<crate::trial::ClientView>,
+    },
     /// [`Effect::GiveBackTurn`] was done.
     GivenBack,
     /// [`Effect::RenewTurn`] was done.
@@ -183,6 +191,9 @@ pub enum Effect {
     RecordClientsServed {
         clients: BTreeSet<String>,
     },
+    /// Ask the component's clients (of the version on the node, before a new one is written);
+    /// the answers come back as [`Input::ClientsAsked`].
+    AskClients,
     /// Record `version` as last-known-good.
     Promote {
         version: String,
@@ -227,7 +238,8 @@ impl Anchor {
             accepted: None,
             written: None,
             converged: false,
-            clients_served: Default::default(),
+            clients_served: None,
+            clients_read: false,
             writing: None,
         }
     }
@@ -254,6 +266,15 @@ impl Anchor {
     pub fn step(&mut self, input: Input<'_>) -> Vec<Effect> {
         match input {
             Input::Sync(facts) => self.sync(facts),
+            Input::ClientsAsked { clients } => {
+                let served: BTreeSet<String> = clients
+                    .into_iter()
+                    .filter(|c| c.answer == ClientAnswer::Served)
+                    .map(|c| c.client)
+                    .collect();
+                self.clients_served = Some(served.clone());
+                vec![Effect::RecordClientsServed { clients: served }, Effect::Resync]
+            }
             Input::Written { done, now } => {
                 let Some(w) = self.writing.take().filter(|_| done) else {
                     return vec![];
@@ -360,8 +381,9 @@ impl Anchor {
     }
 
     fn sync(&mut self, f: SyncFacts<'_>) -> Vec<Effect> {
-        if self.clients_served.is_none() {
-            self.clients_served = Some(f.ledger.clients_served.clone());
+        if !self.clients_read {
+            self.clients_served = f.ledger.clients_served.clone();
+            self.clients_read = true;
         }
         // As after every pass: an earlier process may have left the turn held.
         let recover = (self.settings.in_fleet && self.turn.needs_recovery()).then_some(Effect::RecoverTurn);
@@ -422,6 +444,15 @@ impl Anchor {
             effects.push(ask);
             return effects;
         }
+        // A new version is judged by the clients the one on the node serves: with no record of
+        // them yet (a push that reaches an anchor pod before its first evaluation), they are
+        // asked first.
+        let replaces = held_back.is_none() && on_node.as_deref().is_some_and(|v| v != target);
+        if replaces && self.settings.client_checks && self.clients_served.is_none() {
+            effects.push(Effect::AskClients);
+            effects.extend(recover);
+            return effects;
+        }
         self.writing = Some(Writing {
             version: target.clone(),
             last_known_good: f.ledger.last_known_good.as_deref() == Some(target.as_str()),
@@ -471,10 +502,11 @@ impl Anchor {
             return vec![Effect::LookAtDependency];
         }
         let mut effects = Vec::new();
-        if !on_trial && let Some(served) = self.clients_served.as_mut() {
+        if !on_trial && self.settings.client_checks {
             // Served adds a client, refused takes it away; no answer (it may be restarting) leaves
-            // it as it was.
-            let before = served.clone();
+            // it as it was. The first evaluation makes the record.
+            let before = self.clients_served.clone();
+            let served = self.clients_served.get_or_insert_default();
             for client in &view.clients {
                 match client.answer {
                     ClientAnswer::Served => served.insert(client.client.clone()),
@@ -482,7 +514,7 @@ impl Anchor {
                     ClientAnswer::NoAnswer(_) => false,
                 };
             }
-            if *served != before {
+            if before.as_ref() != Some(served) {
                 effects.push(Effect::RecordClientsServed {
                     clients: served.clone(),
                 });
@@ -568,7 +600,15 @@ mod tests {
             trial_period: PERIOD,
             crash_loop_threshold: 3,
             in_fleet: true,
+            client_checks: false,
         })
+    }
+
+    /// An anchor with `--client-checks`.
+    fn anchor_with_clients() -> Anchor {
+        let mut a = anchor();
+        a.settings.client_checks = true;
+        a
     }
 
     fn ledger(on_node: Option<&str>, lkg: Option<&str>) -> Ledger {
@@ -844,7 +884,7 @@ mod tests {
     #[test]
     fn the_clients_served_outlive_the_process_and_judge_the_next_version() {
         let client = "kube-apiserver (/readyz/etcd)".to_owned();
-        let mut a = anchor();
+        let mut a = anchor_with_clients();
         let mut on_node = ledger(Some("A"), Some("A"));
         synced(&mut a, "A", &on_node, 0);
         let served = a.step(evaluate(with_client(running("A", 0), ClientAnswer::Served), 1));
@@ -854,10 +894,10 @@ mod tests {
         let silent = ClientAnswer::NoAnswer("connection refused".into());
         let restarting = a.step(evaluate(with_client(running("A", 0), silent), 3));
         assert_eq!(recorded(&restarting), None, "no answer keeps it");
-        on_node.clients_served = [client.clone()].into();
+        on_node.clients_served = Some([client.clone()].into());
 
         // The pod replaced for version B: a new process.
-        let mut b = anchor();
+        let mut b = anchor_with_clients();
         synced(&mut b, "B", &on_node, 10);
         assert_eq!(
             b.step(asked(LeaseAnswer::Take, Instant::now())).last(),
@@ -892,11 +932,49 @@ mod tests {
         assert_eq!(recorded(&gone), Some(vec![]));
     }
 
+    /// A push that reaches an anchor pod before its first evaluation (a new kube-anchor release
+    /// and a new version in one `helm upgrade`): the clients of the version on the node are asked
+    /// and recorded before the new one is written, so it is judged by them too.
+    #[test]
+    fn with_no_record_the_clients_are_asked_before_a_new_version_is_written() {
+        let mut a = anchor_with_clients();
+        let on_node = ledger(Some("A"), Some("A"));
+        assert_eq!(on_node.clients_served, None);
+        synced(&mut a, "B", &on_node, 0);
+        assert_eq!(
+            a.step(asked(LeaseAnswer::Take, Instant::now())).last(),
+            Some(&Effect::Resync)
+        );
+        let effects = synced(&mut a, "B", &on_node, 1);
+        assert!(effects.contains(&Effect::AskClients), "{effects:?}");
+        assert!(
+            !effects.iter().any(|e| matches!(e, Effect::Write { .. })),
+            "{effects:?}"
+        );
+        let served = with_client(running("A", 0), ClientAnswer::Served).clients;
+        let effects = a.step(Input::ClientsAsked { clients: served });
+        assert_eq!(
+            recorded(&effects),
+            Some(vec!["kube-apiserver (/readyz/etcd)".to_owned()])
+        );
+        assert_eq!(effects.last(), Some(&Effect::Resync));
+        let effects = synced(&mut a, "B", &on_node, 2);
+        assert!(effects.contains(&Effect::Write { version: "B".into() }), "{effects:?}");
+        // And the version on trial that refuses it is not converged.
+        let refused = ClientAnswer::Refused("500: [-]etcd failed".into());
+        a.step(evaluate(with_client(running("B", 0), refused.clone()), 3));
+        assert!(!a.converged);
+        // A first version on a node (nothing to replace) is written without asking.
+        let mut fresh = anchor_with_clients();
+        let effects = synced(&mut fresh, "A", &ledger(None, None), 0);
+        assert!(effects.contains(&Effect::Write { version: "A".into() }), "{effects:?}");
+    }
+
     /// A kube-apiserver on trial piles up restarts while its etcd has no leader: they are not
     /// the version's. Counting starts anew from the last look at which etcd was down.
     #[test]
     fn restarts_while_a_dependency_is_down_are_not_the_versions() {
-        let mut a = anchor();
+        let mut a = anchor_with_clients();
         let fresh = ledger(None, None);
         synced(&mut a, "A", &fresh, 0);
         let mut down = running("A", 0);

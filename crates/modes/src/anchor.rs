@@ -240,6 +240,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         trial_period: args.trial_period,
         crash_loop_threshold: args.crash_loop_threshold,
         in_fleet,
+        client_checks: !args.client_checks.0.is_empty(),
     });
     let mut daemon = Daemon {
         args,
@@ -429,12 +430,18 @@ impl Daemon {
         self.connect().await;
         self.forget_stale();
         self.membership_step().await;
-        let effects = self.sync_pass();
-        if self.carry_out_turn(effects).await {
+        // Again when the pass's effects call for it: the turn given (the leadership handed off
+        // first), the clients of the version on the node recorded before a new one is written.
+        let mut effects = self.sync_pass();
+        for _ in 0..2 {
+            if !self.carry_out_turn(effects).await {
+                effects = Vec::new();
+                break;
+            }
             self.hand_off_leadership().await;
-            let effects = self.sync_pass();
-            self.carry_out_turn(effects).await;
+            effects = self.sync_pass();
         }
+        self.carry_out_turn(effects).await;
         // A change that landed between reading a directory and watching it went unseen.
         if self.watch_dirs() {
             self.known.full_at = None;
@@ -1026,15 +1033,7 @@ impl Daemon {
                     self.publish(true, "LastKnownGoodFailing", note).await;
                 }
                 Effect::RecordLkgFailing { failing, if_different } => self.record_lkg_failing(failing, if_different),
-                Effect::RecordClientsServed { clients } => {
-                    tracing::info!(component = %self.component, clients = ?clients, "the clients the version on this node serves");
-                    if let Err(e) = self
-                        .engine
-                        .update_ledger(&self.component, |l| l.clients_served = clients)
-                    {
-                        tracing::error!(component = %self.component, error = %e, "could not record the clients served");
-                    }
-                }
+                Effect::RecordClientsServed { clients } => self.record_clients_served(clients),
                 Effect::Ready { ready, reason } => self.shared.update(|s| (s.ready, s.reason) = (ready, reason)),
                 other => self.log_effect(other),
             }
@@ -1244,6 +1243,11 @@ impl Daemon {
                     }));
                 }
                 Effect::Resync => given = true,
+                Effect::AskClients => {
+                    let clients = futures::future::join_all(self.client_checks.iter().map(ClientCheck::ask)).await;
+                    queue.extend(self.machine.step(Input::ClientsAsked { clients }));
+                }
+                Effect::RecordClientsServed { clients } => self.record_clients_served(clients),
                 other => self.log_effect(other),
             }
         }
@@ -1300,6 +1304,16 @@ impl Daemon {
 
     /// While the last-known-good version is kept in place of the inputs' bad one, its failure
     /// is recorded so `status` shows it too; a failure to record is logged, not fatal.
+    fn record_clients_served(&self, clients: BTreeSet<String>) {
+        tracing::info!(component = %self.component, clients = ?clients, "the clients the version on this node serves");
+        if let Err(e) = self
+            .engine
+            .update_ledger(&self.component, |l| l.clients_served = Some(clients))
+        {
+            tracing::error!(component = %self.component, error = %e, "could not record the clients served");
+        }
+    }
+
     fn record_lkg_failing(&mut self, failing: Option<LkgFailure>, if_different: bool) {
         // The first record also clears one an earlier process left (read first: no ledger
         // write at every start).

@@ -55,6 +55,8 @@ const APISERVER_WITHOUT_ETCD: u64 = 30;
 /// (the charts' `failureThreshold: 8`), each probe waiting out its 15 s timeout
 /// (`timeoutSeconds: 15` over `periodSeconds: 10`: charts/kube-anchor-lib/templates/_staticpod.tpl).
 const LIVENESS_KILL: u64 = 8 * 15;
+/// The same probe against a kube-apiserver that answers at once, its `/livez` failing on etcd.
+const LIVENESS_WITHOUT_ETCD: u64 = 8 * 10;
 /// After the operator's last operation the world is left alone this long: every rollout must
 /// have ended by then (three nodes × a five-minute trial, back-offs and boots).
 pub const SETTLE: u64 = 40 * 60;
@@ -464,6 +466,9 @@ struct Container {
     on_root: bool,
     /// Its process is stopped from `.0` until `.1`: it holds its port and answers nothing.
     stopped: Option<(u64, u64)>,
+    /// kube-apiserver: this process has reached its etcd, and since when it has lost it.
+    reached_etcd: bool,
+    etcd_lost_since: Option<u64>,
 }
 
 impl Container {
@@ -767,6 +772,8 @@ impl World {
                         backoff: BACKOFF_START,
                         on_root: false,
                         stopped: None,
+                        reached_etcd: true,
+                        etcd_lost_since: None,
                     }),
                     mirror: Some((c, true, 0)),
                     start_gap_until: 0,
@@ -1518,6 +1525,7 @@ impl World {
                 trial_period: Duration::from_secs(self.setup.trial_period[c]),
                 crash_loop_threshold: self.setup.crash_loop_threshold[c],
                 in_fleet: true,
+                client_checks: true,
             }),
             next_wake: now,
             synced_inputs: None,
@@ -1743,6 +1751,8 @@ impl World {
                     backoff: BACKOFF_START,
                     on_root,
                     stopped: None,
+                    reached_etcd: false,
+                    etcd_lost_since: None,
                 });
             }
             return;
@@ -1798,6 +1808,8 @@ impl World {
                 ct.phase = Phase::Starting { at: now + 1 };
                 ct.on_root = !self.disk_mounted(n);
                 ct.stopped = None;
+                ct.reached_etcd = false;
+                ct.etcd_lost_since = None;
             }
             Phase::Running { since } => {
                 let hung_since = ct.stopped_since(now);
@@ -1807,7 +1819,7 @@ impl World {
                     ct.phase = self.exit(&mut ct);
                 } else if hung_since.is_some() {
                     // Stopped: it neither exits nor notices anything.
-                } else if c == APISERVER && now >= since + APISERVER_WITHOUT_ETCD && !self.etcd_serves_local(n) {
+                } else if c == APISERVER && self.apiserver_gives_up_on_etcd(n, &mut ct, since) {
                     ct.phase = self.exit(&mut ct);
                 } else if now >= since + 2 * BACKOFF_MAX {
                     // The kubelet forgets a back-off not updated for twice its maximum
@@ -1922,6 +1934,25 @@ impl World {
         let restart_at = self.now + ct.backoff;
         ct.backoff = (ct.backoff * 2).min(BACKOFF_MAX);
         Phase::Exited { restart_at }
+    }
+
+    /// A kube-apiserver process without its etcd: one that never reached it exits when its
+    /// post-start hooks give up (about 30 s after its start); one that did runs on, not Ready,
+    /// until the kubelet kills it on its liveness probe, whose `/livez` checks etcd
+    /// (`storagebackend/factory/etcd3.go`, kubernetes#98662): 8 failures 10 s apart (the
+    /// charts' `failureThreshold: 8`, `periodSeconds: 10`).
+    fn apiserver_gives_up_on_etcd(&self, n: usize, ct: &mut Container, since: u64) -> bool {
+        let now = self.now;
+        if self.etcd_serves_local(n) {
+            ct.reached_etcd = true;
+            ct.etcd_lost_since = None;
+            return false;
+        }
+        if !ct.reached_etcd {
+            return now >= since + APISERVER_WITHOUT_ETCD;
+        }
+        let lost = *ct.etcd_lost_since.get_or_insert(now);
+        now >= lost + LIVENESS_WITHOUT_ETCD
     }
 
     fn refuses_to_start(&self, n: usize, c: usize, version: usize) -> bool {
@@ -2651,7 +2682,11 @@ impl World {
                 | Effect::LkgFailing { .. }
                 | Effect::Log(_) => {}
                 Effect::Ready { ready, .. } => proc.ready = ready,
-                Effect::RecordClientsServed { clients } => self.nodes[n].ledgers[c].clients_served = clients,
+                Effect::RecordClientsServed { clients } => self.nodes[n].ledgers[c].clients_served = Some(clients),
+                Effect::AskClients => {
+                    let clients = self.clients(n, c);
+                    queue.extend(proc.machine.step(Input::ClientsAsked { clients }));
+                }
             }
         }
     }
