@@ -250,55 +250,15 @@ async fn reboot_trials(cluster: &mut SelfHosted, trials: u64, max_delay: u64, se
 async fn pushes(cluster: &SelfHosted) -> ((PollReport, f64), (PollReport, f64)) {
     // 3. A bad push: a kube-apiserver that exits at start. The version every node runs is
     // last-known-good first (the lifecycle run may have left one on trial).
-    cluster.wait_promoted("kube-apiserver", Duration::from_secs(180)).await;
-    let poller = Poller::start(cluster.admin_kubeconfigs());
-    let good = apiserver_hashes(cluster);
-    let pushed = Instant::now();
     // (0: a number the lifecycle run's refused flags never draw: a version no node has tried.)
-    upgrade_apiserver(cluster, "component.extraArgs.no-such-flag=0");
-    let client = cluster.client(0).await;
-    let events: Api<Event> = Api::namespaced(client.clone(), "kube-system");
-    let mut tried = vec![false; 3];
-    let rolled_back = loop {
-        for (i, h) in apiserver_hashes(cluster).iter().enumerate() {
-            tried[i] |= *h != good[i];
-        }
-        let rollback = events.list(&ListParams::default()).await.ok().and_then(|l| {
-            l.items.into_iter().find(|e| {
-                e.reason.as_deref() == Some("RolledBack")
-                    && e.type_.as_deref() == Some("Warning")
-                    && e.involved_object
-                        .name
-                        .as_deref()
-                        .is_some_and(|n| n.starts_with("kube-apiserver"))
-            })
-        });
-        if rollback.is_some() && apiserver_hashes(cluster) == good {
-            break pushed.elapsed();
-        }
-        assert!(
-            pushed.elapsed() < Duration::from_secs(300),
-            "the bad push was not rolled back; tried on {tried:?}; logs in {}",
-            cluster.dir.display()
-        );
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    };
-    // The other nodes hold on: the Lease names the revision rolled back.
-    tokio::time::sleep(Duration::from_secs(15)).await;
-    for (i, h) in apiserver_hashes(cluster).iter().enumerate() {
-        tried[i] |= *h != good[i];
-    }
-    let bad_push = poller.finish();
-    println!(
-        "bad push: rolled back after {:.1}s; tried on {tried:?}; poll {bad_push:?}",
-        rolled_back.as_secs_f64()
-    );
-    assert_eq!(
-        tried.iter().filter(|t| **t).count(),
-        1,
-        "the bad version reached more than one node"
-    );
-    assert_eq!(bad_push.outage, 0, "the API was lost during the bad push");
+    let (bad_push, rolled_back) = rolled_back_on_its_first_node(
+        cluster,
+        "kube-apiserver",
+        "bad push",
+        &["--set", "component.extraArgs.no-such-flag=0"],
+        Duration::from_secs(300),
+    )
+    .await;
 
     // 4. Fixed values (a changed flag): a rolling upgrade, polled round-robin.
     let poller = Poller::start(cluster.admin_kubeconfigs());
@@ -339,7 +299,7 @@ async fn pushes(cluster: &SelfHosted) -> ((PollReport, f64), (PollReport, f64)) 
         gaps.iter().all(|g| *g >= (APISERVER_TRIAL_S - 15) as f64),
         "nodes were not upgraded one at a time (gaps {gaps:?} s, trial {APISERVER_TRIAL_S} s)"
     );
-    ((bad_push, rolled_back.as_secs_f64()), (rolling, upgraded.as_secs_f64()))
+    ((bad_push, rolled_back), (rolling, upgraded.as_secs_f64()))
 }
 
 /// The Warning `RolledBack` Events of `component`'s mirror pods, counted with their repeats.
@@ -363,8 +323,8 @@ async fn rollbacks_of(client: &kube::Client, component: &str) -> i32 {
 }
 
 /// Scenario 3b: changes the credentials check cannot see, which leave the component healthy
-/// and lock its clients out (issue: "judge the control plane a change leaves behind"): etcd's
-/// `--listen-client-urls` moved off `127.0.0.1` (its kube-apiserver loses it), and
+/// and lock its clients out: etcd's `--listen-client-urls` moved off the address its
+/// kube-apiserver dials, and
 /// kube-apiserver's service-account key pair replaced without the old public key (every token
 /// gets 401). Each must be rolled back on its first node and reach no other, with no moment in
 /// which two API servers fail together. Returns, for each, the API's poll and the time from
@@ -394,12 +354,15 @@ async fn client_breaking_pushes(cluster: &SelfHosted) -> Vec<(&'static str, (Pol
     let sa_key = format!("credentials.sa\\.key={}", key.display());
     let sa_pub = format!("credentials.sa\\.pub={}", public.display());
     let pushes: [(&'static str, &'static str, Vec<&str>); 2] = [
+        // The bed's nodes share one network namespace, each component bound to its node's
+        // address (examples/bootstrap/one-host): kube-apiserver dials etcd there, at 2379, so the
+        // listener moves to another port.
         (
-            "etcd's --listen-client-urls without 127.0.0.1",
+            "etcd's --listen-client-urls moved off the address kube-apiserver dials",
             "etcd",
             vec![
                 "--set",
-                "component.extraArgs.listen-client-urls=https://${NODE_IP}:2379",
+                "component.extraArgs.listen-client-urls=https://${NODE_IP}:2479",
             ],
         ),
         (
@@ -410,61 +373,83 @@ async fn client_breaking_pushes(cluster: &SelfHosted) -> Vec<(&'static str, (Pol
     ];
     let mut out = Vec::new();
     for (what, component, args) in pushes {
-        cluster.wait_promoted(component, Duration::from_secs(300)).await;
-        let client = cluster.client(0).await;
-        let rollbacks_before = rollbacks_of(&client, component).await;
-        let hashes = || -> Vec<Option<String>> { cluster.nodes.iter().map(|n| n.written_hash(component)).collect() };
-        let good = hashes();
-        let poller = Poller::start(cluster.admin_kubeconfigs());
-        let pushed = Instant::now();
-        let mut upgrade = vec![component];
-        upgrade.extend(args.iter().copied());
-        succeeded(
-            &format!("cluster.sh upgrade {component} (client-breaking)"),
-            &script("upgrade", &cluster.dir, &upgrade, &[]),
-        );
-        let mut tried = vec![false; cluster.nodes.len()];
-        let rolled_back = loop {
-            let now = hashes();
-            for (i, h) in now.iter().enumerate() {
-                tried[i] |= *h != good[i];
-            }
-            let client = cluster.client(0).await;
-            if tried.iter().any(|t| *t) && now == good && rollbacks_of(&client, component).await > rollbacks_before {
-                break pushed.elapsed();
-            }
-            assert!(
-                pushed.elapsed() < Duration::from_secs(APISERVER_TRIAL_S + 420),
-                "{what}: not rolled back; tried on {tried:?}; logs in {}",
-                cluster.dir.display()
-            );
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        };
-        // The other nodes hold on: the Lease names the revision rolled back.
-        tokio::time::sleep(Duration::from_secs(15)).await;
-        for (i, h) in hashes().iter().enumerate() {
-            tried[i] |= *h != good[i];
-        }
-        let poll = poller.finish();
-        println!(
-            "{what}: rolled back after {:.1}s; tried on {tried:?}; poll {poll:?}",
-            rolled_back.as_secs_f64()
-        );
-        assert_eq!(
-            tried.iter().filter(|t| **t).count(),
-            1,
-            "{what}: the version reached more than one node"
-        );
-        assert_eq!(poll.outage, 0, "{what}: the API was lost");
+        let (poll, took) = rolled_back_on_its_first_node(
+            cluster,
+            component,
+            what,
+            &args,
+            Duration::from_secs(APISERVER_TRIAL_S + 420),
+        )
+        .await;
         assert_eq!(poll.two_down, 0, "{what}: two API servers failed together");
         // The values as they were: the version every node runs again.
         succeeded(
             &format!("cluster.sh upgrade {component} (values restored)"),
             &script("upgrade", &cluster.dir, &[component], &[]),
         );
-        out.push((what, (poll, rolled_back.as_secs_f64())));
+        out.push((what, (poll, took)));
     }
     out
+}
+
+/// `cluster.sh upgrade COMPONENT ARGS…` of a version that must be rolled back on its first node
+/// and reach no other (the rollout Lease names the revision rolled back), with the API answering
+/// throughout. Waits for every node's version to be promoted first; returns the API's poll and
+/// the time from the push until every node runs the version before again and a new Warning
+/// `RolledBack` Event of the component is out.
+async fn rolled_back_on_its_first_node(
+    cluster: &SelfHosted,
+    component: &str,
+    what: &str,
+    args: &[&str],
+    timeout: Duration,
+) -> (PollReport, f64) {
+    cluster.wait_promoted(component, Duration::from_secs(300)).await;
+    let rollbacks_before = rollbacks_of(&cluster.client(0).await, component).await;
+    let hashes = || -> Vec<Option<String>> { cluster.nodes.iter().map(|n| n.written_hash(component)).collect() };
+    let good = hashes();
+    let poller = Poller::start(cluster.admin_kubeconfigs());
+    let pushed = Instant::now();
+    let mut upgrade = vec![component];
+    upgrade.extend(args.iter().copied());
+    succeeded(
+        &format!("cluster.sh upgrade {component} ({what})"),
+        &script("upgrade", &cluster.dir, &upgrade, &[]),
+    );
+    let mut tried = vec![false; cluster.nodes.len()];
+    let rolled_back = loop {
+        let now = hashes();
+        for (i, h) in now.iter().enumerate() {
+            tried[i] |= *h != good[i];
+        }
+        let client = cluster.client(0).await;
+        if tried.iter().any(|t| *t) && now == good && rollbacks_of(&client, component).await > rollbacks_before {
+            break pushed.elapsed();
+        }
+        assert!(
+            pushed.elapsed() < timeout,
+            "{what}: not rolled back; tried on {tried:?}; logs in {}",
+            cluster.dir.display()
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+    // The other nodes hold on: the Lease names the revision rolled back.
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    for (i, h) in hashes().iter().enumerate() {
+        tried[i] |= *h != good[i];
+    }
+    let poll = poller.finish();
+    println!(
+        "{what}: rolled back after {:.1}s; tried on {tried:?}; poll {poll:?}",
+        rolled_back.as_secs_f64()
+    );
+    assert_eq!(
+        tried.iter().filter(|t| **t).count(),
+        1,
+        "{what}: the version reached more than one node"
+    );
+    assert_eq!(poll.outage, 0, "{what}: the API was lost");
+    (poll, rolled_back.as_secs_f64())
 }
 
 const SCHEDULER_FILES: [&str; 2] = [
