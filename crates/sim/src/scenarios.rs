@@ -160,6 +160,18 @@ pub fn all() -> Vec<Named> {
             scenario: || three_nodes(vec![(60, push(APISERVER, Some(Fault::ServiceAccountKeyDropped)))]),
         },
         Named {
+            name: "single-node-client-breaking-pushes",
+            story: "one node; an etcd version whose --listen-client-urls leaves out 127.0.0.1, then a \
+                    kube-apiserver version without the service-account key the tokens were signed with: \
+                    the only API server is the one locked out",
+            scenario: || {
+                one_node(vec![
+                    (60, push(ETCD, Some(Fault::ListenAddressMoved))),
+                    (1200, push(APISERVER, Some(Fault::ServiceAccountKeyDropped))),
+                ])
+            },
+        },
+        Named {
             name: "etcd-push-with-a-member-off",
             story: "three nodes; cp-3 is powered off, then a good etcd version is pushed",
             scenario: || etcd_push_with_a_member_off(DaemonSets::PerNode),
@@ -726,6 +738,8 @@ pub const KNOWN: &[(&str, &[Invariant])] = &[
     // [F2] the same for kube-apiserver: healthy, every token refused; the anchor's own token
     // against its node's API server is refused where it was served before.
     ("service-account-key-dropped", &[]),
+    // On one node the runtime and the node's own clients are the evidence: each is rolled back.
+    ("single-node-client-breaking-pushes", &[]),
     // [F3] no quorum precondition before a voluntary etcd restart.
     (
         "etcd-push-with-a-member-off",
