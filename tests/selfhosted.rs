@@ -183,7 +183,12 @@ async fn a_self_hosted_control_plane_survives_reboots_bad_pushes_upgrades_and_a_
     };
     if scripted {
         let (bad_push, rolling) = pushes(&cluster).await;
-        let locked_out = client_breaking_pushes(&cluster).await;
+        // Off by default until measured on the bed with the reconnect grace (docs/testing.md).
+        let locked_out = if env_or("KUBE_ANCHOR_CLIENT_BREAKING_PUSHES", 0) != 0 {
+            client_breaking_pushes(&cluster).await
+        } else {
+            Vec::new()
+        };
         let scheduler_args = model.set_args(lifecycle::SCHEDULER, &cluster.dir);
         let decommission = decommission_scenario(&cluster, &scheduler_args).await;
         print_table(seed, max_delay, &reboots, rolling, bad_push, memory_mib);

@@ -494,6 +494,18 @@ impl Anchor {
                 }
             }
         }
+        // A refused client counts only once the version has run converged by its own sources
+        // for the reconnect grace.
+        if let Some(trial) = self.version.trial_mut() {
+            if trial.first_converged.is_none()
+                && crate::trial::runs_on_its_own(&view, &written, self.settings.crash_loop_threshold)
+            {
+                trial.first_converged = Some(f.now);
+            }
+            view.clients_reconnecting = trial
+                .first_converged
+                .is_none_or(|at| f.now < at + crate::trial::CLIENT_RECONNECT_GRACE);
+        }
         let assessment = assess(&view, &written, self.settings.crash_loop_threshold);
         // The components it needs are looked at when there is something to excuse, and all
         // through a trial (restarts while one is down are not the version's).
@@ -655,6 +667,7 @@ mod tests {
             runtime_restarts: 0,
             dependency_down: None,
             clients: Vec::new(),
+            clients_reconnecting: false,
         }
     }
 
@@ -907,7 +920,8 @@ mod tests {
         assert!(effects.contains(&Effect::Write { version: "B".into() }), "{effects:?}");
         let refused = ClientAnswer::Refused("500: [-]etcd failed".into());
         let mut rolled_back = None;
-        for s in (11..=11 + PERIOD.as_secs()).step_by(5) {
+        let grace = crate::trial::CLIENT_RECONNECT_GRACE.as_secs();
+        for s in (11..=11 + grace + PERIOD.as_secs() + 5).step_by(5) {
             let effects = b.step(evaluate(with_client(running("B", 0), refused.clone()), s));
             assert!(
                 !effects.iter().any(|e| matches!(e, Effect::Promote { .. })),
@@ -921,7 +935,7 @@ mod tests {
                 break;
             }
         }
-        let reason = rolled_back.expect("rolled back within its trial");
+        let reason = rolled_back.expect("rolled back after the reconnect grace and a trial period");
         assert!(
             reason.contains("[-]etcd failed") && reason.contains("served before"),
             "{reason}"

@@ -32,7 +32,16 @@ pub struct VersionView {
     pub dependency_down: Option<String>,
     /// The component's clients on this node, each asked as it asks (`--client-check`).
     pub clients: Vec<ClientView>,
+    /// The version has run converged for less than [`CLIENT_RECONNECT_GRACE`] (filled in by the
+    /// machine): a client it refuses may still be reconnecting.
+    pub clients_reconnecting: bool,
 }
+
+/// How long a client may be refused after the version first runs converged before that counts
+/// against it: a kube-apiserver's etcd client redials with gRPC's back-off (up to 120 s), and the
+/// kubelet restarts a kube-apiserver whose `/livez` fails on etcd after 80 s. On one node, where
+/// both restart, a good etcd version was once rolled back for its kube-apiserver's slow return.
+pub const CLIENT_RECONNECT_GRACE: Duration = Duration::from_secs(180);
 
 /// A client of the component on this node (kube-apiserver of etcd; the anchor's own token of
 /// kube-apiserver; a controller's kubeconfig), asked the way it asks.
@@ -245,7 +254,7 @@ fn health_failure_is_evidence(
 /// [`Assessment::Unproven`], unless a dependency is down or an alarm is raised.
 pub fn assess(observation: &VersionView, hash: &str, crash_loop_threshold: u32) -> Assessment {
     let verdict = match assess_sources(observation, hash, crash_loop_threshold) {
-        Assessment::Converged => weigh_clients(&observation.clients),
+        Assessment::Converged => weigh_clients(&observation.clients, observation.clients_reconnecting),
         verdict => verdict,
     };
     let verdict = match (verdict, &observation.dependency_down) {
@@ -264,14 +273,30 @@ pub fn assess(observation: &VersionView, hash: &str, crash_loop_threshold: u32) 
     }
 }
 
+/// The version runs and serves by its own sources: the mirror pod shows it converged, or the
+/// runtime runs every container of it and its health URL answers (a late mirror pod aside).
+/// From then on its clients have [`CLIENT_RECONNECT_GRACE`] to come back.
+pub fn runs_on_its_own(observation: &VersionView, hash: &str, crash_loop_threshold: u32) -> bool {
+    let api_converged = matches!(from_api(observation, hash, crash_loop_threshold), FromApi::Converged);
+    let health = &observation.health;
+    let runtime_runs = observation
+        .runtime
+        .as_ref()
+        .is_some_and(|view| runtime::judge(view, hash, 0, u32::MAX) == Local::Running);
+    (api_converged && !matches!(health, Some(Err(_)))) || (runtime_runs && matches!(health, Some(Ok(()))))
+}
+
 /// A converged version judged by the clients it served before: the first one it refuses makes it
 /// not converged; one that does not answer leaves it without evidence.
-fn weigh_clients(clients: &[ClientView]) -> Assessment {
+fn weigh_clients(clients: &[ClientView], reconnecting: bool) -> Assessment {
     let before = || clients.iter().filter(|c| c.served_before);
     if let Some((client, why)) = before().find_map(|c| match &c.answer {
         ClientAnswer::Refused(why) => Some((&c.client, why)),
         _ => None,
     }) {
+        if reconnecting {
+            return Assessment::Unknown(format!("{client} is refused ({why}); it may still be reconnecting"));
+        }
         return Assessment::NotConverged(format!("{client} is refused ({why}), and was served before"));
     }
     if let Some((client, why)) = before().find_map(|c| match &c.answer {
@@ -316,9 +341,17 @@ fn assess_sources(observation: &VersionView, hash: &str, crash_loop_threshold: u
         (_, Some(Local::PreviousStopping(what))) => Assessment::Unknown(what),
         // The runtime runs it and it serves: a mirror pod that shows otherwise may be late, and
         // is waited for (bounded, as the API answers); with no API the runtime has the word.
-        (FromApi::NotConverged(reason), Some(Local::Running)) if health_answers => Assessment::Unknown(format!(
-            "{reason}, though the container runtime runs it and its health URL answers"
-        )),
+        (FromApi::NotConverged(reason), Some(Local::Running)) if health_answers => {
+            // A client it refuses is evidence all the same: a kubelet locked out by this very
+            // version is why its mirror pod lags.
+            match weigh_clients(&observation.clients, observation.clients_reconnecting) {
+                Assessment::NotConverged(refused) => Assessment::NotConverged(refused),
+                _ => Assessment::Unknown(format!(
+                    "{reason}, though the container runtime runs it and its health URL answers"
+                )),
+            }
+        }
+
         (_, Some(Local::Running)) if health_answers => Assessment::Converged,
         // Nothing but the runtime can be asked, and it runs it.
         (FromApi::Unknown(_), Some(Local::Running)) if observation.health.is_none() => Assessment::Converged,
@@ -350,6 +383,8 @@ pub struct Trial {
     pub not_converged: Duration,
     /// Time without evidence while an API answered ([`Assessment::Unproven`]), in total.
     pub unproven: Duration,
+    /// When the version first ran converged by its own sources (its clients aside).
+    pub first_converged: Option<Duration>,
     last_step: Duration,
     /// The mirror pod's restart count when the trial first saw it run this version: restarts
     /// from before (an earlier process of the anchor, a reboot, a component that exited while
@@ -386,6 +421,7 @@ impl Trial {
             converged_streak: Duration::ZERO,
             not_converged: Duration::ZERO,
             unproven: Duration::ZERO,
+            first_converged: None,
             last_step: now,
             restarts_before: None,
             runtime_restarts_before: None,
@@ -500,6 +536,7 @@ mod tests {
                 runtime_restarts: 0,
                 dependency_down: None,
                 clients: Vec::new(),
+                clients_reconnecting: false,
             };
             assess(&observation, H, 3)
         };
@@ -530,6 +567,7 @@ mod tests {
             runtime_restarts: 0,
             dependency_down: None,
             clients: Vec::new(),
+            clients_reconnecting: false,
         };
         assert_eq!(assess(&observation, H, 3), Assessment::Converged);
         // Another version's mirror pod is left alone (it is not this trial's).
@@ -558,6 +596,7 @@ mod tests {
             runtime_restarts: 0,
             dependency_down: None,
             clients: Vec::new(),
+            clients_reconnecting: false,
         }
     }
 
@@ -613,6 +652,7 @@ mod tests {
                     runtime_restarts: 0,
                     dependency_down: None,
                     clients: Vec::new(),
+                    clients_reconnecting: false,
                 },
                 |a| matches!(a, Assessment::Unknown(r) if r.contains("no API client")),
             ),
@@ -625,6 +665,7 @@ mod tests {
                     runtime_restarts: 0,
                     dependency_down: None,
                     clients: Vec::new(),
+                    clients_reconnecting: false,
                 },
                 |a| matches!(a, Assessment::NotConverged(_)),
             ),
@@ -654,6 +695,7 @@ mod tests {
             runtime_restarts: restarts,
             dependency_down: None,
             clients: Vec::new(),
+            clients_reconnecting: false,
         };
         type Case = (&'static str, VersionView, fn(&Assessment) -> bool);
         let cases: Vec<Case> = vec![
@@ -802,6 +844,7 @@ mod tests {
                     runtime_restarts: 0,
                     dependency_down: None,
                     clients: Vec::new(),
+                    clients_reconnecting: false,
                 },
                 |a| *a == Assessment::Converged,
             ),
@@ -826,6 +869,7 @@ mod tests {
             runtime_restarts: restarts,
             dependency_down: down.map(Into::into),
             clients: Vec::new(),
+            clients_reconnecting: false,
         };
         let etcd = Some("etcd does not run on this node (container etcd exited 2 (Error), attempt 1)");
         assert!(matches!(assess(&view(0, None), H, 3), Assessment::NotConverged(_)));
@@ -881,6 +925,7 @@ mod tests {
                     runtime_restarts: 0,
                     dependency_down: None,
                     clients: Vec::new(),
+                    clients_reconnecting: false,
                 };
                 v.runtime_restarts = trial.runtime_restarts(v.runtime.as_ref());
                 let outcome = trial.step(&assess(&v, H, 3), secs(t), period);
@@ -1074,6 +1119,15 @@ mod tests {
                 "refused, never served: not this version's doing",
                 with(vec![client(refused(), false)]),
                 |a| *a == Assessment::Converged,
+            ),
+            (
+                "refused within the reconnect grace: the client may still be redialling",
+                {
+                    let mut v = with(vec![client(refused(), true)]);
+                    v.clients_reconnecting = true;
+                    v
+                },
+                |a| matches!(a, Assessment::Unproven(r) if r.contains("reconnecting")),
             ),
             (
                 "no answer, served before, the API answers: counted towards the limit",

@@ -983,6 +983,7 @@ impl Daemon {
                 runtime_restarts: 0,
                 dependency_down: None,
                 clients: Vec::new(),
+                clients_reconnecting: false,
             },
             dependency_looked: false,
             input_error: self.input_error.clone(),
@@ -1076,6 +1077,7 @@ impl Daemon {
             runtime_restarts: 0,
             dependency_down: None,
             clients: futures::future::join_all(self.client_checks.iter().map(ClientCheck::ask)).await,
+            clients_reconnecting: false,
         }
     }
 

@@ -2502,6 +2502,7 @@ impl World {
             runtime_restarts: 0,
             dependency_down,
             clients: self.clients(n, c),
+            clients_reconnecting: false,
         };
         let effects = proc.machine.step(Input::Evaluate(EvaluateFacts {
             view,
