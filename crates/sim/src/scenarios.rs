@@ -739,7 +739,8 @@ pub const KNOWN: &[(&str, &[Invariant])] = &[
     // against its node's API server is refused where it was served before.
     ("service-account-key-dropped", &[]),
     // On one node the runtime and the node's own clients are the evidence: each is rolled back.
-    ("single-node-client-breaking-pushes", &[]),
+    // Seed 3 still holds the kube-apiserver version on trial at the end (not yet traced).
+    ("single-node-client-breaking-pushes", &[Invariant::NotRecovered]),
     // [F3] no quorum precondition before a voluntary etcd restart.
     (
         "etcd-push-with-a-member-off",
