@@ -254,7 +254,11 @@ fn health_failure_is_evidence(
 /// [`Assessment::Unproven`], unless a dependency is down or an alarm is raised.
 pub fn assess(observation: &VersionView, hash: &str, crash_loop_threshold: u32) -> Assessment {
     let verdict = match assess_sources(observation, hash, crash_loop_threshold) {
-        Assessment::Converged => weigh_clients(&observation.clients, observation.clients_reconnecting),
+        Assessment::Converged => weigh_clients(
+            &observation.clients,
+            observation.clients_reconnecting,
+            observation.mirror.is_some(),
+        ),
         verdict => verdict,
     };
     let verdict = match (verdict, &observation.dependency_down) {
@@ -288,7 +292,7 @@ pub fn runs_on_its_own(observation: &VersionView, hash: &str, crash_loop_thresho
 
 /// A converged version judged by the clients it served before: the first one it refuses makes it
 /// not converged; one that does not answer leaves it without evidence.
-fn weigh_clients(clients: &[ClientView], reconnecting: bool) -> Assessment {
+fn weigh_clients(clients: &[ClientView], reconnecting: bool, api_answers: bool) -> Assessment {
     let before = || clients.iter().filter(|c| c.served_before);
     if let Some((client, why)) = before().find_map(|c| match &c.answer {
         ClientAnswer::Refused(why) => Some((&c.client, why)),
@@ -303,6 +307,14 @@ fn weigh_clients(clients: &[ClientView], reconnecting: bool) -> Assessment {
         ClientAnswer::NoAnswer(why) => Some((&c.client, why)),
         _ => None,
     }) {
+        // With no API anywhere, a client that was served and is silent long after the version
+        // runs is the outage the version made (on one node: a kube-apiserver that cannot reach
+        // its etcd exits, again and again); with an API it may be restarting for its own reasons.
+        if !reconnecting && !api_answers {
+            return Assessment::NotConverged(format!(
+                "{client} gets no answer ({why}) and no API answers, though it was served before"
+            ));
+        }
         return Assessment::Unknown(format!("{client} gets no answer ({why})"));
     }
     Assessment::Converged
@@ -344,7 +356,11 @@ fn assess_sources(observation: &VersionView, hash: &str, crash_loop_threshold: u
         (FromApi::NotConverged(reason), Some(Local::Running)) if health_answers => {
             // A client it refuses is evidence all the same: a kubelet locked out by this very
             // version is why its mirror pod lags.
-            match weigh_clients(&observation.clients, observation.clients_reconnecting) {
+            match weigh_clients(
+                &observation.clients,
+                observation.clients_reconnecting,
+                observation.mirror.is_some(),
+            ) {
                 Assessment::NotConverged(refused) => Assessment::NotConverged(refused),
                 _ => Assessment::Unknown(format!(
                     "{reason}, though the container runtime runs it and its health URL answers"
@@ -1144,9 +1160,28 @@ mod tests {
                 |a| matches!(a, Assessment::Unknown(r) if r.contains("RAFT NO LEADER")),
             ),
             (
-                "no answer, and no API: no evidence, not counted",
+                "no answer, and no API, past the reconnect grace: the outage is the version's",
                 {
                     let mut v = with(vec![client(silent(), true)]);
+                    v.mirror = None;
+                    v.runtime = Some(crate::runtime::tests::pod(
+                        H,
+                        true,
+                        vec![crate::runtime::tests::container(
+                            "c",
+                            0,
+                            crate::runtime::ContainerState::Running,
+                        )],
+                    ));
+                    v
+                },
+                |a| matches!(a, Assessment::NotConverged(r) if r.contains("no API answers")),
+            ),
+            (
+                "no answer, and no API, within the reconnect grace: no evidence, not counted",
+                {
+                    let mut v = with(vec![client(silent(), true)]);
+                    v.clients_reconnecting = true;
                     v.mirror = None;
                     v.runtime = Some(crate::runtime::tests::pod(
                         H,
