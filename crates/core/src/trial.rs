@@ -1121,6 +1121,17 @@ mod tests {
             v.clients = clients;
             v
         };
+        // No API, and the runtime runs it.
+        let no_api = |mut v: VersionView| {
+            use crate::runtime::tests::{container, pod};
+            v.mirror = None;
+            v.runtime = Some(pod(
+                H,
+                true,
+                vec![container("c", 0, crate::runtime::ContainerState::Running)],
+            ));
+            v
+        };
         type Case = (&'static str, VersionView, fn(&Assessment) -> bool);
         let cases: Vec<Case> = vec![
             ("served", with(vec![client(ClientAnswer::Served, true)]), |a| {
@@ -1161,37 +1172,14 @@ mod tests {
             ),
             (
                 "no answer, and no API, past the reconnect grace: the outage is the version's",
-                {
-                    let mut v = with(vec![client(silent(), true)]);
-                    v.mirror = None;
-                    v.runtime = Some(crate::runtime::tests::pod(
-                        H,
-                        true,
-                        vec![crate::runtime::tests::container(
-                            "c",
-                            0,
-                            crate::runtime::ContainerState::Running,
-                        )],
-                    ));
-                    v
-                },
+                no_api(with(vec![client(silent(), true)])),
                 |a| matches!(a, Assessment::NotConverged(r) if r.contains("no API answers")),
             ),
             (
                 "no answer, and no API, within the reconnect grace: no evidence, not counted",
                 {
-                    let mut v = with(vec![client(silent(), true)]);
+                    let mut v = no_api(with(vec![client(silent(), true)]));
                     v.clients_reconnecting = true;
-                    v.mirror = None;
-                    v.runtime = Some(crate::runtime::tests::pod(
-                        H,
-                        true,
-                        vec![crate::runtime::tests::container(
-                            "c",
-                            0,
-                            crate::runtime::ContainerState::Running,
-                        )],
-                    ));
                     v
                 },
                 |a| matches!(a, Assessment::Unknown(_)),
