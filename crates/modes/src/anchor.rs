@@ -1076,7 +1076,7 @@ impl Daemon {
             runtime,
             runtime_restarts: 0,
             dependency_down: None,
-            clients: futures::future::join_all(self.client_checks.iter().map(ClientCheck::ask)).await,
+            clients: self.ask_clients().await,
             clients_reconnecting: false,
         }
     }
@@ -1246,7 +1246,7 @@ impl Daemon {
                 }
                 Effect::Resync => given = true,
                 Effect::AskClients => {
-                    let clients = futures::future::join_all(self.client_checks.iter().map(ClientCheck::ask)).await;
+                    let clients = self.ask_clients().await;
                     queue.extend(self.machine.step(Input::ClientsAsked { clients }));
                 }
                 Effect::RecordClientsServed { clients } => self.record_clients_served(clients),
@@ -1306,6 +1306,11 @@ impl Daemon {
 
     /// While the last-known-good version is kept in place of the inputs' bad one, its failure
     /// is recorded so `status` shows it too; a failure to record is logged, not fatal.
+    /// Every `--client-checks` client's answer, asked at once.
+    async fn ask_clients(&self) -> Vec<kube_anchor_core::trial::ClientView> {
+        futures::future::join_all(self.client_checks.iter().map(ClientCheck::ask)).await
+    }
+
     fn record_clients_served(&self, clients: BTreeSet<String>) {
         tracing::info!(component = %self.component, clients = ?clients, "the clients the version on this node serves");
         if let Err(e) = self
