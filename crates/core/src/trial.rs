@@ -93,6 +93,9 @@ impl HealthFailure {
 pub enum MirrorPod {
     /// The API answered: there is no mirror pod (yet).
     Absent,
+    /// The API answered the anchor's own request with 401 or 403 (its token rejected, its
+    /// RBAC gone): an API that answers, so no outage, yet no word on the version either.
+    Refused(String),
     Present {
         hash: Option<String>,
         phase: Option<String>,
@@ -172,6 +175,8 @@ enum FromApi {
     NotConverged(String),
     CrashLooping(String),
     Unknown(String),
+    /// The API answers but refuses the anchor: the runtime cannot promote alone.
+    Refused(String),
 }
 
 fn from_api(observation: &VersionView, hash: &str, crash_loop_threshold: u32) -> FromApi {
@@ -179,6 +184,7 @@ fn from_api(observation: &VersionView, hash: &str, crash_loop_threshold: u32) ->
         None if !observation.api_configured => FromApi::Unknown("no API client: cannot see the mirror pod".into()),
         None => FromApi::Unknown("API unreachable: cannot see the mirror pod".into()),
         Some(MirrorPod::Absent) => FromApi::NotConverged("no mirror pod yet".into()),
+        Some(MirrorPod::Refused(why)) => FromApi::Refused(format!("the API refuses the anchor ({why}): cannot see the mirror pod")),
         Some(MirrorPod::Present {
             hash: running,
             phase,
@@ -353,7 +359,7 @@ fn assess_sources(observation: &VersionView, hash: &str, crash_loop_threshold: u
         (_, Some(Local::PreviousStopping(what))) => Assessment::Unknown(what),
         // The runtime runs it and it serves: a mirror pod that shows otherwise may be late, and
         // is waited for (bounded, as the API answers); with no API the runtime has the word.
-        (FromApi::NotConverged(reason), Some(Local::Running)) if health_answers => {
+        (FromApi::NotConverged(reason) | FromApi::Refused(reason), Some(Local::Running)) if health_answers => {
             // A client it refuses is evidence all the same: a kubelet locked out by this very
             // version is why its mirror pod lags.
             match weigh_clients(
@@ -380,6 +386,8 @@ fn assess_sources(observation: &VersionView, hash: &str, crash_loop_threshold: u
         (FromApi::Unknown(api), Some(Local::Unknown(local))) => Assessment::Unknown(format!("{api}; {local}")),
         (FromApi::Unknown(api), _) if health_answers => Assessment::Unknown(format!("{api} (health URL answers)")),
         (FromApi::Unknown(api), _) => Assessment::Unknown(api),
+        (FromApi::Refused(api), Some(Local::Unknown(local))) => Assessment::Unknown(format!("{api}; {local}")),
+        (FromApi::Refused(api), _) => Assessment::Unknown(api),
         (FromApi::CrashLooping(_), _) => unreachable!("returned above"),
     }
 }
@@ -754,6 +762,26 @@ mod tests {
                 "no API, it runs, no health URL",
                 view(None, None, Some(runs()), 0),
                 |a| *a == Assessment::Converged,
+            ),
+            (
+                "the API refuses the anchor (401), the version runs and serves: not promoted on the runtime's word",
+                view(Some(MirrorPod::Refused("401 Unauthorized".into())), Some(Ok(())), Some(runs()), 0),
+                |a| matches!(a, Assessment::Unproven(r) if r.contains("refuses the anchor")),
+            ),
+            (
+                "the API refuses the anchor (403), no runtime: counted, not excused as an outage",
+                view(Some(MirrorPod::Refused("403 Forbidden".into())), Some(Ok(())), None, 0),
+                |a| matches!(a, Assessment::Unproven(r) if r.contains("403")),
+            ),
+            (
+                "the API refuses the anchor, the runtime shows it stopped: evidence",
+                view(Some(MirrorPod::Refused("401 Unauthorized".into())), None, Some(RuntimeView::NoSandbox), 0),
+                |a| matches!(a, Assessment::NotConverged(_)),
+            ),
+            (
+                "the API refuses the anchor, health answers an error: evidence (the API is not down)",
+                view(Some(MirrorPod::Refused("401 Unauthorized".into())), answered("[-]poststarthook failed"), Some(runs()), 0),
+                |a| matches!(a, Assessment::NotConverged(r) if r.contains("health check failing")),
             ),
             (
                 "no API, the runtime holds no sandbox of it (the kubelet dropped the file)",

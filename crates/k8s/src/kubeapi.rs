@@ -77,7 +77,8 @@ pub fn user_agent(verb: &str, node: Option<&str>) -> String {
 }
 
 /// Watches one pod by name (the mirror pod) and publishes what the API shows: `None` while the
-/// API cannot be reached, `Some(Absent)` when it answers that there is no such pod.
+/// API cannot be reached, `Some(Absent)` when it answers that there is no such pod,
+/// `Some(Refused)` when it answers 401 or 403.
 pub fn watch_mirror_pod(
     client: Client,
     namespace: &str,
@@ -93,7 +94,8 @@ pub fn watch_mirror_pod(
         loop {
             // While the API is unreachable a reconnect can hang on a half-started server; start
             // over if nothing arrives. A healthy watch may be idle for long: no limit then.
-            let next = if tx.borrow().is_none() {
+            let answering = matches!(*tx.borrow(), Some(MirrorPod::Absent | MirrorPod::Present { .. }));
+            let next = if !answering {
                 match tokio::time::timeout(RECONNECT_STALL, stream.next()).await {
                     Ok(next) => next,
                     Err(_) => {
@@ -118,14 +120,34 @@ pub fn watch_mirror_pod(
                 Ok(watcher::Event::Delete(_)) => {
                     let _ = tx.send(Some(MirrorPod::Absent));
                 }
-                Err(e) => {
-                    tracing::debug!(pod = %name, error = %e, "mirror pod watch interrupted; API unreachable for now");
-                    let _ = tx.send(None);
-                }
+                Err(e) => match refusal(&e) {
+                    // The API answered: its refusal is what it shows, not an outage.
+                    Some(why) => {
+                        tracing::warn!(pod = %name, error = %e, "the API refuses the anchor's mirror pod watch");
+                        let _ = tx.send(Some(MirrorPod::Refused(why)));
+                    }
+                    None => {
+                        tracing::debug!(pod = %name, error = %e, "mirror pod watch interrupted; API unreachable for now");
+                        let _ = tx.send(None);
+                    }
+                },
             }
         }
     });
     (rx, task)
+}
+
+/// A watch that failed because the API refused the anchor (401 or 403): the status and the
+/// API's message. Any other failure (no connection, a timeout, 5xx) is `None`.
+fn refusal(error: &watcher::Error) -> Option<String> {
+    let status = match error {
+        watcher::Error::InitialListFailed(kube::Error::Api(status))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(status))
+        | watcher::Error::WatchFailed(kube::Error::Api(status)) => status,
+        watcher::Error::WatchError(status) => status,
+        _ => return None,
+    };
+    matches!(status.code, 401 | 403).then(|| format!("{} {}: {}", status.code, status.reason, status.message))
 }
 
 /// Publishes a Warning or Normal Event about this anchor's own pod.

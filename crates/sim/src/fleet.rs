@@ -2482,6 +2482,14 @@ impl World {
                 restarts,
             },
         });
+        // API servers answer but none accepts the anchor's token: 401, which the watch shows
+        // as a refusal (kube-apiserver's authentication answers a token it cannot verify with
+        // 401 Unauthorized; the anchor's client moves on only from 502-504 and transport
+        // failures, crates/k8s/src/failover.rs).
+        let mirror = mirror.or_else(|| {
+            self.api_from(n, |w, j| w.api_runs(j))
+                .then(|| MirrorPod::Refused("401 Unauthorized: Unauthorized".into()))
+        });
         // `--depends-on NAME=HEALTH_URL`: down while it does not run or its health URL answers
         // with an error.
         let dependency_down = DEPENDS_ON[c].and_then(|d| {
