@@ -14,6 +14,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::ledger::Ledger;
+use crate::membership::{Margin, MarginFacts};
 use crate::lifecycle::{LkgAction, LkgCheck, LkgEvaluated, LkgFailure, Version, VersionAction, VersionEvent};
 use crate::rollout;
 use crate::trial::{Assessment, ClientAnswer, VersionView, assess};
@@ -29,6 +30,9 @@ pub struct Settings {
     pub in_fleet: bool,
     /// The component's clients are asked (`--client-checks`).
     pub client_checks: bool,
+    /// Replacing the version the node runs restarts an etcd member: the cluster must afford
+    /// losing it for a while ([`Effect::CheckMargin`]) before the turn is asked for.
+    pub restart_needs_margin: bool,
 }
 
 /// The anchor's state between steps.
@@ -51,6 +55,8 @@ pub struct Anchor {
     clients_read: bool,
     /// A [`Effect::Write`] not reported done yet.
     writing: Option<Writing>,
+    /// The version last logged as going ahead where no margin can exist.
+    no_margin_said: Option<String>,
 }
 
 /// What a write asked for becomes once it is done.
@@ -133,6 +139,12 @@ pub enum Input<'a> {
         ledger: &'a Ledger,
         instant: Instant,
     },
+    /// The answer to [`Effect::CheckMargin`].
+    MarginChecked {
+        facts: MarginFacts,
+        instant: Instant,
+        wall: SystemTime,
+    },
     /// The answers to [`Effect::AskClients`].
     ClientsAsked {
         clients: Vec<crate::trial::ClientView>,
@@ -158,6 +170,12 @@ pub enum Note {
     TurnGiven { version: String, lease: String },
     /// Why the waiting version waits (it changed).
     NotYet { why: String },
+    /// The waiting version waits because the cluster cannot afford its restart now (the
+    /// reason changed): a Warning, since a member of the cluster is not healthy.
+    NoMargin { why: String },
+    /// `version` restarts the component where no margin can ever exist (a single etcd
+    /// member): it goes ahead, judged by the node's own evidence.
+    NoMarginCanExist { version: String, why: String },
     /// The last-known-good version runs converged again.
     ConvergedAgain,
 }
@@ -190,6 +208,12 @@ pub enum Effect {
     /// ([`Ledger::clients_served`]).
     RecordClientsServed {
         clients: BTreeSet<String>,
+    },
+    /// Look at what the rest of the cluster can afford before the waiting `version` restarts
+    /// the component ([`Settings::restart_needs_margin`]); the facts come back as
+    /// [`Input::MarginChecked`].
+    CheckMargin {
+        version: String,
     },
     /// Ask the component's clients (of the version on the node, before a new one is written);
     /// the answers come back as [`Input::ClientsAsked`].
@@ -241,6 +265,7 @@ impl Anchor {
             clients_served: None,
             clients_read: false,
             writing: None,
+            no_margin_said: None,
         }
     }
 
@@ -344,6 +369,36 @@ impl Anchor {
                 }
                 effects
             }
+            Input::MarginChecked { facts, instant, wall } => {
+                let Some(version) = self.turn.waiting.as_ref().map(|w| w.version.clone()) else {
+                    return vec![];
+                };
+                match facts.judge() {
+                    Margin::Affords => vec![Effect::AskTurn { version }],
+                    Margin::CannotExist(why) => {
+                        // Said once per version, not at every ask.
+                        let said = self.no_margin_said.replace(version.clone());
+                        let note = (said.as_deref() != Some(version.as_str()))
+                            .then(|| Effect::Log(Note::NoMarginCanExist { version: version.clone(), why }));
+                        note.into_iter().chain([Effect::AskTurn { version }]).collect()
+                    }
+                    Margin::Short(why) => {
+                        let component = self.settings.component.clone();
+                        self.step_turn(TurnEvent::Asked {
+                            answer: Answer::NoMargin(why),
+                            component: &component,
+                            now: instant,
+                            wall,
+                        })
+                        .into_iter()
+                        .filter_map(|a| match a {
+                            TurnAction::NotYet { why } => Some(Effect::Log(Note::NoMargin { why })),
+                            _ => None,
+                        })
+                        .collect()
+                    }
+                }
+            }
             Input::Evaluate(facts) => self.evaluate(facts),
             Input::RolledBack { to, note } => {
                 self.step_version(VersionEvent::RolledBack { note });
@@ -437,8 +492,13 @@ impl Anchor {
             })
             .collect();
         if let Some(w) = &self.turn.waiting {
-            let ask = Effect::AskTurn {
-                version: w.version.clone(),
+            // A restart the cluster must afford is looked at before the Lease is asked: a turn
+            // taken is a turn another node cannot have.
+            let version = w.version.clone();
+            let ask = if self.settings.restart_needs_margin {
+                Effect::CheckMargin { version }
+            } else {
+                Effect::AskTurn { version }
             };
             effects.extend(recover);
             effects.push(ask);
@@ -613,6 +673,7 @@ mod tests {
             crash_loop_threshold: 3,
             in_fleet: true,
             client_checks: false,
+            restart_needs_margin: false,
         })
     }
 
@@ -766,6 +827,90 @@ mod tests {
             }),
             "{effects:?}"
         );
+    }
+
+    #[test]
+    fn an_etcd_upgrade_asks_for_the_turn_only_where_etcd_can_lose_the_member() {
+        use crate::membership::{Me, Member, MemberList, PeerStatus};
+        let t0 = Instant::now();
+        let mut a = anchor();
+        a.settings.component = "etcd".into();
+        a.settings.restart_needs_margin = true;
+        let member = |id: u64, name: &str| Member {
+            id,
+            name: name.into(),
+            peer_urls: vec![format!("https://{name}:2380")],
+            client_urls: vec![],
+            is_learner: false,
+        };
+        let facts = |answering: &[u64]| MarginFacts::Etcd {
+            me: Me {
+                name: "cp-1".into(),
+                peer_url: "https://cp-1:2380".into(),
+            },
+            observed: MemberList::Members(vec![member(1, "cp-1"), member(2, "cp-2"), member(3, "cp-3")]),
+            peers: answering
+                .iter()
+                .map(|&id| {
+                    (
+                        id,
+                        PeerStatus {
+                            raft_applied_index: 100,
+                            healthy: true,
+                        },
+                    )
+                })
+                .collect(),
+        };
+        let checked = |facts| Input::MarginChecked {
+            facts,
+            instant: t0,
+            wall: SystemTime::UNIX_EPOCH,
+        };
+        let on_node = ledger(Some("A"), Some("A"));
+        let effects = synced(&mut a, "B", &on_node, 0);
+        assert!(
+            effects.contains(&Effect::CheckMargin { version: "B".into() }),
+            "{effects:?}"
+        );
+        assert!(!effects.iter().any(|e| matches!(e, Effect::AskTurn { .. } | Effect::Write { .. })));
+        // cp-3 is powered off: no turn asked, nothing written, and /readyz says why.
+        let effects = a.step(checked(facts(&[2])));
+        assert!(
+            matches!(&effects[..], [Effect::Log(Note::NoMargin { why })] if why.contains("cp-3 (3) does not answer")),
+            "{effects:?}"
+        );
+        let effects = a.step(evaluate(running("A", 0), 10));
+        assert!(
+            matches!(ready(&effects), Some((false, why)) if why.contains("etcd cannot lose this member now")),
+            "{effects:?}"
+        );
+        // The next sync looks again; cp-3 is back: the turn is asked for.
+        let effects = synced(&mut a, "B", &on_node, 20);
+        assert!(effects.contains(&Effect::CheckMargin { version: "B".into() }));
+        assert_eq!(a.step(checked(facts(&[2, 3]))), vec![Effect::AskTurn { version: "B".into() }]);
+        let effects = a.step(asked(LeaseAnswer::Take, t0));
+        assert!(effects.contains(&Effect::Resync), "{effects:?}");
+        let effects = synced(&mut a, "B", &on_node, 30);
+        assert_eq!(effects[0], Effect::Write { version: "B".into() });
+        // A single member: no margin can ever exist; it goes ahead, said once.
+        let mut single = anchor();
+        single.settings.restart_needs_margin = true;
+        synced(&mut single, "B", &on_node, 0);
+        let alone = MarginFacts::Etcd {
+            me: Me {
+                name: "cp-1".into(),
+                peer_url: "https://cp-1:2380".into(),
+            },
+            observed: MemberList::Members(vec![member(1, "cp-1")]),
+            peers: Default::default(),
+        };
+        let effects = single.step(checked(alone.clone()));
+        assert!(
+            matches!(&effects[..], [Effect::Log(Note::NoMarginCanExist { .. }), Effect::AskTurn { .. }]),
+            "{effects:?}"
+        );
+        assert_eq!(single.step(checked(alone)), vec![Effect::AskTurn { version: "B".into() }]);
     }
 
     #[test]

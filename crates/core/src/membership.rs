@@ -458,6 +458,123 @@ pub fn hand_off(
     }
 }
 
+/// Whether the cluster can afford this node's member going down for a restart (a new version
+/// written, `rollback`, `apply`), judged before the write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Margin {
+    /// Every other voter is healthy and caught up: losing this one keeps quorum.
+    Affords,
+    /// No margin can ever exist here (one or two voting members, where losing any one loses
+    /// quorum; or this member does not vote): waiting would never end, so the write goes ahead
+    /// and the version is judged by the node's own evidence.
+    CannotExist(String),
+    /// The cluster cannot lose this member now: wait, and say why.
+    Short(String),
+}
+
+/// What the anchor found out before a voluntary restart, judged by [`MarginFacts::judge`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MarginFacts {
+    /// This node's etcd member and what the other voters say about themselves.
+    Etcd {
+        me: Me,
+        observed: MemberList,
+        peers: BTreeMap<u64, PeerStatus>,
+    },
+    /// Nothing could be asked (no etcd client credentials): why. Unknown is no margin.
+    Unknown(String),
+}
+
+impl MarginFacts {
+    pub fn judge(&self) -> Margin {
+        match self {
+            MarginFacts::Etcd { me, observed, peers } => restart_margin(me, observed, peers),
+            MarginFacts::Unknown(why) => Margin::Short(format!("whether the cluster can afford a restart is unknown: {why}")),
+        }
+    }
+}
+
+/// Before a voluntary restart of this node's member: every other voter must be healthy by its
+/// own word (answers a status with a leader and no errors) and within [`HAND_OFF_MAX_LAG`]
+/// entries of the most advanced one, so that while this one is down the others hold a quorum
+/// that does not wait on a slow member. A member added but not started (no name) is a voter
+/// that does not answer. Learners do not vote: they neither count nor block. The rule of
+/// OpenShift's etcd operator (`ceohelpers.IsQuorumFaultTolerant`: a revision only where etcd
+/// can lose a member), per member instead of per count, so that a slow voter counts too.
+pub fn restart_margin(me: &Me, observed: &MemberList, peers: &BTreeMap<u64, PeerStatus>) -> Margin {
+    let members = match observed {
+        MemberList::Members(m) => m,
+        MemberList::Unreachable(why) => {
+            return Margin::Short(format!(
+                "etcd's member list cannot be read ({why}): whether it can lose this member is unknown"
+            ));
+        }
+    };
+    let mine = match find_me(me, members) {
+        Ok(Some(m)) => m,
+        Ok(None) => return Margin::CannotExist("this node has no member in the cluster: no vote to lose".into()),
+        Err(conflict) => return Margin::Short(conflict),
+    };
+    if mine.is_learner {
+        return Margin::CannotExist("this node's member is a learner: no vote to lose".into());
+    }
+    let others: Vec<&Member> = members.iter().filter(|m| !m.is_learner && m.id != mine.id).collect();
+    // Two voters and a learner is a join under way (or a re-imaged node rejoining): once the
+    // learner is promoted there is a margin, and a restart before that loses quorum.
+    if others.len() == 1
+        && let Some(learner) = members.iter().find(|m| m.is_learner)
+    {
+        let name = if learner.name.is_empty() { format!("{:x}", learner.id) } else { learner.name.clone() };
+        return Margin::Short(format!(
+            "etcd cannot lose this member now: 2 voting members, and {name} is a learner not promoted yet; a restart before it votes loses quorum"
+        ));
+    }
+    if others.len() < 2 {
+        return Margin::CannotExist(format!(
+            "{} voting member{}: losing any one loses quorum, so no restart can keep it",
+            others.len() + 1,
+            if others.is_empty() { "" } else { "s" }
+        ));
+    }
+    let front = others
+        .iter()
+        .filter_map(|m| peers.get(&m.id))
+        .filter(|p| p.healthy)
+        .map(|p| p.raft_applied_index)
+        .max()
+        .unwrap_or(0);
+    let lacking: Vec<String> = others
+        .iter()
+        .filter_map(|m| {
+            let name = if m.name.is_empty() {
+                format!("{:x} (not started)", m.id)
+            } else {
+                format!("{} ({:x})", m.name, m.id)
+            };
+            match peers.get(&m.id) {
+                None => Some(format!("{name} does not answer")),
+                Some(p) if !p.healthy => Some(format!("{name} has no leader or reports errors")),
+                Some(p) if front.saturating_sub(p.raft_applied_index) > HAND_OFF_MAX_LAG => Some(format!(
+                    "{name} is {} entries behind",
+                    front - p.raft_applied_index
+                )),
+                Some(_) => None,
+            }
+        })
+        .collect();
+    if lacking.is_empty() {
+        Margin::Affords
+    } else {
+        Margin::Short(format!(
+            "etcd cannot lose this member now: {} of {} voting members would be left to hold a quorum of {}, and {}",
+            others.len(),
+            others.len() + 1,
+            (others.len() + 1) / 2 + 1,
+            lacking.join(", ")
+        ))
+    }
+}
+
 /// A learner's place in the leader's log, as the leader records it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LearnerProgress {
@@ -1155,5 +1272,111 @@ mod tests {
             hand_off(1, 1, 10, &members[..1], &BTreeMap::new()),
             HandOff::NoCandidate("no other voting member".into())
         );
+    }
+
+    #[test]
+    fn a_member_restarts_only_where_etcd_can_lose_it() {
+        // This node is n1 (10.0.0.1).
+        let me = Me {
+            name: "n1".into(),
+            peer_url: "https://10.0.0.1:2380".into(),
+        };
+        let list = |members: Vec<Member>| MemberList::Members(members);
+        let peer = |applied: u64, healthy: bool| PeerStatus {
+            raft_applied_index: applied,
+            healthy,
+        };
+        let peers = |list: &[(u64, PeerStatus)]| list.iter().copied().collect::<BTreeMap<_, _>>();
+        let healthy = peers(&[(2, peer(1000, true)), (3, peer(990, true))]);
+        fn short(m: &Margin, what: &str) -> bool {
+            matches!(m, Margin::Short(why) if why.contains(what))
+        }
+        fn cannot(m: &Margin, what: &str) -> bool {
+            matches!(m, Margin::CannotExist(why) if why.contains(what))
+        }
+        type Case = (&'static str, MemberList, BTreeMap<u64, PeerStatus>, fn(&Margin) -> bool);
+        let cases: Vec<Case> = vec![
+            ("three voters, the other two healthy and caught up", list(three()), healthy.clone(), |m| {
+                *m == Margin::Affords
+            }),
+            (
+                "cp-3 powered off: it does not answer",
+                list(three()),
+                peers(&[(2, peer(1000, true))]),
+                |m| short(m, "n3 (3) does not answer") && short(m, "a quorum of 2"),
+            ),
+            (
+                "a voter without a leader (cut off from the others)",
+                list(three()),
+                peers(&[(2, peer(1000, true)), (3, peer(1000, false))]),
+                |m| short(m, "n3 (3) has no leader"),
+            ),
+            (
+                "a voter far behind (a slow disk)",
+                list(three()),
+                peers(&[(2, peer(5000, true)), (3, peer(1000, true))]),
+                |m| short(m, "n3 (3) is 4000 entries behind"),
+            ),
+            (
+                "a voter added but not started",
+                list(vec![member(1, "n1", 1, false), member(2, "n2", 2, false), member(3, "", 3, false)]),
+                peers(&[(2, peer(1000, true))]),
+                |m| short(m, "3 (not started) does not answer"),
+            ),
+            (
+                "a learner catching up neither counts nor blocks",
+                list(vec![
+                    member(1, "n1", 1, false),
+                    member(2, "n2", 2, false),
+                    member(3, "n3", 3, false),
+                    member(4, "n4", 4, true),
+                ]),
+                healthy.clone(),
+                |m| *m == Margin::Affords,
+            ),
+            (
+                "two voters and a learner: wait for the learner to vote",
+                list(vec![member(1, "n1", 1, false), member(2, "n2", 2, false), member(3, "n3", 3, true)]),
+                healthy.clone(),
+                |m| short(m, "n3 is a learner not promoted yet"),
+            ),
+            (
+                "two voters, no learner: no margin can exist",
+                list(vec![member(1, "n1", 1, false), member(2, "n2", 2, false)]),
+                healthy.clone(),
+                |m| cannot(m, "2 voting members"),
+            ),
+            (
+                "five voters, one down: every other voter must be able to stand in",
+                list(vec![
+                    member(1, "n1", 1, false),
+                    member(2, "n2", 2, false),
+                    member(3, "n3", 3, false),
+                    member(5, "n5", 5, false),
+                    member(6, "n6", 6, false),
+                ]),
+                peers(&[(2, peer(1000, true)), (3, peer(1000, true)), (5, peer(1000, true))]),
+                |m| short(m, "n6 (6) does not answer") && short(m, "a quorum of 3"),
+            ),
+            ("a single member", list(vec![member(1, "n1", 1, false)]), peers(&[]), |m| {
+                cannot(m, "1 voting member:")
+            }),
+            ("this node's member is a learner", list(vec![member(1, "n1", 1, true), member(2, "n2", 2, false)]), peers(&[]), |m| {
+                cannot(m, "learner")
+            }),
+            ("this node has no member yet", list(vec![member(2, "n2", 2, false), member(3, "n3", 3, false)]), healthy.clone(), |m| {
+                cannot(m, "no member")
+            }),
+            (
+                "no member list: unknown is no margin",
+                MemberList::Unreachable("context deadline exceeded".into()),
+                peers(&[]),
+                |m| short(m, "cannot be read (context deadline exceeded)"),
+            ),
+        ];
+        for (what, observed, peers, ok) in cases {
+            let margin = restart_margin(&me, &observed, &peers);
+            assert!(ok(&margin), "{what}: {margin:?}");
+        }
     }
 }

@@ -59,6 +59,9 @@ impl Default for Turn {
 pub enum Answer {
     /// No API to ask.
     NoLease,
+    /// Not asked: the cluster cannot afford the restart the version makes
+    /// ([`crate::membership::restart_margin`]), and why.
+    NoMargin(String),
     /// The Lease `lease` answered (or could not be read: the error's text).
     Lease {
         lease: String,
@@ -219,6 +222,7 @@ impl Turn {
                     Answer::NoLease => {
                         "no API to take the rollout Lease from: keeping the version the node runs".to_owned()
                     }
+                    Answer::NoMargin(why) => why,
                     Answer::Lease { lease, turn } => match turn {
                         Ok(rollout::LeaseAnswer::Take) => {
                             let holding = Holding {

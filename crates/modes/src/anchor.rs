@@ -25,6 +25,7 @@ use kube_anchor_core::hostpath::HostPath;
 use kube_anchor_core::ledger::BadVersion;
 use kube_anchor_core::lifecycle::LkgFailure;
 use kube_anchor_core::machine::{Anchor, Effect, EvaluateFacts, Input, Note, Settings, SyncFacts};
+use kube_anchor_core::membership::MarginFacts;
 use kube_anchor_core::pinned::{MAX_MARKER_BYTES, PinnedInputs};
 use kube_anchor_core::plan::Notice;
 use kube_anchor_core::runtime::{Local, RuntimeView};
@@ -241,6 +242,8 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         crash_loop_threshold: args.crash_loop_threshold,
         in_fleet,
         client_checks: !args.client_checks.0.is_empty(),
+        // Set from the config at every sync (`spec.etcdMember`).
+        restart_needs_margin: false,
     });
     let mut daemon = Daemon {
         args,
@@ -449,6 +452,19 @@ impl Daemon {
             self.watch_dirs();
         }
         self.evaluate().await;
+    }
+
+    /// What the cluster shows before this node's etcd member restarts for a new version: the
+    /// member list and each other voter's own status (`spec.etcdMember`).
+    async fn margin_facts(&self) -> MarginFacts {
+        let inputs = match Inputs::load(&self.args.config, self.engine.roots()) {
+            Ok(inputs) => inputs,
+            Err(e) => return MarginFacts::Unknown(format!("the config cannot be read: {e}")),
+        };
+        match &inputs.anchor.etcd_member {
+            Some(member) => crate::etcd_member::margin_facts(&inputs, member).await,
+            None => MarginFacts::Unknown("the config names no etcd member".into()),
+        }
     }
 
     /// `spec.etcdMember`: this node's turn writes a new version, which restarts etcd; a member
@@ -711,6 +727,8 @@ impl Daemon {
         let mismatch = match pinned_ok(&pinned) {
             Ok(()) => {
                 let inputs = self.load_inputs(&pinned)?;
+                // An etcd member's new version restarts a voter: the cluster must afford it.
+                self.machine.settings.restart_needs_margin = inputs.anchor.etcd_member.is_some();
                 if inputs.anchor.etcd_member.is_some() && self.member_record.is_none() {
                     return Err(EngineError::MembershipPending {
                         component: inputs.anchor.name.clone(),
@@ -922,6 +940,12 @@ impl Daemon {
             }
             Effect::Log(Note::NotYet { why }) => {
                 tracing::info!(%component, reason = %why, "not this node's turn yet");
+            }
+            Effect::Log(Note::NoMargin { why }) => {
+                tracing::warn!(%component, reason = %why, "not restarting: the cluster cannot afford it now");
+            }
+            Effect::Log(Note::NoMarginCanExist { version, why }) => {
+                tracing::info!(%component, content_hash = %version, reason = %why, "no restart margin can exist here: going ahead, judged by this node's own evidence");
             }
             Effect::Log(Note::ConvergedAgain) => {
                 tracing::info!(%component, "last-known-good runs converged again");
@@ -1245,11 +1269,23 @@ impl Daemon {
                     }));
                 }
                 Effect::Resync => given = true,
+                Effect::CheckMargin { .. } => {
+                    let facts = self.margin_facts().await;
+                    queue.extend(self.machine.step(Input::MarginChecked {
+                        facts,
+                        instant: Instant::now(),
+                        wall: SystemTime::now(),
+                    }));
+                }
                 Effect::AskClients => {
                     let clients = self.ask_clients().await;
                     queue.extend(self.machine.step(Input::ClientsAsked { clients }));
                 }
                 Effect::RecordClientsServed { clients } => self.record_clients_served(clients),
+                Effect::Log(Note::NoMargin { why }) => {
+                    self.queue_event(true, "RestartWaitsForMargin", why.clone());
+                    self.log_effect(Effect::Log(Note::NoMargin { why }));
+                }
                 other => self.log_effect(other),
             }
         }

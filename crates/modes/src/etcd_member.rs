@@ -18,7 +18,7 @@ use kube_anchor_core::hostpath::HostPath;
 use kube_anchor_core::join_steps::{Action, JoinEnd, JoinStart, JoinStep, Observation};
 use kube_anchor_core::ledger::{decode_checked, encode_checked};
 use kube_anchor_core::membership::{
-    self, Attempt, HandOff, Join, LearnerProgress, Leave, LeaveFacts, LeaveIntent, Me, MemberList, PeerStatus, Phase,
+    self, Attempt, HandOff, Join, LearnerProgress, Leave, LeaveFacts, LeaveIntent, MarginFacts, Me, MemberList, PeerStatus, Phase,
     Record,
 };
 use kube_anchor_core::prestop_steps::LeaveAnswer;
@@ -566,6 +566,37 @@ async fn hand_off_steps(inputs: &Inputs, member: &EtcdMember, budget: Duration) 
             }
         },
     )
+}
+
+/// Before this node's member restarts: the member list and what each other voter says about
+/// itself, for [`membership::restart_margin`]. Whatever cannot be asked is said in the facts.
+pub(crate) async fn margin_facts(inputs: &Inputs, member: &EtcdMember) -> MarginFacts {
+    let me = match me(inputs, member) {
+        Ok(me) => me,
+        Err(e) => return MarginFacts::Unknown(e.to_string()),
+    };
+    let creds = match credentials(member) {
+        Ok(creds) => creds,
+        Err(e) => return MarginFacts::Unknown(format!("etcd client credentials: {e}")),
+    };
+    let observed = match Cluster::new(&member.endpoints, &creds, ETCD_TIMEOUT) {
+        Ok(cluster) => match cluster.member_list().await {
+            Ok(members) => MemberList::Members(members),
+            Err(e) => MemberList::Unreachable(e.to_string()),
+        },
+        Err(e) => MemberList::Unreachable(e.to_string()),
+    };
+    let peers = match &observed {
+        MemberList::Members(members) => {
+            let own = members
+                .iter()
+                .find(|m| m.peer_urls.contains(&me.peer_url))
+                .map_or(0, |m| m.id);
+            peer_statuses(members, own, &creds).await
+        }
+        MemberList::Unreachable(_) => BTreeMap::new(),
+    };
+    MarginFacts::Etcd { me, observed, peers }
 }
 
 /// What each other voter says about itself, asked at its own client URL.

@@ -22,7 +22,9 @@ use kube_anchor_core::history::{self, Retention};
 use kube_anchor_core::join_steps::{self, JoinStart, JoinStep};
 use kube_anchor_core::ledger::{BadVersion, Decommissioned, Ledger, RollbackPlan};
 use kube_anchor_core::machine::{Anchor, Effect, EvaluateFacts, Input, Settings, SyncFacts};
-use kube_anchor_core::membership::{self, LearnerProgress, Leave, LeaveFacts, Me, Member, MemberList, Record};
+use kube_anchor_core::membership::{
+    self, LearnerProgress, Leave, LeaveFacts, MarginFacts, Me, Member, MemberList, PeerStatus, Record,
+};
 use kube_anchor_core::prestop_steps::{Action, Hook, LeaveAnswer, Limits, MemberConfig, Observation};
 use kube_anchor_core::rollout::{self, LeaseView};
 use kube_anchor_core::runtime::{ContainerState, LocalContainer, LocalPod, RuntimeView};
@@ -1526,6 +1528,8 @@ impl World {
                 crash_loop_threshold: self.setup.crash_loop_threshold[c],
                 in_fleet: true,
                 client_checks: true,
+                // Every simulated etcd anchor renders `spec.etcdMember`.
+                restart_needs_margin: c == ETCD,
             }),
             next_wake: now,
             synced_inputs: None,
@@ -2370,6 +2374,36 @@ impl World {
         }
     }
 
+    /// What node `n`'s etcd anchor finds before a restart: the member list and each other
+    /// voter's own status, as [`World::healthy_members_from`] probes them (a member answers with
+    /// a leader when it runs on a side with a quorum). Every healthy member is modelled caught up
+    /// (the world keeps no raft indexes).
+    fn margin_facts(&self, n: usize) -> MarginFacts {
+        let observed = match self.list_members(n) {
+            Ok(members) => MemberList::Members(members),
+            Err(why) => MemberList::Unreachable(why),
+        };
+        let peers = self
+            .healthy_members_from(n)
+            .into_iter()
+            .filter(|&id| id != self.nodes[n].member_id)
+            .map(|id| {
+                (
+                    id,
+                    PeerStatus {
+                        raft_applied_index: 100,
+                        healthy: true,
+                    },
+                )
+            })
+            .collect();
+        MarginFacts::Etcd {
+            me: self.me(n),
+            observed,
+            peers,
+        }
+    }
+
     /// The member list as node `n`'s anchors' client sees it (a linearizable read, through the
     /// members' client URLs): none without a quorum it reaches, or with the anchors' own client
     /// certificate expired.
@@ -2607,6 +2641,14 @@ impl World {
                             lease: format!("kube-anchor-{}", COMPONENTS[c]),
                             turn: answer,
                         },
+                        instant: self.instant(),
+                        wall: wall(self.now),
+                    });
+                    queue.extend(more);
+                }
+                Effect::CheckMargin { .. } => {
+                    let more = proc.machine.step(Input::MarginChecked {
+                        facts: self.margin_facts(n),
                         instant: self.instant(),
                         wall: wall(self.now),
                     });

@@ -742,11 +742,9 @@ pub const KNOWN: &[(&str, &[Invariant])] = &[
     // (a served client silent with no API anywhere, past the reconnect grace, is the version's
     // outage: once, seed 3 kept the etcd version 47 minutes, its kube-apiserver crash-looping).
     ("single-node-client-breaking-pushes", &[]),
-    // [F3] no quorum precondition before a voluntary etcd restart.
-    (
-        "etcd-push-with-a-member-off",
-        &[Invariant::QuorumLost, Invariant::ApiServersDown],
-    ),
+    // [F3] the etcd anchor asks for the turn only where etcd can lose its member
+    // (`membership::restart_margin`): the rollout waits until cp-3 is back.
+    ("etcd-push-with-a-member-off", &[]),
     // [F13] etcd and kube-apiserver roll on separate Leases.
     ("etcd-and-apiserver-on-separate-turns", &[Invariant::ApiServersDown]),
     // [F4] any member-list error is "unreachable", and a node of the initial cluster bootstraps.
@@ -775,11 +773,8 @@ pub const KNOWN: &[(&str, &[Invariant])] = &[
     ("etcd-push-with-a-member-off-one-daemonset", &[]),
     ("etcd-and-apiserver-together-one-daemonset", &[]),
     // [F3] but within the node monitor's 40 s, while a node that lost power still reads Ready:
-    // the DaemonSet replaces another node's pod, whose anchor restarts its member unchecked.
-    (
-        "etcd-push-just-after-a-member-lost-power-one-daemonset",
-        &[Invariant::QuorumLost, Invariant::ApiServersDown],
-    ),
+    // the DaemonSet replaces another node's pod, whose anchor finds cp-3's member silent and waits.
+    ("etcd-push-just-after-a-member-lost-power-one-daemonset", &[]),
     // A hung API server answers nothing, which is no evidence against the version it runs.
     ("a-hung-api-server-during-a-rollout", &[]),
     ("single-node-hung-api-server-in-a-trial", &[]),
@@ -807,12 +802,9 @@ pub const KNOWN: &[(&str, &[Invariant])] = &[
         &[Invariant::DrainedBelowQuorum],
     ),
     ("one-drain-at-a-time", &[]),
-    // [F3] the Lease deleted, the next node takes the turn and restarts its member with nothing
-    // checked while the holder is down.
-    (
-        "the-lease-of-a-holder-that-lost-power-is-deleted",
-        &[Invariant::QuorumLost, Invariant::ApiServersDown],
-    ),
+    // [F3] the Lease deleted, the next node would take the turn while the holder is down: its
+    // member is silent, so no other restarts.
+    ("the-lease-of-a-holder-that-lost-power-is-deleted", &[]),
     // [F3, turn gaps] a waiting node asks every 2 s, before the holder renews (every 10 s): it
     // takes the turn and writes the version on trial; the holder's renewal, answered `Held`,
     // counts as renewed, so both go on trying it.
@@ -820,12 +812,11 @@ pub const KNOWN: &[(&str, &[Invariant])] = &[
         "the-lease-of-a-live-holder-is-deleted-in-a-bad-trial",
         &[Invariant::BadVersionSpread],
     ),
-    // [F3] a learner that never catches up leaves two voters, and the etcd rollout restarts one
-    // with nothing checked (learners count for no quorum): no API anywhere; cp-3's kube-apiserver
-    // never serves (its local etcd is a learner).
+    // [F3] a learner that never catches up leaves two voters: the etcd rollout waits for it to
+    // vote (no restart before). cp-3's kube-apiserver never serves (its local etcd is a learner).
     (
         "a-re-imaged-node-whose-learner-never-catches-up",
-        &[Invariant::ApiServersDown, Invariant::NotRecovered],
+        &[Invariant::NotRecovered],
     ),
     // [F11] `rollback` checks nothing: run on each node in turn, every member restarts at once.
     (
@@ -837,12 +828,9 @@ pub const KNOWN: &[(&str, &[Invariant])] = &[
     // members within seconds of each other.
     ("apply-fanned-out", &[Invariant::QuorumLost, Invariant::ApiServersDown]),
     ("a-node-cut-off-by-the-network-and-back", &[]),
-    // [F3] a member cut off by the network runs, unreachable; nothing checks before the etcd
-    // rollout restarts a member on the side that holds the quorum: 1 of the 2 there is left.
-    (
-        "etcd-push-with-a-member-cut-off",
-        &[Invariant::QuorumLost, Invariant::ApiServersDown],
-    ),
+    // [F3] a member cut off by the network runs, unreachable: the side that holds the quorum
+    // finds it silent and restarts none of its two until it is back.
+    ("etcd-push-with-a-member-cut-off", &[]),
     ("apiserver-push-with-a-node-cut-off", &[]),
     // The member's health answers RAFT NO LEADER while it is cut off: the trial waits, and the
     // version passes once the network is back (the DaemonSet holds the other nodes meanwhile).
