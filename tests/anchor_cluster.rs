@@ -573,6 +573,17 @@ async fn a_kubelet_whose_reports_lag_does_not_decide_the_trial() {
     cp.stop_kubelet(&node.name);
 }
 
+/// A kubeconfig (`<name>-forged.kubeconfig` in the control plane's dir) whose token the API
+/// server did not sign: header {"alg":"RS256"}, the API server's issuer, a signature of nothing.
+fn forged_token_kubeconfig(cp: &control_plane::ControlPlane, name: &str) -> std::path::PathBuf {
+    use support::pki::{Identity, write_kubeconfig};
+    let path = cp.dir.join(format!("{name}-forged.kubeconfig"));
+    let forged =
+        "eyJhbGciOiJSUzI1NiJ9.eyJpc3MiOiJodHRwczovL2t1YmVybmV0ZXMuZGVmYXVsdC5zdmMiLCJzdWIiOiJ4In0.c2lnbmF0dXJl";
+    write_kubeconfig(&path, &cp.server, &cp.pki.ca(), &Identity::Token(forged.into()));
+    path
+}
+
 /// `--client-checks` against the real kube-apiserver and etcd: each way of asking is served
 /// with credentials the API server accepts, and refused (not "no answer") with ones it does
 /// not: a client certificate of another CA, a token it did not sign, a server CA the client
@@ -581,7 +592,7 @@ async fn a_kubelet_whose_reports_lag_does_not_decide_the_trial() {
 async fn client_checks_ask_a_real_api_server_as_its_clients_do() {
     use kube_anchor_core::trial::ClientAnswer;
     use kube_anchor_k8s::client_check::{ClientCheck, ClientCheckSpec};
-    use support::pki::{Identity, Pki, write_kubeconfig};
+    use support::pki::Pki;
     let cp = control_plane::shared().await;
     let root = Path::new("/");
     let spec = |name: &str, path: &str| ClientCheckSpec {
@@ -636,16 +647,7 @@ async fn client_checks_ask_a_real_api_server_as_its_clients_do() {
         ..spec("the anchor's service account", "/api")
     };
     assert_eq!(answer(own.clone(), Some(&anchor)).await, served);
-    let forged_kubeconfig = cp.dir.join("client-checks-forged.kubeconfig");
-    // Header {"alg":"RS256"}, the API server's issuer, a signature of nothing.
-    let forged =
-        "eyJhbGciOiJSUzI1NiJ9.eyJpc3MiOiJodHRwczovL2t1YmVybmV0ZXMuZGVmYXVsdC5zdmMiLCJzdWIiOiJ4In0.c2lnbmF0dXJl";
-    write_kubeconfig(
-        &forged_kubeconfig,
-        &cp.server,
-        &cp.pki.ca(),
-        &Identity::Token(forged.into()),
-    );
+    let forged_kubeconfig = forged_token_kubeconfig(cp, "client-checks");
     let a = answer(own, Some(&forged_kubeconfig)).await;
     assert!(refused_with(&a, "401"), "{a:?}");
 
@@ -666,4 +668,50 @@ async fn client_checks_ask_a_real_api_server_as_its_clients_do() {
     };
     let a = answer(untrusted_server, None).await;
     assert!(refused_with(&a, "certificate"), "{a:?}");
+}
+
+/// The mirror pod's watch against the real kube-apiserver with credentials it rejects (a token
+/// it did not sign: 401) and with an identity it knows but does not authorize (a client
+/// certificate of the cluster CA with no RBAC: 403): each is the API answering, shown as a
+/// refusal with its status, never as "API unreachable" (which would excuse a version on trial
+/// and let the runtime promote it alone).
+#[tokio::test]
+async fn a_mirror_pod_watch_the_api_refuses_is_an_answer_not_an_outage() {
+    use kube_anchor_core::trial::MirrorPod;
+    use kube_anchor_k8s::kubeapi::watch_mirror_pod;
+    use support::pki::{Identity, client_from_kubeconfig, write_kubeconfig};
+    let cp = control_plane::shared().await;
+    let forged_kubeconfig = forged_token_kubeconfig(cp, "mirror-watch");
+    let (cert, key) = cp
+        .pki
+        .issue("mirror-watch-nobody", "kube-anchor-test-nobody", None, &[]);
+    let nobody_kubeconfig = cp.dir.join("mirror-watch-nobody.kubeconfig");
+    write_kubeconfig(
+        &nobody_kubeconfig,
+        &cp.server,
+        &cp.pki.ca(),
+        &Identity::Cert { cert, key },
+    );
+    for (who, kubeconfig, status) in [
+        ("a token the API server did not sign", &forged_kubeconfig, "401"),
+        ("a known client without RBAC", &nobody_kubeconfig, "403"),
+    ] {
+        let client = client_from_kubeconfig(kubeconfig).await;
+        let (mut rx, task) = watch_mirror_pod(client, "kube-system", "kube-apiserver-nowhere");
+        let shown = tokio::time::timeout(Duration::from_secs(30), async {
+            loop {
+                if let Some(shown) = rx.borrow_and_update().clone() {
+                    return shown;
+                }
+                rx.changed().await.unwrap();
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("{who}: the watch showed nothing within 30 s"));
+        task.abort();
+        assert!(
+            matches!(&shown, MirrorPod::Refused(why) if why.starts_with(status)),
+            "{who}: {shown:?}"
+        );
+    }
 }

@@ -1401,3 +1401,48 @@ fn a_rolling_etcd_upgrade_with_and_without_the_leadership_hand_off() {
         node.stop_etcd();
     }
 }
+
+/// `apply` of a manifest that restarts an etcd member, with real etcd: refused while another
+/// voter is down (nothing written, the message names the member that does not answer, exit
+/// non-zero), written with `--force`, and written without it once the member answers again.
+#[test]
+fn apply_restarts_a_member_only_where_etcd_can_lose_it() {
+    let bed = Bed::new(3, 0);
+    let mut nodes = three_anchored_members(&bed);
+    nodes[2].stop_etcd();
+    let before = fs::read(nodes[0].manifest()).unwrap();
+    nodes[0].add_flag("--snapshot-count=7000");
+    let out = nodes[0].apply();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "written with n3 down: {stderr}");
+    assert!(
+        stderr.contains("nothing written") && stderr.contains("n3 (") && stderr.contains("does not answer"),
+        "{stderr}"
+    );
+    assert_eq!(
+        fs::read(nodes[0].manifest()).unwrap(),
+        before,
+        "the manifest was changed"
+    );
+
+    // --force writes it (and says why it should not have).
+    let out = nodes[0].command("apply").arg("--force").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("--force: writing although"));
+    assert_ne!(fs::read(nodes[0].manifest()).unwrap(), before);
+    nodes[0].stop_etcd();
+    nodes[0].start_etcd();
+
+    // n3 back: the next member's restart is written without --force.
+    nodes[2].start_etcd();
+    bed.wait_healthy(3);
+    nodes[1].add_flag("--snapshot-count=7000");
+    let out = Poll::new(Duration::from_secs(30), "n2's apply once every other voter answers").until(|| {
+        let out = nodes[1].apply();
+        out.status.success().then_some(out)
+    });
+    assert!(out.status.success());
+    for node in &mut nodes {
+        node.stop_etcd();
+    }
+}

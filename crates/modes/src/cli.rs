@@ -187,6 +187,10 @@ pub struct ApplyArgs {
     /// (before and after) show their content; for the others the diff says only that it differs.
     #[arg(long)]
     pub dry_run: bool,
+    /// Write a manifest that restarts an etcd member even where etcd cannot lose it now (another
+    /// voter down or behind): the restart can cost etcd its quorum.
+    #[arg(long, env = "KUBE_ANCHOR_FORCE")]
+    pub force: bool,
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub output: OutputFormat,
 }

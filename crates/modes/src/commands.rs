@@ -18,6 +18,7 @@ use crate::engine::{ApplyReport, Engine, Inputs, Preview, PreviewAction, Preview
 use crate::logging;
 use kube_anchor_core::history::Outcome;
 use kube_anchor_core::import::ImportPlan;
+use kube_anchor_core::membership::Margin;
 use kube_anchor_core::plan::Notice;
 use kube_anchor_core::runtime::{ContainerState, RuntimeView};
 use kube_anchor_host::hostfs::SetAside;
@@ -231,7 +232,7 @@ fn apply(args: ApplyArgs) -> anyhow::Result<ExitCode> {
         print_preview(&preview, args.output);
         return Ok(ExitCode::SUCCESS);
     }
-    hand_off_before_restart(&engine, &inputs, &desired, args.prune, args.output)?;
+    before_etcd_restart(&engine, &inputs, &desired, args.prune, args.force, args.output)?;
     // An explicit apply takes a decommissioned component back.
     if engine.recommission(&desired.component, None)? {
         tracing::info!(component = %desired.component, "lifted the decommission marker");
@@ -341,14 +342,16 @@ fn join_etcd(engine: &Engine, inputs: &Inputs) -> anyhow::Result<Option<kube_anc
     runtime.block_on(crate::etcd_member::join_before_write(engine, inputs))
 }
 
-/// `spec.etcdMember`: a manifest about to replace the running one restarts etcd; a member that
-/// leads hands leadership to a caught-up voter first, so the cluster does not wait an election
-/// timeout without a leader. Never stops the apply.
-fn hand_off_before_restart(
+/// `spec.etcdMember`: a manifest about to replace the running one restarts etcd. It is written
+/// only where etcd can lose this member ([`kube_anchor_core::membership::restart_margin`]),
+/// unless `force`; then a member that leads hands leadership to a caught-up voter first, so the
+/// cluster does not wait an election timeout without a leader (the hand-off never stops it).
+fn before_etcd_restart(
     engine: &Engine,
     inputs: &Inputs,
     desired: &kube_anchor_core::desired::Desired,
     prune: bool,
+    force: bool,
     output: OutputFormat,
 ) -> anyhow::Result<()> {
     let Some(member) = &inputs.anchor.etcd_member else {
@@ -363,6 +366,25 @@ fn hand_off_before_restart(
         return Ok(());
     }
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let component = &desired.component;
+    match runtime
+        .block_on(crate::etcd_member::margin_facts(inputs, member))
+        .judge()
+    {
+        Margin::Affords => {}
+        Margin::CannotExist(why) => {
+            tracing::info!(%component, reason = %why, "no restart margin can exist here: writing");
+        }
+        Margin::Short(why) if force => {
+            tracing::warn!(%component, reason = %why, "--force: restarting this member although etcd cannot afford it");
+            if output == OutputFormat::Text {
+                outln!("{component}: --force: writing although {why}");
+            }
+        }
+        Margin::Short(why) => anyhow::bail!(
+            "{component}: nothing written: the new manifest restarts this etcd member, and {why}; wait until it is healthy again (or pass --force to restart it anyway, which can cost etcd its quorum)"
+        ),
+    }
     let report = runtime.block_on(crate::etcd_member::hand_off_leadership(
         inputs,
         member,

@@ -1169,8 +1169,17 @@ impl World {
         if self.refusal(version).is_some() {
             return "refused";
         }
-        self.nodes[n].ledgers[c].decommissioned = None;
         let id = self.versions[version].id.clone();
+        // A manifest that replaces the running one restarts the member: written only where etcd
+        // can lose it (`commands::before_etcd_restart`; the operator passes no `--force`).
+        let restarts = self.nodes[n].ledgers[c]
+            .content_hash
+            .as_ref()
+            .is_some_and(|on| *on != id);
+        if c == ETCD && restarts && matches!(self.margin_facts(n).judge(), membership::Margin::Short(_)) {
+            return "refused";
+        }
+        self.nodes[n].ledgers[c].decommissioned = None;
         self.write(n, c, &id);
         if let Some(anchor) = self.nodes[n].anchors[c].as_mut() {
             anchor.next_sync = self.now;

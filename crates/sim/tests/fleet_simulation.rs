@@ -150,7 +150,10 @@ fn a_shrunk_scenario_still_shows_its_violation() {
     assert!(World::run(&shrunk, 1).violations.contains_key(&Invariant::QuorumLost));
     assert!(shrunk.ops.len() < scenario.ops.len() - 1, "{shrunk}");
     let printed = shrunk.to_string();
-    assert!(!printed.contains("KubeletRestart") && !printed.contains("APISERVER"), "{printed}");
+    assert!(
+        !printed.contains("KubeletRestart") && !printed.contains("APISERVER"),
+        "{printed}"
+    );
     assert!(printed.contains("Op::Verb"), "{printed}");
     // Shorter: the padding push at 3000 s is gone.
     assert!(shrunk.end() < scenario.end() / 2, "{shrunk}");
@@ -256,7 +259,7 @@ fn a_re_imaged_node_rejoins_as_a_learner() {
 /// `history::find_passed`, `Ledger::forget_bad`): `retry` only where a version was recorded bad,
 /// and the anchor then tries it again (and rolls it back again); `rollback --to` a version that
 /// passed its trial on every node, and refused for one that never ran there; `apply` the
-/// mounted inputs' version on every node.
+/// mounted inputs' version where etcd can afford the restart.
 #[test]
 fn the_one_shot_verbs_decide_as_their_commands_do() {
     for seed in SEEDS {
@@ -277,9 +280,14 @@ fn the_one_shot_verbs_decide_as_their_commands_do() {
             report.verbs
         );
 
-        // `apply` writes what the mounted inputs name, on every node, trial or not.
+        // `apply` writes what the mounted inputs name, trial or not, unless it restarts a
+        // member etcd cannot lose: the first always; each later one written or refused.
         let report = World::run(&named("apply-fanned-out"), seed);
-        assert_eq!(report.verbs.get("applied"), Some(&3), "seed {seed}: {:?}", report.verbs);
+        let (applied, refused) = (
+            report.verbs.get("applied").copied().unwrap_or(0),
+            report.verbs.get("refused").copied().unwrap_or(0),
+        );
+        assert!(applied >= 1 && applied + refused == 3, "seed {seed}: {:?}", report.verbs);
         assert_eq!(report.rollbacks, 0, "seed {seed}: the version is good");
 
         // `rollback --to` the release's current version: it failed twice on its node and never
