@@ -14,8 +14,8 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::ledger::Ledger;
-use crate::membership::{Margin, MarginFacts};
 use crate::lifecycle::{LkgAction, LkgCheck, LkgEvaluated, LkgFailure, Version, VersionAction, VersionEvent};
+use crate::membership::{Margin, MarginFacts};
 use crate::rollout;
 use crate::trial::{Assessment, ClientAnswer, VersionView, assess};
 use crate::turn::{Answer, Turn, TurnAction, TurnEvent};
@@ -378,8 +378,12 @@ impl Anchor {
                     Margin::CannotExist(why) => {
                         // Said once per version, not at every ask.
                         let said = self.no_margin_said.replace(version.clone());
-                        let note = (said.as_deref() != Some(version.as_str()))
-                            .then(|| Effect::Log(Note::NoMarginCanExist { version: version.clone(), why }));
+                        let note = (said.as_deref() != Some(version.as_str())).then(|| {
+                            Effect::Log(Note::NoMarginCanExist {
+                                version: version.clone(),
+                                why,
+                            })
+                        });
                         note.into_iter().chain([Effect::AskTurn { version }]).collect()
                     }
                     Margin::Short(why) => {
@@ -873,7 +877,11 @@ mod tests {
             effects.contains(&Effect::CheckMargin { version: "B".into() }),
             "{effects:?}"
         );
-        assert!(!effects.iter().any(|e| matches!(e, Effect::AskTurn { .. } | Effect::Write { .. })));
+        assert!(
+            !effects
+                .iter()
+                .any(|e| matches!(e, Effect::AskTurn { .. } | Effect::Write { .. }))
+        );
         // cp-3 is powered off: no turn asked, nothing written, and /readyz says why.
         let effects = a.step(checked(facts(&[2])));
         assert!(
@@ -888,7 +896,10 @@ mod tests {
         // The next sync looks again; cp-3 is back: the turn is asked for.
         let effects = synced(&mut a, "B", &on_node, 20);
         assert!(effects.contains(&Effect::CheckMargin { version: "B".into() }));
-        assert_eq!(a.step(checked(facts(&[2, 3]))), vec![Effect::AskTurn { version: "B".into() }]);
+        assert_eq!(
+            a.step(checked(facts(&[2, 3]))),
+            vec![Effect::AskTurn { version: "B".into() }]
+        );
         let effects = a.step(asked(LeaseAnswer::Take, t0));
         assert!(effects.contains(&Effect::Resync), "{effects:?}");
         let effects = synced(&mut a, "B", &on_node, 30);
@@ -907,10 +918,16 @@ mod tests {
         };
         let effects = single.step(checked(alone.clone()));
         assert!(
-            matches!(&effects[..], [Effect::Log(Note::NoMarginCanExist { .. }), Effect::AskTurn { .. }]),
+            matches!(
+                &effects[..],
+                [Effect::Log(Note::NoMarginCanExist { .. }), Effect::AskTurn { .. }]
+            ),
             "{effects:?}"
         );
-        assert_eq!(single.step(checked(alone)), vec![Effect::AskTurn { version: "B".into() }]);
+        assert_eq!(
+            single.step(checked(alone)),
+            vec![Effect::AskTurn { version: "B".into() }]
+        );
     }
 
     #[test]

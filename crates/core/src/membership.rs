@@ -489,7 +489,9 @@ impl MarginFacts {
     pub fn judge(&self) -> Margin {
         match self {
             MarginFacts::Etcd { me, observed, peers } => restart_margin(me, observed, peers),
-            MarginFacts::Unknown(why) => Margin::Short(format!("whether the cluster can afford a restart is unknown: {why}")),
+            MarginFacts::Unknown(why) => {
+                Margin::Short(format!("whether the cluster can afford a restart is unknown: {why}"))
+            }
         }
     }
 }
@@ -524,7 +526,11 @@ pub fn restart_margin(me: &Me, observed: &MemberList, peers: &BTreeMap<u64, Peer
     if others.len() == 1
         && let Some(learner) = members.iter().find(|m| m.is_learner)
     {
-        let name = if learner.name.is_empty() { format!("{:x}", learner.id) } else { learner.name.clone() };
+        let name = if learner.name.is_empty() {
+            format!("{:x}", learner.id)
+        } else {
+            learner.name.clone()
+        };
         return Margin::Short(format!(
             "etcd cannot lose this member now: 2 voting members, and {name} is a learner not promoted yet; a restart before it votes loses quorum"
         ));
@@ -554,10 +560,9 @@ pub fn restart_margin(me: &Me, observed: &MemberList, peers: &BTreeMap<u64, Peer
             match peers.get(&m.id) {
                 None => Some(format!("{name} does not answer")),
                 Some(p) if !p.healthy => Some(format!("{name} has no leader or reports errors")),
-                Some(p) if front.saturating_sub(p.raft_applied_index) > HAND_OFF_MAX_LAG => Some(format!(
-                    "{name} is {} entries behind",
-                    front - p.raft_applied_index
-                )),
+                Some(p) if front.saturating_sub(p.raft_applied_index) > HAND_OFF_MAX_LAG => {
+                    Some(format!("{name} is {} entries behind", front - p.raft_applied_index))
+                }
                 Some(_) => None,
             }
         })
@@ -1296,9 +1301,12 @@ mod tests {
         }
         type Case = (&'static str, MemberList, BTreeMap<u64, PeerStatus>, fn(&Margin) -> bool);
         let cases: Vec<Case> = vec![
-            ("three voters, the other two healthy and caught up", list(three()), healthy.clone(), |m| {
-                *m == Margin::Affords
-            }),
+            (
+                "three voters, the other two healthy and caught up",
+                list(three()),
+                healthy.clone(),
+                |m| *m == Margin::Affords,
+            ),
             (
                 "cp-3 powered off: it does not answer",
                 list(three()),
@@ -1319,7 +1327,11 @@ mod tests {
             ),
             (
                 "a voter added but not started",
-                list(vec![member(1, "n1", 1, false), member(2, "n2", 2, false), member(3, "", 3, false)]),
+                list(vec![
+                    member(1, "n1", 1, false),
+                    member(2, "n2", 2, false),
+                    member(3, "", 3, false),
+                ]),
                 peers(&[(2, peer(1000, true))]),
                 |m| short(m, "3 (not started) does not answer"),
             ),
@@ -1336,7 +1348,11 @@ mod tests {
             ),
             (
                 "two voters and a learner: wait for the learner to vote",
-                list(vec![member(1, "n1", 1, false), member(2, "n2", 2, false), member(3, "n3", 3, true)]),
+                list(vec![
+                    member(1, "n1", 1, false),
+                    member(2, "n2", 2, false),
+                    member(3, "n3", 3, true),
+                ]),
                 healthy.clone(),
                 |m| short(m, "n3 is a learner not promoted yet"),
             ),
@@ -1358,15 +1374,24 @@ mod tests {
                 peers(&[(2, peer(1000, true)), (3, peer(1000, true)), (5, peer(1000, true))]),
                 |m| short(m, "n6 (6) does not answer") && short(m, "a quorum of 3"),
             ),
-            ("a single member", list(vec![member(1, "n1", 1, false)]), peers(&[]), |m| {
-                cannot(m, "1 voting member:")
-            }),
-            ("this node's member is a learner", list(vec![member(1, "n1", 1, true), member(2, "n2", 2, false)]), peers(&[]), |m| {
-                cannot(m, "learner")
-            }),
-            ("this node has no member yet", list(vec![member(2, "n2", 2, false), member(3, "n3", 3, false)]), healthy.clone(), |m| {
-                cannot(m, "no member")
-            }),
+            (
+                "a single member",
+                list(vec![member(1, "n1", 1, false)]),
+                peers(&[]),
+                |m| cannot(m, "1 voting member:"),
+            ),
+            (
+                "this node's member is a learner",
+                list(vec![member(1, "n1", 1, true), member(2, "n2", 2, false)]),
+                peers(&[]),
+                |m| cannot(m, "learner"),
+            ),
+            (
+                "this node has no member yet",
+                list(vec![member(2, "n2", 2, false), member(3, "n3", 3, false)]),
+                healthy.clone(),
+                |m| cannot(m, "no member"),
+            ),
             (
                 "no member list: unknown is no margin",
                 MemberList::Unreachable("context deadline exceeded".into()),
