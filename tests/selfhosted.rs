@@ -329,7 +329,8 @@ async fn rollbacks_of(client: &kube::Client, component: &str) -> i32 {
 
 /// Scenario 3b: changes the credentials check cannot see, which leave the component healthy
 /// and lock its clients out: etcd's `--listen-client-urls` moved off the address its
-/// kube-apiserver dials, and
+/// kube-apiserver dials; kube-apiserver's `--client-ca-file` pointed at a valid CA that signed
+/// no client (etcd's: every client certificate gets 401); and
 /// kube-apiserver's service-account key pair replaced without the old public key (every token
 /// gets 401). Each must be rolled back on its first node and reach no other, with no moment in
 /// which two API servers fail together. Returns, for each, the API's poll and the time from
@@ -358,7 +359,7 @@ async fn client_breaking_pushes(cluster: &SelfHosted) -> Vec<(&'static str, (Pol
     }
     let sa_key = format!("credentials.sa\\.key={}", key.display());
     let sa_pub = format!("credentials.sa\\.pub={}", public.display());
-    let pushes: [(&'static str, &'static str, Vec<&str>); 2] = [
+    let pushes: [(&'static str, &'static str, Vec<&str>); 3] = [
         // The bed's nodes share one network namespace, each component bound to its node's
         // address (examples/bootstrap/one-host): kube-apiserver dials etcd there, at 2379, so the
         // listener moves to another port.
@@ -368,6 +369,14 @@ async fn client_breaking_pushes(cluster: &SelfHosted) -> Vec<(&'static str, (Pol
             vec![
                 "--set",
                 "component.extraArgs.listen-client-urls=https://${NODE_IP}:2479",
+            ],
+        ),
+        (
+            "kube-apiserver's --client-ca-file pointed at a CA that signed no client",
+            "kube-apiserver",
+            vec![
+                "--set",
+                "component.extraArgs.client-ca-file=/etc/kubernetes/pki/etcd/ca.crt",
             ],
         ),
         (
