@@ -1402,13 +1402,37 @@ fn a_rolling_etcd_upgrade_with_and_without_the_leadership_hand_off() {
     }
 }
 
-/// `apply` of a manifest that restarts an etcd member, with real etcd: refused while another
-/// voter is down (nothing written, the message names the member that does not answer, exit
-/// non-zero), written with `--force`, and written without it once the member answers again.
+/// `apply` of a manifest that restarts an etcd member, with real etcd: written while a NOSPACE
+/// alarm is raised (every member lists it among its status errors, and still votes); refused
+/// while another voter is down (nothing written, the message names the member that does not
+/// answer, exit non-zero), written with `--force`, and written without it once the member
+/// answers again.
 #[test]
 fn apply_restarts_a_member_only_where_etcd_can_lose_it() {
     let bed = Bed::new(3, 0);
     let mut nodes = three_anchored_members(&bed);
+    let urls = bed.endpoints();
+    let id = nodes[1].my_entries(&bed)[0].0.clone();
+    let alarm = |action: &str| {
+        let body = format!(r#"{{"action":"{action}","memberID":"{id}","alarm":"NOSPACE"}}"#);
+        bed.post(&urls[0], "/v3/maintenance/alarm", &body)
+            .unwrap_or_else(|| panic!("alarm {action}"))
+    };
+    alarm("ACTIVATE");
+    let status = bed.post(&urls[2], "/v3/maintenance/status", "{}").unwrap();
+    assert!(status["errors"].to_string().contains("NOSPACE"), "{status}");
+    nodes[0].add_flag("--snapshot-count=6500");
+    let out = nodes[0].apply();
+    assert!(
+        out.status.success(),
+        "refused under an alarm: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    nodes[0].stop_etcd();
+    nodes[0].start_etcd();
+    bed.wait_healthy(3);
+    alarm("DEACTIVATE");
+
     nodes[2].stop_etcd();
     let before = fs::read(nodes[0].manifest()).unwrap();
     nodes[0].add_flag("--snapshot-count=7000");

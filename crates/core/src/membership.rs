@@ -570,11 +570,11 @@ pub fn restart_margin(me: &Me, observed: &MemberList, peers: &BTreeMap<u64, Peer
     if lacking.is_empty() {
         Margin::Affords
     } else {
+        let voters = others.len() + 1;
         Margin::Short(format!(
-            "etcd cannot lose this member now: {} of {} voting members would be left to hold a quorum of {}, and {}",
+            "etcd cannot lose this member now: {} of {voters} voting members would be left to hold a quorum of {}, and {}",
             others.len(),
-            others.len() + 1,
-            (others.len() + 1) / 2 + 1,
+            voters / 2 + 1,
             lacking.join(", ")
         ))
     }

@@ -84,6 +84,16 @@ pub struct EndpointStatus {
     pub errors: Vec<String>,
 }
 
+impl EndpointStatus {
+    /// The member follows a leader and reports no error but raised alarms. etcd's `Status`
+    /// lists "etcdserver: no leader" and every alarm of the cluster (`memberID:… alarm:NOSPACE`,
+    /// server/etcdserver/api/v3rpc/maintenance.go): an alarm is the cluster's state, raised on
+    /// every member alike, and a member with one still votes.
+    pub fn healthy(&self) -> bool {
+        self.leader != 0 && self.errors.iter().all(|e| e.contains("alarm:"))
+    }
+}
+
 /// A member's raft status as it publishes it (see [`Endpoint::raft_status`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RaftStatus {
@@ -482,6 +492,23 @@ mod tests {
     const LIST: &str = r#"{"header":{"cluster_id":"15118495548433857066","member_id":"13668033151171901709","raft_term":"2"},"members":[{"ID":"5052732621142732786","peerURLs":["http://127.0.0.1:23802"],"isLearner":true},{"ID":"13668033151171901709","name":"a","peerURLs":["http://127.0.0.1:23801"],"clientURLs":["http://127.0.0.1:23791"]}]}"#;
     const ADD: &str = r#"{"header":{"cluster_id":"1","member_id":"2","raft_term":"2"},"member":{"ID":"5052732621142732786","peerURLs":["http://127.0.0.1:23802"],"isLearner":true},"members":[{"ID":"5052732621142732786","peerURLs":["http://127.0.0.1:23802"],"isLearner":true}]}"#;
     const STATUS: &str = r#"{"header":{"cluster_id":"1","member_id":"13668033151171901709","revision":"1","raft_term":"2"},"version":"3.6.8","dbSize":"20480","leader":"13668033151171901709","raftIndex":"5","raftTerm":"2","raftAppliedIndex":"5","dbSizeInUse":"16384","storageVersion":"3.6.0","dbSizeQuota":"2147483648","downgradeInfo":{}}"#;
+
+    #[test]
+    fn a_raised_alarm_leaves_a_member_healthy_and_no_leader_does_not() {
+        let status = |leader: u64, errors: &[&str]| EndpointStatus {
+            member_id: 1,
+            leader,
+            is_learner: false,
+            raft_index: 5,
+            raft_applied_index: 5,
+            errors: errors.iter().map(|e| e.to_string()).collect(),
+        };
+        assert!(status(1, &[]).healthy());
+        // etcd 3.6.8's own words (server/etcdserver/api/v3rpc/maintenance.go).
+        assert!(status(1, &["memberID:13668033151171901709 alarm:NOSPACE "]).healthy());
+        assert!(!status(0, &["etcdserver: no leader"]).healthy());
+        assert!(!status(1, &["etcdserver: request timed out"]).healthy());
+    }
 
     #[test]
     fn parses_the_gateway_json() {

@@ -612,7 +612,7 @@ async fn peer_statuses(members: &[membership::Member], me: u64, creds: &Credenti
                 if let Ok(s) = endpoint.status().await
                     && s.member_id == m.id
                 {
-                    let healthy = s.leader != 0 && s.errors.is_empty();
+                    let healthy = s.healthy();
                     return Some((
                         m.id,
                         PeerStatus {
@@ -627,7 +627,8 @@ async fn peer_statuses(members: &[membership::Member], me: u64, creds: &Credenti
     futures::future::join_all(checks).await.into_iter().flatten().collect()
 }
 
-/// Members whose own client URL answers a status with a leader and no errors.
+/// Members whose own client URL answers a status with a leader and no errors but alarms
+/// ([`kube_anchor_k8s::etcd::EndpointStatus::healthy`]).
 async fn healthy_members(members: &[membership::Member], creds: &Credentials) -> BTreeSet<u64> {
     let checks = members.iter().map(|m| async move {
         for url in &m.client_urls {
@@ -635,8 +636,7 @@ async fn healthy_members(members: &[membership::Member], creds: &Credentials) ->
                 continue;
             };
             if let Ok(s) = endpoint.status().await
-                && s.leader != 0
-                && s.errors.is_empty()
+                && s.healthy()
                 && s.member_id == m.id
             {
                 return Some(m.id);

@@ -287,7 +287,11 @@ fn the_one_shot_verbs_decide_as_their_commands_do() {
             report.verbs.get("applied").copied().unwrap_or(0),
             report.verbs.get("refused").copied().unwrap_or(0),
         );
-        assert!(applied >= 1 && applied + refused == 3, "seed {seed}: {:?}", report.verbs);
+        assert!(
+            applied >= 1 && applied + refused == 3,
+            "seed {seed}: {:?}",
+            report.verbs
+        );
         assert_eq!(report.rollbacks, 0, "seed {seed}: the version is good");
 
         // `rollback --to` the release's current version: it failed twice on its node and never
