@@ -81,6 +81,14 @@ spec:
           annotations:
             summary: A decommission asked an etcd member to leave and it has not.
             description: {{`'The etcd member on {{ $labels.instance }} was asked to leave by a decommission and is still a member (quorum short, the last voter, or etcd unreachable): MembershipHeld Event; kube-anchor status on the node.'`}}
+        - alert: KubeAnchorRestartWaitsForMargin
+          expr: kube_anchor_restart_waits_for_margin{ {{- $c -}} } == 1
+          for: 15m
+          labels:
+            {{- include "kube-anchor-lib.alertLabels" (dict "severity" "warning" "extra" $extra) | nindent 12 }}
+          annotations:
+            summary: A new {{ .Values.component.name }} version waits because etcd cannot lose a member now.
+            description: {{`'On {{ $labels.instance }} a new version of {{ $labels.component }} has waited 15 minutes: restarting it would leave etcd without a quorum, since another voter does not answer, has no leader or is behind (RestartWaitsForMargin Event; the anchor''s readiness message names it).'`}}
         - alert: KubeAnchorCredentialRenewedOnNode
           expr: kube_anchor_credential_renewed_on_node{ {{- $c -}} } == 1
           for: 1h

@@ -25,7 +25,7 @@ use kube_anchor_core::hostpath::HostPath;
 use kube_anchor_core::ledger::BadVersion;
 use kube_anchor_core::lifecycle::LkgFailure;
 use kube_anchor_core::machine::{Anchor, Effect, EvaluateFacts, Input, Note, Settings, SyncFacts};
-use kube_anchor_core::membership::MarginFacts;
+use kube_anchor_core::membership::{Margin, MarginFacts};
 use kube_anchor_core::pinned::{MAX_MARKER_BYTES, PinnedInputs};
 use kube_anchor_core::plan::Notice;
 use kube_anchor_core::runtime::{Local, RuntimeView};
@@ -1064,6 +1064,9 @@ impl Daemon {
             }
         }
         self.shared.metrics.converged.set(i64::from(self.machine.converged));
+        if self.machine.turn.waiting.is_none() {
+            self.shared.metrics.restart_waits_for_margin.set(0);
+        }
         self.shared
             .metrics
             .last_known_good_failing
@@ -1271,6 +1274,8 @@ impl Daemon {
                 Effect::Resync => given = true,
                 Effect::CheckMargin { .. } => {
                     let facts = self.margin_facts().await;
+                    let short = matches!(facts.judge(), Margin::Short(_));
+                    self.shared.metrics.restart_waits_for_margin.set(i64::from(short));
                     queue.extend(self.machine.step(Input::MarginChecked {
                         facts,
                         instant: Instant::now(),

@@ -31,6 +31,8 @@ pub(crate) struct Metrics {
     pub etcd_leave_pending: Gauge,
     /// Entries this node's learner lacks of the leader's log (0: not a learner; -1: unknown).
     pub etcd_learner_behind_entries: Gauge,
+    /// 1 while a new version waits because the cluster cannot afford the restart it makes.
+    pub restart_waits_for_margin: Gauge,
     /// The earliest notAfter of the certificates in each credential file, by path.
     pub certificate_expiry: Family<Vec<(String, String)>, Gauge>,
     /// 1 for each credential renewed on the node and kept, by path, until the config carries it.
@@ -88,6 +90,11 @@ impl Metrics {
             "etcd_learner_behind_entries",
             "Entries this node's etcd learner lacks of the leader's log, as the leader records it (0 when not a learner, -1 when the leader cannot be asked)",
             m.etcd_learner_behind_entries.clone(),
+        );
+        registry.register(
+            "restart_waits_for_margin",
+            "1 while a new version waits because the cluster cannot afford the restart it makes (an etcd voter down or behind)",
+            m.restart_waits_for_margin.clone(),
         );
         registry.register(
             "certificate_expiry_timestamp_seconds",
@@ -168,6 +175,7 @@ impl Metrics {
             etcd_join_pending: Gauge::default(),
             etcd_leave_pending: Gauge::default(),
             etcd_learner_behind_entries: Gauge::default(),
+            restart_waits_for_margin: Gauge::default(),
             certificate_expiry: Family::default(),
             renewed_on_node: Family::default(),
         }
