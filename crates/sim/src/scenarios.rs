@@ -825,9 +825,9 @@ pub const KNOWN: &[(&str, &[Invariant])] = &[
     ),
     ("a-retried-bad-version-fails-again-on-its-node", &[]),
     // [F3] `apply` looks at the other voters before a restart, but fanned out 2 s apart each
-    // looks while the member the one before wrote is still stopping (within seconds of its
-    // manifest changing): every member still answers, and all restart at once. `apply` would
-    // have to wait for its own member's return.
+    // looks while the member the one before wrote still runs (the kubelet stops it within
+    // seconds): every member still answers, and all restart at once. `apply` would have to
+    // wait for its own member's return.
     ("apply-fanned-out", &[Invariant::QuorumLost, Invariant::ApiServersDown]),
     ("a-node-cut-off-by-the-network-and-back", &[]),
     // [F3] a member cut off by the network runs, unreachable: the side that holds the quorum
