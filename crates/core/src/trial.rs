@@ -175,8 +175,6 @@ enum FromApi {
     NotConverged(String),
     CrashLooping(String),
     Unknown(String),
-    /// The API answers but refuses the anchor: the runtime cannot promote alone.
-    Refused(String),
 }
 
 fn from_api(observation: &VersionView, hash: &str, crash_loop_threshold: u32) -> FromApi {
@@ -184,8 +182,11 @@ fn from_api(observation: &VersionView, hash: &str, crash_loop_threshold: u32) ->
         None if !observation.api_configured => FromApi::Unknown("no API client: cannot see the mirror pod".into()),
         None => FromApi::Unknown("API unreachable: cannot see the mirror pod".into()),
         Some(MirrorPod::Absent) => FromApi::NotConverged("no mirror pod yet".into()),
+        // The API's refusal of the anchor's own credentials gives no word on the version: the
+        // other sources judge, as with no API (a kube-apiserver that refuses the tokens it
+        // accepted is caught by its client check, the anchor's own token).
         Some(MirrorPod::Refused(why)) => {
-            FromApi::Refused(format!("the API refuses the anchor ({why}): cannot see the mirror pod"))
+            FromApi::Unknown(format!("the API refuses the anchor ({why}): cannot see the mirror pod"))
         }
         Some(MirrorPod::Present {
             hash: running,
@@ -209,6 +210,12 @@ fn from_api(observation: &VersionView, hash: &str, crash_loop_threshold: u32) ->
             }
         }
     }
+}
+
+/// The API answered the mirror pod's watch with what it shows (the pod, or none): its word. No
+/// API, and an API that refuses the anchor (401, 403), give none.
+fn gives_word(observation: &VersionView) -> bool {
+    matches!(observation.mirror, Some(MirrorPod::Absent | MirrorPod::Present { .. }))
 }
 
 /// etcd's `/health` fails on every member while an alarm is raised (`checkAlarms` in etcd's
@@ -244,7 +251,7 @@ fn health_failure_is_evidence(
     if let Some(Local::PreviousStopping(what)) = local {
         return Err(format!("{what}; health check failing meanwhile ({reason})"));
     }
-    if observation.api_configured && observation.mirror.is_none() {
+    if observation.api_configured && !gives_word(observation) {
         let runtime_sees = matches!(local, Some(Local::Running | Local::NotRunning(_)));
         if failure.answered || !runtime_sees {
             return Err(format!(
@@ -265,7 +272,7 @@ pub fn assess(observation: &VersionView, hash: &str, crash_loop_threshold: u32) 
         Assessment::Converged => weigh_clients(
             &observation.clients,
             observation.clients_reconnecting,
-            observation.mirror.is_some(),
+            gives_word(observation),
         ),
         verdict => verdict,
     };
@@ -275,7 +282,7 @@ pub fn assess(observation: &VersionView, hash: &str, crash_loop_threshold: u32) 
         }
         (verdict, _) => verdict,
     };
-    let api_answers = observation.mirror.is_some();
+    let api_answers = gives_word(observation);
     let alarm = matches!(&observation.health, Some(Err(failure)) if is_alarm(failure));
     match verdict {
         Assessment::Unknown(why) if api_answers && observation.dependency_down.is_none() && !alarm => {
@@ -363,13 +370,13 @@ fn assess_sources(observation: &VersionView, hash: &str, crash_loop_threshold: u
         (_, Some(Local::PreviousStopping(what))) => Assessment::Unknown(what),
         // The runtime runs it and it serves: a mirror pod that shows otherwise may be late, and
         // is waited for (bounded, as the API answers); with no API the runtime has the word.
-        (FromApi::NotConverged(reason) | FromApi::Refused(reason), Some(Local::Running)) if health_answers => {
+        (FromApi::NotConverged(reason), Some(Local::Running)) if health_answers => {
             // A client it refuses is evidence all the same: a kubelet locked out by this very
             // version is why its mirror pod lags.
             match weigh_clients(
                 &observation.clients,
                 observation.clients_reconnecting,
-                observation.mirror.is_some(),
+                gives_word(observation),
             ) {
                 Assessment::NotConverged(refused) => Assessment::NotConverged(refused),
                 _ => Assessment::Unknown(format!(
@@ -390,8 +397,6 @@ fn assess_sources(observation: &VersionView, hash: &str, crash_loop_threshold: u
         (FromApi::Unknown(api), Some(Local::Unknown(local))) => Assessment::Unknown(format!("{api}; {local}")),
         (FromApi::Unknown(api), _) if health_answers => Assessment::Unknown(format!("{api} (health URL answers)")),
         (FromApi::Unknown(api), _) => Assessment::Unknown(api),
-        (FromApi::Refused(api), Some(Local::Unknown(local))) => Assessment::Unknown(format!("{api}; {local}")),
-        (FromApi::Refused(api), _) => Assessment::Unknown(api),
         (FromApi::CrashLooping(_), _) => unreachable!("returned above"),
     }
 }
@@ -768,19 +773,19 @@ mod tests {
                 |a| *a == Assessment::Converged,
             ),
             (
-                "the API refuses the anchor (401), the version runs and serves: not promoted on the runtime's word",
+                "the API refuses the anchor (401), the version runs and serves: the runtime judges, as with no API",
                 view(
                     Some(MirrorPod::Refused("401 Unauthorized".into())),
                     Some(Ok(())),
                     Some(runs()),
                     0,
                 ),
-                |a| matches!(a, Assessment::Unproven(r) if r.contains("refuses the anchor")),
+                |a| *a == Assessment::Converged,
             ),
             (
-                "the API refuses the anchor (403), no runtime: counted, not excused as an outage",
+                "the API refuses the anchor (403), no runtime: no word, and not counted against the version",
                 view(Some(MirrorPod::Refused("403 Forbidden".into())), Some(Ok(())), None, 0),
-                |a| matches!(a, Assessment::Unproven(r) if r.contains("403")),
+                |a| matches!(a, Assessment::Unknown(r) if r.contains("refuses the anchor (403")),
             ),
             (
                 "the API refuses the anchor, the runtime shows it stopped: evidence",
@@ -791,16 +796,6 @@ mod tests {
                     0,
                 ),
                 |a| matches!(a, Assessment::NotConverged(_)),
-            ),
-            (
-                "the API refuses the anchor, health answers an error: evidence (the API is not down)",
-                view(
-                    Some(MirrorPod::Refused("401 Unauthorized".into())),
-                    answered("[-]poststarthook failed"),
-                    Some(runs()),
-                    0,
-                ),
-                |a| matches!(a, Assessment::NotConverged(r) if r.contains("health check failing")),
             ),
             (
                 "no API, the runtime holds no sandbox of it (the kubelet dropped the file)",
