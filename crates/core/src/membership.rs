@@ -161,7 +161,7 @@ pub enum Join {
 }
 
 /// Who in `members` is this node: by peer URL; a name match with other peer URLs is a conflict.
-pub(crate) fn find_me<'a>(me: &Me, members: &'a [Member]) -> Result<Option<&'a Member>, String> {
+pub fn find_me<'a>(me: &Me, members: &'a [Member]) -> Result<Option<&'a Member>, String> {
     if let Some(m) = members.iter().find(|m| m.peer_urls.iter().any(|u| u == &me.peer_url)) {
         if !m.name.is_empty() && m.name != me.name {
             return Err(format!(

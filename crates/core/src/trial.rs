@@ -105,6 +105,12 @@ pub enum MirrorPod {
 }
 
 impl MirrorPod {
+    /// The API answered with what it shows (the pod, or none): its word on the version. A
+    /// refusal of the anchor gives none.
+    pub fn is_word(&self) -> bool {
+        matches!(self, MirrorPod::Absent | MirrorPod::Present { .. })
+    }
+
     /// Restarts are evidence only within a trial; past it, a version is judged by Running and
     /// Ready alone (restarts from reboots and from components exiting while the API was down
     /// add up on a mirror pod for good).
@@ -212,10 +218,10 @@ fn from_api(observation: &VersionView, hash: &str, crash_loop_threshold: u32) ->
     }
 }
 
-/// The API answered the mirror pod's watch with what it shows (the pod, or none): its word. No
-/// API, and an API that refuses the anchor (401, 403), give none.
+/// The API answered the mirror pod's watch with its word ([`MirrorPod::is_word`]); no API
+/// gives none.
 fn gives_word(observation: &VersionView) -> bool {
-    matches!(observation.mirror, Some(MirrorPod::Absent | MirrorPod::Present { .. }))
+    observation.mirror.as_ref().is_some_and(MirrorPod::is_word)
 }
 
 /// etcd's `/health` fails on every member while an alarm is raised (`checkAlarms` in etcd's

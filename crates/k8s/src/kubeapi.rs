@@ -94,7 +94,7 @@ pub fn watch_mirror_pod(
         loop {
             // While the API is unreachable a reconnect can hang on a half-started server; start
             // over if nothing arrives. A healthy watch may be idle for long: no limit then.
-            let answering = matches!(*tx.borrow(), Some(MirrorPod::Absent | MirrorPod::Present { .. }));
+            let answering = tx.borrow().as_ref().is_some_and(MirrorPod::is_word);
             let next = if !answering {
                 match tokio::time::timeout(RECONNECT_STALL, stream.next()).await {
                     Ok(next) => next,

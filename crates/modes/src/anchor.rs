@@ -25,7 +25,7 @@ use kube_anchor_core::hostpath::HostPath;
 use kube_anchor_core::ledger::BadVersion;
 use kube_anchor_core::lifecycle::LkgFailure;
 use kube_anchor_core::machine::{Anchor, Effect, EvaluateFacts, Input, Note, Settings, SyncFacts};
-use kube_anchor_core::membership::{Margin, MarginFacts};
+use kube_anchor_core::membership::MarginFacts;
 use kube_anchor_core::pinned::{MAX_MARKER_BYTES, PinnedInputs};
 use kube_anchor_core::plan::Notice;
 use kube_anchor_core::runtime::{Local, RuntimeView};
@@ -456,8 +456,10 @@ impl Daemon {
 
     /// What the cluster shows before this node's etcd member restarts for a new version: the
     /// member list and each other voter's own status (`spec.etcdMember`).
-    async fn margin_facts(&self) -> MarginFacts {
-        let inputs = match Inputs::load(&self.args.config, self.engine.roots()) {
+    async fn margin_facts(&mut self) -> MarginFacts {
+        // The inputs the sync just read (kept while no event says they changed).
+        let pinned = self.args.expect_inputs.clone();
+        let inputs = match self.load_inputs(&pinned) {
             Ok(inputs) => inputs,
             Err(e) => return MarginFacts::Unknown(format!("the config cannot be read: {e}")),
         };
@@ -1274,13 +1276,16 @@ impl Daemon {
                 Effect::Resync => given = true,
                 Effect::CheckMargin { .. } => {
                     let facts = self.margin_facts().await;
-                    let short = matches!(facts.judge(), Margin::Short(_));
-                    self.shared.metrics.restart_waits_for_margin.set(i64::from(short));
-                    queue.extend(self.machine.step(Input::MarginChecked {
+                    let next = self.machine.step(Input::MarginChecked {
                         facts,
                         instant: Instant::now(),
                         wall: SystemTime::now(),
-                    }));
+                    });
+                    // The machine asks for the turn only where the cluster affords the restart.
+                    let waits = self.machine.turn.waiting.is_some()
+                        && !next.iter().any(|e| matches!(e, Effect::AskTurn { .. }));
+                    self.shared.metrics.restart_waits_for_margin.set(i64::from(waits));
+                    queue.extend(next);
                 }
                 Effect::AskClients => {
                     let clients = self.ask_clients().await;
@@ -1345,8 +1350,6 @@ impl Daemon {
         }
     }
 
-    /// While the last-known-good version is kept in place of the inputs' bad one, its failure
-    /// is recorded so `status` shows it too; a failure to record is logged, not fatal.
     /// Every `--client-checks` client's answer, asked at once.
     async fn ask_clients(&self) -> Vec<kube_anchor_core::trial::ClientView> {
         futures::future::join_all(self.client_checks.iter().map(ClientCheck::ask)).await
@@ -1362,6 +1365,8 @@ impl Daemon {
         }
     }
 
+    /// While the last-known-good version is kept in place of the inputs' bad one, its failure
+    /// is recorded so `status` shows it too; a failure to record is logged, not fatal.
     fn record_lkg_failing(&mut self, failing: Option<LkgFailure>, if_different: bool) {
         // The first record also clears one an earlier process left (read first: no ledger
         // write at every start).

@@ -588,10 +588,7 @@ pub(crate) async fn margin_facts(inputs: &Inputs, member: &EtcdMember) -> Margin
     };
     let peers = match &observed {
         MemberList::Members(members) => {
-            let own = members
-                .iter()
-                .find(|m| m.peer_urls.contains(&me.peer_url))
-                .map_or(0, |m| m.id);
+            let own = membership::find_me(&me, members).ok().flatten().map_or(0, |m| m.id);
             peer_statuses(members, own, &creds).await
         }
         MemberList::Unreachable(_) => BTreeMap::new(),
