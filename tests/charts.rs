@@ -1632,8 +1632,21 @@ async fn install_upgrade_and_uninstall_a_component_chart() {
         let answer = String::from_utf8_lossy(&out.stdout).trim().to_owned();
         assert_eq!(answer == "yes", allowed, "{verb} {resource}: {answer}");
     }
-    // The rollout Lease, kube-anchor-<component>, in the release's namespace only (a Role).
+    // The rollout Leases, kube-anchor-control-plane and kube-anchor-<component>, in the release's
+    // namespace only (a Role).
     for (verb, resource, namespace, allowed) in [
+        (
+            "update",
+            "leases.coordination.k8s.io/kube-anchor-control-plane",
+            ns.as_str(),
+            true,
+        ),
+        (
+            "get",
+            "leases.coordination.k8s.io/kube-anchor-control-plane",
+            "kube-system",
+            false,
+        ),
         (
             "get",
             "leases.coordination.k8s.io/kube-anchor-kube-scheduler",

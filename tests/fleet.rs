@@ -525,7 +525,7 @@ async fn a_fleet_of_per_node_daemonsets_replaced_at_once_still_rolls_one_node_at
     let long_ago = k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_hours(1);
     leases
         .patch(
-            "kube-anchor-kube-scheduler",
+            "kube-anchor-control-plane",
             &kube::api::PatchParams::default(),
             &kube::api::Patch::Merge(serde_json::json!({
                 "spec": {"renewTime": long_ago.strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string(), "leaseDurationSeconds": 1}
@@ -962,4 +962,110 @@ fn tables_show_every_node(cp: &control_plane::ControlPlane, nodes: &[Node], ns: 
         }
     }
     println!("kubectl get anchorstatuses:\n{by_kubectl}\nkube-anchor fleet:\n{by_fleet}");
+}
+
+/// The control plane's rollout Lease against the real API server, as the anchors of several
+/// components on several nodes use it: one node holds the turn at a time, for one or several of
+/// its components; a failure recorded for one component stops only that component's revision
+/// elsewhere; two nodes racing for a free turn get one winner (the write carries the
+/// resourceVersion it read); two anchors of the holder renewing at once both keep it; and a turn
+/// an earlier anchor holds on its component's own Lease is honoured and given back.
+#[tokio::test]
+async fn one_node_at_a_time_holds_the_turn_across_components() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use kube_anchor_core::rollout::LeaseAnswer;
+    use kube_anchor_k8s::kubeapi::RolloutLease;
+    let cp = control_plane::shared().await;
+    let ns = cp.namespace("turns").await;
+    let client = cp.admin().await;
+    let anchor = |component: &str, node: &str| RolloutLease::new(client.clone(), &ns, component, node, TRIAL);
+    let leases: kube::Api<Lease> = kube::Api::namespaced(client.clone(), &ns);
+    let listed = |lease: &Lease| {
+        lease
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("kube-anchor.io/turn-components").cloned())
+    };
+    let held_by = |answer: &LeaseAnswer| match answer {
+        LeaseAnswer::Held { by, rolling_out, .. } => Some((by.clone(), rolling_out.join(","))),
+        _ => None,
+    };
+
+    // Two nodes race for the free turn: exactly one wins.
+    let (etcd_1, apiserver_2) = (anchor("etcd", "cp-1"), anchor("kube-apiserver", "cp-2"));
+    let (one, two) = tokio::join!(etcd_1.ask(Some("e2")), apiserver_2.ask(None));
+    let (one, two) = (one.unwrap(), two.unwrap());
+    assert_eq!(
+        [&one, &two].iter().filter(|a| ***a == LeaseAnswer::Take).count(),
+        1,
+        "{one:?} {two:?}"
+    );
+    let (winner, loser) = if one == LeaseAnswer::Take {
+        (anchor("etcd", "cp-1"), anchor("kube-apiserver", "cp-2"))
+    } else {
+        (anchor("kube-apiserver", "cp-2"), anchor("etcd", "cp-1"))
+    };
+    winner.release(None).await.unwrap();
+    assert!(!winner.held_here().await.unwrap());
+    assert_eq!(loser.ask(None).await.unwrap(), LeaseAnswer::Take);
+    loser.release(None).await.unwrap();
+
+    // cp-1 rolls etcd out: cp-2's kube-apiserver waits, cp-1's may go too.
+    assert_eq!(anchor("etcd", "cp-1").ask(Some("e2")).await.unwrap(), LeaseAnswer::Take);
+    let waiting = anchor("kube-apiserver", "cp-2").ask(Some("a2")).await.unwrap();
+    assert_eq!(held_by(&waiting), Some(("cp-1".into(), "etcd".into())), "{waiting:?}");
+    assert_eq!(
+        anchor("kube-apiserver", "cp-1").ask(Some("a2")).await.unwrap(),
+        LeaseAnswer::Take
+    );
+    let lease = leases.get("kube-anchor-control-plane").await.unwrap();
+    assert_eq!(listed(&lease).as_deref(), Some("etcd,kube-apiserver"));
+    assert!(anchor("etcd", "cp-1").held_here().await.unwrap());
+    assert!(!anchor("etcd", "cp-2").held_here().await.unwrap());
+    // Both of cp-1's anchors renew at the same moment: both keep the turn.
+    let (etcd_1, apiserver_1) = (anchor("etcd", "cp-1"), anchor("kube-apiserver", "cp-1"));
+    let (a, b) = tokio::join!(etcd_1.ask(Some("e2")), apiserver_1.ask(Some("a2")));
+    assert_eq!((a.unwrap(), b.unwrap()), (LeaseAnswer::Take, LeaseAnswer::Take));
+    assert_eq!(
+        listed(&leases.get("kube-anchor-control-plane").await.unwrap()).as_deref(),
+        Some("etcd,kube-apiserver")
+    );
+
+    // etcd's revision fails on cp-1: the turn stays cp-1's for kube-apiserver.
+    anchor("etcd", "cp-1").release(Some("e2")).await.unwrap();
+    let waiting = anchor("kube-apiserver", "cp-2").ask(Some("a2")).await.unwrap();
+    assert_eq!(held_by(&waiting), Some(("cp-1".into(), "kube-apiserver".into())));
+    anchor("kube-apiserver", "cp-1").release(None).await.unwrap();
+    let lease = leases.get("kube-anchor-control-plane").await.unwrap();
+    assert_eq!(lease.spec.as_ref().and_then(|s| s.holder_identity.clone()), None);
+    assert_eq!(listed(&lease), None);
+    // The failure stops that revision of etcd elsewhere, and nothing else.
+    assert_eq!(
+        anchor("etcd", "cp-2").ask(Some("e2")).await.unwrap(),
+        LeaseAnswer::FailedElsewhere { node: "cp-1".into() }
+    );
+    assert_eq!(
+        anchor("kube-apiserver", "cp-2").ask(Some("e2")).await.unwrap(),
+        LeaseAnswer::Take
+    );
+    anchor("kube-apiserver", "cp-2").release(None).await.unwrap();
+
+    // An earlier anchor on cp-3 holds etcd's own Lease (renewed now: a live holder).
+    let now = k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%S%.6fZ")
+        .to_string();
+    let own: Lease = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "kube-anchor-etcd"},
+        "spec": {"holderIdentity": "cp-3", "renewTime": now, "leaseDurationSeconds": 30}
+    }))
+    .unwrap();
+    leases.create(&Default::default(), &own).await.unwrap();
+    let waiting = anchor("etcd", "cp-2").ask(Some("e3")).await.unwrap();
+    assert_eq!(held_by(&waiting).map(|(by, _)| by), Some("cp-3".into()), "{waiting:?}");
+    assert!(anchor("etcd", "cp-3").held_here().await.unwrap());
+    anchor("etcd", "cp-3").release(None).await.unwrap();
+    let own = leases.get("kube-anchor-etcd").await.unwrap();
+    assert_eq!(own.spec.and_then(|s| s.holder_identity), None);
+    assert_eq!(anchor("etcd", "cp-2").ask(Some("e3")).await.unwrap(), LeaseAnswer::Take);
 }

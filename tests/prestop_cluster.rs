@@ -478,18 +478,27 @@ async fn node_no_longer_selected_removes_the_files() {
         .await
         .unwrap();
     s.wait_terminating(&pod).await;
-    // The node was mid-rollout: it holds the component's rollout turn, which no other node
-    // would ever take over on a timer.
+    // The node was mid-rollout: it holds the rollout turn for this component and for another
+    // one, which no other node would ever take over on a timer; and an earlier anchor left it
+    // holding the component's own Lease.
     let leases: Api<Lease> = Api::namespaced(s.admin.clone(), &s.ns);
-    let lease_name = format!("kube-anchor-{}", s.component);
-    let held = serde_json::json!({
-        "metadata": {"name": lease_name},
-        "spec": {"holderIdentity": s.node.name, "leaseDurationSeconds": 300}
-    });
-    leases
-        .create(&Default::default(), &serde_json::from_value(held).unwrap())
-        .await
-        .unwrap();
+    let own_lease = format!("kube-anchor-{}", s.component);
+    for (name, annotations) in [
+        (
+            "kube-anchor-control-plane".to_owned(),
+            serde_json::json!({"kube-anchor.io/turn-components": format!("kube-apiserver,{}", s.component)}),
+        ),
+        (own_lease.clone(), serde_json::json!({})),
+    ] {
+        let held = serde_json::json!({
+            "metadata": {"name": name, "annotations": annotations},
+            "spec": {"holderIdentity": s.node.name, "leaseDurationSeconds": 300}
+        });
+        leases
+            .create(&Default::default(), &serde_json::from_value(held).unwrap())
+            .await
+            .unwrap();
+    }
     let (out, json) = s.pre_stop(&pod, &s.kubeconfig, &[]);
     assert!(out.status.success());
     assert_eq!(json["decision"], "remove", "{json}");
@@ -498,13 +507,25 @@ async fn node_no_longer_selected_removes_the_files() {
         "{json}"
     );
     assert_eq!(s.files_present(), (false, false));
-    let holder = leases
-        .get(&lease_name)
-        .await
-        .unwrap()
-        .spec
-        .and_then(|s| s.holder_identity);
-    assert_eq!(holder, None, "the leaving node gave its rollout turn back");
+    let holder = |lease: Lease| lease.spec.and_then(|s| s.holder_identity);
+    assert_eq!(
+        holder(leases.get(&own_lease).await.unwrap()),
+        None,
+        "the leaving node gave its turn on the component's own Lease back"
+    );
+    // The turn stays the node's for the other component, and only for it.
+    let shared = leases.get("kube-anchor-control-plane").await.unwrap();
+    assert_eq!(
+        shared
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("kube-anchor.io/turn-components"))
+            .map(String::as_str),
+        Some("kube-apiserver"),
+        "{shared:?}"
+    );
+    assert_eq!(holder(shared), Some(s.node.name.clone()));
     s.release_pods().await;
 }
 

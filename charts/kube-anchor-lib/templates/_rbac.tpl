@@ -117,8 +117,10 @@ spec:
   policyName: {{ $full }}-anchorstatus
   validationActions: [Deny]
 ---
-# The component's rollout Lease, kube-anchor-<component> in the anchors' own namespace: one node
-# at a time across its DaemonSets. (A create names no object, so it cannot be limited to one.)
+# The control plane's rollout Lease, kube-anchor-control-plane in the anchors' own namespace: one
+# node at a time across every component's DaemonSets; and the component's own, kube-anchor-<component>,
+# which earlier anchors held the turn on (read, and given back). (A create names no object, so it
+# cannot be limited to one.)
 apiVersion: rbac.authorization.k8s.io/v1
 kind: Role
 metadata:
@@ -131,7 +133,7 @@ metadata:
 rules:
   - apiGroups: [coordination.k8s.io]
     resources: [leases]
-    resourceNames: [{{ printf "kube-anchor-%s" .Values.component.name }}]
+    resourceNames: [kube-anchor-control-plane, {{ printf "kube-anchor-%s" .Values.component.name }}]
     verbs: [get, update]
   - apiGroups: [coordination.k8s.io]
     resources: [leases]

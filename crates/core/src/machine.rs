@@ -178,6 +178,10 @@ pub enum Note {
     NoMarginCanExist { version: String, why: String },
     /// The last-known-good version runs converged again.
     ConvergedAgain,
+    /// The turn taken for `version` is given back after its failure though the last-known-good
+    /// version it went back to fails too: the node runs nothing good, and other nodes may take
+    /// the turn (an error: the node needs a look).
+    TurnGivenUp { version: String },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -348,10 +352,8 @@ impl Anchor {
                 vec![]
             }
             Input::Asked { answer, instant, wall } => {
-                let component = self.settings.component.clone();
                 let actions = self.step_turn(TurnEvent::Asked {
                     answer,
-                    component: &component,
                     now: instant,
                     wall,
                 });
@@ -386,11 +388,9 @@ impl Anchor {
                         });
                         note.into_iter().chain([Effect::AskTurn { version }]).collect()
                     }
-                    Margin::Short(why) => {
-                        let component = self.settings.component.clone();
-                        self.step_turn(TurnEvent::Asked {
+                    Margin::Short(why) => self
+                        .step_turn(TurnEvent::Asked {
                             answer: Answer::NoMargin(why),
-                            component: &component,
                             now: instant,
                             wall,
                         })
@@ -399,8 +399,7 @@ impl Anchor {
                             TurnAction::NotYet { why } => Some(Effect::Log(Note::NoMargin { why })),
                             _ => None,
                         })
-                        .collect()
-                    }
+                        .collect(),
                 }
             }
             Input::Evaluate(facts) => self.evaluate(facts),
@@ -414,17 +413,27 @@ impl Anchor {
                 vec![]
             }
             Input::Review { ledger, instant } => {
-                let runs = self.written.clone().filter(|_| self.converged);
+                let written = self.written.clone();
+                let runs = written.clone().filter(|_| self.converged);
+                let lkg_failing = self.lkg.failing().is_some();
                 self.step_turn(TurnEvent::Review {
                     ledger,
+                    written: written.as_deref(),
                     runs: runs.as_deref(),
+                    lkg_failing,
                     now: instant,
                 })
                 .into_iter()
-                .filter_map(|action| match action {
-                    TurnAction::GiveBack { version, failed } => Some(Effect::GiveBackTurn { version, failed }),
-                    TurnAction::Renew => Some(Effect::RenewTurn),
-                    _ => None,
+                .flat_map(|action| match action {
+                    TurnAction::GiveBack { version, failed } => vec![Effect::GiveBackTurn { version, failed }],
+                    TurnAction::GiveUp { version } => vec![
+                        Effect::Log(Note::TurnGivenUp {
+                            version: version.clone(),
+                        }),
+                        Effect::GiveBackTurn { version, failed: true },
+                    ],
+                    TurnAction::Renew => vec![Effect::RenewTurn],
+                    _ => vec![],
                 })
                 .collect()
             }
@@ -804,10 +813,11 @@ mod tests {
         );
         let held = LeaseAnswer::Held {
             by: "cp-2".into(),
+            rolling_out: vec!["etcd".into()],
             renewed: None,
         };
         assert!(
-            matches!(&a.step(asked(held, t0))[..], [Effect::Log(Note::NotYet { why })] if why.contains("cp-2 is rolling out")),
+            matches!(&a.step(asked(held, t0))[..], [Effect::Log(Note::NotYet { why })] if why.contains("cp-2 is rolling out etcd")),
             "held by another node"
         );
         assert_eq!(a.waiting(), Some("B"));
@@ -931,7 +941,7 @@ mod tests {
     }
 
     #[test]
-    fn a_crash_loop_rolls_back_and_gives_the_turn_back_as_failed() {
+    fn a_crash_loop_rolls_back_and_gives_the_turn_back_as_failed_once_last_known_good_runs() {
         let t0 = Instant::now();
         let mut a = anchor();
         let on_node = ledger(Some("A"), Some("A"));
@@ -955,7 +965,16 @@ mod tests {
             to: "A".into(),
             note: "B failed".into(),
         });
+        // A restarts as an upgrade does: the turn is kept until it runs.
         let effects = a.step(review(&rolled_back, t0, 40));
+        assert!(
+            !effects.iter().any(|e| matches!(e, Effect::GiveBackTurn { .. })),
+            "{effects:?}"
+        );
+        assert_eq!(a.written.as_deref(), Some("A"));
+        assert_eq!(a.version.held_back(), Some("B failed"));
+        a.step(evaluate(running("A", 0), 45));
+        let effects = a.step(review(&rolled_back, t0, 45));
         assert!(
             effects.contains(&Effect::GiveBackTurn {
                 version: "B".into(),
@@ -963,8 +982,6 @@ mod tests {
             }),
             "{effects:?}"
         );
-        assert_eq!(a.written.as_deref(), Some("A"));
-        assert_eq!(a.version.held_back(), Some("B failed"));
     }
 
     #[test]

@@ -1,23 +1,42 @@
-//! One node at a time across every anchor of a component, whatever DaemonSets they belong to.
+//! One node at a time across every anchor of the control plane, whatever components and
+//! DaemonSets they belong to.
 //!
 //! A DaemonSet's `maxUnavailable: 1` and the anchor's readiness gate order the nodes of *one*
 //! DaemonSet. A chart with per-node credentials (`perNode`: etcd, kube-apiserver) makes one
 //! DaemonSet per node, and `helm upgrade` changes all of them at once: each rolls its single pod
 //! at the same moment, every node would take the new version together, and a bad push would take
 //! every kube-apiserver or a quorum of etcd down at once (and with them the API that proves the
-//! version bad). So an anchor that would *replace* the version a node runs first takes the
-//! component's rollout Lease, holds it through the new version's trial, and gives it back once
-//! the version is promoted or rolled back; a version rolled back on one node is recorded on the
-//! Lease (by its input revision) and no other node tries it.
+//! version bad). And components fail through each other: an etcd member restarting on one node
+//! while kube-apiserver restarts on another leaves two API servers without a backend at once
+//! (each node's kube-apiserver dials its own member). So an anchor that would *replace* the
+//! version a node runs first takes the control plane's rollout Lease ([`LEASE`]), holds it
+//! through the new version's trial, and gives it back once the version is promoted or the node
+//! runs its last-known-good one again. One node holds the turn at a time; it may hold it for
+//! several of its components at once (the Lease lists them). A version rolled back on one node
+//! is recorded on the Lease (by component and input revision) and no other node tries it.
 //!
 //! Not needed, and not asked: writing a component for the first time (bootstrap, install on a
 //! node without its manifest), repairing drift, going back to the last-known-good version. A
-//! manifest kube-anchor did not write (a kubeadm node taken over) counts as a running version. Without the API the upgrade
-//! waits: the node keeps the version it runs.
+//! manifest kube-anchor did not write (a kubeadm node taken over) counts as a running version.
+//! Without the API the upgrade waits: the node keeps the version it runs.
 //!
-//! Pure: [`decide`] judges a Lease as read; `kubeapi::RolloutLease` reads and writes it.
+//! The component's own Lease (`kube-anchor-<component>`) held the turn before the control
+//! plane shared one: it is still read, so that a turn an earlier anchor holds there, or a
+//! revision it recorded failed, is honoured while the anchors are upgraded.
+//!
+//! Pure: [`decide`] judges the Leases as read, [`take`] and [`give_back`] say what they become;
+//! `kubeapi::RolloutLease` reads and writes them.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
+
+/// The control plane's rollout Lease, in the anchors' namespace.
+pub const LEASE: &str = "kube-anchor-control-plane";
+
+/// The Lease of one component, before the control plane shared one.
+pub fn component_lease(component: &str) -> String {
+    format!("kube-anchor-{component}")
+}
 
 /// A holder renews every few seconds through its trial; one that has not for this long is
 /// silent: `/readyz` of the waiting anchors says so, and only then is its Node looked up (a
@@ -29,50 +48,124 @@ pub fn silent_for(renewed: SystemTime, now: SystemTime) -> Option<Duration> {
     now.duration_since(renewed).ok().filter(|quiet| *quiet >= HOLDER_SILENT)
 }
 
-/// The Lease as far as the decision needs it.
+/// An input revision rolled back on a node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failed {
+    pub revision: String,
+    pub node: String,
+}
+
+/// A rollout Lease as far as the decision needs it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct LeaseView {
+    /// The node holding the turn.
     pub holder: Option<String>,
     pub renewed: Option<SystemTime>,
-    /// The input revision a node rolled back, and that node.
-    pub failed: Option<(String, String)>,
+    /// The components whose turn the holder holds.
+    pub components: BTreeSet<String>,
+    /// By component: the input revision last rolled back.
+    pub failed: BTreeMap<String, Failed>,
+}
+
+impl LeaseView {
+    /// The node holding the turn, if it is held (an empty holder is none).
+    pub fn holder(&self) -> Option<&str> {
+        self.holder.as_deref().filter(|h| !h.is_empty())
+    }
+
+    /// Whether node `me` holds the turn for `component`.
+    pub fn held_by(&self, me: &str, component: &str) -> bool {
+        self.holder() == Some(me) && self.components.contains(component)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LeaseAnswer {
     /// Take (or keep) the Lease and go on.
     Take,
-    /// Another node is upgrading this component; wait. `renewed`: when it last said so.
-    Held { by: String, renewed: Option<SystemTime> },
+    /// Another node holds the turn; wait. `rolling_out`: its components on the Lease;
+    /// `renewed`: when it last said so.
+    Held {
+        by: String,
+        rolling_out: Vec<String>,
+        renewed: Option<SystemTime>,
+    },
     /// This revision was rolled back on another node: do not try it here.
     FailedElsewhere { node: String },
 }
 
-/// `me`: this node; `revision`: the input revision this node would apply (the config marker);
-/// `holder_node_gone`: the API answered that the holder's Node object does not exist.
+/// `leases`: the Leases as read (the control plane's, and the component's own when it exists);
+/// `me`: this node; `revision`: the input revision of `component` this node would apply (the
+/// config marker); `gone`: holders whose Node object the API answered does not exist.
 ///
 /// A turn is never taken over on a timer alone: a holder that stopped renewing may be a node
 /// whose anchor was blinded by the very version it is trying (a kube-apiserver push that broke
 /// its own API path, an etcd member partitioned away), and taking its turn would put the next
 /// node on that version too. Only a release or the holder's Node gone frees it; an operator can
 /// also delete the Lease.
-pub fn decide(lease: Option<&LeaseView>, me: &str, revision: Option<&str>, holder_node_gone: bool) -> LeaseAnswer {
-    let Some(lease) = lease else { return LeaseAnswer::Take };
-    if let (Some((failed, node)), Some(revision)) = (&lease.failed, revision)
-        && failed == revision
-        && node != me
+pub fn decide(leases: &[LeaseView], me: &str, component: &str, revision: Option<&str>, gone: &[String]) -> LeaseAnswer {
+    if let Some(revision) = revision
+        && let Some(failed) = leases
+            .iter()
+            .filter_map(|l| l.failed.get(component))
+            .find(|f| f.revision == revision && f.node != me)
     {
-        return LeaseAnswer::FailedElsewhere { node: node.clone() };
+        return LeaseAnswer::FailedElsewhere {
+            node: failed.node.clone(),
+        };
     }
-    match &lease.holder {
+    match leases
+        .iter()
+        .find(|l| l.holder().is_some_and(|h| h != me && !gone.iter().any(|g| g == h)))
+    {
         None => LeaseAnswer::Take,
-        Some(h) if h.is_empty() || h == me => LeaseAnswer::Take,
-        Some(_) if holder_node_gone => LeaseAnswer::Take,
-        Some(h) => LeaseAnswer::Held {
-            by: h.clone(),
-            renewed: lease.renewed,
+        Some(l) => LeaseAnswer::Held {
+            by: l.holder.clone().unwrap_or_default(),
+            rolling_out: l.components.iter().cloned().collect(),
+            renewed: l.renewed,
         },
     }
+}
+
+/// The control plane's Lease once node `me` took (or renewed) the turn for `component` at
+/// `now`: a holder gone, or none, leaves only `component` listed.
+pub fn take(lease: &LeaseView, me: &str, component: &str, now: SystemTime) -> LeaseView {
+    let mut components = if lease.holder() == Some(me) {
+        lease.components.clone()
+    } else {
+        BTreeSet::new()
+    };
+    components.insert(component.to_owned());
+    LeaseView {
+        holder: Some(me.to_owned()),
+        renewed: Some(now),
+        components,
+        failed: lease.failed.clone(),
+    }
+}
+
+/// The Lease once node `me` gave back its turn for `component`, recording `failed` (the input
+/// revision rolled back here); `None` when that changes nothing. The holder stays while it
+/// holds the turn for another of its components.
+pub fn give_back(lease: &LeaseView, me: &str, component: &str, failed: Option<&str>) -> Option<LeaseView> {
+    let mut after = lease.clone();
+    if lease.holder() == Some(me) {
+        after.components.remove(component);
+        if after.components.is_empty() {
+            after.holder = None;
+            after.renewed = None;
+        }
+    }
+    if let Some(revision) = failed {
+        after.failed.insert(
+            component.to_owned(),
+            Failed {
+                revision: revision.to_owned(),
+                node: me.to_owned(),
+            },
+        );
+    }
+    (after != *lease).then_some(after)
 }
 
 /// Whether replacing `on_node` with `target` needs the Lease: only an upgrade (or downgrade)
@@ -92,39 +185,117 @@ mod tests {
         SystemTime::UNIX_EPOCH + Duration::from_secs(s)
     }
 
-    fn held_by(holder: &str, renewed: u64) -> LeaseView {
+    fn held_by(holder: &str, components: &[&str], renewed: u64) -> LeaseView {
         LeaseView {
             holder: Some(holder.into()),
             renewed: Some(at(renewed)),
-            failed: None,
+            components: components.iter().map(|c| (*c).to_owned()).collect(),
+            failed: BTreeMap::new(),
         }
+    }
+
+    fn failed(component: &str, revision: &str, node: &str) -> LeaseView {
+        let mut lease = LeaseView::default();
+        lease.failed.insert(
+            component.into(),
+            Failed {
+                revision: revision.into(),
+                node: node.into(),
+            },
+        );
+        lease
     }
 
     #[test]
     fn a_free_or_own_lease_is_taken_and_one_of_another_node_waits() {
-        assert_eq!(decide(None, "cp-1", Some("r2"), false), LeaseAnswer::Take);
+        assert_eq!(decide(&[], "cp-1", "etcd", Some("r2"), &[]), LeaseAnswer::Take);
         assert_eq!(
-            decide(Some(&LeaseView::default()), "cp-1", None, false),
+            decide(&[LeaseView::default()], "cp-1", "etcd", None, &[]),
             LeaseAnswer::Take
         );
         assert_eq!(
-            decide(Some(&held_by("cp-1", 90)), "cp-1", None, false),
+            decide(&[held_by("", &[], 90)], "cp-1", "etcd", None, &[]),
+            LeaseAnswer::Take,
+            "an empty holder is none"
+        );
+        assert_eq!(
+            decide(&[held_by("cp-1", &["etcd"], 90)], "cp-1", "etcd", None, &[]),
             LeaseAnswer::Take
         );
         assert_eq!(
-            decide(Some(&held_by("cp-2", 90)), "cp-1", None, false),
+            decide(&[held_by("cp-2", &["etcd"], 90)], "cp-1", "etcd", None, &[]),
             LeaseAnswer::Held {
                 by: "cp-2".into(),
+                rolling_out: vec!["etcd".into()],
                 renewed: Some(at(90))
             }
         );
     }
 
     #[test]
+    fn one_node_at_a_time_across_components_and_one_node_may_hold_several() {
+        // cp-2 rolls etcd out: cp-1's kube-apiserver waits (two API servers would lose their
+        // backend at once), cp-2's own kube-apiserver may go.
+        let lease = held_by("cp-2", &["etcd"], 90);
+        assert!(matches!(
+            decide(std::slice::from_ref(&lease), "cp-1", "kube-apiserver", None, &[]),
+            LeaseAnswer::Held { by, rolling_out, .. } if by == "cp-2" && rolling_out == ["etcd"]
+        ));
+        assert_eq!(
+            decide(std::slice::from_ref(&lease), "cp-2", "kube-apiserver", None, &[]),
+            LeaseAnswer::Take
+        );
+        let both = take(&lease, "cp-2", "kube-apiserver", at(95));
+        assert_eq!(both.holder(), Some("cp-2"));
+        assert_eq!(both.renewed, Some(at(95)));
+        assert!(both.held_by("cp-2", "etcd") && both.held_by("cp-2", "kube-apiserver"));
+        // Giving back one keeps the turn for the other.
+        let etcd_left = give_back(&both, "cp-2", "kube-apiserver", None).unwrap();
+        assert_eq!(etcd_left.holder(), Some("cp-2"));
+        assert!(etcd_left.held_by("cp-2", "etcd") && !etcd_left.held_by("cp-2", "kube-apiserver"));
+        let free = give_back(&etcd_left, "cp-2", "etcd", None).unwrap();
+        assert_eq!(free.holder(), None);
+        assert_eq!(decide(&[free], "cp-1", "kube-apiserver", None, &[]), LeaseAnswer::Take);
+    }
+
+    #[test]
+    fn a_turn_is_given_back_only_by_its_holder() {
+        let lease = held_by("cp-2", &["etcd"], 90);
+        assert_eq!(give_back(&lease, "cp-1", "etcd", None), None, "not cp-1's");
+        assert_eq!(
+            give_back(&lease, "cp-2", "kube-apiserver", None),
+            None,
+            "not held for it"
+        );
+        // A failure is recorded whoever holds the turn.
+        let recorded = give_back(&lease, "cp-1", "etcd", Some("r2")).unwrap();
+        assert_eq!(recorded.holder(), Some("cp-2"));
+        assert_eq!(
+            recorded.failed["etcd"],
+            Failed {
+                revision: "r2".into(),
+                node: "cp-1".into()
+            }
+        );
+    }
+
+    #[test]
+    fn a_taken_over_turn_lists_only_the_new_holders_component() {
+        let lease = held_by("cp-2", &["etcd", "kube-apiserver"], 0);
+        assert_eq!(
+            decide(std::slice::from_ref(&lease), "cp-1", "etcd", None, &["cp-2".into()]),
+            LeaseAnswer::Take
+        );
+        let taken = take(&lease, "cp-1", "etcd", at(100));
+        assert_eq!(taken.holder(), Some("cp-1"));
+        assert_eq!(taken.components, BTreeSet::from(["etcd".to_owned()]));
+    }
+
+    #[test]
     fn a_holder_that_stopped_renewing_keeps_the_turn_until_its_node_is_gone() {
         // Renewed long ago, or never: still held (the holder may be blind, not gone).
         assert!(matches!(
-            decide(Some(&held_by("cp-2", 0)), "cp-1", None, false),
+            decide(&[held_by("cp-2", &["etcd"], 0)], "cp-1", "etcd", None, &[]),
             LeaseAnswer::Held { .. }
         ));
         let never_renewed = LeaseView {
@@ -132,29 +303,66 @@ mod tests {
             ..Default::default()
         };
         assert!(matches!(
-            decide(Some(&never_renewed), "cp-1", None, false),
+            decide(&[never_renewed], "cp-1", "etcd", None, &[]),
             LeaseAnswer::Held { .. }
         ));
-        assert_eq!(decide(Some(&held_by("cp-2", 0)), "cp-1", None, true), LeaseAnswer::Take);
+        assert!(
+            matches!(
+                decide(&[held_by("cp-2", &["etcd"], 0)], "cp-1", "etcd", None, &["cp-3".into()]),
+                LeaseAnswer::Held { .. }
+            ),
+            "another node's gone"
+        );
     }
 
     #[test]
     fn a_revision_rolled_back_elsewhere_is_not_tried_but_another_one_is() {
-        let mut lease = held_by("", 0);
-        lease.failed = Some(("r2".into(), "cp-2".into()));
+        let lease = failed("etcd", "r2", "cp-2");
+        let ask = |me, component, revision, gone: &[String]| {
+            decide(std::slice::from_ref(&lease), me, component, revision, gone)
+        };
         assert_eq!(
-            decide(Some(&lease), "cp-1", Some("r2"), false),
+            ask("cp-1", "etcd", Some("r2"), &[]),
             LeaseAnswer::FailedElsewhere { node: "cp-2".into() }
         );
         // Not even once cp-2's Node is gone: the revision is still known bad.
         assert_eq!(
-            decide(Some(&lease), "cp-1", Some("r2"), true),
+            ask("cp-1", "etcd", Some("r2"), &["cp-2".into()]),
             LeaseAnswer::FailedElsewhere { node: "cp-2".into() }
         );
-        assert_eq!(decide(Some(&lease), "cp-1", Some("r3"), false), LeaseAnswer::Take);
+        assert_eq!(ask("cp-1", "etcd", Some("r3"), &[]), LeaseAnswer::Take);
+        assert_eq!(
+            ask("cp-1", "kube-apiserver", Some("r2"), &[]),
+            LeaseAnswer::Take,
+            "another component's"
+        );
         // The node that rolled it back may be given the same revision again (retry).
-        assert_eq!(decide(Some(&lease), "cp-2", Some("r2"), false), LeaseAnswer::Take);
-        assert_eq!(decide(Some(&lease), "cp-1", None, false), LeaseAnswer::Take);
+        assert_eq!(ask("cp-2", "etcd", Some("r2"), &[]), LeaseAnswer::Take);
+        assert_eq!(ask("cp-1", "etcd", None, &[]), LeaseAnswer::Take);
+    }
+
+    #[test]
+    fn the_components_own_lease_still_holds_a_turn_and_a_failure() {
+        // An earlier anchor holds its component's Lease; the control plane's is free.
+        let own = held_by("cp-3", &["etcd"], 90);
+        assert!(matches!(
+            decide(&[LeaseView::default(), own.clone()], "cp-1", "etcd", None, &[]),
+            LeaseAnswer::Held { by, .. } if by == "cp-3"
+        ));
+        assert_eq!(
+            decide(&[LeaseView::default(), own], "cp-3", "etcd", None, &[]),
+            LeaseAnswer::Take
+        );
+        assert_eq!(
+            decide(
+                &[LeaseView::default(), failed("etcd", "r2", "cp-3")],
+                "cp-1",
+                "etcd",
+                Some("r2"),
+                &[]
+            ),
+            LeaseAnswer::FailedElsewhere { node: "cp-3".into() }
+        );
     }
 
     #[test]

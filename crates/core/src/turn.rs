@@ -85,18 +85,21 @@ pub enum TurnEvent<'a> {
     },
     /// [`TurnAction::GiveBackEarlier`] was done.
     EarlierGivenBack,
-    /// The answer to asking for the waiting version's turn. `component`: for the reason.
+    /// The answer to asking for the waiting version's turn.
     Asked {
         answer: Answer,
-        component: &'a str,
         now: Instant,
         wall: SystemTime,
     },
-    /// After an evaluation: the ledger says how the held turn's version fares; `runs`: the
-    /// version written here when the evaluation found it running converged (Ready), else `None`.
+    /// After an evaluation: the ledger says how the held turn's version fares; `written`: the
+    /// version written here; `runs`: the same when the evaluation found it running converged
+    /// (Ready), else `None`; `lkg_failing`: the last-known-good version kept in place of a bad
+    /// one fails too ([`crate::lifecycle::LkgCheck`]).
     Review {
         ledger: &'a Ledger,
+        written: Option<&'a str>,
         runs: Option<&'a str>,
+        lkg_failing: bool,
         now: Instant,
     },
     /// [`TurnAction::GiveBack`] was done.
@@ -119,6 +122,10 @@ pub enum TurnAction {
     NotYet { why: String },
     /// Give the turn back (recording the input revision when `failed`).
     GiveBack { version: String, failed: bool },
+    /// Give the turn back, failed, though the node does not run a good version: its
+    /// last-known-good one fails too. Said loudly: the other nodes may go on, through the
+    /// margin that counts this one.
+    GiveUp { version: String },
     /// Renew the held Lease.
     Renew,
 }
@@ -209,12 +216,7 @@ impl Turn {
                 },
                 vec![],
             ),
-            TurnEvent::Asked {
-                answer,
-                component,
-                now,
-                wall,
-            } => {
+            TurnEvent::Asked { answer, now, wall } => {
                 let Some(w) = waiting else {
                     return (Turn { held, waiting }, vec![]);
                 };
@@ -241,11 +243,19 @@ impl Turn {
                                 }],
                             );
                         }
-                        Ok(rollout::LeaseAnswer::Held { by, renewed }) => {
+                        Ok(rollout::LeaseAnswer::Held {
+                            by,
+                            rolling_out,
+                            renewed,
+                        }) => {
                             match renewed.and_then(|r| silent_for(r, wall)) {
-                                None => {
-                                    format!("waiting for its turn: {by} is rolling out {component} (Lease {lease})")
+                                None if rolling_out.is_empty() => {
+                                    format!("waiting for its turn: {by} holds the rollout turn (Lease {lease})")
                                 }
+                                None => format!(
+                                    "waiting for its turn: {by} is rolling out {} (Lease {lease})",
+                                    rolling_out.join(" and ")
+                                ),
                                 Some(quiet) => format!(
                                     "waiting for its turn: {by} holds the Lease {lease} but has not renewed it for {}; it keeps the turn until it gives it back or its Node is deleted (if {by} is gone for good: kubectl delete lease {lease})",
                                     // Whole minutes: the reason (and its log line) changes once a minute, not at every ask.
@@ -276,21 +286,35 @@ impl Turn {
                     actions,
                 )
             }
-            TurnEvent::Review { ledger, runs, now } => {
+            TurnEvent::Review {
+                ledger,
+                written,
+                runs,
+                lkg_failing,
+                now,
+            } => {
                 let actions = match &held {
                     Held::Unrecovered(Some(h)) | Held::Held(h) => {
                         let failed = ledger.bad_version(&h.version).is_some();
+                        let last_known_good = ledger.last_known_good.as_deref();
                         // Given back once the node runs a known-good version, not once the
-                        // ledger names one: a return to last-known-good (inputs reverted, or
-                        // the turn's version abandoned for it) restarts the component as an
-                        // upgrade does, and the next node must not restart its own meanwhile
-                        // (two etcd members down at once is a quorum lost). A version promoted
-                        // by its trial runs converged by then.
-                        let settled = runs.is_some() && runs == ledger.last_known_good.as_deref();
-                        if settled || failed {
+                        // ledger names one: a return to last-known-good (inputs reverted, the
+                        // turn's version abandoned for it, or rolled back after a failed trial)
+                        // restarts the component as an upgrade does, and the next node must not
+                        // restart its own meanwhile (two etcd members down at once is a quorum
+                        // lost). A version promoted by its trial runs converged by then.
+                        let settled = runs.is_some() && runs == last_known_good;
+                        // After a failure with nothing good written (no last-known-good, or
+                        // its snapshot unreadable) there is no return to wait for.
+                        let returning = written.is_some() && written == last_known_good;
+                        if settled || (failed && !returning) {
                             vec![TurnAction::GiveBack {
                                 version: h.version.clone(),
                                 failed,
+                            }]
+                        } else if failed && lkg_failing {
+                            vec![TurnAction::GiveUp {
+                                version: h.version.clone(),
                             }]
                         } else if now.saturating_duration_since(h.renewed) >= TURN_RENEW {
                             vec![TurnAction::Renew]
@@ -372,7 +396,6 @@ mod tests {
         let gate = |version: &'static str, needed| TurnEvent::Gate { version, needed };
         let asked = |answer| TurnEvent::Asked {
             answer,
-            component: "kube-apiserver",
             now: at(3),
             wall,
         };
@@ -390,6 +413,7 @@ mod tests {
         let held_by = |renewed: Option<u64>| {
             Ok(rollout::LeaseAnswer::Held {
                 by: "cp-2".into(),
+                rolling_out: vec!["kube-apiserver".into()],
                 renewed: renewed.map(|ago| wall - Duration::from_secs(ago)),
             })
         };
@@ -404,6 +428,7 @@ mod tests {
         let promoted = ledger(Some("B"), Some("B"), &[]);
         let rolled_back = ledger(Some("A"), Some("A"), &["B"]);
         let fresh = ledger(None, None, &[]);
+        let failed_first = ledger(Some("B"), None, &["B"]);
         let held_here = |ledger, accepted| TurnEvent::HeldHere {
             ledger,
             accepted,
@@ -411,13 +436,17 @@ mod tests {
         };
         let review = |ledger, now| TurnEvent::Review {
             ledger,
+            written: ledger.content_hash.as_deref(),
             runs: ledger.content_hash.as_deref(),
+            lkg_failing: false,
             now: at(now),
         };
         // The node wrote its last-known-good version and does not run it yet.
         let restarting = |ledger, now| TurnEvent::Review {
             ledger,
+            written: ledger.content_hash.as_deref(),
             runs: None,
+            lkg_failing: false,
             now: at(now),
         };
         let back_to_good = ledger(Some("A"), Some("A"), &[]);
@@ -667,10 +696,39 @@ mod tests {
                     failed: false,
                 }],
             ),
+            // The return to last-known-good after a failed trial restarts the component: the
+            // turn is kept through it, so no other node restarts its own beside it.
             (
-                "rolled back, last-known-good not running yet: given back, failed (recorded, no node tries it)",
+                "rolled back, last-known-good not running yet: kept",
                 held("B", 0),
                 restarting(&rolled_back, 1),
+                held("B", 0),
+                vec![],
+            ),
+            (
+                "rolled back, last-known-good not running yet: renewed",
+                held("B", 0),
+                restarting(&rolled_back, 10),
+                held("B", 0),
+                vec![Renew],
+            ),
+            (
+                "rolled back, last-known-good fails too: given up, loudly",
+                held("B", 0),
+                TurnEvent::Review {
+                    ledger: &rolled_back,
+                    written: Some("A"),
+                    runs: None,
+                    lkg_failing: true,
+                    now: at(1),
+                },
+                held("B", 0),
+                vec![GiveUp { version: "B".into() }],
+            ),
+            (
+                "failed with no last-known-good to go back to: given back, failed",
+                held("B", 0),
+                restarting(&failed_first, 1),
                 held("B", 0),
                 vec![GiveBack {
                     version: "B".into(),

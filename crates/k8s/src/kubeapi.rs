@@ -403,132 +403,262 @@ mod tests {
     }
 }
 
-/// The component's rollout Lease (`kube-anchor-<component>` in the anchors' namespace): see
-/// [`kube_anchor_core::rollout`]. The holder is the node's name, so a replaced anchor pod on the same node
-/// keeps its node's turn.
+/// The control plane's rollout Lease ([`kube_anchor_core::rollout::LEASE`] in the anchors'
+/// namespace) as one component's anchor on one node uses it: see [`kube_anchor_core::rollout`].
+/// The holder is the node's name, so a replaced anchor pod on the same node keeps its node's
+/// turn. The component's own Lease (`kube-anchor-<component>`) is read too and given back, never
+/// taken.
 #[derive(Clone)]
 pub struct RolloutLease {
     api: Api<k8s_openapi::api::coordination::v1::Lease>,
     nodes: Api<k8s_openapi::api::core::v1::Node>,
-    name: String,
+    component: String,
     node: String,
     duration: Duration,
 }
 
-/// Annotations of the Lease naming the input revision a node rolled back, and that node.
+/// Annotations of the control plane's Lease: the components whose turn the holder holds
+/// (comma-separated), and by component the input revision a node rolled back and that node.
+const TURN_COMPONENTS: &str = "kube-anchor.io/turn-components";
+const FAILED_REVISION_OF: &str = "kube-anchor.io/failed-revision.";
+const FAILED_ON_OF: &str = "kube-anchor.io/failed-on.";
+/// The same on a component's own Lease, for that component.
 const FAILED_REVISION: &str = "kube-anchor.io/failed-revision";
 const FAILED_ON: &str = "kube-anchor.io/failed-on";
+
+/// How often a write that lost a race (another anchor of the same node renewed meanwhile) is
+/// read and decided again.
+const LEASE_WRITE_ATTEMPTS: usize = 3;
 
 impl RolloutLease {
     pub fn new(client: Client, namespace: &str, component: &str, node: &str, duration: Duration) -> Self {
         Self {
             api: Api::namespaced(client.clone(), namespace),
             nodes: Api::all(client),
-            name: format!("kube-anchor-{component}"),
+            component: component.into(),
             node: node.into(),
             duration,
         }
     }
 
     pub fn name(&self) -> &str {
-        &self.name
+        kube_anchor_core::rollout::LEASE
+    }
+
+    /// The control plane's Lease and the component's own, as they are.
+    async fn read(
+        &self,
+    ) -> Result<
+        (
+            Option<k8s_openapi::api::coordination::v1::Lease>,
+            Option<k8s_openapi::api::coordination::v1::Lease>,
+        ),
+        kube::Error,
+    > {
+        let shared = self.api.get_opt(self.name()).await?;
+        let own = self
+            .api
+            .get_opt(&kube_anchor_core::rollout::component_lease(&self.component))
+            .await?;
+        Ok((shared, own))
     }
 
     /// Asks for this node's turn to replace its version by one of input `revision`; takes (or
-    /// renews) the Lease when it is free. A write that loses a race counts as held.
+    /// renews) the Lease when it is free. A write that loses a race is decided again on what won.
     pub async fn ask(&self, revision: Option<&str>) -> Result<kube_anchor_core::rollout::LeaseAnswer, kube::Error> {
+        use kube_anchor_core::rollout::{LeaseAnswer, decide, silent_for, take};
+        for _ in 0..LEASE_WRITE_ATTEMPTS {
+            let (shared, own) = self.read().await?;
+            let now = std::time::SystemTime::now();
+            let current = shared_view(shared.as_ref()).unwrap_or_default();
+            let views: Vec<_> = std::iter::once(current.clone())
+                .chain(own.as_ref().map(|l| own_view(l, &self.component)))
+                .collect();
+            let mut gone = Vec::new();
+            let turn = loop {
+                let turn = decide(&views, &self.node, &self.component, revision, &gone);
+                // Only a silent holder (or one that never renewed) may be gone: a renewing one has a Node.
+                if let LeaseAnswer::Held { by, renewed, .. } = &turn
+                    && renewed.is_none_or(|r| silent_for(r, now).is_some())
+                    && self.nodes.get_opt(by).await?.is_none()
+                {
+                    tracing::info!(lease = self.name(), holder = %by, "the rollout Lease's holder has no Node any more: taking the turn");
+                    gone.push(by.clone());
+                    continue;
+                }
+                break turn;
+            };
+            if turn != LeaseAnswer::Take {
+                return Ok(turn);
+            }
+            let after = take(&current, &self.node, &self.component, now);
+            match self.write(shared, &after, now).await {
+                Ok(()) => return Ok(LeaseAnswer::Take),
+                Err(kube::Error::Api(e)) if e.code == 409 => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(LeaseAnswer::Held {
+            by: "another node (the Lease changed at each attempt)".into(),
+            rolling_out: Vec::new(),
+            renewed: None,
+        })
+    }
+
+    /// Whether this node holds the turn for this component (a restarted anchor picks it up, or
+    /// gives it back).
+    pub async fn held_here(&self) -> Result<bool, kube::Error> {
+        let (shared, own) = self.read().await?;
+        let shared = shared_view(shared.as_ref()).is_some_and(|l| l.held_by(&self.node, &self.component));
+        let own = own.is_some_and(|l| own_view(&l, &self.component).holder() == Some(self.node.as_str()));
+        Ok(shared || own)
+    }
+
+    /// Gives the turn back for this component when this node holds it; `failed` records the
+    /// input revision that was rolled back here, so no other node tries it.
+    pub async fn release(&self, failed: Option<&str>) -> Result<(), kube::Error> {
+        use kube_anchor_core::rollout::give_back;
+        let own_name = kube_anchor_core::rollout::component_lease(&self.component);
+        for attempt in 1..=LEASE_WRITE_ATTEMPTS {
+            let (shared, own) = self.read().await?;
+            let mut result = Ok(());
+            if let Some(after) = give_back(
+                &shared_view(shared.as_ref()).unwrap_or_default(),
+                &self.node,
+                &self.component,
+                failed,
+            ) {
+                result = self.write(shared, &after, std::time::SystemTime::now()).await;
+            }
+            // A turn an earlier anchor took on the component's own Lease.
+            if result.is_ok()
+                && let Some(mut own) = own
+                && let Some(spec) = own.spec.as_mut()
+                && spec.holder_identity.as_deref() == Some(self.node.as_str())
+            {
+                spec.holder_identity = None;
+                spec.renew_time = None;
+                result = self.api.replace(&own_name, &Default::default(), &own).await.map(drop);
+            }
+            match result {
+                Err(kube::Error::Api(e)) if e.code == 409 && attempt < LEASE_WRITE_ATTEMPTS => continue,
+                other => return other,
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes `view` over `current` (created when there is none); a conflict is the API's 409.
+    async fn write(
+        &self,
+        current: Option<k8s_openapi::api::coordination::v1::Lease>,
+        view: &kube_anchor_core::rollout::LeaseView,
+        now: std::time::SystemTime,
+    ) -> Result<(), kube::Error> {
         use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
         use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-        use kube_anchor_core::rollout::{LeaseAnswer, decide};
-        let current = self.api.get_opt(&self.name).await?;
-        let now = std::time::SystemTime::now();
-        let view = current.as_ref().map(lease_view);
-        let mut turn = decide(view.as_ref(), &self.node, revision, false);
-        if let LeaseAnswer::Held { by, renewed } = &turn
-            // Only a silent holder (or one that never renewed) may be gone: a renewing one has a Node.
-            && renewed.is_none_or(|r| kube_anchor_core::rollout::silent_for(r, now).is_some())
-            && self.nodes.get_opt(by).await?.is_none()
-        {
-            tracing::info!(lease = %self.name, holder = %by, "the rollout Lease's holder has no Node any more: taking the turn");
-            turn = decide(view.as_ref(), &self.node, revision, true);
-        }
-        if turn != LeaseAnswer::Take {
-            return Ok(turn);
-        }
-        let stamp = k8s_openapi::jiff::Timestamp::try_from(now).ok().map(MicroTime);
+        let stamp = |t: std::time::SystemTime| k8s_openapi::jiff::Timestamp::try_from(t).ok().map(MicroTime);
+        let exists = current.is_some();
         let mut lease = current.unwrap_or_else(|| Lease {
             metadata: kube::api::ObjectMeta {
-                name: Some(self.name.clone()),
+                name: Some(self.name().to_owned()),
                 ..Default::default()
             },
             ..Default::default()
         });
         let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
-        if spec.holder_identity.as_deref() != Some(self.node.as_str()) {
-            spec.acquire_time = stamp.clone();
+        if spec.holder_identity != view.holder {
+            spec.acquire_time = view.holder.as_ref().and_then(|_| stamp(now));
         }
-        spec.holder_identity = Some(self.node.clone());
-        spec.lease_duration_seconds = Some(self.duration.as_secs().clamp(1, i32::MAX as u64) as i32);
-        spec.renew_time = stamp;
-        let result = if lease.metadata.resource_version.is_some() {
+        spec.holder_identity = view.holder.clone();
+        spec.renew_time = view.renewed.and_then(stamp);
+        if view.holder.is_some() {
+            spec.lease_duration_seconds = Some(self.duration.as_secs().clamp(1, i32::MAX as u64) as i32);
+        }
+        let annotations = lease.metadata.annotations.get_or_insert_with(Default::default);
+        annotations
+            .retain(|k, _| k != TURN_COMPONENTS && !k.starts_with(FAILED_REVISION_OF) && !k.starts_with(FAILED_ON_OF));
+        if !view.components.is_empty() {
+            let components: Vec<&str> = view.components.iter().map(String::as_str).collect();
+            annotations.insert(TURN_COMPONENTS.into(), components.join(","));
+        }
+        for (component, failed) in &view.failed {
+            annotations.insert(format!("{FAILED_REVISION_OF}{component}"), failed.revision.clone());
+            annotations.insert(format!("{FAILED_ON_OF}{component}"), failed.node.clone());
+        }
+        if exists {
             self.api
-                .replace(&self.name, &Default::default(), &lease)
+                .replace(self.name(), &Default::default(), &lease)
                 .await
                 .map(drop)
         } else {
             self.api.create(&Default::default(), &lease).await.map(drop)
-        };
-        match result {
-            Ok(()) => Ok(LeaseAnswer::Take),
-            Err(kube::Error::Api(e)) if e.code == 409 => Ok(LeaseAnswer::Held {
-                by: "another node (it changed at the same moment)".into(),
-                renewed: None,
-            }),
-            Err(e) => Err(e),
         }
-    }
-
-    /// Whether this node holds the turn (a restarted anchor picks it up, or gives it back).
-    pub async fn held_here(&self) -> Result<bool, kube::Error> {
-        let lease = self.api.get_opt(&self.name).await?;
-        Ok(lease
-            .and_then(|l| l.spec?.holder_identity)
-            .is_some_and(|holder| holder == self.node))
-    }
-
-    /// Gives the turn back when this node holds it; `failed` records the input revision that
-    /// was rolled back here, so no other node tries it.
-    pub async fn release(&self, failed: Option<&str>) -> Result<(), kube::Error> {
-        let Some(mut lease) = self.api.get_opt(&self.name).await? else {
-            return Ok(());
-        };
-        let spec = lease.spec.get_or_insert_with(Default::default);
-        if spec.holder_identity.as_deref() != Some(self.node.as_str()) {
-            return Ok(());
-        }
-        spec.holder_identity = None;
-        spec.renew_time = None;
-        if let Some(revision) = failed {
-            let annotations = lease.metadata.annotations.get_or_insert_with(Default::default);
-            annotations.insert(FAILED_REVISION.into(), revision.into());
-            annotations.insert(FAILED_ON.into(), self.node.clone());
-        }
-        self.api
-            .replace(&self.name, &Default::default(), &lease)
-            .await
-            .map(drop)
     }
 }
 
-fn lease_view(lease: &k8s_openapi::api::coordination::v1::Lease) -> kube_anchor_core::rollout::LeaseView {
+/// The control plane's Lease as the decision reads it.
+pub fn shared_view(
+    lease: Option<&k8s_openapi::api::coordination::v1::Lease>,
+) -> Option<kube_anchor_core::rollout::LeaseView> {
+    use kube_anchor_core::rollout::{Failed, LeaseView};
+    let lease = lease?;
     let spec = lease.spec.clone().unwrap_or_default();
     let annotations = lease.metadata.annotations.clone().unwrap_or_default();
-    kube_anchor_core::rollout::LeaseView {
+    let failed = annotations
+        .iter()
+        .filter_map(|(k, revision)| {
+            let component = k.strip_prefix(FAILED_REVISION_OF)?;
+            let node = annotations.get(&format!("{FAILED_ON_OF}{component}"))?;
+            Some((
+                component.to_owned(),
+                Failed {
+                    revision: revision.clone(),
+                    node: node.clone(),
+                },
+            ))
+        })
+        .collect();
+    Some(LeaseView {
         holder: spec.holder_identity,
         renewed: spec.renew_time.map(|t| std::time::SystemTime::from(t.0)),
+        components: annotations
+            .get(TURN_COMPONENTS)
+            .map(|list| {
+                list.split(',')
+                    .map(str::trim)
+                    .filter(|c| !c.is_empty())
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default(),
+        failed,
+    })
+}
+
+/// A component's own Lease (`kube-anchor-<component>`) as the decision reads it.
+pub fn own_view(
+    lease: &k8s_openapi::api::coordination::v1::Lease,
+    component: &str,
+) -> kube_anchor_core::rollout::LeaseView {
+    use kube_anchor_core::rollout::{Failed, LeaseView};
+    let spec = lease.spec.clone().unwrap_or_default();
+    let annotations = lease.metadata.annotations.clone().unwrap_or_default();
+    let held = spec.holder_identity.as_deref().is_some_and(|h| !h.is_empty());
+    LeaseView {
+        holder: spec.holder_identity,
+        renewed: spec.renew_time.map(|t| std::time::SystemTime::from(t.0)),
+        components: held.then(|| component.to_owned()).into_iter().collect(),
         failed: match (annotations.get(FAILED_REVISION), annotations.get(FAILED_ON)) {
-            (Some(r), Some(n)) => Some((r.clone(), n.clone())),
-            _ => None,
+            (Some(revision), Some(node)) => [(
+                component.to_owned(),
+                Failed {
+                    revision: revision.clone(),
+                    node: node.clone(),
+                },
+            )]
+            .into(),
+            _ => Default::default(),
         },
     }
 }

@@ -952,6 +952,9 @@ impl Daemon {
             Effect::Log(Note::ConvergedAgain) => {
                 tracing::info!(%component, "last-known-good runs converged again");
             }
+            Effect::Log(Note::TurnGivenUp { version }) => {
+                tracing::error!(%component, content_hash = %version, "giving the rollout turn back: the version failed its trial and the last-known-good one it went back to fails too; this node runs nothing good (other nodes restart only where the cluster affords it)");
+            }
             other => tracing::debug!(%component, effect = ?other, "not a log line"),
         }
     }

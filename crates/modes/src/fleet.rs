@@ -1,6 +1,7 @@
 //! `kube-anchor fleet`: the table of nodes × components the anchors publish (`AnchorStatus`),
-//! and who holds each component's rollout Lease.
+//! and who holds the rollout turn for which components.
 
+use std::collections::BTreeSet;
 use std::process::ExitCode;
 use std::time::SystemTime;
 
@@ -12,9 +13,10 @@ use crate::cli::{FleetArgs, OutputFormat};
 use crate::output::EXIT_OUT_OF_SYNC;
 use crate::output::outln;
 use kube_anchor_core::node_status::{NodeStatus, short_hash};
+use kube_anchor_core::rollout;
 use kube_anchor_k8s::{anchor_status, kubeapi};
 
-/// A component's rollout Lease as `fleet` shows it.
+/// A component's rollout turn as `fleet` shows it.
 #[derive(Debug, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 struct Rollout {
@@ -49,7 +51,7 @@ pub(crate) async fn fleet(args: FleetArgs) -> anyhow::Result<ExitCode> {
         .await
         .with_context(|| format!("listing the rollout Leases in namespace {}", args.namespace))?
         .into_iter()
-        .filter_map(rollout)
+        .flat_map(rollouts)
         .collect();
     let converged = statuses.iter().all(NodeStatus::healthy);
     match args.output {
@@ -74,24 +76,44 @@ pub(crate) async fn fleet(args: FleetArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-fn rollout(lease: Lease) -> Option<Rollout> {
-    let name = lease.metadata.name?;
-    let component = name.strip_prefix(LEASE_PREFIX)?.to_owned();
-    let annotations = lease.metadata.annotations.unwrap_or_default();
-    let spec = lease.spec.unwrap_or_default();
-    let since = spec.acquire_time.filter(|_| spec.holder_identity.is_some());
-    Some(Rollout {
-        component,
-        holder: spec.holder_identity,
-        held_seconds: since
-            .as_ref()
-            .and_then(|t| SystemTime::now().duration_since(SystemTime::from(t.0)).ok())
-            .map(|d| d.as_secs()),
-        since: since.map(|t| humantime::format_rfc3339_seconds(SystemTime::from(t.0)).to_string()),
-        failed_revision: annotations.get("kube-anchor.io/failed-revision").cloned(),
-        failed_on: annotations.get("kube-anchor.io/failed-on").cloned(),
-        lease: name,
-    })
+/// The rollouts a Lease shows: on the control plane's, each component whose turn its holder
+/// holds or whose failed revision it records; on a component's own (an earlier anchor's), that
+/// component when it is held or records one.
+fn rollouts(lease: Lease) -> Vec<Rollout> {
+    let Some(name) = lease.metadata.name.clone() else {
+        return vec![];
+    };
+    let since = lease
+        .spec
+        .as_ref()
+        .and_then(|s| s.acquire_time.clone().filter(|_| s.holder_identity.is_some()));
+    let view = if name == rollout::LEASE {
+        kubeapi::shared_view(Some(&lease)).unwrap_or_default()
+    } else if let Some(component) = name.strip_prefix(LEASE_PREFIX) {
+        kubeapi::own_view(&lease, component)
+    } else {
+        return vec![];
+    };
+    let components: BTreeSet<&String> = view.components.iter().chain(view.failed.keys()).collect();
+    components
+        .into_iter()
+        .map(|component| {
+            let held = view.components.contains(component);
+            let since = since.as_ref().filter(|_| held);
+            let failed = view.failed.get(component);
+            Rollout {
+                component: component.clone(),
+                holder: view.holder.clone().filter(|_| held),
+                held_seconds: since
+                    .and_then(|t| SystemTime::now().duration_since(SystemTime::from(t.0)).ok())
+                    .map(|d| d.as_secs()),
+                since: since.map(|t| humantime::format_rfc3339_seconds(SystemTime::from(t.0)).to_string()),
+                failed_revision: failed.map(|f| f.revision.clone()),
+                failed_on: failed.map(|f| f.node.clone()),
+                lease: name.clone(),
+            }
+        })
+        .collect()
 }
 
 fn print_table(statuses: &[NodeStatus], rollouts: &[Rollout]) {

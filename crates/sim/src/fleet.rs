@@ -218,9 +218,9 @@ pub enum Op {
     /// The power of the node holding `component`'s rollout turn goes off for `down_for` seconds
     /// (nothing happens when no node holds it).
     CutTurnHolder { component: usize, down_for: u64 },
-    /// The operator deletes `component`'s rollout Lease, taking its silent holder for gone (the
-    /// anchors' `/readyz` advises it for a holder gone for good).
-    DeleteLease { component: usize },
+    /// The operator deletes the control plane's rollout Lease, taking its silent holder for gone
+    /// (the anchors' `/readyz` advises it for a holder gone for good).
+    DeleteLease,
     /// The operator runs `verb` for `component` on `node`.
     Verb { node: usize, component: usize, verb: Verb },
     /// `node`'s etcd disk becomes too slow for a learner to catch up (a throttled cloud volume
@@ -661,12 +661,6 @@ impl Node {
     }
 }
 
-struct Lease {
-    holder: Option<usize>,
-    renewed: u64,
-    failed: Option<(String, usize)>,
-}
-
 /// The leader election of kube-controller-manager or kube-scheduler (a Lease in kube-system).
 #[derive(Debug, Clone, Copy)]
 struct Election {
@@ -689,7 +683,8 @@ pub struct World {
     versions: Vec<VersionSpec>,
     /// Each component's release history (version indices; the last is current).
     releases: [Vec<usize>; 4],
-    leases: [Lease; 4],
+    /// The control plane's rollout Lease (`kubeapi::RolloutLease`), as the API holds it.
+    turn_lease: LeaseView,
     /// kube-controller-manager's and kube-scheduler's ([`World::election`]).
     elections: [Election; 2],
     cluster_version: u32,
@@ -827,7 +822,7 @@ impl World {
             nodes,
             versions,
             releases: std::array::from_fn(|c| vec![c]),
-            leases: std::array::from_fn(|_| Lease::free()),
+            turn_lease: LeaseView::default(),
             // cp-1's processes lead, as the first node's do after a bootstrap.
             elections: [CONTROLLER_MANAGER, SCHEDULER].map(|c| Election {
                 holder: Some((0, c as u64, 0)),
@@ -1054,11 +1049,11 @@ impl World {
                 self.cut_power(n, *down_for);
             }
             Op::CutTurnHolder { component, down_for } => {
-                if let Some(n) = self.leases[*component].holder.filter(|&n| self.nodes[n].powered) {
+                if let Some(n) = self.turn_holder(*component).filter(|&n| self.nodes[n].powered) {
                     self.cut_power(n, *down_for);
                 }
             }
-            Op::DeleteLease { component } => self.leases[*component] = Lease::free(),
+            Op::DeleteLease => self.turn_lease = LeaseView::default(),
             Op::Verb { node, component, verb } => {
                 if self.nodes.get(*node).is_some_and(|n| n.powered) {
                     let outcome = self.verb(*node, *component, *verb);
@@ -1071,7 +1066,7 @@ impl World {
                 }
             }
             Op::CutOffTurnHolder { component, for_secs } => {
-                if let Some(n) = self.leases[*component].holder {
+                if let Some(n) = self.turn_holder(*component) {
                     self.cut_off(&[n], *for_secs);
                 }
             }
@@ -2647,7 +2642,7 @@ impl World {
                     };
                     let more = proc.machine.step(Input::Asked {
                         answer: Answer::Lease {
-                            lease: format!("kube-anchor-{}", COMPONENTS[c]),
+                            lease: rollout::LEASE.to_owned(),
                             turn: answer,
                         },
                         instant: self.instant(),
@@ -2667,7 +2662,7 @@ impl World {
                 Effect::RecoverTurn => {
                     if self.anchor_reaches_api(n) {
                         let more = proc.machine.step(Input::Recovered {
-                            held_here: self.leases[c].holder == Some(n),
+                            held_here: self.turn_holder(c) == Some(n),
                             ledger: &self.nodes[n].ledgers[c],
                             instant: self.instant(),
                         });
@@ -2751,37 +2746,40 @@ impl World {
         }
     }
 
-    /// `Lease::ask` for node `n`'s anchor of component `c` and `version`: `rollout::decide` on
-    /// the Lease as it is, and the Lease taken (created when the operator deleted it) on `Take`.
+    /// `RolloutLease::ask` for node `n`'s anchor of component `c` and `version`:
+    /// `rollout::decide` on the Lease as it is, and the Lease taken (created when the operator
+    /// deleted it) on `Take`.
     fn ask_lease(&mut self, n: usize, c: usize, version: &str) -> rollout::LeaseAnswer {
-        let lease = &self.leases[c];
-        let view = LeaseView {
-            holder: lease.holder.map(|h| self.nodes[h].name.clone()),
-            renewed: lease.holder.map(|_| wall(lease.renewed)),
-            failed: lease
-                .failed
-                .as_ref()
-                .map(|(r, h)| (r.clone(), self.nodes[*h].name.clone())),
-        };
-        let turn = rollout::decide(Some(&view), &self.nodes[n].name, Some(version), false);
+        let me = &self.nodes[n].name;
+        let turn = rollout::decide(
+            std::slice::from_ref(&self.turn_lease),
+            me,
+            COMPONENTS[c],
+            Some(version),
+            &[],
+        );
         if turn == rollout::LeaseAnswer::Take {
-            self.leases[c].holder = Some(n);
-            self.leases[c].renewed = self.now;
+            self.turn_lease = rollout::take(&self.turn_lease, me, COMPONENTS[c], wall(self.now));
         }
         turn
     }
 
-    /// `Lease::release` by node `n`: only a turn it holds, recording `failed` (its inputs'
-    /// version) when the trial failed.
+    /// `RolloutLease::release` by node `n` for component `c`: only a turn it holds, recording
+    /// `failed` (its inputs' version) when the trial failed.
     fn release_lease(&mut self, n: usize, c: usize, failed: Option<String>) {
-        let lease = &mut self.leases[c];
-        if lease.holder != Some(n) {
-            return;
+        if let Some(after) = rollout::give_back(&self.turn_lease, &self.nodes[n].name, COMPONENTS[c], failed.as_deref())
+        {
+            self.turn_lease = after;
         }
-        lease.holder = None;
-        if let Some(revision) = failed {
-            lease.failed = Some((revision, n));
-        }
+    }
+
+    /// The node holding the rollout turn for component `c`.
+    fn turn_holder(&self, c: usize) -> Option<usize> {
+        let holder = self
+            .turn_lease
+            .holder()
+            .filter(|_| self.turn_lease.components.contains(COMPONENTS[c]))?;
+        self.nodes.iter().position(|node| node.name == holder)
     }
 
     /// `Engine::promote`: refused, recording nothing, when the node no longer runs `version` or
@@ -3096,8 +3094,8 @@ impl World {
                 Observation::Done
             }
             Action::GiveBackTurn { .. } => {
-                if self.anchor_reaches_api(n) && self.leases[c].holder == Some(n) {
-                    self.leases[c].holder = None;
+                if self.anchor_reaches_api(n) {
+                    self.release_lease(n, c, None);
                 }
                 Observation::Done
             }
@@ -3309,23 +3307,12 @@ impl World {
                 wrong.push(format!("no {} leads", COMPONENTS[c]));
             }
         }
-        for (c, lease) in self.leases.iter().enumerate() {
-            if let Some(h) = lease.holder {
-                wrong.push(format!("{} holds the {} turn", self.nodes[h].name, COMPONENTS[c]));
-            }
+        if let Some(h) = self.turn_lease.holder() {
+            let components: Vec<&str> = self.turn_lease.components.iter().map(String::as_str).collect();
+            wrong.push(format!("{h} holds the rollout turn for {}", components.join(" and ")));
         }
         if !wrong.is_empty() {
             self.violate(Invariant::NotRecovered, wrong.join("; "));
-        }
-    }
-}
-
-impl Lease {
-    fn free() -> Self {
-        Lease {
-            holder: None,
-            renewed: 0,
-            failed: None,
         }
     }
 }
@@ -3401,7 +3388,7 @@ pub fn generate(nodes: usize, seed: u64) -> Scenario {
                 component,
                 down_for: rng.uniform(10.0, 600.0) as u64,
             },
-            95 => Op::DeleteLease { component },
+            95 => Op::DeleteLease,
             96 => Op::Verb {
                 node: (rng.next_u64() % nodes as u64) as usize,
                 component,
@@ -3633,9 +3620,7 @@ fn op_source(op: &Op) -> String {
             "Op::CutTurnHolder {{ component: {}, down_for: {down_for} }}",
             COMPONENT_CONSTS[*component]
         ),
-        Op::DeleteLease { component } => {
-            format!("Op::DeleteLease {{ component: {} }}", COMPONENT_CONSTS[*component])
-        }
+        Op::DeleteLease => "Op::DeleteLease".to_owned(),
         Op::CutOffTurnHolder { component, for_secs } => format!(
             "Op::CutOffTurnHolder {{ component: {}, for_secs: {for_secs} }}",
             COMPONENT_CONSTS[*component]
