@@ -491,7 +491,7 @@ async fn a_fleet_of_per_node_daemonsets_replaced_at_once_still_rolls_one_node_at
         Vec::<String>::new(),
         "the bad version reached two nodes at once"
     );
-    for (i, node) in nodes.iter().enumerate() {
+    for node in &nodes {
         assert!(
             node.manifest().contains("--marker=two"),
             "{}: {}",
@@ -499,10 +499,20 @@ async fn a_fleet_of_per_node_daemonsets_replaced_at_once_still_rolls_one_node_at
             node.log()
         );
         assert!(!node.ready(), "{}: Ready with the bad inputs", node.handle.name);
-        if i != tried {
-            let (_, reason) = node.anchor.as_ref().unwrap().get("/readyz").unwrap();
-            assert!(reason.contains("was rolled back on"), "{}: {reason}", node.handle.name);
-        }
+    }
+    // The node that tried it keeps the turn until its last-known-good version runs Ready again
+    // (the return restarts the component as an upgrade does); then the others say why they do
+    // not try the version.
+    for node in nodes.iter().enumerate().filter(|(i, _)| *i != tried).map(|(_, n)| n) {
+        Poll::new(WAIT, format!("{}: the rollback named", node.handle.name))
+            .every(Duration::from_millis(200))
+            .context(|| node.log())
+            .until_async(|| async {
+                sample(&nodes, "--marker=two", &seen);
+                let (_, reason) = node.anchor.as_ref().unwrap().get("/readyz").unwrap();
+                reason.contains("was rolled back on")
+            })
+            .await;
     }
 
     // The holder falls silent mid-trial (its anchor container killed; as when a bad
@@ -965,15 +975,17 @@ fn tables_show_every_node(cp: &control_plane::ControlPlane, nodes: &[Node], ns: 
 }
 
 /// The control plane's rollout Lease against the real API server, as the anchors of several
-/// components on several nodes use it: one node holds the turn at a time, for one or several of
-/// its components; a failure recorded for one component stops only that component's revision
-/// elsewhere; two nodes racing for a free turn get one winner (the write carries the
-/// resourceVersion it read); two anchors of the holder renewing at once both keep it; and a turn
-/// an earlier anchor holds on its component's own Lease is honoured and given back.
+/// components on several nodes use it: one node holds the turn at a time, for one component at a
+/// time; a first write elsewhere waits for a trial of its component and refuses a
+/// failed revision; a failure recorded for one component stops only that component's revision
+/// elsewhere, until it runs on the node that failed it; two nodes racing for a free turn get one
+/// winner (the write carries the resourceVersion it read), and the holder renewing while another
+/// node asks keeps it; and a turn an earlier anchor holds on its component's own Lease is
+/// honoured and given back.
 #[tokio::test]
-async fn one_node_at_a_time_holds_the_turn_across_components() {
+async fn one_node_and_one_component_at_a_time_hold_the_turn() {
     use k8s_openapi::api::coordination::v1::Lease;
-    use kube_anchor_core::rollout::LeaseAnswer;
+    use kube_anchor_core::rollout::{FirstWrite, LeaseAnswer, TurnEnd};
     use kube_anchor_k8s::kubeapi::RolloutLease;
     let cp = control_plane::shared().await;
     let ns = cp.namespace("turns").await;
@@ -1006,50 +1018,81 @@ async fn one_node_at_a_time_holds_the_turn_across_components() {
     } else {
         (anchor("kube-apiserver", "cp-2"), anchor("etcd", "cp-1"))
     };
-    winner.release(None).await.unwrap();
+    winner.release(TurnEnd::Neither).await.unwrap();
     assert!(!winner.held_here().await.unwrap());
     assert_eq!(loser.ask(None).await.unwrap(), LeaseAnswer::Take);
-    loser.release(None).await.unwrap();
+    loser.release(TurnEnd::Neither).await.unwrap();
 
-    // cp-1 rolls etcd out: cp-2's kube-apiserver waits, cp-1's may go too.
+    // cp-1 rolls etcd out: cp-2's kube-apiserver waits, and so does cp-1's own; a fresh cp-3
+    // starts no etcd while cp-1 tries one, and may start its kube-apiserver.
     assert_eq!(anchor("etcd", "cp-1").ask(Some("e2")).await.unwrap(), LeaseAnswer::Take);
-    let waiting = anchor("kube-apiserver", "cp-2").ask(Some("a2")).await.unwrap();
-    assert_eq!(held_by(&waiting), Some(("cp-1".into(), "etcd".into())), "{waiting:?}");
+    for node in ["cp-2", "cp-1"] {
+        let waiting = anchor("kube-apiserver", node).ask(Some("a2")).await.unwrap();
+        assert_eq!(
+            held_by(&waiting),
+            Some(("cp-1".into(), "etcd".into())),
+            "{node}: {waiting:?}"
+        );
+    }
+    assert!(matches!(
+        anchor("etcd", "cp-3").first_write(Some("e2")).await.unwrap(),
+        FirstWrite::OnTrialElsewhere { by, .. } if by == "cp-1"
+    ));
     assert_eq!(
-        anchor("kube-apiserver", "cp-1").ask(Some("a2")).await.unwrap(),
-        LeaseAnswer::Take
+        anchor("kube-apiserver", "cp-3").first_write(Some("a2")).await.unwrap(),
+        FirstWrite::Go
     );
     let lease = leases.get("kube-anchor-control-plane").await.unwrap();
-    assert_eq!(listed(&lease).as_deref(), Some("etcd,kube-apiserver"));
+    assert_eq!(listed(&lease).as_deref(), Some("etcd"));
     assert!(anchor("etcd", "cp-1").held_here().await.unwrap());
+    assert!(!anchor("kube-apiserver", "cp-1").held_here().await.unwrap());
     assert!(!anchor("etcd", "cp-2").held_here().await.unwrap());
-    // Both of cp-1's anchors renew at the same moment: both keep the turn.
-    let (etcd_1, apiserver_1) = (anchor("etcd", "cp-1"), anchor("kube-apiserver", "cp-1"));
-    let (a, b) = tokio::join!(etcd_1.ask(Some("e2")), apiserver_1.ask(Some("a2")));
-    assert_eq!((a.unwrap(), b.unwrap()), (LeaseAnswer::Take, LeaseAnswer::Take));
-    assert_eq!(
-        listed(&leases.get("kube-anchor-control-plane").await.unwrap()).as_deref(),
-        Some("etcd,kube-apiserver")
-    );
+    // cp-1's renewal and cp-2's ask at the same moment: cp-1 keeps the turn.
+    let (etcd_1, apiserver_2) = (anchor("etcd", "cp-1"), anchor("kube-apiserver", "cp-2"));
+    let (a, b) = tokio::join!(etcd_1.ask(Some("e2")), apiserver_2.ask(Some("a2")));
+    assert_eq!(a.unwrap(), LeaseAnswer::Take);
+    assert_eq!(held_by(&b.unwrap()).map(|(by, _)| by), Some("cp-1".into()));
 
-    // etcd's revision fails on cp-1: the turn stays cp-1's for kube-apiserver.
-    anchor("etcd", "cp-1").release(Some("e2")).await.unwrap();
-    let waiting = anchor("kube-apiserver", "cp-2").ask(Some("a2")).await.unwrap();
-    assert_eq!(held_by(&waiting), Some(("cp-1".into(), "kube-apiserver".into())));
-    anchor("kube-apiserver", "cp-1").release(None).await.unwrap();
+    // etcd's revision fails on cp-1: the turn is free, with the failure recorded.
+    anchor("etcd", "cp-1").release(TurnEnd::Failed("e2")).await.unwrap();
     let lease = leases.get("kube-anchor-control-plane").await.unwrap();
     assert_eq!(lease.spec.as_ref().and_then(|s| s.holder_identity.clone()), None);
     assert_eq!(listed(&lease), None);
-    // The failure stops that revision of etcd elsewhere, and nothing else.
+    // The failure stops that revision of etcd elsewhere, a first write included, and nothing else.
     assert_eq!(
         anchor("etcd", "cp-2").ask(Some("e2")).await.unwrap(),
         LeaseAnswer::FailedElsewhere { node: "cp-1".into() }
     );
     assert_eq!(
+        anchor("etcd", "cp-3").first_write(Some("e2")).await.unwrap(),
+        FirstWrite::FailedElsewhere { node: "cp-1".into() }
+    );
+    assert_eq!(
         anchor("kube-apiserver", "cp-2").ask(Some("e2")).await.unwrap(),
         LeaseAnswer::Take
     );
-    anchor("kube-apiserver", "cp-2").release(None).await.unwrap();
+    anchor("kube-apiserver", "cp-2")
+        .release(TurnEnd::Neither)
+        .await
+        .unwrap();
+    // cp-1 may try it again (fixed credentials of its own, or a retry); once it runs there, the
+    // failure is cleared and the others go on.
+    assert_eq!(anchor("etcd", "cp-1").ask(Some("e2")).await.unwrap(), LeaseAnswer::Take);
+    anchor("etcd", "cp-1").release(TurnEnd::Ran("e2")).await.unwrap();
+    let lease = leases.get("kube-anchor-control-plane").await.unwrap();
+    assert!(
+        !lease
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key("kube-anchor.io/failed-revision.etcd")
+    );
+    assert_eq!(
+        anchor("etcd", "cp-3").first_write(Some("e2")).await.unwrap(),
+        FirstWrite::Go
+    );
+    assert_eq!(anchor("etcd", "cp-2").ask(Some("e2")).await.unwrap(), LeaseAnswer::Take);
+    anchor("etcd", "cp-2").release(TurnEnd::Neither).await.unwrap();
 
     // An earlier anchor on cp-3 holds etcd's own Lease (renewed now: a live holder).
     let now = k8s_openapi::jiff::Timestamp::now()
@@ -1064,7 +1107,7 @@ async fn one_node_at_a_time_holds_the_turn_across_components() {
     let waiting = anchor("etcd", "cp-2").ask(Some("e3")).await.unwrap();
     assert_eq!(held_by(&waiting).map(|(by, _)| by), Some("cp-3".into()), "{waiting:?}");
     assert!(anchor("etcd", "cp-3").held_here().await.unwrap());
-    anchor("etcd", "cp-3").release(None).await.unwrap();
+    anchor("etcd", "cp-3").release(TurnEnd::Neither).await.unwrap();
     let own = leases.get("kube-anchor-etcd").await.unwrap();
     assert_eq!(own.spec.and_then(|s| s.holder_identity), None);
     assert_eq!(anchor("etcd", "cp-2").ask(Some("e3")).await.unwrap(), LeaseAnswer::Take);

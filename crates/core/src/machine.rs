@@ -18,7 +18,7 @@ use crate::lifecycle::{LkgAction, LkgCheck, LkgEvaluated, LkgFailure, Version, V
 use crate::membership::{Margin, MarginFacts};
 use crate::rollout;
 use crate::trial::{Assessment, ClientAnswer, VersionView, assess};
-use crate::turn::{Answer, Turn, TurnAction, TurnEvent};
+use crate::turn::{Answer, Turn, TurnAction, TurnEvent, Waiting};
 
 /// What does not change while the anchor runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,6 +57,30 @@ pub struct Anchor {
     writing: Option<Writing>,
     /// The version last logged as going ahead where no margin can exist.
     no_margin_said: Option<String>,
+    /// A first write's word from the rollout Lease.
+    first_write: Option<FirstWriteGate>,
+}
+
+/// Where a first write of a component on the node stands ([`rollout::first_write`]): it takes
+/// no turn (it restarts nothing), but asks the Lease before it starts a version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum FirstWriteGate {
+    /// Waiting for the Lease's word on the version (why, for `/readyz`).
+    Waiting(Waiting),
+    /// This version may be written.
+    Cleared(String),
+}
+
+/// The Lease's word on a first write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FirstWriteAnswer {
+    /// No API to ask.
+    NoLease,
+    /// The Leases as read (or the error reading them: no word against the write).
+    Lease {
+        lease: String,
+        word: Result<rollout::FirstWrite, String>,
+    },
 }
 
 /// What a write asked for becomes once it is done.
@@ -121,6 +145,11 @@ pub enum Input<'a> {
         answer: Answer,
         instant: Instant,
         wall: SystemTime,
+    },
+    /// The rollout Lease's word on a first write ([`Effect::AskFirstWrite`]).
+    FirstWriteAsked {
+        version: String,
+        answer: FirstWriteAnswer,
     },
     Evaluate(EvaluateFacts),
     /// [`Effect::RollBack`] was done: `to` is written in place of the failed version.
@@ -204,6 +233,11 @@ pub enum Effect {
     AskTurn {
         version: String,
     },
+    /// Ask the Lease, taking nothing, whether `version` may be written for the first time on
+    /// the node; the answer comes back as [`Input::FirstWriteAsked`].
+    AskFirstWrite {
+        version: String,
+    },
     /// Sync again now (the turn was given).
     Resync,
     /// Look whether a component this one needs is down, and evaluate again with what was found.
@@ -232,10 +266,12 @@ pub enum Effect {
         failed: String,
         reason: String,
     },
-    /// Give the turn back (recording the input revision as failed when `failed`).
+    /// Give the turn back: recording the input revision as failed when `failed`; clearing a
+    /// failure recorded for it when `ran` (the version the inputs describe runs converged here).
     GiveBackTurn {
         version: String,
         failed: bool,
+        ran: bool,
     },
     RenewTurn,
     /// The last-known-good version fails too: an error for operators (a Warning Event).
@@ -270,12 +306,19 @@ impl Anchor {
             clients_read: false,
             writing: None,
             no_margin_said: None,
+            first_write: None,
         }
     }
 
     /// The version waiting for this node's turn.
     pub fn waiting(&self) -> Option<&str> {
         self.turn.waiting.as_ref().map(|w| w.version.as_str())
+    }
+
+    /// Whether a version waits for the rollout Lease: for this node's turn, or for its word on a
+    /// first write (the executor asks again every few seconds).
+    pub fn waits_for_lease(&self) -> bool {
+        self.turn.waiting.is_some() || matches!(self.first_write, Some(FirstWriteGate::Waiting(_)))
     }
 
     /// Evaluated every trial tick while a version is on trial or not converged, or a turn is held.
@@ -402,6 +445,50 @@ impl Anchor {
                         .collect(),
                 }
             }
+            Input::FirstWriteAsked { version, answer } => {
+                let Some(FirstWriteGate::Waiting(w)) = &self.first_write else {
+                    return vec![];
+                };
+                if w.version != version {
+                    return vec![];
+                }
+                let component = &self.settings.component;
+                let why = match answer {
+                    // No word against it: a first write restarts nothing, and a node whose
+                    // API is away (a bootstrap) must start its components.
+                    FirstWriteAnswer::NoLease | FirstWriteAnswer::Lease { word: Err(_), .. } => None,
+                    FirstWriteAnswer::Lease {
+                        word: Ok(rollout::FirstWrite::Go),
+                        ..
+                    } => None,
+                    FirstWriteAnswer::Lease {
+                        lease,
+                        word: Ok(rollout::FirstWrite::OnTrialElsewhere { by, .. }),
+                    } => Some(format!(
+                        "version {version} waits: {by} is trying a version of {component} on its turn (Lease {lease}); a first write here waits for that trial"
+                    )),
+                    FirstWriteAnswer::Lease {
+                        lease,
+                        word: Ok(rollout::FirstWrite::FailedElsewhere { node }),
+                    } => Some(format!(
+                        "version {version} waits: this input revision was rolled back on {node} (Lease {lease}); not starting it here until it runs on {node} (fix the values and helm upgrade, or kube-anchor retry on {node})"
+                    )),
+                };
+                match why {
+                    None => {
+                        self.first_write = Some(FirstWriteGate::Cleared(version));
+                        vec![Effect::Resync]
+                    }
+                    Some(why) if why == w.why => vec![],
+                    Some(why) => {
+                        self.first_write = Some(FirstWriteGate::Waiting(Waiting {
+                            version,
+                            why: why.clone(),
+                        }));
+                        vec![Effect::Log(Note::NotYet { why })]
+                    }
+                }
+            }
             Input::Evaluate(facts) => self.evaluate(facts),
             Input::RolledBack { to, note } => {
                 self.step_version(VersionEvent::RolledBack { note });
@@ -416,6 +503,8 @@ impl Anchor {
                 let written = self.written.clone();
                 let runs = written.clone().filter(|_| self.converged);
                 let lkg_failing = self.lkg.failing().is_some();
+                // The inputs' own version runs converged: their revision is proven here.
+                let ran = runs.is_some() && runs == self.accepted;
                 self.step_turn(TurnEvent::Review {
                     ledger,
                     written: written.as_deref(),
@@ -425,12 +514,20 @@ impl Anchor {
                 })
                 .into_iter()
                 .flat_map(|action| match action {
-                    TurnAction::GiveBack { version, failed } => vec![Effect::GiveBackTurn { version, failed }],
+                    TurnAction::GiveBack { version, failed } => vec![Effect::GiveBackTurn {
+                        version,
+                        failed,
+                        ran: ran && !failed,
+                    }],
                     TurnAction::GiveUp { version } => vec![
                         Effect::Log(Note::TurnGivenUp {
                             version: version.clone(),
                         }),
-                        Effect::GiveBackTurn { version, failed: true },
+                        Effect::GiveBackTurn {
+                            version,
+                            failed: true,
+                            ran: false,
+                        },
                     ],
                     TurnAction::Renew => vec![Effect::RenewTurn],
                     _ => vec![],
@@ -491,6 +588,29 @@ impl Anchor {
             .content_hash
             .clone()
             .or_else(|| f.unrecorded_manifest.then(|| "an unrecorded manifest".to_owned()));
+        // A first write takes no turn but asks the Lease's word (a revision rolled back or on
+        // trial elsewhere is not started here).
+        if self.settings.in_fleet && on_node.is_none() && held_back.is_none() {
+            match &self.first_write {
+                Some(FirstWriteGate::Cleared(v)) if *v == target => {}
+                Some(FirstWriteGate::Waiting(w)) if w.version == target => {
+                    return [Effect::AskFirstWrite { version: target }]
+                        .into_iter()
+                        .chain(recover)
+                        .collect();
+                }
+                _ => {
+                    self.first_write = Some(FirstWriteGate::Waiting(Waiting {
+                        version: target.clone(),
+                        why: format!("version {target} waits for the rollout Lease's word on a first write"),
+                    }));
+                    return [Effect::AskFirstWrite { version: target }]
+                        .into_iter()
+                        .chain(recover)
+                        .collect();
+                }
+            }
+        }
         let needed = self.settings.in_fleet
             && rollout::needs_turn(on_node.as_deref(), &target, f.ledger.last_known_good.as_deref());
         let mut effects: Vec<Effect> = self
@@ -538,9 +658,14 @@ impl Anchor {
 
     fn evaluate(&mut self, f: EvaluateFacts) -> Vec<Effect> {
         let Some(written) = self.written.clone() else {
+            let first_write = match &self.first_write {
+                Some(FirstWriteGate::Waiting(w)) => Some(w.why.clone()),
+                _ => None,
+            };
             let reason = f
                 .input_error
                 .or_else(|| self.turn.waiting.as_ref().map(|w| w.why.clone()))
+                .or(first_write)
                 .or(f.pending)
                 .unwrap_or_else(|| "nothing written yet".into());
             return vec![Effect::Ready { ready: false, reason }];
@@ -705,8 +830,20 @@ mod tests {
     }
 
     /// A sync whose write (if any) is done.
+    /// A sync, its write done; a first write cleared by the Lease (its gate has a test of its own).
     fn synced(a: &mut Anchor, desired: &str, ledger: &Ledger, s: u64) -> Vec<Effect> {
         let mut effects = a.step(sync(desired, ledger, s));
+        if let Some(version) = effects.iter().find_map(|e| match e {
+            Effect::AskFirstWrite { version } => Some(version.clone()),
+            _ => None,
+        }) {
+            let answer = FirstWriteAnswer::Lease {
+                lease: "kube-anchor-control-plane".into(),
+                word: Ok(rollout::FirstWrite::Go),
+            };
+            assert_eq!(a.step(Input::FirstWriteAsked { version, answer }), vec![Effect::Resync]);
+            effects = a.step(sync(desired, ledger, s));
+        }
         if effects.iter().any(|e| matches!(e, Effect::Write { .. })) {
             effects.extend(a.step(Input::Written {
                 done: true,
@@ -837,7 +974,8 @@ mod tests {
         assert!(
             effects.contains(&Effect::GiveBackTurn {
                 version: "B".into(),
-                failed: false
+                failed: false,
+                ran: true,
             }),
             "{effects:?}"
         );
@@ -978,10 +1116,74 @@ mod tests {
         assert!(
             effects.contains(&Effect::GiveBackTurn {
                 version: "B".into(),
-                failed: true
+                failed: true,
+                ran: false,
             }),
             "{effects:?}"
         );
+    }
+
+    #[test]
+    fn a_first_write_asks_the_lease_and_starts_no_revision_rolled_back_elsewhere() {
+        let mut a = anchor();
+        let fresh = ledger(None, None);
+        let effects = a.step(sync("B", &fresh, 0));
+        assert!(
+            effects.contains(&Effect::AskFirstWrite { version: "B".into() }),
+            "{effects:?}"
+        );
+        assert!(
+            !effects.iter().any(|e| matches!(e, Effect::Write { .. })),
+            "{effects:?}"
+        );
+        let word = |word| Input::FirstWriteAsked {
+            version: "B".into(),
+            answer: FirstWriteAnswer::Lease {
+                lease: "kube-anchor-control-plane".into(),
+                word,
+            },
+        };
+        let effects = a.step(word(Ok(rollout::FirstWrite::FailedElsewhere { node: "cp-1".into() })));
+        assert!(
+            matches!(&effects[..], [Effect::Log(Note::NotYet { why })] if why.contains("rolled back on cp-1")),
+            "{effects:?}"
+        );
+        // Still nothing written, and `/readyz` says why.
+        let effects = a.step(sync("B", &fresh, 1));
+        assert_eq!(effects[0], Effect::AskFirstWrite { version: "B".into() }, "asked again");
+        assert!(
+            !effects.iter().any(|e| matches!(e, Effect::Write { .. })),
+            "{effects:?}"
+        );
+        let effects = a.step(evaluate(running("B", 0), 2));
+        assert!(
+            matches!(&effects[..], [Effect::Ready { ready: false, reason }] if reason.contains("rolled back on cp-1")),
+            "{effects:?}"
+        );
+        // Another node on trial with this component: still waits.
+        let effects = a.step(word(Ok(rollout::FirstWrite::OnTrialElsewhere {
+            by: "cp-2".into(),
+            renewed: None,
+        })));
+        assert!(
+            matches!(&effects[..], [Effect::Log(Note::NotYet { why })] if why.contains("cp-2 is trying")),
+            "{effects:?}"
+        );
+        // The Lease has no word against it (or cannot be read): written.
+        assert_eq!(a.step(word(Err("connection refused".into()))), vec![Effect::Resync]);
+        assert_eq!(a.step(sync("B", &fresh, 3))[0], Effect::Write { version: "B".into() });
+
+        // Without an API a first write goes ahead (a bootstrap).
+        let mut b = anchor();
+        b.step(sync("A", &fresh, 0));
+        assert_eq!(
+            b.step(Input::FirstWriteAsked {
+                version: "A".into(),
+                answer: FirstWriteAnswer::NoLease
+            }),
+            vec![Effect::Resync]
+        );
+        assert_eq!(b.step(sync("A", &fresh, 1))[0], Effect::Write { version: "A".into() });
     }
 
     #[test]
@@ -1206,6 +1408,11 @@ mod tests {
         assert_eq!(a.version, Version::Settled);
         let fresh = ledger(None, None);
         let mut b = anchor();
+        b.step(sync("B", &fresh, 0));
+        b.step(Input::FirstWriteAsked {
+            version: "B".into(),
+            answer: FirstWriteAnswer::NoLease,
+        });
         let effects = b.step(sync("B", &fresh, 0));
         assert_eq!(effects[0], Effect::Write { version: "B".into() });
         b.step(Input::Written {

@@ -117,11 +117,56 @@ impl PinnedInputs {
         }
         Ok(())
     }
+
+    /// The input revision a rollout turn names, failures included: what every node of the
+    /// release shares, the ConfigMap (manifest and anchor config, `.inputs-config`) and the
+    /// shared Secret (`.inputs-secret`), as one hash, so a change of either is another revision
+    /// (a failed certificate rotation does not stand for the next one). A node's own Secret
+    /// (`perNode`, `.inputs-node-secret`) is left out: it is another object on every node, and a
+    /// failure with one says nothing of another node's. Without a shared Secret marker, the
+    /// config marker itself; without a config marker, none.
+    pub fn revision(&self) -> Option<String> {
+        let marker = |name: &str| {
+            self.markers
+                .iter()
+                .find(|m| m.path.file_name().is_some_and(|n| n == name))
+                .map(|m| m.hash.as_str())
+        };
+        let config = marker(".inputs-config")?;
+        Some(match marker(".inputs-secret") {
+            None => config.to_owned(),
+            Some(secret) => crate::digest::sha256_hex(format!("{config}\n{secret}").as_bytes()),
+        })
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_revision_names_the_config_and_the_shared_secret_not_the_nodes_own() {
+        let pinned = |spec: &str| spec.parse::<PinnedInputs>().unwrap().revision();
+        let both = pinned("/c/.inputs-config=c1,/s/.inputs-secret=s1").unwrap();
+        assert_ne!(both, "c1");
+        assert_eq!(
+            pinned("/c/.inputs-config=c1,/s/.inputs-secret=s1,/s/.inputs-node-secret=n1").as_ref(),
+            Some(&both),
+            "a node's own Secret is left out"
+        );
+        assert_eq!(
+            pinned("/c/.inputs-config=c1,/s/.inputs-secret=s1,/s/.inputs-node-secret=n2").as_ref(),
+            Some(&both)
+        );
+        assert_ne!(
+            pinned("/c/.inputs-config=c1,/s/.inputs-secret=s2").unwrap(),
+            both,
+            "a Secret-only change"
+        );
+        assert_ne!(pinned("/c/.inputs-config=c2,/s/.inputs-secret=s1").unwrap(), both);
+        assert_eq!(pinned("/c/.inputs-config=c1").as_deref(), Some("c1"));
+        assert_eq!(pinned("/s/.inputs-secret=s1"), None);
+    }
 
     #[test]
     fn parses_and_prints_the_spec() {

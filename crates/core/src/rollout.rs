@@ -11,14 +11,19 @@
 //! (each node's kube-apiserver dials its own member). So an anchor that would *replace* the
 //! version a node runs first takes the control plane's rollout Lease ([`LEASE`]), holds it
 //! through the new version's trial, and gives it back once the version is promoted or the node
-//! runs its last-known-good one again. One node holds the turn at a time; it may hold it for
-//! several of its components at once (the Lease lists them). A version rolled back on one node
-//! is recorded on the Lease (by component and input revision) and no other node tries it.
+//! runs its last-known-good one again. One node holds the turn at a time, for one component at
+//! a time (the Lease lists it): a trial judges a version by what its node shows, and another
+//! component restarting beside it on the same node would be taken for its failure (the bed saw a
+//! good kube-scheduler rolled back under a kube-apiserver restarted on the same turn). A version
+//! rolled back on one node is recorded on the Lease (by component and input revision) and no
+//! other node tries it.
 //!
-//! Not needed, and not asked: writing a component for the first time (bootstrap, install on a
-//! node without its manifest), repairing drift, going back to the last-known-good version. A
-//! manifest kube-anchor did not write (a kubeadm node taken over) counts as a running version.
-//! Without the API the upgrade waits: the node keeps the version it runs.
+//! Not needed: writing a component for the first time (bootstrap, install on a node without its
+//! manifest), repairing drift, going back to the last-known-good version. A first write still
+//! asks the Lease's word ([`first_write`]), taking nothing: a revision rolled back on a node is
+//! not started, nor one another node is trying; without an API it goes ahead. A manifest
+//! kube-anchor did not write (a kubeadm node taken over) counts as a running version. Without
+//! the API the upgrade waits: the node keeps the version it runs.
 //!
 //! The component's own Lease (`kube-anchor-<component>`) held the turn before the control
 //! plane shared one: it is still read, so that a turn an earlier anchor holds there, or a
@@ -114,16 +119,64 @@ pub fn decide(leases: &[LeaseView], me: &str, component: &str, revision: Option<
             node: failed.node.clone(),
         };
     }
-    match leases
-        .iter()
-        .find(|l| l.holder().is_some_and(|h| h != me && !gone.iter().any(|g| g == h)))
-    {
+    // Held by another node, or by this one for another component: a trial judges a version by
+    // its node's components and clients, and another component restarting under it on the same
+    // node (a kube-apiserver under a kube-scheduler on trial) would be taken for its failure.
+    match leases.iter().find(|l| {
+        l.holder()
+            .is_some_and(|h| !gone.iter().any(|g| g == h) && (h != me || l.components.iter().any(|c| c != component)))
+    }) {
         None => LeaseAnswer::Take,
         Some(l) => LeaseAnswer::Held {
             by: l.holder.clone().unwrap_or_default(),
             rolling_out: l.components.iter().cloned().collect(),
             renewed: l.renewed,
         },
+    }
+}
+
+/// What a first write may do, asked of the Leases as read without taking a turn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FirstWrite {
+    /// Write: nothing on the Lease speaks against the revision here.
+    Go,
+    /// Another node is trying a version of this component on its turn; `renewed`: when it
+    /// last said so.
+    OnTrialElsewhere { by: String, renewed: Option<SystemTime> },
+    /// This revision was rolled back on `node` (another, or this one before it lost its record).
+    FailedElsewhere { node: String },
+}
+
+/// Whether node `me` may write `component` of input `revision` for the first time (nothing of it
+/// on the node): a first write restarts nothing, so it takes no turn, but it must not start a
+/// revision rolled back on a node (this one too: a re-imaged node that failed it has no record
+/// left, and nothing to go back to), nor a second copy of one still on trial (which a rollback
+/// there would then leave behind here). `gone`: holders whose Node is gone.
+pub fn first_write(
+    leases: &[LeaseView],
+    me: &str,
+    component: &str,
+    revision: Option<&str>,
+    gone: &[String],
+) -> FirstWrite {
+    if let Some(revision) = revision
+        && let Some(failed) = leases
+            .iter()
+            .filter_map(|l| l.failed.get(component))
+            .find(|f| f.revision == revision)
+    {
+        return FirstWrite::FailedElsewhere {
+            node: failed.node.clone(),
+        };
+    }
+    match leases.iter().find(|l| {
+        l.components.contains(component) && l.holder().is_some_and(|h| h != me && !gone.iter().any(|g| g == h))
+    }) {
+        Some(l) => FirstWrite::OnTrialElsewhere {
+            by: l.holder.clone().unwrap_or_default(),
+            renewed: l.renewed,
+        },
+        None => FirstWrite::Go,
     }
 }
 
@@ -144,10 +197,21 @@ pub fn take(lease: &LeaseView, me: &str, component: &str, now: SystemTime) -> Le
     }
 }
 
-/// The Lease once node `me` gave back its turn for `component`, recording `failed` (the input
-/// revision rolled back here); `None` when that changes nothing. The holder stays while it
-/// holds the turn for another of its components.
-pub fn give_back(lease: &LeaseView, me: &str, component: &str, failed: Option<&str>) -> Option<LeaseView> {
+/// How a node's turn for a component ended, for the Lease's failure records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TurnEnd<'a> {
+    /// The input revision was rolled back here: no other node tries it.
+    Failed(&'a str),
+    /// The input revision runs converged here: a failure recorded for it (on another node, or
+    /// here before a `retry`) is proven wrong and cleared.
+    Ran(&'a str),
+    /// Neither (a turn given back for nothing written, a node leaving).
+    Neither,
+}
+
+/// The Lease once node `me` gave back its turn for `component`, as it `end`ed; `None` when that
+/// changes nothing. The holder stays while it holds the turn for another of its components.
+pub fn give_back(lease: &LeaseView, me: &str, component: &str, end: TurnEnd<'_>) -> Option<LeaseView> {
     let mut after = lease.clone();
     if lease.holder() == Some(me) {
         after.components.remove(component);
@@ -156,14 +220,22 @@ pub fn give_back(lease: &LeaseView, me: &str, component: &str, failed: Option<&s
             after.renewed = None;
         }
     }
-    if let Some(revision) = failed {
-        after.failed.insert(
-            component.to_owned(),
-            Failed {
-                revision: revision.to_owned(),
-                node: me.to_owned(),
-            },
-        );
+    match end {
+        TurnEnd::Failed(revision) => {
+            after.failed.insert(
+                component.to_owned(),
+                Failed {
+                    revision: revision.to_owned(),
+                    node: me.to_owned(),
+                },
+            );
+        }
+        TurnEnd::Ran(revision) => {
+            if after.failed.get(component).is_some_and(|f| f.revision == revision) {
+                after.failed.remove(component);
+            }
+        }
+        TurnEnd::Neither => {}
     }
     (after != *lease).then_some(after)
 }
@@ -233,42 +305,52 @@ mod tests {
     }
 
     #[test]
-    fn one_node_at_a_time_across_components_and_one_node_may_hold_several() {
+    fn one_node_and_one_component_at_a_time_across_the_control_plane() {
         // cp-2 rolls etcd out: cp-1's kube-apiserver waits (two API servers would lose their
-        // backend at once), cp-2's own kube-apiserver may go.
+        // backend at once), and so does cp-2's own (its restart would be taken for etcd's).
         let lease = held_by("cp-2", &["etcd"], 90);
         assert!(matches!(
             decide(std::slice::from_ref(&lease), "cp-1", "kube-apiserver", None, &[]),
             LeaseAnswer::Held { by, rolling_out, .. } if by == "cp-2" && rolling_out == ["etcd"]
         ));
-        assert_eq!(
+        assert!(matches!(
             decide(std::slice::from_ref(&lease), "cp-2", "kube-apiserver", None, &[]),
+            LeaseAnswer::Held { by, rolling_out, .. } if by == "cp-2" && rolling_out == ["etcd"]
+        ));
+        assert_eq!(
+            decide(std::slice::from_ref(&lease), "cp-2", "etcd", None, &[]),
+            LeaseAnswer::Take,
+            "renewed"
+        );
+        let renewed = take(&lease, "cp-2", "etcd", at(95));
+        assert_eq!(renewed.renewed, Some(at(95)));
+        assert_eq!(renewed.components, lease.components);
+        let free = give_back(&renewed, "cp-2", "etcd", TurnEnd::Neither).unwrap();
+        assert_eq!(free.holder(), None);
+        assert_eq!(
+            decide(std::slice::from_ref(&free), "cp-1", "kube-apiserver", None, &[]),
             LeaseAnswer::Take
         );
-        let both = take(&lease, "cp-2", "kube-apiserver", at(95));
-        assert_eq!(both.holder(), Some("cp-2"));
-        assert_eq!(both.renewed, Some(at(95)));
-        assert!(both.held_by("cp-2", "etcd") && both.held_by("cp-2", "kube-apiserver"));
-        // Giving back one keeps the turn for the other.
-        let etcd_left = give_back(&both, "cp-2", "kube-apiserver", None).unwrap();
+        let taken = take(&free, "cp-1", "kube-apiserver", at(100));
+        assert!(taken.held_by("cp-1", "kube-apiserver") && !taken.held_by("cp-1", "etcd"));
+        // A Lease that lists two (written elsewhere): giving one back keeps the turn for the other.
+        let both = held_by("cp-2", &["etcd", "kube-apiserver"], 90);
+        let etcd_left = give_back(&both, "cp-2", "kube-apiserver", TurnEnd::Neither).unwrap();
         assert_eq!(etcd_left.holder(), Some("cp-2"));
         assert!(etcd_left.held_by("cp-2", "etcd") && !etcd_left.held_by("cp-2", "kube-apiserver"));
-        let free = give_back(&etcd_left, "cp-2", "etcd", None).unwrap();
-        assert_eq!(free.holder(), None);
-        assert_eq!(decide(&[free], "cp-1", "kube-apiserver", None, &[]), LeaseAnswer::Take);
     }
 
     #[test]
     fn a_turn_is_given_back_only_by_its_holder() {
         let lease = held_by("cp-2", &["etcd"], 90);
-        assert_eq!(give_back(&lease, "cp-1", "etcd", None), None, "not cp-1's");
+        assert_eq!(give_back(&lease, "cp-1", "etcd", TurnEnd::Neither), None, "not cp-1's");
         assert_eq!(
-            give_back(&lease, "cp-2", "kube-apiserver", None),
+            give_back(&lease, "cp-2", "kube-apiserver", TurnEnd::Neither),
             None,
             "not held for it"
         );
         // A failure is recorded whoever holds the turn.
-        let recorded = give_back(&lease, "cp-1", "etcd", Some("r2")).unwrap();
+        let recorded = give_back(&lease, "cp-1", "etcd", TurnEnd::Failed("r2")).unwrap();
         assert_eq!(recorded.holder(), Some("cp-2"));
         assert_eq!(
             recorded.failed["etcd"],
@@ -276,6 +358,69 @@ mod tests {
                 revision: "r2".into(),
                 node: "cp-1".into()
             }
+        );
+    }
+
+    #[test]
+    fn a_failure_is_cleared_once_its_revision_runs_somewhere() {
+        let lease = failed("etcd", "r2", "cp-2");
+        // A turn for another revision, or another component, clears nothing.
+        assert_eq!(give_back(&lease, "cp-1", "etcd", TurnEnd::Ran("r3")), None);
+        assert_eq!(give_back(&lease, "cp-1", "kube-apiserver", TurnEnd::Ran("r2")), None);
+        // cp-2, given the same revision again (fixed credentials of its own, or a retry), runs it.
+        let cleared = give_back(&lease, "cp-2", "etcd", TurnEnd::Ran("r2")).unwrap();
+        assert!(cleared.failed.is_empty());
+        assert_eq!(decide(&[cleared], "cp-1", "etcd", Some("r2"), &[]), LeaseAnswer::Take);
+    }
+
+    #[test]
+    fn a_first_write_takes_no_turn_but_waits_for_a_trial_and_refuses_a_failure() {
+        let free = LeaseView::default();
+        assert_eq!(first_write(&[free], "cp-3", "etcd", Some("r2"), &[]), FirstWrite::Go);
+        assert_eq!(first_write(&[], "cp-3", "etcd", Some("r2"), &[]), FirstWrite::Go);
+        // Another node rolls out another component: a first write restarts nothing, it goes.
+        let apiserver = held_by("cp-1", &["kube-apiserver"], 90);
+        assert_eq!(
+            first_write(&[apiserver], "cp-3", "etcd", Some("r2"), &[]),
+            FirstWrite::Go
+        );
+        // Another node tries etcd: wait for its trial.
+        let etcd = held_by("cp-1", &["etcd"], 90);
+        assert_eq!(
+            first_write(std::slice::from_ref(&etcd), "cp-3", "etcd", Some("r2"), &[]),
+            FirstWrite::OnTrialElsewhere {
+                by: "cp-1".into(),
+                renewed: Some(at(90))
+            }
+        );
+        assert_eq!(
+            first_write(
+                std::slice::from_ref(&etcd),
+                "cp-3",
+                "etcd",
+                Some("r2"),
+                &["cp-1".into()]
+            ),
+            FirstWrite::Go,
+            "its Node is gone"
+        );
+        assert_eq!(
+            first_write(&[etcd], "cp-1", "etcd", Some("r2"), &[]),
+            FirstWrite::Go,
+            "its own"
+        );
+        assert_eq!(
+            first_write(&[failed("etcd", "r2", "cp-1")], "cp-3", "etcd", Some("r2"), &[]),
+            FirstWrite::FailedElsewhere { node: "cp-1".into() }
+        );
+        assert_eq!(
+            first_write(&[failed("etcd", "r2", "cp-1")], "cp-3", "etcd", Some("r3"), &[]),
+            FirstWrite::Go
+        );
+        assert_eq!(
+            first_write(&[failed("etcd", "r2", "cp-1")], "cp-1", "etcd", Some("r2"), &[]),
+            FirstWrite::FailedElsewhere { node: "cp-1".into() },
+            "re-imaged, the node that failed it has nothing to go back to"
         );
     }
 

@@ -263,9 +263,9 @@ impl Turn {
                                 ),
                             }
                         }
-                        Ok(rollout::LeaseAnswer::FailedElsewhere { node }) => {
-                            format!("this input revision was rolled back on {node} (Lease {lease}); not trying it here")
-                        }
+                        Ok(rollout::LeaseAnswer::FailedElsewhere { node }) => format!(
+                            "this input revision was rolled back on {node} (Lease {lease}); not trying it here until it runs on {node} (fix the values and helm upgrade, or kube-anchor retry on {node})"
+                        ),
                         Err(e) => format!("cannot read the rollout Lease {lease}: {e}"),
                     },
                 };
@@ -422,7 +422,9 @@ mod tests {
         let silent = format!(
             "waiting for its turn: cp-2 holds the Lease {LEASE} but has not renewed it for 2m; it keeps the turn until it gives it back or its Node is deleted (if cp-2 is gone for good: kubectl delete lease {LEASE})"
         );
-        let elsewhere = format!("this input revision was rolled back on cp-3 (Lease {LEASE}); not trying it here");
+        let elsewhere = format!(
+            "this input revision was rolled back on cp-3 (Lease {LEASE}); not trying it here until it runs on cp-3 (fix the values and helm upgrade, or kube-anchor retry on cp-3)"
+        );
         let unreadable = format!("cannot read the rollout Lease {LEASE}: connection refused");
         let on_trial = ledger(Some("B"), Some("A"), &[]);
         let promoted = ledger(Some("B"), Some("B"), &[]);

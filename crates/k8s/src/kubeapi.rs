@@ -505,6 +505,34 @@ impl RolloutLease {
         })
     }
 
+    /// The Lease's word on writing this component of input `revision` for the first time on
+    /// this node ([`kube_anchor_core::rollout::first_write`]); takes nothing.
+    pub async fn first_write(
+        &self,
+        revision: Option<&str>,
+    ) -> Result<kube_anchor_core::rollout::FirstWrite, kube::Error> {
+        use kube_anchor_core::rollout::{FirstWrite, first_write, silent_for};
+        let (shared, own) = self.read().await?;
+        let now = std::time::SystemTime::now();
+        let views: Vec<_> = shared_view(shared.as_ref())
+            .into_iter()
+            .chain(own.as_ref().map(|l| own_view(l, &self.component)))
+            .collect();
+        let mut gone = Vec::new();
+        loop {
+            let word = first_write(&views, &self.node, &self.component, revision, &gone);
+            // Only a silent holder (or one that never renewed) may be gone.
+            if let FirstWrite::OnTrialElsewhere { by, renewed } = &word
+                && renewed.is_none_or(|r| silent_for(r, now).is_some())
+                && self.nodes.get_opt(by).await?.is_none()
+            {
+                gone.push(by.clone());
+                continue;
+            }
+            return Ok(word);
+        }
+    }
+
     /// Whether this node holds the turn for this component (a restarted anchor picks it up, or
     /// gives it back).
     pub async fn held_here(&self) -> Result<bool, kube::Error> {
@@ -514,9 +542,10 @@ impl RolloutLease {
         Ok(shared || own)
     }
 
-    /// Gives the turn back for this component when this node holds it; `failed` records the
-    /// input revision that was rolled back here, so no other node tries it.
-    pub async fn release(&self, failed: Option<&str>) -> Result<(), kube::Error> {
+    /// Gives the turn back for this component when this node holds it, and records how it
+    /// `end`ed: an input revision rolled back here (no other node tries it), or one that runs
+    /// here (a failure recorded for it is cleared).
+    pub async fn release(&self, end: kube_anchor_core::rollout::TurnEnd<'_>) -> Result<(), kube::Error> {
         use kube_anchor_core::rollout::give_back;
         let own_name = kube_anchor_core::rollout::component_lease(&self.component);
         for attempt in 1..=LEASE_WRITE_ATTEMPTS {
@@ -526,7 +555,7 @@ impl RolloutLease {
                 &shared_view(shared.as_ref()).unwrap_or_default(),
                 &self.node,
                 &self.component,
-                failed,
+                end,
             ) {
                 result = self.write(shared, &after, std::time::SystemTime::now()).await;
             }

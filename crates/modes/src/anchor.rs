@@ -24,10 +24,11 @@ use kube_anchor_core::desired::Desired;
 use kube_anchor_core::hostpath::HostPath;
 use kube_anchor_core::ledger::BadVersion;
 use kube_anchor_core::lifecycle::LkgFailure;
-use kube_anchor_core::machine::{Anchor, Effect, EvaluateFacts, Input, Note, Settings, SyncFacts};
+use kube_anchor_core::machine::{Anchor, Effect, EvaluateFacts, FirstWriteAnswer, Input, Note, Settings, SyncFacts};
 use kube_anchor_core::membership::MarginFacts;
 use kube_anchor_core::pinned::{MAX_MARKER_BYTES, PinnedInputs};
 use kube_anchor_core::plan::Notice;
+use kube_anchor_core::rollout::TurnEnd;
 use kube_anchor_core::runtime::{Local, RuntimeView};
 use kube_anchor_core::trial::{MirrorPod, VersionView};
 use kube_anchor_core::turn::Answer;
@@ -42,6 +43,15 @@ use kube_anchor_k8s::kubeapi::{self, EventSink};
 const TRIAL_TICK: Duration = Duration::from_secs(1);
 /// How often the inputs are read again when a volume swapped `..data` while they were read.
 const MAX_INPUT_READS: usize = 5;
+
+/// Why a sync pass is run again at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Again {
+    /// The rollout turn was given: an etcd member hands its leadership off first.
+    TurnGiven,
+    /// The Lease has no word against a first write.
+    FirstWriteCleared,
+}
 
 struct MirrorWatch {
     namespace: String,
@@ -335,7 +345,7 @@ impl Daemon {
                     // The resync's from the last one: syncs on events read only what changed.
                     _ = tokio::time::sleep_until(self.known.full_at.unwrap_or(synced) + self.args.resync_period) => break,
                     _ = sleep_until_opt(self.membership_pending.as_ref().map(|_| synced + MEMBERSHIP_RETRY)) => break,
-                    _ = sleep_until_opt(self.machine.turn.waiting.as_ref().map(|_| synced + TURN_RETRY)) => break,
+                    _ = sleep_until_opt(self.machine.waits_for_lease().then_some(synced + TURN_RETRY)) => break,
                     _ = sleep_until_opt(self.credential_drift_since.map(|since| since + CREDENTIAL_SETTLE)) => break,
                     true = mirror_changed => self.evaluate().await,
                     true = status_changed => self.publish_status().await,
@@ -437,11 +447,15 @@ impl Daemon {
         // first), the clients of the version on the node recorded before a new one is written.
         let mut effects = self.sync_pass();
         for _ in 0..2 {
-            if !self.carry_out_turn(effects).await {
-                effects = Vec::new();
-                break;
+            match self.carry_out_turn(effects).await {
+                None => {
+                    effects = Vec::new();
+                    break;
+                }
+                Some(Again::TurnGiven) => self.hand_off_leadership().await,
+                // Nothing of the component runs here to hand off.
+                Some(Again::FirstWriteCleared) => {}
             }
-            self.hand_off_leadership().await;
             effects = self.sync_pass();
         }
         self.carry_out_turn(effects).await;
@@ -1215,23 +1229,19 @@ impl Daemon {
         None
     }
 
-    /// The input revision this pod applies (its config marker), which names a version across
-    /// nodes whose credentials differ.
+    /// The input revision this pod applies ([`PinnedInputs::revision`]), which names a version
+    /// across nodes whose own credentials differ.
     fn input_revision(&self) -> Option<String> {
-        let pinned = self.args.expect_inputs.as_ref()?;
-        pinned
-            .markers
-            .iter()
-            .find(|m| m.path.file_name().is_some_and(|n| n == ".inputs-config"))
-            .map(|m| m.hash.clone())
+        self.args.expect_inputs.as_ref()?.revision()
     }
 
     /// Carries out what a sync asks of the rollout Lease: whether an earlier process on this node
     /// left the turn held (the anchor pod replaced or restarted mid-trial: since no other node
     /// takes a turn over on a timer, this one takes it up again for the version it concerns), and
-    /// the turn for a waiting version. True when the turn was given: the caller syncs again.
-    async fn carry_out_turn(&mut self, effects: Vec<Effect>) -> bool {
-        let mut given = false;
+    /// the turn for a waiting version, and the Lease's word on a first write. `Some` when the
+    /// caller syncs again, and why.
+    async fn carry_out_turn(&mut self, effects: Vec<Effect>) -> Option<Again> {
+        let mut again = None;
         let mut queue: std::collections::VecDeque<Effect> = effects.into();
         while let Some(effect) = queue.pop_front() {
             match effect {
@@ -1255,7 +1265,7 @@ impl Daemon {
                     let Some(lease) = self.rollout_lease.clone() else {
                         continue;
                     };
-                    match kubeapi::bounded(lease.release(None)).await {
+                    match kubeapi::bounded(lease.release(TurnEnd::Neither)).await {
                         Ok(()) => queue.extend(self.machine.step(Input::EarlierGivenBack)),
                         Err(e) => {
                             tracing::warn!(component = %self.component, error = %e, "rollout Lease: cannot give back an earlier turn; retrying");
@@ -1276,7 +1286,22 @@ impl Daemon {
                         wall: SystemTime::now(),
                     }));
                 }
-                Effect::Resync => given = true,
+                Effect::Resync => again = Some(Again::TurnGiven),
+                Effect::AskFirstWrite { version } => {
+                    let answer = match &self.rollout_lease {
+                        None => FirstWriteAnswer::NoLease,
+                        Some(lease) => FirstWriteAnswer::Lease {
+                            lease: lease.name().to_owned(),
+                            word: kubeapi::bounded(lease.first_write(self.input_revision().as_deref())).await,
+                        },
+                    };
+                    for effect in self.machine.step(Input::FirstWriteAsked { version, answer }) {
+                        match effect {
+                            Effect::Resync => again = again.or(Some(Again::FirstWriteCleared)),
+                            other => self.log_effect(other),
+                        }
+                    }
+                }
                 Effect::CheckMargin { .. } => {
                     let facts = self.margin_facts().await;
                     let next = self.machine.step(Input::MarginChecked {
@@ -1302,7 +1327,7 @@ impl Daemon {
                 other => self.log_effect(other),
             }
         }
-        given
+        again
     }
 
     /// Renews the turn while its version is on trial; gives it back once the node runs a
@@ -1326,9 +1351,14 @@ impl Daemon {
         });
         for effect in effects {
             let result = match effect {
-                Effect::GiveBackTurn { version, failed } => {
-                    let revision = self.input_revision().filter(|_| failed);
-                    kubeapi::bounded(lease.release(revision.as_deref())).await.map(|()| {
+                Effect::GiveBackTurn { version, failed, ran } => {
+                    let revision = self.input_revision();
+                    let end = match revision.as_deref() {
+                        Some(revision) if failed => TurnEnd::Failed(revision),
+                        Some(revision) if ran => TurnEnd::Ran(revision),
+                        _ => TurnEnd::Neither,
+                    };
+                    kubeapi::bounded(lease.release(end)).await.map(|()| {
                         tracing::info!(component = %self.component, content_hash = %version, failed, "gave back the rollout turn");
                         self.machine.step(Input::GivenBack);
                     })

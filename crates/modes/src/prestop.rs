@@ -263,7 +263,7 @@ async fn give_back_turn(args: &PreStopArgs, client: Option<&kube::Client>, compo
         return;
     };
     let lease = kubeapi::RolloutLease::new(client.clone(), namespace, component, node, Duration::ZERO);
-    match tokio::time::timeout(budget, lease.release(None)).await {
+    match tokio::time::timeout(budget, lease.release(kube_anchor_core::rollout::TurnEnd::Neither)).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => {
             tracing::warn!(%component, lease = lease.name(), error = %e, "pre-stop: cannot give back this node's rollout turn")

@@ -21,12 +21,12 @@ use kube_anchor_core::decommission::{
 use kube_anchor_core::history::{self, Retention};
 use kube_anchor_core::join_steps::{self, JoinStart, JoinStep};
 use kube_anchor_core::ledger::{BadVersion, Decommissioned, Ledger, RollbackPlan};
-use kube_anchor_core::machine::{Anchor, Effect, EvaluateFacts, Input, Settings, SyncFacts};
+use kube_anchor_core::machine::{Anchor, Effect, EvaluateFacts, FirstWriteAnswer, Input, Settings, SyncFacts};
 use kube_anchor_core::membership::{
     self, LearnerProgress, Leave, LeaveFacts, MarginFacts, Me, Member, MemberList, PeerStatus, Record,
 };
 use kube_anchor_core::prestop_steps::{Action, Hook, LeaveAnswer, Limits, MemberConfig, Observation};
-use kube_anchor_core::rollout::{self, LeaseView};
+use kube_anchor_core::rollout::{self, LeaseView, TurnEnd};
 use kube_anchor_core::runtime::{ContainerState, LocalContainer, LocalPod, RuntimeView};
 use kube_anchor_core::trial::{ClientAnswer, ClientView, HealthFailure, MirrorPod, VersionView};
 use kube_anchor_core::turn::Answer;
@@ -2222,7 +2222,7 @@ impl World {
             proc.next_sync = now
                 + if proc.membership_pending {
                     MEMBERSHIP_RETRY
-                } else if proc.machine.waiting().is_some() {
+                } else if proc.machine.waits_for_lease() {
                     TURN_RETRY
                 } else {
                     60
@@ -2650,6 +2650,29 @@ impl World {
                     });
                     queue.extend(more);
                 }
+                // As the daemon asks (`RolloutLease::first_write`): an unreachable API is no word
+                // against the write.
+                Effect::AskFirstWrite { version } => {
+                    let word = if self.anchor_reaches_api(n) {
+                        let revision = self.versions[proc.expects].id.clone();
+                        Ok(rollout::first_write(
+                            std::slice::from_ref(&self.turn_lease),
+                            &self.nodes[n].name,
+                            COMPONENTS[c],
+                            Some(&revision),
+                            &[],
+                        ))
+                    } else {
+                        Err("API unreachable".to_owned())
+                    };
+                    queue.extend(proc.machine.step(Input::FirstWriteAsked {
+                        version,
+                        answer: FirstWriteAnswer::Lease {
+                            lease: rollout::LEASE.to_owned(),
+                            word,
+                        },
+                    }));
+                }
                 Effect::CheckMargin { .. } => {
                     let more = proc.machine.step(Input::MarginChecked {
                         facts: self.margin_facts(n),
@@ -2671,7 +2694,7 @@ impl World {
                 }
                 Effect::GiveBackEarlierTurn => {
                     if self.anchor_reaches_api(n) {
-                        self.release_lease(n, c, None);
+                        self.release_lease(n, c, TurnEnd::Neither);
                         queue.extend(proc.machine.step(Input::EarlierGivenBack));
                     }
                 }
@@ -2710,10 +2733,15 @@ impl World {
                     let note = format!("{failed} failed its trial ({reason}); rolled back to last-known-good {to}");
                     queue.extend(proc.machine.step(Input::RolledBack { to, note }));
                 }
-                Effect::GiveBackTurn { failed, .. } => {
+                Effect::GiveBackTurn { failed, ran, .. } => {
                     if self.anchor_reaches_api(n) {
-                        let revision = failed.then(|| self.versions[proc.expects].id.clone());
-                        self.release_lease(n, c, revision);
+                        let revision = self.versions[proc.expects].id.clone();
+                        let end = match (failed, ran) {
+                            (true, _) => TurnEnd::Failed(&revision),
+                            (false, true) => TurnEnd::Ran(&revision),
+                            (false, false) => TurnEnd::Neither,
+                        };
+                        self.release_lease(n, c, end);
                         queue.extend(proc.machine.step(Input::GivenBack));
                     }
                 }
@@ -2765,10 +2793,9 @@ impl World {
     }
 
     /// `RolloutLease::release` by node `n` for component `c`: only a turn it holds, recording
-    /// `failed` (its inputs' version) when the trial failed.
-    fn release_lease(&mut self, n: usize, c: usize, failed: Option<String>) {
-        if let Some(after) = rollout::give_back(&self.turn_lease, &self.nodes[n].name, COMPONENTS[c], failed.as_deref())
-        {
+    /// how it `end`ed (its inputs' version failed, or ran).
+    fn release_lease(&mut self, n: usize, c: usize, end: TurnEnd<'_>) {
+        if let Some(after) = rollout::give_back(&self.turn_lease, &self.nodes[n].name, COMPONENTS[c], end) {
             self.turn_lease = after;
         }
     }
@@ -3095,7 +3122,7 @@ impl World {
             }
             Action::GiveBackTurn { .. } => {
                 if self.anchor_reaches_api(n) {
-                    self.release_lease(n, c, None);
+                    self.release_lease(n, c, TurnEnd::Neither);
                 }
                 Observation::Done
             }
