@@ -345,9 +345,14 @@ fn a_second_sigterm_aborts_a_step_that_waits() {
         "kube-system",
     ];
     let mut d = s.start(&args);
-    wait_until(WAIT, "the first apply and an API call waiting", &d, || {
-        s.read(MANIFEST).is_some() && !held.lock().unwrap().is_empty()
-    });
+    // A first write asks the rollout Lease first: an API that never answers delays it by the
+    // API timeout (no answer is no word against it).
+    wait_until(
+        WAIT + kube_anchor_k8s::kubeapi::API_TIMEOUT,
+        "the first apply and an API call waiting",
+        &d,
+        || s.read(MANIFEST).is_some() && !held.lock().unwrap().is_empty(),
+    );
     d.signal(libc::SIGTERM);
     std::thread::sleep(Duration::from_millis(200));
     let sent = std::time::Instant::now();
