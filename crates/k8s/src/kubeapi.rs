@@ -466,21 +466,17 @@ impl RolloutLease {
     /// Asks for this node's turn to replace its version by one of input `revision`; takes (or
     /// renews) the Lease when it is free. A write that loses a race is decided again on what won.
     pub async fn ask(&self, revision: Option<&str>) -> Result<kube_anchor_core::rollout::LeaseAnswer, kube::Error> {
-        use kube_anchor_core::rollout::{LeaseAnswer, decide, silent_for, take};
+        use kube_anchor_core::rollout::{LeaseAnswer, decide, take};
         for _ in 0..LEASE_WRITE_ATTEMPTS {
             let (shared, own) = self.read().await?;
             let now = std::time::SystemTime::now();
             let current = shared_view(shared.as_ref()).unwrap_or_default();
-            let views: Vec<_> = std::iter::once(current.clone())
-                .chain(own.as_ref().map(|l| own_view(l, &self.component)))
-                .collect();
+            let views = self.views(Some(current.clone()), own.as_ref());
             let mut gone = Vec::new();
             let turn = loop {
                 let turn = decide(&views, &self.node, &self.component, revision, &gone);
-                // Only a silent holder (or one that never renewed) may be gone: a renewing one has a Node.
                 if let LeaseAnswer::Held { by, renewed, .. } = &turn
-                    && renewed.is_none_or(|r| silent_for(r, now).is_some())
-                    && self.nodes.get_opt(by).await?.is_none()
+                    && self.holder_gone(by, *renewed, now).await?
                 {
                     tracing::info!(lease = self.name(), holder = %by, "the rollout Lease's holder has no Node any more: taking the turn");
                     gone.push(by.clone());
@@ -511,26 +507,47 @@ impl RolloutLease {
         &self,
         revision: Option<&str>,
     ) -> Result<kube_anchor_core::rollout::FirstWrite, kube::Error> {
-        use kube_anchor_core::rollout::{FirstWrite, first_write, silent_for};
+        use kube_anchor_core::rollout::{FirstWrite, first_write};
         let (shared, own) = self.read().await?;
         let now = std::time::SystemTime::now();
-        let views: Vec<_> = shared_view(shared.as_ref())
-            .into_iter()
-            .chain(own.as_ref().map(|l| own_view(l, &self.component)))
-            .collect();
+        let views = self.views(shared_view(shared.as_ref()), own.as_ref());
         let mut gone = Vec::new();
         loop {
             let word = first_write(&views, &self.node, &self.component, revision, &gone);
-            // Only a silent holder (or one that never renewed) may be gone.
             if let FirstWrite::OnTrialElsewhere { by, renewed } = &word
-                && renewed.is_none_or(|r| silent_for(r, now).is_some())
-                && self.nodes.get_opt(by).await?.is_none()
+                && self.holder_gone(by, *renewed, now).await?
             {
                 gone.push(by.clone());
                 continue;
             }
             return Ok(word);
         }
+    }
+
+    /// The Leases as the decisions read them: the control plane's, then the component's own.
+    fn views(
+        &self,
+        shared: Option<kube_anchor_core::rollout::LeaseView>,
+        own: Option<&k8s_openapi::api::coordination::v1::Lease>,
+    ) -> Vec<kube_anchor_core::rollout::LeaseView> {
+        shared
+            .into_iter()
+            .chain(own.map(|l| own_view(l, &self.component)))
+            .collect()
+    }
+
+    /// Whether the holder `by`, last renewed at `renewed`, has no Node any more. Only a silent
+    /// holder (or one that never renewed) is looked up: a renewing one has a Node.
+    async fn holder_gone(
+        &self,
+        by: &str,
+        renewed: Option<std::time::SystemTime>,
+        now: std::time::SystemTime,
+    ) -> Result<bool, kube::Error> {
+        if renewed.is_some_and(|r| kube_anchor_core::rollout::silent_for(r, now).is_none()) {
+            return Ok(false);
+        }
+        Ok(self.nodes.get_opt(by).await?.is_none())
     }
 
     /// Whether this node holds the turn for this component (a restarted anchor picks it up, or
