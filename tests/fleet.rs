@@ -1112,3 +1112,108 @@ async fn one_node_and_one_component_at_a_time_hold_the_turn() {
     assert_eq!(own.spec.and_then(|s| s.holder_identity), None);
     assert_eq!(anchor("etcd", "cp-2").ask(Some("e3")).await.unwrap(), LeaseAnswer::Take);
 }
+
+/// `--api-server-margin`: the anchors of the component on other nodes are listed with the
+/// anchors' own credentials, and each node's API server is asked at that node's address
+/// (`status.hostIP`, the health URL's port and path, the cluster CA). This bed's API server binds
+/// 127.0.0.1 only, so a node at 127.0.0.2 has nothing listening there: no answer.
+#[tokio::test]
+async fn a_kube_apiserver_restarts_only_while_another_node_serves() {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Patch, PatchParams, PostParams};
+    use kube_anchor_core::margin::{Margin, MarginFacts, PeerAnswer};
+    let cp = control_plane::shared().await;
+    let ns = cp.namespace("apimargin").await;
+    let admin = cp.admin().await;
+    let anchor = support::pki::client_from_kubeconfig(&cp.anchor_service_account().await).await;
+    // A component name of this test alone: the anchors are listed in every namespace.
+    let component = format!("kube-apiserver-{ns}");
+    let pods: kube::Api<Pod> = kube::Api::namespaced(admin.clone(), &ns);
+    // No controller-manager creates it here.
+    let accounts: kube::Api<k8s_openapi::api::core::v1::ServiceAccount> = kube::Api::namespaced(admin.clone(), &ns);
+    let default: k8s_openapi::api::core::v1::ServiceAccount =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "default"}})).unwrap();
+    accounts.create(&PostParams::default(), &default).await.unwrap();
+    let place = |node: &str, ip: &str| {
+        let (pods, component, node, ip) = (pods.clone(), component.clone(), node.to_owned(), ip.to_owned());
+        async move {
+            let name = format!("anchor-{node}");
+            let pod: Pod = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "labels": {
+                    "app.kubernetes.io/name": "kube-anchor",
+                    "app.kubernetes.io/component": component,
+                }},
+                "spec": {
+                    "nodeName": node,
+                    "automountServiceAccountToken": false,
+                    "containers": [{"name": "anchor", "image": "kube-anchor/kube-anchor:test"}],
+                    "tolerations": [{"operator": "Exists"}],
+                },
+            }))
+            .unwrap();
+            pods.create(&PostParams::default(), &pod).await.unwrap();
+            // No kubelet runs these: the address a kubelet would report is set by hand.
+            let status = serde_json::json!({"status": {"hostIP": ip}});
+            pods.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+                .await
+                .unwrap();
+        }
+    };
+    let health_url = format!("https://127.0.0.1:{}/readyz", cp.apiserver_port);
+    let ca = cp.pki.ca();
+    let ask = || {
+        let (anchor, component, health_url, ca) = (anchor.clone(), component.clone(), health_url.clone(), ca.clone());
+        async move { kube_anchor_k8s::margin::api_server_peers(&anchor, &component, "cp-1", &health_url, Some(&ca)).await }
+    };
+
+    // This node alone: no margin can exist, so nothing waits.
+    place("cp-1", "127.0.0.1").await;
+    assert_eq!(ask().await, MarginFacts::ApiServers { peers: vec![] });
+    assert!(matches!(ask().await.judge(), Margin::CannotExist(_)));
+
+    // cp-3's API server does not answer; cp-2's (this bed's, at 127.0.0.1) serves.
+    place("cp-2", "127.0.0.1").await;
+    place("cp-3", "127.0.0.2").await;
+    let facts = ask().await;
+    let MarginFacts::ApiServers { peers } = &facts else {
+        panic!("{facts:?}");
+    };
+    let answers: BTreeMap<&str, &PeerAnswer> = peers.iter().map(|p| (p.node.as_str(), &p.answer)).collect();
+    assert_eq!(
+        answers.keys().copied().collect::<Vec<_>>(),
+        ["cp-2", "cp-3"],
+        "{facts:?}"
+    );
+    assert_eq!(answers["cp-2"], &PeerAnswer::Serving);
+    assert!(
+        matches!(answers["cp-3"], PeerAnswer::NoAnswer(why) if why.contains("127.0.0.2")),
+        "{facts:?}"
+    );
+    assert_eq!(facts.judge(), Margin::Affords);
+
+    // cp-2 leaves: only the silent one is left, so a restart here would leave no API.
+    // No kubelet confirms a graceful deletion here.
+    pods.delete("anchor-cp-2", &kube::api::DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    let gone = Poll::new(Duration::from_secs(30), "cp-2's anchor pod gone from the list")
+        .until_async(|| async {
+            match ask().await.judge() {
+                Margin::Short(why) => Some(why),
+                _ => None,
+            }
+        })
+        .await;
+    assert!(gone.contains("cp-3 does not answer"), "{gone}");
+
+    // A CA that did not sign cp-2's serving certificate (a CA replaced without a bundle): no
+    // answer either, whatever /readyz would say.
+    place("cp-2", "127.0.0.1").await;
+    let stranger = support::pki::Pki::new(&cp.dir.join(format!("{ns}-stranger"))).ca();
+    let facts =
+        kube_anchor_k8s::margin::api_server_peers(&anchor, &component, "cp-1", &health_url, Some(&stranger)).await;
+    assert!(
+        matches!(facts.judge(), Margin::Short(why) if why.contains("cp-2 does not answer")),
+        "{facts:?}"
+    );
+}

@@ -120,6 +120,10 @@ spec:
             {{- with $v.anchor.healthCAFile }}
             - {name: KUBE_ANCHOR_HEALTH_CA_FILE, value: {{ printf "%s/%s" (include "kube-anchor-lib.secretDir" $r) . | quote }}}
             {{- end }}
+            {{- /* The peers are asked at healthURL's port and path: no URL, nothing to ask. */}}
+            {{- if and $v.anchor.apiServerMargin $v.anchor.healthURL }}
+            - {name: KUBE_ANCHOR_API_SERVER_MARGIN, value: "true"}
+            {{- end }}
             {{- with $v.anchor.beforeRemove }}
             - {name: KUBE_ANCHOR_BEFORE_REMOVE, value: {{ . | quote }}}
             {{- end }}

@@ -87,8 +87,8 @@ spec:
           labels:
             {{- include "kube-anchor-lib.alertLabels" (dict "severity" "warning" "extra" $extra) | nindent 12 }}
           annotations:
-            summary: A new {{ .Values.component.name }} version waits because etcd cannot lose a member now.
-            description: {{`'On {{ $labels.instance }} a new version of {{ $labels.component }} has waited 15 minutes: restarting it would leave etcd without a quorum, since another voter does not answer, has no leader or is behind (RestartWaitsForMargin Event; the anchor''s readiness message names it).'`}}
+            summary: A new {{ .Values.component.name }} version waits because the cluster cannot afford its restart now.
+            description: {{`'On {{ $labels.instance }} a new version of {{ $labels.component }} has waited 15 minutes: restarting it would leave etcd without a quorum (another voter does not answer, has no leader or is behind) or clients without an API server (no other kube-apiserver answers its /readyz) (RestartWaitsForMargin Event; the anchor''s readiness message names the node).'`}}
         - alert: KubeAnchorCredentialRenewedOnNode
           expr: kube_anchor_credential_renewed_on_node{ {{- $c -}} } == 1
           for: 1h

@@ -20,6 +20,7 @@ pub mod join_steps;
 pub mod ledger;
 pub mod lifecycle;
 pub mod machine;
+pub mod margin;
 pub mod membership;
 pub mod node_status;
 pub mod pinned;

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::ledger::Ledger;
 use crate::lifecycle::{LkgAction, LkgCheck, LkgEvaluated, LkgFailure, Version, VersionAction, VersionEvent};
-use crate::membership::{Margin, MarginFacts};
+use crate::margin::{Margin, MarginFacts};
 use crate::rollout;
 use crate::trial::{Assessment, ClientAnswer, VersionView, assess};
 use crate::turn::{Answer, Turn, TurnAction, TurnEvent, Waiting};
@@ -30,8 +30,9 @@ pub struct Settings {
     pub in_fleet: bool,
     /// The component's clients are asked (`--client-checks`).
     pub client_checks: bool,
-    /// Replacing the version the node runs restarts an etcd member: the cluster must afford
-    /// losing it for a while ([`Effect::CheckMargin`]) before the turn is asked for.
+    /// Replacing the version the node runs restarts an etcd member or a kube-apiserver: the
+    /// cluster must afford losing it for a while ([`Effect::CheckMargin`]) before the turn is
+    /// asked for.
     pub restart_needs_margin: bool,
 }
 

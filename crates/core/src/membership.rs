@@ -9,6 +9,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::margin::Margin;
+
 /// One member as `MemberList` reports it. A member added but not started yet has no name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Member {
@@ -455,44 +457,6 @@ pub fn hand_off(
             "none of the {} other voters is healthy and within {HAND_OFF_MAX_LAG} entries of the leader",
             voters.len()
         )),
-    }
-}
-
-/// Whether the cluster can afford this node's member going down for a restart (a new version
-/// written, `rollback`, `apply`), judged before the write.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Margin {
-    /// Every other voter is healthy and caught up: losing this one keeps quorum.
-    Affords,
-    /// No margin can ever exist here (one or two voting members, where losing any one loses
-    /// quorum; or this member does not vote): waiting would never end, so the write goes ahead
-    /// and the version is judged by the node's own evidence.
-    CannotExist(String),
-    /// The cluster cannot lose this member now: wait, and say why.
-    Short(String),
-}
-
-/// What the anchor found out before a voluntary restart, judged by [`MarginFacts::judge`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MarginFacts {
-    /// This node's etcd member and what the other voters say about themselves.
-    Etcd {
-        me: Me,
-        observed: MemberList,
-        peers: BTreeMap<u64, PeerStatus>,
-    },
-    /// Nothing could be asked (no etcd client credentials): why. Unknown is no margin.
-    Unknown(String),
-}
-
-impl MarginFacts {
-    pub fn judge(&self) -> Margin {
-        match self {
-            MarginFacts::Etcd { me, observed, peers } => restart_margin(me, observed, peers),
-            MarginFacts::Unknown(why) => {
-                Margin::Short(format!("whether the cluster can afford a restart is unknown: {why}"))
-            }
-        }
     }
 }
 

@@ -12,5 +12,6 @@ pub mod etcd;
 pub mod evidence;
 pub mod failover;
 pub mod kubeapi;
+pub mod margin;
 #[cfg(test)]
 mod test_http;

@@ -25,7 +25,7 @@ use kube_anchor_core::hostpath::HostPath;
 use kube_anchor_core::ledger::BadVersion;
 use kube_anchor_core::lifecycle::LkgFailure;
 use kube_anchor_core::machine::{Anchor, Effect, EvaluateFacts, FirstWriteAnswer, Input, Note, Settings, SyncFacts};
-use kube_anchor_core::membership::MarginFacts;
+use kube_anchor_core::margin::MarginFacts;
 use kube_anchor_core::pinned::{MAX_MARKER_BYTES, PinnedInputs};
 use kube_anchor_core::plan::Notice;
 use kube_anchor_core::rollout::TurnEnd;
@@ -252,8 +252,8 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         crash_loop_threshold: args.crash_loop_threshold,
         in_fleet,
         client_checks: !args.client_checks.0.is_empty(),
-        // Set from the config at every sync (`spec.etcdMember`).
-        restart_needs_margin: false,
+        // Set at every sync (`spec.etcdMember` in the config, or `--api-server-margin`).
+        restart_needs_margin: args.api_server_margin,
     });
     let mut daemon = Daemon {
         args,
@@ -468,9 +468,27 @@ impl Daemon {
         self.evaluate().await;
     }
 
-    /// What the cluster shows before this node's etcd member restarts for a new version: the
-    /// member list and each other voter's own status (`spec.etcdMember`).
+    /// What the cluster shows before this node's component restarts for a new version: for an
+    /// etcd member (`spec.etcdMember`) the member list and each other voter's own status; for a
+    /// kube-apiserver (`--api-server-margin`) the other nodes' API servers.
     async fn margin_facts(&mut self) -> MarginFacts {
+        if self.args.api_server_margin {
+            let (Some(client), Some(node), Some(url)) = (
+                self.api.client(),
+                self.args.identity.node_name.as_deref(),
+                self.args.health_url.as_deref(),
+            ) else {
+                return MarginFacts::Unknown("no API server answers: the other anchors cannot be listed".into());
+            };
+            return kube_anchor_k8s::margin::api_server_peers(
+                client,
+                &self.component,
+                node,
+                url,
+                self.args.health_ca_file.as_deref(),
+            )
+            .await;
+        }
         // The inputs the sync just read (kept while no event says they changed).
         let pinned = self.args.expect_inputs.clone();
         let inputs = match self.load_inputs(&pinned) {
@@ -743,8 +761,10 @@ impl Daemon {
         let mismatch = match pinned_ok(&pinned) {
             Ok(()) => {
                 let inputs = self.load_inputs(&pinned)?;
-                // An etcd member's new version restarts a voter: the cluster must afford it.
-                self.machine.settings.restart_needs_margin = inputs.anchor.etcd_member.is_some();
+                // An etcd member's new version restarts a voter, a kube-apiserver's a server
+                // clients use: the cluster must afford it.
+                self.machine.settings.restart_needs_margin =
+                    inputs.anchor.etcd_member.is_some() || self.args.api_server_margin;
                 if inputs.anchor.etcd_member.is_some() && self.member_record.is_none() {
                     return Err(EngineError::MembershipPending {
                         component: inputs.anchor.name.clone(),

@@ -408,6 +408,12 @@ pub struct RunArgs {
     /// How often --health-url is checked once the version has converged.
     #[arg(long, env = "KUBE_ANCHOR_HEALTH_INTERVAL", default_value = "10s", value_parser = duration)]
     pub health_interval: std::time::Duration,
+    /// The component is a kube-apiserver: a new version restarts it only while another node's
+    /// API server serves (its `/readyz` at --health-url's port and path on that node's address,
+    /// verified with --health-ca-file), so that clients always have one. The nodes are those
+    /// this component's anchors run on; with none but this one, it restarts as before.
+    #[arg(long, env = "KUBE_ANCHOR_API_SERVER_MARGIN", requires = "health_url")]
+    pub api_server_margin: bool,
     /// Also remove files this component wrote earlier that the config no longer lists.
     #[arg(long, env = "KUBE_ANCHOR_PRUNE")]
     pub prune: bool,

@@ -18,7 +18,7 @@ use crate::engine::{ApplyReport, Engine, Inputs, Preview, PreviewAction, Preview
 use crate::logging;
 use kube_anchor_core::history::Outcome;
 use kube_anchor_core::import::ImportPlan;
-use kube_anchor_core::membership::Margin;
+use kube_anchor_core::margin::Margin;
 use kube_anchor_core::plan::Notice;
 use kube_anchor_core::runtime::{ContainerState, RuntimeView};
 use kube_anchor_host::hostfs::SetAside;

@@ -17,9 +17,10 @@ use kube_anchor_core::config::{EtcdMember, FileMode, Role};
 use kube_anchor_core::hostpath::HostPath;
 use kube_anchor_core::join_steps::{Action, JoinEnd, JoinStart, JoinStep, Observation};
 use kube_anchor_core::ledger::{decode_checked, encode_checked};
+use kube_anchor_core::margin::MarginFacts;
 use kube_anchor_core::membership::{
-    self, Attempt, HandOff, Join, LearnerProgress, Leave, LeaveFacts, LeaveIntent, MarginFacts, Me, MemberList,
-    PeerStatus, Phase, Record,
+    self, Attempt, HandOff, Join, LearnerProgress, Leave, LeaveFacts, LeaveIntent, Me, MemberList, PeerStatus, Phase,
+    Record,
 };
 use kube_anchor_core::prestop_steps::LeaveAnswer;
 use kube_anchor_core::state_layout::STATE_SUBDIR;

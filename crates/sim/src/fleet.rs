@@ -22,8 +22,9 @@ use kube_anchor_core::history::{self, Retention};
 use kube_anchor_core::join_steps::{self, JoinStart, JoinStep};
 use kube_anchor_core::ledger::{BadVersion, Decommissioned, Ledger, RollbackPlan};
 use kube_anchor_core::machine::{Anchor, Effect, EvaluateFacts, FirstWriteAnswer, Input, Settings, SyncFacts};
+use kube_anchor_core::margin::{self, ApiServerPeer, MarginFacts, PeerAnswer};
 use kube_anchor_core::membership::{
-    self, LearnerProgress, Leave, LeaveFacts, MarginFacts, Me, Member, MemberList, PeerStatus, Record,
+    self, LearnerProgress, Leave, LeaveFacts, Me, Member, MemberList, PeerStatus, Record,
 };
 use kube_anchor_core::prestop_steps::{Action, Hook, LeaveAnswer, Limits, MemberConfig, Observation};
 use kube_anchor_core::rollout::{self, LeaseView, TurnEnd};
@@ -1171,7 +1172,7 @@ impl World {
             .content_hash
             .as_ref()
             .is_some_and(|on| *on != id);
-        if c == ETCD && restarts && matches!(self.margin_facts(n).judge(), membership::Margin::Short(_)) {
+        if c == ETCD && restarts && matches!(self.margin_facts(n).judge(), margin::Margin::Short(_)) {
             return "refused";
         }
         self.nodes[n].ledgers[c].decommissioned = None;
@@ -1532,8 +1533,9 @@ impl World {
                 crash_loop_threshold: self.setup.crash_loop_threshold[c],
                 in_fleet: true,
                 client_checks: true,
-                // Every simulated etcd anchor renders `spec.etcdMember`.
-                restart_needs_margin: c == ETCD,
+                // Every simulated etcd anchor renders `spec.etcdMember`; every kube-apiserver
+                // anchor runs with the chart's `anchor.apiServerMargin`.
+                restart_needs_margin: c == ETCD || c == APISERVER,
             }),
             next_wake: now,
             synced_inputs: None,
@@ -2408,6 +2410,34 @@ impl World {
         }
     }
 
+    /// What node `n`'s kube-apiserver anchor finds before a restart
+    /// (`kube_anchor_k8s::margin::api_server_peers`): the other nodes the chart selects (the
+    /// DaemonSet's pods stay listed while a node is off) through an API server it reaches, and
+    /// each one's `/readyz` at its own address: served while the server runs with its etcd and
+    /// presents a certificate of the CA this node trusts (not after a CA replaced without a
+    /// bundle).
+    fn api_server_margin_facts(&self, n: usize) -> MarginFacts {
+        if !self.anchor_reaches_api(n) {
+            return MarginFacts::Unknown("no API server answers: the other anchors cannot be listed".into());
+        }
+        let peers = (0..self.nodes.len())
+            .filter(|&m| m != n && self.nodes[m].selected)
+            .map(|m| ApiServerPeer {
+                node: self.nodes[m].name.clone(),
+                answer: if !self.linked(n, m) || !self.runs(m, APISERVER) || self.api_hung(m) {
+                    PeerAnswer::NoAnswer("connection refused".into())
+                } else if self.fault(m, APISERVER) == Some(Fault::CaWithoutBundle) {
+                    PeerAnswer::NoAnswer("invalid peer certificate: UnknownIssuer".into())
+                } else if !self.api_runs(m) {
+                    PeerAnswer::Refused("HTTP 500: [-]etcd failed".into())
+                } else {
+                    PeerAnswer::Serving
+                },
+            })
+            .collect();
+        MarginFacts::ApiServers { peers }
+    }
+
     /// The member list as node `n`'s anchors' client sees it (a linearizable read, through the
     /// members' client URLs): none without a quorum it reaches, or with the anchors' own client
     /// certificate expired.
@@ -2674,8 +2704,13 @@ impl World {
                     }));
                 }
                 Effect::CheckMargin { .. } => {
+                    let facts = if c == APISERVER {
+                        self.api_server_margin_facts(n)
+                    } else {
+                        self.margin_facts(n)
+                    };
                     let more = proc.machine.step(Input::MarginChecked {
-                        facts: self.margin_facts(n),
+                        facts,
                         instant: self.instant(),
                         wall: wall(self.now),
                     });
@@ -3279,7 +3314,18 @@ impl World {
                 .filter(|&n| !api_world_down(n) && !self.serves_clients(n))
                 .collect();
             let serving = selected().filter(|&n| self.serves_clients(n)).count();
-            if down.len() >= 2 || (serving == 0 && world_down <= minority) {
+            // Where the world took the others down, an API server stopped by what the anchors
+            // wrote (a manifest replacing the running one, a version with a fault) is still the
+            // one that left clients with none: the world's share never excuses the anchors' own.
+            let stopped_here = selected().any(|n| {
+                let pod = &self.nodes[n].pods[APISERVER];
+                let written_here = match &pod.container {
+                    None => pod.manifest.is_some(),
+                    Some(ct) => pod.manifest != Some(ct.version) || self.versions[ct.version].fault.is_some(),
+                };
+                !api_world_down(n) && !self.serves_clients(n) && written_here
+            });
+            if down.len() >= 2 || (serving == 0 && (world_down <= minority || stopped_here)) {
                 let names = down
                     .iter()
                     .map(|&n| self.nodes[n].name.clone())

@@ -340,6 +340,24 @@ pub fn all() -> Vec<Named> {
             },
         },
         Named {
+            name: "apiserver-push-with-one-node-off-and-another-hung",
+            story: "three nodes; cp-3 is powered off and cp-2's kube-apiserver stops answering (SIGSTOP) until the \
+                    kubelet's liveness probe kills it; a good kube-apiserver version is pushed meanwhile",
+            scenario: || {
+                three_nodes(vec![
+                    (
+                        30,
+                        Op::PowerCut {
+                            nodes: vec![2],
+                            down_for: 3600,
+                        },
+                    ),
+                    (100, Op::HangApiServer { node: 1, for_secs: 600 }),
+                    (110, push(APISERVER, None)),
+                ])
+            },
+        },
+        Named {
             name: "single-node-hung-api-server-in-a-trial",
             story: "one node; a good kube-apiserver version is pushed and stops answering for 250 s during its \
                     trial: the kubelet kills it on its liveness probe, and the version is kept",
@@ -801,6 +819,9 @@ pub const KNOWN: &[(&str, &[Invariant])] = &[
     ("etcd-push-just-after-a-member-lost-power-one-daemonset", &[]),
     // A hung API server answers nothing, which is no evidence against the version it runs.
     ("a-hung-api-server-during-a-rollout", &[]),
+    // [issue 53] a kube-apiserver restarts only while another node's serves
+    // (`margin::api_server_margin`): cp-1 waits for cp-2's to answer again.
+    ("apiserver-push-with-one-node-off-and-another-hung", &[]),
     ("single-node-hung-api-server-in-a-trial", &[]),
     // [F9] the etcd anchor's mount does not see a disk mounted after it started: its data dir
     // reads empty, the record says voter, and the member is removed while its etcd crash-loops
