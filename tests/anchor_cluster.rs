@@ -108,7 +108,8 @@ async fn readiness_follows_the_mirror_pod_and_a_failed_trial_rolls_back() {
     let cp = control_plane::shared().await;
     let node = cp.add_node("anchor-node", &[]).await;
     let ns = cp.namespace("anchor").await;
-    let kubeconfig = cp.anchor_service_account().await;
+    // Bound to a pod on the node, as a projected token is: the rollout Lease takes no other.
+    let kubeconfig = cp.anchor_kubeconfig_on(&node.name).await;
     let work = tempfile::tempdir().unwrap();
     let mut volume = ConfigVolume::new(&work.path().join("config"), &refs(&volume_files(&ns, "good")));
     // The component's health endpoint: failing while the "bad" version is on the node.
@@ -226,7 +227,8 @@ async fn a_failing_last_known_good_is_reported_loudly() {
     let cp = control_plane::shared().await;
     let node = cp.add_node("lkg-node", &[]).await;
     let ns = cp.namespace("lkg").await;
-    let kubeconfig = cp.anchor_service_account().await;
+    // Bound to a pod on the node, as a projected token is: the rollout Lease takes no other.
+    let kubeconfig = cp.anchor_kubeconfig_on(&node.name).await;
     let work = tempfile::tempdir().unwrap();
     let mut volume = ConfigVolume::new(&work.path().join("config"), &refs(&volume_files(&ns, "good")));
     let manifest = node.host_root().join("etc/kubernetes/manifests/kube-scheduler.yaml");
@@ -320,7 +322,8 @@ async fn a_crash_looping_push_is_rolled_back_without_a_false_last_known_good_fai
     let cp = control_plane::shared().await;
     let node = cp.add_process_node("crash-node", &[]).await;
     let ns = cp.namespace("crash").await;
-    let kubeconfig = cp.anchor_service_account().await;
+    // Bound to a pod on the node, as a projected token is: the rollout Lease takes no other.
+    let kubeconfig = cp.anchor_kubeconfig_on(&node.name).await;
     let work = tempfile::tempdir().unwrap();
     let mut volume = ConfigVolume::new(
         &work.path().join("config"),
@@ -430,7 +433,8 @@ async fn a_kubelet_whose_reports_lag_does_not_decide_the_trial() {
     let cp = control_plane::shared().await;
     let node = cp.add_process_node("lag-node", &[]).await;
     let ns = cp.namespace("lag").await;
-    let kubeconfig = cp.anchor_service_account().await;
+    // Bound to a pod on the node, as a projected token is: the rollout Lease takes no other.
+    let kubeconfig = cp.anchor_kubeconfig_on(&node.name).await;
     let work = tempfile::tempdir().unwrap();
     let mut volume = ConfigVolume::new(
         &work.path().join("config"),

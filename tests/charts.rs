@@ -1597,8 +1597,9 @@ async fn install_upgrade_and_uninstall_a_component_chart() {
         "--wait=false",
     ]));
 
-    // The chart's own ServiceAccount, with exactly the chart's RBAC.
-    let sa_kubeconfig = cp.service_account_client(&ns, "sched-anchor").await.1;
+    // The chart's own ServiceAccount, with exactly the chart's RBAC; its token bound to a pod on
+    // the node, as a projected token is (the chart's policy lets no other write the rollout Lease).
+    let sa_kubeconfig = cp.kubeconfig_bound_on(&ns, "sched-anchor", &node.name).await;
     for (verb, resource, allowed) in [
         ("list", "pods", true),
         ("watch", "pods", true),

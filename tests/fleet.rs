@@ -1217,3 +1217,60 @@ async fn a_kube_apiserver_restarts_only_while_another_node_serves() {
         "{facts:?}"
     );
 }
+
+/// The charts' ValidatingAdmissionPolicy on the rollout Leases (`manifests/rbac.yaml`, applied
+/// to this API server): an anchor, with its pod-bound token, takes and gives back only its own
+/// node's turn and records failures only in its own node's name; a token bound to no pod writes
+/// nothing. Each refused write is one the Lease code would make for another node.
+#[tokio::test]
+async fn an_anchor_writes_the_rollout_turn_only_for_its_own_node() {
+    use k8s_openapi::api::core::v1::Node;
+    use kube::api::PostParams;
+    use kube_anchor_core::rollout::{LeaseAnswer, TurnEnd};
+    use kube_anchor_k8s::kubeapi::RolloutLease;
+    let cp = control_plane::shared().await;
+    let ns = cp.namespace("leasepolicy").await;
+    let admin = cp.admin().await;
+    let nodes: kube::Api<Node> = kube::Api::all(admin.clone());
+    let (a, b) = (format!("{ns}-a"), format!("{ns}-b"));
+    for name in [&a, &b] {
+        let node: Node = serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+        nodes.create(&PostParams::default(), &node).await.unwrap();
+    }
+    let on_a = support::pki::client_from_kubeconfig(&cp.anchor_kubeconfig_on(&a).await).await;
+    let on_b = support::pki::client_from_kubeconfig(&cp.anchor_kubeconfig_on(&b).await).await;
+    let unbound = support::pki::client_from_kubeconfig(&cp.anchor_service_account().await).await;
+    // `client` writes as the anchor of `node` would (which may not be its own).
+    let lease = |client: &kube::Client, node: &str| RolloutLease::new(client.clone(), &ns, "kube-scheduler", node, TRIAL);
+    let refused = |result: Result<LeaseAnswer, kube::Error>, what: &str| match result {
+        Err(kube::Error::Api(e)) => assert!(
+            (e.code == 403 || e.code == 422) && e.message.contains("rollout-lease"),
+            "{what}: expected the policy's refusal, got {e:?}"
+        ),
+        other => panic!("{what}: expected the policy's refusal, got {other:?}"),
+    };
+
+    // A token bound to no pod names no node: refused even for a free turn.
+    refused(lease(&unbound, &a).ask(Some("r1")).await, "unbound token");
+    // B's anchor takes no turn in A's name.
+    refused(lease(&on_b, &a).ask(Some("r1")).await, "B taking A's turn");
+    // A takes its own; B cannot give it back for A, nor record a failure in A's name.
+    assert_eq!(lease(&on_a, &a).ask(Some("r1")).await.unwrap(), LeaseAnswer::Take);
+    let release_refused = |result: Result<(), kube::Error>, what: &str| {
+        refused(result.map(|()| LeaseAnswer::Take), what);
+    };
+    release_refused(lease(&on_b, &a).release(TurnEnd::Neither).await, "B giving back A's turn");
+    release_refused(lease(&on_b, &a).release(TurnEnd::Failed("r1")).await, "B failing r1 in A's name");
+    assert!(lease(&admin, &a).held_here().await.unwrap(), "A's turn survives B's attempts");
+    // B may record what failed on B (a first write takes no turn) while A holds it.
+    lease(&on_b, &b).release(TurnEnd::Failed("r0")).await.unwrap();
+    // A fails r1 and gives the turn back; B clears that record by running r1.
+    lease(&on_a, &a).release(TurnEnd::Failed("r1")).await.unwrap();
+    assert!(matches!(
+        lease(&on_b, &b).ask(Some("r1")).await.unwrap(),
+        LeaseAnswer::FailedElsewhere { .. }
+    ));
+    lease(&on_b, &b).release(TurnEnd::Ran("r1")).await.unwrap();
+    assert_eq!(lease(&on_b, &b).ask(Some("r1")).await.unwrap(), LeaseAnswer::Take);
+    lease(&on_b, &b).release(TurnEnd::Neither).await.unwrap();
+}

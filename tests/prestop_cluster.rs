@@ -54,7 +54,8 @@ impl Scenario {
         let label = format!("kube-anchor.io/{name}");
         let node = cp.add_node(&format!("{name}-node"), &[(&label, "enabled")]).await;
         let ns = cp.namespace(name).await;
-        let kubeconfig = cp.anchor_service_account().await;
+        // Bound to a pod on the node, as a projected token is: the rollout Lease takes no other.
+        let kubeconfig = cp.anchor_kubeconfig_on(&node.name).await;
         let work = tempfile::tempdir().unwrap();
         let admin = cp.admin().await;
         let s = Self {

@@ -348,13 +348,19 @@ impl ControlPlane {
     /// kube-system, named after the node) stands for the anchor pod; the node must exist.
     pub async fn anchor_kubeconfig_on(&self, node: &str) -> PathBuf {
         self.anchor_service_account().await;
-        let pods: Api<Pod> = Api::namespaced(self.admin().await, "kube-system");
+        self.kubeconfig_bound_on("kube-system", "kube-anchor", node).await
+    }
+
+    /// A kubeconfig of ServiceAccount `account` in `namespace` whose token is bound to a pod on
+    /// `node` (`kube-anchor-identity-<node>`, created in `namespace`), as a projected token is.
+    pub async fn kubeconfig_bound_on(&self, namespace: &str, account: &str, node: &str) -> PathBuf {
+        let pods: Api<Pod> = Api::namespaced(self.admin().await, namespace);
         let name = format!("kube-anchor-identity-{node}");
         let pod: Pod = serde_json::from_value(serde_json::json!({
             "metadata": {"name": name},
             "spec": {
                 "nodeName": node,
-                "serviceAccountName": "kube-anchor",
+                "serviceAccountName": account,
                 "automountServiceAccountToken": false,
                 "containers": [{"name": "anchor", "image": "kube-anchor/kube-anchor:test"}],
                 "tolerations": [{"operator": "Exists"}],
@@ -364,7 +370,7 @@ impl ControlPlane {
         let pod = match pods.create(&PostParams::default(), &pod).await {
             Ok(pod) => pod,
             Err(kube::Error::Api(e)) if e.code == 409 => pods.get(&name).await.unwrap(),
-            Err(e) => panic!("pod {name}: {e}"),
+            Err(e) => panic!("pod {namespace}/{name}: {e}"),
         };
         let bound = BoundObjectReference {
             api_version: Some("v1".into()),
@@ -372,8 +378,8 @@ impl ControlPlane {
             name: Some(name.clone()),
             uid: pod.metadata.uid.clone(),
         };
-        let token = self.token("kube-system", "kube-anchor", Some(bound)).await;
-        let path = self.dir.join(format!("sa-anchor-{node}.kubeconfig"));
+        let token = self.token(namespace, account, Some(bound)).await;
+        let path = self.dir.join(format!("sa-{namespace}-{account}-{node}.kubeconfig"));
         write_kubeconfig(&path, &self.server, &self.pki.ca(), &Identity::Token(token));
         path
     }

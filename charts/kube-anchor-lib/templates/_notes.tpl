@@ -24,6 +24,7 @@ once the anchor pods are gone:
   kubectl -n {{ .Release.Namespace }} delete rolebinding,role {{ $full }}
   kubectl delete clusterrolebinding,clusterrole {{ $full }}
   kubectl delete validatingadmissionpolicybinding,validatingadmissionpolicy {{ $full }}-anchorstatus
+  kubectl delete validatingadmissionpolicybinding,validatingadmissionpolicy {{ $full }}-rollout-lease
   kubectl delete anchorstatuses -l kube-anchor.io/component={{ .Values.component.name }}   # not after a rename: the new release's anchors publish them
 {{- $guard := toString .Values.anchor.quorumGuard }}
 {{- $quorum := or (eq $guard "on") (and (eq $guard "auto") (has .Values.component.name (list "etcd" "kube-apiserver"))) }}

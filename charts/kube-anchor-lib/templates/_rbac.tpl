@@ -156,4 +156,81 @@ subjects:
   - kind: ServiceAccount
     name: {{ include "kube-anchor-lib.serviceAccountName" . }}
     namespace: {{ .Release.Namespace }}
+---
+# The rollout Leases decide which node may restart a component, so, as for AnchorStatus, each
+# anchor writes them only for its own node (the node its pod-bound token names): it takes a turn
+# only for itself and gives back only its own; the components a holder rolls out change only with
+# its own writes; a failure it records names its own node. Clearing a failure record is any
+# node's (one that runs the revision converged proves the record wrong).
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  name: {{ $full }}-rollout-lease
+  annotations:
+    helm.sh/resource-policy: keep
+  labels:
+    {{- include "kube-anchor-lib.labels" . | nindent 4 }}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+      - apiGroups: [coordination.k8s.io]
+        apiVersions: ["*"]
+        operations: [CREATE, UPDATE]
+        resources: [leases]
+        resourceNames: [kube-anchor-control-plane, {{ printf "kube-anchor-%s" .Values.component.name }}]
+  matchConditions:
+    - name: this-release-anchors
+      expression: {{ printf "request.userInfo.username == 'system:serviceaccount:%s:%s'" .Release.Namespace (include "kube-anchor-lib.serviceAccountName" .) | quote }}
+  variables:
+    - name: node
+      expression: >-
+        has(request.userInfo.extra) && 'authentication.kubernetes.io/node-name' in request.userInfo.extra
+        ? request.userInfo.extra['authentication.kubernetes.io/node-name'][0] : ''
+    - name: oldHolder
+      expression: >-
+        oldObject != null && has(oldObject.spec) && has(oldObject.spec.holderIdentity) ? oldObject.spec.holderIdentity : ''
+    - name: newHolder
+      expression: "has(object.spec) && has(object.spec.holderIdentity) ? object.spec.holderIdentity : ''"
+    - name: oldAnnotations
+      expression: >-
+        oldObject != null && has(oldObject.metadata.annotations) ? oldObject.metadata.annotations : {}
+    - name: newAnnotations
+      expression: "has(object.metadata.annotations) ? object.metadata.annotations : {}"
+  validations:
+    - expression: variables.node != ''
+      message: an anchor writes the rollout Lease only with its pod's ServiceAccount token, which names its node
+    - expression: >-
+        variables.newHolder == variables.oldHolder || variables.newHolder == variables.node ||
+        (variables.newHolder == '' && variables.oldHolder == variables.node)
+      message: an anchor takes the rollout turn only for its own node and gives back only its own
+    - expression: >-
+        variables.oldHolder == variables.node || variables.newHolder == variables.node ||
+        (('kube-anchor.io/turn-components' in variables.newAnnotations) == ('kube-anchor.io/turn-components' in variables.oldAnnotations) &&
+         (!('kube-anchor.io/turn-components' in variables.newAnnotations) ||
+          variables.newAnnotations['kube-anchor.io/turn-components'] == variables.oldAnnotations['kube-anchor.io/turn-components']))
+      message: only the node that holds the rollout turn changes the components it rolls out
+    - expression: >-
+        variables.newAnnotations.all(k, !k.startsWith('kube-anchor.io/failed-on.') ||
+          variables.newAnnotations[k] == variables.node ||
+          (k in variables.oldAnnotations && variables.oldAnnotations[k] == variables.newAnnotations[k]))
+      message: a failure an anchor records on the rollout Lease names its own node
+    - expression: >-
+        variables.newAnnotations.all(k, !k.startsWith('kube-anchor.io/failed-revision.') ||
+          (k in variables.oldAnnotations && variables.oldAnnotations[k] == variables.newAnnotations[k]) ||
+          ('kube-anchor.io/failed-on.' + k.substring(31) in variables.newAnnotations &&
+           variables.newAnnotations['kube-anchor.io/failed-on.' + k.substring(31)] == variables.node))
+      message: a failed revision an anchor records on the rollout Lease is one that failed on its own node
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: {{ $full }}-rollout-lease
+  annotations:
+    helm.sh/resource-policy: keep
+  labels:
+    {{- include "kube-anchor-lib.labels" . | nindent 4 }}
+spec:
+  policyName: {{ $full }}-rollout-lease
+  validationActions: [Deny]
 {{- end -}}
