@@ -1241,7 +1241,8 @@ async fn an_anchor_writes_the_rollout_turn_only_for_its_own_node() {
     let on_b = support::pki::client_from_kubeconfig(&cp.anchor_kubeconfig_on(&b).await).await;
     let unbound = support::pki::client_from_kubeconfig(&cp.anchor_service_account().await).await;
     // `client` writes as the anchor of `node` would (which may not be its own).
-    let lease = |client: &kube::Client, node: &str| RolloutLease::new(client.clone(), &ns, "kube-scheduler", node, TRIAL);
+    let lease =
+        |client: &kube::Client, node: &str| RolloutLease::new(client.clone(), &ns, "kube-scheduler", node, TRIAL);
     let refused = |result: Result<LeaseAnswer, kube::Error>, what: &str| match result {
         Err(kube::Error::Api(e)) => assert!(
             (e.code == 403 || e.code == 422) && e.message.contains("rollout-lease"),
@@ -1259,9 +1260,18 @@ async fn an_anchor_writes_the_rollout_turn_only_for_its_own_node() {
     let release_refused = |result: Result<(), kube::Error>, what: &str| {
         refused(result.map(|()| LeaseAnswer::Take), what);
     };
-    release_refused(lease(&on_b, &a).release(TurnEnd::Neither).await, "B giving back A's turn");
-    release_refused(lease(&on_b, &a).release(TurnEnd::Failed("r1")).await, "B failing r1 in A's name");
-    assert!(lease(&admin, &a).held_here().await.unwrap(), "A's turn survives B's attempts");
+    release_refused(
+        lease(&on_b, &a).release(TurnEnd::Neither).await,
+        "B giving back A's turn",
+    );
+    release_refused(
+        lease(&on_b, &a).release(TurnEnd::Failed("r1")).await,
+        "B failing r1 in A's name",
+    );
+    assert!(
+        lease(&admin, &a).held_here().await.unwrap(),
+        "A's turn survives B's attempts"
+    );
     // B may record what failed on B (a first write takes no turn) while A holds it.
     lease(&on_b, &b).release(TurnEnd::Failed("r0")).await.unwrap();
     // A fails r1 and gives the turn back; B clears that record by running r1.
