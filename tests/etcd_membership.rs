@@ -1323,6 +1323,81 @@ fn three_anchored_members(bed: &Bed) -> Vec<Node> {
     nodes
 }
 
+/// `remove` of an etcd member, with real etcd (issue 53): run on two of three nodes and then the
+/// last, quorum is never lost. Each member leaves before its files go (two voters remain, then
+/// one); once the kubelet (the test) has stopped etcd its database is saved and its data dir
+/// removed. The last voter may not leave: nothing is removed, and `--keep-member` is refused as
+/// well (no margin). Without the config nothing reaches etcd, so nothing is removed either.
+#[test]
+fn remove_of_an_etcd_member_leaves_first_and_never_takes_quorum() {
+    let bed = Bed::new(3, 0);
+    let mut nodes = three_anchored_members(&bed);
+    let remove = |node: &mut Node| {
+        let child = node
+            .command("remove")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let manifest = node.manifest();
+        Poll::new(Duration::from_secs(60), "the manifest removed")
+            .every(Duration::from_millis(50))
+            .until(|| !manifest.exists());
+        // The kubelet stops the static pod whose manifest went.
+        node.stop_etcd();
+        child.wait_with_output().unwrap()
+    };
+
+    // No config: the verb cannot reach etcd, so it removes nothing.
+    let out = nodes[2]
+        .command("remove")
+        .env_remove("KUBE_ANCHOR_CONFIG")
+        .args(["--component", "etcd"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("--config"), "{stderr}");
+    assert!(nodes[2].manifest().exists());
+
+    for (i, voters) in [(2, 2), (1, 1)] {
+        let name = nodes[i].name.clone();
+        let out = remove(&mut nodes[i]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{name}: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            stdout.contains("left the cluster") && stdout.contains("removed the etcd data dir"),
+            "{name}: {stdout}"
+        );
+        assert!(nodes[i].my_entries(&bed).is_empty(), "{name} is still a member");
+        bed.wait_healthy(voters);
+        assert!(!nodes[i].data_dir().join("member").exists(), "{name}'s data dir");
+        let saved = fs::read_dir(nodes[i].state().join("etcd-snapshots")).unwrap().count();
+        assert_eq!(saved, 1, "{name}: one database saved");
+    }
+    // The last voter: refused, nothing removed; --keep-member too.
+    for extra in [&[][..], &["--keep-member"][..]] {
+        let out = nodes[0].command("remove").args(extra).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{extra:?}: {stderr}");
+        assert!(stderr.contains("nothing removed"), "{extra:?}: {stderr}");
+        assert!(nodes[0].manifest().exists() && nodes[0].data_dir().join("member").exists());
+    }
+    assert!(
+        bed.post(
+            &nodes[0].ports.client_url(),
+            "/v3/kv/put",
+            r#"{"key":"a2V5","value":"bGFzdA=="}"#
+        )
+        .is_some_and(|v| v.get("header").is_some()),
+        "the last member takes writes"
+    );
+    nodes[0].stop_etcd();
+}
+
 /// kubernetes/kubeadm#2991, measured: a rolling etcd upgrade (a changed flag, node by node:
 /// `apply`, then the kubelet restarts etcd) with a client writing throughout, once with the
 /// hand-off off and once on, the leader's node first both times. Without it the leader is

@@ -312,6 +312,19 @@ pub struct RemoveArgs {
     /// no ledger on this node is refused, as a likely typo).
     #[arg(long)]
     pub ignore_not_found: bool,
+    /// An etcd member (a membership record on the node): remove the files and leave the member
+    /// in the cluster, which then counts it as down, instead of making it leave first. Refused
+    /// where etcd cannot lose it now, unless --force.
+    #[arg(long)]
+    pub keep_member: bool,
+    /// With --keep-member: remove the files even where etcd cannot lose the member now (this can
+    /// cost etcd its quorum).
+    #[arg(long, requires = "keep_member")]
+    pub force: bool,
+    /// An etcd member: how long to wait for etcd to stop once its manifest is gone before its
+    /// data dir is saved and removed (kept if it still runs then).
+    #[arg(long, default_value = "60s", value_parser = duration)]
+    pub stop_timeout: std::time::Duration,
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub output: OutputFormat,
 }

@@ -433,10 +433,125 @@ fn remove(args: RemoveArgs) -> anyhow::Result<ExitCode> {
             }
         );
     }
-    let report = engine.remove(&component)?;
+    let member = crate::etcd_member::load_record(&engine, &component)?
+        .filter(|r| r.phase != kube_anchor_core::membership::Phase::Removed);
+    let Some(record) = member else {
+        let report = engine.remove(&component)?;
+        log_notices(&report.notices, report.set_aside.as_ref());
+        tracing::info!(component = %report.component, removed = report.removed.len(), "removed");
+        print_remove(&report, args.output);
+        return Ok(ExitCode::SUCCESS);
+    };
+    remove_member(&engine, &component, &record, &args)
+}
+
+/// `remove` of an etcd member: its files going stops a voter for good, so the member leaves
+/// first (the same rule and steps as a proven decommission's pre-stop: `decide_leave`, a
+/// leadership hand-off, the removal; then, once etcd has stopped, its database saved and its
+/// data dir removed), or, with `--keep-member`, stays listed where etcd can lose it. Refused
+/// with nothing removed otherwise.
+fn remove_member(
+    engine: &Engine,
+    component: &str,
+    record: &kube_anchor_core::membership::Record,
+    args: &RemoveArgs,
+) -> anyhow::Result<ExitCode> {
+    use kube_anchor_core::prestop_steps::LeaveAnswer;
+    let Some(config) = &args.component.config else {
+        anyhow::bail!(
+            "{component}: nothing removed: this node runs etcd member {} ({}), and removing its files without it leaving first stops a voter for good; pass the anchor's --config (its etcd client credentials) to make it leave, or --keep-member to leave it listed",
+            record.name,
+            record.peer_url
+        );
+    };
+    let inputs = Inputs::load(config, engine.roots())?;
+    anyhow::ensure!(
+        inputs.anchor.name == component,
+        "{}: names component {}, not {component}",
+        config.display(),
+        inputs.anchor.name
+    );
+    let member = inputs.anchor.etcd_member.as_ref().with_context(|| {
+        format!(
+            "{component}: nothing removed: the node has an etcd membership record, but {} has no spec.etcdMember to reach etcd with",
+            config.display()
+        )
+    })?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    if args.keep_member {
+        match runtime
+            .block_on(crate::etcd_member::margin_facts(&inputs, member))
+            .judge()
+        {
+            Margin::Affords => {}
+            // A removal is not a restart: where no margin can exist, losing the member loses quorum.
+            Margin::CannotExist(why) | Margin::Short(why) if !args.force => anyhow::bail!(
+                "{component}: nothing removed: --keep-member leaves this member listed but stopped, and {why}; let it leave instead (without --keep-member), or pass --force"
+            ),
+            Margin::CannotExist(why) | Margin::Short(why) => {
+                tracing::warn!(%component, reason = %why, "--force: removing a member's files although etcd cannot lose it");
+            }
+        }
+    } else {
+        crate::etcd_member::ask_leave(engine, component, None)?;
+        let answer = runtime.block_on(async {
+            match tokio::time::timeout(
+                crate::etcd_member::LEAVE_BUDGET,
+                crate::etcd_member::leave_step(engine, &inputs, member),
+            )
+            .await
+            {
+                Ok(Ok(answer)) => answer,
+                Ok(Err(e)) => LeaveAnswer::Failed(crate::logging::error_chain(&anyhow::Error::from(e))),
+                Err(_) => LeaveAnswer::NoAnswer {
+                    within: crate::etcd_member::LEAVE_BUDGET,
+                },
+            }
+        });
+        let refused = match answer {
+            LeaveAnswer::Removed { id } => {
+                tracing::warn!(%component, member_id = %format!("{id:x}"), "removed this node's etcd member");
+                outln!("{component}: member {id:x} left the cluster");
+                None
+            }
+            LeaveAnswer::NotAMember => None,
+            LeaveAnswer::Refused { reason, .. } => Some(reason),
+            LeaveAnswer::Failed(why) => Some(why),
+            LeaveAnswer::NoAnswer { within } => Some(format!(
+                "etcd did not answer within {}",
+                humantime::format_duration(within)
+            )),
+        };
+        if let Some(why) = refused {
+            crate::etcd_member::hold_leave(engine, component, &why)?;
+            anyhow::bail!(
+                "{component}: nothing removed: this node's etcd member may not leave: {why}; once it may, run remove again (or --keep-member to leave it listed where etcd can lose it)"
+            );
+        }
+    }
+    let report = engine.remove(component)?;
     log_notices(&report.notices, report.set_aside.as_ref());
-    tracing::info!(component = %report.component, removed = report.removed.len(), "removed");
     print_remove(&report, args.output);
+    if args.keep_member {
+        return Ok(ExitCode::SUCCESS);
+    }
+    // The data dir goes only once etcd has stopped (the kubelet stops it now that its manifest
+    // is gone) and its database is saved.
+    let until = std::time::Instant::now() + args.stop_timeout;
+    if !runtime.block_on(crate::etcd_member::wait_etcd_stopped(engine, &inputs, member, until)) {
+        tracing::warn!(%component, data_dir = %member.data_dir, "etcd still runs: its data dir is kept");
+        outln!(
+            "{component}: etcd still runs after {}: its data dir {} is kept",
+            humantime::format_duration(args.stop_timeout),
+            member.data_dir
+        );
+        return Ok(ExitCode::from(1));
+    }
+    let saved = crate::etcd_member::save_and_remove_data_dir(engine, component, member)?;
+    if let Some(s) = saved {
+        outln!("{component}: saved the etcd database at {}", s.snapshot.display());
+    }
+    outln!("{component}: removed the etcd data dir {}", member.data_dir);
     Ok(ExitCode::SUCCESS)
 }
 

@@ -469,6 +469,10 @@ pub(crate) fn give_up_leave(
 /// most an election timeout (1 s by default) once the transferee has caught up.
 pub(crate) const HAND_OFF_BUDGET: Duration = Duration::from_secs(15);
 
+/// One leave attempt of `remove` (a one-shot verb has no hook budget): the hand-off's budget
+/// and the removal's own calls.
+pub(crate) const LEAVE_BUDGET: Duration = Duration::from_secs(30);
+
 /// What the hand-off found and did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct HandOffReport {

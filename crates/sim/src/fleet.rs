@@ -1187,10 +1187,20 @@ impl World {
     /// is refused (`--component` names a likely typo).
     fn remove(&mut self, n: usize, c: usize) -> &'static str {
         let now = self.now;
-        let node = &mut self.nodes[n];
-        if node.ledgers[c].content_hash.is_none() && node.pods[c].manifest.is_none() {
+        if self.nodes[n].ledgers[c].content_hash.is_none() && self.nodes[n].pods[c].manifest.is_none() {
             return "refused";
         }
+        // An etcd member leaves first (`commands::remove_member`, the operator passing the
+        // anchor's config and no `--keep-member`): refused, nothing removed, where it may not.
+        // The verb then waits for etcd to stop and removes the data dir; the world keeps it (a
+        // manifest written back by a running anchor starts a removed member, which exits).
+        if c == ETCD
+            && self.nodes[n].record.is_some()
+            && let LeaveAnswer::Refused { .. } | LeaveAnswer::Failed(_) | LeaveAnswer::NoAnswer { .. } = self.leave(n)
+        {
+            return "refused";
+        }
+        let node = &mut self.nodes[n];
         node.pods[c].manifest = None;
         node.ledgers[c].history.clear();
         // It watches the files it wrote.
