@@ -289,6 +289,11 @@ pub struct RollbackArgs {
     /// passed a trial on this node. It becomes the last-known-good version.
     #[arg(long, value_name = "REVISION")]
     pub to: Option<String>,
+    /// With --config naming `spec.etcdMember` (the anchor container sets it): go back even where
+    /// etcd cannot lose this member now (another voter down or behind); the restart can cost
+    /// etcd its quorum.
+    #[arg(long, env = "KUBE_ANCHOR_FORCE")]
+    pub force: bool,
 }
 
 #[derive(Debug, Args)]

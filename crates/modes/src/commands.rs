@@ -382,7 +382,7 @@ fn before_etcd_restart(
             }
         }
         Margin::Short(why) => anyhow::bail!(
-            "{component}: nothing written: the new manifest restarts this etcd member, and {why}; wait until it is healthy again (or pass --force to restart it anyway, which can cost etcd its quorum)"
+            "{component}: nothing written: the manifest to write restarts this etcd member, and {why}; wait until it is healthy again (or pass --force to restart it anyway, which can cost etcd its quorum)"
         ),
     }
     let report = runtime.block_on(crate::etcd_member::hand_off_leadership(
@@ -567,6 +567,23 @@ fn rollback(args: RollbackArgs) -> anyhow::Result<ExitCode> {
             )
         })?,
     };
+    // An etcd member goes back only where etcd can lose it while it restarts, as for `apply`;
+    // the config (which the anchor container sets) holds etcd's client credentials.
+    match &args.component.config {
+        Some(config) => {
+            let inputs = Inputs::load(config, engine.roots())?;
+            anyhow::ensure!(
+                inputs.anchor.name == component,
+                "{}: names component {}, not {component}",
+                config.display(),
+                inputs.anchor.name
+            );
+            before_etcd_restart(&engine, &inputs, &target, false, args.force, OutputFormat::Text)?;
+        }
+        None => {
+            tracing::info!(%component, "no --config: whether the cluster can afford the restart is not asked");
+        }
+    }
     let kube_anchor_core::ledger::RollbackPlan {
         mark_bad: bad,
         promote: new_last_known_good,

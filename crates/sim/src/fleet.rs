@@ -1129,6 +1129,14 @@ impl World {
         let Some(target) = target else {
             return "refused";
         };
+        // A rollback that restarts an etcd member is written only where etcd can lose it
+        // (`commands::rollback` with the anchor's config, as in the anchor container; no
+        // `--force`).
+        let restarts = ledger.content_hash.as_ref().is_some_and(|on| *on != target);
+        if c == ETCD && restarts && matches!(self.margin_facts(n).judge(), margin::Margin::Short(_)) {
+            return "refused";
+        }
+        let ledger = &mut self.nodes[n].ledgers[c];
         let RollbackPlan { mark_bad, promote } = ledger.rollback_plan(&target);
         if let Some(bad) = mark_bad {
             ledger.mark_bad(BadVersion {

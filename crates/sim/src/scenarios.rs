@@ -863,7 +863,9 @@ pub const KNOWN: &[(&str, &[Invariant])] = &[
         "a-re-imaged-node-whose-learner-never-catches-up",
         &[Invariant::NotRecovered],
     ),
-    // [F11] `rollback` checks nothing: run on each node in turn, every member restarts at once.
+    // [F11] `rollback` looks at the other voters now (given the anchor's config), but as for
+    // `apply` below, fanned out 2 s apart each looks while the member the one before wrote still
+    // runs: every member restarts at once.
     (
         "rollback-to-the-first-version-fanned-out",
         &[Invariant::QuorumLost, Invariant::ApiServersDown],

@@ -258,8 +258,8 @@ fn a_re_imaged_node_rejoins_as_a_learner() {
 /// The operator's one-shot verbs decide as their commands do (`Ledger::rollback_to`,
 /// `history::find_passed`, `Ledger::forget_bad`): `retry` only where a version was recorded bad,
 /// and the anchor then tries it again (and rolls it back again); `rollback --to` a version that
-/// passed its trial on every node, and refused for one that never ran there; `apply` the
-/// mounted inputs' version where etcd can afford the restart.
+/// passed its trial on every node (where etcd can afford the restart), and refused for one that
+/// never ran there; `apply` the mounted inputs' version where etcd can afford the restart.
 #[test]
 fn the_one_shot_verbs_decide_as_their_commands_do() {
     for seed in SEEDS {
@@ -272,10 +272,14 @@ fn the_one_shot_verbs_decide_as_their_commands_do() {
             "{context}: the bad version tried twice on its node"
         );
 
+        // Each written, or refused where etcd cannot lose its member (the first always written).
         let report = World::run(&named("rollback-to-the-first-version-fanned-out"), seed);
-        assert_eq!(
-            report.verbs.get("rolled-back"),
-            Some(&3),
+        let (rolled_back, refused) = (
+            report.verbs.get("rolled-back").copied().unwrap_or(0),
+            report.verbs.get("refused").copied().unwrap_or(0),
+        );
+        assert!(
+            rolled_back >= 1 && rolled_back + refused == 3,
             "seed {seed}: {:?}",
             report.verbs
         );
