@@ -11,8 +11,8 @@ use clap::{CommandFactory, Parser};
 use serde_json::json;
 
 use crate::cli::{
-    ApplyArgs, BootstrapArgs, CheckExpirationArgs, Cli, Command, ImportArgs, NodeArgs, OutputFormat, ProbeArgs,
-    ProbeEndpoint, RemoveArgs, RetryArgs, RollbackArgs, StatusArgs,
+    ApplyArgs, BootstrapArgs, CheckExpirationArgs, Cli, Command, ComponentArgs, ImportArgs, NodeArgs, OutputFormat,
+    ProbeArgs, ProbeEndpoint, RemoveArgs, RetryArgs, RollbackArgs, StatusArgs,
 };
 use crate::engine::{ApplyReport, Engine, Inputs, Preview, PreviewAction, PreviewChange, RemoveReport, StatusReport};
 use crate::logging;
@@ -445,6 +445,21 @@ fn remove(args: RemoveArgs) -> anyhow::Result<ExitCode> {
     remove_member(&engine, &component, &record, &args)
 }
 
+/// The Anchor config a verb on `component` was given (`--config`, or `KUBE_ANCHOR_CONFIG` as the
+/// anchor container sets it), loaded; `None` without one, or when it is another component's
+/// (`--component` named this one in a container of another).
+fn config_of<'a>(
+    args: &'a ComponentArgs,
+    component: &str,
+    engine: &Engine,
+) -> anyhow::Result<Option<(&'a std::path::Path, Inputs)>> {
+    let Some(config) = &args.config else {
+        return Ok(None);
+    };
+    let inputs = Inputs::load(config, engine.roots())?;
+    Ok((inputs.anchor.name == component).then_some((config.as_path(), inputs)))
+}
+
 /// `remove` of an etcd member: its files going stops a voter for good, so the member leaves
 /// first (the same rule and steps as a proven decommission's pre-stop: `decide_leave`, a
 /// leadership hand-off, the removal; then, once etcd has stopped, its database saved and its
@@ -457,20 +472,13 @@ fn remove_member(
     args: &RemoveArgs,
 ) -> anyhow::Result<ExitCode> {
     use kube_anchor_core::prestop_steps::LeaveAnswer;
-    let Some(config) = &args.component.config else {
+    let Some((config, inputs)) = config_of(&args.component, component, engine)? else {
         anyhow::bail!(
             "{component}: nothing removed: this node runs etcd member {} ({}), and removing its files without it leaving first stops a voter for good; pass the anchor's --config (its etcd client credentials) to make it leave, or --keep-member to leave it listed",
             record.name,
             record.peer_url
         );
     };
-    let inputs = Inputs::load(config, engine.roots())?;
-    anyhow::ensure!(
-        inputs.anchor.name == component,
-        "{}: names component {}, not {component}",
-        config.display(),
-        inputs.anchor.name
-    );
     let member = inputs.anchor.etcd_member.as_ref().with_context(|| {
         format!(
             "{component}: nothing removed: the node has an etcd membership record, but {} has no spec.etcdMember to reach etcd with",
@@ -569,15 +577,8 @@ fn rollback(args: RollbackArgs) -> anyhow::Result<ExitCode> {
     };
     // An etcd member goes back only where etcd can lose it while it restarts, as for `apply`;
     // the config (which the anchor container sets) holds etcd's client credentials.
-    match &args.component.config {
-        Some(config) => {
-            let inputs = Inputs::load(config, engine.roots())?;
-            anyhow::ensure!(
-                inputs.anchor.name == component,
-                "{}: names component {}, not {component}",
-                config.display(),
-                inputs.anchor.name
-            );
+    match config_of(&args.component, &component, &engine)? {
+        Some((_, inputs)) => {
             before_etcd_restart(&engine, &inputs, &target, false, args.force, OutputFormat::Text)?;
         }
         None => {
