@@ -1185,7 +1185,9 @@ async fn a_learner_that_does_not_catch_up_is_reported_after_its_bound() {
             .spawn()
             .unwrap(),
     );
-    Poll::new(Duration::from_secs(20), "the learner added and its manifest written")
+    // The join and the first write's word from the API: tens of seconds when the bed beside
+    // loads the machine.
+    Poll::new(Duration::from_secs(60), "the learner added and its manifest written")
         .every(Duration::from_millis(50))
         .until(|| node.manifest().exists());
     let added = Instant::now();
