@@ -502,20 +502,12 @@ fn remove_member(
         }
     } else {
         crate::etcd_member::ask_leave(engine, component, None)?;
-        let answer = runtime.block_on(async {
-            match tokio::time::timeout(
-                crate::etcd_member::LEAVE_BUDGET,
-                crate::etcd_member::leave_step(engine, &inputs, member),
-            )
-            .await
-            {
-                Ok(Ok(answer)) => answer,
-                Ok(Err(e)) => LeaveAnswer::Failed(crate::logging::error_chain(&anyhow::Error::from(e))),
-                Err(_) => LeaveAnswer::NoAnswer {
-                    within: crate::etcd_member::LEAVE_BUDGET,
-                },
-            }
-        });
+        let answer = runtime.block_on(crate::etcd_member::leave_within(
+            engine,
+            &inputs,
+            member,
+            crate::etcd_member::LEAVE_BUDGET,
+        ));
         let refused = match answer {
             LeaveAnswer::Removed { id } => {
                 tracing::warn!(%component, member_id = %format!("{id:x}"), "removed this node's etcd member");

@@ -394,6 +394,20 @@ pub(crate) async fn leave_step(
     Ok(report)
 }
 
+/// One [`leave_step`] within `budget`: an error or the budget running out is the answer too.
+pub(crate) async fn leave_within(
+    engine: &Engine,
+    inputs: &Inputs,
+    member: &EtcdMember,
+    budget: Duration,
+) -> LeaveAnswer {
+    match tokio::time::timeout(budget, leave_step(engine, inputs, member)).await {
+        Ok(Ok(answer)) => answer,
+        Ok(Err(e)) => LeaveAnswer::Failed(crate::logging::error_chain(&anyhow::Error::from(e))),
+        Err(_) => LeaveAnswer::NoAnswer { within: budget },
+    }
+}
+
 /// Changes the record under its lock; `false` when there is none (a member this node never
 /// recorded: nothing to keep).
 fn update_record(engine: &Engine, component: &str, change: impl FnOnce(&mut Record)) -> Result<bool, MemberError> {

@@ -237,11 +237,7 @@ fn remove_role(
 /// One attempt to leave the etcd cluster, within `budget`.
 async fn leave(inputs: &Inputs, engine: &Engine, member: &EtcdMember, budget: Duration) -> LeaveAnswer {
     let component = &inputs.anchor.name;
-    let answer = match tokio::time::timeout(budget, etcd_member::leave_step(engine, inputs, member)).await {
-        Ok(Ok(answer)) => answer,
-        Ok(Err(e)) => LeaveAnswer::Failed(crate::logging::error_chain(&anyhow::Error::from(e))),
-        Err(_) => LeaveAnswer::NoAnswer { within: budget },
-    };
+    let answer = etcd_member::leave_within(engine, inputs, member, budget).await;
     match &answer {
         LeaveAnswer::Removed { id } => {
             tracing::warn!(%component, member_id = %format!("{id:x}"), "pre-stop: removed this node's etcd member")
