@@ -345,10 +345,11 @@ fn a_second_sigterm_aborts_a_step_that_waits() {
         "kube-system",
     ];
     let mut d = s.start(&args);
-    // A first write asks the rollout Lease first: an API that never answers delays it by the
-    // API timeout (no answer is no word against it).
+    // The start reads the rollout Lease (a turn to recover), and a first write asks it again:
+    // an API that never answers delays the write by twice the API timeout (no answer is no
+    // word against it).
     wait_until(
-        WAIT + kube_anchor_k8s::kubeapi::API_TIMEOUT,
+        WAIT + 2 * kube_anchor_k8s::kubeapi::API_TIMEOUT,
         "the first apply and an API call waiting",
         &d,
         || s.read(MANIFEST).is_some() && !held.lock().unwrap().is_empty(),

@@ -108,7 +108,7 @@ impl ControlPlane {
             None,
             &["127.0.0.1", "localhost", "kubernetes.default.svc"],
         );
-        let (admin_crt, admin_key) = pki.issue("admin", "kube-anchor-test-admin", Some("system:masters"), &[]);
+        pki.issue("admin", "kube-anchor-test-admin", Some("system:masters"), &[]);
         // The API server's identity toward kubelets (logs, exec), as kubeadm issues it.
         pki.issue(
             "apiserver-kubelet-client",
@@ -119,16 +119,7 @@ impl ControlPlane {
         let apiserver_port = free_port();
         let server = format!("https://127.0.0.1:{apiserver_port}");
         let admin_kubeconfig = dir.join("admin.kubeconfig");
-        write_kubeconfig(
-            &admin_kubeconfig,
-            &server,
-            &pki.ca(),
-            &Identity::Cert {
-                cert: admin_crt,
-                key: admin_key,
-            },
-        );
-        let cp = Self {
+        let mut cp = Self {
             dir,
             server,
             apiserver_port,
@@ -140,8 +131,25 @@ impl ControlPlane {
             nodes: Mutex::new(BTreeMap::new()),
             anchor_rbac: tokio::sync::OnceCell::new(),
         };
+        cp.write_admin_kubeconfig();
         cp.start_etcd();
-        cp.start_apiserver().await;
+        // The port was free when picked; something beside this binary (another test binary, a
+        // test bed) may take it before kube-apiserver binds it. A start that ends before
+        // kube-apiserver is ready is retried on a new port, saying how it ended.
+        for attempt in 1.. {
+            let process = Process::start("kube-apiserver", cp.apiserver_command(), &cp.dir);
+            *cp.apiserver.lock().unwrap() = Some(process);
+            match cp.ready_or_exited(Duration::from_secs(60)).await {
+                Ok(()) => break,
+                Err(ended) if attempt < 3 => {
+                    eprintln!("kube-apiserver ended while starting, starting it on a new port: {ended}");
+                    cp.apiserver_port = free_port();
+                    cp.server = format!("https://127.0.0.1:{}", cp.apiserver_port);
+                    cp.write_admin_kubeconfig();
+                }
+                Err(ended) => panic!("kube-apiserver ended while starting, three times: {ended}"),
+            }
+        }
         cp
     }
 
@@ -221,6 +229,14 @@ impl ControlPlane {
             .collect()
     }
 
+    fn write_admin_kubeconfig(&self) {
+        let identity = Identity::Cert {
+            cert: self.pki.dir.join("admin.crt"),
+            key: self.pki.dir.join("admin.key"),
+        };
+        write_kubeconfig(&self.admin_kubeconfig, &self.server, &self.pki.ca(), &identity);
+    }
+
     async fn start_apiserver(&self) {
         let process = Process::start("kube-apiserver", self.apiserver_command(), &self.dir);
         *self.apiserver.lock().unwrap() = Some(process);
@@ -229,6 +245,14 @@ impl ControlPlane {
 
     /// Polls `/readyz` as admin until it answers `ok`.
     pub async fn wait_ready(&self, timeout: Duration) {
+        if let Err(ended) = self.ready_or_exited(timeout).await {
+            panic!("kube-apiserver ended: {ended}");
+        }
+    }
+
+    /// Polls `/readyz` as admin until it answers `ok` (`Ok`) or kube-apiserver ends (`Err`, how
+    /// it ended and its log tail).
+    async fn ready_or_exited(&self, timeout: Duration) -> Result<(), String> {
         let client = self.admin().await;
         let log_tail = || {
             let tail = self
@@ -245,11 +269,10 @@ impl ControlPlane {
             .until_async(|| async {
                 let request = http::Request::get("/readyz").body(Vec::new()).unwrap();
                 if client.request_text(request).await.is_ok_and(|body| body.trim() == "ok") {
-                    return true;
+                    return Some(Ok(()));
                 }
-                let running = self.apiserver.lock().unwrap().as_mut().is_some_and(Process::is_running);
-                assert!(running, "kube-apiserver exited; {}", log_tail());
-                false
+                let ended = self.apiserver.lock().unwrap().as_mut().and_then(Process::exit_status);
+                ended.map(|status| Err(format!("{status}; {}", log_tail())))
             })
             .await
     }

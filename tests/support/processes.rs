@@ -101,6 +101,11 @@ impl Process {
         matches!(self.child.try_wait(), Ok(None))
     }
 
+    /// How the process ended (`exit status: 1`, `signal: 9 (SIGKILL)`), or `None` while it runs.
+    pub fn exit_status(&mut self) -> Option<String> {
+        self.child.try_wait().ok().flatten().map(|status| status.to_string())
+    }
+
     pub fn stop(mut self) {
         self.kill();
     }
