@@ -311,6 +311,51 @@ fn sigterm_drains_and_exits_zero_leaving_every_file() {
     );
 }
 
+/// `remove` while an anchor of the component runs on the node (holds its presence lock) is
+/// refused with nothing removed: the anchor's next sync would write the files back. `--force`
+/// removes them, and the running anchor does write them back; once the anchor has stopped,
+/// `remove` removes them.
+#[test]
+fn remove_is_refused_while_the_anchor_runs_on_the_node() {
+    let s = Setup::new("kubeconfig v1");
+    let node = s.dir.path().join("node");
+    let remove = |extra: &[&str]| {
+        std::process::Command::new(support::fixture::BIN)
+            .args(["remove", "--component", "kube-scheduler", "--host-root"])
+            .arg(&node)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let mut d = s.start(&[]);
+    wait_until(WAIT, "the first apply", &d, || s.read(MANIFEST).is_some());
+
+    let out = remove(&[]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("nothing removed")
+            && err.contains("an anchor of kube-scheduler runs on this node")
+            && err.contains("/var/lib/kube-anchor/v1/kube-scheduler.anchor.lock"),
+        "{err}"
+    );
+    assert!(s.read(MANIFEST).is_some() && s.read(KUBECONFIG).is_some());
+
+    let out = remove(&["--force"]);
+    assert!(out.status.success(), "{out:?}");
+    let removed = String::from_utf8_lossy(&out.stdout);
+    assert!(removed.contains(&format!("removed    {MANIFEST}")), "{removed}");
+    wait_until(WAIT, "the running anchor to write the files back", &d, || {
+        s.read(MANIFEST).is_some() && s.read(KUBECONFIG).as_deref() == Some("kubeconfig v1")
+    });
+
+    d.signal(libc::SIGTERM);
+    assert_eq!(d.child.wait().unwrap().code(), Some(0), "{}", d.log_context());
+    let out = remove(&[]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(s.read(MANIFEST).is_none() && s.read(KUBECONFIG).is_none());
+}
+
 /// A second signal ends a step that waits (here on an API server that accepts and never
 /// answers): the process exits 143 at once, not after the API timeout, and deletes nothing.
 #[test]

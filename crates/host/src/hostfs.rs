@@ -901,6 +901,29 @@ impl HostFs {
         }
         Ok((path, file))
     }
+
+    /// Whether another process holds `<state-dir>/v1/<name>.lock` (any lock): asks for it
+    /// exclusively without waiting, and lets go at once. A missing lock file is held by nobody
+    /// and is not created.
+    pub fn lock_held(&self, state_dir: &HostPath, name: &str) -> Result<Option<HostPath>, HostFsError> {
+        let path = state_dir.join(&format!("{STATE_SUBDIR}/{name}.lock"))?;
+        let real = self.resolve(&path)?;
+        let file = match fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(&real)
+        {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_err(&path, "open lock file")(e)),
+        };
+        match file.try_lock() {
+            // Dropping the file lets go.
+            Ok(()) => Ok(None),
+            Err(fs::TryLockError::WouldBlock) => Ok(Some(path)),
+            Err(fs::TryLockError::Error(e)) => Err(io_err(&path, "lock")(e)),
+        }
+    }
 }
 
 /// At most this many fsyncs run at once.

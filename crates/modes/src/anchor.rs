@@ -204,6 +204,9 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     if engine.recommission(&component, args.identity.pod_name.as_deref())? {
         tracing::info!(%component, "lifted the decommission marker of an earlier pod");
     }
+    // Held until the process ends: `remove` on this node refuses while it is (the next sync
+    // would write the files back).
+    let _presence = engine.hold_anchor_presence(&component)?;
     let (draining, abort) = shutdown::install().context("installing signal handlers")?;
     let shared = Shared::new(Metrics::new(&component));
     server::start(

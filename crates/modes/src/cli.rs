@@ -322,9 +322,10 @@ pub struct RemoveArgs {
     /// where etcd cannot lose it now, unless --force.
     #[arg(long)]
     pub keep_member: bool,
-    /// With --keep-member: remove the files even where etcd cannot lose the member now (this can
-    /// cost etcd its quorum).
-    #[arg(long, requires = "keep_member")]
+    /// Remove the files although an anchor of the component runs on this node (it writes them
+    /// back at its next sync); with --keep-member, also where etcd cannot lose the member now
+    /// (this can cost etcd its quorum).
+    #[arg(long)]
     pub force: bool,
     /// An etcd member: how long to wait for etcd to stop once its manifest is gone before its
     /// data dir is saved and removed (kept if it still runs then).

@@ -433,6 +433,14 @@ fn remove(args: RemoveArgs) -> anyhow::Result<ExitCode> {
             }
         );
     }
+    if let Some(lock) = engine.running_anchor(&component)? {
+        if !args.force {
+            anyhow::bail!(
+                "{component}: nothing removed: an anchor of {component} runs on this node (it holds {lock}) and would write the files back at its next sync; take the node out of the chart's nodeSelector (its pre-stop hook removes the component, with the same guards), or pass --force"
+            );
+        }
+        tracing::warn!(%component, %lock, "--force: removing while an anchor of the component runs on this node; it writes the files back at its next sync");
+    }
     let member = crate::etcd_member::load_record(&engine, &component)?
         .filter(|r| r.phase != kube_anchor_core::membership::Phase::Removed);
     let Some(record) = member else {

@@ -322,6 +322,28 @@ impl Engine {
         })
     }
 
+    /// Held, shared, by a running anchor of `component` for its whole life: the lock file
+    /// `<state-dir>/v1/<component>.anchor.lock`, on the host, so a verb run on the host or in
+    /// another container sees it. Shared, because two anchors of one component may overlap on a
+    /// node (a renamed release, a `perNode` toggle).
+    pub fn hold_anchor_presence(&self, component: &str) -> Result<std::fs::File, EngineError> {
+        let (path, file) = self
+            .fs
+            .open_lock_file(&self.state_dir, &anchor_presence_lock(component))?;
+        file.lock_shared().map_err(|source| HostFsError::Io {
+            path,
+            op: "lock",
+            source,
+        })?;
+        Ok(file)
+    }
+
+    /// The presence lock's path when an anchor of `component` runs on this node (holds it); an
+    /// anchor between two restarts of a crash loop holds nothing.
+    pub fn running_anchor(&self, component: &str) -> Result<Option<HostPath>, EngineError> {
+        Ok(self.fs.lock_held(&self.state_dir, &anchor_presence_lock(component))?)
+    }
+
     /// The components with a ledger on this node (what `apply` or `run` recorded), by name.
     pub fn recorded_components(&self) -> Vec<String> {
         let Ok(dir) = self.state_dir.join(kube_anchor_core::state_layout::STATE_SUBDIR) else {
@@ -1023,6 +1045,11 @@ impl Engine {
 }
 
 /// Seconds since the epoch.
+/// The name of a component's presence lock ([`Engine::hold_anchor_presence`]).
+fn anchor_presence_lock(component: &str) -> String {
+    format!("{component}.anchor")
+}
+
 pub fn unix_now() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

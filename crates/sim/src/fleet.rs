@@ -1194,14 +1194,17 @@ impl World {
     /// `kube-anchor remove` on node `n` for component `c` (`commands::remove`): nothing recorded
     /// is refused (`--component` names a likely typo).
     fn remove(&mut self, n: usize, c: usize) -> &'static str {
-        let now = self.now;
         if self.nodes[n].ledgers[c].content_hash.is_none() && self.nodes[n].pods[c].manifest.is_none() {
+            return "refused";
+        }
+        // Refused while an anchor of the component runs on the node (`Engine::running_anchor`,
+        // its presence lock; no `--force`): its next sync would write the files back.
+        if self.nodes[n].anchors[c].is_some() {
             return "refused";
         }
         // An etcd member leaves first (`commands::remove_member`, the operator passing the
         // anchor's config and no `--keep-member`): refused, nothing removed, where it may not.
-        // The verb then waits for etcd to stop and removes the data dir; the world keeps it (a
-        // manifest written back by a running anchor starts a removed member, which exits).
+        // The verb then waits for etcd to stop and removes the data dir.
         if c == ETCD
             && self.nodes[n].record.is_some()
             && let LeaveAnswer::Refused { .. } | LeaveAnswer::Failed(_) | LeaveAnswer::NoAnswer { .. } = self.leave(n)
@@ -1211,10 +1214,6 @@ impl World {
         let node = &mut self.nodes[n];
         node.pods[c].manifest = None;
         node.ledgers[c].history.clear();
-        // It watches the files it wrote.
-        if let Some(anchor) = node.anchors[c].as_mut() {
-            anchor.next_sync = now;
-        }
         "removed"
     }
 
