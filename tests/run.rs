@@ -705,6 +705,71 @@ fn rollback_puts_the_last_known_good_back_with_no_api_and_no_anchor() {
     assert_eq!(s.read(KUBECONFIG).as_deref(), Some("kubeconfig v1"));
 }
 
+/// The last-known-good snapshot corrupt or gone: `rollback` goes back to the same version
+/// from its history snapshot, saying so; with that one gone too, it refuses as with no
+/// last-known-good, and nothing changes.
+#[test]
+fn a_corrupt_last_known_good_snapshot_falls_back_to_the_history_snapshot() {
+    let mut s = Setup::new("kubeconfig v1");
+    let node = s.dir.path().join("node");
+    let engine = s.engine();
+    let rollback = || {
+        std::process::Command::new(support::fixture::BIN)
+            .args(["rollback", "--component", "kube-scheduler", "--host-root"])
+            .arg(&node)
+            .output()
+            .unwrap()
+    };
+    let v1 = s.desired(&engine);
+    engine.apply(&v1, false).unwrap();
+    engine.promote(&v1).unwrap();
+    let lkg = s.host(&format!(
+        "/var/lib/kube-anchor/v1/{}",
+        kube_anchor_core::ledger::Snapshot::file_name("kube-scheduler")
+    ));
+    let history = s.host(&format!(
+        "/var/lib/kube-anchor/{}",
+        kube_anchor_core::history::Revision::snapshot_name("kube-scheduler", &v1.content_hash)
+    ));
+    assert!(
+        lkg.exists() && history.exists(),
+        "{} {}",
+        lkg.display(),
+        history.display()
+    );
+
+    for (damage, then) in [("corrupt", "v2"), ("gone", "v3")] {
+        s.update(&format!("kubeconfig {then}"));
+        let next = s.desired(&engine);
+        engine.apply(&next, false).unwrap();
+        if damage == "corrupt" {
+            fs::write(&lkg, b"{\"truncated").unwrap();
+        } else {
+            fs::remove_file(&lkg).unwrap();
+        }
+        let out = rollback();
+        assert!(out.status.success(), "{damage}: {out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("using the same version's history snapshot"),
+            "{damage}: {stderr}"
+        );
+        assert_eq!(s.read(KUBECONFIG).as_deref(), Some("kubeconfig v1"), "{damage}");
+    }
+
+    s.update("kubeconfig v4");
+    engine.apply(&s.desired(&engine), false).unwrap();
+    fs::write(&lkg, b"{\"truncated").unwrap();
+    fs::remove_file(&history).unwrap();
+    let out = rollback();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no last-known-good version"),
+        "{out:?}"
+    );
+    assert_eq!(s.read(KUBECONFIG).as_deref(), Some("kubeconfig v4"));
+}
+
 /// A runtime socket that is missing, hangs or answers garbage while a version is on trial, with
 /// no API either: no evidence, so nothing is rolled back however many trial periods pass, and
 /// `/readyz` and the metric say why. (A real runtime cannot be made to hang or answer garbage:

@@ -930,24 +930,32 @@ impl Engine {
         }
     }
 
-    /// The last-known-good version, when the ledger names one and its snapshot is intact.
+    /// The last-known-good version, when the ledger names one and its snapshot is intact; when
+    /// that snapshot is gone, corrupt or holds another version, the same version's snapshot in
+    /// the revision history, with a warning (both are written when a version passes).
     pub fn last_known_good(&self, component: &str) -> Result<Option<Desired>, EngineError> {
         let Some(hash) = self.ledger(component)?.last_known_good else {
             return Ok(None);
         };
-        match self.fs.load_snapshot(&self.state_dir, component)? {
+        let path = HostFs::snapshot_path(&self.state_dir, component)?;
+        let why = match self.fs.load_snapshot(&self.state_dir, component)? {
             Some(Ok(snapshot)) if snapshot.content_hash == hash => match snapshot.to_desired() {
-                Ok(desired) => Ok(Some(desired)),
-                Err(e) => {
-                    tracing::warn!(component, reason = %e, "last-known-good snapshot unusable");
-                    Ok(None)
-                }
+                Ok(desired) => return Ok(Some(desired)),
+                Err(e) => format!("{path} unusable: {e}"),
             },
-            Some(Err(e)) => {
-                tracing::warn!(component, reason = %e, "last-known-good snapshot corrupt");
+            Some(Ok(snapshot)) => format!("{path} holds {}, not {hash}", snapshot.content_hash),
+            Some(Err(e)) => format!("{path} corrupt: {e}"),
+            None => format!("{path} is gone"),
+        };
+        match self.revision(component, &hash) {
+            Ok(desired) => {
+                tracing::warn!(component, %hash, reason = %why, "last-known-good snapshot unusable: using the same version's history snapshot");
+                Ok(Some(desired))
+            }
+            Err(e) => {
+                tracing::warn!(component, %hash, reason = %why, history = %e, "last-known-good snapshot unusable, and no history snapshot of the version either");
                 Ok(None)
             }
-            _ => Ok(None),
         }
     }
 
