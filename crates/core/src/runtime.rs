@@ -165,9 +165,41 @@ pub fn judge(view: &RuntimeView, hash: &str, restarts: u32, crash_loop_threshold
     }
 }
 
+/// What the runtime's view of a `--depends-on` component at `hash` (the version its ledger
+/// names on this node) says against judging a dependent now: why it is down, or `None`. A
+/// version being replaced is down too: the kubelet stops the old one before it starts the new
+/// one. A runtime that cannot be asked says nothing.
+pub fn dependency_down(component: &str, view: &RuntimeView, hash: &str) -> Option<String> {
+    match judge(view, hash, 0, u32::MAX) {
+        Local::NotRunning(what) | Local::CrashLooping(what) => {
+            Some(format!("{component} does not run on this node ({what})"))
+        }
+        Local::PreviousStopping(what) => Some(format!("{component} is being replaced on this node ({what})")),
+        Local::Running | Local::Unknown(_) => None,
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    #[test]
+    fn a_dependency_is_down_while_it_does_not_run_or_is_being_replaced() {
+        use ContainerState::*;
+        let running = pod("sha256:new", true, vec![container("etcd", 0, Running)]);
+        assert_eq!(dependency_down("etcd", &running, "sha256:new"), None);
+        let replaced = pod("sha256:old", true, vec![container("etcd", 0, Running)]);
+        let why = dependency_down("etcd", &replaced, "sha256:new").expect("down while replaced");
+        assert!(why.starts_with("etcd is being replaced on this node"), "{why}");
+        let exited = pod("sha256:new", true, vec![container("etcd", 1, Exited)]);
+        let why = dependency_down("etcd", &exited, "sha256:new").expect("down while exited");
+        assert!(why.starts_with("etcd does not run on this node"), "{why}");
+        assert!(dependency_down("etcd", &RuntimeView::NoSandbox, "sha256:new").is_some());
+        let unknown = RuntimeView::Unavailable {
+            reason: "no socket".into(),
+        };
+        assert_eq!(dependency_down("etcd", &unknown, "sha256:new"), None);
+    }
 
     pub(crate) fn container(name: &str, attempt: u32, state: ContainerState) -> LocalContainer {
         LocalContainer {

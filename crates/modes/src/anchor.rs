@@ -29,7 +29,7 @@ use kube_anchor_core::margin::MarginFacts;
 use kube_anchor_core::pinned::{MAX_MARKER_BYTES, PinnedInputs};
 use kube_anchor_core::plan::Notice;
 use kube_anchor_core::rollout::TurnEnd;
-use kube_anchor_core::runtime::{Local, RuntimeView};
+use kube_anchor_core::runtime::RuntimeView;
 use kube_anchor_core::trial::{MirrorPod, VersionView};
 use kube_anchor_core::turn::Answer;
 use kube_anchor_host::watch::{DirRole, DirWatcher, Stale};
@@ -1213,7 +1213,7 @@ impl Daemon {
     }
 
     /// The first `--depends-on` component with a version on this node that the runtime shows not
-    /// running, or whose health URL answers with an error (what shows). One the node does not run, or that has
+    /// running or being replaced, or whose health URL answers with an error (what shows). One the node does not run, or that has
     /// no last-known-good to name its static pod yet, tells nothing; nor does a runtime that
     /// cannot be asked.
     async fn dependency_down(&self) -> Option<String> {
@@ -1232,11 +1232,8 @@ impl Daemon {
                     node: self.args.identity.node_name.clone(),
                 };
                 let view = observer.observe(&pod).await;
-                match kube_anchor_core::runtime::judge(&view, &hash, 0, u32::MAX) {
-                    Local::NotRunning(what) | Local::CrashLooping(what) => {
-                        return Some(format!("{component} does not run on this node ({what})"));
-                    }
-                    Local::Running | Local::PreviousStopping(_) | Local::Unknown(_) => {}
+                if let Some(down) = kube_anchor_core::runtime::dependency_down(component, &view, &hash) {
+                    return Some(down);
                 }
             }
             // Only an answer counts: a URL that nothing serves (a dependency bound to another
