@@ -64,6 +64,17 @@ impl Setup {
         inputs.desired(&vars).unwrap()
     }
 
+    /// A one-shot verb on kube-scheduler on this setup's node: `kube-anchor <verb> --component
+    /// kube-scheduler --host-root <node> <extra>`.
+    fn verb(&self, verb: &str, extra: &[&str]) -> std::process::Output {
+        std::process::Command::new(support::fixture::BIN)
+            .args([verb, "--component", "kube-scheduler", "--host-root"])
+            .arg(self.dir.path().join("node"))
+            .args(extra)
+            .output()
+            .unwrap()
+    }
+
     fn start(&self, extra: &[&str]) -> Daemon {
         let args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
         Daemon::start(
@@ -318,15 +329,7 @@ fn sigterm_drains_and_exits_zero_leaving_every_file() {
 #[test]
 fn remove_is_refused_while_the_anchor_runs_on_the_node() {
     let s = Setup::new("kubeconfig v1");
-    let node = s.dir.path().join("node");
-    let remove = |extra: &[&str]| {
-        std::process::Command::new(support::fixture::BIN)
-            .args(["remove", "--component", "kube-scheduler", "--host-root"])
-            .arg(&node)
-            .args(extra)
-            .output()
-            .unwrap()
-    };
+    let remove = |extra: &[&str]| s.verb("remove", extra);
     let mut d = s.start(&[]);
     wait_until(WAIT, "the first apply", &d, || s.read(MANIFEST).is_some());
 
@@ -600,7 +603,6 @@ fn an_unreadable_kubeconfig_does_not_stop_the_file_sync() {
 fn retry_lets_the_daemon_try_a_bad_version_again() {
     use kube_anchor_core::ledger::BadVersion;
     let mut s = Setup::new("kubeconfig v1");
-    let node = s.dir.path().join("node");
     let engine = s.engine();
     // v1 ran and became last-known-good; v2 failed its trial.
     let v1 = s.desired(&engine);
@@ -624,14 +626,9 @@ fn retry_lets_the_daemon_try_a_bad_version_again() {
     });
     assert_eq!(s.read(KUBECONFIG).as_deref(), Some("kubeconfig v1"));
 
-    let retry = |hash: Option<&str>| {
-        let mut cmd = std::process::Command::new(support::fixture::BIN);
-        cmd.args(["retry", "--component", "kube-scheduler", "--host-root"])
-            .arg(&node);
-        if let Some(h) = hash {
-            cmd.args(["--hash", h]);
-        }
-        cmd.output().unwrap()
+    let retry = |hash: Option<&str>| match hash {
+        Some(h) => s.verb("retry", &["--hash", h]),
+        None => s.verb("retry", &[]),
     };
     let other = retry(Some("sha256:0000"));
     assert_eq!(other.status.code(), Some(1), "{other:?}");
@@ -655,19 +652,11 @@ fn retry_lets_the_daemon_try_a_bad_version_again() {
 #[test]
 fn rollback_puts_the_last_known_good_back_with_no_api_and_no_anchor() {
     let mut s = Setup::new("kubeconfig v1");
-    let node = s.dir.path().join("node");
     let engine = s.engine();
-    let rollback = || {
-        std::process::Command::new(support::fixture::BIN)
-            .args(["rollback", "--component", "kube-scheduler", "--host-root"])
-            .arg(&node)
-            .output()
-            .unwrap()
-    };
     let v1 = s.desired(&engine);
     engine.apply(&v1, false).unwrap();
     let manifest = s.read(MANIFEST).unwrap();
-    let refused = rollback();
+    let refused = s.verb("rollback", &[]);
     assert_eq!(refused.status.code(), Some(1), "{refused:?}");
     assert!(
         String::from_utf8_lossy(&refused.stderr).contains("no last-known-good version"),
@@ -680,7 +669,7 @@ fn rollback_puts_the_last_known_good_back_with_no_api_and_no_anchor() {
     let v2 = s.desired(&engine);
     engine.apply(&v2, false).unwrap();
     assert_eq!(s.read(KUBECONFIG).as_deref(), Some("kubeconfig v2"));
-    let out = rollback();
+    let out = s.verb("rollback", &[]);
     assert!(out.status.success(), "{out:?}");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -694,7 +683,7 @@ fn rollback_puts_the_last_known_good_back_with_no_api_and_no_anchor() {
     let bad = ledger.bad_version(&v2.content_hash).expect("v2 recorded as bad");
     assert!(bad.reason.contains("by hand"), "{bad:?}");
     // Again: already there, nothing more recorded.
-    let again = rollback();
+    let again = s.verb("rollback", &[]);
     assert!(again.status.success(), "{again:?}");
     assert!(String::from_utf8_lossy(&again.stdout).contains("already on last-known-good"));
 
@@ -711,15 +700,7 @@ fn rollback_puts_the_last_known_good_back_with_no_api_and_no_anchor() {
 #[test]
 fn a_corrupt_last_known_good_snapshot_falls_back_to_the_history_snapshot() {
     let mut s = Setup::new("kubeconfig v1");
-    let node = s.dir.path().join("node");
     let engine = s.engine();
-    let rollback = || {
-        std::process::Command::new(support::fixture::BIN)
-            .args(["rollback", "--component", "kube-scheduler", "--host-root"])
-            .arg(&node)
-            .output()
-            .unwrap()
-    };
     let v1 = s.desired(&engine);
     engine.apply(&v1, false).unwrap();
     engine.promote(&v1).unwrap();
@@ -747,7 +728,7 @@ fn a_corrupt_last_known_good_snapshot_falls_back_to_the_history_snapshot() {
         } else {
             fs::remove_file(&lkg).unwrap();
         }
-        let out = rollback();
+        let out = s.verb("rollback", &[]);
         assert!(out.status.success(), "{damage}: {out:?}");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(
@@ -761,7 +742,7 @@ fn a_corrupt_last_known_good_snapshot_falls_back_to_the_history_snapshot() {
     engine.apply(&s.desired(&engine), false).unwrap();
     fs::write(&lkg, b"{\"truncated").unwrap();
     fs::remove_file(&history).unwrap();
-    let out = rollback();
+    let out = s.verb("rollback", &[]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("no last-known-good version"),
