@@ -1191,6 +1191,52 @@ async fn a_kube_apiserver_restarts_only_while_another_node_serves() {
     );
     assert_eq!(facts.judge(), Margin::Affords);
 
+    // The one-shot verbs ask the same with `--api-server-margin` (the anchor container's
+    // environment): a first write and, while cp-2 serves, a restart go ahead.
+    let host = tempfile::tempdir().unwrap();
+    let config = host.path().join("config");
+    fs::create_dir_all(&config).unwrap();
+    fs::create_dir_all(host.path().join("node")).unwrap();
+    const MANIFEST: &str = "/etc/kubernetes/manifests/kube-apiserver.yaml";
+    fs::write(
+        config.join("anchor.yaml"),
+        anchor_config(
+            &component,
+            &[("extra.conf", "/etc/kubernetes/extra.conf", "0600")],
+            MANIFEST,
+        ),
+    )
+    .unwrap();
+    fs::write(config.join("extra.conf"), "extra").unwrap();
+    let anchor_kubeconfig = cp.anchor_service_account().await;
+    let apply = |verbosity: u32, extra: &[&str]| {
+        let pod = format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: kube-apiserver, namespace: kube-system}}\nspec:\n  hostNetwork: true\n  containers: [{{name: a, image: 'registry.k8s.io/kube-apiserver:v1.36.3', args: ['--v={verbosity}']}}]\n"
+        );
+        fs::write(config.join("pod.yaml"), pod).unwrap();
+        let out = std::process::Command::new(support::fixture::BIN)
+            .arg("apply")
+            .arg("--config")
+            .arg(config.join("anchor.yaml"))
+            .arg("--host-root")
+            .arg(host.path().join("node"))
+            .args(["--api-server-margin", "--health-url", &health_url, "--health-ca-file"])
+            .arg(&ca)
+            .arg("--kubeconfig")
+            .arg(&anchor_kubeconfig)
+            .env("NODE_NAME", "cp-1")
+            .args(extra)
+            .output()
+            .unwrap();
+        let manifest = fs::read_to_string(host.path().join("node").join(MANIFEST.trim_start_matches('/')));
+        (out, manifest.unwrap_or_default())
+    };
+    for verbosity in [1, 2] {
+        let (out, manifest) = apply(verbosity, &[]);
+        assert!(out.status.success(), "{out:?}");
+        assert!(manifest.contains(&format!("--v={verbosity}")), "{manifest}");
+    }
+
     // cp-2 leaves: only the silent one is left, so a restart here would leave no API.
     // No kubelet confirms a graceful deletion here.
     pods.delete("anchor-cp-2", &kube::api::DeleteParams::default().grace_period(0))
@@ -1205,6 +1251,24 @@ async fn a_kube_apiserver_restarts_only_while_another_node_serves() {
         })
         .await;
     assert!(gone.contains("cp-3 does not answer"), "{gone}");
+    // The verb refuses, naming it, and writes nothing; --force writes, saying so.
+    let (out, manifest) = apply(3, &[]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("nothing written")
+            && stderr.contains("kube-apiserver")
+            && stderr.contains("cp-3 does not answer"),
+        "{stderr}"
+    );
+    assert!(manifest.contains("--v=2"), "{manifest}");
+    let (out, manifest) = apply(3, &["--force"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("--force: writing although"),
+        "{out:?}"
+    );
+    assert!(manifest.contains("--v=3"), "{manifest}");
 
     // A CA that did not sign cp-2's serving certificate (a CA replaced without a bundle): no
     // answer either, whatever /readyz would say.

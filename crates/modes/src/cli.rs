@@ -188,11 +188,34 @@ pub struct ApplyArgs {
     #[arg(long)]
     pub dry_run: bool,
     /// Write a manifest that restarts an etcd member even where etcd cannot lose it now (another
-    /// voter down or behind): the restart can cost etcd its quorum.
+    /// voter down or behind), or this node's kube-apiserver while no other serves
+    /// (--api-server-margin): the restart can cost etcd its quorum, or the clients their API.
     #[arg(long, env = "KUBE_ANCHOR_FORCE")]
     pub force: bool,
+    #[command(flatten)]
+    pub api_server_margin: ApiServerMarginArgs,
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub output: OutputFormat,
+}
+
+/// A one-shot verb's kube-apiserver margin: what `run --api-server-margin` asks before a
+/// restart, and with what (the anchor container's environment sets each).
+#[derive(Debug, Args)]
+pub struct ApiServerMarginArgs {
+    /// The component is a kube-apiserver: a manifest that restarts it is written only while
+    /// another node's API server serves, asked as `run --api-server-margin` asks (the anchors
+    /// listed through the API, each node's --health-url port and path); refused otherwise,
+    /// unless --force.
+    #[arg(long, env = "KUBE_ANCHOR_API_SERVER_MARGIN", requires = "health_url")]
+    pub api_server_margin: bool,
+    /// The component's health endpoint, whose port and path each other node is asked at.
+    #[arg(long, env = "KUBE_ANCHOR_HEALTH_URL")]
+    pub health_url: Option<String>,
+    /// CA bundle to verify the other nodes' answers with.
+    #[arg(long, env = "KUBE_ANCHOR_HEALTH_CA_FILE")]
+    pub health_ca_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub identity: IdentityArgs,
 }
 
 #[derive(Debug, Args)]
@@ -290,10 +313,13 @@ pub struct RollbackArgs {
     #[arg(long, value_name = "REVISION")]
     pub to: Option<String>,
     /// With --config naming `spec.etcdMember` (the anchor container sets it): go back even where
-    /// etcd cannot lose this member now (another voter down or behind); the restart can cost
-    /// etcd its quorum.
+    /// etcd cannot lose this member now (another voter down or behind); with
+    /// --api-server-margin, even while no other node's kube-apiserver serves. The restart can
+    /// cost etcd its quorum, or the clients their API.
     #[arg(long, env = "KUBE_ANCHOR_FORCE")]
     pub force: bool,
+    #[command(flatten)]
+    pub api_server_margin: ApiServerMarginArgs,
 }
 
 #[derive(Debug, Args)]

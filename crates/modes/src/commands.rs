@@ -18,7 +18,7 @@ use crate::engine::{ApplyReport, Engine, Inputs, Preview, PreviewAction, Preview
 use crate::logging;
 use kube_anchor_core::history::Outcome;
 use kube_anchor_core::import::ImportPlan;
-use kube_anchor_core::margin::Margin;
+use kube_anchor_core::margin::{Margin, MarginFacts};
 use kube_anchor_core::plan::Notice;
 use kube_anchor_core::runtime::{ContainerState, RuntimeView};
 use kube_anchor_host::hostfs::SetAside;
@@ -233,6 +233,15 @@ fn apply(args: ApplyArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     before_etcd_restart(&engine, &inputs, &desired, args.prune, args.force, args.output)?;
+    before_api_server_restart(
+        "apply",
+        &engine,
+        &desired,
+        args.prune,
+        args.force,
+        &args.api_server_margin,
+        args.output,
+    )?;
     // An explicit apply takes a decommissioned component back.
     if engine.recommission(&desired.component, None)? {
         tracing::info!(component = %desired.component, "lifted the decommission marker");
@@ -357,34 +366,22 @@ fn before_etcd_restart(
     let Some(member) = &inputs.anchor.etcd_member else {
         return Ok(());
     };
-    let restarts = engine.preview(desired, prune)?.changes.iter().any(|c| {
-        c.role == kube_anchor_core::config::Role::Manifest
-            && matches!(c.action, PreviewAction::Write(_))
-            && c.before.is_some()
-    });
-    if !restarts {
+    if !restarts_static_pod(engine, desired, prune)? {
         return Ok(());
     }
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let component = &desired.component;
-    match runtime
+    let margin = runtime
         .block_on(crate::etcd_member::margin_facts(inputs, member))
-        .judge()
-    {
-        Margin::Affords => {}
-        Margin::CannotExist(why) => {
-            tracing::info!(%component, reason = %why, "no restart margin can exist here: writing");
-        }
-        Margin::Short(why) if force => {
-            tracing::warn!(%component, reason = %why, "--force: restarting this member although etcd cannot afford it");
-            if output == OutputFormat::Text {
-                outln!("{component}: --force: writing although {why}");
-            }
-        }
-        Margin::Short(why) => anyhow::bail!(
-            "{component}: nothing written: the manifest to write restarts this etcd member, and {why}; wait until it is healthy again (or pass --force to restart it anyway, which can cost etcd its quorum)"
-        ),
-    }
+        .judge();
+    restart_if_margin(
+        component,
+        margin,
+        force,
+        output,
+        "this etcd member",
+        "which can cost etcd its quorum",
+    )?;
     let report = runtime.block_on(crate::etcd_member::hand_off_leadership(
         inputs,
         member,
@@ -399,6 +396,104 @@ fn before_etcd_restart(
         outln!("{}: {}", desired.component, report.summary);
     }
     Ok(())
+}
+
+/// Whether writing `desired` replaces a manifest the node holds (the kubelet then restarts the
+/// static pod).
+fn restarts_static_pod(
+    engine: &Engine,
+    desired: &kube_anchor_core::desired::Desired,
+    prune: bool,
+) -> anyhow::Result<bool> {
+    Ok(engine.preview(desired, prune)?.changes.iter().any(|c| {
+        c.role == kube_anchor_core::config::Role::Manifest
+            && matches!(c.action, PreviewAction::Write(_))
+            && c.before.is_some()
+    }))
+}
+
+/// A one-shot verb's word on a restart of `what`: written where the cluster affords it or no
+/// margin can exist (logged), refused naming why otherwise, unless `force` (said loudly).
+fn restart_if_margin(
+    component: &str,
+    margin: Margin,
+    force: bool,
+    output: OutputFormat,
+    what: &str,
+    cost: &str,
+) -> anyhow::Result<()> {
+    match margin {
+        Margin::Affords => Ok(()),
+        Margin::CannotExist(why) => {
+            tracing::info!(%component, reason = %why, "no restart margin can exist here: writing");
+            Ok(())
+        }
+        Margin::Short(why) if force => {
+            tracing::warn!(%component, reason = %why, "--force: restarting {what} although the cluster cannot afford it");
+            if output == OutputFormat::Text {
+                outln!("{component}: --force: writing although {why}");
+            }
+            Ok(())
+        }
+        Margin::Short(why) => anyhow::bail!(
+            "{component}: nothing written: the manifest to write restarts {what}, and {why}; wait until the cluster can afford it (or pass --force to restart it anyway, {cost})"
+        ),
+    }
+}
+
+/// Before a manifest that restarts this node's kube-apiserver, with `--api-server-margin` (as
+/// the anchor container sets it): the other nodes' API servers are asked as `run` asks them
+/// (`margin::api_server_peers`, the anchors listed with this identity's API client). No API
+/// client is no margin: refused unless `force`.
+fn before_api_server_restart(
+    verb: &str,
+    engine: &Engine,
+    desired: &kube_anchor_core::desired::Desired,
+    prune: bool,
+    force: bool,
+    args: &crate::cli::ApiServerMarginArgs,
+    output: OutputFormat,
+) -> anyhow::Result<()> {
+    let (true, Some(health_url)) = (args.api_server_margin, args.health_url.as_deref()) else {
+        return Ok(());
+    };
+    if !restarts_static_pod(engine, desired, prune)? {
+        return Ok(());
+    }
+    let component = &desired.component;
+    let node = args
+        .identity
+        .node_name
+        .as_deref()
+        .context("--api-server-margin: --node-name (NODE_NAME) names this node among the anchors' nodes")?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let facts = runtime.block_on(async {
+        let agent = kube_anchor_k8s::kubeapi::user_agent(&format!("{verb} {component}"), Some(node));
+        match kube_anchor_k8s::kubeapi::client(args.identity.kubeconfig(), &args.identity.api_servers, &agent).await {
+            Ok(Some(client)) => {
+                kube_anchor_k8s::margin::api_server_peers(
+                    &client,
+                    component,
+                    node,
+                    health_url,
+                    args.health_ca_file.as_deref(),
+                )
+                .await
+            }
+            Ok(None) => {
+                MarginFacts::Unknown("no kubeconfig and not in a cluster: the other anchors cannot be listed".into())
+            }
+            Err(e) => MarginFacts::Unknown(format!("no API client: {e}")),
+        }
+    });
+    restart_if_margin(
+        component,
+        facts.judge(),
+        force,
+        output,
+        "this node's kube-apiserver",
+        "which can leave the clients without an API",
+    )
 }
 
 /// The membership record, for rendering without a join step (`status`).
@@ -585,6 +680,15 @@ fn rollback(args: RollbackArgs) -> anyhow::Result<ExitCode> {
             tracing::info!(%component, "no --config: whether the cluster can afford the restart is not asked");
         }
     }
+    before_api_server_restart(
+        "rollback",
+        &engine,
+        &target,
+        false,
+        args.force,
+        &args.api_server_margin,
+        OutputFormat::Text,
+    )?;
     let kube_anchor_core::ledger::RollbackPlan {
         mark_bad: bad,
         promote: new_last_known_good,

@@ -1129,11 +1129,11 @@ impl World {
         let Some(target) = target else {
             return "refused";
         };
-        // A rollback that restarts an etcd member is written only where etcd can lose it
-        // (`commands::rollback` with the anchor's config, as in the anchor container; no
-        // `--force`).
+        // A rollback that restarts an etcd member or a kube-apiserver is written only where the
+        // cluster affords it (`commands::rollback` with the anchor container's config and
+        // environment; no `--force`).
         let restarts = ledger.content_hash.as_ref().is_some_and(|on| *on != target);
-        if c == ETCD && restarts && matches!(self.margin_facts(n).judge(), margin::Margin::Short(_)) {
+        if restarts && self.verb_restart_short(n, c) {
             return "refused";
         }
         let ledger = &mut self.nodes[n].ledgers[c];
@@ -1174,13 +1174,14 @@ impl World {
             return "refused";
         }
         let id = self.versions[version].id.clone();
-        // A manifest that replaces the running one restarts the member: written only where etcd
-        // can lose it (`commands::before_etcd_restart`; the operator passes no `--force`).
+        // A manifest that replaces the running one restarts the component: written only where
+        // the cluster affords it (`commands::before_etcd_restart`,
+        // `commands::before_api_server_restart`; the operator passes no `--force`).
         let restarts = self.nodes[n].ledgers[c]
             .content_hash
             .as_ref()
             .is_some_and(|on| *on != id);
-        if c == ETCD && restarts && matches!(self.margin_facts(n).judge(), margin::Margin::Short(_)) {
+        if restarts && self.verb_restart_short(n, c) {
             return "refused";
         }
         self.nodes[n].ledgers[c].decommissioned = None;
@@ -2433,6 +2434,17 @@ impl World {
     /// each one's `/readyz` at its own address: served while the server runs with its etcd and
     /// presents a certificate of the CA this node trusts (not after a CA replaced without a
     /// bundle).
+    /// A one-shot verb's margin check before it restarts component `c` on node `n`, run in the
+    /// anchor container (its config and environment): short, so refused.
+    fn verb_restart_short(&self, n: usize, c: usize) -> bool {
+        let facts = match c {
+            ETCD => self.margin_facts(n),
+            APISERVER => self.api_server_margin_facts(n),
+            _ => return false,
+        };
+        matches!(facts.judge(), margin::Margin::Short(_))
+    }
+
     fn api_server_margin_facts(&self, n: usize) -> MarginFacts {
         if !self.anchor_reaches_api(n) {
             return MarginFacts::Unknown("no API server answers: the other anchors cannot be listed".into());
