@@ -137,8 +137,7 @@ impl ControlPlane {
         // test bed) may take it before kube-apiserver binds it. A start that ends before
         // kube-apiserver is ready is retried on a new port, saying how it ended.
         for attempt in 1.. {
-            let process = Process::start("kube-apiserver", cp.apiserver_command(), &cp.dir);
-            *cp.apiserver.lock().unwrap() = Some(process);
+            cp.spawn_apiserver();
             match cp.ready_or_exited(Duration::from_secs(60)).await {
                 Ok(()) => break,
                 Err(ended) if attempt < 3 => {
@@ -237,9 +236,13 @@ impl ControlPlane {
         write_kubeconfig(&self.admin_kubeconfig, &self.server, &self.pki.ca(), &identity);
     }
 
-    async fn start_apiserver(&self) {
+    fn spawn_apiserver(&self) {
         let process = Process::start("kube-apiserver", self.apiserver_command(), &self.dir);
         *self.apiserver.lock().unwrap() = Some(process);
+    }
+
+    async fn start_apiserver(&self) {
+        self.spawn_apiserver();
         self.wait_ready(Duration::from_secs(60)).await;
     }
 

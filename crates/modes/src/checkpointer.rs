@@ -537,7 +537,10 @@ const LOCK_POLL: Duration = Duration::from_millis(200);
 
 /// Is the DaemonSet copy alive (its lock taken)? Errors read as "no" (keep working).
 fn daemonset_copy_alive(setup: &Setup) -> bool {
-    lock_file(setup, DAEMONSET_LOCK).is_ok_and(|file| matches!(file.try_lock(), Err(std::fs::TryLockError::WouldBlock)))
+    setup
+        .fs
+        .lock_held(&setup.state_dir, DAEMONSET_LOCK)
+        .is_ok_and(|held| held.is_some())
 }
 
 /// One stretch of work with the lock held.
