@@ -359,6 +359,58 @@ fn remove_is_refused_while_the_anchor_runs_on_the_node() {
     assert!(s.read(MANIFEST).is_none() && s.read(KUBECONFIG).is_none());
 }
 
+/// `pause` holds the running anchor: a deleted manifest stays deleted, `/readyz` and the metric
+/// say why; `resume` lets it go on and the manifest comes back.
+#[test]
+fn a_paused_anchor_repairs_nothing_until_resumed() {
+    let s = Setup::new("kubeconfig v1");
+    let d = s.start(&[]);
+    wait_until(WAIT, "the first apply", &d, || s.read(MANIFEST).is_some());
+
+    let out = s.verb("pause", &["--reason", "restoring etcd"]);
+    assert!(out.status.success(), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("paused on this node (restoring etcd)")
+            && said.contains("the anchor running here writes nothing"),
+        "{said}"
+    );
+    fs::remove_file(s.host(MANIFEST)).unwrap();
+    wait_until(WAIT, "/readyz to say the anchor is paused", &d, || {
+        d.get("/readyz")
+            .is_some_and(|(code, b)| code == 503 && b.contains("paused on this node") && b.contains("restoring etcd"))
+    });
+    assert_eq!(d.metric("kube_anchor_paused"), 1.0);
+    // The deletion was seen (the sync that said so ran on its event) and not repaired.
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(s.read(MANIFEST).is_none(), "a paused anchor wrote the manifest back");
+    assert_eq!(d.metric("kube_anchor_repairs_total"), 0.0);
+
+    let again = s.verb("pause", &["--reason", "something else"]);
+    assert!(again.status.success(), "{again:?}");
+    assert!(
+        String::from_utf8_lossy(&again.stdout).contains("already paused"),
+        "{again:?}"
+    );
+    assert!(!s.verb("pause", &["--reason", " "]).status.success());
+
+    let out = s.verb("resume", &[]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("resumed (paused since"),
+        "{out:?}"
+    );
+    wait_until(
+        WAIT + Duration::from_secs(10),
+        "the resumed anchor to write the manifest back",
+        &d,
+        || s.read(MANIFEST).is_some(),
+    );
+    wait_until(WAIT, "the metric to drop", &d, || d.metric("kube_anchor_paused") == 0.0);
+    let out = s.verb("resume", &[]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("not paused"), "{out:?}");
+}
+
 /// A second signal ends a step that waits (here on an API server that accepts and never
 /// answers): the process exits 143 at once, not after the API timeout, and deletes nothing.
 #[test]

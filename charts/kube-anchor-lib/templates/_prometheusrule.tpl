@@ -89,6 +89,16 @@ spec:
           annotations:
             summary: A new {{ .Values.component.name }} version waits because the cluster cannot afford its restart now.
             description: {{`'On {{ $labels.instance }} a new version of {{ $labels.component }} has waited 15 minutes: restarting it would leave etcd without a quorum (another voter does not answer, has no leader or is behind) or clients without an API server (no other kube-apiserver answers its /readyz) (RestartWaitsForMargin Event; the anchor''s readiness message names the node).'`}}
+        # A pause is for the length of a repair; one left for a day holds rollouts and repairs
+        # on that node (and, holding a turn, on the others).
+        - alert: KubeAnchorPausedLong
+          expr: kube_anchor_paused{ {{- $c -}} } == 1
+          for: 24h
+          labels:
+            {{- include "kube-anchor-lib.alertLabels" (dict "severity" "warning" "extra" $extra) | nindent 12 }}
+          annotations:
+            summary: The {{ .Values.component.name }} anchor has been paused for a day.
+            description: {{`'The anchor of {{ $labels.component }} on {{ $labels.instance }} has been paused for 24 hours (kube-anchor pause on the node, or the Node annotation kube-anchor.io/paused): it writes, repairs and rolls back nothing there. kube-anchor resume on the node, or remove the annotation.'`}}
         - alert: KubeAnchorCredentialRenewedOnNode
           expr: kube_anchor_credential_renewed_on_node{ {{- $c -}} } == 1
           for: 1h

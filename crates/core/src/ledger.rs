@@ -117,6 +117,10 @@ pub struct Ledger {
     /// new anchor pod (or an explicit `apply`) takes it back.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decommissioned: Option<Decommissioned>,
+    /// Set by `kube-anchor pause`: no anchor writes, repairs, rolls back, joins or removes this
+    /// component on the node until `kube-anchor resume` (the operator's own verbs still do).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<Paused>,
     /// Set by `run` while the last-known-good version, held in place of a bad one, fails as
     /// well (so `status` can say so); cleared once it runs converged again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -144,6 +148,15 @@ pub struct Decommissioned {
     /// The anchor pod whose termination decommissioned the component.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub by_pod: Option<String>,
+}
+
+/// An operator's hold on the anchors of one component on one node (`kube-anchor pause`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Paused {
+    /// RFC 3339, UTC.
+    pub at: String,
+    pub reason: String,
 }
 
 /// The files of the last-known-good version, kept so a rollback can restore them exactly.
@@ -264,6 +277,7 @@ impl Ledger {
             last_known_good: None,
             bad: Vec::new(),
             decommissioned: None,
+            paused: None,
             last_known_good_failing: None,
             history: Vec::new(),
             clients_served: Default::default(),
@@ -326,9 +340,9 @@ impl Ledger {
         format!("{component}.json")
     }
 
-    /// Nothing worth keeping: no files, no decommission marker.
+    /// Nothing worth keeping: no files, no decommission or pause marker.
     pub fn is_empty(&self) -> bool {
-        self.files.is_empty() && self.decommissioned.is_none()
+        self.files.is_empty() && self.decommissioned.is_none() && self.paused.is_none()
     }
 
     pub fn has_files(&self) -> bool {

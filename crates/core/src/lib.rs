@@ -23,6 +23,7 @@ pub mod machine;
 pub mod margin;
 pub mod membership;
 pub mod node_status;
+pub mod pause;
 pub mod pinned;
 pub mod plan;
 pub mod pod_rules;

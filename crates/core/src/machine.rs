@@ -60,6 +60,8 @@ pub struct Anchor {
     no_margin_said: Option<String>,
     /// A first write's word from the rollout Lease.
     first_write: Option<FirstWriteGate>,
+    /// Why an operator holds this anchor, as last seen (a sync or an evaluation).
+    pub paused: Option<String>,
 }
 
 /// Where a first write of a component on the node stands ([`rollout::first_write`]): it takes
@@ -106,6 +108,8 @@ pub struct SyncFacts<'a> {
     pub last_known_good: Option<&'a str>,
     /// A static pod kube-anchor did not write sits where the manifest goes.
     pub unrecorded_manifest: bool,
+    /// An operator holds this anchor ([`crate::pause::Pause::describe`]): nothing is written.
+    pub paused: Option<String>,
     pub now: Duration,
 }
 
@@ -120,6 +124,8 @@ pub struct EvaluateFacts {
     pub input_error: Option<String>,
     /// Why this pod may not be Ready yet although its version runs (after a waiting turn).
     pub pending: Option<String>,
+    /// An operator holds this anchor: nothing is judged, promoted or rolled back.
+    pub paused: Option<String>,
     pub now: Duration,
 }
 
@@ -212,6 +218,10 @@ pub enum Note {
     /// version it went back to fails too: the node runs nothing good, and other nodes may take
     /// the turn (an error: the node needs a look).
     TurnGivenUp { version: String },
+    /// An operator holds the anchor (why, and how to let it go on).
+    Paused { why: String },
+    /// The hold was lifted.
+    Unpaused,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -308,6 +318,7 @@ impl Anchor {
             writing: None,
             no_margin_said: None,
             first_write: None,
+            paused: None,
         }
     }
 
@@ -501,6 +512,16 @@ impl Anchor {
                 vec![]
             }
             Input::Review { ledger, instant } => {
+                // A held anchor neither gives the turn back nor gives it up: the other nodes wait
+                // for it as for a trial.
+                if self.paused.is_some() {
+                    return match self.turn.holding() {
+                        Some(h) if instant.saturating_duration_since(h.renewed) >= crate::turn::TURN_RENEW => {
+                            vec![Effect::RenewTurn]
+                        }
+                        _ => vec![],
+                    };
+                }
                 let written = self.written.clone();
                 let runs = written.clone().filter(|_| self.converged);
                 let lkg_failing = self.lkg.failing().is_some();
@@ -546,7 +567,27 @@ impl Anchor {
         }
     }
 
+    /// Takes the hold as last seen; the note when it starts or ends.
+    fn see_pause(&mut self, paused: Option<String>) -> Option<Effect> {
+        let was = std::mem::replace(&mut self.paused, paused);
+        match (&was, &self.paused) {
+            (None, Some(why)) => Some(Effect::Log(Note::Paused { why: why.clone() })),
+            (Some(_), None) => Some(Effect::Log(Note::Unpaused)),
+            _ => None,
+        }
+    }
+
     fn sync(&mut self, f: SyncFacts<'_>) -> Vec<Effect> {
+        let note = self.see_pause(f.paused.clone());
+        if self.paused.is_some() {
+            return note.into_iter().collect();
+        }
+        let mut effects = self.sync_unpaused(f);
+        effects.splice(0..0, note);
+        effects
+    }
+
+    fn sync_unpaused(&mut self, f: SyncFacts<'_>) -> Vec<Effect> {
         if !self.clients_read {
             self.clients_served = f.ledger.clients_served.clone();
             self.clients_read = true;
@@ -657,7 +698,29 @@ impl Anchor {
         effects
     }
 
-    fn evaluate(&mut self, f: EvaluateFacts) -> Vec<Effect> {
+    fn evaluate(&mut self, mut f: EvaluateFacts) -> Vec<Effect> {
+        let was = self.paused.clone();
+        let note = self.see_pause(f.paused.take());
+        if let Some(why) = &self.paused {
+            return note
+                .into_iter()
+                .chain([Effect::Ready {
+                    ready: false,
+                    reason: why.clone(),
+                }])
+                .collect();
+        }
+        let mut effects = self.evaluate_unpaused(f);
+        if effects == [Effect::LookAtDependency] {
+            // Asked again with the dependency looked at: the note goes with that answer.
+            self.paused = was;
+            return effects;
+        }
+        effects.splice(0..0, note);
+        effects
+    }
+
+    fn evaluate_unpaused(&mut self, f: EvaluateFacts) -> Vec<Effect> {
         let Some(written) = self.written.clone() else {
             let first_write = match &self.first_write {
                 Some(FirstWriteGate::Waiting(w)) => Some(w.why.clone()),
@@ -861,6 +924,7 @@ mod tests {
             ledger,
             last_known_good: ledger.last_known_good.as_deref(),
             unrecorded_manifest: false,
+            paused: None,
             now: Duration::from_secs(s),
         })
     }
@@ -889,6 +953,7 @@ mod tests {
             dependency_looked: true,
             input_error: None,
             pending: None,
+            paused: None,
             now: Duration::from_secs(s),
         })
     }
@@ -1125,6 +1190,78 @@ mod tests {
     }
 
     #[test]
+    fn a_paused_anchor_writes_judges_and_gives_back_nothing_until_resumed() {
+        let t0 = Instant::now();
+        let mut a = anchor();
+        let on_node = ledger(Some("A"), Some("A"));
+        synced(&mut a, "B", &on_node, 0);
+        a.step(asked(LeaseAnswer::Take, t0));
+        synced(&mut a, "B", &on_node, 1);
+        a.step(evaluate(running("B", 0), 2));
+        let why = "paused on this node since 2026-12-07T03:00:00Z (restore)".to_owned();
+        let paused = |view, s| {
+            Input::Evaluate(EvaluateFacts {
+                view,
+                dependency_looked: true,
+                input_error: None,
+                pending: None,
+                paused: Some(why.clone()),
+                now: Duration::from_secs(s),
+            })
+        };
+        // A crash loop that would roll B back: held, the anchor only says why it is not Ready.
+        assert_eq!(
+            a.step(paused(running("B", 4), 40)),
+            vec![
+                Effect::Log(Note::Paused { why: why.clone() }),
+                Effect::Ready {
+                    ready: false,
+                    reason: why.clone()
+                }
+            ]
+        );
+        assert_eq!(
+            a.step(paused(running("B", 9), 400)),
+            vec![Effect::Ready {
+                ready: false,
+                reason: why.clone()
+            }]
+        );
+        // A sync (a deleted manifest, a new version) writes nothing.
+        let mut sync_facts = SyncFacts {
+            desired: Some("C"),
+            desired_refused: None,
+            ledger: &on_node,
+            last_known_good: Some("A"),
+            unrecorded_manifest: false,
+            paused: Some(why.clone()),
+            now: Duration::from_secs(401),
+        };
+        assert_eq!(a.step(Input::Sync(sync_facts.clone())), vec![]);
+        // The turn is kept (renewed), never given back or given up.
+        let mut rolled_back = ledger(Some("B"), Some("A"));
+        rolled_back.mark_bad(crate::ledger::BadVersion {
+            hash: "B".into(),
+            at: "2026-01-01T00:00:00Z".into(),
+            reason: "crash loop".into(),
+        });
+        assert_eq!(a.step(review(&rolled_back, t0, 400)), vec![Effect::RenewTurn]);
+        assert_eq!(a.turn.holding().map(|h| h.version.as_str()), Some("B"));
+        // Resumed: the same crash loop is judged at once.
+        sync_facts.paused = None;
+        sync_facts.desired = Some("B");
+        let effects = a.step(Input::Sync(sync_facts));
+        assert_eq!(effects.first(), Some(&Effect::Log(Note::Unpaused)), "{effects:?}");
+        let effects = a.step(evaluate(running("B", 12), 402));
+        assert!(
+            effects
+                .iter()
+                .any(|e| matches!(e, Effect::RollBack { failed, .. } if failed == "B")),
+            "{effects:?}"
+        );
+    }
+
+    #[test]
     fn a_first_write_asks_the_lease_and_starts_no_revision_rolled_back_elsewhere() {
         let mut a = anchor();
         let fresh = ledger(None, None);
@@ -1197,6 +1334,7 @@ mod tests {
             ledger: &fresh,
             last_known_good: None,
             unrecorded_manifest: false,
+            paused: None,
             now: Duration::ZERO,
         }));
         assert_eq!(
@@ -1215,6 +1353,7 @@ mod tests {
             dependency_looked: false,
             input_error: Some("credentials refused, nothing written: tls.key does not match tls.crt".into()),
             pending: None,
+            paused: None,
             now: Duration::from_secs(1),
         }));
         let (ready, reason) = ready(&effects).expect("a readiness");
@@ -1232,6 +1371,7 @@ mod tests {
             dependency_looked: false,
             input_error: None,
             pending: None,
+            paused: None,
             now: Duration::from_secs(1),
         };
         let effects = a.step(Input::Evaluate(facts.clone()));

@@ -243,6 +243,9 @@ pub struct Hook {
     before_remove: bool,
     /// The decommission's reason, once proved.
     reason: String,
+    /// An operator holds the component's anchors on the node (`kube_anchor_core::pause`): the
+    /// hook removes nothing, whatever the evidence.
+    paused: Option<String>,
     pending: Pending,
 }
 
@@ -253,8 +256,15 @@ impl Hook {
             member,
             before_remove,
             reason: String::new(),
+            paused: None,
             pending: Pending::Start,
         }
+    }
+
+    /// The hook of an anchor an operator holds ([`crate::pause::Pause::describe`]).
+    pub fn paused(mut self, why: Option<String>) -> Self {
+        self.paused = why;
+        self
     }
 
     /// Where the hook ended, once it has.
@@ -270,6 +280,10 @@ impl Hook {
         let limits = self.limits;
         let pending = std::mem::replace(&mut self.pending, Pending::Start);
         let (pending, action) = match (pending, observation) {
+            (Pending::Start, _) if self.paused.is_some() => {
+                let why = self.paused.clone().unwrap_or_default();
+                warn(WarningReason::DecommissionHeld, Exit::Held(why))
+            }
             (Pending::Start, _) => (
                 Pending::Deciding,
                 Action::GatherEvidence {
@@ -435,9 +449,12 @@ mod tests {
     fn run(
         member: MemberConfig,
         before_remove: bool,
-        mut answer: impl FnMut(&Action, Duration) -> (Observation, Duration),
+        answer: impl FnMut(&Action, Duration) -> (Observation, Duration),
     ) -> Vec<Action> {
-        let mut hook = Hook::new(Limits { timeout: TIMEOUT }, member, before_remove);
+        run_hook(Hook::new(Limits { timeout: TIMEOUT }, member, before_remove), answer)
+    }
+
+    fn run_hook(mut hook: Hook, mut answer: impl FnMut(&Action, Duration) -> (Observation, Duration)) -> Vec<Action> {
         let (mut observation, mut now) = (Observation::Began, Duration::ZERO);
         let mut actions = Vec::new();
         loop {
@@ -558,6 +575,19 @@ mod tests {
                 "exit"
             ]
         );
+    }
+
+    #[test]
+    fn a_paused_anchor_removes_nothing_on_a_proven_decommission() {
+        let hook = Hook::new(Limits { timeout: TIMEOUT }, MemberConfig::Configured, true)
+            .paused(Some("paused on this node since 2026-12-07T03:00:00Z (restore)".into()));
+        let actions = run_hook(hook, decided(Decision::Remove("deleted".into())));
+        assert_eq!(names(&actions), ["warn", "exit"]);
+        assert!(
+            matches!(last_exit(&actions), Exit::Held(why) if why.contains("restore")),
+            "{actions:?}"
+        );
+        assert!(last_exit(&actions).success());
     }
 
     #[test]

@@ -214,6 +214,18 @@ fn no_answer(started: std::time::Instant, timeout: Duration) -> String {
     }
 }
 
+/// The Node's pause annotation (`kube_anchor_core::pause::NODE_ANNOTATION`): its value, or
+/// `None` when the Node has none (or is gone).
+pub async fn node_pause(client: &Client, node: &str) -> Result<Option<String>, String> {
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    let meta = bounded(nodes.get_metadata_opt(node)).await?;
+    Ok(meta.and_then(|m| {
+        m.metadata
+            .annotations
+            .and_then(|mut a| a.remove(kube_anchor_core::pause::NODE_ANNOTATION))
+    }))
+}
+
 /// [`lookup`] of a namespaced object.
 pub async fn lookup_in<K>(
     client: &Client,

@@ -22,10 +22,11 @@ use crate::shutdown;
 use kube_anchor_core::change::DATA_LINK;
 use kube_anchor_core::desired::Desired;
 use kube_anchor_core::hostpath::HostPath;
-use kube_anchor_core::ledger::BadVersion;
+use kube_anchor_core::ledger::{BadVersion, Ledger};
 use kube_anchor_core::lifecycle::LkgFailure;
 use kube_anchor_core::machine::{Anchor, Effect, EvaluateFacts, FirstWriteAnswer, Input, Note, Settings, SyncFacts};
 use kube_anchor_core::margin::MarginFacts;
+use kube_anchor_core::pause::Pause;
 use kube_anchor_core::pinned::{MAX_MARKER_BYTES, PinnedInputs};
 use kube_anchor_core::plan::Notice;
 use kube_anchor_core::rollout::TurnEnd;
@@ -137,6 +138,11 @@ struct Daemon {
     rollout_lease: Option<kubeapi::RolloutLease>,
     /// The last rollout Lease error logged at warn (the same one again is logged at debug).
     lease_error: Option<String>,
+    /// The Node's pause annotation as last read (kept while the API does not answer), and when.
+    node_pause: Option<String>,
+    node_pause_read: Option<Instant>,
+    /// An evaluation saw the pause lifted: sync at once.
+    resync_now: bool,
     /// This node's `AnchorStatus` as the API shows it, once there is a client and a node name.
     status_watch: Option<StatusWatch>,
     /// When the `AnchorStatus` was last written, what, and the watch's generation then (see
@@ -175,6 +181,9 @@ const MAX_UNPUBLISHED: usize = 32;
 /// How soon a version waiting for the rollout Lease asks again (a held one is renewed every
 /// [`kube_anchor_core::turn::TURN_RENEW`]).
 const TURN_RETRY: Duration = Duration::from_secs(2);
+/// How often the Node's pause annotation is read again, and a paused anchor looks whether its
+/// pause was lifted.
+const NODE_PAUSE_REREAD: Duration = Duration::from_secs(10);
 /// How long a credential changed on the node is left before it is repaired: long enough for a
 /// renewal written file by file (kubeadm: the key, then the certificate) to complete.
 const CREDENTIAL_SETTLE: Duration = Duration::from_secs(2);
@@ -290,6 +299,9 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         learner_watch: None,
         rollout_lease: None,
         lease_error: None,
+        node_pause: None,
+        node_pause_read: None,
+        resync_now: false,
         status_watch: None,
         status_written: None,
         status_published: None,
@@ -318,6 +330,9 @@ impl Daemon {
             let synced = tokio::time::Instant::now();
             let mut release_code_at = Some(synced + CODE_RELEASE_AFTER);
             loop {
+                if std::mem::take(&mut self.resync_now) {
+                    break;
+                }
                 let tick = self.evaluation_interval();
                 let mirror = &mut self.mirror;
                 let mirror_changed = async {
@@ -380,7 +395,9 @@ impl Daemon {
     /// rollout turn is held (it is given back from an evaluation), and (slower) to keep checking
     /// a health URL.
     fn evaluation_interval(&self) -> Option<Duration> {
-        if self.api.client().is_none() && self.health.is_none() && self.runtime.is_none() {
+        if self.machine.paused.is_some() {
+            Some(NODE_PAUSE_REREAD) // to see the pause lifted
+        } else if self.api.client().is_none() && self.health.is_none() && self.runtime.is_none() {
             None // nothing to learn by looking again
         } else if self.machine.busy() {
             Some(TRIAL_TICK)
@@ -444,6 +461,7 @@ impl Daemon {
 
     async fn sync(&mut self) {
         self.connect().await;
+        self.read_node_pause().await;
         self.forget_stale();
         self.membership_step().await;
         // Again when the pass's effects call for it: the turn given (the leadership handed off
@@ -527,6 +545,34 @@ impl Daemon {
         }
     }
 
+    /// Reads the Node's pause annotation, at most every [`NODE_PAUSE_REREAD`]; an API that does
+    /// not answer leaves the last answer as it was (the node's own `pause` needs no API).
+    async fn read_node_pause(&mut self) {
+        if self.node_pause_read.is_some_and(|at| at.elapsed() < NODE_PAUSE_REREAD) {
+            return;
+        }
+        let (Some(client), Some(node)) = (self.api.client(), self.args.identity.node_name.as_deref()) else {
+            return;
+        };
+        self.node_pause_read = Some(Instant::now());
+        match kubeapi::node_pause(client, node).await {
+            Ok(pause) => self.node_pause = pause,
+            Err(e) => {
+                tracing::debug!(component = %self.component, error = %e, "cannot read this node's pause annotation; keeping the last answer")
+            }
+        }
+    }
+
+    /// Why an operator holds this anchor (the node's `pause`, or the Node's annotation).
+    fn pause(&self, ledger: &Ledger) -> Option<String> {
+        Pause::of(
+            ledger.paused.as_ref(),
+            self.args.identity.node_name.as_deref(),
+            self.node_pause.as_deref(),
+        )
+        .map(|p| p.describe(&self.component))
+    }
+
     /// `spec.etcdMember`: one join step (add learner, resume, promote, record) before the files
     /// are synced. Its failures write nothing and are retried.
     async fn membership_step(&mut self) {
@@ -556,6 +602,15 @@ impl Daemon {
             .engine
             .ledger(&self.component)
             .is_ok_and(|l| l.decommissioned.is_some())
+        {
+            self.membership_pending = None;
+            return;
+        }
+        // Held by an operator: no member is added, promoted or given up.
+        if self
+            .engine
+            .ledger(&self.component)
+            .is_ok_and(|l| self.pause(&l).is_some())
         {
             self.membership_pending = None;
             return;
@@ -728,6 +783,8 @@ impl Daemon {
             Err(EngineError::MembershipPending { reason, .. }) => {
                 self.input_error = Some(format!("etcd membership: {reason}"));
             }
+            // Paused between the machine's look at the ledger and the write: nothing written.
+            Err(EngineError::Paused { .. }) => {}
             Err(EngineError::Decommissioned { at, reason, .. }) => {
                 // pre-stop decommissioned the component: this pod is on its way out.
                 self.input_error = Some(format!("decommissioned at {at} ({reason}): not writing"));
@@ -884,6 +941,7 @@ impl Daemon {
             ledger: &ledger,
             last_known_good: last_known_good.as_ref().map(|d| d.content_hash.as_str()),
             unrecorded_manifest,
+            paused: self.pause(&ledger),
             now: self.monotonic(),
         }));
         let mut failed = None;
@@ -936,7 +994,7 @@ impl Daemon {
             && self
                 .credential_drift_since
                 .is_none_or(|since| since.elapsed() < CREDENTIAL_SETTLE);
-        let report = self.engine.apply_holding(target, self.args.prune, hold)?;
+        let report = self.engine.apply_as_anchor(target, self.args.prune, hold)?;
         self.credential_drift_since = if report.held.is_empty() {
             None
         } else {
@@ -989,6 +1047,12 @@ impl Daemon {
             Effect::Log(Note::ConvergedAgain) => {
                 tracing::info!(%component, "last-known-good runs converged again");
             }
+            Effect::Log(Note::Paused { why }) => {
+                tracing::warn!(%component, reason = %why, "paused: writing, repairing, rolling back, joining and removing nothing");
+            }
+            Effect::Log(Note::Unpaused) => {
+                tracing::info!(%component, "resumed: syncing again");
+            }
             Effect::Log(Note::TurnGivenUp { version }) => {
                 tracing::error!(%component, content_hash = %version, "giving the rollout turn back: the version failed its trial and the last-known-good one it went back to fails too; this node runs nothing good (other nodes restart only where the cluster affords it)");
             }
@@ -1040,6 +1104,14 @@ impl Daemon {
         if !self.unpublished.is_empty() && self.api_answers() {
             self.publish_unpublished().await;
         }
+        self.read_node_pause().await;
+        let paused = self.engine.ledger(&self.component).ok().and_then(|l| self.pause(&l));
+        self.shared.metrics.paused.set(i64::from(paused.is_some()));
+        // A pause lifted: the sync it held back runs now.
+        if paused.is_none() && self.machine.paused.is_some() {
+            self.known.full_at = None;
+            self.resync_now = true;
+        }
         let mut facts = EvaluateFacts {
             view: VersionView {
                 api_configured: self.api_wanted,
@@ -1054,6 +1126,7 @@ impl Daemon {
             dependency_looked: false,
             input_error: self.input_error.clone(),
             pending: None,
+            paused,
             now: self.monotonic(),
         };
         if let Some(written) = self.written.clone() {
@@ -1486,7 +1559,7 @@ impl Daemon {
         if let Err(e) = self.engine.update_ledger(&self.component, |l| l.mark_bad(bad)) {
             tracing::error!(component = %self.component, error = %e, "could not record the bad version");
         }
-        match self.engine.apply(&lkg, false) {
+        match self.engine.apply_as_anchor(&lkg, false, false) {
             Ok(report) => self.note_renewals(&report),
             Err(e) => {
                 tracing::error!(component = %self.component, error = %e, "rollback to last-known-good failed; will retry at the next sync");

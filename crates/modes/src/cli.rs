@@ -84,6 +84,14 @@ pub enum Command {
     /// Forget that a version failed its trial, so `run` tries it again at its next sync (after
     /// fixing what made it fail outside its inputs, e.g. a missing host directory).
     Retry(RetryArgs),
+    /// Hold this node's anchor of a component (disaster recovery, work by hand): until `resume`
+    /// it writes, repairs, rolls back, joins and removes nothing, with or without an API, and
+    /// says so in /readyz, AnchorStatus and the kube_anchor_paused metric. The operator's own
+    /// verbs still act. For every component of a node from kubectl: the Node annotation
+    /// kube-anchor.io/paused=<reason>.
+    Pause(PauseArgs),
+    /// Let an anchor held by `pause` go on: its next look (within 10 s) syncs again.
+    Resume(ResumeArgs),
     /// Read a kubeadm control plane's static pod manifests and the files they name, and write one
     /// Helm values file per component chart (etcd, kube-apiserver, kube-controller-manager,
     /// kube-scheduler) so that `helm install` takes the components over.
@@ -331,6 +339,25 @@ pub struct RetryArgs {
     /// Only this content hash (default: every version recorded as bad).
     #[arg(long)]
     pub hash: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct PauseArgs {
+    #[command(flatten)]
+    pub component: ComponentArgs,
+    #[command(flatten)]
+    pub node: NodeArgs,
+    /// Why (status, /readyz and AnchorStatus show it).
+    #[arg(long)]
+    pub reason: String,
+}
+
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    #[command(flatten)]
+    pub component: ComponentArgs,
+    #[command(flatten)]
+    pub node: NodeArgs,
 }
 
 #[derive(Debug, Args)]

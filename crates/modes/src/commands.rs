@@ -12,7 +12,7 @@ use serde_json::json;
 
 use crate::cli::{
     ApplyArgs, BootstrapArgs, CheckExpirationArgs, Cli, Command, ComponentArgs, ImportArgs, NodeArgs, OutputFormat,
-    ProbeArgs, ProbeEndpoint, RemoveArgs, RetryArgs, RollbackArgs, StatusArgs,
+    PauseArgs, ProbeArgs, ProbeEndpoint, RemoveArgs, ResumeArgs, RetryArgs, RollbackArgs, StatusArgs,
 };
 use crate::engine::{ApplyReport, Engine, Inputs, Preview, PreviewAction, PreviewChange, RemoveReport, StatusReport};
 use crate::logging;
@@ -79,6 +79,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Retry(args) => retry(args),
+        Command::Pause(args) => pause(args),
+        Command::Resume(args) => resume(args),
         Command::Rollback(args) => rollback(args),
         Command::Run(args) => {
             daemon_runtime()?.block_on(crate::anchor::run(args))?;
@@ -762,6 +764,46 @@ fn retry(args: RetryArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+fn pause(args: PauseArgs) -> anyhow::Result<ExitCode> {
+    let engine = engine(&args.node)?;
+    let component = args.component.name(engine.roots())?;
+    if args.reason.trim().is_empty() {
+        anyhow::bail!("--reason is empty: say why {component}'s anchor is held (status and /readyz show it)");
+    }
+    match engine.pause(&component, &args.reason)? {
+        Some(earlier) => outln!(
+            "{component}: already paused on this node since {} ({}); kept as it was",
+            earlier.at,
+            earlier.reason
+        ),
+        None => {
+            let anchor = match engine.running_anchor(&component)? {
+                Some(_) => "the anchor running here writes nothing from now on",
+                None => "no anchor of it runs here now; one that starts writes nothing",
+            };
+            outln!(
+                "{component}: paused on this node ({}): {anchor}; `kube-anchor resume --component {component}` lets it go on",
+                args.reason
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn resume(args: ResumeArgs) -> anyhow::Result<ExitCode> {
+    let engine = engine(&args.node)?;
+    let component = args.component.name(engine.roots())?;
+    match engine.resume(&component)? {
+        Some(lifted) => outln!(
+            "{component}: resumed (paused since {}: {}); its anchor syncs again at its next look",
+            lifted.at,
+            lifted.reason
+        ),
+        None => outln!("{component}: not paused on this node; nothing to resume"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
     let engine = engine(&args.node)?;
     let inputs = Inputs::load(&args.config, engine.roots())?;
@@ -1153,6 +1195,7 @@ fn print_status(
                 "lastKnownGoodHash": r.last_known_good,
                 "badVersions": r.bad,
                 "lastKnownGoodFailing": r.last_known_good_failing,
+                "paused": r.paused,
                 "revisions": r.history,
                 "files": r.files,
                 "certificates": r.certificates,
@@ -1195,6 +1238,14 @@ fn print_status(
                     failing.hash,
                     failing.at,
                     failing.reason
+                );
+            }
+            if let Some(p) = &r.paused {
+                outln!(
+                    "  PAUSED        since {}: {} (no anchor writes, repairs or rolls back here; `kube-anchor resume --component {}`)",
+                    p.at,
+                    p.reason,
+                    r.component
                 );
             }
             for rev in &r.history {

@@ -8,7 +8,7 @@ use kube_anchor_core::config::{self, Anchor, ConfigError, Role};
 use kube_anchor_core::desired::{self, Desired, DesiredError};
 use kube_anchor_core::digest::sha256_hex;
 use kube_anchor_core::hostpath::{AllowedRoots, HostPath, HostPathError};
-use kube_anchor_core::ledger::{Ledger, LedgerEntry, Original, Snapshot};
+use kube_anchor_core::ledger::{Ledger, LedgerEntry, Original, Paused, Snapshot};
 use kube_anchor_core::plan::{self, FileStatus, Notice, Op, PlanError, WriteReason};
 use kube_anchor_core::render::Variables;
 use kube_anchor_host::hostfs::{
@@ -64,6 +64,14 @@ pub enum EngineError {
     NoRevision { component: String, reason: String },
     #[error("{component} was decommissioned on this node at {at} ({reason}); not writing it again")]
     Decommissioned {
+        component: String,
+        at: String,
+        reason: String,
+    },
+    #[error(
+        "{component} is paused on this node since {at} ({reason}); an anchor writes nothing until `kube-anchor resume --component {component}`"
+    )]
+    Paused {
         component: String,
         at: String,
         reason: String,
@@ -179,6 +187,8 @@ pub struct StatusReport {
     pub last_known_good: Option<String>,
     pub bad: Vec<kube_anchor_core::ledger::BadVersion>,
     pub last_known_good_failing: Option<kube_anchor_core::ledger::BadVersion>,
+    /// `kube-anchor pause` holds the component's anchors on this node.
+    pub paused: Option<Paused>,
     /// The revision history, newest first.
     pub history: Vec<kube_anchor_core::history::Revision>,
     pub files: Vec<FileStatus>,
@@ -301,6 +311,14 @@ fn load_config_identified(path: &Path, roots: &AllowedRoots) -> Result<(Anchor, 
     Ok((config::parse(path, &text, roots)?, read))
 }
 
+/// Who writes a version: an anchor holds off while the component is paused, an operator's
+/// verb does not.
+#[derive(Debug, Clone, Copy)]
+enum Writer {
+    Operator,
+    Anchor { hold_credential_drift: bool },
+}
+
 pub fn now_rfc3339() -> String {
     humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
 }
@@ -370,20 +388,39 @@ impl Engine {
     /// Makes the node hold `desired`: writes what differs (credentials, then the manifest) and
     /// records it. With `prune`, removes files this component wrote that it no longer wants.
     pub fn apply(&self, desired: &Desired, prune: bool) -> Result<ApplyReport, EngineError> {
-        self.apply_holding(desired, prune, false)
+        self.apply_by(desired, prune, Writer::Operator)
     }
 
-    /// [`Engine::apply`]; with `hold_credential_drift`, credentials whose content changed on the
-    /// node are not repaired yet (`plan::hold_credential_drift`) but listed in `held`.
-    pub fn apply_holding(
+    /// [`Engine::apply`] as an anchor (`run`) writes: refused while the component is paused on
+    /// the node (checked under the ledger's lock, so nothing lands once `pause` has returned);
+    /// with `hold_credential_drift`, credentials whose content changed on the node are not
+    /// repaired yet (`plan::hold_credential_drift`) but listed in `held`.
+    pub fn apply_as_anchor(
         &self,
         desired: &Desired,
         prune: bool,
         hold_credential_drift: bool,
     ) -> Result<ApplyReport, EngineError> {
+        self.apply_by(desired, prune, Writer::Anchor { hold_credential_drift })
+    }
+
+    fn apply_by(&self, desired: &Desired, prune: bool, writer: Writer) -> Result<ApplyReport, EngineError> {
+        let hold_credential_drift = matches!(
+            writer,
+            Writer::Anchor {
+                hold_credential_drift: true
+            }
+        );
         let _lock = self.fs.lock(&self.state_dir, &desired.component)?;
         let loaded = self.fs.load_ledger(&self.state_dir, &desired.component)?;
         let mut ledger = loaded.ledger;
+        if let (Writer::Anchor { .. }, Some(p)) = (writer, &ledger.paused) {
+            return Err(EngineError::Paused {
+                component: desired.component.clone(),
+                at: p.at.clone(),
+                reason: p.reason.clone(),
+            });
+        }
         // The ledger as it is on disk, when that is known to survive a power cut: a repair of
         // what it records needs no intent record.
         let durable = loaded.durable.then(|| ledger.clone());
@@ -732,6 +769,29 @@ impl Engine {
         }
     }
 
+    /// Holds the component's anchors on this node (`kube-anchor pause`); returns the pause already
+    /// in force, if any (kept as it was).
+    pub fn pause(&self, component: &str, reason: &str) -> Result<Option<Paused>, EngineError> {
+        self.update_ledger(component, |l| match &l.paused {
+            Some(p) => Some(p.clone()),
+            None => {
+                l.paused = Some(Paused {
+                    at: now_rfc3339(),
+                    reason: reason.into(),
+                });
+                None
+            }
+        })
+    }
+
+    /// Lifts the hold (`kube-anchor resume`); returns the pause lifted, if there was one.
+    pub fn resume(&self, component: &str) -> Result<Option<Paused>, EngineError> {
+        if self.ledger(component)?.paused.is_none() {
+            return Ok(None);
+        }
+        self.update_ledger(component, |l| l.paused.take())
+    }
+
     /// Marks the component decommissioned: from now on `apply` refuses to write it.
     pub fn decommission(&self, component: &str, reason: &str, by_pod: Option<&str>) -> Result<(), EngineError> {
         let marker = kube_anchor_core::ledger::Decommissioned {
@@ -1021,6 +1081,7 @@ impl Engine {
             bad: ledger.bad.clone(),
             history: ledger.history.clone(),
             last_known_good_failing: ledger.last_known_good_failing.clone(),
+            paused: ledger.paused.clone(),
             files: plan::status(
                 desired,
                 &observations,

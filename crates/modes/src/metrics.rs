@@ -33,6 +33,8 @@ pub(crate) struct Metrics {
     pub etcd_learner_behind_entries: Gauge,
     /// 1 while a new version waits because the cluster cannot afford the restart it makes.
     pub restart_waits_for_margin: Gauge,
+    /// 1 while an operator holds this anchor (`kube-anchor pause`, or the Node's annotation).
+    pub paused: Gauge,
     /// The earliest notAfter of the certificates in each credential file, by path.
     pub certificate_expiry: Family<Vec<(String, String)>, Gauge>,
     /// 1 for each credential renewed on the node and kept, by path, until the config carries it.
@@ -95,6 +97,11 @@ impl Metrics {
             "restart_waits_for_margin",
             "1 while a new version waits because the cluster cannot afford the restart it makes (an etcd voter down or behind)",
             m.restart_waits_for_margin.clone(),
+        );
+        registry.register(
+            "paused",
+            "1 while an operator holds this anchor (kube-anchor pause on the node, or the Node annotation kube-anchor.io/paused): it writes, repairs, rolls back, joins and removes nothing",
+            m.paused.clone(),
         );
         registry.register(
             "certificate_expiry_timestamp_seconds",
@@ -176,6 +183,7 @@ impl Metrics {
             etcd_leave_pending: Gauge::default(),
             etcd_learner_behind_entries: Gauge::default(),
             restart_waits_for_margin: Gauge::default(),
+            paused: Gauge::default(),
             certificate_expiry: Family::default(),
             renewed_on_node: Family::default(),
         }

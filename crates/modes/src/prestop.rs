@@ -21,6 +21,7 @@ use kube_anchor_core::config::EtcdMember;
 use kube_anchor_core::config::Role;
 use kube_anchor_core::decommission::{self, FilesHere, Lookup, ThisPod};
 use kube_anchor_core::hostpath::HostPath;
+use kube_anchor_core::pause::Pause;
 use kube_anchor_core::plan::Notice;
 use kube_anchor_core::prestop_steps::{Action, Exit, Hook, LeaveAnswer, Limits, MemberConfig, Observation};
 use kube_anchor_core::runtime::RuntimeView;
@@ -79,7 +80,20 @@ async fn run_inner(args: &PreStopArgs, started: Instant) -> anyhow::Result<ExitC
         Ok(None) => (None, MemberConfig::NotConfigured),
         Err(why) => (None, MemberConfig::Unreadable(why)),
     };
-    let mut hook = Hook::new(limits, member, args.before_remove.is_some());
+    // An operator's hold keeps everything, whatever the evidence says.
+    let annotation = match (&client, args.identity.node_name.as_deref()) {
+        (Ok(client), Some(node)) => kubeapi::node_pause(client, node).await.ok().flatten(),
+        _ => None,
+    };
+    let paused = engine.ledger(&component).ok().and_then(|ledger| {
+        Pause::of(
+            ledger.paused.as_ref(),
+            args.identity.node_name.as_deref(),
+            annotation.as_deref(),
+        )
+        .map(|p| p.describe(&component))
+    });
+    let mut hook = Hook::new(limits, member, args.before_remove.is_some()).paused(paused);
     let mut observation = Observation::Began;
     let mut removed: Vec<HostPath> = Vec::new();
     let mut notices = Vec::new();

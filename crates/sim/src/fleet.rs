@@ -20,12 +20,13 @@ use kube_anchor_core::decommission::{
 };
 use kube_anchor_core::history::{self, Retention};
 use kube_anchor_core::join_steps::{self, JoinStart, JoinStep};
-use kube_anchor_core::ledger::{BadVersion, Decommissioned, Ledger, RollbackPlan};
+use kube_anchor_core::ledger::{BadVersion, Decommissioned, Ledger, Paused, RollbackPlan};
 use kube_anchor_core::machine::{Anchor, Effect, EvaluateFacts, FirstWriteAnswer, Input, Settings, SyncFacts};
 use kube_anchor_core::margin::{self, ApiServerPeer, MarginFacts, PeerAnswer};
 use kube_anchor_core::membership::{
     self, LearnerProgress, Leave, LeaveFacts, Me, Member, MemberList, PeerStatus, Record,
 };
+use kube_anchor_core::pause::Pause;
 use kube_anchor_core::prestop_steps::{Action, Hook, LeaveAnswer, Limits, MemberConfig, Observation};
 use kube_anchor_core::rollout::{self, LeaseView, TurnEnd};
 use kube_anchor_core::runtime::{ContainerState, LocalContainer, LocalPod, RuntimeView};
@@ -235,6 +236,14 @@ pub enum Op {
     /// The node holding `component`'s rollout turn is cut off from the others for `for_secs`
     /// seconds ([`Op::Partition`]; nothing happens when no node holds it).
     CutOffTurnHolder { component: usize, for_secs: u64 },
+    /// `kube-anchor pause --component` on `node`, and `kube-anchor resume` `for_secs` later (once
+    /// the node is up to run it): meanwhile its anchor of `component` writes, repairs, rolls back,
+    /// joins and removes nothing (`Ledger::paused`).
+    Pause {
+        node: usize,
+        component: usize,
+        for_secs: u64,
+    },
 }
 
 /// A one-shot verb an operator runs on a node (over ssh, as runbooks fan them out over the
@@ -335,6 +344,7 @@ fn op_length(op: &Op) -> u64 {
         Op::HangApiServer { for_secs, .. }
         | Op::Partition { for_secs, .. }
         | Op::CutOffTurnHolder { for_secs, .. }
+        | Op::Pause { for_secs, .. }
         | Op::EtcdAlarm { for_secs } => *for_secs,
         Op::Drain { down_for, .. } | Op::CutTurnHolder { down_for, .. } => *down_for,
         _ => 0,
@@ -406,11 +416,15 @@ pub struct Report {
     pub writes: u64,
     /// When a version was last written (the second): when the run's rollouts settled.
     pub last_write_at: Option<u64>,
+    /// When a version was first written (the second).
+    pub first_write_at: Option<u64>,
     /// For each operation (by its index in time order) after which the world settled before
     /// the next one: seconds from the operation to the start of [`STABLE`] settled seconds
     /// ([`World::settled`]).
     pub settled_after: BTreeMap<usize, u64>,
     pub rollbacks: u64,
+    /// When each of them was (the second).
+    pub rolled_back_at: Vec<u64>,
     pub promotions: u64,
     /// How the preStop hooks ended, by the decision they reported (`keep`, `held`, `remove`,
     /// `failed`, `timed-out`, `aborted`).
@@ -631,6 +645,8 @@ struct Node {
     deleted_at: u64,
     /// `kube-anchor bootstrap --join` at work on it ([`Verb::BootstrapJoin`]).
     bootstrap: Option<BootstrapRun>,
+    /// When the operator runs `kube-anchor resume` for each component ([`Op::Pause`]).
+    resume_at: [Option<u64>; 4],
 }
 
 /// `kube-anchor bootstrap --join` on a node, one component at a time in boot order.
@@ -811,6 +827,7 @@ impl World {
                     registered: true,
                     deleted_at: 0,
                     bootstrap: None,
+                    resume_at: [None; 4],
                 }
             })
             .collect::<Vec<_>>();
@@ -1072,6 +1089,20 @@ impl World {
                 }
             }
             Op::Partition { nodes, for_secs } => self.cut_off(nodes, *for_secs),
+            Op::Pause {
+                node,
+                component,
+                for_secs,
+            } => {
+                let (now, at) = (self.now, self.stamp());
+                if let Some(n) = self.nodes.get_mut(*node).filter(|n| n.powered) {
+                    n.ledgers[*component].paused = Some(Paused {
+                        at,
+                        reason: "maintenance".into(),
+                    });
+                    n.resume_at[*component] = Some(now + for_secs);
+                }
+            }
             Op::ExpireAnchorEtcdCert => self.anchor_etcd_tls_broken = true,
             Op::EtcdAlarm { for_secs } => self.alarm_until = self.now + for_secs,
             Op::Select { node } => {
@@ -1358,7 +1389,9 @@ impl World {
         let limits = Limits {
             timeout: Duration::from_secs(PRESTOP_TIMEOUT),
         };
-        let (hook, action) = Hook::new(limits, member, false).step(Observation::Began, Duration::ZERO);
+        let (hook, action) = Hook::new(limits, member, false)
+            .paused(self.paused(n, c))
+            .step(Observation::Began, Duration::ZERO);
         self.nodes[n].hooks[c] = Some(HookRun {
             on_root: anchor.on_root,
             hook,
@@ -1430,6 +1463,14 @@ impl World {
 
     fn tick(&mut self) {
         let now = self.now;
+        for node in self.nodes.iter_mut().filter(|n| n.powered) {
+            for c in 0..COMPONENTS.len() {
+                if node.resume_at[c].is_some_and(|at| at <= now) {
+                    node.resume_at[c] = None;
+                    node.ledgers[c].paused = None;
+                }
+            }
+        }
         for n in 0..self.nodes.len() {
             if let Some(at) = self.nodes[n].kubelet_at
                 && at <= now
@@ -2266,7 +2307,8 @@ impl World {
     }
 
     fn sync(&mut self, n: usize, c: usize, proc: &mut AnchorProc) {
-        if c == ETCD {
+        // A held anchor takes no join step either (`Daemon::membership_step`).
+        if c == ETCD && self.nodes[n].ledgers[c].paused.is_none() {
             let (may_sync, pending) = self.membership(n, proc.on_root);
             proc.membership_pending = pending;
             if !may_sync {
@@ -2288,8 +2330,14 @@ impl World {
             ledger,
             last_known_good: ledger.last_known_good.as_deref(),
             unrecorded_manifest: false,
+            paused: self.paused(n, c),
             now: Duration::from_secs(self.now),
         }))
+    }
+
+    /// Why node `n`'s anchor of `c` is held, as the daemon says it (`Daemon::pause`).
+    fn paused(&self, n: usize, c: usize) -> Option<String> {
+        Pause::of(self.nodes[n].ledgers[c].paused.as_ref(), None, None).map(|p| p.describe(COMPONENTS[c]))
     }
 
     /// What a sync tells the machine of the inputs: their version while it matches the pod's
@@ -2614,6 +2662,7 @@ impl World {
             dependency_looked: true,
             input_error: proc.input_error.clone(),
             pending: self.pending(n, c, proc),
+            paused: self.paused(n, c),
             now: Duration::from_secs(self.now),
         }));
         self.perform(n, c, proc, effects);
@@ -2787,6 +2836,7 @@ impl World {
                         self.violate(Invariant::GoodRolledBack, detail);
                     }
                     self.report.rollbacks += 1;
+                    self.report.rolled_back_at.push(self.now);
                     let at = self.stamp();
                     self.nodes[n].ledgers[c].mark_bad(BadVersion {
                         hash: failed.clone(),
@@ -2894,6 +2944,7 @@ impl World {
         }
         self.report.writes += 1;
         self.report.last_write_at = Some(self.now);
+        self.report.first_write_at.get_or_insert(self.now);
         self.nodes[n].pods[c].manifest = Some(v);
         // As `Engine::apply` records a write.
         let now = self.stamp();

@@ -234,6 +234,38 @@ fn a_node_leaves_the_control_plane_only_with_a_quorum_to_spare() {
     }
 }
 
+/// `kube-anchor pause` holds an anchor in the world as on a node (`Ledger::paused`, read by the
+/// machine at each sync and evaluation): a bad kube-apiserver version on trial on a paused node
+/// is rolled back only once resumed, and no other node tries it meanwhile; a push while every
+/// etcd anchor is paused is written nowhere before the first resume.
+#[test]
+fn a_paused_anchor_acts_only_once_resumed() {
+    for seed in SEEDS {
+        let report = World::run(&named("a-bad-trial-paused-then-resumed"), seed);
+        // Paused from 80 s to 680 s; the version and the return to last-known-good written once.
+        assert!(
+            report.first_write_at.is_some_and(|at| at < 80),
+            "seed {seed}: {report:?}"
+        );
+        assert_eq!(
+            (report.writes, report.rolled_back_at.len()),
+            (2, 1),
+            "seed {seed}: {report:?}"
+        );
+        assert!(
+            report.rolled_back_at[0] >= 680,
+            "seed {seed}: rolled back while paused: {report:?}"
+        );
+        let report = World::run(&named("etcd-paused-everywhere-through-a-push"), seed);
+        // Paused from 30 s; cp-1 resumed at 930 s.
+        assert!(
+            report.first_write_at.is_some_and(|at| at >= 930),
+            "seed {seed}: written while paused: {report:?}"
+        );
+        assert!(report.violations.is_empty(), "seed {seed}: {report:?}");
+    }
+}
+
 /// The etcd anchor's join step (`join_steps::JoinStep`) runs in the world: a re-imaged node's
 /// stale member is removed, a learner added, promoted once it has caught up (etcd refuses it
 /// before), and the cluster has its three voters again. The bootstrap node does the same: it
