@@ -530,6 +530,29 @@ async fn node_no_longer_selected_removes_the_files() {
     s.release_pods().await;
 }
 
+/// The Node's pause annotation, read from the real API: a node no longer selected (a proven
+/// decommission) keeps everything while its anchors are paused, and says so.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_paused_node_keeps_the_files_on_a_proven_decommission() {
+    let s = Scenario::new("paused").await;
+    let pod = s.create_daemonset().await;
+    s.anchor_the_component().await;
+    let mut patch = unlabel(&s);
+    patch["metadata"]["annotations"] = serde_json::json!({"kube-anchor.io/paused": "restoring etcd"});
+    patch_node(&s, &s.node.name.clone(), patch).await;
+    s.wait_terminating(&pod).await;
+    let (out, json) = s.pre_stop(&pod, &s.kubeconfig, &[]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(json["decision"], "held", "{json}");
+    let reason = json["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("kube-anchor.io/paused") && reason.contains("restoring etcd"),
+        "{json}"
+    );
+    assert_eq!(s.files_present(), (true, true));
+    s.release_pods().await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn rolling_update_keeps_the_files_and_the_new_pod_adopts_them_without_a_restart() {
     let s = Scenario::new("rollout").await;
