@@ -792,6 +792,69 @@ async fn a_bootkube_checkpoint_belongs_to_its_daemonset() {
     assert!(c.log().contains(&format!("DaemonSet/{ns}/legacy")), "log:\n{}", c.log());
 }
 
+/// `kube-anchor pause --component pod-checkpointer` on the node, then the Node's pause annotation,
+/// hold the checkpointer: a Ready parent is not checkpointed until both are lifted.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_paused_checkpointer_checkpoints_nothing_until_resumed() {
+    let cp = control_plane::shared().await;
+    cp.start_controllers();
+    let node = cp.add_node("ckpt-paused", &[]).await;
+    let ns = cp.namespace("ckptpaused").await;
+    let admin = cp.admin().await;
+    let daemonsets: Api<DaemonSet> = Api::namespaced(admin.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(admin.clone());
+    let verb = |verb: &str, extra: &[&str]| {
+        let out = Command::new(BIN)
+            .args([verb, "--component", "pod-checkpointer", "--host-root"])
+            .arg(node.host_root())
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{verb}: {out:?}");
+    };
+    verb("pause", &["--reason", "restoring etcd"]);
+    let parent = create_annotated_daemonset(&daemonsets, &pods, "held", &node.name).await;
+    let work = tempfile::tempdir().unwrap();
+    fs::write(work.path().join("boot_id"), "b1").unwrap();
+    let c = start_checkpointer(cp, &node, work.path(), &[]);
+    let files = CheckpointFiles::new(&node, &ns);
+    // A pass every 300 ms, the parent Ready for more than the 1 s window: it would be written.
+    c.wait_for(WAIT, "the pause in the log", &|| c.log().contains("restoring etcd"));
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        !files.inactive(&parent).exists(),
+        "checkpointed while paused on the node"
+    );
+
+    let annotate = |value: serde_json::Value| {
+        let nodes = nodes.clone();
+        let name = node.name.clone();
+        async move {
+            let patch = serde_json::json!({"metadata": {"annotations": {"kube-anchor.io/paused": value}}});
+            nodes
+                .patch(&name, &Default::default(), &kube::api::Patch::Merge(&patch))
+                .await
+                .unwrap();
+        }
+    };
+    annotate(serde_json::json!("node maintenance")).await;
+    verb("resume", &[]);
+    c.wait_for(WAIT, "the annotation's hold in the log", &|| {
+        c.log().contains("node maintenance")
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        !files.inactive(&parent).exists(),
+        "checkpointed while the Node is annotated"
+    );
+
+    annotate(serde_json::Value::Null).await;
+    c.wait_for(WAIT, "the checkpoint once resumed", &|| {
+        files.inactive(&parent).exists()
+    });
+}
+
 /// In steady state (parent Running and Ready here, checkpoint written) the checkpointer costs
 /// the API its pod watch only: no GET or LIST per pass, counted from the API server's audit log.
 /// bootkube's checkpointer LISTs every 5 s; an earlier version of this one GETs the Node and the

@@ -101,6 +101,8 @@ pub struct Observation {
     pub decommissioned: bool,
     /// For the checkpointer's own owner while decommissioned: other owners still have checkpoints.
     pub others_left: bool,
+    /// An operator holds the checkpointer on this node (`crate::pause`).
+    pub paused: bool,
 }
 
 /// One checkpoint on disk.
@@ -161,6 +163,11 @@ pub fn undo(mut next: Checkpoints, action: &Action, before: &Checkpoints) -> Che
 pub fn decide(state: &Checkpoints, obs: &Observation, cfg: &Config) -> (Checkpoints, Vec<Action>) {
     let mut s = state.clone();
     let mut actions = Vec::new();
+    // Held: nothing is written, activated or removed, and no clock (retire grace, hand-off
+    // back-off) moves.
+    if obs.paused {
+        return (s, actions);
+    }
     let now = obs.now;
     let local = obs.local.known();
     let replacement_ready_for = local
@@ -395,6 +402,7 @@ mod tests {
             is_self: false,
             decommissioned: false,
             others_left: false,
+            paused: false,
         }
     }
 
@@ -521,6 +529,28 @@ mod tests {
             assert_eq!(a, [Action::Activate { name: "pod-a".into() }], "api {api}");
             assert!(s.generations[0].active);
         }
+    }
+
+    #[test]
+    fn a_paused_checkpointer_activates_and_retires_nothing() {
+        let state = with(vec![generation("a", false, true)]);
+        let held = Observation {
+            paused: true,
+            ..obs(5, false, vec![], vec![], None)
+        };
+        assert_eq!(decide(&state, &held, &cfg()), (state.clone(), vec![]));
+        // Unwanted by its owner for longer than the retire grace: kept while paused.
+        let unwanted = Checkpoints {
+            unwanted_since: Some(Duration::ZERO),
+            ..state.clone()
+        };
+        let held = Observation {
+            paused: true,
+            ..obs(10_000, true, vec![], vec![], Some(false))
+        };
+        assert_eq!(decide(&unwanted, &held, &cfg()), (unwanted.clone(), vec![]));
+        let (_, acted) = decide(&unwanted, &Observation { paused: false, ..held }, &cfg());
+        assert!(acted.iter().any(|a| matches!(a, Action::Retire { .. })), "{acted:?}");
     }
 
     #[test]
@@ -872,6 +902,7 @@ mod exhaustive {
                                         is_self,
                                         decommissioned: decommission > 0,
                                         others_left: decommission == 2,
+                                        paused: false,
                                     };
                                     check(&cfg, now, &state, &obs, replacement, parent == ago(100));
                                 }
@@ -1052,7 +1083,7 @@ mod properties {
                 // Seen since boot: every sequence starts at a boot.
                 seen |= !st.blind && !local.is_empty();
                 let view = if st.blind { LocalView::Unknown { seen_since_boot: seen } } else { LocalView::Known(local.clone()) };
-                let obs = Observation { now: Duration::from_secs(now), api_reachable: st.api, parents, local: view, owner_wants_node: if st.api { st.wants } else { None }, is_self: false, decommissioned: false, others_left: false };
+                let obs = Observation { now: Duration::from_secs(now), api_reachable: st.api, parents, local: view, owner_wants_node: if st.api { st.wants } else { None }, is_self: false, decommissioned: false, others_left: false, paused: false };
                 let (next, actions) = decide(&state, &obs, &cfg);
                 for a in &actions {
                     if let Action::Retire { .. } = a {

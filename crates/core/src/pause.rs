@@ -9,8 +9,12 @@
 
 use crate::ledger::Paused;
 
-/// Set on a Node (any value: the reason), every anchor on it holds.
+/// Set on a Node (any value: the reason), every anchor on it holds, and its pod checkpointer.
 pub const NODE_ANNOTATION: &str = "kube-anchor.io/paused";
+
+/// The name `kube-anchor pause --component` takes for the node's pod checkpointer: held, it
+/// checkpoints, activates, deactivates and retires nothing.
+pub const CHECKPOINTER: &str = "pod-checkpointer";
 
 /// Where a component's anchor stands held.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -38,6 +38,7 @@ use kube_anchor_core::decommission::{self, Decision, Lookup};
 use kube_anchor_core::desired::DesiredFile;
 use kube_anchor_core::digest::sha256_hex;
 use kube_anchor_core::hostpath::{AllowedRoots, HostPath};
+use kube_anchor_core::pause::{self, Pause};
 use kube_anchor_core::plan::{Op, WriteReason};
 use kube_anchor_core::pod_status;
 use kube_anchor_core::sanitize::{self, CHECKPOINT_OF_ANNOTATION, Layout, SourceKind};
@@ -233,12 +234,13 @@ fn remaining_checkpoints(fs: &HostFs, paths: &Paths) -> Vec<String> {
 /// The component name the pod-checkpointer chart labels its pods with
 /// (`app.kubernetes.io/component`): another checkpointer DaemonSet that wants this node (a
 /// renamed release) keeps the checkpoints, as another anchor keeps a component.
-const CHECKPOINTER_COMPONENT: &str = "pod-checkpointer";
+const CHECKPOINTER_COMPONENT: &str = pause::CHECKPOINTER;
 
 /// The checkpointer's own metrics (prefix `kube_anchor_`, label `component`).
 #[derive(Clone, Default)]
 struct CheckpointerMetrics {
     lock_held: Gauge,
+    paused: Gauge,
     passes: Counter,
     failed_actions: Counter,
     last_pass: Gauge<f64, AtomicU64>,
@@ -256,6 +258,11 @@ struct ActionLabels {
 
 impl CheckpointerMetrics {
     fn register(&self, into: &mut Metrics) {
+        into.register(
+            "checkpointer_paused",
+            "1 while an operator holds the checkpointer on this node (kube-anchor pause --component pod-checkpointer, or the Node annotation kube-anchor.io/paused)",
+            self.paused.clone(),
+        );
         into.register(
             "checkpointer_lock_held",
             "1 while this copy holds the checkpointer lock and acts",
@@ -544,6 +551,30 @@ fn daemonset_copy_alive(setup: &Setup) -> bool {
 }
 
 /// One stretch of work with the lock held.
+/// Why `kube-anchor pause --component pod-checkpointer` holds the checkpointer on this node (the
+/// state dir's marker: no API needed).
+fn paused_on_node(setup: &Setup) -> Option<String> {
+    match setup.fs.read_ledger(&setup.state_dir, pause::CHECKPOINTER) {
+        Ok(Ok(ledger)) => Pause::of(ledger.paused.as_ref(), None, None).map(|p| p.describe(pause::CHECKPOINTER)),
+        _ => None,
+    }
+}
+
+/// Why the Node's pause annotation holds the checkpointer, asked only before a pass acts (a
+/// steady checkpointer asks the API nothing); no answer holds nothing.
+async fn paused_by_node(setup: &Setup, api: &ApiLink) -> Option<String> {
+    let client = api.client()?;
+    match kubeapi::node_pause(client, &setup.node).await {
+        Ok(annotation) => {
+            Pause::of(None, Some(&setup.node), annotation.as_deref()).map(|p| p.describe(pause::CHECKPOINTER))
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "cannot read this node's pause annotation");
+            None
+        }
+    }
+}
+
 async fn turn(
     setup: &Setup,
     api: &mut ApiLink,
@@ -562,8 +593,11 @@ async fn turn(
         memory: Memory::load(&setup.fs, &setup.state_dir, &setup.boot_id),
         self_owner: None,
         left_reported: BTreeSet::new(),
+        held_by_node: None,
     };
     machine.load_from_disk(started.elapsed());
+    // The hold in force (`kube-anchor pause` on the node), as last logged.
+    let mut paused: Option<String> = None;
     if let Some(of) = &setup.checkpoint_of {
         machine.self_owner = machine.owner_of_checkpoint(of);
     }
@@ -583,10 +617,22 @@ async fn turn(
         }
         api.ensure().await;
         let decommissioned = Marker::load(&setup.fs, &setup.state_dir).is_some();
+        let now_paused = paused_on_node(setup);
+        if now_paused != paused {
+            match &now_paused {
+                Some(why) => tracing::warn!(reason = %why, "paused: checkpointing, activating and removing nothing"),
+                None => tracing::info!("resumed"),
+            }
+            paused = now_paused;
+        }
         setup.shared.update(|s| s.sync_started = Some(Instant::now()));
         let failed = machine
-            .step(setup, started.elapsed(), api, kubelet, decommissioned)
+            .step(setup, started.elapsed(), api, kubelet, decommissioned, paused.is_some())
             .await;
+        setup
+            .metrics
+            .paused
+            .set(i64::from(paused.is_some() || machine.held_by_node.is_some()));
         let m = &setup.metrics;
         m.passes.inc();
         m.last_pass.set(
@@ -798,6 +844,9 @@ struct Machine {
     self_owner: Option<String>,
     /// Checkpoints a decommission had to leave, reported once.
     left_reported: BTreeSet<String>,
+    /// Why the Node's pause annotation held back the last actions (asked again each pass until
+    /// it no longer does).
+    held_by_node: Option<String>,
 }
 
 impl Machine {
@@ -888,18 +937,39 @@ impl Machine {
         api: &ApiLink,
         kubelet: &KubeletClient,
         decommissioned: bool,
+        paused: bool,
     ) -> u64 {
         let seen = self.observe(setup, now, api, kubelet).await;
         let client = api.client();
         // Looked up at most once per pass, and only when an owner has to be asked.
         let mut node_facts: Option<Option<decommission::NodeFacts>> = None;
+        // The Node's pause annotation: asked at most once per pass, only before acting or while
+        // it holds (to see it lifted).
+        let mut node_held: Option<Option<String>> = None;
+        if self.held_by_node.is_some() {
+            node_held = Some(paused_by_node(setup, api).await);
+        }
         let mut failed = 0;
         for key in self.owner_keys(&seen) {
             let wants = self.owner_wants(setup, api, &key, &seen, &mut node_facts).await;
-            let obs = self.observation(&key, &seen, now, wants, decommissioned);
+            let mut obs = self.observation(&key, &seen, now, wants, decommissioned, paused);
             let state = self.states.get(&key).cloned().unwrap_or_default();
             tracing::debug!(owner = %key, ?state, ?obs, "deciding");
-            let (mut next, actions) = checkpoint::decide(&state, &obs, &setup.cfg);
+            let (mut next, mut actions) = checkpoint::decide(&state, &obs, &setup.cfg);
+            if !actions.is_empty() && !obs.paused {
+                let held = match &node_held {
+                    Some(held) => held.clone(),
+                    None => node_held.insert(paused_by_node(setup, api).await).clone(),
+                };
+                if let Some(why) = held {
+                    obs.paused = true;
+                    (next, actions) = checkpoint::decide(&state, &obs, &setup.cfg);
+                    if self.held_by_node.as_ref() != Some(&why) {
+                        tracing::warn!(owner = %key, reason = %why, "paused: checkpointing, activating and removing nothing");
+                    }
+                    self.held_by_node = Some(why);
+                }
+            }
             for action in actions {
                 if !self.execute(setup, client, &key, &action, &seen).await {
                     // Undo the state machine's belief so the next step tries again.
@@ -910,6 +980,11 @@ impl Machine {
                 }
             }
             self.record(key, next, decommissioned);
+        }
+        if let Some(None) = node_held
+            && self.held_by_node.take().is_some()
+        {
+            tracing::info!("the Node's pause annotation no longer holds the checkpointer: acting again");
         }
         failed
     }
@@ -1079,6 +1154,7 @@ impl Machine {
         now: Duration,
         wants: Option<bool>,
         decommissioned: bool,
+        paused: bool,
     ) -> Observation {
         Observation {
             now,
@@ -1098,6 +1174,7 @@ impl Machine {
             is_self: Some(key) == self.self_owner.as_deref(),
             decommissioned,
             others_left: self.states.iter().any(|(k, s)| k != key && !s.generations.is_empty()),
+            paused,
         }
     }
 

@@ -516,6 +516,7 @@ impl Slot {
                 is_self: false,
                 decommissioned: false,
                 others_left: false,
+                paused: false,
             }
         } else {
             Observation {
@@ -528,6 +529,7 @@ impl Slot {
                 is_self: false,
                 decommissioned: false,
                 others_left: false,
+                paused: false,
             }
         }
     }
