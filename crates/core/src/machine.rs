@@ -1144,15 +1144,21 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_crash_loop_rolls_back_and_gives_the_turn_back_as_failed_once_last_known_good_runs() {
-        let t0 = Instant::now();
+    /// A runs as last-known-good; B, the inputs' version, took the turn and is on trial from 1 s.
+    fn b_on_trial_with_the_turn(t0: Instant) -> (Anchor, Ledger) {
         let mut a = anchor();
         let on_node = ledger(Some("A"), Some("A"));
         synced(&mut a, "B", &on_node, 0);
         a.step(asked(LeaseAnswer::Take, t0));
         synced(&mut a, "B", &on_node, 1);
         a.step(evaluate(running("B", 0), 2));
+        (a, on_node)
+    }
+
+    #[test]
+    fn a_crash_loop_rolls_back_and_gives_the_turn_back_as_failed_once_last_known_good_runs() {
+        let t0 = Instant::now();
+        let (mut a, on_node) = b_on_trial_with_the_turn(t0);
         let effects = a.step(evaluate(running("B", 4), 40));
         assert!(
             matches!(&effects[0], Effect::RollBack { failed, .. } if failed == "B"),
@@ -1192,12 +1198,7 @@ mod tests {
     #[test]
     fn a_paused_anchor_writes_judges_and_gives_back_nothing_until_resumed() {
         let t0 = Instant::now();
-        let mut a = anchor();
-        let on_node = ledger(Some("A"), Some("A"));
-        synced(&mut a, "B", &on_node, 0);
-        a.step(asked(LeaseAnswer::Take, t0));
-        synced(&mut a, "B", &on_node, 1);
-        a.step(evaluate(running("B", 0), 2));
+        let (mut a, on_node) = b_on_trial_with_the_turn(t0);
         let why = "paused on this node since 2026-12-07T03:00:00Z (restore)".to_owned();
         let paused = |view, s| {
             Input::Evaluate(EvaluateFacts {
