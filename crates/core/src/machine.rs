@@ -1158,7 +1158,7 @@ mod tests {
     #[test]
     fn a_crash_loop_rolls_back_and_gives_the_turn_back_as_failed_once_last_known_good_runs() {
         let t0 = Instant::now();
-        let (mut a, on_node) = b_on_trial_with_the_turn(t0);
+        let (mut a, _) = b_on_trial_with_the_turn(t0);
         let effects = a.step(evaluate(running("B", 4), 40));
         assert!(
             matches!(&effects[0], Effect::RollBack { failed, .. } if failed == "B"),

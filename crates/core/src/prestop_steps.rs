@@ -261,7 +261,9 @@ impl Hook {
         }
     }
 
-    /// The hook of an anchor an operator holds ([`crate::pause::Pause::describe`]).
+    /// The hook of an anchor an operator holds ([`crate::pause::Pause::describe`]): known at the
+    /// start (the node's own marker), it gathers no evidence; learned with the evidence (the
+    /// Node's annotation, asked only of a decision to remove), it turns that decision into a hold.
     pub fn paused(mut self, why: Option<String>) -> Self {
         self.paused = why;
         self
@@ -293,6 +295,11 @@ impl Hook {
             (Pending::Deciding, Observation::Decided(Decision::Keep(reason))) => exit(Exit::Keep(reason)),
             (Pending::Deciding, Observation::Decided(Decision::Held(reason))) => {
                 warn(WarningReason::DecommissionHeld, Exit::Held(reason))
+            }
+            // A hold learned with the evidence (the Node's annotation, asked only now).
+            (Pending::Deciding, Observation::Decided(Decision::Remove(_))) if self.paused.is_some() => {
+                let why = self.paused.clone().unwrap_or_default();
+                warn(WarningReason::DecommissionHeld, Exit::Held(why))
             }
             (Pending::Deciding, Observation::Decided(Decision::Remove(reason))) => {
                 self.reason = reason;
@@ -583,6 +590,16 @@ mod tests {
             .paused(Some("paused on this node since 2026-12-07T03:00:00Z (restore)".into()));
         let actions = run_hook(hook, decided(Decision::Remove("deleted".into())));
         assert_eq!(names(&actions), ["warn", "exit"]);
+        // Learned with the evidence: the decision to remove is held.
+        let mut hook = Hook::new(Limits { timeout: TIMEOUT }, MemberConfig::Configured, true);
+        let (next, action) = hook.step(Observation::Began, Duration::ZERO);
+        assert!(matches!(action, Action::GatherEvidence { .. }), "{action:?}");
+        hook = next.paused(Some("paused by the annotation (drain)".into()));
+        let (_, action) = hook.step(Observation::Decided(Decision::Remove("deleted".into())), secs(1));
+        assert!(
+            matches!(&action, Action::Warn { code: WarningReason::DecommissionHeld, reason } if reason.contains("drain")),
+            "{action:?}"
+        );
         assert!(
             matches!(last_exit(&actions), Exit::Held(why) if why.contains("restore")),
             "{actions:?}"

@@ -19,7 +19,7 @@ use crate::engine::{Engine, Inputs};
 use crate::etcd_member;
 use kube_anchor_core::config::EtcdMember;
 use kube_anchor_core::config::Role;
-use kube_anchor_core::decommission::{self, FilesHere, Lookup, ThisPod};
+use kube_anchor_core::decommission::{self, Decision, FilesHere, Lookup, ThisPod};
 use kube_anchor_core::hostpath::HostPath;
 use kube_anchor_core::pause::Pause;
 use kube_anchor_core::plan::Notice;
@@ -80,19 +80,12 @@ async fn run_inner(args: &PreStopArgs, started: Instant) -> anyhow::Result<ExitC
         Ok(None) => (None, MemberConfig::NotConfigured),
         Err(why) => (None, MemberConfig::Unreadable(why)),
     };
-    // An operator's hold keeps everything, whatever the evidence says.
-    let annotation = match (&client, args.identity.node_name.as_deref()) {
-        (Ok(client), Some(node)) => kubeapi::node_pause(client, node).await.ok().flatten(),
-        _ => None,
-    };
-    let paused = engine.ledger(&component).ok().and_then(|ledger| {
-        Pause::of(
-            ledger.paused.as_ref(),
-            args.identity.node_name.as_deref(),
-            annotation.as_deref(),
-        )
-        .map(|p| p.describe(&component))
-    });
+    // An operator's hold keeps everything, whatever the evidence says: the node's own marker
+    // now, the Node's annotation below, asked only of a decision to remove.
+    let paused = engine
+        .ledger(&component)
+        .ok()
+        .and_then(|ledger| Pause::of(ledger.paused.as_ref(), None, None).map(|p| p.describe(&component)));
     let mut hook = Hook::new(limits, member, args.before_remove.is_some()).paused(paused);
     let mut observation = Observation::Began;
     let mut removed: Vec<HostPath> = Vec::new();
@@ -101,8 +94,8 @@ async fn run_inner(args: &PreStopArgs, started: Instant) -> anyhow::Result<ExitC
         let (next, action) = hook.step(observation, started.elapsed());
         hook = next;
         observation = match action {
-            Action::GatherEvidence { until } => Observation::Decided(
-                decide_with_evidence(
+            Action::GatherEvidence { until } => {
+                let decision = decide_with_evidence(
                     args.cleanup.into(),
                     guard,
                     args.confirm_interval,
@@ -118,8 +111,16 @@ async fn run_inner(args: &PreStopArgs, started: Instant) -> anyhow::Result<ExitC
                         Err(e) => FilesHere::Unreadable(e.to_string()),
                     },
                 )
-                .await,
-            ),
+                .await;
+                if let (Decision::Remove(_), Ok(client), Some(node)) =
+                    (&decision, &client, args.identity.node_name.as_deref())
+                    && let Ok(Ok(Some(reason))) =
+                        tokio::time::timeout(remaining(at(until)), kubeapi::node_pause(client, node)).await
+                {
+                    hook = hook.paused(Pause::of(None, Some(node), Some(&reason)).map(|p| p.describe(&component)));
+                }
+                Observation::Decided(decision)
+            }
             Action::Warn { code, reason } => {
                 warn_event(&client, this.as_ref(), code.as_str(), &component, &reason, deadline).await;
                 Observation::Done
