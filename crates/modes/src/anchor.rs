@@ -79,6 +79,44 @@ impl Drop for StatusWatch {
     }
 }
 
+/// The Node's pause annotation, read every [`NODE_PAUSE_REREAD`] by a task of its own, so that
+/// an API that does not answer never holds up a sync or an evaluation. `None` until the first
+/// answer; a failed read keeps the last one.
+struct NodePauseWatch {
+    rx: watch::Receiver<Option<Option<String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl NodePauseWatch {
+    fn start(client: kube::Client, node: String, component: String) -> Self {
+        let (tx, rx) = watch::channel(None);
+        let task = tokio::spawn(async move {
+            loop {
+                match kubeapi::node_pause(&client, &node).await {
+                    Ok(annotation) => {
+                        tx.send_if_modified(|seen| {
+                            let changed = seen.as_ref() != Some(&annotation);
+                            *seen = Some(annotation.clone());
+                            changed
+                        });
+                    }
+                    Err(e) => {
+                        tracing::debug!(%component, error = %e, "cannot read this node's pause annotation; keeping the last answer")
+                    }
+                }
+                tokio::time::sleep(NODE_PAUSE_REREAD).await;
+            }
+        });
+        NodePauseWatch { rx, task }
+    }
+}
+
+impl Drop for NodePauseWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 struct Daemon {
     args: RunArgs,
     engine: Engine,
@@ -138,9 +176,8 @@ struct Daemon {
     rollout_lease: Option<kubeapi::RolloutLease>,
     /// The last rollout Lease error logged at warn (the same one again is logged at debug).
     lease_error: Option<String>,
-    /// The Node's pause annotation as last read (kept while the API does not answer), and when.
-    node_pause: Option<String>,
-    node_pause_read: Option<Instant>,
+    /// The Node's pause annotation as last read.
+    node_pause: Option<NodePauseWatch>,
     /// An evaluation saw the pause lifted: sync at once.
     resync_now: bool,
     /// This node's `AnchorStatus` as the API shows it, once there is a client and a node name.
@@ -300,7 +337,6 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         rollout_lease: None,
         lease_error: None,
         node_pause: None,
-        node_pause_read: None,
         resync_now: false,
         status_watch: None,
         status_written: None,
@@ -437,6 +473,12 @@ impl Daemon {
             (Some(name), Some(ns)) => Some(EventSink::new(client.clone(), ns, name)),
             _ => None,
         };
+        self.node_pause = self
+            .args
+            .identity
+            .node_name
+            .clone()
+            .map(|node| NodePauseWatch::start(client.clone(), node, self.component.clone()));
         self.status_watch = self.args.identity.node_name.as_deref().map(|node| {
             let (rx, task) = anchor_status::watch(
                 client.clone(),
@@ -461,7 +503,6 @@ impl Daemon {
 
     async fn sync(&mut self) {
         self.connect().await;
-        self.read_node_pause().await;
         self.forget_stale();
         self.membership_step().await;
         // Again when the pass's effects call for it: the turn given (the leadership handed off
@@ -545,30 +586,13 @@ impl Daemon {
         }
     }
 
-    /// Reads the Node's pause annotation, at most every [`NODE_PAUSE_REREAD`]; an API that does
-    /// not answer leaves the last answer as it was (the node's own `pause` needs no API).
-    async fn read_node_pause(&mut self) {
-        if self.node_pause_read.is_some_and(|at| at.elapsed() < NODE_PAUSE_REREAD) {
-            return;
-        }
-        let (Some(client), Some(node)) = (self.api.client(), self.args.identity.node_name.as_deref()) else {
-            return;
-        };
-        self.node_pause_read = Some(Instant::now());
-        match kubeapi::node_pause(client, node).await {
-            Ok(pause) => self.node_pause = pause,
-            Err(e) => {
-                tracing::debug!(component = %self.component, error = %e, "cannot read this node's pause annotation; keeping the last answer")
-            }
-        }
-    }
-
     /// Why an operator holds this anchor (the node's `pause`, or the Node's annotation).
     fn pause(&self, ledger: &Ledger) -> Option<String> {
+        let annotation = self.node_pause.as_ref().and_then(|w| w.rx.borrow().clone().flatten());
         Pause::of(
             ledger.paused.as_ref(),
             self.args.identity.node_name.as_deref(),
-            self.node_pause.as_deref(),
+            annotation.as_deref(),
         )
         .map(|p| p.describe(&self.component))
     }
@@ -1104,7 +1128,6 @@ impl Daemon {
         if !self.unpublished.is_empty() && self.api_answers() {
             self.publish_unpublished().await;
         }
-        self.read_node_pause().await;
         let paused = self.engine.ledger(&self.component).ok().and_then(|l| self.pause(&l));
         self.shared.metrics.paused.set(i64::from(paused.is_some()));
         // A pause lifted: the sync it held back runs now.
