@@ -621,20 +621,12 @@ impl Daemon {
         };
         // Decommissioned on this node: its preStop hook removed the member, and this daemon,
         // still draining until the kubelet stops it, must not add it back as a learner. Only an
-        // explicit `apply` or `bootstrap` takes the component back.
+        // explicit `apply` or `bootstrap` takes the component back. Held by an operator: no
+        // member is added, promoted or given up.
         if self
             .engine
             .ledger(&self.component)
-            .is_ok_and(|l| l.decommissioned.is_some())
-        {
-            self.membership_pending = None;
-            return;
-        }
-        // Held by an operator: no member is added, promoted or given up.
-        if self
-            .engine
-            .ledger(&self.component)
-            .is_ok_and(|l| self.pause(&l).is_some())
+            .is_ok_and(|l| l.decommissioned.is_some() || self.pause(&l).is_some())
         {
             self.membership_pending = None;
             return;
