@@ -17,6 +17,31 @@
 
 mod clients;
 
+/// The programs a static pod manifest runs: the base name of each container's first command
+/// word, and of its image (`registry.k8s.io/etcd:3.6.8-0` runs `etcd` with `args` alone); none
+/// when it does not parse as one.
+pub fn programs(manifest: &[u8]) -> Vec<String> {
+    let mut out: Vec<String> = clients::containers(manifest)
+        .into_iter()
+        .map(|c| c.program)
+        .filter(|p| !p.is_empty() && !p.starts_with('-'))
+        .collect();
+    if let Ok(pod) = serde_yaml_ng::from_slice::<serde_yaml_ng::Value>(manifest)
+        && let Some(list) = pod
+            .get("spec")
+            .and_then(|s| s.get("containers"))
+            .and_then(|c| c.as_sequence())
+    {
+        for image in list.iter().filter_map(|c| c.get("image").and_then(|i| i.as_str())) {
+            let name = image.split('@').next().unwrap_or(image);
+            let name = name.rsplit('/').next().unwrap_or(name);
+            let name = name.split(':').next().unwrap_or(name);
+            out.push(name.to_owned());
+        }
+    }
+    out
+}
+
 use std::net::IpAddr;
 
 use x509_parser::certificate::X509Certificate;

@@ -125,6 +125,11 @@ pub struct Ledger {
     /// well (so `status` can say so); cleared once it runs converged again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_known_good_failing: Option<BadVersion>,
+    /// Set by the kubelet's pre-start step (`kubelet_start`) when it put a version on trial back
+    /// to last-known-good with no anchor running (a reboot): the anchor tries that version again;
+    /// put back a second time, it is recorded as bad. Cleared when a version passes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupted: Option<Interrupted>,
     /// The versions this node has run, newest first, pruned to the engine's retention
     /// (`history`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -148,6 +153,16 @@ pub struct Decommissioned {
     /// The anchor pod whose termination decommissioned the component.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub by_pod: Option<String>,
+}
+
+/// A trial the kubelet's pre-start step ended before it was judged.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Interrupted {
+    pub hash: String,
+    /// RFC 3339, UTC.
+    pub at: String,
+    pub reason: String,
 }
 
 /// An operator's hold on the anchors of one component on one node (`kube-anchor pause`).
@@ -279,6 +294,7 @@ impl Ledger {
             decommissioned: None,
             paused: None,
             last_known_good_failing: None,
+            interrupted: None,
             history: Vec::new(),
             clients_served: Default::default(),
             files: Vec::new(),
@@ -323,6 +339,7 @@ impl Ledger {
     pub fn mark_good(&mut self, hash: &str, now: &str) {
         crate::history::passed(&mut self.history, hash, now);
         self.last_known_good = Some(hash.into());
+        self.interrupted = None;
     }
 
     /// Prunes the history to `retention` (the current and last-known-good versions stay):

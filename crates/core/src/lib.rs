@@ -17,6 +17,7 @@ pub mod history;
 pub mod hostpath;
 pub mod import;
 pub mod join_steps;
+pub mod kubelet_start;
 pub mod ledger;
 pub mod lifecycle;
 pub mod machine;

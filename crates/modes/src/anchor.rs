@@ -253,6 +253,13 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     // Held until the process ends: `remove` on this node refuses while it is (the next sync
     // would write the files back).
     let _presence = engine.hold_anchor_presence(&component)?;
+    // The kubelet's pre-start step, where installed, runs this version's code (its ledger
+    // reading included), not the one installed with it.
+    match engine.refresh_pre_start_binary(crate::cli::VERSION, || std::fs::read("/proc/self/exe")) {
+        Ok(true) => tracing::info!("kubelet pre-start step: its binary is this anchor's now"),
+        Ok(false) => {}
+        Err(e) => tracing::warn!(error = %e, "kubelet pre-start step: cannot refresh its binary"),
+    }
     let (draining, abort) = shutdown::install().context("installing signal handlers")?;
     let shared = Shared::new(Metrics::new(&component));
     server::start(

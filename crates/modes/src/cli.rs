@@ -92,6 +92,12 @@ pub enum Command {
     Pause(PauseArgs),
     /// Let an anchor held by `pause` go on: its next look (within 10 s) syncs again.
     Resume(ResumeArgs),
+    /// The step the kubelet runs before it starts (a systemd drop-in's ExecStartPre, written by
+    /// `--install`): a version of etcd or kube-apiserver left on trial, with no API server
+    /// answering the kubelet, goes back to last-known-good before the kubelet reads it (a kubelet
+    /// that reaches no API server replaces no static pod) and is recorded as bad, not judged.
+    /// Always exits 0 unless --install fails: the kubelet must start.
+    KubeletPreStart(KubeletPreStartArgs),
     /// Read a kubeadm control plane's static pod manifests and the files they name, and write one
     /// Helm values file per component chart (etcd, kube-apiserver, kube-controller-manager,
     /// kube-scheduler) so that `helm install` takes the components over.
@@ -350,6 +356,27 @@ pub struct PauseArgs {
     /// Why (status, /readyz and AnchorStatus show it).
     #[arg(long)]
     pub reason: String,
+}
+
+#[derive(Debug, Args)]
+pub struct KubeletPreStartArgs {
+    #[command(flatten)]
+    pub node: NodeArgs,
+    /// The kubelet's kubeconfig (a path on the node): a version on trial stays where an API
+    /// server answers it (the kubelet will replace static pods as usual).
+    #[arg(
+        long,
+        env = "KUBE_ANCHOR_KUBELET_KUBECONFIG",
+        default_value = "/etc/kubernetes/kubelet.conf"
+    )]
+    pub kubelet_kubeconfig: PathBuf,
+    /// Instead of the step: write this binary to <state-dir>/bin/kube-anchor (the anchors keep
+    /// it current from then on) and the kubelet's drop-in
+    /// /etc/systemd/system/kubelet.service.d/05-kube-anchor-pre-start.conf that runs it with
+    /// these --state-dir, --allowed-root and --kubelet-kubeconfig. systemd reads it at the next
+    /// boot, or after `systemctl daemon-reload`.
+    #[arg(long)]
+    pub install: bool,
 }
 
 #[derive(Debug, Args)]

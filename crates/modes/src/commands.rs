@@ -81,6 +81,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Retry(args) => retry(args),
         Command::Pause(args) => pause(args),
         Command::Resume(args) => resume(args),
+        Command::KubeletPreStart(args) => crate::kubelet_pre_start::kubelet_pre_start(args),
         Command::Rollback(args) => rollback(args),
         Command::Run(args) => {
             daemon_runtime()?.block_on(crate::anchor::run(args))?;
@@ -1196,6 +1197,7 @@ fn print_status(
                 "badVersions": r.bad,
                 "lastKnownGoodFailing": r.last_known_good_failing,
                 "paused": r.paused,
+                "interrupted": r.interrupted,
                 "revisions": r.history,
                 "files": r.files,
                 "certificates": r.certificates,
@@ -1247,6 +1249,9 @@ fn print_status(
                     p.reason,
                     r.component
                 );
+            }
+            if let Some(i) = &r.interrupted {
+                outln!("  INTERRUPTED   {} at {}: {}", i.hash, i.at, i.reason);
             }
             for rev in &r.history {
                 let outcome = match &rev.outcome {

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use kube_anchor_core::config::{self, Anchor, ConfigError, Role};
+use kube_anchor_core::config::{self, Anchor, ConfigError, FileMode, Role};
 use kube_anchor_core::desired::{self, Desired, DesiredError};
 use kube_anchor_core::digest::sha256_hex;
 use kube_anchor_core::hostpath::{AllowedRoots, HostPath, HostPathError};
@@ -189,6 +189,8 @@ pub struct StatusReport {
     pub last_known_good_failing: Option<kube_anchor_core::ledger::BadVersion>,
     /// `kube-anchor pause` holds the component's anchors on this node.
     pub paused: Option<Paused>,
+    /// The kubelet's pre-start step put this version back after a reboot in its trial.
+    pub interrupted: Option<kube_anchor_core::ledger::Interrupted>,
     /// The revision history, newest first.
     pub history: Vec<kube_anchor_core::history::Revision>,
     pub files: Vec<FileStatus>,
@@ -360,6 +362,75 @@ impl Engine {
     /// anchor between two restarts of a crash loop holds nothing.
     pub fn running_anchor(&self, component: &str) -> Result<Option<HostPath>, EngineError> {
         Ok(self.fs.lock_held(&self.state_dir, &anchor_presence_lock(component))?)
+    }
+
+    /// Where the kubelet's pre-start step keeps its binary (`<state-dir>/bin/kube-anchor`), and
+    /// beside it the build that binary is (`kube-anchor --version`), so an anchor can tell
+    /// without reading it.
+    pub fn pre_start_binary(&self) -> Result<(HostPath, HostPath), EngineError> {
+        let bin = self
+            .state_dir
+            .join(kube_anchor_core::kubelet_start::BINARY_IN_STATE_DIR)?;
+        let build = self.state_dir.join(&format!(
+            "{}.version",
+            kube_anchor_core::kubelet_start::BINARY_IN_STATE_DIR
+        ))?;
+        Ok((bin, build))
+    }
+
+    /// Installs the kubelet's pre-start step: `binary` (of `build`) at
+    /// [`Self::pre_start_binary`] (0755), then the drop-in (`kubelet_start::DROP_IN`, 0644) that
+    /// runs it, each written atomically. Returns the binary's and the drop-in's paths.
+    pub fn install_kubelet_pre_start(
+        &self,
+        binary: &[u8],
+        build: &str,
+        drop_in: &str,
+    ) -> Result<[HostPath; 2], EngineError> {
+        let (bin, _) = self.pre_start_binary()?;
+        self.write_pre_start_binary(binary, build)?;
+        let unit = HostPath::parse(kube_anchor_core::kubelet_start::DROP_IN)?;
+        let dir = unit.parent().expect("the drop-in is in a directory");
+        let fs = HostFs::new(self.fs.host_root(), AllowedRoots::new([dir]))?;
+        fs.write_file(&unit, drop_in.as_bytes(), FileMode(0o644), Role::Credential)?;
+        Ok([bin, unit])
+    }
+
+    fn write_pre_start_binary(&self, binary: &[u8], build: &str) -> Result<(), EngineError> {
+        let (bin, version) = self.pre_start_binary()?;
+        self.fs.write_file(&bin, binary, FileMode(0o755), Role::Credential)?;
+        self.fs.write_file(
+            &version,
+            format!("{build}\n").as_bytes(),
+            FileMode(0o644),
+            Role::Credential,
+        )?;
+        Ok(())
+    }
+
+    /// Keeps an installed pre-start step the anchors' own build: when the build recorded beside
+    /// it is not `build`, `binary` is read and written in its place. Left alone when the step
+    /// is not installed. True when written.
+    pub fn refresh_pre_start_binary(
+        &self,
+        build: &str,
+        binary: impl FnOnce() -> std::io::Result<Vec<u8>>,
+    ) -> Result<bool, EngineError> {
+        let (bin, version) = self.pre_start_binary()?;
+        if !matches!(self.fs.observe(&bin)?, plan::Observed::File { .. }) {
+            return Ok(false);
+        }
+        let recorded = self.fs.read(&version)?.unwrap_or_default();
+        if String::from_utf8_lossy(&recorded).trim() == build {
+            return Ok(false);
+        }
+        let binary = binary().map_err(|source| HostFsError::Io {
+            path: bin.clone(),
+            op: "read this binary to refresh",
+            source,
+        })?;
+        self.write_pre_start_binary(&binary, build)?;
+        Ok(true)
     }
 
     /// The components with a ledger on this node (what `apply` or `run` recorded), by name.
@@ -1082,6 +1153,7 @@ impl Engine {
             history: ledger.history.clone(),
             last_known_good_failing: ledger.last_known_good_failing.clone(),
             paused: ledger.paused.clone(),
+            interrupted: ledger.interrupted.clone(),
             files: plan::status(
                 desired,
                 &observations,

@@ -16,6 +16,7 @@ pub mod engine;
 mod etcd_member;
 mod fleet;
 mod import;
+mod kubelet_pre_start;
 mod logging;
 mod metrics;
 mod output;
