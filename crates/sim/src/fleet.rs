@@ -20,7 +20,8 @@ use kube_anchor_core::decommission::{
 };
 use kube_anchor_core::history::{self, Retention};
 use kube_anchor_core::join_steps::{self, JoinStart, JoinStep};
-use kube_anchor_core::ledger::{BadVersion, Decommissioned, Ledger, Paused, RollbackPlan};
+use kube_anchor_core::kubelet_start;
+use kube_anchor_core::ledger::{BadVersion, Decommissioned, Interrupted, Ledger, Paused, RollbackPlan};
 use kube_anchor_core::machine::{Anchor, Effect, EvaluateFacts, FirstWriteAnswer, Input, Settings, SyncFacts};
 use kube_anchor_core::margin::{self, ApiServerPeer, MarginFacts, PeerAnswer};
 use kube_anchor_core::membership::{
@@ -295,6 +296,9 @@ pub struct Setup {
     /// Each component's `trialPeriod` (seconds) and `crashLoopThreshold`.
     pub trial_period: [u64; 4],
     pub crash_loop_threshold: [u32; 4],
+    /// Every node runs `kube-anchor kubelet-pre-start` before its kubelet starts (the drop-in
+    /// `kubelet-pre-start --install` writes; `cluster.sh node` installs it).
+    pub kubelet_pre_start: bool,
 }
 
 impl Setup {
@@ -304,6 +308,7 @@ impl Setup {
         boot: (20, 120),
         trial_period: [300, 300, 300, 300],
         crash_loop_threshold: [3, 3, 3, 3],
+        kubelet_pre_start: true,
     };
 
     /// The lifecycle run's bed (`tests/selfhosted/lifecycle.rs`): process nodes, whose boot is
@@ -313,6 +318,7 @@ impl Setup {
         boot: (0, 0),
         trial_period: [60, 150, 25, 25],
         crash_loop_threshold: [3, 2, 3, 3],
+        kubelet_pre_start: true,
     };
 }
 
@@ -431,7 +437,9 @@ pub struct Report {
     pub hook_exits: BTreeMap<&'static str, u64>,
     /// How the etcd anchors' join steps ended, by decision (`keep`, `add-learner`, `promote`, …).
     pub join_ends: BTreeMap<&'static str, u64>,
-    /// How the operator's one-shot verbs ended (`rolled-back`, `retried`, `applied`, `refused`).
+    /// How the operator's one-shot verbs ended (`rolled-back`, `retried`, `applied`, `refused`), and
+    /// what the kubelet's pre-start step did with a version on trial (`kubelet-pre-start-interrupted`,
+    /// `-marked-bad`, `-kept`: an API server answered its kubelet).
     pub verbs: BTreeMap<&'static str, u64>,
     /// The main etcd cluster's members when the run ended.
     pub members: usize,
@@ -1475,6 +1483,7 @@ impl World {
             if let Some(at) = self.nodes[n].kubelet_at
                 && at <= now
             {
+                self.kubelet_pre_start(n);
                 let node = &mut self.nodes[n];
                 node.powered = true;
                 node.kubelet_up = true;
@@ -1483,6 +1492,19 @@ impl World {
                 node.sources_ready = false;
                 // A kubelet whose Node is gone registers a new one, with its own labels only.
                 node.registered = true;
+                // A new kubelet process knows only the pods its sources give it: the containers
+                // of a pod no longer in its manifests are orphans, never restarted, and killed
+                // only once all its sources are ready (`HandlePodCleanups`); a dead one leaves
+                // the way free for the new pod of the same name (the new process's pod workers
+                // never started the old one: `allowStaticPodStart`, pod_workers.go).
+                for pod in &mut node.pods {
+                    if let Some(ct) = &pod.container
+                        && pod.manifest != Some(ct.version)
+                        && !matches!(ct.phase, Phase::Running { .. })
+                    {
+                        pod.container = None;
+                    }
+                }
             }
         }
         for n in 0..self.nodes.len() {
@@ -1794,6 +1816,71 @@ impl World {
                 if let AnchorPodObject::Pending { revision, serial } = *pod {
                     *pod = AnchorPodObject::Bound { revision, serial };
                 }
+            }
+        }
+    }
+
+    /// `kube-anchor kubelet-pre-start` on node `n`, just before its kubelet starts
+    /// (`kubelet_pre_start::kubelet_pre_start`): each version of etcd or kube-apiserver on trial
+    /// goes back to last-known-good, recorded as bad, unless an API server answers the kubelet.
+    fn kubelet_pre_start(&mut self, n: usize) {
+        if !self.setup.kubelet_pre_start {
+            return;
+        }
+        for c in 0..COMPONENTS.len() {
+            let ledger = &self.nodes[n].ledgers[c];
+            let minor = |hash: Option<&String>| hash.map(|h| self.versions[self.version_index(h)].minor);
+            let versions = kubelet_start::Versions {
+                keeps_the_api_away: c == ETCD || c == APISERVER,
+                last_known_good_usable: ledger.last_known_good.is_some(),
+                etcd_minor_up: c == ETCD
+                    && matches!(
+                        (minor(ledger.content_hash.as_ref()), minor(ledger.last_known_good.as_ref())),
+                        (Some(trial), Some(good)) if trial > good
+                    ),
+            };
+            let Ok(trial) = kubelet_start::on_trial(ledger, versions) else {
+                continue;
+            };
+            let answer = if self.kubelet_reaches_api(n) {
+                Ok(())
+            } else {
+                Err("connection refused".to_owned())
+            };
+            let anchor_runs = self.nodes[n].anchors[c].is_some();
+            let decision = kubelet_start::decide(trial, answer, anchor_runs);
+            if matches!(decision, kubelet_start::Decision::Keep { .. }) {
+                *self.report.verbs.entry("kubelet-pre-start-kept").or_default() += 1;
+            }
+            if let kubelet_start::Decision::Revert {
+                version,
+                to,
+                reason,
+                mark_bad,
+            } = decision
+            {
+                let at = self.stamp();
+                let ledger = &mut self.nodes[n].ledgers[c];
+                if mark_bad {
+                    ledger.mark_bad(BadVersion {
+                        hash: version,
+                        at,
+                        reason,
+                    });
+                } else {
+                    ledger.interrupted = Some(Interrupted {
+                        hash: version,
+                        at,
+                        reason,
+                    });
+                }
+                self.write(n, c, &to);
+                let how = if mark_bad {
+                    "kubelet-pre-start-marked-bad"
+                } else {
+                    "kubelet-pre-start-interrupted"
+                };
+                *self.report.verbs.entry(how).or_default() += 1;
             }
         }
     }
