@@ -103,6 +103,9 @@ pub struct Observation {
     pub others_left: bool,
     /// An operator holds the checkpointer on this node (`crate::pause`).
     pub paused: bool,
+    /// Whether a checkpoint copy of this owner runs here now, as the kubelet shows it (`None`:
+    /// the kubelet could not be asked).
+    pub copy_runs: Option<bool>,
 }
 
 /// One checkpoint on disk.
@@ -125,6 +128,9 @@ pub struct Checkpoints {
     pub next_handoff: Option<Duration>,
     /// First time the API said the owner no longer wants this node.
     pub unwanted_since: Option<Duration>,
+    /// Since when no checkpoint copy of this owner has run here (the kubelet's word); `None`
+    /// while one runs, or before it was asked.
+    pub copy_stopped_since: Option<Duration>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -170,12 +176,39 @@ pub fn decide(state: &Checkpoints, obs: &Observation, cfg: &Config) -> (Checkpoi
     }
     let now = obs.now;
     let local = obs.local.known();
+    match obs.copy_runs {
+        Some(true) => s.copy_stopped_since = None,
+        Some(false) => {
+            s.copy_stopped_since.get_or_insert(now);
+        }
+        None => {}
+    }
+    // A hostNetwork checkpoint that runs answers its replacement's readiness probe
+    // (`127.0.0.1:<port>`): that Ready is borrowed. It counts only from the moment no copy runs,
+    // and only once it has lasted the ready window past it (a probe that starts failing takes
+    // its failure threshold to show), so a bad replacement never ends a hand-off nor resets its
+    // back-off.
+    let host_network = s.generations.last().is_some_and(|g| g.host_network);
     let replacement_ready_for = local
         .unwrap_or_default()
         .iter()
         .filter_map(|l| l.ready_since)
-        .map(|t| now.saturating_sub(t))
+        .filter_map(|t| match (host_network, s.copy_stopped_since) {
+            (false, _) => Some(now.saturating_sub(t)),
+            (true, Some(stopped)) => {
+                let own = now.saturating_sub(t.max(stopped));
+                (own >= cfg.ready_window).then_some(own)
+            }
+            (true, None) => None,
+        })
         .max();
+    // A replacement Ready since the copy stopped, not yet for the ready window: the hand-off
+    // waits for it to prove itself (at most the ready window past the stop).
+    let proving = host_network
+        && replacement_ready_for.is_none()
+        && s.copy_stopped_since
+            .is_some_and(|stopped| now.saturating_sub(stopped) < cfg.ready_window)
+        && local.unwrap_or_default().iter().any(|l| l.ready_since.is_some());
 
     if obs.decommissioned {
         return decommission(s, obs, replacement_ready_for.is_some());
@@ -245,7 +278,7 @@ pub fn decide(state: &Checkpoints, obs: &Observation, cfg: &Config) -> (Checkpoi
             s.handoff_started = None;
             s.handoff_attempts = 0;
             s.next_handoff = None;
-        } else if !handoff_expired(&mut s, now, cfg, newest, &mut actions) && s.handoff_started.is_none() {
+        } else if !(proving || handoff_expired(&mut s, now, cfg, newest, &mut actions)) && s.handoff_started.is_none() {
             let g = &s.generations[newest];
             let may_hand_off = g.host_network && !local.is_empty() && s.next_handoff.is_none_or(|t| now >= t);
             if may_hand_off {
@@ -403,13 +436,23 @@ mod tests {
             decommissioned: false,
             others_left: false,
             paused: false,
+            copy_runs: Some(false),
         }
     }
 
     fn unknown(now: u64, api: bool, seen_since_boot: bool) -> Observation {
         Observation {
             local: LocalView::Unknown { seen_since_boot },
+            copy_runs: None,
             ..obs(now, api, vec![], vec![], None)
+        }
+    }
+
+    /// `o`, the kubelet showing the checkpoint copy running.
+    fn copy_running(o: Observation) -> Observation {
+        Observation {
+            copy_runs: Some(true),
+            ..o
         }
     }
 
@@ -462,9 +505,11 @@ mod tests {
         }
     }
 
+    /// `gens`, no copy having run here since the node booted (at 0) unless a test says so.
     fn with(gens: Vec<Generation>) -> Checkpoints {
         Checkpoints {
             generations: gens,
+            copy_stopped_since: Some(Duration::ZERO),
             ..Default::default()
         }
     }
@@ -739,26 +784,120 @@ mod tests {
         // The API is back; the static copy still cannot ask the kubelet: nothing changes.
         let (app, a) = decide(&app, &unknown(200, true, false), &cfg());
         assert!(a.is_empty(), "{a:?}");
-        // The DaemonSet copy takes the lock and sees the app's new pod: the hand-off.
+        // The DaemonSet copy takes the lock and sees the app's new pod (its Ready borrowed from
+        // the copy that runs and answers its probe): the hand-off.
         let (app, a) = decide(
             &app,
-            &obs(300, true, vec![], vec![local("b", None)], Some(true)),
+            &copy_running(obs(300, true, vec![], vec![local("b", Some(299))], Some(true))),
             &cfg(),
         );
         assert_eq!(a, [Action::Deactivate { name: "pod-a".into() }]);
+        // The copy stopped: the new pod's Ready counts once it has lasted the ready window
+        // since, and ends the hand-off.
         let (app, a) = decide(
             &app,
-            &obs(310, true, vec![], vec![local("b", Some(305))], Some(true)),
+            &obs(310, true, vec![], vec![local("b", Some(299))], Some(true)),
+            &cfg(),
+        );
+        assert!(a.is_empty() && app.handoff_started.is_some(), "{a:?}");
+        let (app, a) = decide(
+            &app,
+            &obs(341, true, vec![], vec![local("b", Some(299))], Some(true)),
             &cfg(),
         );
         assert!(a.is_empty(), "{a:?}");
         assert!(app.handoff_started.is_none() && !app.generations[0].active);
+        assert_eq!((app.handoff_attempts, app.next_handoff), (0, None));
         let (me, a) = decide(
             &me,
             &own(obs(300, true, vec![], vec![local("d", Some(290))], Some(true))),
             &cfg(),
         );
         assert!(a.is_empty() && me.generations[0].active, "{a:?}");
+    }
+
+    /// A hostNetwork replacement's readiness probe (`127.0.0.1:<port>`) is answered by the
+    /// checkpoint while it runs: that Ready neither ends a hand-off nor resets its back-off, so a
+    /// bad replacement cannot make the checkpoint step aside again and again.
+    #[test]
+    fn a_borrowed_ready_neither_ends_a_hand_off_nor_resets_its_back_off() {
+        let s = Checkpoints {
+            copy_stopped_since: None,
+            ..with(vec![generation("a", true, true)])
+        };
+        // Ready for minutes, all borrowed: the copy runs. The hand-off is tried.
+        let (s, a) = decide(
+            &s,
+            &copy_running(obs(300, true, vec![], vec![local("r", Some(100))], Some(true))),
+            &cfg(),
+        );
+        assert_eq!(a, [Action::Deactivate { name: "pod-a".into() }]);
+        // The copy stopped; the replacement no longer answers its probe (it is bad): the
+        // hand-off runs out and the copy comes back, with a back-off.
+        let (s, a) = decide(&s, &obs(320, true, vec![], vec![local("r", None)], Some(true)), &cfg());
+        assert!(a.is_empty(), "{a:?}");
+        let (s, a) = decide(&s, &obs(361, true, vec![], vec![local("r", None)], Some(true)), &cfg());
+        assert_eq!(a, [Action::Activate { name: "pod-a".into() }]);
+        let backoff = (s.handoff_attempts, s.next_handoff);
+        assert_eq!(backoff.0, 1);
+        // The copy runs again and lends its Ready again: nothing changes, the back-off stays.
+        let (s, a) = decide(
+            &s,
+            &copy_running(obs(400, true, vec![], vec![local("r", Some(370))], Some(true))),
+            &cfg(),
+        );
+        assert!(a.is_empty(), "{a:?}");
+        assert!(s.generations[0].active);
+        assert_eq!((s.handoff_attempts, s.next_handoff), backoff);
+        // A good one: the copy takes 50 s to stop (its grace period); the replacement, Ready
+        // since, proves itself for the ready window though the hand-off timeout passes meanwhile.
+        let s = Checkpoints {
+            copy_stopped_since: None,
+            ..with(vec![generation("a", true, true)])
+        };
+        let (s, _) = decide(
+            &s,
+            &copy_running(obs(1000, true, vec![], vec![local("g", Some(990))], Some(true))),
+            &cfg(),
+        );
+        let (s, _) = decide(
+            &s,
+            &copy_running(obs(1050, true, vec![], vec![local("g", Some(990))], Some(true))),
+            &cfg(),
+        );
+        let (s, a) = decide(
+            &s,
+            &obs(1051, true, vec![], vec![local("g", Some(990))], Some(true)),
+            &cfg(),
+        );
+        assert!(a.is_empty(), "{a:?}");
+        let (s, a) = decide(
+            &s,
+            &obs(1070, true, vec![], vec![local("g", Some(990))], Some(true)),
+            &cfg(),
+        );
+        assert!(
+            a.is_empty() && s.handoff_started.is_some(),
+            "past the hand-off timeout, proving: {a:?}"
+        );
+        let (s, a) = decide(
+            &s,
+            &obs(1082, true, vec![], vec![local("g", Some(990))], Some(true)),
+            &cfg(),
+        );
+        assert!(a.is_empty() && s.handoff_started.is_none(), "{a:?} {s:?}");
+        assert!(!s.generations[0].active);
+        // A replacement that is not on the host network has a Ready of its own.
+        let pod = Checkpoints {
+            copy_stopped_since: None,
+            ..with(vec![generation("p", true, false)])
+        };
+        let (_, a) = decide(
+            &pod,
+            &copy_running(obs(400, true, vec![], vec![local("r", Some(399))], Some(true))),
+            &cfg(),
+        );
+        assert_eq!(a, [Action::Deactivate { name: "pod-p".into() }]);
     }
 
     fn decommissioned(o: Observation, others_left: bool) -> Observation {
@@ -796,7 +935,7 @@ mod tests {
         // ...and goes once a replacement runs Ready, or the owner no longer wants the node.
         let (_, a) = decide(
             &next,
-            &decommissioned(obs(10, true, vec![], vec![local("r", Some(9))], Some(true)), false),
+            &decommissioned(obs(60, true, vec![], vec![local("r", Some(9))], Some(true)), false),
             &cfg(),
         );
         assert_eq!(a, [Action::Retire { name: "pod-b".into() }]);
@@ -850,10 +989,14 @@ mod exhaustive {
                         for parent in [None, ago(5), ago(100)] {
                             for is_self in [false, true] {
                                 // 0: running; 1: decommissioned, nothing else left; 2: others left
-                                for decommission in 0..3 {
+                                // copy: the kubelet not asked; a checkpoint copy running; none
+                                // running for long
+                                for (decommission, copy) in (0..3).flat_map(|d| (0..3).map(move |c| (d, c))) {
                                     if active.is_some_and(|a| a >= gens) {
                                         continue;
                                     }
+                                    let (copy_runs, copy_stopped_since) =
+                                        [(None, None), (Some(true), None), (Some(false), ago(1_000))][copy];
                                     cases += 1;
                                     let generations: Vec<Generation> = (0..gens)
                                         .map(|i| Generation {
@@ -869,6 +1012,7 @@ mod exhaustive {
                                         handoff_attempts: 0,
                                         next_handoff,
                                         unwanted_since,
+                                        copy_stopped_since,
                                     };
                                     let one = |ready_since| {
                                         LocalView::Known(vec![Local {
@@ -903,6 +1047,7 @@ mod exhaustive {
                                         decommissioned: decommission > 0,
                                         others_left: decommission == 2,
                                         paused: false,
+                                        copy_runs,
                                     };
                                     check(&cfg, now, &state, &obs, replacement, parent == ago(100));
                                 }
@@ -948,8 +1093,17 @@ mod exhaustive {
         let context = format!("{state:?} / {obs:?} -> {actions:?}");
         let api = obs.api_reachable;
         let known = replacement < 4;
-        let ready = (2..4).contains(&replacement);
-        let stable = replacement == 3;
+        // A hostNetwork replacement's Ready counts only once no copy has run for the ready
+        // window (a running copy answers its probe).
+        let host_network = state.generations.last().is_some_and(|g| g.host_network);
+        let own_ready = !host_network || (obs.copy_runs != Some(true) && state.copy_stopped_since.is_some());
+        let ready = own_ready
+            && (if host_network {
+                replacement == 3
+            } else {
+                (2..4).contains(&replacement)
+            });
+        let stable = own_ready && replacement == 3;
         let was_active = |name: &str| state.generations.iter().any(|g| g.name == name && g.active);
         let newest = state.generations.last().map(|g| g.name.clone());
         for a in &actions {
@@ -1083,7 +1237,7 @@ mod properties {
                 // Seen since boot: every sequence starts at a boot.
                 seen |= !st.blind && !local.is_empty();
                 let view = if st.blind { LocalView::Unknown { seen_since_boot: seen } } else { LocalView::Known(local.clone()) };
-                let obs = Observation { now: Duration::from_secs(now), api_reachable: st.api, parents, local: view, owner_wants_node: if st.api { st.wants } else { None }, is_self: false, decommissioned: false, others_left: false, paused: false };
+                let obs = Observation { now: Duration::from_secs(now), api_reachable: st.api, parents, local: view, owner_wants_node: if st.api { st.wants } else { None }, is_self: false, decommissioned: false, others_left: false, paused: false, copy_runs: None };
                 let (next, actions) = decide(&state, &obs, &cfg);
                 for a in &actions {
                     if let Action::Retire { .. } = a {

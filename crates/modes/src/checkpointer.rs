@@ -826,6 +826,9 @@ struct Seen {
     pods_here: Vec<std::sync::Arc<Pod>>,
     /// The checkpointable parents by owner, with their pods.
     parents: BTreeMap<String, Vec<(Parent, Pod)>>,
+    /// The owners whose checkpoint copy the kubelet runs here (a container running); `None`
+    /// when the kubelet did not answer.
+    copies_running: Option<BTreeSet<String>>,
 }
 
 struct Machine {
@@ -1033,6 +1036,20 @@ impl Machine {
             (None, _) => (Vec::new(), false),
         };
         let local_known = local_pods.is_some() || from_runtime;
+        // A running copy answers a hostNetwork replacement's readiness probe: the decision must
+        // know whether one runs (`checkpoint::Observation::copy_runs`).
+        let copies_running = local_pods.as_ref().map(|pods| {
+            pods.iter()
+                .filter(|p| {
+                    p.metadata
+                        .annotations
+                        .as_ref()
+                        .is_some_and(|a| a.contains_key(CHECKPOINT_OF_ANNOTATION))
+                })
+                .filter(|p| container_running(p))
+                .filter_map(sanitize::checkpoint_owner)
+                .collect::<BTreeSet<String>>()
+        });
         let mut local: BTreeMap<String, Vec<Local>> = BTreeMap::new();
         let mut seen = BTreeSet::new();
         let mut memory = self.memory.clone();
@@ -1101,6 +1118,7 @@ impl Machine {
             local: local_known.then_some(local),
             pods_here,
             parents,
+            copies_running,
         }
     }
 
@@ -1175,6 +1193,7 @@ impl Machine {
             decommissioned,
             others_left: self.states.iter().any(|(k, s)| k != key && !s.generations.is_empty()),
             paused,
+            copy_runs: seen.copies_running.as_ref().map(|owners| owners.contains(key)),
         }
     }
 
@@ -1421,6 +1440,17 @@ fn is_checkpoint_or_static(pod: &Pod) -> bool {
         a.contains_key(CHECKPOINT_OF_ANNOTATION)
             || a.get(sanitize::CONFIG_SOURCE_ANNOTATION).is_some_and(|s| s == "file")
     })
+}
+
+/// Whether a container of the pod runs, as its status (the kubelet's) shows it.
+fn container_running(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c.state.as_ref().is_some_and(|st| st.running.is_some()))
+        })
 }
 
 /// How long the API has shown the pod Running and Ready (from its Ready condition).

@@ -517,6 +517,7 @@ impl Slot {
                 decommissioned: false,
                 others_left: false,
                 paused: false,
+                copy_runs: Some(self.copy_since.is_some_and(|since| t >= since)),
             }
         } else {
             Observation {
@@ -530,6 +531,7 @@ impl Slot {
                 decommissioned: false,
                 others_left: false,
                 paused: false,
+                copy_runs: None,
             }
         }
     }
