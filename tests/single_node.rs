@@ -71,26 +71,29 @@ fn bad_hashes(cluster: &SelfHosted, component: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// What a bad push did, as the test saw it.
+/// What a bad push with a power cut in its trial did, as the test saw it.
 #[derive(Debug)]
-struct BadPush {
+struct RebootedInTrial {
     tried: String,
-    api_down_for: Duration,
-    api_back_after: Duration,
-    /// From the anchor writing it to the node running the last-known-good again and the API
-    /// answering.
-    back_after_write: Duration,
+    /// From the power coming back to the API answering, with no human step.
+    boot_to_api: Duration,
+    /// From the push to the API answering after the boot.
+    push_to_api: Duration,
+    /// From the API answering after the boot to the version, tried again by its anchor, being
+    /// rolled back and the API answering again.
+    retry_rolled_back_after: Duration,
+    /// What the kubelet's pre-start step said.
+    step: String,
 }
 
-/// Pushes `set` to `component`'s chart and waits until the node runs the last-known-good version
-/// again and the API answers; the API must have been down in between (no API anywhere while the
-/// anchor judged the version).
-async fn bad_push(cluster: &SelfHosted, component: &str, set: &str, after_write: Duration) -> BadPush {
-    // The push waits for the DaemonSet to replace the anchor pod, which waits for a
-    // controller-manager that an earlier outage may have left in back-off.
-    let timeout = Duration::from_secs(420);
-    let node = &cluster.nodes[0];
-    let good = node.written_hash(component).expect("a version on the node");
+/// Pushes `set` to `component`'s chart; once the anchor has written it, a few seconds into its
+/// trial (it exits at start: the only API server goes with it), the node loses power and boots
+/// again. The kubelet's pre-start step (installed by `cluster.sh node`, run before the kubelet as
+/// the drop-in has it) puts last-known-good back: the API must answer again with no human step.
+/// The anchor, started once it does, tries the version again (a reboot is no verdict) and rolls
+/// it back with no API, the kubelet replacing the static pod since it has reached an API server.
+async fn bad_push_rebooted_in_its_trial(cluster: &mut SelfHosted, component: &str, set: &str) -> RebootedInTrial {
+    let good = cluster.nodes[0].written_hash(component).expect("a version on the node");
     assert_eq!(
         ledger(cluster, component)["lastKnownGood"].as_str(),
         Some(good.as_str()),
@@ -98,52 +101,66 @@ async fn bad_push(cluster: &SelfHosted, component: &str, set: &str, after_write:
     );
     let pushed = Instant::now();
     upgrade(cluster, component, set);
-    let mut tried = None;
-    let mut written_at: Option<Instant> = None;
-    let mut down_since: Option<Instant> = None;
-    let mut down_for = Duration::ZERO;
-    loop {
-        let written = node.written_hash(component);
-        if written.as_deref() != Some(good.as_str()) && written.is_some() {
-            tried = written.clone();
-            written_at.get_or_insert_with(Instant::now);
-        }
-        let answers = cluster.readyz(node).is_ok();
-        match (answers, down_since) {
-            (false, None) => down_since = Some(Instant::now()),
-            (true, Some(since)) => {
-                down_for += since.elapsed();
-                down_since = None;
-            }
-            _ => {}
-        }
-        if tried.is_some() && answers && written.as_deref() == Some(good.as_str()) && down_for > Duration::ZERO {
-            break;
-        }
-        assert!(
-            pushed.elapsed() < timeout,
-            "{component}: the bad push was not rolled back within {timeout:?} (tried {tried:?}, API down for {down_for:?} so far, written {written:?}); logs in {}",
+    // The push waits for the DaemonSet to replace the anchor pod, which waits for a
+    // controller-manager that an earlier outage may have left in back-off.
+    let tried = support::poll::eventually(
+        Duration::from_secs(420),
+        &format!("{component}: the pushed version written"),
+        || async { cluster.nodes[0].written_hash(component).filter(|h| *h != good) },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let at_cut = ledger(cluster, component);
+    assert_eq!(
+        at_cut["contentHash"].as_str(),
+        Some(tried.as_str()),
+        "{component}: still on trial at the power cut: {at_cut}"
+    );
+    assert!(!bad_hashes(cluster, component).contains(&tried), "{at_cut}");
+
+    let (_, dead) = cluster.reboot(&[0]).await;
+    let node = &cluster.nodes[0];
+    support::poll::eventually(
+        Duration::from_secs(300),
+        &format!(
+            "{component}: the API answering after the boot, logs in {}",
             cluster.dir.display()
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    let tried = tried.unwrap();
-    let back_after_write = written_at.unwrap().elapsed();
-    assert!(
-        back_after_write < after_write,
-        "{component}: rolled back {back_after_write:?} after the anchor wrote it (at most {after_write:?}); logs in {}",
-        cluster.dir.display()
+        ),
+        || async { cluster.readyz(node).ok() },
+    )
+    .await;
+    let api_back = Instant::now();
+    let boot_to_api = dead.elapsed();
+    let push_to_api = pushed.elapsed();
+    let l = ledger(cluster, component);
+    assert_eq!(
+        l["interrupted"]["hash"].as_str(),
+        Some(tried.as_str()),
+        "{component}: the step recorded the trial as interrupted: {l}"
     );
-    assert!(
-        bad_hashes(cluster, component).contains(&tried),
-        "{component}: {tried} not recorded as bad: {}",
-        ledger(cluster, component)
-    );
-    BadPush {
+    let step = fs::read_to_string(cluster.dir.join(format!("pre-start-{}.log", node.name))).unwrap_or_default();
+    assert!(step.contains("put back to last-known-good"), "{step}");
+
+    support::poll::eventually(
+        Duration::from_secs(420),
+        &format!(
+            "{component}: {tried}, tried again, rolled back and the API answering; logs in {}",
+            cluster.dir.display()
+        ),
+        || async {
+            (bad_hashes(cluster, component).contains(&tried)
+                && node.written_hash(component).as_deref() == Some(good.as_str())
+                && cluster.readyz(node).is_ok())
+            .then_some(())
+        },
+    )
+    .await;
+    RebootedInTrial {
         tried,
-        api_down_for: down_for,
-        api_back_after: pushed.elapsed(),
-        back_after_write,
+        boot_to_api,
+        push_to_api,
+        retry_rolled_back_after: api_back.elapsed(),
+        step,
     }
 }
 
@@ -246,31 +263,28 @@ async fn run_good_pushes(cluster: &SelfHosted, component: &'static str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_good_kube_apiserver_passes_and_a_bad_one_is_rolled_back_with_no_api() {
-    let cluster = bed("solo-a", "127.0.4.1").await;
+    let mut cluster = bed("solo-a", "127.0.4.1").await;
     cluster.wait_promoted("kube-apiserver", Duration::from_secs(180)).await;
     run_good_pushes(&cluster, "kube-apiserver").await;
 
-    // A kube-apiserver that exits at start: the only API server is gone.
-    let apiserver = bad_push(
-        &cluster,
-        "kube-apiserver",
-        "component.extraArgs.no-such-flag=1",
-        Duration::from_secs(200),
-    )
-    .await;
+    // A kube-apiserver that exits at start: the only API server is gone; the node reboots in
+    // its trial.
+    let apiserver =
+        bad_push_rebooted_in_its_trial(&mut cluster, "kube-apiserver", "component.extraArgs.no-such-flag=1").await;
     let note = rolled_back_event(&cluster, "kube-apiserver", &apiserver.tried).await;
     assert!(note.contains("container runtime"), "judged from the runtime: {note}");
     println!(
-        "bad kube-apiserver push: API back {:.0}s after the push, {:.0}s after the write (down {:.0}s); {note}",
-        apiserver.api_back_after.as_secs_f64(),
-        apiserver.back_after_write.as_secs_f64(),
-        apiserver.api_down_for.as_secs_f64()
+        "bad kube-apiserver push, power cut in its trial: API back {:.0}s after the boot, {:.0}s after the push; tried again and rolled back {:.0}s later; step: {}; {note}",
+        apiserver.boot_to_api.as_secs_f64(),
+        apiserver.push_to_api.as_secs_f64(),
+        apiserver.retry_rolled_back_after.as_secs_f64(),
+        apiserver.step.trim()
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_rollback_a_good_etcd_and_a_bad_etcd_rolled_back_with_no_api() {
-    let cluster = bed("solo-b", "127.0.4.2").await;
+    let mut cluster = bed("solo-b", "127.0.4.2").await;
     let node = &cluster.nodes[0];
 
     // The operator's lever, while the anchors run: a new kube-scheduler version on trial is
@@ -312,20 +326,14 @@ async fn an_operator_rollback_a_good_etcd_and_a_bad_etcd_rolled_back_with_no_api
     let l = ledger(&cluster, "kube-scheduler");
     assert_eq!(l["lastKnownGood"].as_str(), Some(first.as_str()), "{l}");
 
-    // An etcd that exits at start: the API goes down with it.
-    let etcd = bad_push(
-        &cluster,
-        "etcd",
-        "component.extraArgs.no-such-flag=1",
-        // About 75 s here; an evaluation held by a hung Lease renewal once took four minutes.
-        Duration::from_secs(150),
-    )
-    .await;
+    // An etcd that exits at start: the API goes down with it; the node reboots in its trial.
+    let etcd = bad_push_rebooted_in_its_trial(&mut cluster, "etcd", "component.extraArgs.no-such-flag=1").await;
     let note = rolled_back_event(&cluster, "etcd", &etcd.tried).await;
     println!(
-        "bad etcd push: API back {:.0}s after the push, {:.0}s after the write (down {:.0}s); {note}",
-        etcd.api_back_after.as_secs_f64(),
-        etcd.back_after_write.as_secs_f64(),
-        etcd.api_down_for.as_secs_f64()
+        "bad etcd push, power cut in its trial: API back {:.0}s after the boot, {:.0}s after the push; tried again and rolled back {:.0}s later; step: {}; {note}",
+        etcd.boot_to_api.as_secs_f64(),
+        etcd.push_to_api.as_secs_f64(),
+        etcd.retry_rolled_back_after.as_secs_f64(),
+        etcd.step.trim()
     );
 }

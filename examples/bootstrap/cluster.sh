@@ -7,8 +7,9 @@
 #   cluster.sh pki      DIR NAME=IP...   certificates, keys and kubeconfigs (openssl) in DIR/pki
 #   cluster.sh values   DIR              DIR/values/<chart>.yaml from DIR/pki
 #   cluster.sh template DIR              DIR/cluster.yaml: helm template of every component chart
-#   cluster.sh node     DIR NAME IP      on the node: kube-anchor bootstrap, and the kubelet's
-#                                        kubeconfig in /etc/kubernetes/kubelet.conf
+#   cluster.sh node     DIR NAME IP      on the node: kube-anchor bootstrap, the kubelet's
+#                                        kubeconfig in /etc/kubernetes/kubelet.conf, and its
+#                                        pre-start step (kube-anchor kubelet-pre-start --install)
 #   cluster.sh install  DIR              label the nodes, helm install every component chart
 #   cluster.sh upgrade  DIR CHART ARGS…  helm upgrade CHART with the same values and ARGS (e.g.
 #                                        --set component.extraArgs.v=2); the release is named
@@ -265,6 +266,17 @@ cmd_node() {
   install -m 0600 "$dir/pki/nodes/$name/kubelet.conf" "$root/etc/kubernetes/kubelet.conf"
   "$kube_anchor" bootstrap --from "$dir/cluster.yaml" --node-name "$name" --node-ip "$ip" --host-root "$root" \
     ${BOOTSTRAP_ARGS:-}
+  pre_start "$root"
+}
+
+# pre_start ROOT: the kubelet's pre-start step (a systemd drop-in): a version of etcd or
+# kube-apiserver left on trial by a reboot or a kubelet restart goes back to last-known-good
+# before the kubelet starts. systemd reads the drop-in at the next boot or daemon-reload.
+pre_start() {
+  "$kube_anchor" kubelet-pre-start --install --host-root "$1"
+  if [[ $1 == / ]] && command -v systemctl >/dev/null 2>&1; then
+    systemctl daemon-reload || true
+  fi
 }
 
 cmd_join() {
@@ -294,6 +306,7 @@ cmd_join() {
   install -m 0600 "$dir/pki/nodes/$name/kubelet.conf" "$root/etc/kubernetes/kubelet.conf"
   printf '%s\n' "$manifests" |
     "$kube_anchor" bootstrap --join --from - --node-name "$name" --node-ip "$ip" --host-root "$root" ${BOOTSTRAP_ARGS:-}
+  pre_start "$root"
 }
 
 cmd_install() {

@@ -177,12 +177,56 @@ impl SelfHostedNode {
         self.kubelet.as_ref().map(|p| namespace_rss_kib(p.pid())).unwrap_or(0)
     }
 
-    /// Power on: the kubelet starts again from the node's disk.
+    /// Power on: the kubelet's pre-start step where installed, then the kubelet starts again
+    /// from the node's disk.
     pub fn boot(&mut self, log_dir: &Path) {
         assert!(self.kubelet.is_none(), "{} is running", self.name);
+        self.kubelet_pre_start(log_dir);
         let mut cmd = Command::new("unshare");
         cmd.args(&self.command);
         self.kubelet = Some(Process::start(&format!("kubelet-{}", self.name), cmd, log_dir));
+    }
+
+    /// The drop-in `kube-anchor kubelet-pre-start --install` wrote (by `cluster.sh node`), run
+    /// as systemd runs it before the kubelet: its `ExecStartPre` line, the binary and every path
+    /// below the node's `/` (`KUBE_ANCHOR_HOST_ROOT`). Its output is appended to
+    /// `<log_dir>/pre-start-<node>.log`; like systemd's `-`, a failure does not stop the boot.
+    fn kubelet_pre_start(&self, log_dir: &Path) {
+        let unit = self
+            .host()
+            .join("etc/systemd/system/kubelet.service.d/05-kube-anchor-pre-start.conf");
+        let Ok(text) = fs::read_to_string(&unit) else {
+            return;
+        };
+        let Some(line) = text.lines().find_map(|l| l.strip_prefix("ExecStartPre=-")) else {
+            panic!("{}: no ExecStartPre=- line:\n{text}", unit.display());
+        };
+        let mut words = line.split_whitespace();
+        let binary = self
+            .host()
+            .join(words.next().expect("a command").trim_start_matches('/'));
+        let out = Command::new(&binary)
+            .args(words)
+            .env("KUBE_ANCHOR_HOST_ROOT", self.host())
+            .output()
+            .unwrap_or_else(|e| panic!("{}: {e}", binary.display()));
+        let mut log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log_dir.join(format!("pre-start-{}.log", self.name)))
+            .unwrap();
+        use std::io::Write as _;
+        let _ = log.write_all(&out.stdout);
+        let _ = log.write_all(&out.stderr);
+        let said = String::from_utf8_lossy(&out.stdout);
+        if !said.trim().is_empty() || !out.status.success() {
+            println!(
+                "{}: kubelet pre-start step ({}): {}",
+                self.name,
+                out.status,
+                said.trim()
+            );
+        }
     }
 
     /// The content hash the node's anchors last wrote for `component` (its ledger).
