@@ -7,13 +7,15 @@
 //!
 //! Two beds, one node each, run side by side (on one node every API outage leaves the
 //! controller-manager in a longer crash-loop back-off, which holds up the DaemonSet rollouts the
-//! next push needs, so each bed has at most two outages):
-//! - kube-apiserver: a good change passes its trial; then a flag it refuses is rolled back with
-//!   no API, the bad hash in the ledger, the Warning Event (judged from the runtime) once the API
-//!   is back;
+//! next push needs, so each bed has at most two pushed outages):
+//! - kube-apiserver: a good change passes its trial; then a flag it refuses, and the node loses
+//!   power a few seconds into its trial: the kubelet's pre-start step puts last-known-good back
+//!   before the kubelet starts, the API answers with no human step, and the anchor tries the
+//!   version again and rolls it back with no API (the bad hash in the ledger, the Warning Event
+//!   judged from the runtime once the API is back);
 //! - etcd: `kube-anchor rollback` on the node during a kube-scheduler trial brings the previous
 //!   version back and the anchor keeps it; a good etcd change passes its trial; a flag etcd
-//!   refuses (the API goes down with it) is rolled back the same way.
+//!   refuses (the API goes down with it) with a power cut in its trial, the same way.
 //!
 //! `KUBE_ANCHOR_GOOD_PUSHES=N` repeats each good push N times.
 
