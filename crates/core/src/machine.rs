@@ -62,7 +62,15 @@ pub struct Anchor {
     first_write: Option<FirstWriteGate>,
     /// Why an operator holds this anchor, as last seen (a sync or an evaluation).
     pub paused: Option<String>,
+    /// Since when the runtime shows the version before the one written still running (the
+    /// kubelet stopping it), and whether that was reported as stuck.
+    previous_stopping: Option<(Duration, bool)>,
 }
+
+/// How long the kubelet may take to stop the version before one written (a kube-apiserver uses
+/// up its 30 s grace period) before the anchor says it is stuck: a kubelet that has not reached
+/// an API server since it started stops no static pod (`kubelet_start`).
+pub const PREVIOUS_STOPPING_LIMIT: Duration = Duration::from_secs(120);
 
 /// Where a first write of a component on the node stands ([`rollout::first_write`]): it takes
 /// no turn (it restarts nothing), but asks the Lease before it starts a version.
@@ -222,6 +230,10 @@ pub enum Note {
     Paused { why: String },
     /// The hold was lifted.
     Unpaused,
+    /// The version before `version` has been stopping for longer than
+    /// [`PREVIOUS_STOPPING_LIMIT`]: the kubelet is not replacing the static pod (why and what to
+    /// do).
+    StillStopping { version: String, why: String },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -319,6 +331,7 @@ impl Anchor {
             no_margin_said: None,
             first_write: None,
             paused: None,
+            previous_stopping: None,
         }
     }
 
@@ -794,6 +807,7 @@ impl Anchor {
                 });
             }
         }
+        let stuck = self.see_previous_stopping(&view, &written, f.now, &mut effects);
         let mut rolled_back = false;
         for action in self.step_version(VersionEvent::Assessed {
             assessment: &assessment,
@@ -839,12 +853,54 @@ impl Anchor {
             .or_else(|| self.turn.waiting.as_ref().map(|w| w.why.clone()))
             .or(f.pending)
             .or_else(|| self.held_back())
+            .or(stuck)
             .or_else(|| assessment.reason().map(str::to_owned));
         effects.push(Effect::Ready {
             ready: reason.is_none(),
             reason: reason.unwrap_or_default(),
         });
         effects
+    }
+
+    /// Keeps the clock of the previous version stopping (as the runtime shows it); past
+    /// [`PREVIOUS_STOPPING_LIMIT`] the reason for `/readyz`, reported once as a note.
+    fn see_previous_stopping(
+        &mut self,
+        view: &VersionView,
+        written: &str,
+        now: Duration,
+        effects: &mut Vec<Effect>,
+    ) -> Option<String> {
+        let stopping = view.runtime.as_ref().is_some_and(|r| {
+            matches!(
+                crate::runtime::judge(r, written, view.runtime_restarts, self.settings.crash_loop_threshold),
+                crate::runtime::Local::PreviousStopping(_)
+            )
+        });
+        if !stopping {
+            self.previous_stopping = None;
+            return None;
+        }
+        let (since, reported) = self.previous_stopping.get_or_insert((now, false));
+        let for_ = now.saturating_sub(*since);
+        if for_ < PREVIOUS_STOPPING_LIMIT {
+            return None;
+        }
+        let why = format!(
+            "the kubelet has been stopping the version before {written} for {}: a kubelet that has not reached an API \
+             server since it started stops and replaces no static pod. Install the kubelet's pre-start step \
+             (`kube-anchor kubelet-pre-start --install`, then `systemctl daemon-reload`) and restart the kubelet: it \
+             puts last-known-good back first; or see README, \"After a reboot, or a kubelet restart, during a trial\"",
+            humantime::format_duration(Duration::from_secs(for_.as_secs()))
+        );
+        if !*reported {
+            *reported = true;
+            effects.push(Effect::Log(Note::StillStopping {
+                version: written.to_owned(),
+                why: why.clone(),
+            }));
+        }
+        Some(why)
     }
 
     fn step_turn(&mut self, event: TurnEvent<'_>) -> Vec<TurnAction> {
@@ -981,6 +1037,57 @@ mod tests {
             Effect::Ready { ready, reason } => Some((*ready, reason.clone())),
             _ => None,
         })
+    }
+
+    /// The runtime shows the version before the one written still running: the kubelet stopping
+    /// it is no evidence either way, but past [`PREVIOUS_STOPPING_LIMIT`] the anchor says the
+    /// kubelet is not replacing the pod and what to do, once as a note, then in `/readyz`.
+    #[test]
+    fn a_previous_version_stopping_for_too_long_is_reported_with_what_to_do() {
+        use crate::runtime::{ContainerState, LocalContainer, LocalPod, RuntimeView};
+        let mut a = anchor();
+        synced(&mut a, "A", &ledger(None, None), 0);
+        let old_still_running = |s: u64| {
+            let mut view = running("A", 0);
+            view.mirror = None;
+            view.health = None;
+            view.api_configured = false;
+            view.runtime = Some(RuntimeView::Pod(LocalPod {
+                sandbox_id: "s0".into(),
+                content_hash: Some("OLD".into()),
+                ready: true,
+                created_at: 0,
+                containers: vec![LocalContainer {
+                    name: "a".into(),
+                    attempt: 0,
+                    state: ContainerState::Running,
+                    started_at: Some(0),
+                    finished_at: None,
+                    exit_code: None,
+                    reason: None,
+                }],
+            }));
+            evaluate(view, s)
+        };
+        let effects = a.step(old_still_running(10));
+        assert!(!ready(&effects).unwrap().1.contains("pre-start"), "{effects:?}");
+        let effects = a.step(old_still_running(10 + PREVIOUS_STOPPING_LIMIT.as_secs()));
+        let (is_ready, why) = ready(&effects).unwrap();
+        assert!(!is_ready && why.contains("kubelet-pre-start --install"), "{why}");
+        assert!(why.contains("2m"), "{why}");
+        let notes = |e: &[Effect]| {
+            e.iter()
+                .filter(|e| matches!(e, Effect::Log(Note::StillStopping { .. })))
+                .count()
+        };
+        assert_eq!(notes(&effects), 1);
+        let effects = a.step(old_still_running(200));
+        assert_eq!(notes(&effects), 0, "reported once");
+        assert!(ready(&effects).unwrap().1.contains("pre-start"));
+        assert!(a.version.trial().is_some(), "no verdict on a version that never ran");
+        // Replaced at last: the clock stops.
+        let effects = a.step(evaluate(running("A", 0), 210));
+        assert!(!ready(&effects).unwrap().1.contains("pre-start"), "{effects:?}");
     }
 
     #[test]

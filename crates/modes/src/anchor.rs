@@ -1076,6 +1076,9 @@ impl Daemon {
             Effect::Log(Note::Unpaused) => {
                 tracing::info!(%component, "resumed: syncing again");
             }
+            Effect::Log(Note::StillStopping { version, why }) => {
+                tracing::warn!(%component, content_hash = %version, reason = %why, "the previous version is not being replaced");
+            }
             Effect::Log(Note::TurnGivenUp { version }) => {
                 tracing::error!(%component, content_hash = %version, "giving the rollout turn back: the version failed its trial and the last-known-good one it went back to fails too; this node runs nothing good (other nodes restart only where the cluster affords it)");
             }
