@@ -7,7 +7,6 @@ mod support;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
 use std::process::{Command, Output};
 
 use kube_anchor_core::desired::Desired;
@@ -39,17 +38,20 @@ impl Node {
             "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1', insecure-skip-tls-verify: true}}]\nusers: [{name: u, user: {token: t}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\n",
         )
         .unwrap();
-        let volume = ConfigVolume::new(&dir.path().join("config"), &refs(&Self::files("--v=1", "cert v1")));
+        let volume = ConfigVolume::new(
+            &dir.path().join("config"),
+            &refs(&Self::files(&pod("--v=1"), "cert v1")),
+        );
         Self { dir, volume }
     }
 
-    fn files(flag: &str, cert: &str) -> Vec<(&'static str, Vec<u8>)> {
+    fn files(pod: &str, cert: &str) -> Vec<(&'static str, Vec<u8>)> {
         vec![
             (
                 "anchor.yaml",
                 anchor_config("kube-apiserver", &[("apiserver.crt", CERT, "0644")], MANIFEST).into_bytes(),
             ),
-            ("pod.yaml", pod(flag).into_bytes()),
+            ("pod.yaml", pod.as_bytes().to_vec()),
             ("apiserver.crt", cert.as_bytes().to_vec()),
         ]
     }
@@ -68,7 +70,12 @@ impl Node {
 
     /// The version `flag` and `cert` make, written as the anchor writes a version for its trial.
     fn write(&mut self, engine: &Engine, flag: &str, cert: &str) -> Desired {
-        self.volume.update(&refs(&Self::files(flag, cert)));
+        self.write_pod(engine, &pod(flag), cert)
+    }
+
+    /// [`Node::write`] of any pod.
+    fn write_pod(&mut self, engine: &Engine, pod: &str, cert: &str) -> Desired {
+        self.volume.update(&refs(&Self::files(pod, cert)));
         let inputs = Inputs::load(&self.volume.config(), engine.roots()).unwrap();
         let desired = inputs
             .desired(&kube_anchor_core::render::Variables::new(["NODE_NAME"], |_| {
@@ -224,41 +231,17 @@ fn the_step_keeps_what_it_cannot_or_need_not_put_back_and_always_lets_the_kubele
     engine.resume("kube-apiserver").unwrap();
 
     // A component whose bad version leaves the API up (its image and command are a scheduler's).
-    let scheduler = Node::new();
+    let mut scheduler = Node::new();
     let s_engine = scheduler.engine();
     let s_pod = |flag: &str| {
         pod(flag)
             .replace("kube-apiserver:v1.36.3", "kube-scheduler:v1.36.3")
             .replace("command: [kube-apiserver", "command: [kube-scheduler")
     };
-    let mut s_volume = scheduler.volume;
-    for (flag, promote) in [("--v=1", true), ("--v=2", false)] {
-        let files = [
-            (
-                "anchor.yaml",
-                anchor_config("kube-apiserver", &[("apiserver.crt", CERT, "0644")], MANIFEST).into_bytes(),
-            ),
-            ("pod.yaml", s_pod(flag).into_bytes()),
-            ("apiserver.crt", b"cert".to_vec()),
-        ];
-        s_volume.update(&refs(&files));
-        let inputs = Inputs::load(&s_volume.config(), s_engine.roots()).unwrap();
-        let d = inputs
-            .desired(&kube_anchor_core::render::Variables::new(["NODE_NAME"], |_| {
-                Some("cp-1".into())
-            }))
-            .unwrap();
-        s_engine.apply(&d, false).unwrap();
-        if promote {
-            s_engine.promote(&d).unwrap();
-        }
-    }
-    let out = Command::new(BIN)
-        .arg("kubelet-pre-start")
-        .arg("--host-root")
-        .arg(scheduler.dir.path().join("node"))
-        .output()
-        .unwrap();
+    let good = scheduler.write_pod(&s_engine, &s_pod("--v=1"), "cert");
+    s_engine.promote(&good).unwrap();
+    scheduler.write_pod(&s_engine, &s_pod("--v=2"), "cert");
+    let out = scheduler.step(&[]);
     assert!(out.status.success(), "{out:?}");
     assert!(stdout(&out).contains("leaves the API up"), "{}", stdout(&out));
 
@@ -292,7 +275,7 @@ fn install_writes_the_drop_in_whose_line_runs_the_step() {
     engine.promote(&good).unwrap();
     let manifest_good = node.read(MANIFEST);
     node.write(&engine, "--v=2", "cert v2");
-    let ran = run_exec_start_pre(line, &node.root());
+    let ran = support::fixture::run_exec_start_pre(line, &node.root());
     assert!(ran.status.success(), "{ran:?}");
     assert!(stdout(&ran).contains("put back to last-known-good"), "{}", stdout(&ran));
     assert_eq!(node.read(MANIFEST), manifest_good);
@@ -322,16 +305,4 @@ fn install_writes_the_drop_in_whose_line_runs_the_step() {
             .unwrap()
     );
     assert!(!installed.exists());
-}
-
-/// Runs a drop-in's `ExecStartPre` command line on a node whose `/` is `root`, as the bed does:
-/// the binary below the root, every path the line names resolved there (`KUBE_ANCHOR_HOST_ROOT`).
-pub fn run_exec_start_pre(line: &str, root: &Path) -> Output {
-    let mut words = line.split_whitespace();
-    let binary = words.next().expect("a command");
-    Command::new(root.join(binary.trim_start_matches('/')))
-        .args(words)
-        .env("KUBE_ANCHOR_HOST_ROOT", root)
-        .output()
-        .unwrap()
 }

@@ -244,3 +244,16 @@ pub fn schema(name: &str) -> (boon::Schemas, boon::SchemaIndex) {
     let index = compiler.compile(name, &mut schemas).unwrap();
     (schemas, index)
 }
+
+/// Runs a systemd drop-in's `ExecStartPre` command line (without its `-`) on a node whose `/` is
+/// `root`: the binary below the root, every path the line names resolved there
+/// (`KUBE_ANCHOR_HOST_ROOT`).
+pub fn run_exec_start_pre(line: &str, root: &Path) -> Output {
+    let mut words = line.split_whitespace();
+    let binary = root.join(words.next().expect("a command").trim_start_matches('/'));
+    Command::new(&binary)
+        .args(words)
+        .env("KUBE_ANCHOR_HOST_ROOT", root)
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", binary.display()))
+}

@@ -201,15 +201,7 @@ impl SelfHostedNode {
         let Some(line) = text.lines().find_map(|l| l.strip_prefix("ExecStartPre=-")) else {
             panic!("{}: no ExecStartPre=- line:\n{text}", unit.display());
         };
-        let mut words = line.split_whitespace();
-        let binary = self
-            .host()
-            .join(words.next().expect("a command").trim_start_matches('/'));
-        let out = Command::new(&binary)
-            .args(words)
-            .env("KUBE_ANCHOR_HOST_ROOT", self.host())
-            .output()
-            .unwrap_or_else(|e| panic!("{}: {e}", binary.display()));
+        let out = super::fixture::run_exec_start_pre(line, &self.host());
         let mut log = fs::OpenOptions::new()
             .create(true)
             .append(true)

@@ -91,6 +91,21 @@ pub enum Decision {
     },
 }
 
+/// The version written here and not judged yet ([`Ledger::is_unjudged`]): what the step looks
+/// at, and the only case in which it reads more than the ledger.
+pub fn version_on_trial(ledger: &Ledger) -> Option<&str> {
+    ledger.content_hash.as_deref().filter(|v| ledger.is_unjudged(v))
+}
+
+/// Whether the manifest on trial runs a newer etcd minor than last-known-good's ([`etcd_minor`]
+/// of each; unknown on either side is not newer).
+pub fn etcd_minor_up(trial_manifest: Option<&[u8]>, good_manifest: Option<&[u8]>) -> bool {
+    matches!(
+        (trial_manifest.and_then(etcd_minor), good_manifest.and_then(etcd_minor)),
+        (Some(trial), Some(good)) if trial > good
+    )
+}
+
 /// What the step read of a component's versions besides its ledger (from the last-known-good
 /// files; asked only where there is a version on trial).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,12 +129,9 @@ pub fn on_trial(ledger: &Ledger, versions: Versions) -> Result<OnTrial, Decision
         etcd_minor_up,
     } = versions;
     let component = &ledger.component;
-    let Some(version) = ledger.content_hash.clone() else {
+    let Some(version) = version_on_trial(ledger).map(str::to_owned) else {
         return Err(Decision::NoTrial);
     };
-    if ledger.last_known_good.as_deref() == Some(version.as_str()) || ledger.bad_version(&version).is_some() {
-        return Err(Decision::NoTrial);
-    }
     let keep = |why: String| {
         Err(Decision::Keep {
             version: version.clone(),
@@ -372,6 +384,13 @@ mod tests {
             None
         );
         assert_eq!(etcd_minor(pod("example/etcd:latest").as_bytes()), None);
+        let (new, old) = (
+            pod("registry.k8s.io/etcd:3.6.8-0"),
+            pod("registry.k8s.io/etcd:3.5.21-0"),
+        );
+        assert!(etcd_minor_up(Some(new.as_bytes()), Some(old.as_bytes())));
+        assert!(!etcd_minor_up(Some(old.as_bytes()), Some(new.as_bytes())));
+        assert!(!etcd_minor_up(Some(new.as_bytes()), None));
     }
 
     #[test]

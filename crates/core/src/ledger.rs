@@ -305,6 +305,12 @@ impl Ledger {
         self.bad.iter().find(|b| b.hash == hash)
     }
 
+    /// `hash` has been neither promoted (last-known-good) nor recorded as bad here: a version
+    /// written is on trial until it is one or the other.
+    pub fn is_unjudged(&self, hash: &str) -> bool {
+        self.last_known_good.as_deref() != Some(hash) && self.bad_version(hash).is_none()
+    }
+
     /// Remembers `hash` as bad (once; the latest reason wins). The list is bounded: the oldest
     /// entries go first.
     pub fn mark_bad(&mut self, bad: BadVersion) {

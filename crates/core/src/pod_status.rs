@@ -27,6 +27,17 @@ pub fn is_running_ready(pod: &Pod) -> bool {
     phase(pod) == Some("Running") && is_ready(pod)
 }
 
+/// Whether a container of the pod runs, as its status shows it.
+pub fn has_running_container(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c.state.as_ref().is_some_and(|st| st.running.is_some()))
+        })
+}
+
 /// When the pod last became Ready, while it is Running and Ready.
 pub fn ready_since(pod: &Pod) -> Option<&Time> {
     if !is_running_ready(pod) {

@@ -184,8 +184,7 @@ impl Turn {
                 let rolled_back = accepted.filter(|h| ledger.bad_version(h).is_some());
                 match rolled_back.or(ledger.content_hash.as_deref()) {
                     Some(version) => {
-                        let on_trial =
-                            ledger.last_known_good.as_deref() != Some(version) && ledger.bad_version(version).is_none();
+                        let on_trial = ledger.is_unjudged(version);
                         let actions = if on_trial {
                             vec![TurnAction::Resume {
                                 version: version.to_owned(),

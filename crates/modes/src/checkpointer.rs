@@ -1038,15 +1038,10 @@ impl Machine {
         let local_known = local_pods.is_some() || from_runtime;
         // A running copy answers a hostNetwork replacement's readiness probe: the decision must
         // know whether one runs (`checkpoint::Observation::copy_runs`).
+        // (`checkpoint_owner` names only checkpoint copies.)
         let copies_running = local_pods.as_ref().map(|pods| {
             pods.iter()
-                .filter(|p| {
-                    p.metadata
-                        .annotations
-                        .as_ref()
-                        .is_some_and(|a| a.contains_key(CHECKPOINT_OF_ANNOTATION))
-                })
-                .filter(|p| container_running(p))
+                .filter(|p| pod_status::has_running_container(p))
                 .filter_map(sanitize::checkpoint_owner)
                 .collect::<BTreeSet<String>>()
         });
@@ -1440,17 +1435,6 @@ fn is_checkpoint_or_static(pod: &Pod) -> bool {
         a.contains_key(CHECKPOINT_OF_ANNOTATION)
             || a.get(sanitize::CONFIG_SOURCE_ANNOTATION).is_some_and(|s| s == "file")
     })
-}
-
-/// Whether a container of the pod runs, as its status (the kubelet's) shows it.
-fn container_running(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_ref())
-        .is_some_and(|cs| {
-            cs.iter()
-                .any(|c| c.state.as_ref().is_some_and(|st| st.running.is_some()))
-        })
 }
 
 /// How long the API has shown the pod Running and Ready (from its Ready condition).

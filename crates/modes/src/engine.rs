@@ -380,23 +380,23 @@ impl Engine {
 
     /// Installs the kubelet's pre-start step: `binary` (of `build`) at
     /// [`Self::pre_start_binary`] (0755), then the drop-in (`kubelet_start::DROP_IN`, 0644) that
-    /// runs it, each written atomically. Returns the binary's and the drop-in's paths.
+    /// `drop_in` makes for that path, each written atomically. Returns both paths.
     pub fn install_kubelet_pre_start(
         &self,
         binary: &[u8],
         build: &str,
-        drop_in: &str,
+        drop_in: impl FnOnce(&HostPath) -> String,
     ) -> Result<[HostPath; 2], EngineError> {
-        let (bin, _) = self.pre_start_binary()?;
-        self.write_pre_start_binary(binary, build)?;
+        let bin = self.write_pre_start_binary(binary, build)?;
         let unit = HostPath::parse(kube_anchor_core::kubelet_start::DROP_IN)?;
         let dir = unit.parent().expect("the drop-in is in a directory");
         let fs = HostFs::new(self.fs.host_root(), AllowedRoots::new([dir]))?;
-        fs.write_file(&unit, drop_in.as_bytes(), FileMode(0o644), Role::Credential)?;
+        fs.write_file(&unit, drop_in(&bin).as_bytes(), FileMode(0o644), Role::Credential)?;
         Ok([bin, unit])
     }
 
-    fn write_pre_start_binary(&self, binary: &[u8], build: &str) -> Result<(), EngineError> {
+    /// Writes the step's binary and its build beside it; returns the binary's path.
+    fn write_pre_start_binary(&self, binary: &[u8], build: &str) -> Result<HostPath, EngineError> {
         let (bin, version) = self.pre_start_binary()?;
         self.fs.write_file(&bin, binary, FileMode(0o755), Role::Credential)?;
         self.fs.write_file(
@@ -405,7 +405,7 @@ impl Engine {
             FileMode(0o644),
             Role::Credential,
         )?;
-        Ok(())
+        Ok(bin)
     }
 
     /// Keeps an installed pre-start step the anchors' own build: when the build recorded beside

@@ -39,12 +39,7 @@ fn one(
     api_answer: &mut Option<Result<(), String>>,
 ) -> anyhow::Result<()> {
     let ledger = engine.ledger(component)?;
-    let unread = kubelet_start::Versions {
-        keeps_the_api_away: true,
-        last_known_good_usable: true,
-        etcd_minor_up: false,
-    };
-    if matches!(kubelet_start::on_trial(&ledger, unread), Err(Decision::NoTrial)) {
+    if kubelet_start::version_on_trial(&ledger).is_none() {
         return Ok(());
     }
     // Only a version on trial costs reading the last-known-good files, and the manifest on the
@@ -58,14 +53,10 @@ fn one(
         Some(entry) => engine.fs.read(&entry.path)?,
         None => None,
     };
-    let etcd_minor = |m: Option<&[u8]>| m.and_then(kubelet_start::etcd_minor);
     let versions = kubelet_start::Versions {
         keeps_the_api_away: good_manifest.is_some_and(kubelet_start::keeps_the_api_away),
         last_known_good_usable: last_known_good.is_some(),
-        etcd_minor_up: matches!(
-            (etcd_minor(trial_manifest.as_deref()), etcd_minor(good_manifest)),
-            (Some(trial), Some(good)) if trial > good
-        ),
+        etcd_minor_up: kubelet_start::etcd_minor_up(trial_manifest.as_deref(), good_manifest),
     };
     let decision = match kubelet_start::on_trial(&ledger, versions) {
         Err(decision) => decision,
@@ -146,14 +137,14 @@ fn ask_api(host_root: &Path, kubeconfig: &Path) -> Result<(), String> {
 fn install(engine: &Engine, args: &KubeletPreStartArgs) -> anyhow::Result<ExitCode> {
     let exe = std::env::current_exe()?;
     let binary = std::fs::read(&exe).map_err(|e| anyhow::anyhow!("{}: cannot read this binary: {e}", exe.display()))?;
-    let (bin, _) = engine.pre_start_binary()?;
-    let drop_in = kubelet_start::drop_in(
-        &bin.to_string(),
-        &engine.state_dir.to_string(),
-        &args.node.allowed_roots,
-        &args.kubelet_kubeconfig.display().to_string(),
-    );
-    let [bin, unit] = engine.install_kubelet_pre_start(&binary, crate::cli::VERSION, &drop_in)?;
+    let [bin, unit] = engine.install_kubelet_pre_start(&binary, crate::cli::VERSION, |bin| {
+        kubelet_start::drop_in(
+            &bin.to_string(),
+            &engine.state_dir.to_string(),
+            &args.node.allowed_roots,
+            &args.kubelet_kubeconfig.display().to_string(),
+        )
+    })?;
     outln!(
         "kubelet pre-start step installed: {bin} and {unit}; systemd runs it from the next boot, or after `systemctl daemon-reload`"
     );
