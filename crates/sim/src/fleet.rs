@@ -1859,6 +1859,16 @@ impl World {
                 mark_bad,
             } = decision
             {
+                // Recorded bad, a version without a fault counts as a good one rolled back,
+                // whoever recorded it (the anchor's own rule in `Effect::RollBack`).
+                let spec = &self.versions[self.version_index(&version)];
+                if mark_bad && spec.fault.is_none() && !(c == ETCD && spec.minor < self.cluster_version) {
+                    let detail = format!(
+                        "the kubelet's pre-start step on {} recorded {} {version} as bad: {reason}",
+                        self.nodes[n].name, COMPONENTS[c]
+                    );
+                    self.violate(Invariant::GoodRolledBack, detail);
+                }
                 let at = self.stamp();
                 let ledger = &mut self.nodes[n].ledgers[c];
                 if mark_bad {
