@@ -1865,7 +1865,7 @@ impl World {
                 if mark_bad && spec.fault.is_none() && !(c == ETCD && spec.minor < self.cluster_version) {
                     let detail = format!(
                         "the kubelet's pre-start step on {} recorded {} {version} as bad: {reason}",
-                        self.nodes[n].name, COMPONENTS[c]
+                        self.nodes[n].name, self.nodes[n].ledgers[c].component
                     );
                     self.violate(Invariant::GoodRolledBack, detail);
                 }
