@@ -70,8 +70,8 @@ pub struct OnTrial {
     pub component: String,
     pub version: String,
     pub last_known_good: String,
-    /// The step put this version back once already ([`Ledger::interrupted`]).
-    pub interrupted_before: bool,
+    /// The boots that put this version back already ([`Interrupted::boots`]).
+    pub boots_before: u32,
 }
 
 /// What the step does with one component.
@@ -82,12 +82,14 @@ pub enum Decision {
     /// A version on trial, left as it is, and why.
     Keep { version: String, why: String },
     /// Back to `to` before the kubelet starts, saying `reason`: `version` recorded as bad when
-    /// `mark_bad`, else as interrupted ([`Ledger::interrupted`]), for its anchor to try again.
+    /// `mark_bad`, else as interrupted ([`Ledger::interrupted`], with `boots`), for its anchor
+    /// to try again.
     Revert {
         version: String,
         to: String,
         reason: String,
         mark_bad: bool,
+        boots: u32,
     },
 }
 
@@ -167,33 +169,36 @@ pub fn on_trial(ledger: &Ledger, versions: Versions) -> Result<OnTrial, Decision
             "a bad {component} leaves the API up: its anchor judges it once the kubelet reaches an API server"
         ));
     }
-    let interrupted_before = ledger.interrupted.as_ref().is_some_and(|i| i.hash == version);
+    let boots_before = ledger
+        .interrupted
+        .as_ref()
+        .filter(|i| i.hash == version)
+        .map_or(0, |i| i.boots);
     Ok(OnTrial {
         component: component.clone(),
         version,
         last_known_good,
-        interrupted_before,
+        boots_before,
     })
 }
 
 /// The decision for a version on trial, given whether an API server answered the kubelet's own
 /// kubeconfig just now and whether an anchor of the component runs on the node (it holds its
-/// presence lock).
+/// presence lock; a kubelet restart leaves its pod running).
 ///
 /// An API server that answers lets the kubelet replace static pods as usual: the anchor judges
-/// the version as it would have. None answering, the version goes back now or never:
-/// - an anchor runs (a kubelet restart: its pod lives on): recorded as bad, as
-///   `kube-anchor rollback` does, which that anchor honours (it would write its version on trial
-///   back otherwise, and the kubelet, still without an API, would never replace it again);
-/// - none runs (a reboot): recorded as interrupted; the anchor, started once the kubelet has
-///   reached an API server, tries it again (a good version interrupted rolls on); a version put
-///   back a second time is recorded as bad, so a version that keeps taking its node down stops.
+/// the version as it would have. None answering, the version goes back now or never, recorded as
+/// interrupted: a reboot or a kubelet restart is no verdict. Its anchor tries it again once the
+/// kubelet is seen replacing static pods (`machine`: last-known-good runs converged, its mirror
+/// pod made through an API server), so a good version rolls on and a bad one fails where the
+/// kubelet replaces it. A version put back by a second reboot in its trial is recorded as bad, so
+/// a version that keeps taking its node down stops there (kubelet restarts are not counted).
 pub fn decide(trial: OnTrial, api_answers_the_kubelet: Result<(), String>, anchor_runs: bool) -> Decision {
     let OnTrial {
         component,
         version,
         last_known_good,
-        interrupted_before,
+        boots_before,
     } = trial;
     let why = match api_answers_the_kubelet {
         Ok(()) => {
@@ -209,16 +214,22 @@ pub fn decide(trial: OnTrial, api_answers_the_kubelet: Result<(), String>, ancho
         "on trial when the kubelet started with no API server answering it ({why}); a kubelet that reaches no API \
          server replaces no static pod, so last-known-good {last_known_good} was put back before it started"
     );
-    let retry = format!("`kube-anchor retry --component {component}` tries it again");
-    let (reason, mark_bad) = if anchor_runs {
+    // A reboot is counted (a version may take its node down); a kubelet restart is not (no
+    // static pod makes the kubelet restart: an operator or an automation did).
+    let boots = boots_before + u32::from(!anchor_runs);
+    let (reason, mark_bad) = if boots >= 2 {
         (
-            format!("{context} (a kubelet restart: the anchor running here keeps it out); not judged: {retry}"),
+            format!(
+                "{context}, the second reboot in this version's trial; not judged: `kube-anchor retry --component {component}` tries it again"
+            ),
             true,
         )
-    } else if interrupted_before {
+    } else if anchor_runs {
         (
-            format!("{context}, the second time for this version; not judged: {retry}"),
-            true,
+            format!(
+                "{context} (a kubelet restart); its anchor, still running, tries it again once the kubelet runs {last_known_good} through an API server"
+            ),
+            false,
         )
     } else {
         (
@@ -231,6 +242,7 @@ pub fn decide(trial: OnTrial, api_answers_the_kubelet: Result<(), String>, ancho
         to: last_known_good,
         reason,
         mark_bad,
+        boots,
     }
 }
 
@@ -305,7 +317,7 @@ mod tests {
                 component: "kube-apiserver".into(),
                 version: "B".into(),
                 last_known_good: "A".into(),
-                interrupted_before: false,
+                boots_before: 0,
             })
         );
     }
@@ -313,7 +325,7 @@ mod tests {
     #[test]
     fn a_version_on_trial_goes_back_only_when_no_api_server_answers_the_kubelet() {
         let trial = on_trial(&ledger(Some("B"), Some("A")), versions(true, true)).unwrap();
-        assert!(!trial.interrupted_before);
+        assert_eq!(trial.boots_before, 0);
         for anchor_runs in [false, true] {
             assert!(
                 matches!(decide(trial.clone(), Ok(()), anchor_runs), Decision::Keep { version, .. } if version == "B")
@@ -326,36 +338,58 @@ mod tests {
                     to,
                     reason,
                     mark_bad,
+                    boots,
                 } => {
                     assert_eq!((version.as_str(), to.as_str()), ("B", "A"));
                     assert!(reason.contains("connection refused"), "{reason}");
-                    (reason, mark_bad)
+                    (reason, mark_bad, boots)
                 }
                 other => panic!("expected Revert, got {other:?}"),
             };
         // A reboot: tried again by its anchor.
-        let (reason, mark_bad) = revert(&trial, false);
+        let (reason, mark_bad, boots) = revert(&trial, false);
         assert!(!mark_bad && reason.contains("tries it again once it runs"), "{reason}");
-        // A kubelet restart: the running anchor would write it back unless it is bad.
-        let (reason, mark_bad) = revert(&trial, true);
+        assert_eq!(boots, 1);
+        // A kubelet restart is no verdict either, and not counted: the running anchor tries it
+        // again once the kubelet replaces static pods.
+        let (reason, mark_bad, boots) = revert(&trial, true);
         assert!(
-            mark_bad && reason.contains("kube-anchor retry --component kube-apiserver"),
+            !mark_bad && reason.contains("its anchor, still running, tries it again"),
             "{reason}"
         );
-        // The second time for the same version: bad.
+        assert_eq!(boots, 0);
+        // Put back by a reboot before: a kubelet restart keeps the count, a second reboot is bad.
         let mut again = ledger(Some("B"), Some("A"));
         again.interrupted = Some(crate::ledger::Interrupted {
             hash: "B".into(),
             at: "2026-12-07T00:00:00Z".into(),
             reason: "the first time".into(),
+            boots: 1,
         });
         let trial = on_trial(&again, versions(true, true)).unwrap();
-        assert!(trial.interrupted_before);
-        let (reason, mark_bad) = revert(&trial, false);
-        assert!(mark_bad && reason.contains("the second time"), "{reason}");
+        assert_eq!(trial.boots_before, 1);
+        let (_, mark_bad, boots) = revert(&trial, true);
+        assert!(!mark_bad);
+        assert_eq!(boots, 1);
+        let (reason, mark_bad, _) = revert(&trial, false);
+        assert!(
+            mark_bad
+                && reason.contains("the second reboot")
+                && reason.contains("kube-anchor retry --component kube-apiserver"),
+            "{reason}"
+        );
+        // Kubelet restarts alone never make it bad.
+        again.interrupted.as_mut().unwrap().boots = 0;
+        let trial = on_trial(&again, versions(true, true)).unwrap();
+        assert!(!revert(&trial, true).1);
         // Another version's interruption does not count.
         again.interrupted.as_mut().unwrap().hash = "C".into();
-        assert!(!on_trial(&again, versions(true, true)).unwrap().interrupted_before);
+        again.interrupted.as_mut().unwrap().boots = 1;
+        assert_eq!(on_trial(&again, versions(true, true)).unwrap().boots_before, 0);
+        // A record from before the count was a reboot's.
+        let old: crate::ledger::Interrupted =
+            serde_json::from_str(r#"{"hash": "B", "at": "2026-12-07T00:00:00Z", "reason": "r"}"#).unwrap();
+        assert_eq!(old.boots, 1);
     }
 
     #[test]

@@ -126,8 +126,9 @@ pub struct Ledger {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_known_good_failing: Option<BadVersion>,
     /// Set by the kubelet's pre-start step (`kubelet_start`) when it put a version on trial back
-    /// to last-known-good with no anchor running (a reboot): the anchor tries that version again;
-    /// put back a second time, it is recorded as bad. Cleared when a version passes.
+    /// to last-known-good (a reboot or a kubelet restart, no API server answering the kubelet):
+    /// the anchor tries that version again; put back by a second reboot, it is recorded as bad.
+    /// Cleared when a version passes, or when this one is recorded as bad.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interrupted: Option<Interrupted>,
     /// The versions this node has run, newest first, pruned to the engine's retention
@@ -163,6 +164,14 @@ pub struct Interrupted {
     /// RFC 3339, UTC.
     pub at: String,
     pub reason: String,
+    /// How many boots put this version back (kubelet restarts do not count: no static pod makes
+    /// the kubelet restart). A record from before the count was a boot's.
+    #[serde(default = "one_boot")]
+    pub boots: u32,
+}
+
+fn one_boot() -> u32 {
+    1
 }
 
 /// An operator's hold on the anchors of one component on one node (`kube-anchor pause`).
@@ -315,6 +324,10 @@ impl Ledger {
     /// entries go first.
     pub fn mark_bad(&mut self, bad: BadVersion) {
         crate::history::failed(&mut self.history, &bad.hash, &bad.at, &bad.reason);
+        // A verdict ends an interruption: `retry` starts the version afresh.
+        if self.interrupted.as_ref().is_some_and(|i| i.hash == bad.hash) {
+            self.interrupted = None;
+        }
         self.bad.retain(|b| b.hash != bad.hash);
         self.bad.push(bad);
         let excess = self.bad.len().saturating_sub(MAX_BAD_VERSIONS);
@@ -339,6 +352,12 @@ impl Ledger {
             .partition::<Vec<_>, _>(|b| hash.is_none_or(|h| h == b.hash));
         self.bad = keep;
         forget
+    }
+
+    /// Whether last-known-good may be written in `hash`'s place: `hash` is recorded bad, or was
+    /// put back before the kubelet started and waits to be tried again ([`Ledger::interrupted`]).
+    pub fn may_hold_back(&self, hash: &str) -> bool {
+        self.bad_version(hash).is_some() || self.interrupted.as_ref().is_some_and(|i| i.hash == hash)
     }
 
     /// `hash` survived its trial at `now`: the last-known-good version.

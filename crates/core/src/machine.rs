@@ -65,6 +65,20 @@ pub struct Anchor {
     /// Since when the runtime shows the version before the one written still running (the
     /// kubelet stopping it), and whether that was reported as stuck.
     previous_stopping: Option<(Duration, bool)>,
+    /// A version the kubelet's pre-start step put back ([`Ledger::interrupted`]), held with
+    /// last-known-good written in its place until the kubelet is seen replacing static pods.
+    interrupted: Option<InterruptedHold>,
+}
+
+/// A version put back before the kubelet started, and whether the kubelet has been seen running
+/// last-known-good through an API server since ([`crate::trial::kubelet_replaces_with`]): only
+/// then is it written again. Written before, a kubelet that has reached no API server would
+/// never replace it should it fail (it deletes no pod before all its sources are ready).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct InterruptedHold {
+    version: String,
+    last_known_good: String,
+    kubelet_replaces: bool,
 }
 
 /// How long the kubelet may take to stop the version before one written (a kube-apiserver uses
@@ -332,6 +346,7 @@ impl Anchor {
             first_write: None,
             paused: None,
             previous_stopping: None,
+            interrupted: None,
         }
     }
 
@@ -536,7 +551,16 @@ impl Anchor {
                     };
                 }
                 let written = self.written.clone();
-                let runs = written.clone().filter(|_| self.converged);
+                // A version put back before the kubelet started is still owed its trial here: the
+                // turn taken for it is kept through the hold (given back, the next node would try
+                // it before this one has judged it).
+                let retry_owed = self.interrupted.as_ref().is_some_and(|hold| {
+                    ledger.interrupted.as_ref().is_some_and(|i| i.hash == hold.version)
+                        && written.as_deref() == Some(hold.last_known_good.as_str())
+                        && self.accepted.as_deref() == Some(hold.version.as_str())
+                        && self.turn.holding().is_some_and(|h| h.version == hold.version)
+                });
+                let runs = written.clone().filter(|_| self.converged && !retry_owed);
                 let lkg_failing = self.lkg.failing().is_some();
                 // The inputs' own version runs converged: their revision is proven here.
                 let ran = runs.is_some() && runs == self.accepted;
@@ -600,6 +624,39 @@ impl Anchor {
         effects
     }
 
+    /// Why `desired`, put back by the kubelet's pre-start step with last-known-good written in
+    /// its place, is not written again yet; `None` once the kubelet is seen replacing static pods
+    /// (see [`InterruptedHold`]), or when it was not put back.
+    fn hold_interrupted(&mut self, desired: &str, f: &SyncFacts<'_>) -> Option<String> {
+        let Some(put_back) = f.ledger.interrupted.as_ref().filter(|i| i.hash == desired) else {
+            self.interrupted = None;
+            return None;
+        };
+        let lkg = f.last_known_good?;
+        // Written again already (its second trial goes on), or another version since.
+        if f.ledger.content_hash.as_deref() != Some(lkg) {
+            return None;
+        }
+        match &self.interrupted {
+            Some(hold) if hold.version == desired && hold.last_known_good == lkg => {
+                if hold.kubelet_replaces {
+                    return None;
+                }
+            }
+            _ => {
+                self.interrupted = Some(InterruptedHold {
+                    version: desired.to_owned(),
+                    last_known_good: lkg.to_owned(),
+                    kubelet_replaces: false,
+                });
+            }
+        }
+        Some(format!(
+            "version {desired} was put back to last-known-good {lkg} before the kubelet started ({}, no API server answering it); it is tried again once the kubelet runs {lkg} through an API server",
+            put_back.at
+        ))
+    }
+
     fn sync_unpaused(&mut self, f: SyncFacts<'_>) -> Vec<Effect> {
         if !self.clients_read {
             self.clients_served = f.ledger.clients_served.clone();
@@ -620,6 +677,7 @@ impl Anchor {
                 _ => return recover.into_iter().collect(),
             },
         };
+        let interrupted = self.hold_interrupted(&desired, &f);
         let (target, held_back) = match (f.ledger.bad_version(&desired), f.last_known_good) {
             (Some(bad), Some(lkg)) => (
                 lkg.to_owned(),
@@ -628,6 +686,7 @@ impl Anchor {
                     bad.hash, bad.at, bad.reason
                 )),
             ),
+            (None, Some(lkg)) if interrupted.is_some() => (lkg.to_owned(), interrupted),
             _ => (desired, None),
         };
         // Before the rollout turn: a refused version takes no turn and goes no further.
@@ -848,6 +907,17 @@ impl Anchor {
             }
         }
         self.converged = assessment == Assessment::Converged;
+        // The kubelet runs last-known-good through an API server: it replaces static pods again,
+        // and the version put back before it started is written again.
+        if let Some(hold) = self.interrupted.as_mut()
+            && !hold.kubelet_replaces
+            && hold.last_known_good == written
+            && assessment == Assessment::Converged
+            && crate::trial::kubelet_replaces_with(&view, &written, self.settings.crash_loop_threshold)
+        {
+            hold.kubelet_replaces = true;
+            effects.push(Effect::Resync);
+        }
         let reason = f
             .input_error
             .or_else(|| self.turn.waiting.as_ref().map(|w| w.why.clone()))
@@ -1300,6 +1370,63 @@ mod tests {
             }),
             "{effects:?}"
         );
+    }
+
+    /// A kubelet restart with no API server answering: the pre-start step put B back to A and
+    /// recorded it interrupted. The anchor, still running, keeps A and the turn until the kubelet
+    /// reports A's mirror pod (it reaches an API server, so it replaces static pods again), then
+    /// writes B again on the same turn. Written at once, a B that fails would never be replaced.
+    #[test]
+    fn a_version_put_back_before_the_kubelet_started_is_tried_again_once_the_kubelet_replaces_pods() {
+        let t0 = Instant::now();
+        let (mut a, _) = b_on_trial_with_the_turn(t0);
+        let mut put_back = ledger(Some("A"), Some("A"));
+        put_back.interrupted = Some(crate::ledger::Interrupted {
+            hash: "B".into(),
+            at: "2026-12-07T10:00:00Z".into(),
+            reason: "on trial when the kubelet started".into(),
+            boots: 1,
+        });
+        let effects = synced(&mut a, "B", &put_back, 10);
+        assert_eq!(effects[0], Effect::Write { version: "A".into() }, "{effects:?}");
+        let why = a.held_back().expect("A is held in B's place");
+        assert!(why.contains("tried again once the kubelet runs A"), "{why}");
+        // The orphaned B still runs, the API does not answer: A is kept, and so is the turn.
+        let mut no_api = running("A", 0);
+        no_api.mirror = None;
+        let effects = a.step(evaluate(no_api, 12));
+        assert!(!effects.contains(&Effect::Resync), "{effects:?}");
+        assert_eq!(
+            synced(&mut a, "B", &put_back, 13)[0],
+            Effect::Write { version: "A".into() }
+        );
+        // A's mirror pod shows B still (the kubelet has not replaced it): not yet.
+        let effects = a.step(evaluate(running("B", 0), 14));
+        assert!(!effects.contains(&Effect::Resync), "{effects:?}");
+        // A runs converged and the kubelet reports it: the turn is kept, and B goes again.
+        let effects = a.step(evaluate(running("A", 0), 60));
+        assert!(effects.contains(&Effect::Resync), "{effects:?}");
+        let effects = a.step(review(&put_back, t0, 60));
+        assert!(
+            !effects.iter().any(|e| matches!(e, Effect::GiveBackTurn { .. })),
+            "the turn is kept for B's second trial: {effects:?}"
+        );
+        let effects = synced(&mut a, "B", &put_back, 61);
+        assert_eq!(effects[0], Effect::Write { version: "B".into() }, "{effects:?}");
+        assert!(a.version.trial().is_some_and(|t| t.hash == "B"));
+        // The same hold after a reboot: a new process, no evidence yet.
+        let mut fresh = anchor();
+        let effects = synced(&mut fresh, "B", &put_back, 0);
+        assert!(effects.contains(&Effect::Write { version: "A".into() }), "{effects:?}");
+        // A verdict ends the interruption (`Ledger::mark_bad`): B is held back as bad.
+        put_back.mark_bad(crate::ledger::BadVersion {
+            hash: "B".into(),
+            at: "2026-12-07T10:05:00Z".into(),
+            reason: "put back by a second reboot".into(),
+        });
+        assert_eq!(put_back.interrupted, None);
+        synced(&mut fresh, "B", &put_back, 1);
+        assert!(fresh.held_back().is_some_and(|w| w.contains("failed its trial")));
     }
 
     #[test]

@@ -311,6 +311,14 @@ pub fn runs_on_its_own(observation: &VersionView, hash: &str, crash_loop_thresho
     (api_converged && !matches!(health, Some(Err(_)))) || (runtime_runs && matches!(health, Some(Ok(()))))
 }
 
+/// A converged `hash` was started by a kubelet that replaces static pods again: it reports the
+/// version's mirror pod Running and Ready, so it has reached an API server since it started (a
+/// kubelet that reaches none replaces none). With no API client at all there is no mirror pod to
+/// ask, and a kubelet with no API source has none to wait for: converged is enough.
+pub fn kubelet_replaces_with(observation: &VersionView, hash: &str, crash_loop_threshold: u32) -> bool {
+    !observation.api_configured || matches!(from_api(observation, hash, crash_loop_threshold), FromApi::Converged)
+}
+
 /// A converged version judged by the clients it served before: the first one it refuses makes it
 /// not converged; one that does not answer leaves it without evidence.
 fn weigh_clients(clients: &[ClientView], reconnecting: bool, api_answers: bool) -> Assessment {

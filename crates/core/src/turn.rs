@@ -180,9 +180,11 @@ impl Turn {
                 vec![],
             ),
             TurnEvent::HeldHere { ledger, accepted, now } if held == Held::Unrecovered(None) => {
-                // The inputs' version if it was rolled back here, else the one written.
+                // The inputs' version if it was rolled back here, or put back before the kubelet
+                // started (still owed its trial here), else the one written.
                 let rolled_back = accepted.filter(|h| ledger.bad_version(h).is_some());
-                match rolled_back.or(ledger.content_hash.as_deref()) {
+                let put_back = accepted.filter(|h| ledger.interrupted.as_ref().is_some_and(|i| i.hash == *h));
+                match rolled_back.or(put_back).or(ledger.content_hash.as_deref()) {
                     Some(version) => {
                         let on_trial = ledger.is_unjudged(version);
                         let actions = if on_trial {
@@ -430,6 +432,13 @@ mod tests {
         let rolled_back = ledger(Some("A"), Some("A"), &["B"]);
         let fresh = ledger(None, None, &[]);
         let failed_first = ledger(Some("B"), None, &["B"]);
+        let mut put_back = ledger(Some("A"), Some("A"), &[]);
+        put_back.interrupted = Some(crate::ledger::Interrupted {
+            hash: "B".into(),
+            at: "2025-01-01T00:00:00Z".into(),
+            reason: "on trial when the kubelet started".into(),
+            boots: 1,
+        });
         let held_here = |ledger, accepted| TurnEvent::HeldHere {
             ledger,
             accepted,
@@ -525,6 +534,13 @@ mod tests {
                 held_here(&rolled_back, Some("B")),
                 turn(Held::Held(holding("B", 1)), None),
                 vec![],
+            ),
+            (
+                "held here for the inputs' version put back before the kubelet started: still on trial",
+                unrecovered(),
+                held_here(&put_back, Some("B")),
+                turn(Held::Held(holding("B", 1)), None),
+                vec![Resume { version: "B".into() }],
             ),
             (
                 "held here for nothing written",

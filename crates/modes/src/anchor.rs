@@ -178,8 +178,11 @@ struct Daemon {
     lease_error: Option<String>,
     /// The Node's pause annotation as last read.
     node_pause: Option<NodePauseWatch>,
-    /// An evaluation saw the pause lifted: sync at once.
+    /// An evaluation saw the pause lifted, another writer's version on the node, or the kubelet
+    /// replacing static pods again after a version was put back before it started: sync at once.
     resync_now: bool,
+    /// The last version another writer was found to have put on the node (synced for once).
+    other_writer_seen: Option<String>,
     /// This node's `AnchorStatus` as the API shows it, once there is a client and a node name.
     status_watch: Option<StatusWatch>,
     /// When the `AnchorStatus` was last written, what, and the watch's generation then (see
@@ -345,6 +348,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         lease_error: None,
         node_pause: None,
         resync_now: false,
+        other_writer_seen: None,
         status_watch: None,
         status_written: None,
         status_published: None,
@@ -937,9 +941,10 @@ impl Daemon {
         // accepted before.
         let candidate = desired.as_ref().or(self.accepted.as_ref());
         // The last-known-good snapshot is read only when it may be written: in place of a bad
-        // version, or after a container restart with nothing accepted yet.
+        // version or one put back before the kubelet started, or after a container restart with
+        // nothing accepted yet.
         let needs_last_known_good =
-            ledger.last_known_good.is_some() && candidate.is_none_or(|c| ledger.bad_version(&c.content_hash).is_some());
+            ledger.last_known_good.is_some() && candidate.is_none_or(|c| ledger.may_hold_back(&c.content_hash));
         let last_known_good = if needs_last_known_good {
             self.engine.last_known_good(&self.component)?
         } else {
@@ -1130,12 +1135,26 @@ impl Daemon {
         if !self.unpublished.is_empty() && self.api_answers() {
             self.publish_unpublished().await;
         }
-        let paused = self.engine.ledger(&self.component).ok().and_then(|l| self.pause(&l));
+        let ledger = self.engine.ledger(&self.component).ok();
+        let paused = ledger.as_ref().and_then(|l| self.pause(l));
         self.shared.metrics.paused.set(i64::from(paused.is_some()));
         // A pause lifted: the sync it held back runs now.
         if paused.is_none() && self.machine.paused.is_some() {
             self.known.full_at = None;
             self.resync_now = true;
+        }
+        // Another writer put another version on the node (the kubelet's pre-start step, a
+        // one-shot verb; their commits wake no watch): sync before judging what is not there.
+        // Once per version so found: a sync that writes nothing (the turn, a pause) is no loop.
+        if let (Some(ledger), Some(written)) = (&ledger, &self.written)
+            && let Some(on_node) = ledger.content_hash.as_deref().filter(|h| *h != written.content_hash)
+            && self.other_writer_seen.as_deref() != Some(on_node)
+        {
+            tracing::info!(component = %self.component, written = %written.content_hash, %on_node, "another version was written on the node; syncing");
+            self.other_writer_seen = Some(on_node.to_owned());
+            self.known.full_at = None;
+            self.resync_now = true;
+            return;
         }
         let mut facts = EvaluateFacts {
             view: VersionView {
@@ -1200,6 +1219,10 @@ impl Daemon {
                 Effect::RecordLkgFailing { failing, if_different } => self.record_lkg_failing(failing, if_different),
                 Effect::RecordClientsServed { clients } => self.record_clients_served(clients),
                 Effect::Ready { ready, reason } => self.shared.update(|s| (s.ready, s.reason) = (ready, reason)),
+                Effect::Resync => {
+                    self.known.full_at = None;
+                    self.resync_now = true;
+                }
                 other => self.log_effect(other),
             }
         }

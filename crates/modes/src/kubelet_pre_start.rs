@@ -78,6 +78,7 @@ fn one(
             to,
             reason,
             mark_bad,
+            boots,
         } => {
             let target = last_known_good.expect("decided with a last-known-good version");
             // Under the ledger's lock: an anchor (a kubelet restart leaves it running) that
@@ -90,7 +91,12 @@ fn one(
                 if mark_bad {
                     l.mark_bad(BadVersion { hash, at, reason });
                 } else {
-                    l.interrupted = Some(Interrupted { hash, at, reason });
+                    l.interrupted = Some(Interrupted {
+                        hash,
+                        at,
+                        reason,
+                        boots,
+                    });
                 }
                 true
             })?;

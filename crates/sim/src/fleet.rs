@@ -1822,7 +1822,8 @@ impl World {
 
     /// `kube-anchor kubelet-pre-start` on node `n`, just before its kubelet starts
     /// (`kubelet_pre_start::kubelet_pre_start`): each version of etcd or kube-apiserver on trial
-    /// goes back to last-known-good, recorded as bad, unless an API server answers the kubelet.
+    /// goes back to last-known-good, recorded as interrupted (bad the second time), unless an API
+    /// server answers the kubelet.
     fn kubelet_pre_start(&mut self, n: usize) {
         if !self.setup.kubelet_pre_start {
             return;
@@ -1857,6 +1858,7 @@ impl World {
                 to,
                 reason,
                 mark_bad,
+                boots,
             } = decision
             {
                 // Recorded bad, a version without a fault counts as a good one rolled back,
@@ -1882,6 +1884,7 @@ impl World {
                         hash: version,
                         at,
                         reason,
+                        boots,
                     });
                 }
                 self.write(n, c, &to);

@@ -271,6 +271,18 @@ pub fn all() -> Vec<Named> {
             },
         },
         Named {
+            name: "single-node-kubelet-restart-in-a-good-trial",
+            story: "one node; a good kube-apiserver version is pushed and the kubelet is restarted while it starts, \
+                    no API server answering",
+            scenario: || one_node(vec![(60, push(APISERVER, None)), (110, Op::KubeletRestart { node: 0 })]),
+        },
+        Named {
+            name: "single-node-kubelet-restart-in-a-good-etcd-trial",
+            story: "one node; a good etcd version is pushed and the kubelet is restarted while it starts, no API \
+                    server answering",
+            scenario: || one_node(vec![(60, push(ETCD, None)), (90, Op::KubeletRestart { node: 0 })]),
+        },
+        Named {
             name: "every-node-reboots-in-a-bad-etcd-trial",
             story: "three nodes; an etcd version with a refused flag is pushed, and all three nodes lose power \
                     during the first node's trial",
@@ -920,12 +932,16 @@ pub const KNOWN: &[(&str, &[Invariant])] = &[
     // [F10, fixed] `kube-anchor kubelet-pre-start` puts an unjudged etcd or kube-apiserver back
     // to last-known-good before the kubelet starts with no API server answering it: a reboot's
     // version is tried again once the anchor runs (a good one passes; a bad one fails where the
-    // kubelet now replaces static pods), a kubelet restart's is recorded as bad (its anchor runs).
+    // kubelet now replaces static pods); after a kubelet restart the running anchor holds it until
+    // the kubelet runs last-known-good through an API server. Before, a kubelet restart's version
+    // was recorded as bad at once, a good one too when no API server answered in its trial.
     ("single-node-reboot-in-a-bad-trial", &[]),
     ("single-node-kubelet-restart-in-a-bad-trial", &[]),
     ("single-node-reboot-in-a-bad-etcd-trial", &[]),
     ("single-node-kubelet-restart-in-a-bad-etcd-trial", &[]),
     ("single-node-reboot-in-a-good-trial", &[]),
+    ("single-node-kubelet-restart-in-a-good-trial", &[]),
+    ("single-node-kubelet-restart-in-a-good-etcd-trial", &[]),
     ("every-node-reboots-in-a-bad-etcd-trial", &[]),
     ("a-node-reboots-in-a-good-apiserver-trial", &[]),
     // [F11, F19] nothing checks the skew policy or etcd's cluster version.
