@@ -70,15 +70,21 @@ pub struct Anchor {
     interrupted: Option<InterruptedHold>,
 }
 
-/// A version put back before the kubelet started, and whether the kubelet has been seen running
-/// last-known-good through an API server since ([`crate::trial::kubelet_replaces_with`]): only
-/// then is it written again. Written before, a kubelet that has reached no API server would
-/// never replace it should it fail (it deletes no pod before all its sources are ready).
+/// A version put back before the kubelet started (at `at`, as the ledger records it), and
+/// whether the kubelet has been seen running last-known-good through an API server since
+/// ([`crate::trial::kubelet_replaces_with`]): only then is it written again. Written before, a
+/// kubelet that has reached no API server would never replace it should it fail (it deletes no
+/// pod before all its sources are ready). It goes again on the turn held for it, so a restart
+/// the cluster must afford is looked at first (`affords`), as before any turn is asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct InterruptedHold {
     version: String,
+    at: String,
     last_known_good: String,
     kubelet_replaces: bool,
+    affords: bool,
+    /// Why the cluster cannot afford the restart yet, as last said.
+    short: Option<String>,
 }
 
 /// How long the kubelet may take to stop the version before one written (a kube-apiserver uses
@@ -355,10 +361,16 @@ impl Anchor {
         self.turn.waiting.as_ref().map(|w| w.version.as_str())
     }
 
-    /// Whether a version waits for the rollout Lease: for this node's turn, or for its word on a
-    /// first write (the executor asks again every few seconds).
+    /// Whether a version waits for the rollout Lease: for this node's turn, for its word on a
+    /// first write, or for the margin to write again a version put back before the kubelet
+    /// started (the executor asks again every few seconds).
     pub fn waits_for_lease(&self) -> bool {
-        self.turn.waiting.is_some() || matches!(self.first_write, Some(FirstWriteGate::Waiting(_)))
+        self.turn.waiting.is_some()
+            || matches!(self.first_write, Some(FirstWriteGate::Waiting(_)))
+            || self
+                .interrupted
+                .as_ref()
+                .is_some_and(|h| h.kubelet_replaces && !h.affords && self.settings.restart_needs_margin)
     }
 
     /// Evaluated every trial tick while a version is on trial or not converged, or a turn is held.
@@ -455,6 +467,22 @@ impl Anchor {
                 effects
             }
             Input::MarginChecked { facts, instant, wall } => {
+                if self.turn.waiting.is_none()
+                    && let Some(hold) = self.interrupted.as_mut().filter(|h| h.kubelet_replaces && !h.affords)
+                {
+                    return match facts.judge() {
+                        Margin::Affords | Margin::CannotExist(_) => {
+                            hold.affords = true;
+                            hold.short = None;
+                            vec![Effect::Resync]
+                        }
+                        Margin::Short(why) if hold.short.as_deref() == Some(why.as_str()) => vec![],
+                        Margin::Short(why) => {
+                            hold.short = Some(why.clone());
+                            vec![Effect::Log(Note::NoMargin { why })]
+                        }
+                    };
+                }
                 let Some(version) = self.turn.waiting.as_ref().map(|w| w.version.clone()) else {
                     return vec![];
                 };
@@ -633,12 +661,14 @@ impl Anchor {
             return None;
         };
         let lkg = f.last_known_good?;
-        // Written again already (its second trial goes on), or another version since.
+        // Written again already (its second trial goes on), or another version since: a later
+        // put-back is a hold of its own.
         if f.ledger.content_hash.as_deref() != Some(lkg) {
+            self.interrupted = None;
             return None;
         }
         match &self.interrupted {
-            Some(hold) if hold.version == desired && hold.last_known_good == lkg => {
+            Some(hold) if hold.version == desired && hold.at == put_back.at && hold.last_known_good == lkg => {
                 if hold.kubelet_replaces {
                     return None;
                 }
@@ -646,8 +676,11 @@ impl Anchor {
             _ => {
                 self.interrupted = Some(InterruptedHold {
                     version: desired.to_owned(),
+                    at: put_back.at.clone(),
                     last_known_good: lkg.to_owned(),
                     kubelet_replaces: false,
+                    affords: false,
+                    short: None,
                 });
             }
         }
@@ -693,6 +726,8 @@ impl Anchor {
         if held_back.is_none()
             && let Some(reason) = f.desired_refused
         {
+            // Nothing to try again: the turn kept for it goes back once last-known-good runs.
+            self.interrupted = None;
             return [Effect::Refused { reason }].into_iter().chain(recover).collect();
         }
         // Replacing the version the node runs waits for this node's turn; a static pod
@@ -749,6 +784,18 @@ impl Anchor {
             };
             effects.extend(recover);
             effects.push(ask);
+            return effects;
+        }
+        // A version put back before the kubelet started goes again on the turn kept for it: the
+        // restart is looked at first, as before a turn is asked for.
+        if self.settings.restart_needs_margin
+            && let Some(hold) = &self.interrupted
+            && hold.version == target
+            && hold.kubelet_replaces
+            && !hold.affords
+        {
+            effects.push(Effect::CheckMargin { version: target });
+            effects.extend(recover);
             return effects;
         }
         // A new version is judged by the clients the one on the node serves: with no record of
@@ -922,6 +969,7 @@ impl Anchor {
             .input_error
             .or_else(|| self.turn.waiting.as_ref().map(|w| w.why.clone()))
             .or(f.pending)
+            .or_else(|| self.interrupted.as_ref().and_then(|h| h.short.clone()))
             .or_else(|| self.held_back())
             .or(stuck)
             .or_else(|| assessment.reason().map(str::to_owned));
@@ -1427,6 +1475,123 @@ mod tests {
         assert_eq!(put_back.interrupted, None);
         synced(&mut fresh, "B", &put_back, 1);
         assert!(fresh.held_back().is_some_and(|w| w.contains("failed its trial")));
+    }
+
+    /// The version put back goes again on the turn kept for it, but only where the cluster
+    /// affords the restart (an etcd member here: cp-3 silent, it waits); a later put-back (a
+    /// second kubelet restart) is a hold of its own; a version since refused is not tried again,
+    /// and the turn goes back.
+    #[test]
+    fn a_version_put_back_goes_again_only_with_margin_and_each_put_back_holds_anew() {
+        use crate::membership::{Me, Member, MemberList, PeerStatus};
+        let t0 = Instant::now();
+        let (mut a, _) = b_on_trial_with_the_turn(t0);
+        a.settings.restart_needs_margin = true;
+        let member = |id: u64, name: &str| Member {
+            id,
+            name: name.into(),
+            peer_urls: vec![format!("https://{name}:2380")],
+            client_urls: vec![],
+            is_learner: false,
+        };
+        let facts = |answering: &[u64]| MarginFacts::Etcd {
+            me: Me {
+                name: "cp-1".into(),
+                peer_url: "https://cp-1:2380".into(),
+            },
+            observed: MemberList::Members(vec![member(1, "cp-1"), member(2, "cp-2"), member(3, "cp-3")]),
+            peers: answering
+                .iter()
+                .map(|&id| {
+                    (
+                        id,
+                        PeerStatus {
+                            raft_applied_index: 100,
+                            healthy: true,
+                        },
+                    )
+                })
+                .collect(),
+        };
+        let checked = |facts| Input::MarginChecked {
+            facts,
+            instant: t0,
+            wall: SystemTime::UNIX_EPOCH,
+        };
+        let put_back_at = |at: &str| {
+            let mut l = ledger(Some("A"), Some("A"));
+            l.interrupted = Some(crate::ledger::Interrupted {
+                hash: "B".into(),
+                at: at.into(),
+                reason: "on trial when the kubelet started".into(),
+                boots: 0,
+            });
+            l
+        };
+        let first = put_back_at("2026-12-07T10:00:00Z");
+        assert_eq!(
+            synced(&mut a, "B", &first, 10)[0],
+            Effect::Write { version: "A".into() }
+        );
+        assert!(a.step(evaluate(running("A", 0), 60)).contains(&Effect::Resync));
+        // The kubelet replaces pods again; cp-3's member is silent: nothing written.
+        let effects = synced(&mut a, "B", &first, 61);
+        assert!(
+            effects.contains(&Effect::CheckMargin { version: "B".into() }),
+            "{effects:?}"
+        );
+        assert!(
+            !effects.iter().any(|e| matches!(e, Effect::Write { .. })),
+            "{effects:?}"
+        );
+        assert!(a.waits_for_lease(), "looked at again every few seconds");
+        let effects = a.step(checked(facts(&[2])));
+        assert!(
+            matches!(&effects[..], [Effect::Log(Note::NoMargin { .. })]),
+            "{effects:?}"
+        );
+        assert_eq!(a.step(checked(facts(&[2]))), vec![], "said once");
+        let effects = a.step(evaluate(running("A", 0), 62));
+        assert!(
+            matches!(ready(&effects), Some((false, why)) if why.contains("etcd cannot lose this member now")),
+            "{effects:?}"
+        );
+        assert!(
+            !a.step(review(&first, t0, 62))
+                .iter()
+                .any(|e| matches!(e, Effect::GiveBackTurn { .. }))
+        );
+        // cp-3 is back: B goes again, on the turn kept for it.
+        assert!(synced(&mut a, "B", &first, 70).contains(&Effect::CheckMargin { version: "B".into() }));
+        assert_eq!(a.step(checked(facts(&[2, 3]))), vec![Effect::Resync]);
+        assert_eq!(
+            synced(&mut a, "B", &first, 71)[0],
+            Effect::Write { version: "B".into() }
+        );
+        // A second kubelet restart puts it back again: held anew, until the kubelet replaces pods.
+        let second = put_back_at("2026-12-07T10:20:00Z");
+        assert_eq!(
+            synced(&mut a, "B", &second, 80)[0],
+            Effect::Write { version: "A".into() }
+        );
+        assert!(a.held_back().is_some_and(|w| w.contains("10:20:00")));
+        assert!(a.step(evaluate(running("A", 0), 90)).contains(&Effect::Resync));
+        // B's credentials are refused now: nothing to try again, and the turn goes back.
+        let effects = a.step(Input::Sync(SyncFacts {
+            desired_refused: Some("serving certificate expired".into()),
+            ..match sync("B", &second, 91) {
+                Input::Sync(f) => f,
+                _ => unreachable!(),
+            }
+        }));
+        assert!(matches!(&effects[0], Effect::Refused { .. }), "{effects:?}");
+        let effects = a.step(review(&second, t0, 92));
+        assert!(
+            effects
+                .iter()
+                .any(|e| matches!(e, Effect::GiveBackTurn { version, failed: false, .. } if version == "B")),
+            "{effects:?}"
+        );
     }
 
     #[test]

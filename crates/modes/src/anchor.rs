@@ -1145,7 +1145,13 @@ impl Daemon {
         }
         // Another writer put another version on the node (the kubelet's pre-start step, a
         // one-shot verb; their commits wake no watch): sync before judging what is not there.
-        // Once per version so found: a sync that writes nothing (the turn, a pause) is no loop.
+        // Once per version so found: a sync that writes nothing (the turn, a pause) is no loop;
+        // found again after the node was back on this process's version (a second put-back).
+        if let (Some(ledger), Some(written)) = (&ledger, &self.written)
+            && ledger.content_hash.as_deref() == Some(written.content_hash.as_str())
+        {
+            self.other_writer_seen = None;
+        }
         if let (Some(ledger), Some(written)) = (&ledger, &self.written)
             && let Some(on_node) = ledger.content_hash.as_deref().filter(|h| *h != written.content_hash)
             && self.other_writer_seen.as_deref() != Some(on_node)

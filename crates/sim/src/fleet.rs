@@ -1822,8 +1822,8 @@ impl World {
 
     /// `kube-anchor kubelet-pre-start` on node `n`, just before its kubelet starts
     /// (`kubelet_pre_start::kubelet_pre_start`): each version of etcd or kube-apiserver on trial
-    /// goes back to last-known-good, recorded as interrupted (bad the second time), unless an API
-    /// server answers the kubelet.
+    /// goes back to last-known-good, recorded as interrupted (bad after a second reboot), unless
+    /// an API server answers the kubelet.
     fn kubelet_pre_start(&mut self, n: usize) {
         if !self.setup.kubelet_pre_start {
             return;
