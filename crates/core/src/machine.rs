@@ -1157,6 +1157,53 @@ mod tests {
         })
     }
 
+    fn etcd_member(id: u64, name: &str) -> crate::membership::Member {
+        crate::membership::Member {
+            id,
+            name: name.into(),
+            peer_urls: vec![format!("https://{name}:2380")],
+            client_urls: vec![],
+            is_learner: false,
+        }
+    }
+
+    /// cp-1's margin among three voters, of which those `answering` (by ID) say they are healthy
+    /// and caught up.
+    fn three_voters_answering(answering: &[u64]) -> MarginFacts {
+        use crate::membership::{Me, MemberList, PeerStatus};
+        MarginFacts::Etcd {
+            me: Me {
+                name: "cp-1".into(),
+                peer_url: "https://cp-1:2380".into(),
+            },
+            observed: MemberList::Members(vec![
+                etcd_member(1, "cp-1"),
+                etcd_member(2, "cp-2"),
+                etcd_member(3, "cp-3"),
+            ]),
+            peers: answering
+                .iter()
+                .map(|&id| {
+                    (
+                        id,
+                        PeerStatus {
+                            raft_applied_index: 100,
+                            healthy: true,
+                        },
+                    )
+                })
+                .collect(),
+        }
+    }
+
+    fn margin_checked(facts: MarginFacts, t0: Instant) -> Input<'static> {
+        Input::MarginChecked {
+            facts,
+            instant: t0,
+            wall: SystemTime::UNIX_EPOCH,
+        }
+    }
+
     /// The runtime shows the version before the one written still running: the kubelet stopping
     /// it is no evidence either way, but past [`PREVIOUS_STOPPING_LIMIT`] the anchor says the
     /// kubelet is not replacing the pod and what to do, once as a note, then in `/readyz`.
@@ -1274,42 +1321,11 @@ mod tests {
 
     #[test]
     fn an_etcd_upgrade_asks_for_the_turn_only_where_etcd_can_lose_the_member() {
-        use crate::membership::{Me, Member, MemberList, PeerStatus};
+        use crate::membership::{Me, MemberList};
         let t0 = Instant::now();
         let mut a = anchor();
         a.settings.component = "etcd".into();
         a.settings.restart_needs_margin = true;
-        let member = |id: u64, name: &str| Member {
-            id,
-            name: name.into(),
-            peer_urls: vec![format!("https://{name}:2380")],
-            client_urls: vec![],
-            is_learner: false,
-        };
-        let facts = |answering: &[u64]| MarginFacts::Etcd {
-            me: Me {
-                name: "cp-1".into(),
-                peer_url: "https://cp-1:2380".into(),
-            },
-            observed: MemberList::Members(vec![member(1, "cp-1"), member(2, "cp-2"), member(3, "cp-3")]),
-            peers: answering
-                .iter()
-                .map(|&id| {
-                    (
-                        id,
-                        PeerStatus {
-                            raft_applied_index: 100,
-                            healthy: true,
-                        },
-                    )
-                })
-                .collect(),
-        };
-        let checked = |facts| Input::MarginChecked {
-            facts,
-            instant: t0,
-            wall: SystemTime::UNIX_EPOCH,
-        };
         let on_node = ledger(Some("A"), Some("A"));
         let effects = synced(&mut a, "B", &on_node, 0);
         assert!(
@@ -1322,7 +1338,7 @@ mod tests {
                 .any(|e| matches!(e, Effect::AskTurn { .. } | Effect::Write { .. }))
         );
         // cp-3 is powered off: no turn asked, nothing written, and /readyz says why.
-        let effects = a.step(checked(facts(&[2])));
+        let effects = a.step(margin_checked(three_voters_answering(&[2]), t0));
         assert!(
             matches!(&effects[..], [Effect::Log(Note::NoMargin { why })] if why.contains("cp-3 (3) does not answer")),
             "{effects:?}"
@@ -1336,7 +1352,7 @@ mod tests {
         let effects = synced(&mut a, "B", &on_node, 20);
         assert!(effects.contains(&Effect::CheckMargin { version: "B".into() }));
         assert_eq!(
-            a.step(checked(facts(&[2, 3]))),
+            a.step(margin_checked(three_voters_answering(&[2, 3]), t0)),
             vec![Effect::AskTurn { version: "B".into() }]
         );
         let effects = a.step(asked(LeaseAnswer::Take, t0));
@@ -1352,10 +1368,10 @@ mod tests {
                 name: "cp-1".into(),
                 peer_url: "https://cp-1:2380".into(),
             },
-            observed: MemberList::Members(vec![member(1, "cp-1")]),
+            observed: MemberList::Members(vec![etcd_member(1, "cp-1")]),
             peers: Default::default(),
         };
-        let effects = single.step(checked(alone.clone()));
+        let effects = single.step(margin_checked(alone.clone(), t0));
         assert!(
             matches!(
                 &effects[..],
@@ -1364,7 +1380,7 @@ mod tests {
             "{effects:?}"
         );
         assert_eq!(
-            single.step(checked(alone)),
+            single.step(margin_checked(alone, t0)),
             vec![Effect::AskTurn { version: "B".into() }]
         );
     }
@@ -1483,41 +1499,9 @@ mod tests {
     /// and the turn goes back.
     #[test]
     fn a_version_put_back_goes_again_only_with_margin_and_each_put_back_holds_anew() {
-        use crate::membership::{Me, Member, MemberList, PeerStatus};
         let t0 = Instant::now();
         let (mut a, _) = b_on_trial_with_the_turn(t0);
         a.settings.restart_needs_margin = true;
-        let member = |id: u64, name: &str| Member {
-            id,
-            name: name.into(),
-            peer_urls: vec![format!("https://{name}:2380")],
-            client_urls: vec![],
-            is_learner: false,
-        };
-        let facts = |answering: &[u64]| MarginFacts::Etcd {
-            me: Me {
-                name: "cp-1".into(),
-                peer_url: "https://cp-1:2380".into(),
-            },
-            observed: MemberList::Members(vec![member(1, "cp-1"), member(2, "cp-2"), member(3, "cp-3")]),
-            peers: answering
-                .iter()
-                .map(|&id| {
-                    (
-                        id,
-                        PeerStatus {
-                            raft_applied_index: 100,
-                            healthy: true,
-                        },
-                    )
-                })
-                .collect(),
-        };
-        let checked = |facts| Input::MarginChecked {
-            facts,
-            instant: t0,
-            wall: SystemTime::UNIX_EPOCH,
-        };
         let put_back_at = |at: &str| {
             let mut l = ledger(Some("A"), Some("A"));
             l.interrupted = Some(crate::ledger::Interrupted {
@@ -1545,12 +1529,16 @@ mod tests {
             "{effects:?}"
         );
         assert!(a.waits_for_lease(), "looked at again every few seconds");
-        let effects = a.step(checked(facts(&[2])));
+        let effects = a.step(margin_checked(three_voters_answering(&[2]), t0));
         assert!(
             matches!(&effects[..], [Effect::Log(Note::NoMargin { .. })]),
             "{effects:?}"
         );
-        assert_eq!(a.step(checked(facts(&[2]))), vec![], "said once");
+        assert_eq!(
+            a.step(margin_checked(three_voters_answering(&[2]), t0)),
+            vec![],
+            "said once"
+        );
         let effects = a.step(evaluate(running("A", 0), 62));
         assert!(
             matches!(ready(&effects), Some((false, why)) if why.contains("etcd cannot lose this member now")),
@@ -1563,7 +1551,10 @@ mod tests {
         );
         // cp-3 is back: B goes again, on the turn kept for it.
         assert!(synced(&mut a, "B", &first, 70).contains(&Effect::CheckMargin { version: "B".into() }));
-        assert_eq!(a.step(checked(facts(&[2, 3]))), vec![Effect::Resync]);
+        assert_eq!(
+            a.step(margin_checked(three_voters_answering(&[2, 3]), t0)),
+            vec![Effect::Resync]
+        );
         assert_eq!(
             synced(&mut a, "B", &first, 71)[0],
             Effect::Write { version: "B".into() }
