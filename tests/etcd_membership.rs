@@ -1151,6 +1151,50 @@ fn a_reimaged_node_removes_its_stale_member_and_joins_again() {
     }
 }
 
+/// [F4] The cluster was first created on this node alone (the values still name it alone in
+/// `initialCluster`, state `new`) and has grown; the node is re-imaged, and its anchor's etcd
+/// client certificate is one the members do not trust (expired, or of a CA rotated since). The
+/// member list is refused by the TLS handshake, which is not "unreachable": neither `apply` nor
+/// `run` founds a cluster; nothing is written, and each says why. Before, every failed list was
+/// "unreachable", and a node named in the initial cluster founded a new single-member cluster.
+#[test]
+fn a_node_of_the_initial_cluster_whose_client_is_refused_founds_no_cluster() {
+    let bed = Bed::new(2, 2);
+    bed.wait_healthy(2);
+    let node = Node::new(&bed, "n3", Ports::new(), None);
+    node.write_config(&bed, Some(&format!("n3={}", node.ports.peer_url())));
+    let other = Pki::new(&bed.dir.path().join("rotated-pki"));
+    let (crt, key) = issue(&other, "anchor-client", IP);
+    fs::copy(crt, node.config_dir.join("client.crt")).unwrap();
+    fs::copy(key, node.config_dir.join("client.key")).unwrap();
+    let written = || node.manifest().exists() || node.record().is_some();
+
+    let out = node.apply();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("etcd refused this node's client"), "{stderr}");
+    assert!(!written(), "apply wrote a manifest or a record: {stderr}");
+
+    let log_path = node.log_dir.join("n3-refused-anchor.log");
+    let log = fs::File::create(&log_path).unwrap();
+    let daemon = Daemon(
+        node.command("run")
+            .arg("--health-socket")
+            .arg(node.log_dir.join("n3-refused.sock"))
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
+    Poll::new(Duration::from_secs(30), "the running anchor to say why it waits")
+        .every(Duration::from_millis(100))
+        .until(|| fs::read_to_string(&log_path).is_ok_and(|l| l.contains("etcd refused this node's client")));
+    assert!(!written(), "run wrote a manifest or a record:\n{}", tail(&log_path, 20));
+    daemon.kill();
+    // The members still form the one cluster they were.
+    assert_eq!(bed.members().len(), 2);
+}
+
 /// kubernetes/kubeadm#3287, siderolabs/talos#13710: a learner that never catches up hangs the
 /// join with no explanation. Here the learner's etcd does not run (its peer traffic stopped):
 /// past `learnerCatchUpTimeout`, and not before, a Warning Event says how far behind the leader

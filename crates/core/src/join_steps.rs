@@ -19,7 +19,7 @@
 use std::collections::BTreeSet;
 
 use crate::membership::{
-    self, Attempt, Join, JoinFacts, LearnerProgress, Leave, LeaveFacts, Me, Member, MemberList, Phase, Record,
+    self, Attempt, Founding, Join, JoinFacts, LearnerProgress, Leave, LeaveFacts, Me, Member, MemberList, Phase, Record,
 };
 
 /// What the step starts from, read from the node.
@@ -32,6 +32,8 @@ pub struct JoinStart {
     pub data_dir_has_member: bool,
     /// The chart's `initialCluster` of a new cluster, if any.
     pub initial_cluster: Option<String>,
+    /// Whether this process may found that cluster when no endpoint answers.
+    pub founding: Founding,
     /// The time, RFC 3339, the step starts: for the outcomes recorded before any call.
     pub at: String,
 }
@@ -71,7 +73,7 @@ pub enum Action {
 /// What the executor observed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Observation {
-    Members(Result<Vec<Member>, String>),
+    Members(MemberList),
     Healthy(BTreeSet<u64>),
     Added { id: u64, members: Vec<Member> },
     Promoted(Result<(), String>),
@@ -144,10 +146,7 @@ impl JoinStep {
         let stage = std::mem::replace(&mut self.stage, Stage::Over);
         match (stage, observation) {
             (Stage::Listing, Observation::Members(list)) => {
-                self.observed = match list {
-                    Ok(members) => MemberList::Members(members),
-                    Err(why) => MemberList::Unreachable(why),
-                };
+                self.observed = list;
                 self.decide()
             }
             (Stage::Adding, Observation::Added { id, members }) => {
@@ -217,6 +216,7 @@ impl JoinStep {
             data_dir_has_member: start.data_dir_has_member,
             record: start.record.as_ref(),
             may_bootstrap: start.may_bootstrap(),
+            founding: start.founding,
         });
         match self.decision.clone() {
             Join::Keep => {
@@ -327,7 +327,7 @@ impl JoinStep {
     fn members(&self) -> &[Member] {
         match &self.observed {
             MemberList::Members(m) => m,
-            MemberList::Unreachable(_) => &[],
+            MemberList::Unreachable(_) | MemberList::Refused(_) => &[],
         }
     }
 
@@ -392,6 +392,10 @@ impl JoinStep {
                 end.learner = Some((id, Err(format!("etcd unreachable: {why}"))));
                 (self, Action::Done(end))
             }
+            MemberList::Refused(why) => {
+                end.learner = Some((id, Err(format!("etcd refused this node's client: {why}"))));
+                (self, Action::Done(end))
+            }
             MemberList::Members(members) => {
                 let members = members.clone();
                 self.stage = Stage::Asking { end: Box::new(end), id };
@@ -446,6 +450,7 @@ mod tests {
             record,
             data_dir_has_member: data,
             initial_cluster: initial.map(str::to_owned),
+            founding: Founding::WhenNoneAnswers,
             at: "2026-11-29T00:00:00Z".into(),
         }
     }
@@ -489,7 +494,7 @@ mod tests {
     fn cluster(members: Vec<Member>, healthy: &[u64]) -> impl FnMut(&Action) -> Observation {
         let healthy: BTreeSet<u64> = healthy.iter().copied().collect();
         move |a| match a {
-            Action::ListMembers => Observation::Members(Ok(members.clone())),
+            Action::ListMembers => Observation::Members(MemberList::Members(members.clone())),
             Action::ProbeHealth { .. } => Observation::Healthy(healthy.clone()),
             Action::AddLearner { .. } => {
                 let mut after = members.clone();
@@ -509,9 +514,19 @@ mod tests {
 
     fn unreachable_cluster(a: &Action) -> Observation {
         match a {
-            Action::ListMembers => Observation::Members(Err("tls: bad certificate".into())),
+            Action::ListMembers => Observation::Members(MemberList::Unreachable("connection refused".into())),
             Action::Store(_) => Observation::Stored,
             other => panic!("{other:?} asked of an unreachable cluster"),
+        }
+    }
+
+    /// A cluster whose members answer, but not this node's client.
+    fn refusing_cluster(a: &Action) -> Observation {
+        match a {
+            Action::ListMembers => Observation::Members(MemberList::Refused(
+                "invalid peer certificate: certificate expired".into(),
+            )),
+            other => panic!("{other:?} asked of a cluster that refuses this client"),
         }
     }
 
@@ -709,8 +724,49 @@ mod tests {
         assert_eq!(end.record.map(|r| r.phase), Some(Phase::Learner));
         assert_eq!(
             end.learner,
-            Some((9, Err("etcd unreachable: tls: bad certificate".into())))
+            Some((9, Err("etcd unreachable: connection refused".into())))
         );
+    }
+
+    /// [F4] A re-imaged node of the initial cluster whose anchor cannot read the member list
+    /// founds nothing: not under `run`, whatever the error, and not under the one-shot verbs
+    /// when a member refused this node's client (a cluster runs there).
+    #[test]
+    fn a_cluster_is_founded_only_by_a_verb_and_only_when_nobody_answers() {
+        let initial = "cp-2=https://10.0.0.2:2380";
+        let running = |founding| JoinStart {
+            founding,
+            ..start(None, false, Some(initial))
+        };
+        for (founding, world) in [
+            (Founding::Never, unreachable_cluster as fn(&Action) -> Observation),
+            (Founding::Never, refusing_cluster),
+            (Founding::WhenNoneAnswers, refusing_cluster),
+        ] {
+            let (actions, end, stored) = run(running(founding), world);
+            assert_eq!(actions, ["list", "done"], "{founding:?}");
+            assert!(stored.is_empty(), "{founding:?}: {stored:?}");
+            assert!(end.record.is_none() && end.pending, "{founding:?}: {end:?}");
+            let Join::Wait(why) = &end.decision else {
+                panic!("{founding:?}: {:?}", end.decision);
+            };
+            assert!(end.summary.contains(why.as_str()), "{}", end.summary);
+        }
+        let (_, end, _) = run(running(Founding::Never), unreachable_cluster);
+        assert!(end.summary.contains("never founds"), "{}", end.summary);
+        let (_, end, _) = run(running(Founding::WhenNoneAnswers), refusing_cluster);
+        assert!(
+            end.summary
+                .contains("refused this node's client (invalid peer certificate: certificate expired)"),
+            "{}",
+            end.summary
+        );
+        // A learner being joined keeps rendering from its record.
+        let (_, end, _) = run(
+            start(Some(record(Phase::Learner, Some(9))), true, None),
+            refusing_cluster,
+        );
+        assert_eq!(end.record.map(|r| r.phase), Some(Phase::Learner));
     }
 
     #[test]

@@ -28,11 +28,30 @@ pub struct Me {
     pub peer_url: String,
 }
 
-/// The member list, or why none could be had (never evidence of anything).
+/// The member list, or why none could be had. Neither failure is evidence of who the members
+/// are, and they are different observations: nobody answered, or a cluster answered and would
+/// not serve this node's client.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MemberList {
     Members(Vec<Member>),
+    /// No endpoint gave a list: none reached (connection refused, no answer in time), or etcd
+    /// could not serve one (no leader, a request timed out).
     Unreachable(String),
+    /// An endpoint refused this node's client: the TLS handshake or authentication failed
+    /// (an expired or untrusted client certificate, a rotated CA). A cluster runs there and does
+    /// not accept these credentials: a reason to wait, never to start a cluster of one's own.
+    Refused(String),
+}
+
+impl MemberList {
+    /// Why there is no list (`None`: there is one).
+    pub fn failure(&self) -> Option<&str> {
+        match self {
+            MemberList::Members(_) => None,
+            MemberList::Unreachable(why) => Some(why),
+            MemberList::Refused(why) => Some(why),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -133,6 +152,19 @@ pub struct JoinFacts<'a> {
     pub record: Option<&'a Record>,
     /// This node is named in the chart's `initialCluster` of a new cluster.
     pub may_bootstrap: bool,
+    /// Whether this process may found that cluster when no endpoint answers.
+    pub founding: Founding,
+}
+
+/// Whether a join step may found a new cluster when no etcd endpoint answers at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Founding {
+    /// `run`: an anchor runs in a cluster, so an etcd cluster exists; a list it cannot read is
+    /// a reason to wait, whatever the values' `initialCluster` says.
+    Never,
+    /// `bootstrap` and `apply`: an operator starts the control plane on this node. A cluster
+    /// that refused this node's client is still never founded anew.
+    WhenNoneAnswers,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -200,13 +232,20 @@ pub fn decide_join(f: &JoinFacts) -> Join {
     }
     let members = match f.observed {
         MemberList::Members(m) => m,
+        // A learner being joined (a record): the manifest from the record keeps etcd running.
+        MemberList::Refused(why) => {
+            return Join::Wait(format!(
+                "etcd refused this node's client ({why}): a cluster runs and does not accept the anchor's etcd client certificate; the join waits until it does (renew the certificate, or the CA etcd trusts it by)"
+            ));
+        }
         MemberList::Unreachable(why) => {
-            return match (f.record, f.data_dir_has_member, f.may_bootstrap) {
-                // A learner being joined: the manifest from the record keeps etcd running.
+            return match (f.record, f.may_bootstrap, f.founding) {
                 (Some(_), _, _) => Join::Wait(format!("etcd unreachable ({why}); the join resumes when it answers")),
-                (None, false, true) => Join::Bootstrap,
-                (None, true, true) => Join::Bootstrap,
-                (None, _, false) => Join::Wait(format!(
+                (None, true, Founding::WhenNoneAnswers) => Join::Bootstrap,
+                (None, true, Founding::Never) => Join::Wait(format!(
+                    "etcd unreachable ({why}); this node is in the initial cluster, but a running anchor never founds one (a cluster exists wherever it runs): it waits for the member list. `kube-anchor bootstrap` founds a new cluster"
+                )),
+                (None, false, _) => Join::Wait(format!(
                     "etcd unreachable ({why}) and this node is not in the initial cluster: it may not start a cluster of its own"
                 )),
             };
@@ -313,6 +352,8 @@ pub enum Leave {
 pub enum Refusal {
     /// No member list (never evidence of anything).
     Unreachable(String),
+    /// etcd refused this node's client (TLS, authentication): no member list either.
+    Refused(String),
     /// The member list disagrees with this node's name and peer URL: a person must look.
     Conflict(String),
     /// The last voting member: its data is the cluster's.
@@ -329,7 +370,10 @@ impl Refusal {
     /// Whether the same leave, asked again, may pass: etcd may answer again, a member come
     /// back to health. A conflict or the last voter does not change by waiting.
     pub fn may_pass_later(&self) -> bool {
-        matches!(self, Refusal::Unreachable(_) | Refusal::Quorum { .. })
+        matches!(
+            self,
+            Refusal::Unreachable(_) | Refusal::Refused(_) | Refusal::Quorum { .. }
+        )
     }
 }
 
@@ -337,6 +381,7 @@ impl std::fmt::Display for Refusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Refusal::Unreachable(why) => write!(f, "etcd unreachable ({why}): membership unknown"),
+            Refusal::Refused(why) => write!(f, "etcd refused this node's client ({why}): membership unknown"),
             Refusal::Conflict(conflict) => f.write_str(conflict),
             Refusal::LastVoter => f.write_str("this is the last voting member of the cluster"),
             Refusal::Quorum {
@@ -358,6 +403,7 @@ pub fn decide_leave(f: &LeaveFacts) -> Leave {
     let members = match f.observed {
         MemberList::Members(m) => m,
         MemberList::Unreachable(why) => return Leave::Refuse(Refusal::Unreachable(why.clone())),
+        MemberList::Refused(why) => return Leave::Refuse(Refusal::Refused(why.clone())),
     };
     let mine = match find_me(f.me, members) {
         Ok(Some(m)) => m,
@@ -470,7 +516,7 @@ pub fn hand_off(
 pub fn restart_margin(me: &Me, observed: &MemberList, peers: &BTreeMap<u64, PeerStatus>) -> Margin {
     let members = match observed {
         MemberList::Members(m) => m,
-        MemberList::Unreachable(why) => {
+        MemberList::Unreachable(why) | MemberList::Refused(why) => {
             return Margin::Short(format!(
                 "etcd's member list cannot be read ({why}): whether it can lose this member is unknown"
             ));
@@ -662,6 +708,7 @@ mod tests {
             data_dir_has_member: data,
             record: r.as_ref(),
             may_bootstrap: boot,
+            founding: Founding::WhenNoneAnswers,
         })
     }
 
@@ -945,6 +992,10 @@ mod tests {
             for rec in [None, Some(Phase::Learner), Some(Phase::Voter), Some(Phase::Removed)] {
                 for boot in [false, true] {
                     assert_ne!(join(down(), data, rec, boot), Join::AddLearner);
+                    // A cluster that refuses this node's client is never founded anew.
+                    let refused = MemberList::Refused("tls: unknown certificate authority".into());
+                    let j = join(refused, data, rec, boot);
+                    assert!(matches!(j, Join::Wait(_) | Join::Keep), "{data} {rec:?} {boot}: {j:?}");
                 }
             }
         }
@@ -963,6 +1014,7 @@ mod tests {
             data_dir_has_member: true,
             record: Some(&r),
             may_bootstrap: false,
+            founding: Founding::WhenNoneAnswers,
         });
         assert!(is_wait(&j), "{j:?}");
     }

@@ -16,7 +16,7 @@ use base64::Engine as _;
 use kube::{Client, Config};
 use serde::Deserialize;
 
-use kube_anchor_core::membership::Member;
+use kube_anchor_core::membership::{Member, MemberList};
 
 #[derive(Debug, thiserror::Error)]
 pub enum EtcdError {
@@ -30,8 +30,62 @@ pub enum EtcdError {
         call: &'static str,
         reason: String,
     },
-    #[error("no etcd endpoint answered: {0}")]
-    NoEndpoint(String),
+    /// The endpoint would not serve this client: its TLS handshake failed (a certificate
+    /// either side does not trust, expired or of another CA) or etcd answered 401/403.
+    #[error("etcd endpoint {endpoint}: {call}: refused this client: {reason}")]
+    Refused {
+        endpoint: String,
+        call: &'static str,
+        reason: String,
+    },
+    #[error("no etcd endpoint answered: {errors}")]
+    NoEndpoint {
+        errors: String,
+        /// One of the endpoints refused this client ([`EtcdError::Refused`]).
+        refused: bool,
+    },
+}
+
+impl EtcdError {
+    /// A member answered and would not serve this client: a cluster runs and does not accept
+    /// these credentials (as opposed to nobody answering).
+    pub fn refused_this_client(&self) -> bool {
+        matches!(
+            self,
+            EtcdError::Refused { .. } | EtcdError::NoEndpoint { refused: true, .. }
+        )
+    }
+}
+
+/// A member list call's result as the membership decisions take it.
+pub fn observed(result: Result<Vec<Member>, EtcdError>) -> MemberList {
+    match result {
+        Ok(members) => MemberList::Members(members),
+        Err(e) if e.refused_this_client() => MemberList::Refused(e.to_string()),
+        Err(e) => MemberList::Unreachable(e.to_string()),
+    }
+}
+
+/// Whether `e` is a refusal of this client: an HTTP 401 or 403 (the gateway's Unauthenticated
+/// and PermissionDenied), or a TLS error anywhere in its chain (a handshake the server or this
+/// client gave up: rustls reports both, wrapped in `std::io::Error` by the connection).
+fn refuses_client(e: &kube::Error) -> bool {
+    if let kube::Error::Api(status) = e {
+        return status.code == 401 || status.code == 403;
+    }
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = next {
+        let tls = err.downcast_ref::<rustls::Error>().is_some()
+            || err
+                .downcast_ref::<std::io::Error>()
+                .and_then(std::io::Error::get_ref)
+                .is_some_and(|inner| inner.downcast_ref::<rustls::Error>().is_some());
+        if tls {
+            return true;
+        }
+        next = err.source();
+    }
+    false
 }
 
 /// PEM bytes of the client credentials (read once from the mounted Secret).
@@ -140,7 +194,7 @@ struct RawMember {
 }
 
 #[derive(Deserialize)]
-struct MemberList {
+struct RawMemberList {
     #[serde(default)]
     members: Vec<RawMember>,
 }
@@ -251,6 +305,13 @@ impl Endpoint {
         };
         let text = match tokio::time::timeout(self.timeout, self.client.request_text(request)).await {
             Ok(Ok(text)) => text,
+            Ok(Err(e)) if refuses_client(&e) => {
+                return Err(EtcdError::Refused {
+                    endpoint: self.url.clone(),
+                    call,
+                    reason: kube_anchor_core::errors::error_chain(&e),
+                });
+            }
             // The gateway's error body is `{"code": <gRPC code>, "message": "etcdserver: ..."}`.
             Ok(Err(kube::Error::Api(status))) => return Err(failed(status.message.chars().take(512).collect())),
             Ok(Err(e)) => return Err(failed(kube_anchor_core::errors::error_chain(&e))),
@@ -266,7 +327,7 @@ impl Endpoint {
 
     pub async fn member_list(&self) -> Result<Vec<Member>, EtcdError> {
         // Linearizable: a list served from a stale follower could miss a member just added.
-        let list: MemberList = self
+        let list: RawMemberList = self
             .call(
                 "member list",
                 "/v3/cluster/member/list",
@@ -418,20 +479,33 @@ impl Cluster {
         Fut: std::future::Future<Output = Result<T, EtcdError>>,
     {
         let mut errors = Vec::new();
+        let mut refused = false;
         for e in endpoints {
             match f(e).await {
                 Ok(v) => return Ok(v),
                 Err(err) if final_answer && is_server_answer(&err) && !is_learner_refusal(&err) => {
                     return Err(err);
                 }
-                Err(err) => errors.push(err.to_string()),
+                Err(err) => {
+                    refused |= err.refused_this_client();
+                    errors.push(err.to_string());
+                }
             }
         }
-        Err(EtcdError::NoEndpoint(errors.join("; ")))
+        Err(EtcdError::NoEndpoint {
+            errors: errors.join("; "),
+            refused,
+        })
     }
 
     pub async fn member_list(&self) -> Result<Vec<Member>, EtcdError> {
         self.first(false, |e| e.member_list()).await
+    }
+
+    /// The member list as the membership decisions take it: a refusal of this client apart
+    /// from no answer.
+    pub async fn observe_members(&self) -> MemberList {
+        observed(self.member_list().await)
     }
 
     pub async fn add_learner(&self, peer_url: &str) -> Result<(Member, Vec<Member>), EtcdError> {
@@ -512,7 +586,7 @@ mod tests {
 
     #[test]
     fn parses_the_gateway_json() {
-        let list: MemberList = serde_json::from_str(LIST).unwrap();
+        let list: RawMemberList = serde_json::from_str(LIST).unwrap();
         let m = members(list.members).unwrap();
         assert_eq!(m.len(), 2);
         // An unstarted learner: no name, no client URLs; uint64 IDs as strings.

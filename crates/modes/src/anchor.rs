@@ -643,7 +643,8 @@ impl Daemon {
             return;
         }
         self.give_up_earlier_leave();
-        match crate::etcd_member::join_step(&self.engine, &inputs).await {
+        match crate::etcd_member::join_step(&self.engine, &inputs, kube_anchor_core::membership::Founding::Never).await
+        {
             Ok(report) => {
                 if report.pending && self.membership_pending.as_deref() != Some(report.summary.as_str()) {
                     tracing::info!(component = %self.component, membership = %report.summary, "etcd join not finished");

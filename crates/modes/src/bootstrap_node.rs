@@ -20,7 +20,7 @@ use anyhow::Context;
 use crate::engine::{ApplyReport, Engine, Inputs};
 use kube_anchor_core::bootstrap::{BootstrapError, Objects, PlannedAnchor, ThisNode, boot_order};
 use kube_anchor_core::config::Role;
-use kube_anchor_core::membership::Phase;
+use kube_anchor_core::membership::{Founding, Phase};
 use kube_anchor_core::pinned::PinnedInputs;
 use kube_anchor_k8s::direct::HealthCheck;
 
@@ -274,7 +274,7 @@ async fn wait_voter(
     );
     let started = Instant::now();
     loop {
-        let last = match crate::etcd_member::join_step(&s.engine, &s.inputs).await {
+        let last = match crate::etcd_member::join_step(&s.engine, &s.inputs, Founding::WhenNoneAnswers).await {
             Ok(step) if step.record.as_ref().is_some_and(|r| r.phase == Phase::Voter) => {
                 report(
                     &Progress::Promoted {

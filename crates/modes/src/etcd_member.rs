@@ -19,8 +19,8 @@ use kube_anchor_core::join_steps::{Action, JoinEnd, JoinStart, JoinStep, Observa
 use kube_anchor_core::ledger::{decode_checked, encode_checked};
 use kube_anchor_core::margin::MarginFacts;
 use kube_anchor_core::membership::{
-    self, Attempt, HandOff, Join, LearnerProgress, Leave, LeaveFacts, LeaveIntent, Me, MemberList, PeerStatus, Phase,
-    Record,
+    self, Attempt, Founding, HandOff, Join, LearnerProgress, Leave, LeaveFacts, LeaveIntent, Me, MemberList,
+    PeerStatus, Phase, Record,
 };
 use kube_anchor_core::prestop_steps::LeaveAnswer;
 use kube_anchor_core::state_layout::STATE_SUBDIR;
@@ -233,7 +233,7 @@ pub(crate) async fn join_before_write(engine: &Engine, inputs: &Inputs) -> anyho
     )? {
         tracing::warn!(%component, since = %intent.since, attempts = intent.attempts, "the etcd member's pending leave is cancelled: `apply` writes the component on this node again");
     }
-    let report = join_step(engine, inputs)
+    let report = join_step(engine, inputs, Founding::WhenNoneAnswers)
         .await
         .with_context(|| format!("{component}: etcd membership"))?;
     tracing::info!(%component, membership = %report.summary, pending = report.pending, "etcd membership");
@@ -250,7 +250,7 @@ pub(crate) async fn join_before_write(engine: &Engine, inputs: &Inputs) -> anyho
 /// One join step ([`JoinStep`]), performed: the member list, the calls it decides, the record.
 /// Removes nothing but this node's own stale member (see [`Join::Rejoin`]). A failed call ends
 /// the step with its error.
-pub(crate) async fn join_step(engine: &Engine, inputs: &Inputs) -> Result<JoinEnd, MemberError> {
+pub(crate) async fn join_step(engine: &Engine, inputs: &Inputs, founding: Founding) -> Result<JoinEnd, MemberError> {
     let member = inputs
         .anchor
         .etcd_member
@@ -264,6 +264,7 @@ pub(crate) async fn join_step(engine: &Engine, inputs: &Inputs) -> Result<JoinEn
         record: load_record(engine, component)?,
         data_dir_has_member: etcd_data::has_member(&data_dir(engine, member)?),
         initial_cluster: member.initial_cluster.clone(),
+        founding,
         at: now_rfc3339(),
     });
     let cluster = || -> Result<Cluster, MemberError> {
@@ -280,7 +281,7 @@ pub(crate) async fn join_step(engine: &Engine, inputs: &Inputs) -> Result<JoinEn
                 }
                 return Ok(end);
             }
-            Action::ListMembers => Observation::Members(cluster()?.member_list().await.map_err(|e| e.to_string())),
+            Action::ListMembers => Observation::Members(cluster()?.observe_members().await),
             Action::ProbeHealth { members } => {
                 Observation::Healthy(healthy_members(&members, &credentials(member)?).await)
             }
@@ -320,13 +321,10 @@ pub(crate) async fn leave_step(
     let me = me(inputs, member)?;
     let creds = credentials(member)?;
     let cluster = Cluster::new(&member.endpoints, &creds, ETCD_TIMEOUT)?;
-    let observed = match cluster.member_list().await {
-        Ok(m) => MemberList::Members(m),
-        Err(e) => MemberList::Unreachable(e.to_string()),
-    };
+    let observed = cluster.observe_members().await;
     let healthy = match &observed {
         MemberList::Members(members) => healthy_members(members, &creds).await,
-        MemberList::Unreachable(_) => BTreeSet::new(),
+        MemberList::Unreachable(_) | MemberList::Refused(_) => BTreeSet::new(),
     };
     let decision = membership::decide_leave(&LeaveFacts {
         me: &me,
@@ -351,7 +349,7 @@ pub(crate) async fn leave_step(
                     .find(|m| m.id == id)
                     .map(|m| m.client_urls.clone())
                     .unwrap_or_default(),
-                MemberList::Unreachable(_) => Vec::new(),
+                MemberList::Unreachable(_) | MemberList::Refused(_) => Vec::new(),
             };
             match cluster.remove_through_others(id, &own_urls).await {
                 Ok(()) => LeaveAnswer::Removed { id },
@@ -599,10 +597,7 @@ pub(crate) async fn margin_facts(inputs: &Inputs, member: &EtcdMember) -> Margin
         Err(e) => return MarginFacts::Unknown(format!("etcd client credentials: {e}")),
     };
     let observed = match Cluster::new(&member.endpoints, &creds, ETCD_TIMEOUT) {
-        Ok(cluster) => match cluster.member_list().await {
-            Ok(members) => MemberList::Members(members),
-            Err(e) => MemberList::Unreachable(e.to_string()),
-        },
+        Ok(cluster) => cluster.observe_members().await,
         Err(e) => MemberList::Unreachable(e.to_string()),
     };
     let peers = match &observed {
@@ -610,7 +605,7 @@ pub(crate) async fn margin_facts(inputs: &Inputs, member: &EtcdMember) -> Margin
             let own = membership::find_me(&me, members).ok().flatten().map_or(0, |m| m.id);
             peer_statuses(members, own, &creds).await
         }
-        MemberList::Unreachable(_) => BTreeMap::new(),
+        MemberList::Unreachable(_) | MemberList::Refused(_) => BTreeMap::new(),
     };
     MarginFacts::Etcd { me, observed, peers }
 }

@@ -25,7 +25,7 @@ use kube_anchor_core::ledger::{BadVersion, Decommissioned, Interrupted, Ledger, 
 use kube_anchor_core::machine::{Anchor, Effect, EvaluateFacts, FirstWriteAnswer, Input, Settings, SyncFacts};
 use kube_anchor_core::margin::{self, ApiServerPeer, MarginFacts, PeerAnswer};
 use kube_anchor_core::membership::{
-    self, LearnerProgress, Leave, LeaveFacts, Me, Member, MemberList, PeerStatus, Record,
+    self, Founding, LearnerProgress, Leave, LeaveFacts, Me, Member, MemberList, PeerStatus, Record,
 };
 use kube_anchor_core::pause::Pause;
 use kube_anchor_core::prestop_steps::{Action, Hook, LeaveAnswer, Limits, MemberConfig, Observation};
@@ -42,6 +42,8 @@ pub const CONTROLLER_MANAGER: usize = 2;
 pub const SCHEDULER: usize = 3;
 pub const COMPONENTS: [&str; 4] = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"];
 /// The component each one's anchor names in `--depends-on` (charts/*/values.yaml `dependsOn`).
+/// The etcd cluster was created on cp-1 alone (the values' `initialCluster`, state `new`).
+const INITIAL_CLUSTER: &str = "cp-1=https://cp-1:2380";
 const DEPENDS_ON: [Option<usize>; 4] = [None, Some(ETCD), Some(APISERVER), Some(APISERVER)];
 
 /// The daemon's evaluation while a version is on trial or a turn held (`TRIAL_TICK`), its
@@ -184,8 +186,8 @@ pub enum Op {
     /// The node is re-imaged (state dir, data dir and manifests gone) and boots again.
     Reimage { node: usize },
     /// The anchors' etcd client certificate expires: every member-list call fails its TLS
-    /// handshake.
-    ExpireAnchorEtcdCert,
+    /// handshake until the operator renews it `for_secs` later.
+    ExpireAnchorEtcdCert { for_secs: u64 },
     /// etcd's database reaches its quota: the cluster raises its `NOSPACE` alarm, and every
     /// member's `/health` answers `ALARM NOSPACE` (etcd's `checkAlarms`) until the operator,
     /// having compacted and defragmented, runs `etcdctl alarm disarm` `for_secs` later. Reads
@@ -719,7 +721,8 @@ pub struct World {
     next_pod_serial: u64,
     /// The last side of a partition handed out ([`Op::Partition`]).
     next_side: u64,
-    anchor_etcd_tls_broken: bool,
+    /// Until when the anchors' etcd client certificate is expired ([`Op::ExpireAnchorEtcdCert`]).
+    anchor_etcd_cert_expired_until: u64,
     /// Until when the etcd cluster's `NOSPACE` alarm is raised ([`Op::EtcdAlarm`]).
     alarm_until: u64,
     /// The nodes each faulty version was written on.
@@ -735,7 +738,7 @@ fn voter_record(i: usize, id: u64) -> Record {
         peer_url: format!("https://cp-{}:2380", i + 1),
         member_id: Some(id.to_string()),
         phase: membership::Phase::Voter,
-        initial_cluster: "cp-1=https://cp-1:2380".into(),
+        initial_cluster: INITIAL_CLUSTER.into(),
         initial_cluster_state: if i == 0 { "new" } else { "existing" }.into(),
         last_join: None,
         last_leave: None,
@@ -862,7 +865,7 @@ impl World {
             next_sandbox: sandboxes,
             next_pod_serial: sandboxes,
             next_side: 0,
-            anchor_etcd_tls_broken: false,
+            anchor_etcd_cert_expired_until: 0,
             alarm_until: 0,
             written_on: BTreeMap::new(),
             base: Instant::now(),
@@ -1111,7 +1114,7 @@ impl World {
                     n.resume_at[*component] = Some(now + for_secs);
                 }
             }
-            Op::ExpireAnchorEtcdCert => self.anchor_etcd_tls_broken = true,
+            Op::ExpireAnchorEtcdCert { for_secs } => self.anchor_etcd_cert_expired_until = self.now + for_secs,
             Op::EtcdAlarm { for_secs } => self.alarm_until = self.now + for_secs,
             Op::Select { node } => {
                 if let Some(n) = self.nodes.get_mut(*node).filter(|n| n.registered) {
@@ -1206,7 +1209,16 @@ impl World {
         let Some(version) = self.nodes[n].inputs[c] else {
             return "refused";
         };
-        if c == ETCD && !self.membership(n, !self.disk_mounted(n)).0 {
+        if c == ETCD
+            && !self
+                .join_step(
+                    n,
+                    !self.disk_mounted(n),
+                    Some(INITIAL_CLUSTER),
+                    Founding::WhenNoneAnswers,
+                )
+                .0
+        {
             return "refused";
         }
         if self.refusal(version).is_some() {
@@ -1284,7 +1296,7 @@ impl World {
         let done = match run.wait {
             BootWait::Record => {
                 let (recorded, _) = if c == ETCD {
-                    self.join_step(n, on_root, None)
+                    self.join_step(n, on_root, None, Founding::WhenNoneAnswers)
                 } else {
                     (true, false)
                 };
@@ -1304,7 +1316,7 @@ impl World {
                 false
             }
             BootWait::Voter => {
-                self.join_step(n, on_root, None);
+                self.join_step(n, on_root, None, Founding::WhenNoneAnswers);
                 if self.nodes[n].listed == Listed::Voter {
                     run.wait = BootWait::Healthy;
                     run.since = now;
@@ -2471,19 +2483,26 @@ impl World {
     /// by the world); whether the sync may go on (a record renders the manifest) and whether the
     /// join is pending.
     fn membership(&mut self, n: usize, on_root: bool) -> (bool, bool) {
-        // The cluster was created on cp-1 alone (`initialCluster: cp-1=…`, state `new`).
-        self.join_step(n, on_root, Some("cp-1=https://cp-1:2380"))
+        self.join_step(n, on_root, Some(INITIAL_CLUSTER), Founding::Never)
     }
 
     /// One etcd join step on node `n` with `initial_cluster` (none for `bootstrap --join`: a
-    /// cluster that does not answer is waited for, never founded anew).
-    fn join_step(&mut self, n: usize, on_root: bool, initial_cluster: Option<&str>) -> (bool, bool) {
+    /// cluster that does not answer is waited for, never founded anew) and `founding` (`run`
+    /// never founds; the one-shot verbs only when no endpoint answers).
+    fn join_step(
+        &mut self,
+        n: usize,
+        on_root: bool,
+        initial_cluster: Option<&str>,
+        founding: Founding,
+    ) -> (bool, bool) {
         let me = self.me(n);
         let (mut join, mut action) = JoinStep::new(JoinStart {
             me,
             record: self.nodes[n].record.clone(),
             data_dir_has_member: self.data_in(n, on_root).is_some(),
             initial_cluster: initial_cluster.map(str::to_owned),
+            founding,
             at: self.stamp(),
         });
         loop {
@@ -2492,7 +2511,7 @@ impl World {
                     *self.report.join_ends.entry(join_name(&end.decision)).or_default() += 1;
                     return (end.record.is_some(), end.pending);
                 }
-                join_steps::Action::ListMembers => join_steps::Observation::Members(self.list_members(n)),
+                join_steps::Action::ListMembers => join_steps::Observation::Members(self.observe_members(n)),
                 join_steps::Action::ProbeHealth { .. } => {
                     join_steps::Observation::Healthy(self.healthy_members_from(n))
                 }
@@ -2551,10 +2570,7 @@ impl World {
     /// a leader when it runs on a side with a quorum). Every healthy member is modelled caught up
     /// (the world keeps no raft indexes).
     fn margin_facts(&self, n: usize) -> MarginFacts {
-        let observed = match self.list_members(n) {
-            Ok(members) => MemberList::Members(members),
-            Err(why) => MemberList::Unreachable(why),
-        };
+        let observed = self.observe_members(n);
         let peers = self
             .healthy_members_from(n)
             .into_iter()
@@ -2619,12 +2635,22 @@ impl World {
     /// members' client URLs): none without a quorum it reaches, or with the anchors' own client
     /// certificate expired.
     fn list_members(&self, n: usize) -> Result<Vec<Member>, String> {
-        if self.anchor_etcd_tls_broken {
-            Err("tls: certificate has expired or is not yet valid".into())
+        match self.observe_members(n) {
+            MemberList::Members(members) => Ok(members),
+            MemberList::Unreachable(why) | MemberList::Refused(why) => Err(why),
+        }
+    }
+
+    /// [`World::list_members`] as `kube_anchor_k8s::etcd::observed` classifies it: an expired
+    /// client certificate is a refusal by the members that run (the TLS handshake fails); no
+    /// quorum is no answer.
+    fn observe_members(&self, n: usize) -> MemberList {
+        if self.now < self.anchor_etcd_cert_expired_until {
+            MemberList::Refused("tls: certificate has expired or is not yet valid".into())
         } else if !self.quorum_from(n, MAIN_CLUSTER) {
-            Err("context deadline exceeded".into())
+            MemberList::Unreachable("context deadline exceeded".into())
         } else {
-            Ok(self.member_list())
+            MemberList::Members(self.member_list())
         }
     }
 
@@ -3260,10 +3286,7 @@ impl World {
     /// member list, then etcd's own check ([`World::remove_member`]).
     fn leave(&mut self, n: usize) -> LeaveAnswer {
         let me = self.me(n);
-        let observed = match self.list_members(n) {
-            Ok(members) => MemberList::Members(members),
-            Err(why) => MemberList::Unreachable(why),
-        };
+        let observed = self.observe_members(n);
         let healthy = self.healthy_members_from(n);
         match membership::decide_leave(&LeaveFacts {
             me: &me,
