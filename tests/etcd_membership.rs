@@ -1195,6 +1195,59 @@ fn a_node_of_the_initial_cluster_whose_client_is_refused_founds_no_cluster() {
     assert_eq!(bed.members().len(), 2);
 }
 
+/// [F9, issue 55 item 3] A recorded voter whose data dir reads empty while its record survives
+/// (a data disk mounted after the anchor looked, data wiped by hand) removes nothing: `apply`
+/// waits, says why and names `--rejoin`; the stale member stays listed. Once the operator says
+/// the data is gone (`apply --rejoin`), the stale member is removed and the node joins again as
+/// a learner, then votes. (A re-imaged node, whose record is gone too, rejoins by itself:
+/// `a_reimaged_node_removes_its_stale_member_and_joins_again`.)
+#[test]
+fn a_recorded_voter_whose_data_dir_reads_empty_rejoins_only_when_told() {
+    let bed = Bed::new(3, 3);
+    bed.wait_healthy(3);
+    let mut node = Node::new(&bed, "n4", Ports::new(), None);
+    node.apply_until_written();
+    node.start_etcd();
+    node.apply_until_voter(&bed);
+    bed.wait_healthy(4);
+    let stale = node.my_entries(&bed)[0].0.clone();
+
+    node.stop_etcd();
+    fs::remove_dir_all(node.data_dir()).unwrap();
+    for _ in 0..2 {
+        let out = node.apply();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{stderr}");
+        assert!(
+            stderr.contains("data dir holds no member") && stderr.contains("apply --rejoin"),
+            "{stderr}"
+        );
+    }
+    assert_eq!(bed.members().len(), 4, "nothing removed");
+    assert_eq!(node.my_entries(&bed)[0].0, stale);
+    assert_eq!(node.record().unwrap()["phase"], "voter");
+
+    let out = node.command("apply").arg("--rejoin").output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        node.my_entries(&bed).iter().all(|m| m.0 != stale),
+        "the stale member removed: {stderr}"
+    );
+    // The next step adds the learner (as on a re-imaged node) and writes its manifest.
+    Poll::new(Duration::from_secs(30), "the node joined again as a learner")
+        .every(Duration::from_millis(200))
+        .until(|| {
+            let _ = node.apply();
+            node.record().is_some_and(|r| r["phase"] == "learner")
+        });
+    let mine = node.my_entries(&bed);
+    assert!(mine.len() == 1 && mine[0].2, "joined again as a learner: {mine:?}");
+    assert_eq!(arg_of(&node.manifest(), "--initial-cluster-state"), "existing");
+    node.start_etcd();
+    node.apply_until_voter(&bed);
+    bed.wait_healthy(4);
+}
+
 /// kubernetes/kubeadm#3287, siderolabs/talos#13710: a learner that never catches up hangs the
 /// join with no explanation. Here the learner's etcd does not run (its peer traffic stopped):
 /// past `learnerCatchUpTimeout`, and not before, a Warning Event says how far behind the leader

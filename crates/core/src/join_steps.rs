@@ -34,6 +34,8 @@ pub struct JoinStart {
     pub initial_cluster: Option<String>,
     /// Whether this process may found that cluster when no endpoint answers.
     pub founding: Founding,
+    /// `apply --rejoin`: this node's data is truly gone (see [`JoinFacts::rejoin_consented`]).
+    pub rejoin_consented: bool,
     /// The time, RFC 3339, the step starts: for the outcomes recorded before any call.
     pub at: String,
 }
@@ -217,6 +219,7 @@ impl JoinStep {
             record: start.record.as_ref(),
             may_bootstrap: start.may_bootstrap(),
             founding: start.founding,
+            rejoin_consented: start.rejoin_consented,
         });
         match self.decision.clone() {
             Join::Keep => {
@@ -235,6 +238,13 @@ impl JoinStep {
                 let record = self.start.record.take();
                 let pending = record.as_ref().is_none_or(|r| r.phase == Phase::Learner);
                 self.finish(record, format!("waiting: {reason}"), pending)
+            }
+            Join::AwaitRejoinConsent { stale } => {
+                let record = self.start.record.take();
+                let why = format!(
+                    "waiting: the record holds member {stale:x} as a voter here, but the data dir holds no member (a disk not mounted yet, or data lost?); nothing is removed. Once the data is known to be gone, `kube-anchor apply --rejoin` on this node removes the stale member and joins again"
+                );
+                self.finish(record, why, true)
             }
             Join::Bootstrap => {
                 let r = Record {
@@ -451,6 +461,7 @@ mod tests {
             data_dir_has_member: data,
             initial_cluster: initial.map(str::to_owned),
             founding: Founding::WhenNoneAnswers,
+            rejoin_consented: true,
             at: "2026-11-29T00:00:00Z".into(),
         }
     }

@@ -154,6 +154,9 @@ pub struct JoinFacts<'a> {
     pub may_bootstrap: bool,
     /// Whether this process may found that cluster when no endpoint answers.
     pub founding: Founding,
+    /// The operator says this node's data is truly gone (`apply --rejoin`): a recorded voter
+    /// with no data may have its member removed and join again.
+    pub rejoin_consented: bool,
 }
 
 /// Whether a join step may found a new cluster when no etcd endpoint answers at all.
@@ -188,6 +191,11 @@ pub enum Join {
     /// member from an empty data dir; it must be removed (when the voters left keep a healthy
     /// quorum, checked by [`decide_leave`]) and this node joins again as a learner.
     Rejoin { stale: u64 },
+    /// The record holds this node's member as a voter, but its data dir holds no member: a
+    /// disk not mounted yet as this process sees it, or data lost. Nothing is removed and the
+    /// manifest stays as recorded until the operator says the data is gone (`apply --rejoin`,
+    /// which decides [`Join::Rejoin`] instead).
+    AwaitRejoinConsent { stale: u64 },
     /// Nothing to change.
     Keep,
     /// Do nothing (and write no manifest unless a record already exists).
@@ -263,7 +271,17 @@ pub fn decide_join(f: &JoinFacts) -> Join {
                 Join::Keep // etcd has not started from the manifest yet
             }
         }
-        (Some(r), Some(m)) if data_lost(r, f.data_dir_has_member) && has_run(m) => Join::Rejoin { stale: m.id },
+        // The record survived and the data did not: a disk not mounted yet (as this process
+        // sees it), or data wiped by hand. Not evidence enough to remove a member whose data may
+        // be back in a moment; an operator who knows it is gone says so. (A re-imaged node,
+        // whose record went with the data, rejoins by itself below.)
+        (Some(r), Some(m)) if data_lost(r, f.data_dir_has_member) && has_run(m) => {
+            if f.rejoin_consented {
+                Join::Rejoin { stale: m.id }
+            } else {
+                Join::AwaitRejoinConsent { stale: m.id }
+            }
+        }
         (Some(_), Some(m)) => Join::RecordVoter { id: m.id },
         (Some(_), None) => Join::Wait(format!(
             "recorded as a learner, but the cluster has no member with peer URL {}: it was removed; the data dir and the record must be cleared by hand before it joins again",
@@ -709,7 +727,35 @@ mod tests {
             record: r.as_ref(),
             may_bootstrap: boot,
             founding: Founding::WhenNoneAnswers,
+            rejoin_consented: true,
         })
+    }
+
+    /// [F9, issue 55 item 3] A recorded voter whose data dir reads empty (a disk mounted after
+    /// this process looked, data wiped by hand) is not removed on that alone: it waits, saying
+    /// why, until the operator says the data is gone (`apply --rejoin`). A re-imaged node, with
+    /// no record either, rejoins by itself.
+    #[test]
+    fn a_recorded_voter_without_data_rejoins_only_with_consent() {
+        let me = me();
+        let mut ran = member(4, "n4", 4, false);
+        ran.client_urls = vec!["https://10.0.0.4:2379".into()];
+        let observed = with(ran);
+        let voter = record(Phase::Voter);
+        let decide = |record: Option<&Record>, rejoin_consented| {
+            decide_join(&JoinFacts {
+                me: &me,
+                observed: &observed,
+                data_dir_has_member: false,
+                record,
+                may_bootstrap: false,
+                founding: Founding::Never,
+                rejoin_consented,
+            })
+        };
+        assert_eq!(decide(Some(&voter), false), Join::AwaitRejoinConsent { stale: 4 });
+        assert_eq!(decide(Some(&voter), true), Join::Rejoin { stale: 4 });
+        assert_eq!(decide(None, false), Join::Rejoin { stale: 4 }, "re-imaged: no record");
     }
 
     fn with(extra: Member) -> MemberList {
@@ -1015,6 +1061,7 @@ mod tests {
             record: Some(&r),
             may_bootstrap: false,
             founding: Founding::WhenNoneAnswers,
+            rejoin_consented: false,
         });
         assert!(is_wait(&j), "{j:?}");
     }

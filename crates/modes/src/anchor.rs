@@ -643,7 +643,13 @@ impl Daemon {
             return;
         }
         self.give_up_earlier_leave();
-        match crate::etcd_member::join_step(&self.engine, &inputs, kube_anchor_core::membership::Founding::Never).await
+        match crate::etcd_member::join_step(
+            &self.engine,
+            &inputs,
+            kube_anchor_core::membership::Founding::Never,
+            false,
+        )
+        .await
         {
             Ok(report) => {
                 if report.pending && self.membership_pending.as_deref() != Some(report.summary.as_str()) {

@@ -239,7 +239,7 @@ async fn join_until_recorded(
 ) -> anyhow::Result<Option<kube_anchor_core::membership::Record>> {
     let started = Instant::now();
     loop {
-        match crate::etcd_member::join_before_write(&s.engine, &s.inputs).await {
+        match crate::etcd_member::join_before_write(&s.engine, &s.inputs, false).await {
             Err(e)
                 if started.elapsed() < timeout
                     && matches!(
@@ -274,7 +274,7 @@ async fn wait_voter(
     );
     let started = Instant::now();
     loop {
-        let last = match crate::etcd_member::join_step(&s.engine, &s.inputs, Founding::WhenNoneAnswers).await {
+        let last = match crate::etcd_member::join_step(&s.engine, &s.inputs, Founding::WhenNoneAnswers, false).await {
             Ok(step) if step.record.as_ref().is_some_and(|r| r.phase == Phase::Voter) => {
                 report(
                     &Progress::Promoted {

@@ -206,6 +206,12 @@ pub struct ApplyArgs {
     /// (--api-server-margin): the restart can cost etcd its quorum, or the clients their API.
     #[arg(long, env = "KUBE_ANCHOR_FORCE")]
     pub force: bool,
+    /// etcd (`spec.etcdMember`): this node's data is known to be gone although its membership
+    /// record is here (data wiped, a disk lost): its stale member is removed (only while the
+    /// voters left keep a healthy quorum) and it joins again as a learner. Without it such a
+    /// node waits: its data dir reading empty may be a disk not mounted yet.
+    #[arg(long, conflicts_with = "dry_run")]
+    pub rejoin: bool,
     #[command(flatten)]
     pub api_server_margin: ApiServerMarginArgs,
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]

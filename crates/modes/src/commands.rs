@@ -225,7 +225,7 @@ fn engine(node: &NodeArgs) -> anyhow::Result<Engine> {
 fn apply(args: ApplyArgs) -> anyhow::Result<ExitCode> {
     let engine = engine(&args.node)?;
     let inputs = Inputs::load(&args.config, engine.roots())?;
-    let record = join_etcd(&engine, &inputs)?;
+    let record = join_etcd(&engine, &inputs, args.rejoin)?;
     let desired = inputs.desired(&inputs.variables(record.as_ref()))?;
     engine
         .check_credentials(&desired)
@@ -346,12 +346,16 @@ fn bootstrap(args: BootstrapArgs) -> anyhow::Result<ExitCode> {
 
 /// `spec.etcdMember`: one join step before anything is written (the node must be a member
 /// first); the record gives the manifest its initial-cluster pair.
-fn join_etcd(engine: &Engine, inputs: &Inputs) -> anyhow::Result<Option<kube_anchor_core::membership::Record>> {
+fn join_etcd(
+    engine: &Engine,
+    inputs: &Inputs,
+    rejoin_consented: bool,
+) -> anyhow::Result<Option<kube_anchor_core::membership::Record>> {
     if inputs.anchor.etcd_member.is_none() {
         return Ok(None);
     }
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    runtime.block_on(crate::etcd_member::join_before_write(engine, inputs))
+    runtime.block_on(crate::etcd_member::join_before_write(engine, inputs, rejoin_consented))
 }
 
 /// `spec.etcdMember`: a manifest about to replace the running one restarts etcd. It is written

@@ -218,7 +218,12 @@ fn outcome(action: &str, result: impl Into<String>) -> Option<Attempt> {
 /// For the one-shot verbs: one join step, and the record the manifest renders with, or an
 /// error saying why there is none yet (nothing may be written then). `None` without
 /// `spec.etcdMember`.
-pub(crate) async fn join_before_write(engine: &Engine, inputs: &Inputs) -> anyhow::Result<Option<Record>> {
+/// `rejoin_consented`: `apply --rejoin` (see [`JoinStart::rejoin_consented`]).
+pub(crate) async fn join_before_write(
+    engine: &Engine,
+    inputs: &Inputs,
+    rejoin_consented: bool,
+) -> anyhow::Result<Option<Record>> {
     use anyhow::Context;
     if inputs.anchor.etcd_member.is_none() {
         return Ok(None);
@@ -233,10 +238,18 @@ pub(crate) async fn join_before_write(engine: &Engine, inputs: &Inputs) -> anyho
     )? {
         tracing::warn!(%component, since = %intent.since, attempts = intent.attempts, "the etcd member's pending leave is cancelled: `apply` writes the component on this node again");
     }
-    let report = join_step(engine, inputs, Founding::WhenNoneAnswers)
+    let report = join_step(engine, inputs, Founding::WhenNoneAnswers, rejoin_consented)
         .await
         .with_context(|| format!("{component}: etcd membership"))?;
     tracing::info!(%component, membership = %report.summary, pending = report.pending, "etcd membership");
+    // What the running anchor waits on, a verb says with its exit code too.
+    if matches!(report.decision, Join::AwaitRejoinConsent { .. }) {
+        return Err(crate::engine::EngineError::MembershipPending {
+            component: component.clone(),
+            reason: report.summary,
+        }
+        .into());
+    }
     match report.record {
         Some(record) => Ok(Some(record)),
         None => Err(crate::engine::EngineError::MembershipPending {
@@ -250,7 +263,12 @@ pub(crate) async fn join_before_write(engine: &Engine, inputs: &Inputs) -> anyho
 /// One join step ([`JoinStep`]), performed: the member list, the calls it decides, the record.
 /// Removes nothing but this node's own stale member (see [`Join::Rejoin`]). A failed call ends
 /// the step with its error.
-pub(crate) async fn join_step(engine: &Engine, inputs: &Inputs, founding: Founding) -> Result<JoinEnd, MemberError> {
+pub(crate) async fn join_step(
+    engine: &Engine,
+    inputs: &Inputs,
+    founding: Founding,
+    rejoin_consented: bool,
+) -> Result<JoinEnd, MemberError> {
     let member = inputs
         .anchor
         .etcd_member
@@ -265,6 +283,7 @@ pub(crate) async fn join_step(engine: &Engine, inputs: &Inputs, founding: Foundi
         data_dir_has_member: etcd_data::has_member(&data_dir(engine, member)?),
         initial_cluster: member.initial_cluster.clone(),
         founding,
+        rejoin_consented,
         at: now_rfc3339(),
     });
     let cluster = || -> Result<Cluster, MemberError> {

@@ -759,6 +759,7 @@ fn join_name(join: &membership::Join) -> &'static str {
         Join::Rejoin { .. } => "rejoin",
         Join::Keep => "keep",
         Join::Wait(_) => "wait",
+        Join::AwaitRejoinConsent { .. } => "await-rejoin-consent",
     }
 }
 
@@ -2503,6 +2504,8 @@ impl World {
             data_dir_has_member: self.data_in(n, on_root).is_some(),
             initial_cluster: initial_cluster.map(str::to_owned),
             founding,
+            // No operator here says `apply --rejoin`.
+            rejoin_consented: false,
             at: self.stamp(),
         });
         loop {
