@@ -1039,12 +1039,7 @@ async fn on_a_process_node_the_kubelet_runs_the_joined_member_and_stops_it_when_
 #[test]
 fn a_leading_member_hands_off_leadership_before_its_restart_and_before_it_leaves() {
     let bed = Bed::new(3, 3);
-    bed.wait_healthy(3);
-    let mut node = Node::new(&bed, "n4", Ports::new(), None);
-    node.apply_until_written();
-    node.start_etcd();
-    node.apply_until_voter(&bed);
-    bed.wait_healthy(4);
+    let mut node = fourth_voter(&bed);
     let mut urls = bed.endpoints();
     urls.push(node.ports.client_url());
     let n4 = node.my_entries(&bed)[0].0.clone();
@@ -1091,12 +1086,7 @@ fn a_leading_member_hands_off_leadership_before_its_restart_and_before_it_leaves
 #[test]
 fn a_reimaged_node_removes_its_stale_member_and_joins_again() {
     let mut bed = Bed::new(3, 3);
-    bed.wait_healthy(3);
-    let mut node = Node::new(&bed, "n4", Ports::new(), None);
-    node.apply_until_written();
-    node.start_etcd();
-    node.apply_until_voter(&bed);
-    bed.wait_healthy(4);
+    let mut node = fourth_voter(&bed);
 
     let mut old_ids = vec![node.my_entries(&bed)[0].0.clone()];
     for quorum_lost in [false, true] {
@@ -1204,12 +1194,7 @@ fn a_node_of_the_initial_cluster_whose_client_is_refused_founds_no_cluster() {
 #[test]
 fn a_recorded_voter_whose_data_dir_reads_empty_rejoins_only_when_told() {
     let bed = Bed::new(3, 3);
-    bed.wait_healthy(3);
-    let mut node = Node::new(&bed, "n4", Ports::new(), None);
-    node.apply_until_written();
-    node.start_etcd();
-    node.apply_until_voter(&bed);
-    bed.wait_healthy(4);
+    let mut node = fourth_voter(&bed);
     let stale = node.my_entries(&bed)[0].0.clone();
 
     node.stop_etcd();
@@ -1398,6 +1383,18 @@ impl Writer {
         self.writing.store(false, std::sync::atomic::Ordering::Relaxed);
         self.thread.join().unwrap()
     }
+}
+
+/// n4 joined to the bed's three running members with `apply` (learner, then promoted), its
+/// etcd running: four voters.
+fn fourth_voter(bed: &Bed) -> Node {
+    bed.wait_healthy(3);
+    let mut node = Node::new(bed, "n4", Ports::new(), None);
+    node.apply_until_written();
+    node.start_etcd();
+    node.apply_until_voter(bed);
+    bed.wait_healthy(4);
+    node
 }
 
 /// Three anchored members bootstrapped together, running.
