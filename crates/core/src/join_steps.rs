@@ -335,10 +335,7 @@ impl JoinStep {
     }
 
     fn members(&self) -> &[Member] {
-        match &self.observed {
-            MemberList::Members(m) => m,
-            MemberList::Unreachable(_) | MemberList::Refused(_) => &[],
-        }
+        self.observed.members().unwrap_or_default()
     }
 
     fn outcome(&self, action: &str, result: String) -> Option<Attempt> {

@@ -169,11 +169,7 @@ pub fn on_trial(ledger: &Ledger, versions: Versions) -> Result<OnTrial, Decision
             "a bad {component} leaves the API up: its anchor judges it once the kubelet reaches an API server"
         ));
     }
-    let boots_before = ledger
-        .interrupted
-        .as_ref()
-        .filter(|i| i.hash == version)
-        .map_or(0, |i| i.boots);
+    let boots_before = ledger.interrupted_version(&version).map_or(0, |i| i.boots);
     Ok(OnTrial {
         component: component.clone(),
         version,

@@ -314,6 +314,11 @@ impl Ledger {
         self.bad.iter().find(|b| b.hash == hash)
     }
 
+    /// `hash`'s interruption, when the kubelet's pre-start step put it back ([`Ledger::interrupted`]).
+    pub fn interrupted_version(&self, hash: &str) -> Option<&Interrupted> {
+        self.interrupted.as_ref().filter(|i| i.hash == hash)
+    }
+
     /// `hash` has been neither promoted (last-known-good) nor recorded as bad here: a version
     /// written is on trial until it is one or the other.
     pub fn is_unjudged(&self, hash: &str) -> bool {
@@ -325,7 +330,7 @@ impl Ledger {
     pub fn mark_bad(&mut self, bad: BadVersion) {
         crate::history::failed(&mut self.history, &bad.hash, &bad.at, &bad.reason);
         // A verdict ends an interruption: `retry` starts the version afresh.
-        if self.interrupted.as_ref().is_some_and(|i| i.hash == bad.hash) {
+        if self.interrupted_version(&bad.hash).is_some() {
             self.interrupted = None;
         }
         self.bad.retain(|b| b.hash != bad.hash);
@@ -357,7 +362,7 @@ impl Ledger {
     /// Whether last-known-good may be written in `hash`'s place: `hash` is recorded bad, or was
     /// put back before the kubelet started and waits to be tried again ([`Ledger::interrupted`]).
     pub fn may_hold_back(&self, hash: &str) -> bool {
-        self.bad_version(hash).is_some() || self.interrupted.as_ref().is_some_and(|i| i.hash == hash)
+        self.bad_version(hash).is_some() || self.interrupted_version(hash).is_some()
     }
 
     /// `hash` survived its trial at `now`: the last-known-good version.

@@ -87,6 +87,14 @@ struct InterruptedHold {
     short: Option<String>,
 }
 
+impl InterruptedHold {
+    /// The kubelet replaces static pods again, and the cluster has not yet been found to afford
+    /// the restart of writing the version again.
+    fn awaits_margin(&self) -> bool {
+        self.kubelet_replaces && !self.affords
+    }
+}
+
 /// How long the kubelet may take to stop the version before one written (a kube-apiserver uses
 /// up its 30 s grace period) before the anchor says it is stuck: a kubelet that has not reached
 /// an API server since it started stops no static pod (`kubelet_start`).
@@ -370,7 +378,7 @@ impl Anchor {
             || self
                 .interrupted
                 .as_ref()
-                .is_some_and(|h| h.kubelet_replaces && !h.affords && self.settings.restart_needs_margin)
+                .is_some_and(|h| h.awaits_margin() && self.settings.restart_needs_margin)
     }
 
     /// Evaluated every trial tick while a version is on trial or not converged, or a turn is held.
@@ -468,7 +476,7 @@ impl Anchor {
             }
             Input::MarginChecked { facts, instant, wall } => {
                 if self.turn.waiting.is_none()
-                    && let Some(hold) = self.interrupted.as_mut().filter(|h| h.kubelet_replaces && !h.affords)
+                    && let Some(hold) = self.interrupted.as_mut().filter(|h| h.awaits_margin())
                 {
                     return match facts.judge() {
                         Margin::Affords | Margin::CannotExist(_) => {
@@ -583,7 +591,7 @@ impl Anchor {
                 // turn taken for it is kept through the hold (given back, the next node would try
                 // it before this one has judged it).
                 let retry_owed = self.interrupted.as_ref().is_some_and(|hold| {
-                    ledger.interrupted.as_ref().is_some_and(|i| i.hash == hold.version)
+                    ledger.interrupted_version(&hold.version).is_some()
                         && written.as_deref() == Some(hold.last_known_good.as_str())
                         && self.accepted.as_deref() == Some(hold.version.as_str())
                         && self.turn.holding().is_some_and(|h| h.version == hold.version)
@@ -656,7 +664,7 @@ impl Anchor {
     /// its place, is not written again yet; `None` once the kubelet is seen replacing static pods
     /// (see [`InterruptedHold`]), or when it was not put back.
     fn hold_interrupted(&mut self, desired: &str, f: &SyncFacts<'_>) -> Option<String> {
-        let Some(put_back) = f.ledger.interrupted.as_ref().filter(|i| i.hash == desired) else {
+        let Some(put_back) = f.ledger.interrupted_version(desired) else {
             self.interrupted = None;
             return None;
         };
@@ -791,8 +799,7 @@ impl Anchor {
         if self.settings.restart_needs_margin
             && let Some(hold) = &self.interrupted
             && hold.version == target
-            && hold.kubelet_replaces
-            && !hold.affords
+            && hold.awaits_margin()
         {
             effects.push(Effect::CheckMargin { version: target });
             effects.extend(recover);

@@ -44,12 +44,11 @@ pub enum MemberList {
 }
 
 impl MemberList {
-    /// Why there is no list (`None`: there is one).
-    pub fn failure(&self) -> Option<&str> {
+    /// The members, when there is a list.
+    pub fn members(&self) -> Option<&[Member]> {
         match self {
-            MemberList::Members(_) => None,
-            MemberList::Unreachable(why) => Some(why),
-            MemberList::Refused(why) => Some(why),
+            MemberList::Members(m) => Some(m),
+            MemberList::Unreachable(_) | MemberList::Refused(_) => None,
         }
     }
 }

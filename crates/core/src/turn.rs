@@ -183,7 +183,7 @@ impl Turn {
                 // The inputs' version if it was rolled back here, or put back before the kubelet
                 // started (still owed its trial here), else the one written.
                 let rolled_back = accepted.filter(|h| ledger.bad_version(h).is_some());
-                let put_back = accepted.filter(|h| ledger.interrupted.as_ref().is_some_and(|i| i.hash == *h));
+                let put_back = accepted.filter(|h| ledger.interrupted_version(h).is_some());
                 match rolled_back.or(put_back).or(ledger.content_hash.as_deref()) {
                     Some(version) => {
                         let on_trial = ledger.is_unjudged(version);

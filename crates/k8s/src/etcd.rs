@@ -57,15 +57,6 @@ impl EtcdError {
     }
 }
 
-/// A member list call's result as the membership decisions take it.
-pub fn observed(result: Result<Vec<Member>, EtcdError>) -> MemberList {
-    match result {
-        Ok(members) => MemberList::Members(members),
-        Err(e) if e.refused_this_client() => MemberList::Refused(e.to_string()),
-        Err(e) => MemberList::Unreachable(e.to_string()),
-    }
-}
-
 /// Whether `e` is a refusal of this client: an HTTP 401 or 403 (the gateway's Unauthenticated
 /// and PermissionDenied), or a TLS error anywhere in its chain (a handshake the server or this
 /// client gave up: rustls reports both, wrapped in `std::io::Error` by the connection).
@@ -505,7 +496,11 @@ impl Cluster {
     /// The member list as the membership decisions take it: a refusal of this client apart
     /// from no answer.
     pub async fn observe_members(&self) -> MemberList {
-        observed(self.member_list().await)
+        match self.member_list().await {
+            Ok(members) => MemberList::Members(members),
+            Err(e) if e.refused_this_client() => MemberList::Refused(e.to_string()),
+            Err(e) => MemberList::Unreachable(e.to_string()),
+        }
     }
 
     pub async fn add_learner(&self, peer_url: &str) -> Result<(Member, Vec<Member>), EtcdError> {

@@ -597,6 +597,12 @@ impl Daemon {
         }
     }
 
+    /// A full sync (every input read again) at once, as soon as the evaluation returns.
+    fn sync_fully_now(&mut self) {
+        self.known.full_at = None;
+        self.resync_now = true;
+    }
+
     /// Why an operator holds this anchor (the node's `pause`, or the Node's annotation).
     fn pause(&self, ledger: &Ledger) -> Option<String> {
         let annotation = self.node_pause.as_ref().and_then(|w| w.rx.borrow().clone().flatten());
@@ -1147,27 +1153,22 @@ impl Daemon {
         self.shared.metrics.paused.set(i64::from(paused.is_some()));
         // A pause lifted: the sync it held back runs now.
         if paused.is_none() && self.machine.paused.is_some() {
-            self.known.full_at = None;
-            self.resync_now = true;
+            self.sync_fully_now();
         }
         // Another writer put another version on the node (the kubelet's pre-start step, a
         // one-shot verb; their commits wake no watch): sync before judging what is not there.
         // Once per version so found: a sync that writes nothing (the turn, a pause) is no loop;
         // found again after the node was back on this process's version (a second put-back).
-        if let (Some(ledger), Some(written)) = (&ledger, &self.written)
-            && ledger.content_hash.as_deref() == Some(written.content_hash.as_str())
+        if let (Some(on_node), Some(written)) = (ledger.as_ref().and_then(|l| l.content_hash.as_deref()), &self.written)
         {
-            self.other_writer_seen = None;
-        }
-        if let (Some(ledger), Some(written)) = (&ledger, &self.written)
-            && let Some(on_node) = ledger.content_hash.as_deref().filter(|h| *h != written.content_hash)
-            && self.other_writer_seen.as_deref() != Some(on_node)
-        {
-            tracing::info!(component = %self.component, written = %written.content_hash, %on_node, "another version was written on the node; syncing");
-            self.other_writer_seen = Some(on_node.to_owned());
-            self.known.full_at = None;
-            self.resync_now = true;
-            return;
+            if on_node == written.content_hash {
+                self.other_writer_seen = None;
+            } else if self.other_writer_seen.as_deref() != Some(on_node) {
+                tracing::info!(component = %self.component, written = %written.content_hash, %on_node, "another version was written on the node; syncing");
+                self.other_writer_seen = Some(on_node.to_owned());
+                self.sync_fully_now();
+                return;
+            }
         }
         let mut facts = EvaluateFacts {
             view: VersionView {
@@ -1232,10 +1233,7 @@ impl Daemon {
                 Effect::RecordLkgFailing { failing, if_different } => self.record_lkg_failing(failing, if_different),
                 Effect::RecordClientsServed { clients } => self.record_clients_served(clients),
                 Effect::Ready { ready, reason } => self.shared.update(|s| (s.ready, s.reason) = (ready, reason)),
-                Effect::Resync => {
-                    self.known.full_at = None;
-                    self.resync_now = true;
-                }
+                Effect::Resync => self.sync_fully_now(),
                 other => self.log_effect(other),
             }
         }

@@ -341,9 +341,9 @@ pub(crate) async fn leave_step(
     let creds = credentials(member)?;
     let cluster = Cluster::new(&member.endpoints, &creds, ETCD_TIMEOUT)?;
     let observed = cluster.observe_members().await;
-    let healthy = match &observed {
-        MemberList::Members(members) => healthy_members(members, &creds).await,
-        MemberList::Unreachable(_) | MemberList::Refused(_) => BTreeSet::new(),
+    let healthy = match observed.members() {
+        Some(members) => healthy_members(members, &creds).await,
+        None => BTreeSet::new(),
     };
     let decision = membership::decide_leave(&LeaveFacts {
         me: &me,
@@ -362,14 +362,11 @@ pub(crate) async fn leave_step(
             let hand_off = hand_off_leadership(inputs, member, HAND_OFF_BUDGET).await;
             tracing::info!(%component, hand_off = %hand_off.summary, "before leaving");
             handed_off = hand_off.moved_to.map(|_| hand_off.summary);
-            let own_urls = match &observed {
-                MemberList::Members(members) => members
-                    .iter()
-                    .find(|m| m.id == id)
-                    .map(|m| m.client_urls.clone())
-                    .unwrap_or_default(),
-                MemberList::Unreachable(_) | MemberList::Refused(_) => Vec::new(),
-            };
+            let own_urls = observed
+                .members()
+                .and_then(|members| members.iter().find(|m| m.id == id))
+                .map(|m| m.client_urls.clone())
+                .unwrap_or_default();
             match cluster.remove_through_others(id, &own_urls).await {
                 Ok(()) => LeaveAnswer::Removed { id },
                 Err(e) => match cluster.member_list().await {
@@ -619,12 +616,12 @@ pub(crate) async fn margin_facts(inputs: &Inputs, member: &EtcdMember) -> Margin
         Ok(cluster) => cluster.observe_members().await,
         Err(e) => MemberList::Unreachable(e.to_string()),
     };
-    let peers = match &observed {
-        MemberList::Members(members) => {
+    let peers = match observed.members() {
+        Some(members) => {
             let own = membership::find_me(&me, members).ok().flatten().map_or(0, |m| m.id);
             peer_statuses(members, own, &creds).await
         }
-        MemberList::Unreachable(_) | MemberList::Refused(_) => BTreeMap::new(),
+        None => BTreeMap::new(),
     };
     MarginFacts::Etcd { me, observed, peers }
 }

@@ -41,9 +41,9 @@ pub const APISERVER: usize = 1;
 pub const CONTROLLER_MANAGER: usize = 2;
 pub const SCHEDULER: usize = 3;
 pub const COMPONENTS: [&str; 4] = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"];
-/// The component each one's anchor names in `--depends-on` (charts/*/values.yaml `dependsOn`).
 /// The etcd cluster was created on cp-1 alone (the values' `initialCluster`, state `new`).
 const INITIAL_CLUSTER: &str = "cp-1=https://cp-1:2380";
+/// The component each one's anchor names in `--depends-on` (charts/*/values.yaml `dependsOn`).
 const DEPENDS_ON: [Option<usize>; 4] = [None, Some(ETCD), Some(APISERVER), Some(APISERVER)];
 
 /// The daemon's evaluation while a version is on trial or a turn held (`TRIAL_TICK`), its
@@ -2644,7 +2644,7 @@ impl World {
         }
     }
 
-    /// [`World::list_members`] as `kube_anchor_k8s::etcd::observed` classifies it: an expired
+    /// [`World::list_members`] as `kube_anchor_k8s::etcd::Cluster::observe_members` classifies it: an expired
     /// client certificate is a refusal by the members that run (the TLS handshake fails); no
     /// quorum is no answer.
     fn observe_members(&self, n: usize) -> MemberList {
