@@ -569,9 +569,13 @@ fn a_fourth_node_joins_as_learner_is_promoted_upgrades_without_churn_and_leaves_
     // As the charts' values list them: every member's endpoint, the node's own among them (here
     // first, where it answers as a learner until promoted, and only for itself).
     node.list_own_endpoint_first();
+    let mut endpoints = bed.endpoints();
+    endpoints.push(node.ports.client_url());
+    let mut checked = Vec::new();
 
     // Join: added as a learner before the manifest is written; the manifest joins "existing".
     // (An add whose answer is lost on a busy machine is found by its peer URL next time.)
+    let history = History::start(&bed, "learner join and promotion", &endpoints);
     node.apply_until_written();
     let mine = node.my_entries(&bed);
     assert_eq!(mine.len(), 1);
@@ -586,6 +590,7 @@ fn a_fourth_node_joins_as_learner_is_promoted_upgrades_without_churn_and_leaves_
     node.start_etcd();
     node.apply_until_voter(&bed);
     bed.wait_healthy(4);
+    checked.push(history.stop());
     assert_eq!(node.record().unwrap()["phase"], "voter");
     // `status` shows the member, in the documented schema.
     let out = node.command("status").args(["--output", "json"]).output().unwrap();
@@ -602,6 +607,7 @@ fn a_fourth_node_joins_as_learner_is_promoted_upgrades_without_churn_and_leaves_
     assert!(before.is_subset(&joined));
 
     // Upgrade (a new flag): the manifest changes, the membership does not.
+    let history = History::start(&bed, "a voter's restart with a new flag", &endpoints);
     let hash_before = fs::read(node.manifest()).unwrap();
     node.add_flag("--snapshot-count=5000");
     let out = node.apply();
@@ -618,14 +624,18 @@ fn a_fourth_node_joins_as_learner_is_promoted_upgrades_without_churn_and_leaves_
     let out = node.apply();
     assert!(out.status.success());
     assert_eq!(bed.member_ids(), joined, "no membership change on upgrade");
+    checked.push(history.stop());
 
     // Decommission: the member leaves (3 healthy voters remain), then the files, then the data
     // dir once its database is saved.
+    let history = History::start(&bed, "leave on decommission (pre-stop)", &endpoints);
     let (stdout, _, status) = node.pre_stop("30s");
     assert!(status.success(), "{stdout}");
     let report: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
     assert_eq!(report["decision"], "remove", "{stdout}");
     assert_eq!(bed.member_ids(), before, "back to the three original members");
+    checked.push(history.stop());
+    print_checked("etcd membership, a fourth member", &checked);
     assert!(!node.manifest().exists());
     assert!(!node.data_dir().exists(), "data dir removed");
     let snapshots: Vec<_> = fs::read_dir(node.state().join("etcd-snapshots"))
@@ -795,7 +805,7 @@ async fn pre_stop_on_every_node_at_once_never_goes_below_quorum() {
     let (admin, ns, kubeconfig) = anchor_pods(&[pods[0], pods[1], pods[2], "etcd-anchor-again"]).await;
     let bed = Bed::new(3, 0);
     let nodes = three_anchored_members(&bed);
-    let writer = Writer::start(&bed);
+    let history = History::start(&bed, "pre-stop on three members at once", &bed.endpoints());
 
     let hooks: Vec<_> = nodes
         .into_iter()
@@ -832,8 +842,7 @@ async fn pre_stop_on_every_node_at_once_never_goes_below_quorum() {
             other => panic!("{pod}: {other:?}: {stdout}"),
         }
     }
-    let (ok, failed, longest) = writer.stop();
-    eprintln!("writes during the three hooks: {ok} ok, {failed} failed, longest without one {longest:?}");
+    print_checked("etcd membership", &[history.stop()]);
     assert_eq!(removed.len(), 2, "two members leave");
     assert_eq!(held.len(), 1, "the last voter stays");
     let (mut node, pod, report) = held.pop().unwrap();
@@ -845,7 +854,6 @@ async fn pre_stop_on_every_node_at_once_never_goes_below_quorum() {
     let members = bed.members();
     assert_eq!(members.len(), 1, "{members:?}");
     assert!(members[0].1.contains(&node.ports.peer_url()), "{members:?}");
-    assert!(ok > 0, "the cluster took writes");
     assert!(
         bed.post(
             &node.ports.client_url(),
@@ -1043,6 +1051,7 @@ fn a_leading_member_hands_off_leadership_before_its_restart_and_before_it_leaves
     let mut urls = bed.endpoints();
     urls.push(node.ports.client_url());
     let n4 = node.my_entries(&bed)[0].0.clone();
+    let history = History::start(&bed, "leadership hand-off, a restart and a leave", &urls);
 
     // A new flag while n4 leads: leadership moves before the manifest is written.
     bed.move_leader(&urls, &n4);
@@ -1077,6 +1086,7 @@ fn a_leading_member_hands_off_leadership_before_its_restart_and_before_it_leaves
         "{record}"
     );
     assert_eq!(bed.member_ids().len(), 3);
+    print_checked("etcd membership", &[history.stop()]);
 }
 
 /// kubernetes/kubernetes#100677, k3s-io/k3s#13498: a node re-imaged under the same name comes
@@ -1089,7 +1099,19 @@ fn a_reimaged_node_removes_its_stale_member_and_joins_again() {
     let mut node = fourth_voter(&bed);
 
     let mut old_ids = vec![node.my_entries(&bed)[0].0.clone()];
+    let mut endpoints = bed.endpoints();
+    endpoints.push(node.ports.client_url());
+    let mut checked = Vec::new();
     for quorum_lost in [false, true] {
+        let history = History::start(
+            &bed,
+            if quorum_lost {
+                "rejoin after re-image, quorum lost meanwhile"
+            } else {
+                "rejoin after re-image"
+            },
+            &endpoints,
+        );
         // Hard-killed and re-imaged: no manifest, no state, no data.
         node.stop_etcd();
         fs::remove_dir_all(&node.root).unwrap();
@@ -1137,8 +1159,10 @@ fn a_reimaged_node_removes_its_stale_member_and_joins_again() {
         node.start_etcd();
         node.apply_until_voter(&bed);
         bed.wait_healthy(4);
+        checked.push(history.stop());
         old_ids.push(node.my_entries(&bed)[0].0.clone());
     }
+    print_checked("etcd membership, a re-imaged member", &checked);
 }
 
 /// [F4] The cluster was first created on this node alone (the values still name it alone in
@@ -1336,52 +1360,114 @@ fn curl_text(url: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Writes to etcd in a loop until stopped, to whichever member answers first (the bed's client
-/// URLs in turn): how many succeeded and failed, and the longest time without a success.
-struct Writer {
-    writing: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    thread: std::thread::JoinHandle<(u32, u32, Duration)>,
+/// The outside check of a membership operation (issue 55): `etcd-linearizability`
+/// (tools/linearizability, etcd's Go client and porcupine, no code of this project) writes and
+/// reads keys through every endpoint in `endpoints` from the moment it starts until it is
+/// stopped, then checks the recorded history against one register per key.
+struct History {
+    operation: String,
+    child: std::process::Child,
+    history: PathBuf,
+    view: PathBuf,
 }
 
-impl Writer {
-    fn start(bed: &Bed) -> Self {
-        let writing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
-        let (flag, urls, ca, client) = (writing.clone(), bed.endpoints(), bed.pki.ca(), bed.client.clone());
-        let thread = std::thread::spawn(move || {
-            let (mut ok, mut failed, mut longest, mut last_ok) = (0u32, 0u32, Duration::ZERO, Instant::now());
-            while flag.load(std::sync::atomic::Ordering::Relaxed) {
-                let body = r#"{"key":"a2V5","value":"dmFsdWU="}"#;
-                let done = urls.iter().any(|url| {
-                    Command::new("curl")
-                        .args(["-sSf", "--max-time", "2", "--cacert"])
-                        .arg(&ca)
-                        .arg("--cert")
-                        .arg(&client.0)
-                        .arg("--key")
-                        .arg(&client.1)
-                        .args(["-X", "POST", "-d", body])
-                        .arg(format!("{url}/v3/kv/put"))
-                        .output()
-                        .is_ok_and(|o| o.status.success() && o.stdout.starts_with(b"{\"header\""))
-                });
-                if done {
-                    ok += 1;
-                    longest = longest.max(last_ok.elapsed());
-                    last_ok = Instant::now();
-                } else {
-                    failed += 1;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            (ok, failed, longest.max(last_ok.elapsed()))
-        });
-        Self { writing, thread }
+/// What the check of one operation found.
+struct Checked {
+    operation: String,
+    operations: u64,
+    puts_ok: u64,
+    puts_failed: u64,
+    gets_ok: u64,
+    gets_failed: u64,
+    longest_stall: f64,
+}
+
+impl History {
+    fn start(bed: &Bed, operation: &str, endpoints: &[String]) -> Self {
+        let slug: String = operation
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect();
+        let history = bed.dir.path().join(format!("history-{slug}.json"));
+        let view = bed.dir.path().join(format!("history-{slug}.html"));
+        let child = Command::new(tool("etcd-linearizability"))
+            .arg("--endpoints")
+            .arg(endpoints.join(","))
+            .arg("--cacert")
+            .arg(bed.pki.ca())
+            .arg("--cert")
+            .arg(&bed.client.0)
+            .arg("--key")
+            .arg(&bed.client.1)
+            .arg("--history")
+            .arg(&history)
+            .arg("--visualize")
+            .arg(&view)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Some history before the operation begins.
+        std::thread::sleep(Duration::from_millis(500));
+        Self {
+            operation: operation.into(),
+            child,
+            history,
+            view,
+        }
     }
 
-    /// (succeeded, failed, longest stall).
-    fn stop(self) -> (u32, u32, Duration) {
-        self.writing.store(false, std::sync::atomic::Ordering::Relaxed);
-        self.thread.join().unwrap()
+    /// Stops the clients (their standard input closes) and asserts the history linearizable.
+    fn stop(mut self) -> Checked {
+        drop(self.child.stdin.take());
+        let out = self.child.wait_with_output().unwrap();
+        let report = String::from_utf8_lossy(&out.stdout);
+        let doc: serde_json::Value = serde_json::from_str(report.trim()).unwrap_or_else(|e| {
+            panic!(
+                "{}: no report ({e}): {report}{}",
+                self.operation,
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        assert!(
+            out.status.success() && doc["result"] == "Ok",
+            "{}: the history is not linearizable: {doc}; history {}, porcupine's view {}",
+            self.operation,
+            self.history.display(),
+            self.view.display()
+        );
+        let count = |field: &str| doc[field].as_u64().unwrap();
+        let checked = Checked {
+            operation: self.operation,
+            operations: count("operations"),
+            puts_ok: count("putsOk"),
+            puts_failed: count("putsFailed"),
+            gets_ok: count("getsOk"),
+            gets_failed: count("getsFailed"),
+            longest_stall: doc["longestWriteStallSeconds"].as_f64().unwrap(),
+        };
+        assert!(
+            checked.puts_ok > 0 && checked.gets_ok > 0,
+            "{}: the clients wrote and read nothing: {doc}",
+            checked.operation
+        );
+        checked
+    }
+}
+
+/// Prints the checks' table (docs/testing.md keeps it).
+fn print_checked(title: &str, rows: &[Checked]) {
+    eprintln!("{title}, linearizable (porcupine):");
+    eprintln!(
+        "  {:<44} {:>10} {:>8} {:>11} {:>8} {:>11} {:>13}",
+        "operation", "operations", "puts", "puts failed", "gets", "gets failed", "longest stall"
+    );
+    for r in rows {
+        eprintln!(
+            "  {:<44} {:>10} {:>8} {:>11} {:>8} {:>11} {:>12.2}s",
+            r.operation, r.operations, r.puts_ok, r.puts_failed, r.gets_ok, r.gets_failed, r.longest_stall
+        );
     }
 }
 
@@ -1497,8 +1583,8 @@ fn remove_of_an_etcd_member_leaves_first_and_never_takes_quorum() {
 /// kubernetes/kubeadm#2991, measured: a rolling etcd upgrade (a changed flag, node by node:
 /// `apply`, then the kubelet restarts etcd) with a client writing throughout, once with the
 /// hand-off off and once on, the leader's node first both times. Without it the leader is
-/// restarted while it leads; with it, never. The longest write stall and the failed writes of
-/// both are printed side by side (docs/testing.md keeps them).
+/// restarted while it leads; with it, never. Each pass's history is linearizable; its longest
+/// write stall and failed requests are printed side by side (docs/testing.md keeps them).
 #[test]
 fn a_rolling_etcd_upgrade_with_and_without_the_leadership_hand_off() {
     let bed = Bed::new(3, 0);
@@ -1520,8 +1606,7 @@ fn a_rolling_etcd_upgrade_with_and_without_the_leadership_hand_off() {
         let ids: Vec<String> = nodes.iter().map(|n| n.my_entries(&bed)[0].0.clone()).collect();
         let first = ids.iter().position(|id| *id == leader).unwrap();
         nodes.rotate_left(first);
-        let writer = Writer::start(&bed);
-        std::thread::sleep(Duration::from_secs(1));
+        let history = History::start(&bed, &format!("rolling upgrade, {pass}"), &urls);
         let mut restarted_leaders = 0;
         for node in &mut nodes {
             node.add_flag(if hand_off {
@@ -1548,26 +1633,14 @@ fn a_rolling_etcd_upgrade_with_and_without_the_leadership_hand_off() {
                 });
         }
         std::thread::sleep(Duration::from_secs(1));
-        let (ok, failed, longest) = writer.stop();
-        rows.push((pass, restarted_leaders, ok, failed, longest));
+        rows.push(history.stop());
         if hand_off {
             assert_eq!(restarted_leaders, 0, "a leader was restarted while it led");
         } else {
             assert!(restarted_leaders >= 1, "the leader's node went first while it led");
         }
-        assert!(ok > 0);
     }
-    eprintln!("rolling etcd upgrade, 3 members, the leader's node first:");
-    eprintln!(
-        "  {:<18} {:>17} {:>8} {:>8} {:>14}",
-        "", "leaders restarted", "writes", "failed", "longest stall"
-    );
-    for (pass, leaders, ok, failed, longest) in rows {
-        eprintln!(
-            "  {pass:<18} {leaders:>17} {ok:>8} {failed:>8} {:>13.2}s",
-            longest.as_secs_f64()
-        );
-    }
+    print_checked("rolling etcd upgrade, 3 members, the leader's node first", &rows);
     for node in &mut nodes {
         node.stop_etcd();
     }
@@ -1640,4 +1713,46 @@ fn apply_restarts_a_member_only_where_etcd_can_lose_it() {
     for node in &mut nodes {
         node.stop_etcd();
     }
+}
+
+/// The outside check can fail: a read of an overwritten value after the overwrite returned is
+/// not linearizable, and a failed put that a later read observed is (it may have been applied).
+#[test]
+fn the_linearizability_check_finds_a_stale_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let check = |name: &str, ops: &str| {
+        let path = dir.path().join(name);
+        fs::write(&path, format!("[{ops}]")).unwrap();
+        let out = Command::new(tool("etcd-linearizability"))
+            .arg("--check")
+            .arg(&path)
+            .output()
+            .unwrap();
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        (out.status.code(), doc["result"].as_str().unwrap().to_owned())
+    };
+    let put = |client: u32, value: &str, call: u64, ok: bool| {
+        format!(
+            r#"{{"client":{client},"kind":"put","key":"k","value":"{value}","call":{call},"return":{},"ok":{ok}}}"#,
+            call + 10
+        )
+    };
+    let get = |client: u32, value: &str, call: u64| {
+        format!(
+            r#"{{"client":{client},"kind":"get","key":"k","value":"{value}","call":{call},"return":{},"ok":true}}"#,
+            call + 10
+        )
+    };
+    let stale = [put(0, "a", 0, true), put(1, "b", 20, true), get(0, "a", 40)].join(",");
+    assert_eq!(check("stale.json", &stale), (Some(1), "Illegal".into()));
+    let ambiguous = [
+        put(0, "a", 0, true),
+        put(1, "b", 20, false),
+        get(0, "b", 40),
+        get(2, "b", 60),
+    ]
+    .join(",");
+    assert_eq!(check("ambiguous.json", &ambiguous), (Some(0), "Ok".into()));
+    let lost = [put(0, "a", 0, true), put(1, "b", 20, true), get(0, "", 40)].join(",");
+    assert_eq!(check("lost.json", &lost), (Some(1), "Illegal".into()));
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the real Kubernetes components kube-anchor's tests run against, from Go modules:
 # kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubeadm and a kubemark kubelet (one
-# multi-call binary from tools/kube), etcd (tools/etcd), helm and promtool (go install),
+# multi-call binary from tools/kube), etcd (tools/etcd), the etcd linearizability check
+# (tools/linearizability: porcupine over etcd's client), helm and promtool (go install),
 # prometheus-operator's PrometheusRule CRD (from its module), which the charts' alerts are checked
 # against, and the real container runtime of the containerd nodes: containerd and its runc shim,
 # runc (with seccomp: cgo and Debian's libseccomp-dev), the CNI loopback plugin, a pause binary
@@ -75,6 +76,8 @@ build_kube() {
 }
 
 build_etcd() { (cd "$here/etcd" && go build -trimpath -ldflags "-s -w" -o "$1" .); }
+# The outside linearizability check of the etcd membership tests (porcupine over etcd's client).
+build_linearizability() { (cd "$here/linearizability" && go build -trimpath -ldflags "-s -w" -o "$1" .); }
 
 # go_install PACKAGE@VERSION OUTPUT: `go install` of a module's command, moved to OUTPUT.
 go_install() {
@@ -108,6 +111,7 @@ fetch_prometheusrule_crd() {
 
 kube_bin="$cache/kube-$(kube_version)-$(module_key kube)"
 etcd_bin="$cache/etcd-$(module_key etcd)"
+linearizability_bin="$cache/etcd-linearizability-$(module_key linearizability)"
 helm_bin="$cache/helm-$HELM_VERSION"
 promtool_bin="$cache/promtool-$PROMETHEUS_VERSION"
 prometheusrule_crd="$cache/prometheusrules-crd-$PROMETHEUS_OPERATOR_VERSION.yaml"
@@ -117,6 +121,7 @@ registry_bin="$cache/registry-$DISTRIBUTION_VERSION"
 
 build kube "$kube_bin" build_kube
 build etcd "$etcd_bin" build_etcd
+build etcd-linearizability "$linearizability_bin" build_linearizability
 build helm "$helm_bin" build_helm
 build promtool "$promtool_bin" build_promtool
 mkdir -p "$runtime_dir"
@@ -135,6 +140,7 @@ for name in kube-apiserver kube-controller-manager kube-scheduler kubectl kubead
   ln -sfn "$kube_bin" "$bin/$name"
 done
 ln -sfn "$etcd_bin" "$bin/etcd"
+ln -sfn "$linearizability_bin" "$bin/etcd-linearizability"
 ln -sfn "$helm_bin" "$bin/helm"
 ln -sfn "$promtool_bin" "$bin/promtool"
 ln -sfn "$prometheusrule_crd" "$bin/prometheusrules-crd.yaml"
