@@ -10,6 +10,7 @@ use support::fixture::*;
 const CERT: &str = "/etc/kubernetes/pki/apiserver.crt";
 const KEY: &str = "/etc/kubernetes/pki/apiserver.key";
 const CA: &str = "/etc/kubernetes/pki/ca.crt";
+const MANIFEST_PATH: &str = "/etc/kubernetes/manifests/kube-apiserver.yaml";
 
 struct Ca {
     params: CertificateParams,
@@ -237,6 +238,146 @@ fn changes_that_would_lock_out_a_client_are_refused() {
     f.source("ca.crt", &ca2.pem);
     f.apply();
     assert_eq!(f.read(CA), ca2.pem);
+}
+
+/// kube-apiserver and etcd written by two anchors on one node (one state dir, one host root),
+/// each checked against the version the other's ledger records: kube-apiserver's etcd client
+/// certificate of a CA etcd does not trust is refused, and so is etcd's serving certificate of a
+/// CA kube-apiserver's `--etcd-cafile` does not hold; each refusal names the file, the flag of
+/// the other side and its manifest, exits 1 and changes nothing. The rotation in steps passes.
+#[test]
+fn kube_apiserver_and_etcd_on_one_node_are_checked_against_each_other() {
+    const ETCD_CA: &str = "/etc/kubernetes/pki/etcd/ca.crt";
+    const ETCD_SERVER: &str = "/etc/kubernetes/pki/etcd/server.crt";
+    const ETCD_MANIFEST: &str = "/etc/kubernetes/manifests/etcd.yaml";
+    const CLIENT: &str = "/etc/kubernetes/pki/apiserver-etcd-client.crt";
+    const APISERVER_ETCD_CA: &str = "/etc/kubernetes/pki/apiserver-etcd-ca.crt";
+    let ca = new_ca();
+    let key = KeyPair::generate().unwrap();
+    let mut f = fixture(&ca, &leaf(&ca, &["10.0.0.10"], 2024, 2124, &key), &key);
+    f.files.extend([
+        ("etcd-ca.crt".into(), APISERVER_ETCD_CA.into(), "0644".into()),
+        ("etcd-client.crt".into(), CLIENT.into(), "0644".into()),
+        (
+            "etcd-client.key".into(),
+            "/etc/kubernetes/pki/apiserver-etcd-client.key".into(),
+            "0600".into(),
+        ),
+    ]);
+    f.write_config();
+    f.source(
+        "kube-apiserver.yaml",
+        MANIFEST.replace(
+            "--advertise-address=${NODE_IP}]",
+            &format!(
+                "--advertise-address=${{NODE_IP}}, --tls-cert-file={CERT}, --tls-private-key-file={KEY}, --etcd-servers=https://127.0.0.1:2379, --etcd-cafile={APISERVER_ETCD_CA}, --etcd-certfile={CLIENT}, --etcd-keyfile=/etc/kubernetes/pki/apiserver-etcd-client.key]"
+            ),
+        ),
+    );
+    // etcd's anchor: another config on the same node.
+    let etcd_dir = f.dir.path().join("etcd-config");
+    std::fs::create_dir_all(&etcd_dir).unwrap();
+    std::fs::write(
+        etcd_dir.join("anchor.yaml"),
+        format!(
+            "apiVersion: kube-anchor.io/v1alpha1\nkind: Anchor\nmetadata:\n  name: etcd\nspec:\n  variables: [NODE_NAME, NODE_IP]\n  files:\n  - {{source: ca.crt, path: {ETCD_CA}, mode: \"0644\"}}\n  - {{source: server.crt, path: {ETCD_SERVER}, mode: \"0644\"}}\n  - {{source: server.key, path: /etc/kubernetes/pki/etcd/server.key, mode: \"0600\"}}\n  manifest:\n    source: etcd.yaml\n    path: {ETCD_MANIFEST}\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        etcd_dir.join("etcd.yaml"),
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: etcd\n  namespace: kube-system\nspec:\n  hostNetwork: true\n  containers:\n  - name: etcd\n    image: registry.k8s.io/etcd:3.6.8-0\n    command: [etcd, --listen-client-urls=https://127.0.0.1:2379, --advertise-client-urls=https://127.0.0.1:2379, --cert-file={ETCD_SERVER}, --key-file=/etc/kubernetes/pki/etcd/server.key, --trusted-ca-file={ETCD_CA}, --client-cert-auth=true]\n"
+        ),
+    )
+    .unwrap();
+    let etcd_source = |name: &str, content: &str| std::fs::write(etcd_dir.join(name), content).unwrap();
+    let etcd_apply = |extra: &[&str]| {
+        std::process::Command::new(BIN)
+            .arg("apply")
+            .arg("--config")
+            .arg(etcd_dir.join("anchor.yaml"))
+            .arg("--host-root")
+            .arg(f.node())
+            .args(extra)
+            .env("NODE_NAME", "cp-1")
+            .env("NODE_IP", "10.0.0.10")
+            .env("NO_COLOR", "1")
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap()
+    };
+    let etcd_ca = |name: &str| {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.not_before = date_time_ymd(2024, 1, 1);
+        params.not_after = date_time_ymd(2124, 1, 1);
+        let key = KeyPair::generate().unwrap();
+        let pem = params.self_signed(&key).unwrap().pem();
+        Ca { params, key, pem }
+    };
+    let (old, new) = (etcd_ca("etcd-ca"), etcd_ca("etcd-ca-2"));
+    let server_key = KeyPair::generate().unwrap();
+    let client_key = KeyPair::generate().unwrap();
+    let server = |ca: &Ca| leaf(ca, &["127.0.0.1", "10.0.0.10"], 2024, 2124, &server_key);
+    let client = |ca: &Ca| leaf(ca, &[], 2024, 2124, &client_key);
+    etcd_source("ca.crt", &old.pem);
+    etcd_source("server.crt", &server(&old));
+    etcd_source("server.key", &server_key.serialize_pem());
+    f.source("etcd-ca.crt", &old.pem);
+    f.source("etcd-client.crt", client(&old));
+    f.source("etcd-client.key", client_key.serialize_pem());
+    assert_success(&etcd_apply(&[]));
+    f.apply();
+
+    // kube-apiserver's etcd client certificate of a new CA (its own files carrying both CAs),
+    // which etcd does not trust.
+    f.source("etcd-ca.crt", format!("{}{}", old.pem, new.pem));
+    f.source("etcd-client.crt", client(&new));
+    let before = f.snapshot_files();
+    for extra in [&[][..], &["--dry-run"][..]] {
+        let out = f.run("apply", extra);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains(&format!("{CLIENT}: etcd on this node would refuse kube-apiserver's etcd client certificate CN=kube-apiserver (issuer CN=etcd-ca-2, --etcd-certfile in {MANIFEST_PATH}): etcd's --trusted-ca-file {ETCD_CA} (in {ETCD_MANIFEST}) holds no CA that signed it")),
+            "{err}"
+        );
+        assert_eq!(f.snapshot_files(), before, "apply {extra:?} changed the node");
+    }
+    f.source("etcd-ca.crt", &old.pem);
+    f.source("etcd-client.crt", client(&old));
+
+    // etcd's serving certificate of a CA kube-apiserver's --etcd-cafile does not hold (etcd
+    // trusting both CAs for its clients).
+    etcd_source("ca.crt", &format!("{}{}", old.pem, new.pem));
+    etcd_source("server.crt", &server(&new));
+    let out = etcd_apply(&[]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!("{ETCD_SERVER}: kube-apiserver on this node would refuse etcd's serving certificate CN=kube-apiserver (issuer CN=etcd-ca-2, --cert-file in {ETCD_MANIFEST}): kube-apiserver's --etcd-cafile {APISERVER_ETCD_CA} (in {MANIFEST_PATH}) holds no CA that signed it")),
+        "{err}"
+    );
+    assert_eq!(f.snapshot_files(), before, "the refused etcd version changed the node");
+
+    // In steps: etcd trusts both; kube-apiserver presents the new CA's certificate and trusts
+    // both; etcd serves with the new CA's certificate; then each side drops the old CA.
+    etcd_source("server.crt", &server(&old));
+    assert_success(&etcd_apply(&[]));
+    f.source("etcd-ca.crt", format!("{}{}", old.pem, new.pem));
+    f.source("etcd-client.crt", client(&new));
+    f.apply();
+    let new_server = server(&new);
+    etcd_source("server.crt", &new_server);
+    assert_success(&etcd_apply(&[]));
+    etcd_source("ca.crt", &new.pem);
+    assert_success(&etcd_apply(&[]));
+    f.source("etcd-ca.crt", &new.pem);
+    f.apply();
+    assert_eq!(f.read(ETCD_SERVER), new_server);
+    assert_eq!(f.read(APISERVER_ETCD_CA), new.pem);
 }
 
 /// An expired certificate where the node holds none (or one no better) is written: a node

@@ -124,6 +124,18 @@ pub enum CredentialError {
         names: String,
     },
     #[error(
+        "{}: etcd on this node would refuse kube-apiserver's etcd client certificate {} (issuer {}, --etcd-certfile in {}): etcd's --trusted-ca-file {} (in {}) holds no CA that signed it, so kube-apiserver would lose etcd; {rotation}",
+        .0.place, .0.subject, .0.issuer, .0.apiserver_manifest, .0.trust, .0.etcd_manifest,
+        rotation = CA_ROTATION
+    )]
+    EtcdRefusesApiServer(Box<PairingBreak>),
+    #[error(
+        "{}: kube-apiserver on this node would refuse etcd's serving certificate {} (issuer {}, --cert-file in {}): kube-apiserver's --etcd-cafile {} (in {}) holds no CA that signed it, so kube-apiserver would lose etcd; {rotation}",
+        .0.place, .0.subject, .0.issuer, .0.etcd_manifest, .0.trust, .0.apiserver_manifest,
+        rotation = CA_ROTATION
+    )]
+    ApiServerRefusesEtcd(Box<PairingBreak>),
+    #[error(
         "{place}: the CA bundle of {bundle} no longer trusts {client} (subject {subject}, issuer {issuer}), which the node holds and the bundle on the node trusts: that client would be locked out; {rotation}",
         rotation = CA_ROTATION
     )]
@@ -135,6 +147,20 @@ pub enum CredentialError {
         subject: String,
         issuer: String,
     },
+}
+
+/// How kube-apiserver and etcd on one node would refuse each other.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PairingBreak {
+    /// The file of this version that breaks the pairing (or its manifest).
+    pub place: String,
+    /// The refused certificate's subject and issuer.
+    pub subject: String,
+    pub issuer: String,
+    pub apiserver_manifest: String,
+    /// The bundle that holds no CA of the refused certificate.
+    pub trust: String,
+    pub etcd_manifest: String,
 }
 
 /// One file of the version, rendered.
@@ -160,6 +186,29 @@ pub struct Context<'a> {
     pub clients_on_node: &'a dyn Fn() -> Vec<(HostPath, Vec<u8>)>,
     /// Names a serving certificate may drop from the one on the node (`spec.droppedServingNames`).
     pub dropped_names: &'a [String],
+    /// The versions the other anchors on this node wrote (their ledgers): read only when this
+    /// version changes what kube-apiserver presents to etcd or trusts it by, or the reverse.
+    pub components_on_node: &'a dyn Fn() -> Vec<Written>,
+}
+
+/// The version another anchor on this node wrote, as its component was started with it: its
+/// manifest and credentials, each as the node holds it where that is still what the version
+/// wrote (its ledger's hash), left out where it is not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Written {
+    pub component: String,
+    pub manifest: HostPath,
+    /// Every file of the version the node still holds as written, the manifest included.
+    pub files: Vec<(HostPath, Vec<u8>)>,
+}
+
+impl Written {
+    fn file(&self, path: &str) -> Option<&[u8]> {
+        self.files
+            .iter()
+            .find(|(p, _)| p.to_string() == path)
+            .map(|(_, c)| c.as_slice())
+    }
 }
 
 /// A certificate with where it came from.
@@ -276,7 +325,176 @@ pub fn check(files: &[File<'_>], manifest: &File<'_>, ctx: &Context<'_>) -> Resu
     };
     covers_clients(&leaves, &containers, manifest, &held, ctx)?;
     keeps_trust(files, &containers, manifest, &held, ctx)?;
+    etcd_pairing(files, &containers, manifest, ctx)?;
     Ok(())
+}
+
+/// kube-apiserver's flags for etcd: the certificate it presents, and the bundle it verifies etcd's with.
+const APISERVER_ETCD_FLAGS: [&str; 2] = ["etcd-certfile", "etcd-cafile"];
+/// etcd's flags for its clients: the bundle it verifies them with, and the certificate it serves.
+const ETCD_CLIENT_FLAGS: [&str; 2] = ["trusted-ca-file", "cert-file"];
+
+/// One side's two files, by path.
+struct Side<'p> {
+    /// `--etcd-certfile` or `--trusted-ca-file`.
+    first: &'p str,
+    /// `--etcd-cafile` or `--cert-file`.
+    second: &'p str,
+}
+
+fn side<'p>(containers: &'p [clients::Container], flags: [&str; 2]) -> Option<Side<'p>> {
+    containers.iter().find_map(|c| {
+        Some(Side {
+            first: c.flag(flags[0])?,
+            second: c.flag(flags[1])?,
+        })
+    })
+}
+
+/// Across charts on one node: the certificate kube-apiserver presents to etcd
+/// (`--etcd-certfile`) must be signed by a CA etcd verifies clients with (`--trusted-ca-file`),
+/// and the certificate etcd serves (`--cert-file`) by a CA of kube-apiserver's `--etcd-cafile`.
+/// This version's side is judged as it writes it; the other side as its anchor's ledger says
+/// the component was started with (a file two charts share may hold the other chart's newer
+/// content, which the running component has not loaded). Refused only where the pairing as
+/// the node holds it works: a version is not blamed for a break it does not make.
+fn etcd_pairing(
+    files: &[File],
+    containers: &[clients::Container],
+    manifest: &File,
+    ctx: &Context,
+) -> Result<(), CredentialError> {
+    let apiserver = side(containers, APISERVER_ETCD_FLAGS);
+    let etcd = side(containers, ETCD_CLIENT_FLAGS);
+    let mine = match (&apiserver, &etcd) {
+        (Some(s), _) | (None, Some(s)) => s,
+        (None, None) => return Ok(()),
+    };
+    let changed = |path: &str| files.iter().any(|f| f.changes && f.path.to_string() == path);
+    if !(manifest.changes || changed(mine.first) || changed(mine.second)) {
+        return Ok(());
+    }
+    let on_node = |path: &str| HostPath::parse(path).ok().and_then(|p| (ctx.on_node)(&p));
+    let as_written = |path: &str| {
+        files
+            .iter()
+            .find(|f| f.path.to_string() == path)
+            .map(|f| f.content.to_vec())
+            .or_else(|| on_node(path))
+    };
+    for other in (ctx.components_on_node)() {
+        let Some(text) = other.file(&other.manifest.to_string()) else {
+            continue;
+        };
+        let theirs = clients::containers(text);
+        let from_other = |path: &str| other.file(path).map(<[u8]>::to_vec);
+        let (new, held) = match (&apiserver, &etcd) {
+            (Some(a), _) => {
+                let Some(e) = side(&theirs, ETCD_CLIENT_FLAGS) else {
+                    continue;
+                };
+                let pairing = |read: &dyn Fn(&str) -> Option<Vec<u8>>| Pairing {
+                    client: read(a.first),
+                    etcd_trust: from_other(e.first),
+                    serving: from_other(e.second),
+                    apiserver_trust: read(a.second),
+                    paths: [a.first, e.first, e.second, a.second].map(str::to_owned),
+                    manifests: [manifest.path.to_string(), other.manifest.to_string()],
+                };
+                (pairing(&as_written), pairing(&on_node))
+            }
+            (None, Some(e)) => {
+                let Some(a) = side(&theirs, APISERVER_ETCD_FLAGS) else {
+                    continue;
+                };
+                let pairing = |read: &dyn Fn(&str) -> Option<Vec<u8>>| Pairing {
+                    client: from_other(a.first),
+                    etcd_trust: read(e.first),
+                    serving: read(e.second),
+                    apiserver_trust: from_other(a.second),
+                    paths: [a.first, e.first, e.second, a.second].map(str::to_owned),
+                    manifests: [other.manifest.to_string(), manifest.path.to_string()],
+                };
+                (pairing(&as_written), pairing(&on_node))
+            }
+            (None, None) => unreachable!("returned above"),
+        };
+        if held.broken().is_some() {
+            continue;
+        }
+        if let Some(broken) = new.broken() {
+            let changes = |path: &str| changed(path).then(|| path.to_owned());
+            let place = |a: &str, b: &str| {
+                changes(a)
+                    .or_else(|| changes(b))
+                    .unwrap_or_else(|| manifest.path.to_string())
+            };
+            return Err(match broken {
+                Broken::ClientRefused { subject, issuer } => {
+                    CredentialError::EtcdRefusesApiServer(Box::new(PairingBreak {
+                        place: place(&new.paths[0], &new.paths[1]),
+                        subject,
+                        issuer,
+                        apiserver_manifest: new.manifests[0].clone(),
+                        trust: new.paths[1].clone(),
+                        etcd_manifest: new.manifests[1].clone(),
+                    }))
+                }
+                Broken::ServerRefused { subject, issuer } => {
+                    CredentialError::ApiServerRefusesEtcd(Box::new(PairingBreak {
+                        place: place(&new.paths[2], &new.paths[3]),
+                        subject,
+                        issuer,
+                        apiserver_manifest: new.manifests[0].clone(),
+                        trust: new.paths[3].clone(),
+                        etcd_manifest: new.manifests[1].clone(),
+                    }))
+                }
+            });
+        }
+    }
+    Ok(())
+}
+
+/// kube-apiserver and etcd on one node, each file's content where known.
+struct Pairing {
+    client: Option<Vec<u8>>,
+    etcd_trust: Option<Vec<u8>>,
+    serving: Option<Vec<u8>>,
+    apiserver_trust: Option<Vec<u8>>,
+    /// `--etcd-certfile`, `--trusted-ca-file`, `--cert-file`, `--etcd-cafile`.
+    paths: [String; 4],
+    /// kube-apiserver's, etcd's.
+    manifests: [String; 2],
+}
+
+enum Broken {
+    ClientRefused { subject: String, issuer: String },
+    ServerRefused { subject: String, issuer: String },
+}
+
+impl Pairing {
+    /// The first way the two would refuse each other; `None` when they would not, or when a
+    /// file is not known (nothing to judge by).
+    fn broken(&self) -> Option<Broken> {
+        let refuses = |leaf: &Option<Vec<u8>>, leaf_path: &str, bundle: &Option<Vec<u8>>, bundle_path: &str| {
+            let leaf = certificates_in_path(leaf_path, leaf.as_deref()?).into_iter().next()?;
+            let cas = certificates_in_path(bundle_path, bundle.as_deref()?);
+            let (_, parsed) = x509_parser::parse_x509_certificate(&leaf).ok()?;
+            (!signed_by_any(&parsed, &cas)).then(|| (parsed.subject().to_string(), parsed.issuer().to_string()))
+        };
+        if let Some((subject, issuer)) = refuses(&self.client, &self.paths[0], &self.etcd_trust, &self.paths[1]) {
+            return Some(Broken::ClientRefused { subject, issuer });
+        }
+        refuses(&self.serving, &self.paths[2], &self.apiserver_trust, &self.paths[3])
+            .map(|(subject, issuer)| Broken::ServerRefused { subject, issuer })
+    }
+}
+
+fn certificates_in_path(path: &str, bytes: &[u8]) -> Vec<Vec<u8>> {
+    HostPath::parse(path)
+        .map(|p| certificates_in(&p, bytes))
+        .unwrap_or_default()
 }
 
 /// What the node's clients hold: each file as the node has it, or as this version writes it.
@@ -1142,8 +1360,21 @@ mod tests {
         on_node: &[(&str, String)],
         dropped: &[String],
     ) -> Result<(), CredentialError> {
+        check_beside(files, MANIFEST, manifest_text, on_node, dropped, &[])
+    }
+
+    /// [`check_in`] of the manifest at `manifest_at`, with `others` as the versions the other
+    /// anchors on the node wrote.
+    fn check_beside(
+        files: &[(&str, String)],
+        manifest_at: &str,
+        manifest_text: &str,
+        on_node: &[(&str, String)],
+        dropped: &[String],
+        others: &[Written],
+    ) -> Result<(), CredentialError> {
         let paths: Vec<HostPath> = files.iter().map(|(p, _)| hp(p)).collect();
-        let manifest_path = hp(MANIFEST);
+        let manifest_path = hp(manifest_at);
         let list: Vec<File> = paths
             .iter()
             .zip(files)
@@ -1167,6 +1398,7 @@ mod tests {
             on_node: &read,
             clients_on_node: &clients,
             dropped_names: dropped,
+            components_on_node: &|| others.to_vec(),
         };
         check(&list, &manifest, &ctx)
     }
@@ -1439,6 +1671,171 @@ mod tests {
         .unwrap();
     }
 
+    const ETCD_MANIFEST: &str = "/etc/kubernetes/manifests/etcd.yaml";
+    const ETCD_CA: &str = "/etc/kubernetes/pki/etcd/ca.crt";
+    const ETCD_SERVER: &str = "/etc/kubernetes/pki/etcd/server.crt";
+    const ETCD_CLIENT: &str = "/etc/kubernetes/pki/apiserver-etcd-client.crt";
+
+    /// etcd's manifest as the charts write it, serving on 127.0.0.1 and the node's address.
+    fn etcd_manifest() -> String {
+        format!(
+            "spec:\n  containers:\n  - command: [etcd, --listen-client-urls=https://127.0.0.1:2379\\,https://{NODE}:2379, --cert-file={ETCD_SERVER}, --key-file=/etc/kubernetes/pki/etcd/server.key, --trusted-ca-file={ETCD_CA}]\n"
+        )
+    }
+
+    fn apiserver_etcd_manifest() -> String {
+        apiserver_manifest(&format!(
+            ", --etcd-servers=https://127.0.0.1:2379, --etcd-cafile={ETCD_CA}, --etcd-certfile={ETCD_CLIENT}, --etcd-keyfile=/etc/kubernetes/pki/apiserver-etcd-client.key"
+        ))
+    }
+
+    /// An anchor's version on the node, each file written as the node holds it.
+    fn written(component: &str, manifest_at: &str, manifest: String, files: &[(&str, String)]) -> Written {
+        let mut all: Vec<(HostPath, Vec<u8>)> = files.iter().map(|(p, c)| (hp(p), c.as_bytes().to_vec())).collect();
+        all.push((hp(manifest_at), manifest.into_bytes()));
+        Written {
+            component: component.into(),
+            manifest: hp(manifest_at),
+            files: all,
+        }
+    }
+
+    fn both_pem(a: &Ca, b: &Ca) -> String {
+        format!("{}{}", a.pem, b.pem)
+    }
+
+    #[test]
+    fn kube_apiserver_and_etcd_on_one_node_keep_trusting_each_other() {
+        let old = ca("etcd-ca");
+        let new = ca("etcd-ca-2");
+        let server = |ca: &Ca| leaf(ca, &["127.0.0.1", NODE], 2026, 2028, None);
+        let client = |ca: &Ca| leaf(ca, &[], 2026, 2028, None);
+        let (old_server, old_client) = (server(&old), client(&old));
+        let etcd_files = |ca: &str, server: &(String, String)| {
+            vec![
+                (ETCD_CA, ca.to_owned()),
+                (ETCD_SERVER, server.0.clone()),
+                ("/etc/kubernetes/pki/etcd/server.key", server.1.clone()),
+            ]
+        };
+        let apiserver_files = |ca: &str, client: &(String, String)| {
+            vec![
+                (ETCD_CA, ca.to_owned()),
+                (ETCD_CLIENT, client.0.clone()),
+                ("/etc/kubernetes/pki/apiserver-etcd-client.key", client.1.clone()),
+            ]
+        };
+        let etcd_on_node = |ca: &str, server: &(String, String)| {
+            written("etcd", ETCD_MANIFEST, etcd_manifest(), &etcd_files(ca, server))
+        };
+        let apiserver_on_node = |ca: &str, client: &(String, String)| {
+            written(
+                "kube-apiserver",
+                MANIFEST,
+                apiserver_etcd_manifest(),
+                &apiserver_files(ca, client),
+            )
+        };
+        let node = |files: Vec<(&'static str, String)>| files;
+        let check_apiserver = |files: &[(&str, String)], held: &[(&str, String)], etcd: Written| {
+            check_beside(files, MANIFEST, &apiserver_etcd_manifest(), held, &[], &[etcd])
+        };
+        let check_etcd = |files: &[(&str, String)], held: &[(&str, String)], apiserver: Written| {
+            check_beside(files, ETCD_MANIFEST, &etcd_manifest(), held, &[], &[apiserver])
+        };
+
+        // kube-apiserver's new etcd client certificate, of a CA etcd does not trust: refused,
+        // naming the certificate, the bundle etcd verifies it with and both manifests.
+        let new_client = client(&new);
+        let e = check_apiserver(
+            &apiserver_files(&old.pem, &new_client),
+            &node(apiserver_files(&old.pem, &old_client)),
+            etcd_on_node(&old.pem, &old_server),
+        )
+        .unwrap_err();
+        assert!(matches!(e, CredentialError::EtcdRefusesApiServer(_)), "{e}");
+        let text = e.to_string();
+        assert!(
+            text.starts_with(&format!("{ETCD_CLIENT}: etcd on this node would refuse kube-apiserver's etcd client certificate CN=kube-apiserver (issuer CN=etcd-ca-2, --etcd-certfile in {MANIFEST}): etcd's --trusted-ca-file {ETCD_CA} (in {ETCD_MANIFEST}) holds no CA that signed it")),
+            "{text}"
+        );
+        assert!(text.ends_with(CA_ROTATION), "{text}");
+        // kube-apiserver's --etcd-cafile replaced by a CA that did not sign etcd's serving
+        // certificate: refused, naming the bundle.
+        let e = check_apiserver(
+            &apiserver_files(&new.pem, &old_client),
+            &node(apiserver_files(&old.pem, &old_client)),
+            etcd_on_node(&old.pem, &old_server),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&e, CredentialError::ApiServerRefusesEtcd(b) if b.place == ETCD_CA && b.trust == ETCD_CA),
+            "{e}"
+        );
+        // etcd's side: a serving certificate of a CA kube-apiserver does not trust, and a
+        // --trusted-ca-file without the CA of kube-apiserver's client certificate.
+        let e = check_etcd(
+            &etcd_files(&format!("{}{}", old.pem, new.pem), &server(&new)),
+            &node(etcd_files(&old.pem, &old_server)),
+            apiserver_on_node(&old.pem, &old_client),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&e, CredentialError::ApiServerRefusesEtcd(b) if b.place == ETCD_SERVER),
+            "{e}"
+        );
+        let e = check_etcd(
+            &etcd_files(&new.pem, &server(&new)),
+            &node(etcd_files(&old.pem, &old_server)),
+            apiserver_on_node(&both_pem(&old, &new), &old_client),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&e, CredentialError::EtcdRefusesApiServer(b) if b.place == ETCD_CA),
+            "{e}"
+        );
+
+        // The rotation in steps passes on both sides: etcd trusts both CAs first; then
+        // kube-apiserver's client certificate of the new CA (and a bundle of both to verify
+        // etcd by); then etcd's serving certificate of the new CA.
+        let both = both_pem(&old, &new);
+        check_etcd(
+            &etcd_files(&both, &old_server),
+            &node(etcd_files(&old.pem, &old_server)),
+            apiserver_on_node(&old.pem, &old_client),
+        )
+        .unwrap();
+        check_apiserver(
+            &apiserver_files(&both, &new_client),
+            &node(apiserver_files(&old.pem, &old_client)),
+            etcd_on_node(&both, &old_server),
+        )
+        .unwrap();
+        check_etcd(
+            &etcd_files(&both, &server(&new)),
+            &node(etcd_files(&both, &old_server)),
+            apiserver_on_node(&both, &new_client),
+        )
+        .unwrap();
+
+        // A pairing broken on the node already is not this version's doing; a side whose
+        // files the node no longer holds as written (unknown) is not judged.
+        check_apiserver(
+            &apiserver_files(&old.pem, &new_client),
+            &node(apiserver_files(&old.pem, &new_client)),
+            etcd_on_node(&old.pem, &old_server),
+        )
+        .unwrap();
+        let mut unknown = etcd_on_node(&old.pem, &old_server);
+        unknown.files.retain(|(p, _)| p.to_string() != ETCD_CA);
+        check_apiserver(
+            &apiserver_files(&old.pem, &new_client),
+            &node(apiserver_files(&old.pem, &old_client)),
+            unknown,
+        )
+        .unwrap();
+    }
+
     #[test]
     fn expired_or_not_yet_valid_is_refused_only_where_the_node_holds_a_valid_one() {
         let ca = ca("kubernetes");
@@ -1509,6 +1906,7 @@ mod tests {
             on_node: &|_| None,
             clients_on_node: &|| Vec::new(),
             dropped_names: &[],
+            components_on_node: &|| Vec::new(),
         };
         check(&files, &manifest, &ctx).unwrap();
     }

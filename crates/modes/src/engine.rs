@@ -651,6 +651,7 @@ impl Engine {
         let (manifest, credentials) = files.split_last().expect("the manifest is always last");
         let on_node = |path: &HostPath| self.fs.read(path).ok().flatten();
         let clients_on_node = || self.clients_on_node();
+        let components_on_node = || self.components_on_node(&desired.component);
         credentials::check(
             credentials,
             manifest,
@@ -660,9 +661,39 @@ impl Engine {
                 on_node: &on_node,
                 clients_on_node: &clients_on_node,
                 dropped_names: &desired.dropped_serving_names,
+                components_on_node: &components_on_node,
             },
         )
         .map_err(|e| EngineError::Credentials(Box::new(e)))
+    }
+
+    /// The versions the other anchors on this node wrote, from their ledgers: each manifest and
+    /// certificate the node still holds as that version wrote it (private keys are not read).
+    fn components_on_node(&self, this: &str) -> Vec<kube_anchor_core::credentials::Written> {
+        use kube_anchor_core::config::Role;
+        use kube_anchor_core::credentials::{Written, holds_clients};
+        self.recorded_components()
+            .into_iter()
+            .filter(|component| component != this)
+            .filter_map(|component| {
+                let ledger = self.fs.read_ledger(&self.state_dir, &component).ok()?.ok()?;
+                let manifest = ledger.entries().iter().find(|e| e.role == Role::Manifest)?.path.clone();
+                let files = ledger
+                    .entries()
+                    .iter()
+                    .filter(|e| e.path == manifest || e.path.file_name().is_some_and(holds_clients))
+                    .filter_map(|e| {
+                        let content = self.fs.read(&e.path).ok()??;
+                        (kube_anchor_core::digest::sha256_hex(&content) == e.sha256).then(|| (e.path.clone(), content))
+                    })
+                    .collect();
+                Some(Written {
+                    component,
+                    manifest,
+                    files,
+                })
+            })
+            .collect()
     }
 
     /// The files on the node where its clients keep their certificates and servers
