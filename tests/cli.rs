@@ -1027,3 +1027,81 @@ fn a_closed_stdout_does_not_stop_a_verb_halfway() {
         }
     }
 }
+
+/// `apply` and `rollback` judge the version skew policy on the node as `run` does before a
+/// turn: a kube-controller-manager newer than the kube-apiserver beside it is refused (exit 1,
+/// the versions named, nothing written), written with `--force`; a kube-apiserver rolled back
+/// under the newer controller-manager is refused too.
+#[test]
+fn a_version_against_the_skew_policy_on_the_node_is_refused_unless_forced() {
+    let f = Fixture::new();
+    f.apply(); // kube-apiserver v1.36.3 (the fixture's image)
+    let kcm = f.dir.path().join("kcm");
+    fs::create_dir_all(&kcm).unwrap();
+    fs::write(
+        kcm.join("anchor.yaml"),
+        "apiVersion: kube-anchor.io/v1alpha1\nkind: Anchor\nmetadata:\n  name: kube-controller-manager\nspec:\n  manifest:\n    source: kcm.yaml\n    path: /etc/kubernetes/manifests/kube-controller-manager.yaml\n",
+    )
+    .unwrap();
+    let manifest = |version: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: kube-controller-manager\n  namespace: kube-system\nspec:\n  hostNetwork: true\n  containers:\n  - name: kube-controller-manager\n    image: registry.k8s.io/kube-controller-manager:{version}\n    command: [kube-controller-manager, --leader-elect=true]\n"
+        )
+    };
+    let apply = |config: &std::path::Path, extra: &[&str]| {
+        std::process::Command::new(BIN)
+            .arg("apply")
+            .arg("--config")
+            .arg(config)
+            .arg("--host-root")
+            .arg(f.node())
+            .args(extra)
+            .env("NODE_NAME", "cp-1")
+            .env("NODE_IP", "10.0.0.10")
+            .env("NO_COLOR", "1")
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap()
+    };
+    let path = f.host("/etc/kubernetes/manifests/kube-controller-manager.yaml");
+    fs::write(kcm.join("kcm.yaml"), manifest("v1.36.3")).unwrap();
+    assert_success(&apply(&kcm.join("anchor.yaml"), &[]));
+
+    // Newer than the node's kube-apiserver: refused, nothing written.
+    fs::write(kcm.join("kcm.yaml"), manifest("v1.37.0")).unwrap();
+    let before = fs::read(&path).unwrap();
+    let out = apply(&kcm.join("anchor.yaml"), &[]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("kube-controller-manager: nothing written: version skew: kube-controller-manager 1.37 would be newer than kube-apiserver 1.36 (written on this node)")
+            && err.contains("--force"),
+        "{err}"
+    );
+    assert_eq!(fs::read(&path).unwrap(), before);
+    // --force writes it, and says so.
+    let out = apply(&kcm.join("anchor.yaml"), &["--force"]);
+    assert_success(&out);
+    assert!(
+        stdout(&out).contains("--force: writing although version skew"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(fs::read_to_string(&path).unwrap().contains("v1.37.0"));
+
+    // kube-apiserver to 1.37 is allowed; back to 1.36 under the 1.37 controller-manager is not.
+    f.source("kube-apiserver.yaml", MANIFEST.replace("v1.36.3", "v1.37.1"));
+    f.apply();
+    f.source("kube-apiserver.yaml", MANIFEST);
+    let out = f.run("apply", &[]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("kube-apiserver 1.36 would be older than kube-controller-manager 1.37"),
+        "{err}"
+    );
+    assert!(
+        f.read("/etc/kubernetes/manifests/kube-apiserver.yaml")
+            .contains("v1.37.1")
+    );
+}

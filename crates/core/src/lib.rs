@@ -34,6 +34,7 @@ pub mod render;
 pub mod rollout;
 pub mod runtime;
 pub mod sanitize;
+pub mod skew;
 pub mod state_layout;
 pub mod staticpod;
 pub mod trial;

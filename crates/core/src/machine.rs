@@ -17,6 +17,7 @@ use crate::ledger::Ledger;
 use crate::lifecycle::{LkgAction, LkgCheck, LkgEvaluated, LkgFailure, Version, VersionAction, VersionEvent};
 use crate::margin::{Margin, MarginFacts};
 use crate::rollout;
+use crate::skew::SkewFacts;
 use crate::trial::{Assessment, ClientAnswer, VersionView, assess};
 use crate::turn::{Answer, Turn, TurnAction, TurnEvent, Waiting};
 
@@ -34,6 +35,9 @@ pub struct Settings {
     /// cluster must afford losing it for a while ([`Effect::CheckMargin`]) before the turn is
     /// asked for.
     pub restart_needs_margin: bool,
+    /// A new version waits for the version skew policy on this node ([`crate::skew`]) before
+    /// the turn is asked for ([`Effect::CheckMargin`] brings the facts).
+    pub skew_gate: bool,
 }
 
 /// The anchor's state between steps.
@@ -58,6 +62,8 @@ pub struct Anchor {
     writing: Option<Writing>,
     /// The version last logged as going ahead where no margin can exist.
     no_margin_said: Option<String>,
+    /// The waiting version the skew gate last held ([`Settings::skew_gate`]).
+    skew_held: Option<String>,
     /// A first write's word from the rollout Lease.
     first_write: Option<FirstWriteGate>,
     /// Why an operator holds this anchor, as last seen (a sync or an evaluation).
@@ -211,9 +217,11 @@ pub enum Input<'a> {
         ledger: &'a Ledger,
         instant: Instant,
     },
-    /// The answer to [`Effect::CheckMargin`].
+    /// The answer to [`Effect::CheckMargin`]: the margin's facts (looked at only where
+    /// [`Settings::restart_needs_margin`]) and the skew policy's (where [`Settings::skew_gate`]).
     MarginChecked {
         facts: MarginFacts,
+        skew: SkewFacts,
         instant: Instant,
         wall: SystemTime,
     },
@@ -248,6 +256,9 @@ pub enum Note {
     /// `version` restarts the component where no margin can ever exist (a single etcd
     /// member): it goes ahead, judged by the node's own evidence.
     NoMarginCanExist { version: String, why: String },
+    /// The waiting version would break the version skew policy on this node (the reason
+    /// changed): a Warning, since the operator's order of upgrades is at fault.
+    SkewHeld { why: String },
     /// The last-known-good version runs converged again.
     ConvergedAgain,
     /// The turn taken for `version` is given back after its failure though the last-known-good
@@ -299,8 +310,9 @@ pub enum Effect {
         clients: BTreeSet<String>,
     },
     /// Look at what the rest of the cluster can afford before the waiting `version` restarts
-    /// the component ([`Settings::restart_needs_margin`]); the facts come back as
-    /// [`Input::MarginChecked`].
+    /// the component ([`Settings::restart_needs_margin`]), and what the version skew policy
+    /// says of it beside the node's other components ([`Settings::skew_gate`]); the facts come
+    /// back as [`Input::MarginChecked`].
     CheckMargin {
         version: String,
     },
@@ -357,6 +369,7 @@ impl Anchor {
             clients_read: false,
             writing: None,
             no_margin_said: None,
+            skew_held: None,
             first_write: None,
             paused: None,
             previous_stopping: None,
@@ -474,7 +487,12 @@ impl Anchor {
                 }
                 effects
             }
-            Input::MarginChecked { facts, instant, wall } => {
+            Input::MarginChecked {
+                facts,
+                skew,
+                instant,
+                wall,
+            } => {
                 if self.turn.waiting.is_none()
                     && let Some(hold) = self.interrupted.as_mut().filter(|h| h.awaits_margin())
                 {
@@ -494,7 +512,18 @@ impl Anchor {
                 let Some(version) = self.turn.waiting.as_ref().map(|w| w.version.clone()) else {
                     return vec![];
                 };
-                match facts.judge() {
+                let skew_held = if self.settings.skew_gate {
+                    crate::skew::judge(&skew).err()
+                } else {
+                    None
+                };
+                self.skew_held = skew_held.is_some().then(|| version.clone());
+                let verdict = match skew_held.clone() {
+                    Some(why) => Margin::Short(why),
+                    None if self.settings.restart_needs_margin => facts.judge(),
+                    None => Margin::Affords,
+                };
+                match verdict {
                     Margin::Affords => vec![Effect::AskTurn { version }],
                     Margin::CannotExist(why) => {
                         // Said once per version, not at every ask.
@@ -515,6 +544,9 @@ impl Anchor {
                         })
                         .into_iter()
                         .filter_map(|a| match a {
+                            TurnAction::NotYet { why } if skew_held.is_some() => {
+                                Some(Effect::Log(Note::SkewHeld { why }))
+                            }
                             TurnAction::NotYet { why } => Some(Effect::Log(Note::NoMargin { why })),
                             _ => None,
                         })
@@ -698,6 +730,27 @@ impl Anchor {
         ))
     }
 
+    /// While this process's own version cannot be written (refused, or held by the skew gate,
+    /// possibly for long), it takes up the version on the node in place (no change on disk):
+    /// a trial an earlier pod left running is judged to its end, and a turn held for it, or for
+    /// a version since abandoned, goes back once the node runs a known-good version, instead of
+    /// blocking every other rollout. `None` once taken up (or while a write is under way).
+    fn take_up_on_node(&mut self, f: &SyncFacts<'_>, own: &str) -> Option<Effect> {
+        let running =
+            f.ledger.content_hash.clone().filter(|v| {
+                v != own && self.written.as_deref() != Some(v.as_str()) && f.ledger.bad_version(v).is_none()
+            })?;
+        if self.writing.is_some() {
+            return None;
+        }
+        self.writing = Some(Writing {
+            version: running.clone(),
+            last_known_good: f.ledger.last_known_good.as_deref() == Some(running.as_str()),
+            held_back: None,
+        });
+        Some(Effect::Write { version: running })
+    }
+
     fn sync_unpaused(&mut self, f: SyncFacts<'_>) -> Vec<Effect> {
         if !self.clients_read {
             self.clients_served = f.ledger.clients_served.clone();
@@ -732,11 +785,17 @@ impl Anchor {
         };
         // Before the rollout turn: a refused version takes no turn and goes no further.
         if held_back.is_none()
-            && let Some(reason) = f.desired_refused
+            && let Some(reason) = f.desired_refused.clone()
         {
             // Nothing to try again: the turn kept for it goes back once last-known-good runs.
             self.interrupted = None;
-            return [Effect::Refused { reason }].into_iter().chain(recover).collect();
+            // The version on the node is judged meanwhile (a trial an earlier pod left running).
+            let take_up = self.take_up_on_node(&f, &target);
+            return [Effect::Refused { reason }]
+                .into_iter()
+                .chain(take_up)
+                .chain(recover)
+                .collect();
         }
         // Replacing the version the node runs waits for this node's turn; a static pod
         // kube-anchor did not write (a kubeadm node taken over) counts as one.
@@ -785,7 +844,15 @@ impl Anchor {
             // A restart the cluster must afford is looked at before the Lease is asked: a turn
             // taken is a turn another node cannot have.
             let version = w.version.clone();
-            let ask = if self.settings.restart_needs_margin {
+            // A version the skew gate holds may wait for long (until the operator upgrades in
+            // order): meanwhile this process takes up the version on the node in place (no
+            // change on disk), so a trial left running by an earlier pod ends, and a turn held
+            // for it, or for a version since abandoned, goes back once the node runs a
+            // known-good version, instead of blocking every other rollout.
+            if self.skew_held.as_deref() == Some(version.as_str()) {
+                effects.extend(self.take_up_on_node(&f, &version));
+            }
+            let ask = if self.settings.restart_needs_margin || self.settings.skew_gate {
                 Effect::CheckMargin { version }
             } else {
                 Effect::AskTurn { version }
@@ -1057,6 +1124,7 @@ mod tests {
             in_fleet: true,
             client_checks: false,
             restart_needs_margin: false,
+            skew_gate: false,
         })
     }
 
@@ -1206,6 +1274,7 @@ mod tests {
     fn margin_checked(facts: MarginFacts, t0: Instant) -> Input<'static> {
         Input::MarginChecked {
             facts,
+            skew: SkewFacts::default(),
             instant: t0,
             wall: SystemTime::UNIX_EPOCH,
         }
@@ -1322,6 +1391,90 @@ mod tests {
                 failed: false,
                 ran: true,
             }),
+            "{effects:?}"
+        );
+    }
+
+    #[test]
+    fn a_version_that_breaks_the_skew_policy_on_the_node_asks_for_no_turn() {
+        use crate::skew::{Beside, Kind, Minor};
+        let t0 = Instant::now();
+        let mut a = anchor();
+        a.settings.component = "kube-controller-manager".into();
+        a.settings.skew_gate = true;
+        let on_node = ledger(Some("A"), Some("A"));
+        let effects = synced(&mut a, "B", &on_node, 0);
+        assert!(
+            effects.contains(&Effect::CheckMargin { version: "B".into() }),
+            "{effects:?}"
+        );
+        let minor = |minor| Minor { major: 1, minor };
+        let facts = |api: u32| SkewFacts {
+            to: Some((Kind::ControllerManager, minor(37))),
+            from: vec![minor(36)],
+            beside: vec![Beside {
+                kind: Kind::ApiServer,
+                written: Some(minor(api)),
+                last_known_good: Some(minor(api)),
+            }],
+        };
+        let checked = |skew: SkewFacts| Input::MarginChecked {
+            // Not looked at: a controller-manager's restart needs no margin.
+            facts: MarginFacts::Unknown("not asked".into()),
+            skew,
+            instant: t0,
+            wall: SystemTime::UNIX_EPOCH,
+        };
+        // kube-apiserver still at 1.36 here: held, said as skew, no turn asked.
+        let effects = a.step(checked(facts(36)));
+        assert!(
+            matches!(&effects[..], [Effect::Log(Note::SkewHeld { why })] if why.contains("would be newer than kube-apiserver 1.36")),
+            "{effects:?}"
+        );
+        let effects = a.step(evaluate(running("A", 0), 10));
+        assert!(
+            matches!(ready(&effects), Some((false, why)) if why.contains("version skew")),
+            "{effects:?}"
+        );
+        // kube-apiserver promoted at 1.37: the turn is asked for.
+        let effects = synced(&mut a, "B", &on_node, 20);
+        assert!(effects.contains(&Effect::CheckMargin { version: "B".into() }));
+        assert_eq!(
+            a.step(checked(facts(37))),
+            vec![Effect::AskTurn { version: "B".into() }]
+        );
+        // A pod that starts while the version on the node (A) is still on trial, and its own
+        // version is held: A is taken up in place and judged, so a turn held for it can go back.
+        let mut fresh = anchor();
+        fresh.settings.component = "kube-controller-manager".into();
+        fresh.settings.skew_gate = true;
+        let on_trial = ledger(Some("A"), Some("Z"));
+        synced(&mut fresh, "B", &on_trial, 0);
+        let effects = fresh.step(checked(facts(36)));
+        assert!(
+            matches!(&effects[..], [Effect::Log(Note::SkewHeld { .. })]),
+            "{effects:?}"
+        );
+        let effects = synced(&mut fresh, "B", &on_trial, 2);
+        assert_eq!(effects[0], Effect::Write { version: "A".into() }, "{effects:?}");
+        assert!(effects.contains(&Effect::CheckMargin { version: "B".into() }));
+        fresh.step(Input::Written {
+            done: true,
+            now: Duration::from_secs(2),
+        });
+        assert_eq!(fresh.written.as_deref(), Some("A"));
+        assert!(fresh.version.trial().is_some(), "A is on trial in this pod");
+        // Judged once: the next sync writes nothing more.
+        let effects = synced(&mut fresh, "B", &on_trial, 4);
+        assert!(
+            !effects.iter().any(|e| matches!(e, Effect::Write { .. })),
+            "{effects:?}"
+        );
+        // The gate off: the same facts ask for the turn at once.
+        let mut off = anchor();
+        let effects = synced(&mut off, "B", &on_node, 0);
+        assert!(
+            effects.contains(&Effect::AskTurn { version: "B".into() }),
             "{effects:?}"
         );
     }

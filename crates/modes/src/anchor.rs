@@ -31,6 +31,7 @@ use kube_anchor_core::pinned::{MAX_MARKER_BYTES, PinnedInputs};
 use kube_anchor_core::plan::Notice;
 use kube_anchor_core::rollout::TurnEnd;
 use kube_anchor_core::runtime::RuntimeView;
+use kube_anchor_core::skew::SkewFacts;
 use kube_anchor_core::trial::{MirrorPod, VersionView};
 use kube_anchor_core::turn::Answer;
 use kube_anchor_host::watch::{DirRole, DirWatcher, Stale};
@@ -313,6 +314,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         client_checks: !args.client_checks.0.is_empty(),
         // Set at every sync (`spec.etcdMember` in the config, or `--api-server-margin`).
         restart_needs_margin: args.api_server_margin,
+        skew_gate: args.skew_gate,
     });
     let mut daemon = Daemon {
         args,
@@ -997,6 +999,13 @@ impl Daemon {
                         .flatten()
                         .find(|d| d.content_hash == version)
                         .cloned()
+                        // The version on the node taken up in place while another waits (its
+                        // revision snapshot).
+                        .or_else(|| {
+                            (ledger.content_hash.as_deref() == Some(version.as_str()))
+                                .then(|| self.engine.revision(&self.component, &version).ok())
+                                .flatten()
+                        })
                     else {
                         // Never: the machine writes one of the versions it was given.
                         tracing::error!(component = %self.component, content_hash = %version, "asked to write a version this pod does not have; not writing");
@@ -1081,6 +1090,9 @@ impl Daemon {
             }
             Effect::Log(Note::NoMargin { why }) => {
                 tracing::warn!(%component, reason = %why, "not restarting: the cluster cannot afford it now");
+            }
+            Effect::Log(Note::SkewHeld { why }) => {
+                tracing::warn!(%component, reason = %why, "not restarting: the version skew policy does not allow this version here yet");
             }
             Effect::Log(Note::NoMarginCanExist { version, why }) => {
                 tracing::info!(%component, content_hash = %version, reason = %why, "no restart margin can exist here: going ahead, judged by this node's own evidence");
@@ -1454,10 +1466,20 @@ impl Daemon {
                         }
                     }
                 }
-                Effect::CheckMargin { .. } => {
-                    let facts = self.margin_facts().await;
+                Effect::CheckMargin { version } => {
+                    let facts = if self.machine.settings.restart_needs_margin {
+                        self.margin_facts().await
+                    } else {
+                        MarginFacts::Unknown("no margin asked for this component".into())
+                    };
+                    // The version asked about is the one this pod accepted (its manifest's release).
+                    let skew = match self.accepted.as_ref().filter(|d| d.content_hash == version) {
+                        Some(desired) if self.machine.settings.skew_gate => self.engine.skew_facts(desired),
+                        _ => SkewFacts::default(),
+                    };
                     let next = self.machine.step(Input::MarginChecked {
                         facts,
+                        skew,
                         instant: Instant::now(),
                         wall: SystemTime::now(),
                     });
@@ -1475,6 +1497,10 @@ impl Daemon {
                 Effect::Log(Note::NoMargin { why }) => {
                     self.queue_event(true, "RestartWaitsForMargin", why.clone());
                     self.log_effect(Effect::Log(Note::NoMargin { why }));
+                }
+                Effect::Log(Note::SkewHeld { why }) => {
+                    self.queue_event(true, "VersionSkewHeld", why.clone());
+                    self.log_effect(Effect::Log(Note::SkewHeld { why }));
                 }
                 other => self.log_effect(other),
             }

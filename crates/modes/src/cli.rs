@@ -519,6 +519,12 @@ pub struct RunArgs {
     /// this component's anchors run on; with none but this one, it restarts as before.
     #[arg(long, env = "KUBE_ANCHOR_API_SERVER_MARGIN", requires = "health_url")]
     pub api_server_margin: bool,
+    /// A new version of kube-apiserver, kube-controller-manager or kube-scheduler (by its
+    /// image tag) takes its rollout turn only where the version skew policy holds beside the
+    /// other components this node's anchors wrote, as written and as last-known-good; otherwise
+    /// it waits and says why. `false` turns the gate off.
+    #[arg(long, env = "KUBE_ANCHOR_SKEW_GATE", default_value_t = true, action = clap::ArgAction::Set)]
+    pub skew_gate: bool,
     /// Also remove files this component wrote earlier that the config no longer lists.
     #[arg(long, env = "KUBE_ANCHOR_PRUNE")]
     pub prune: bool,

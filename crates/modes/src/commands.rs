@@ -236,6 +236,7 @@ fn apply(args: ApplyArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     before_etcd_restart(&engine, &inputs, &desired, args.prune, args.force, args.output)?;
+    before_skew_break(&engine, &desired, args.prune, args.force, args.output)?;
     before_api_server_restart(
         "apply",
         &engine,
@@ -452,6 +453,35 @@ fn restart_if_margin(
 /// the anchor container sets it): the other nodes' API servers are asked as `run` asks them
 /// (`margin::api_server_peers`, the anchors listed with this identity's API client). No API
 /// client is no margin: refused unless `force`.
+/// The version skew policy on this node, as `run --skew-gate` asks it before a turn
+/// (`Engine::skew_facts`, `skew::judge`): a Kubernetes version that breaks it beside the node's
+/// other components is refused, nothing written, unless `force`.
+fn before_skew_break(
+    engine: &Engine,
+    desired: &kube_anchor_core::desired::Desired,
+    prune: bool,
+    force: bool,
+    output: OutputFormat,
+) -> anyhow::Result<()> {
+    if !restarts_static_pod(engine, desired, prune)? {
+        return Ok(());
+    }
+    let Err(why) = kube_anchor_core::skew::judge(&engine.skew_facts(desired)) else {
+        return Ok(());
+    };
+    let component = &desired.component;
+    if force {
+        tracing::warn!(%component, reason = %why, "--force: writing although the version skew policy does not allow it");
+        if output == OutputFormat::Text {
+            outln!("{component}: --force: writing although {why}");
+        }
+        return Ok(());
+    }
+    anyhow::bail!(
+        "{component}: nothing written: {why}; upgrade in the policy's order (or pass --force to write it anyway)"
+    )
+}
+
 fn before_api_server_restart(
     verb: &str,
     engine: &Engine,
@@ -687,6 +717,7 @@ fn rollback(args: RollbackArgs) -> anyhow::Result<ExitCode> {
             tracing::info!(%component, "no --config: whether the cluster can afford the restart is not asked");
         }
     }
+    before_skew_break(&engine, &target, false, args.force, OutputFormat::Text)?;
     before_api_server_restart(
         "rollback",
         &engine,

@@ -667,6 +667,48 @@ impl Engine {
         .map_err(|e| EngineError::Credentials(Box::new(e)))
     }
 
+    /// What the version skew policy judges before `desired` takes its turn
+    /// (`kube_anchor_core::skew`): its release, this component's on the node and every other
+    /// recorded component's, each as written (the manifest on the node) and as last-known-good
+    /// (its snapshot). A manifest that names no release is left out.
+    pub fn skew_facts(&self, desired: &Desired) -> kube_anchor_core::skew::SkewFacts {
+        use kube_anchor_core::config::Role;
+        use kube_anchor_core::skew::{Beside, SkewFacts, release};
+        let Some(to) = release(&desired.manifest().content) else {
+            return SkewFacts::default();
+        };
+        let on_node = |component: &str| {
+            let written = self.ledger(component).ok().and_then(|ledger| {
+                let entry = ledger.entries().iter().find(|e| e.role == Role::Manifest)?;
+                release(&self.fs.read(&entry.path).ok()??)
+            });
+            let good = self
+                .last_known_good(component)
+                .ok()
+                .flatten()
+                .and_then(|d| release(&d.manifest().content));
+            (written, good)
+        };
+        let (written, good) = on_node(&desired.component);
+        SkewFacts {
+            to: Some(to),
+            from: [written, good].into_iter().flatten().map(|(_, m)| m).collect(),
+            beside: self
+                .recorded_components()
+                .into_iter()
+                .filter(|c| *c != desired.component)
+                .filter_map(|c| {
+                    let (written, good) = on_node(&c);
+                    Some(Beside {
+                        kind: written.or(good)?.0,
+                        written: written.map(|(_, m)| m),
+                        last_known_good: good.map(|(_, m)| m),
+                    })
+                })
+                .collect(),
+        }
+    }
+
     /// The versions the other anchors on this node wrote, from their ledgers: each manifest and
     /// certificate the node still holds as that version wrote it (private keys are not read).
     fn components_on_node(&self, this: &str) -> Vec<kube_anchor_core::credentials::Written> {

@@ -31,6 +31,7 @@ use kube_anchor_core::pause::Pause;
 use kube_anchor_core::prestop_steps::{Action, Hook, LeaveAnswer, Limits, MemberConfig, Observation};
 use kube_anchor_core::rollout::{self, LeaseView, TurnEnd};
 use kube_anchor_core::runtime::{ContainerState, LocalContainer, LocalPod, RuntimeView};
+use kube_anchor_core::skew::{self, SkewFacts};
 use kube_anchor_core::trial::{ClientAnswer, ClientView, HealthFailure, MirrorPod, VersionView};
 use kube_anchor_core::turn::Answer;
 
@@ -1630,6 +1631,7 @@ impl World {
                 // Every simulated etcd anchor renders `spec.etcdMember`; every kube-apiserver
                 // anchor runs with the chart's `anchor.apiServerMargin`.
                 restart_needs_margin: c == ETCD || c == APISERVER,
+                skew_gate: c != ETCD,
             }),
             next_wake: now,
             synced_inputs: None,
@@ -2853,6 +2855,47 @@ impl World {
         }
     }
 
+    /// What the anchor of component `c` on node `n` reads from the node's other anchors before
+    /// version `id` takes its turn: each Kubernetes component's written and last-known-good
+    /// minor (as `Engine::skew_facts` reads their manifests).
+    fn skew_facts(&self, n: usize, c: usize, id: &str) -> SkewFacts {
+        let kind = |c: usize| match c {
+            APISERVER => Some(skew::Kind::ApiServer),
+            CONTROLLER_MANAGER => Some(skew::Kind::ControllerManager),
+            SCHEDULER => Some(skew::Kind::Scheduler),
+            _ => None,
+        };
+        let minor = |hash: Option<&String>| {
+            hash.map(|h| skew::Minor {
+                major: 1,
+                minor: self.versions[self.version_index(h)].minor,
+            })
+        };
+        let node = &self.nodes[n];
+        let Some(this) = kind(c) else {
+            return SkewFacts::default();
+        };
+        let ledger = &node.ledgers[c];
+        SkewFacts {
+            to: minor(Some(&id.to_owned())).map(|m| (this, m)),
+            from: [ledger.content_hash.as_ref(), ledger.last_known_good.as_ref()]
+                .into_iter()
+                .filter_map(minor)
+                .collect(),
+            beside: [APISERVER, CONTROLLER_MANAGER, SCHEDULER]
+                .into_iter()
+                .filter(|&d| d != c)
+                .filter_map(|d| {
+                    Some(skew::Beside {
+                        kind: kind(d)?,
+                        written: minor(node.ledgers[d].content_hash.as_ref()),
+                        last_known_good: minor(node.ledgers[d].last_known_good.as_ref()),
+                    })
+                })
+                .collect(),
+        }
+    }
+
     fn version_index(&self, id: &str) -> usize {
         self.versions.iter().position(|v| v.id == id).expect("a known version")
     }
@@ -2910,14 +2953,15 @@ impl World {
                         },
                     }));
                 }
-                Effect::CheckMargin { .. } => {
-                    let facts = if c == APISERVER {
-                        self.api_server_margin_facts(n)
-                    } else {
-                        self.margin_facts(n)
+                Effect::CheckMargin { version } => {
+                    let facts = match c {
+                        APISERVER => self.api_server_margin_facts(n),
+                        ETCD => self.margin_facts(n),
+                        _ => MarginFacts::Unknown("no margin asked for this component".into()),
                     };
                     let more = proc.machine.step(Input::MarginChecked {
                         facts,
+                        skew: self.skew_facts(n, c, &version),
                         instant: self.instant(),
                         wall: wall(self.now),
                     });
