@@ -1048,21 +1048,8 @@ fn a_version_against_the_skew_policy_on_the_node_is_refused_unless_forced() {
             "apiVersion: v1\nkind: Pod\nmetadata:\n  name: kube-controller-manager\n  namespace: kube-system\nspec:\n  hostNetwork: true\n  containers:\n  - name: kube-controller-manager\n    image: registry.k8s.io/kube-controller-manager:{version}\n    command: [kube-controller-manager, --leader-elect=true]\n"
         )
     };
-    let apply = |config: &std::path::Path, extra: &[&str]| {
-        std::process::Command::new(BIN)
-            .arg("apply")
-            .arg("--config")
-            .arg(config)
-            .arg("--host-root")
-            .arg(f.node())
-            .args(extra)
-            .env("NODE_NAME", "cp-1")
-            .env("NODE_IP", "10.0.0.10")
-            .env("NO_COLOR", "1")
-            .env_remove("RUST_LOG")
-            .output()
-            .unwrap()
-    };
+    let apply =
+        |config: &std::path::Path, extra: &[&str]| f.command_with("apply", config).args(extra).output().unwrap();
     let path = f.host("/etc/kubernetes/manifests/kube-controller-manager.yaml");
     fs::write(kcm.join("kcm.yaml"), manifest("v1.36.3")).unwrap();
     assert_success(&apply(&kcm.join("anchor.yaml"), &[]));

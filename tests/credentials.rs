@@ -293,17 +293,8 @@ fn kube_apiserver_and_etcd_on_one_node_are_checked_against_each_other() {
     .unwrap();
     let etcd_source = |name: &str, content: &str| std::fs::write(etcd_dir.join(name), content).unwrap();
     let etcd_apply = |extra: &[&str]| {
-        std::process::Command::new(BIN)
-            .arg("apply")
-            .arg("--config")
-            .arg(etcd_dir.join("anchor.yaml"))
-            .arg("--host-root")
-            .arg(f.node())
+        f.command_with("apply", &etcd_dir.join("anchor.yaml"))
             .args(extra)
-            .env("NODE_NAME", "cp-1")
-            .env("NODE_IP", "10.0.0.10")
-            .env("NO_COLOR", "1")
-            .env_remove("RUST_LOG")
             .output()
             .unwrap()
     };

@@ -99,10 +99,15 @@ impl Fixture {
     }
 
     pub fn command(&self, verb: &str) -> Command {
+        self.command_with(verb, &self.config())
+    }
+
+    /// `verb` with another anchor's config on this fixture's node (a component beside it).
+    pub fn command_with(&self, verb: &str, config: &Path) -> Command {
         let mut c = Command::new(BIN);
         c.arg(verb)
             .arg("--config")
-            .arg(self.config())
+            .arg(config)
             .arg("--host-root")
             .arg(self.node())
             .env("NODE_NAME", "cp-1")

@@ -388,34 +388,37 @@ fn etcd_pairing(
         };
         let theirs = clients::containers(text);
         let from_other = |path: &str| other.file(path).map(<[u8]>::to_vec);
+        type Read<'r> = &'r dyn Fn(&str) -> Option<Vec<u8>>;
+        // Each side's files: this version's (as written, or as the node holds them) and the
+        // other anchor's as its ledger records them.
+        let pairing = |a: &Side, e: &Side, apiserver_files: Read, etcd_files: Read, manifests: &[String; 2]| Pairing {
+            client: apiserver_files(a.first),
+            etcd_trust: etcd_files(e.first),
+            serving: etcd_files(e.second),
+            apiserver_trust: apiserver_files(a.second),
+            paths: [a.first, e.first, e.second, a.second].map(str::to_owned),
+            manifests: manifests.clone(),
+        };
         let (new, held) = match (&apiserver, &etcd) {
             (Some(a), _) => {
                 let Some(e) = side(&theirs, ETCD_CLIENT_FLAGS) else {
                     continue;
                 };
-                let pairing = |read: &dyn Fn(&str) -> Option<Vec<u8>>| Pairing {
-                    client: read(a.first),
-                    etcd_trust: from_other(e.first),
-                    serving: from_other(e.second),
-                    apiserver_trust: read(a.second),
-                    paths: [a.first, e.first, e.second, a.second].map(str::to_owned),
-                    manifests: [manifest.path.to_string(), other.manifest.to_string()],
-                };
-                (pairing(&as_written), pairing(&on_node))
+                let manifests = [manifest.path.to_string(), other.manifest.to_string()];
+                (
+                    pairing(a, &e, &as_written, &from_other, &manifests),
+                    pairing(a, &e, &on_node, &from_other, &manifests),
+                )
             }
             (None, Some(e)) => {
                 let Some(a) = side(&theirs, APISERVER_ETCD_FLAGS) else {
                     continue;
                 };
-                let pairing = |read: &dyn Fn(&str) -> Option<Vec<u8>>| Pairing {
-                    client: from_other(a.first),
-                    etcd_trust: read(e.first),
-                    serving: read(e.second),
-                    apiserver_trust: from_other(a.second),
-                    paths: [a.first, e.first, e.second, a.second].map(str::to_owned),
-                    manifests: [other.manifest.to_string(), manifest.path.to_string()],
-                };
-                (pairing(&as_written), pairing(&on_node))
+                let manifests = [other.manifest.to_string(), manifest.path.to_string()];
+                (
+                    pairing(&a, e, &from_other, &as_written, &manifests),
+                    pairing(&a, e, &from_other, &on_node, &manifests),
+                )
             }
             (None, None) => unreachable!("returned above"),
         };
