@@ -124,6 +124,10 @@ spec:
             {{- if and $v.anchor.apiServerMargin $v.anchor.healthURL }}
             - {name: KUBE_ANCHOR_API_SERVER_MARGIN, value: "true"}
             {{- end }}
+            {{- /* On unless the values turn it off (kube-anchor's default). */}}
+            {{- if eq (toString $v.anchor.skewGate) "false" }}
+            - {name: KUBE_ANCHOR_SKEW_GATE, value: "false"}
+            {{- end }}
             {{- with $v.anchor.beforeRemove }}
             - {name: KUBE_ANCHOR_BEFORE_REMOVE, value: {{ . | quote }}}
             {{- end }}
