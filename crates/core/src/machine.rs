@@ -512,11 +512,11 @@ impl Anchor {
                 let Some(version) = self.turn.waiting.as_ref().map(|w| w.version.clone()) else {
                     return vec![];
                 };
-                let skew_held = if self.settings.skew_gate {
-                    crate::skew::judge(&skew).err()
-                } else {
-                    None
-                };
+                let skew_held = self
+                    .settings
+                    .skew_gate
+                    .then(|| crate::skew::judge(&skew).err())
+                    .flatten();
                 self.skew_held = skew_held.is_some().then(|| version.clone());
                 let verdict = match skew_held.clone() {
                     Some(why) => Margin::Short(why),

@@ -463,12 +463,14 @@ fn before_skew_break(
     force: bool,
     output: OutputFormat,
 ) -> anyhow::Result<()> {
-    if !restarts_static_pod(engine, desired, prune)? {
-        return Ok(());
-    }
+    // Judged first: a version with nothing against it (any version of a component the policy
+    // does not speak of) costs no preview of the write.
     let Err(why) = kube_anchor_core::skew::judge(&engine.skew_facts(desired)) else {
         return Ok(());
     };
+    if !restarts_static_pod(engine, desired, prune)? {
+        return Ok(());
+    }
     let component = &desired.component;
     if force {
         tracing::warn!(%component, reason = %why, "--force: writing although the version skew policy does not allow it");

@@ -670,7 +670,8 @@ impl Engine {
     /// What the version skew policy judges before `desired` takes its turn
     /// (`kube_anchor_core::skew`): its release, this component's on the node and every other
     /// recorded component's, each as written (the manifest on the node) and as last-known-good
-    /// (its snapshot). A manifest that names no release is left out.
+    /// (its snapshot, read only where it is not what the node holds as recorded). A manifest
+    /// that names no release is left out.
     pub fn skew_facts(&self, desired: &Desired) -> kube_anchor_core::skew::SkewFacts {
         use kube_anchor_core::config::Role;
         use kube_anchor_core::skew::{Beside, SkewFacts, release};
@@ -678,15 +679,32 @@ impl Engine {
             return SkewFacts::default();
         };
         let on_node = |component: &str| {
-            let written = self.ledger(component).ok().and_then(|ledger| {
-                let entry = ledger.entries().iter().find(|e| e.role == Role::Manifest)?;
-                release(&self.fs.read(&entry.path).ok()??)
-            });
-            let good = self
-                .last_known_good(component)
-                .ok()
-                .flatten()
-                .and_then(|d| release(&d.manifest().content));
+            let Ok(ledger) = self.ledger(component) else {
+                return (None, None);
+            };
+            let manifest = ledger
+                .entries()
+                .iter()
+                .find(|e| e.role == Role::Manifest)
+                .and_then(|e| {
+                    let content = self.fs.read(&e.path).ok()??;
+                    Some((
+                        kube_anchor_core::digest::sha256_hex(&content) == e.sha256,
+                        release(&content),
+                    ))
+                });
+            let written = manifest.and_then(|(_, r)| r);
+            // A settled component whose manifest on the node is still the one its ledger
+            // recorded: that is its last-known-good's too, no snapshot to read.
+            let settled = ledger.last_known_good.is_some() && ledger.last_known_good == ledger.content_hash;
+            let good = if settled && manifest.is_some_and(|(as_recorded, _)| as_recorded) {
+                written
+            } else {
+                self.last_known_good(component)
+                    .ok()
+                    .flatten()
+                    .and_then(|d| release(&d.manifest().content))
+            };
             (written, good)
         };
         let (written, good) = on_node(&desired.component);
