@@ -14,7 +14,10 @@
 //!    is never lost;
 //! 4. then fixed values (a changed flag): a rolling `helm upgrade` one node at a time while a
 //!    client polls the API round-robin over the three API servers;
-//! 5. decommission on kube-scheduler: a rolling update, a drain and a deleted anchor pod remove
+//! 5. drain protection: the last node drained, then powered off; a drain of another node is
+//!    refused by the drain guards' budgets (its guards stay) until the first is back, etcd
+//!    healthy, and uncordoned; then it goes through;
+//! 6. decommission on kube-scheduler: a rolling update, a drain and a deleted anchor pod remove
 //!    nothing; a node relabelled out loses its scheduler and files; `helm uninstall` leaves none.
 //!
 //! On this bed each node's pods reach the API through their own node's API server (there is no
@@ -23,7 +26,7 @@
 //! API through the others.
 //!
 //! Scripted scenarios and run share the bed to save a bootstrap. Each also runs alone:
-//! - `tools/selfhosted-table.sh` runs 1 and 3–5 with more reboot trials
+//! - `tools/selfhosted-table.sh` runs 1 and 3–6 with more reboot trials
 //!   (KUBE_ANCHOR_LIFECYCLE_OPS=0; KUBE_ANCHOR_REBOOT_TRIALS, default 1: the lifecycle run adds
 //!   full-cluster and partial reboots of its own; KUBE_ANCHOR_REBOOT_MAX_DELAY, seconds, default
 //!   60; KUBE_ANCHOR_REBOOT_SEED, default 1) and prints one table;
@@ -176,7 +179,7 @@ async fn a_self_hosted_control_plane_survives_reboots_bad_pushes_upgrades_and_a_
     } else {
         Vec::new()
     };
-    let (cluster, model) = if plan.is_empty() {
+    let (mut cluster, model) = if plan.is_empty() {
         (cluster, lifecycle::Model::new())
     } else {
         lifecycle::run(cluster, &plan, lifecycle::Model::new()).await
@@ -189,6 +192,7 @@ async fn a_self_hosted_control_plane_survives_reboots_bad_pushes_upgrades_and_a_
         } else {
             Vec::new()
         };
+        let drains = drain_scenario(&mut cluster).await;
         let scheduler_args = model.set_args(lifecycle::SCHEDULER, &cluster.dir);
         let decommission = decommission_scenario(&cluster, &scheduler_args).await;
         print_table(seed, max_delay, &reboots, rolling, bad_push, memory_mib);
@@ -197,6 +201,10 @@ async fn a_self_hosted_control_plane_survives_reboots_bad_pushes_upgrades_and_a_
                 "client-breaking push, {what}: rolled back on its first node after {took:.1}s, reached no other; poll {poll:?}"
             );
         }
+        println!(
+            "drain guard: a second drain while the first node was down refused ({}); it went through {:.1}s after the first node was uncordoned (that node down {:.1}s)",
+            drains.refusal, drains.went_through, drains.down
+        );
         println!(
             "decommission: node relabelled out -> its scheduler stopped and its files gone after {:.1}s; helm uninstall -> gone from every node after {:.1}s",
             decommission.0.as_secs_f64(),
@@ -617,6 +625,113 @@ async fn decommission_scenario(cluster: &SelfHosted, scheduler_args: &[String]) 
         assert!(left.is_empty(), "{}: left behind {left:?}", n.name);
     }
     (relabel_took, uninstall_took)
+}
+
+/// What [`drain_scenario`] measured.
+struct Drains {
+    /// What `kubectl drain` of the second node said while the first was down.
+    refusal: String,
+    /// From the first node's uncordon to the second drain's end, in s.
+    went_through: f64,
+    /// How long the first node was powered off, in s.
+    down: f64,
+}
+
+/// The drain guards of etcd and kube-apiserver (`--drain-guard`), as they stand: `None` until
+/// every node has both, Ready, and each budget asks for all nodes but one.
+async fn guards_ready(cluster: &SelfHosted, client: &kube::Client) -> Option<()> {
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "kube-system");
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), "kube-system");
+    for component in ["etcd", "kube-apiserver"] {
+        for n in &cluster.nodes {
+            let guard = pods.get_opt(&format!("{component}-guard-{}", n.name)).await.ok()??;
+            let ready = guard
+                .status?
+                .conditions?
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            if !ready || guard.metadata.deletion_timestamp.is_some() {
+                return None;
+            }
+        }
+        let listed = budgets
+            .list(&ListParams::default().labels(&format!("app.kubernetes.io/component={component}")))
+            .await
+            .ok()?;
+        let [budget] = listed.items.as_slice() else { return None };
+        let wanted = k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(cluster.nodes.len() as i32 - 1);
+        if budget.spec.as_ref()?.min_available.as_ref() != Some(&wanted) {
+            return None;
+        }
+    }
+    Some(())
+}
+
+/// Drain protection: the last node drained and powered off (a reboot after its drain), then
+/// `kubectl drain` of another node is refused by the guards' budgets while the first is down;
+/// once the first is back (etcd healthy) and uncordoned, the same drain goes through.
+async fn drain_scenario(cluster: &mut SelfHosted) -> Drains {
+    let (first, second) = (cluster.nodes.len() - 1, 1);
+    let (first_name, second_name) = (cluster.nodes[first].name.clone(), cluster.nodes[second].name.clone());
+    let via = cluster.admin_kubeconfig(0);
+    let client = cluster.client(0).await;
+    support::poll::eventually(Duration::from_secs(180), "every node's drain guards Ready", || {
+        guards_ready(cluster, &client)
+    })
+    .await;
+    support::kubectl::kubectl_ok(&via, &["drain", &first_name, "--ignore-daemonsets", "--timeout=90s"]);
+    cluster.nodes[first].kill();
+    let down = Instant::now();
+    let refused = support::kubectl::kubectl(&via, &["drain", &second_name, "--ignore-daemonsets", "--timeout=40s"]);
+    let said = String::from_utf8_lossy(&refused.stderr).into_owned() + &String::from_utf8_lossy(&refused.stdout);
+    assert!(
+        !refused.status.success() && said.contains("disruption budget"),
+        "drain of {second_name} while {first_name} is down: {}\n{said}",
+        refused.status
+    );
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "kube-system");
+    for component in ["etcd", "kube-apiserver"] {
+        let guard = pods.get_opt(&format!("{component}-guard-{second_name}")).await.unwrap();
+        assert!(
+            guard.is_some_and(|g| g.metadata.deletion_timestamp.is_none()),
+            "{component}'s guard on {second_name} was evicted while {first_name} was down"
+        );
+    }
+    let refusal = said
+        .lines()
+        .find(|l| l.contains("disruption budget"))
+        .unwrap_or_default()
+        .trim()
+        .chars()
+        .take(160)
+        .collect();
+    let log_dir = cluster.dir.clone();
+    cluster.nodes[first].boot(&log_dir);
+    let down = down.elapsed().as_secs_f64();
+    support::poll::eventually(
+        Duration::from_secs(300),
+        "etcd: three healthy members again",
+        || async { (cluster.etcd_healthy_members().ok()? == 3).then_some(()) },
+    )
+    .await;
+    support::kubectl::kubectl_ok(&via, &["uncordon", &first_name]);
+    let uncordoned = Instant::now();
+    support::kubectl::kubectl_ok(&via, &["drain", &second_name, "--ignore-daemonsets", "--timeout=240s"]);
+    let went_through = uncordoned.elapsed().as_secs_f64();
+    support::kubectl::kubectl_ok(&via, &["uncordon", &second_name]);
+    support::poll::eventually(
+        Duration::from_secs(300),
+        "every node's drain guards Ready again",
+        || guards_ready(cluster, &client),
+    )
+    .await;
+    cluster.wait_anchors_ready(Duration::from_secs(240)).await;
+    Drains {
+        refusal,
+        went_through,
+        down,
+    }
 }
 
 /// The table `tools/selfhosted-table.sh` shows (markdown).

@@ -128,6 +128,10 @@ spec:
             {{- if eq (toString $v.anchor.skewGate) "false" }}
             - {name: KUBE_ANCHOR_SKEW_GATE, value: "false"}
             {{- end }}
+            {{- if $v.anchor.drainGuard }}
+            - {name: KUBE_ANCHOR_DRAIN_GUARD, value: {{ include "kube-anchor-lib.drainGuardName" $r | quote }}}
+            - {name: KUBE_ANCHOR_GUARD_IMAGE, value: {{ include "kube-anchor-lib.image" $v.image | quote }}}
+            {{- end }}
             {{- with $v.anchor.beforeRemove }}
             - {name: KUBE_ANCHOR_BEFORE_REMOVE, value: {{ . | quote }}}
             {{- end }}

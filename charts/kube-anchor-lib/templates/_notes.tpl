@@ -25,6 +25,9 @@ once the anchor pods are gone:
   kubectl delete clusterrolebinding,clusterrole {{ $full }}
   kubectl delete validatingadmissionpolicybinding,validatingadmissionpolicy {{ $full }}-anchorstatus
   kubectl delete validatingadmissionpolicybinding,validatingadmissionpolicy {{ $full }}-rollout-lease
+{{- if .Values.anchor.drainGuard }}
+  kubectl delete validatingadmissionpolicybinding,validatingadmissionpolicy {{ $full }}-drain-guard
+{{- end }}
   kubectl delete anchorstatuses -l kube-anchor.io/component={{ .Values.component.name }}   # not after a rename: the new release's anchors publish them
 {{- $guard := toString .Values.anchor.quorumGuard }}
 {{- $quorum := or (eq $guard "on") (and (eq $guard "auto") (has .Values.component.name (list "etcd" "kube-apiserver"))) }}
@@ -46,6 +49,15 @@ component there, so remove it afterwards):
   kubectl annotate node <node> kube-anchor.io/decommission=true
   helm uninstall -n {{ .Release.Namespace }} {{ .Release.Name }}
   kubectl annotate node <node> kube-anchor.io/decommission-
+{{- end }}
+
+{{- if .Values.anchor.drainGuard }}
+
+Drains: each node has a guard pod ({{ .Values.component.name }}-guard-<node>) whose readiness is
+the static pod's, and the PodDisruptionBudget {{ include "kube-anchor-lib.drainGuardName" . }} lets one be
+unavailable. `kubectl drain` of a second node waits until the first node's static pod is healthy
+again and that node is uncordoned (`kubectl uncordon`: its guard comes back only then).
+
 {{- end }}
 
 A version that failed its trial is not written again; after fixing the cause elsewhere:

@@ -138,6 +138,17 @@ rules:
   - apiGroups: [coordination.k8s.io]
     resources: [leases]
     verbs: [create]
+  {{- if .Values.anchor.drainGuard }}
+  # Its node's drain guard (see _drainguard.tpl); the ValidatingAdmissionPolicy below keeps each
+  # anchor to its own node's, in the one shape the anchor builds. And the budget's minAvailable.
+  - apiGroups: [""]
+    resources: [pods]
+    verbs: [create, delete]
+  - apiGroups: [policy]
+    resources: [poddisruptionbudgets]
+    resourceNames: [{{ include "kube-anchor-lib.drainGuardName" . }}]
+    verbs: [get, patch]
+  {{- end }}
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
@@ -233,4 +244,70 @@ metadata:
 spec:
   policyName: {{ $full }}-rollout-lease
   validationActions: [Deny]
+{{- if .Values.anchor.drainGuard }}
+---
+# Creating pods in the release's namespace is a wide grant; this keeps it to what the drain guard
+# is: each anchor creates and deletes only its own node's guard (the node its pod-bound token
+# names), bound to that node, the chart's image running `kube-anchor guard`, with no token, no
+# volume, no host namespace and no privilege.
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  name: {{ $full }}-drain-guard
+  annotations:
+    helm.sh/resource-policy: keep
+  labels:
+    {{- include "kube-anchor-lib.labels" . | nindent 4 }}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+      - apiGroups: [""]
+        apiVersions: ["*"]
+        operations: [CREATE, DELETE]
+        resources: [pods]
+  matchConditions:
+    - name: this-release-anchors
+      expression: {{ printf "request.userInfo.username == 'system:serviceaccount:%s:%s'" .Release.Namespace (include "kube-anchor-lib.serviceAccountName" .) | quote }}
+  variables:
+    - name: node
+      expression: >-
+        has(request.userInfo.extra) && 'authentication.kubernetes.io/node-name' in request.userInfo.extra
+        ? request.userInfo.extra['authentication.kubernetes.io/node-name'][0] : ''
+    - name: pod
+      expression: "request.operation == 'DELETE' ? oldObject : object"
+  validations:
+    - expression: {{ printf "variables.node != '' && variables.pod.metadata.name == '%s-guard-' + variables.node" .Values.component.name | quote }}
+      message: {{ printf "an anchor creates and deletes only its own node's drain guard, %s-guard-<node>" .Values.component.name | quote }}
+    - expression: >-
+        request.operation == 'DELETE' || (
+        has(object.spec.nodeName) && object.spec.nodeName == variables.node &&
+        has(object.spec.automountServiceAccountToken) && !object.spec.automountServiceAccountToken &&
+        (!has(object.spec.volumes) || object.spec.volumes.size() == 0) &&
+        (!has(object.spec.hostNetwork) || !object.spec.hostNetwork) &&
+        (!has(object.spec.hostPID) || !object.spec.hostPID) &&
+        (!has(object.spec.hostIPC) || !object.spec.hostIPC) &&
+        (!has(object.spec.initContainers) || object.spec.initContainers.size() == 0) &&
+        (!has(object.spec.ephemeralContainers) || object.spec.ephemeralContainers.size() == 0) &&
+        has(object.spec.securityContext) && has(object.spec.securityContext.runAsNonRoot) && object.spec.securityContext.runAsNonRoot &&
+        object.spec.containers.size() == 1 &&
+        object.spec.containers.all(c, c.image == {{ include "kube-anchor-lib.image" .Values.image | squote }} &&
+          has(c.command) && c.command == ['kube-anchor', 'guard'] && !has(c.args) &&
+          has(c.securityContext) && has(c.securityContext.allowPrivilegeEscalation) && !c.securityContext.allowPrivilegeEscalation &&
+          (!has(c.securityContext.privileged) || !c.securityContext.privileged) &&
+          (!has(c.securityContext.capabilities) || !has(c.securityContext.capabilities.add))))
+      message: a drain guard is bound to its anchor's node and runs the chart's image as `kube-anchor guard`, with no token, volume, host namespace or privilege
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: {{ $full }}-drain-guard
+  annotations:
+    helm.sh/resource-policy: keep
+  labels:
+    {{- include "kube-anchor-lib.labels" . | nindent 4 }}
+spec:
+  policyName: {{ $full }}-drain-guard
+  validationActions: [Deny]
+{{- end }}
 {{- end -}}

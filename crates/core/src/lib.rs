@@ -12,6 +12,7 @@ pub mod credentials;
 pub mod decommission;
 pub mod desired;
 pub mod digest;
+pub mod drain_guard;
 pub mod errors;
 pub mod history;
 pub mod hostpath;

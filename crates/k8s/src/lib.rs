@@ -8,6 +8,7 @@ pub mod anchor_status;
 pub mod client_check;
 pub mod cri;
 pub mod direct;
+pub mod drain_guard;
 pub mod etcd;
 pub mod evidence;
 pub mod failover;

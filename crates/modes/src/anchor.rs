@@ -21,6 +21,7 @@ use crate::server::{self, Shared};
 use crate::shutdown;
 use kube_anchor_core::change::DATA_LINK;
 use kube_anchor_core::desired::Desired;
+use kube_anchor_core::drain_guard as guard;
 use kube_anchor_core::hostpath::HostPath;
 use kube_anchor_core::ledger::{BadVersion, Ledger};
 use kube_anchor_core::lifecycle::LkgFailure;
@@ -39,6 +40,7 @@ use kube_anchor_k8s::anchor_status;
 use kube_anchor_k8s::client_check::ClientCheck;
 use kube_anchor_k8s::cri::{RuntimeObserver, StaticPodRef};
 use kube_anchor_k8s::direct::HealthCheck;
+use kube_anchor_k8s::drain_guard;
 use kube_anchor_k8s::kubeapi::{self, EventSink};
 
 /// How often the version on trial (or one not converged yet) is looked at.
@@ -193,6 +195,10 @@ struct Daemon {
     status_due: Option<tokio::time::Instant>,
     /// The last failed write's error (logged at warn once).
     status_error: Option<String>,
+    /// When this node's drain guard is looked at next (`--drain-guard`).
+    guard_due: Option<tokio::time::Instant>,
+    /// The last drain guard error (logged at warn once).
+    guard_error: Option<String>,
 }
 
 /// What a sync takes from the syncs before it instead of reading again (design.md,
@@ -237,6 +243,10 @@ const STATUS_RETRY: Duration = Duration::from_secs(30);
 
 /// How soon an unfinished etcd join is looked at again.
 const MEMBERSHIP_RETRY: Duration = Duration::from_secs(2);
+
+/// How often the drain guard, the Node's cordon and the budget are looked at: an uncordoned
+/// node gets its guard back within this.
+const GUARD_PERIOD: Duration = Duration::from_secs(10);
 
 /// See `Anchor::learner_watch`.
 struct LearnerWatch {
@@ -356,6 +366,8 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         status_published: None,
         status_due: None,
         status_error: None,
+        guard_due: Some(tokio::time::Instant::now()),
+        guard_error: None,
     };
     abort
         .around(async {
@@ -417,6 +429,7 @@ impl Daemon {
                     true = mirror_changed => self.evaluate().await,
                     true = status_changed => self.publish_status().await,
                     _ = sleep_until_opt(self.status_due) => self.publish_status().await,
+                    _ = sleep_until_opt(self.guard_due) => self.keep_drain_guard().await,
                     _ = sleep_opt(tick) => self.evaluate().await,
                     _ = sleep_until_opt(release_code_at) => {
                         release_code_at = None;
@@ -541,6 +554,9 @@ impl Daemon {
             self.watch_dirs();
         }
         self.evaluate().await;
+        if self.guard_due.is_some() {
+            self.keep_drain_guard().await;
+        }
     }
 
     /// What the cluster shows before this node's component restarts for a new version: for an
@@ -1352,6 +1368,92 @@ impl Daemon {
                 }
                 self.status_error = Some(e);
                 self.status_due = Some(tokio::time::Instant::now() + STATUS_RETRY);
+            }
+        }
+    }
+
+    /// Keeps this node's drain guard in step (`kube_anchor_core::drain_guard`): a guard while a
+    /// version of the component is on the node and its manifest has an HTTP readiness probe,
+    /// none otherwise; and the budget's minAvailable.
+    async fn keep_drain_guard(&mut self) {
+        self.guard_due = Some(tokio::time::Instant::now() + GUARD_PERIOD);
+        let (Some(budget), Some(image)) = (
+            self.args.drain_guard.as_deref().filter(|b| !b.is_empty()),
+            self.args.guard_image.as_deref().filter(|i| !i.is_empty()),
+        ) else {
+            self.guard_due = None;
+            return;
+        };
+        let identity = &self.args.identity;
+        let (Some(client), Some(node), Some(namespace), Some(anchor_pod)) = (
+            self.api.client(),
+            identity.node_name.as_deref(),
+            identity.pod_namespace.as_deref(),
+            identity.pod_name.as_deref(),
+        ) else {
+            return;
+        };
+        let place = drain_guard::GuardPlace {
+            namespace: namespace.to_owned(),
+            node: node.to_owned(),
+            budget: budget.to_owned(),
+            anchor_pod: anchor_pod.to_owned(),
+            guard: guard::guard_name(&self.component, node),
+        };
+        let outcome = async {
+            let mut observed = drain_guard::observe(client, &place).await?;
+            let spec = self
+                .written
+                .as_ref()
+                .filter(|_| observed.budget_exists)
+                .and_then(|written| {
+                    let manifest: k8s_openapi::api::core::v1::Pod =
+                        serde_yaml_ng::from_slice(&written.manifest().content).ok()?;
+                    let node_ip = written.node_ip.map(|ip| ip.to_string());
+                    guard::readiness_probe(&manifest, node_ip.as_deref())
+                })
+                .map(|probe| guard::GuardSpec {
+                    component: self.component.clone(),
+                    node: node.to_owned(),
+                    namespace: namespace.to_owned(),
+                    image: image.to_owned(),
+                    probe,
+                    owner: (anchor_pod.to_owned(), observed.anchor_uid.clone()),
+                });
+            observed.facts.wanted = spec.as_ref().map(guard::wanted_digest);
+            for action in guard::decide(&observed.facts) {
+                match action {
+                    guard::GuardAction::Create => {
+                        let spec = spec.as_ref().expect("a guard to create is wanted");
+                        drain_guard::create(client, &place, &guard::guard_pod(spec)).await?;
+                        tracing::info!(component = %self.component, guard = %place.guard, "drain guard started");
+                    }
+                    guard::GuardAction::Replace | guard::GuardAction::Delete => {
+                        drain_guard::delete(client, &place).await?;
+                        tracing::info!(component = %self.component, guard = %place.guard, replaced = (action == guard::GuardAction::Replace), "drain guard deleted");
+                        self.guard_due = Some(tokio::time::Instant::now() + Duration::from_secs(1));
+                    }
+                    guard::GuardAction::SetMinAvailable(n) => {
+                        drain_guard::set_min_available(client, &place, n).await?;
+                        tracing::info!(component = %self.component, budget = %place.budget, min_available = n, "drain guard budget set");
+                    }
+                }
+            }
+            Ok::<_, drain_guard::GuardError>(())
+        }
+        .await;
+        match outcome {
+            Ok(()) => {
+                if self.guard_error.take().is_some() {
+                    tracing::info!(component = %self.component, "drain guard kept again");
+                }
+            }
+            Err(e) => {
+                let e = e.to_string();
+                if self.guard_error.as_deref() != Some(e.as_str()) {
+                    tracing::warn!(component = %self.component, error = %e, "cannot keep this node's drain guard (retrying)");
+                }
+                self.guard_error = Some(e);
             }
         }
     }

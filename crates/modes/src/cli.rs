@@ -122,6 +122,10 @@ pub enum Command {
     /// Ask a running `run` or `checkpointer` over its --health-socket (the chart's exec probes):
     /// exit 0 on 2xx, 1 otherwise, printing the answer.
     Probe(ProbeArgs),
+    /// A drain guard's container, which `run` starts beside a quorum component's static pod:
+    /// it does nothing until SIGTERM; its readiness probe, the static pod's own, is what counts.
+    #[command(hide = true)]
+    Guard,
     /// Guarded checkpointer mode (bootkube-compatible): keep local copies of annotated pods so
     /// the kubelet can start them after a reboot with no API server; retire a copy only once its
     /// replacement runs. `checkpointer sanitize` shows what would be written for a pod.
@@ -525,6 +529,16 @@ pub struct RunArgs {
     /// it waits and says why. `false` turns the gate off.
     #[arg(long, env = "KUBE_ANCHOR_SKEW_GATE", default_value_t = true, action = clap::ArgAction::Set)]
     pub skew_gate: bool,
+    /// The PodDisruptionBudget over this component's drain guards (the chart's). With it the
+    /// anchor keeps a guard pod on its node whose readiness probe is the static pod's, brought
+    /// back after a drain only once the node is uncordoned, and keeps the budget's minAvailable
+    /// one below the nodes the anchor's DaemonSet selects: an eviction-based drain of a second
+    /// node waits until the first is back. Empty: no guard.
+    #[arg(long, env = "KUBE_ANCHOR_DRAIN_GUARD", requires = "guard_image")]
+    pub drain_guard: Option<String>,
+    /// The guards' image: the anchor's own (its binary runs `kube-anchor guard`).
+    #[arg(long, env = "KUBE_ANCHOR_GUARD_IMAGE")]
+    pub guard_image: Option<String>,
     /// Also remove files this component wrote earlier that the config no longer lists.
     #[arg(long, env = "KUBE_ANCHOR_PRUNE")]
     pub prune: bool,

@@ -70,6 +70,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Checkpointer(args) => tokio::runtime::Runtime::new()?.block_on(crate::checkpointer::main(args)),
         Command::PreStop(args) => tokio::runtime::Runtime::new()?.block_on(crate::prestop::run(args)),
         Command::Probe(args) => probe(args),
+        Command::Guard => guard(),
         Command::Completion { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "kube-anchor", &mut std::io::stdout());
             Ok(ExitCode::SUCCESS)
@@ -108,6 +109,20 @@ fn write_man_pages(dir: &std::path::Path) -> anyhow::Result<()> {
         outln!("{}", path.display());
     }
     Ok(())
+}
+
+/// Waits for SIGTERM or SIGINT and exits 0: a guard pod's kubelet stops it at once.
+fn guard() -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    runtime.block_on(async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        anyhow::Ok(())
+    })?;
+    Ok(ExitCode::SUCCESS)
 }
 
 fn probe(args: ProbeArgs) -> anyhow::Result<ExitCode> {

@@ -18,6 +18,7 @@ use kube_anchor_core::decommission::{
     AnchorPod, Anchors, DaemonSetFacts, DaemonSetRef, Dependent, Evidence, FilesHere, Guard, Looks, Lookup, NextLook,
     NodeFacts, NodeSelection, PodFacts, ThisPod,
 };
+use kube_anchor_core::drain_guard::{self, GuardAction, GuardFacts, SeenGuard};
 use kube_anchor_core::history::{self, Retention};
 use kube_anchor_core::join_steps::{self, JoinStart, JoinStep};
 use kube_anchor_core::kubelet_start;
@@ -42,6 +43,12 @@ pub const APISERVER: usize = 1;
 pub const CONTROLLER_MANAGER: usize = 2;
 pub const SCHEDULER: usize = 3;
 pub const COMPONENTS: [&str; 4] = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"];
+/// The components whose charts keep drain guards (`anchor.drainGuard`, on for these two).
+const GUARDED: [usize; 2] = [ETCD, APISERVER];
+/// How often an anchor looks at its drain guard (`anchor.rs`, `GUARD_PERIOD`).
+const GUARD_PERIOD: u64 = 10;
+/// The one guard spec of this world (the digest the real anchor computes does not matter here).
+const GUARD_SPEC: &str = "guard";
 /// The etcd cluster was created on cp-1 alone (the values' `initialCluster`, state `new`).
 const INITIAL_CLUSTER: &str = "cp-1=https://cp-1:2380";
 /// The component each one's anchor names in `--depends-on` (charts/*/values.yaml `dependsOn`).
@@ -216,10 +223,11 @@ pub enum Op {
     /// as the bed's lifecycle run does to a hung server): connections open, no answer comes.
     HangApiServer { node: usize, for_secs: u64 },
     /// `kubectl drain`, then a reboot (by hand, or as kured or a machine rollout runs them): the node is
-    /// cordoned, its evictable pods are evicted (none in this world: the anchors are DaemonSet
-    /// pods, which a drain skips, and a static pod's mirror cannot be evicted, so no
-    /// PodDisruptionBudget speaks for etcd or kube-apiserver), and its power goes off for
-    /// `down_for` seconds.
+    /// cordoned, its evictable pods are evicted (the anchors are DaemonSet pods, which a drain
+    /// skips, and a static pod's mirror cannot be evicted: only the drain guards, through the
+    /// Eviction API and their budget, which may refuse; kubectl retries every 5 s until every
+    /// one is gone), and its power goes off for `down_for` seconds. It is uncordoned once its
+    /// kubelet posts its status again (kured does so once the node is back).
     Drain { node: usize, down_for: u64 },
     /// The power of the node holding `component`'s rollout turn goes off for `down_for` seconds
     /// (nothing happens when no node holds it).
@@ -302,6 +310,9 @@ pub struct Setup {
     /// Every node runs `kube-anchor kubelet-pre-start` before its kubelet starts (the drop-in
     /// `kubelet-pre-start --install` writes; `cluster.sh node` installs it).
     pub kubelet_pre_start: bool,
+    /// The etcd and kube-apiserver charts' `anchor.drainGuard` (on by default): each anchor
+    /// keeps a guard pod on its node and the budget's `minAvailable` (`drain_guard::decide`).
+    pub drain_guard: bool,
 }
 
 impl Setup {
@@ -312,6 +323,7 @@ impl Setup {
         trial_period: [300, 300, 300, 300],
         crash_loop_threshold: [3, 3, 3, 3],
         kubelet_pre_start: true,
+        drain_guard: true,
     };
 
     /// The lifecycle run's bed (`tests/selfhosted/lifecycle.rs`): process nodes, whose boot is
@@ -322,6 +334,7 @@ impl Setup {
         trial_period: [60, 150, 25, 25],
         crash_loop_threshold: [3, 2, 3, 3],
         kubelet_pre_start: true,
+        drain_guard: true,
     };
 }
 
@@ -446,6 +459,8 @@ pub struct Report {
     pub verbs: BTreeMap<&'static str, u64>,
     /// The main etcd cluster's members when the run ended.
     pub members: usize,
+    /// How long each drain waited for its guards' evictions, in the order they went through.
+    pub drain_waits: Vec<u64>,
 }
 
 impl Report {
@@ -591,6 +606,8 @@ struct AnchorProc {
     membership_pending: bool,
     /// What its `/readyz` last said (the machine's [`Effect::Ready`]).
     ready: bool,
+    /// When it looks at its drain guard next (`anchor.rs`, `GUARD_PERIOD`).
+    next_guard: u64,
 }
 
 /// One anchor pod's preStop hook at work: the real [`Hook`] and [`Looks`], performed here.
@@ -635,6 +652,12 @@ struct Node {
     posted_at: u64,
     anchors_ready_posted: [bool; 4],
     marked_unready: bool,
+    /// Its drain guard of each component exists, and was Ready when its kubelet last posted
+    /// (the guard's readiness probe is the static pod's: [`World::ready`]).
+    guards: [bool; 4],
+    guards_ready_posted: [bool; 4],
+    /// `spec.unschedulable`: a drain cordoned it.
+    cordoned: bool,
     ledgers: [Ledger; 4],
     /// The inputs mounted into each anchor (a ConfigMap volume), and an update on its way.
     inputs: [Option<usize>; 4],
@@ -728,6 +751,11 @@ pub struct World {
     alarm_until: u64,
     /// The nodes each faulty version was written on.
     written_on: BTreeMap<usize, BTreeSet<usize>>,
+    /// Each component's guard budget's `minAvailable` (`None`: not set yet).
+    min_available: [Option<i32>; 4],
+    /// Drains waiting for their guards' evictions: the node, how long its reboot takes, and
+    /// when the drain began.
+    drains: Vec<(usize, u64, u64)>,
     base: Instant,
     report: Report,
 }
@@ -828,6 +856,9 @@ impl World {
                     posted_at: 0,
                     anchors_ready_posted: [false; 4],
                     marked_unready: false,
+                    guards: [false; 4],
+                    guards_ready_posted: [false; 4],
+                    cordoned: false,
                     ledgers,
                     inputs: std::array::from_fn(Some),
                     inputs_due: [None; 4],
@@ -870,6 +901,8 @@ impl World {
             anchor_etcd_cert_expired_until: 0,
             alarm_until: 0,
             written_on: BTreeMap::new(),
+            min_available: [None; 4],
+            drains: Vec::new(),
             base: Instant::now(),
             report: Report::default(),
         }
@@ -1073,11 +1106,12 @@ impl World {
             }
             Op::Drain { node, down_for } => {
                 let n = *node;
-                if n >= self.nodes.len() || !self.nodes[n].powered {
+                if n >= self.nodes.len() || !self.nodes[n].powered || self.drains.iter().any(|d| d.0 == n) {
                     return;
                 }
-                self.check_drain(n);
-                self.cut_power(n, *down_for);
+                self.nodes[n].cordoned = true;
+                self.drains.push((n, *down_for, self.now));
+                self.drain_step();
             }
             Op::CutTurnHolder { component, down_for } => {
                 if let Some(n) = self.turn_holder(*component).filter(|&n| self.nodes[n].powered) {
@@ -1584,11 +1618,32 @@ impl World {
                     _ => {}
                 }
             }
-            // Its node status, and with it its pods' readiness, as the API will show it.
+            // Its node status, and with it its pods' readiness, as the API will show it: its
+            // guards' as their readiness probe (the static pod's) answers. Back after a drain's
+            // reboot, it is uncordoned (kured does it once the node is Ready).
             if posts {
+                let ready = GUARDED.map(|c| self.ready(n, c));
+                let waits = self.drains.iter().any(|d| d.0 == n);
                 let node = &mut self.nodes[n];
                 node.post_status(now);
+                for (i, &c) in GUARDED.iter().enumerate() {
+                    node.guards_ready_posted[c] = node.guards[c] && ready[i];
+                }
+                if node.cordoned && !waits {
+                    node.cordoned = false;
+                }
             }
+        }
+        // A guard's controller is its anchor pod: the garbage collector deletes it with the pod.
+        for node in &mut self.nodes {
+            for c in GUARDED {
+                if node.anchor_pods[c] == AnchorPodObject::Absent {
+                    node.guards[c] = false;
+                }
+            }
+        }
+        if now.is_multiple_of(5) && !self.drains.is_empty() {
+            self.drain_step();
         }
         self.elect(CONTROLLER_MANAGER);
         self.elect(SCHEDULER);
@@ -1639,6 +1694,7 @@ impl World {
             input_error: None,
             membership_pending: false,
             ready: false,
+            next_guard: now,
         });
     }
 
@@ -2413,6 +2469,10 @@ impl World {
                 } else {
                     HEALTH_INTERVAL
                 };
+        }
+        if self.setup.drain_guard && GUARDED.contains(&c) && proc.next_guard <= now {
+            proc.next_guard = now + GUARD_PERIOD;
+            self.guard_step(n, c);
         }
         self.nodes[n].anchors[c] = Some(proc);
     }
@@ -3496,6 +3556,91 @@ impl World {
                 serving.join(", ")
             );
             self.violate(Invariant::RemovedBelowQuorum, detail);
+        }
+    }
+
+    /// An anchor's look at its drain guard (`Daemon::keep_drain_guard`, every `GUARD_PERIOD`):
+    /// the real [`drain_guard::decide`] on what the API shows, carried out at once. The budget
+    /// counts the nodes the DaemonSet selects (`desiredNumberScheduled`: a registered Node with
+    /// the chart's labels).
+    fn guard_step(&mut self, n: usize, c: usize) {
+        if !self.anchor_reaches_api(n) {
+            return;
+        }
+        let node = &self.nodes[n];
+        let ledger = &node.ledgers[c];
+        let facts = GuardFacts {
+            wanted: ledger
+                .content_hash
+                .as_ref()
+                .filter(|_| ledger.decommissioned.is_none())
+                .map(|_| GUARD_SPEC.to_owned()),
+            seen: node.guards[c].then(|| SeenGuard {
+                digest: Some(GUARD_SPEC.to_owned()),
+                terminating: false,
+            }),
+            cordoned: node.cordoned,
+            nodes: Some(self.nodes.iter().filter(|m| m.selected && m.registered).count() as i32),
+            min_available: self.min_available[c],
+        };
+        for action in drain_guard::decide(&facts) {
+            match action {
+                GuardAction::Create => self.nodes[n].guards[c] = true,
+                GuardAction::Replace | GuardAction::Delete => self.nodes[n].guards[c] = false,
+                GuardAction::SetMinAvailable(k) => self.min_available[c] = Some(k),
+            }
+        }
+    }
+
+    /// The API's view of node `n`'s guard of `c`: it exists and was Ready when the kubelet last
+    /// posted, and the node lifecycle controller has not marked the node's pods not Ready since.
+    fn guard_ready_in_api(&self, n: usize, c: usize) -> bool {
+        let node = &self.nodes[n];
+        node.guards[c] && node.guards_ready_posted[c] && self.api_shows_ready(n)
+    }
+
+    /// The Eviction API on node `n`'s guard of `c` (pkg/registry/core/pod/storage/eviction.go):
+    /// a Ready guard goes while the Ready guards without it keep the budget's `minAvailable`,
+    /// one not Ready while the Ready ones keep it (`unhealthyPodEvictionPolicy:
+    /// IfHealthyBudget`). The disruption controller counts the pods the budget selects (an
+    /// integer `minAvailable`: pkg/controller/disruption, `getExpectedPodCount`); its status is
+    /// taken as current. No `minAvailable` (neither field set): nothing is held.
+    fn evictable(&self, n: usize, c: usize) -> bool {
+        let healthy = (0..self.nodes.len()).filter(|&m| self.guard_ready_in_api(m, c)).count() as i32;
+        let min = self.min_available[c].unwrap_or(0);
+        if self.guard_ready_in_api(n, c) {
+            healthy > min
+        } else {
+            healthy >= min
+        }
+    }
+
+    /// The pending drains' evictions (kubectl drain's `evictPods`: each pod of the node through
+    /// the Eviction API, refused with 429 while the budget allows no disruption and tried again
+    /// every 5 s); a drain whose node has no guard left goes on to the reboot. An eviction needs
+    /// an API server; a node whose power went meanwhile is left to its boot.
+    fn drain_step(&mut self) {
+        if !self.any_api(|w, j| w.serves_clients(j)) {
+            return;
+        }
+        self.drains.retain(|&(n, ..)| self.nodes[n].powered);
+        let mut done = Vec::new();
+        for i in 0..self.drains.len() {
+            let n = self.drains[i].0;
+            for c in GUARDED {
+                if self.nodes[n].guards[c] && self.evictable(n, c) {
+                    self.nodes[n].guards[c] = false;
+                }
+            }
+            if GUARDED.iter().all(|&c| !self.nodes[n].guards[c]) {
+                done.push(i);
+            }
+        }
+        for i in done.into_iter().rev() {
+            let (n, down_for, began) = self.drains.remove(i);
+            self.report.drain_waits.push(self.now - began);
+            self.check_drain(n);
+            self.cut_power(n, down_for);
         }
     }
 

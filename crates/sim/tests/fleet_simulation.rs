@@ -482,3 +482,51 @@ fn a_node_that_comes_back_alone_heals_itself() {
         }
     }
 }
+
+/// Drain protection (`drain_guard::decide` run by each etcd and kube-apiserver anchor of the
+/// world, the Eviction API judging their budget): a drain of cp-2 while cp-1 reboots after its
+/// own drain waits until cp-1 is back and uncordoned, and the control plane loses nothing. Without
+/// the guards (the charts' `anchor.drainGuard: false`) the second drain goes at once and leaves
+/// etcd and the API servers short. Drains one at a time, each once the one before is back, wait
+/// for nothing.
+#[test]
+fn a_second_drain_waits_until_the_first_node_is_back() {
+    let without = fleet::Setup {
+        drain_guard: false,
+        ..fleet::Setup::SERVERS
+    };
+    let scenario = named("a-second-drain-while-the-first-node-reboots");
+    for seed in SEEDS {
+        let report = World::run(&scenario, seed);
+        assert_eq!(
+            report.invariants(),
+            BTreeSet::new(),
+            "seed {seed}: {:?}",
+            report.violations
+        );
+        let [first, second] = report.drain_waits[..] else {
+            panic!("seed {seed}: drains {:?}", report.drain_waits);
+        };
+        // kubectl tries again every 5 s; cp-1 (drained at 60 s, cp-2 at 180 s) is off for 300 s
+        // and boots in 20 to 120 s.
+        assert!(first <= 5, "seed {seed}: the first drain waited {first} s");
+        assert!(
+            second >= 60 + 300 + 20 - 180,
+            "seed {seed}: the second drain went after {second} s, before cp-1 was back"
+        );
+        let unguarded = World::run_on(&scenario, seed, without);
+        assert!(
+            unguarded.invariants().contains(&Invariant::DrainedBelowQuorum),
+            "seed {seed}: without guards {:?}",
+            unguarded.violations
+        );
+        assert!(
+            unguarded.drain_waits.iter().all(|&w| w <= 5),
+            "seed {seed}: {:?}",
+            unguarded.drain_waits
+        );
+        let one_at_a_time = World::run(&named("one-drain-at-a-time"), seed);
+        assert_eq!(one_at_a_time.invariants(), BTreeSet::new(), "seed {seed}");
+        assert_eq!(one_at_a_time.drain_waits.len(), 3, "seed {seed}");
+    }
+}
