@@ -89,6 +89,14 @@ spec:
           annotations:
             summary: A new {{ .Values.component.name }} version waits because the cluster cannot afford its restart now.
             description: {{`'On {{ $labels.instance }} a new version of {{ $labels.component }} has waited 15 minutes: restarting it would leave etcd without a quorum (another voter does not answer, has no leader or is behind) or clients without an API server (no other kube-apiserver answers its /readyz) (RestartWaitsForMargin Event; the anchor''s readiness message names the node).'`}}
+        - alert: KubeAnchorVersionSkewHeld
+          expr: kube_anchor_restart_waits_for_skew{ {{- $c -}} } == 1
+          for: 15m
+          labels:
+            {{- include "kube-anchor-lib.alertLabels" (dict "severity" "warning" "extra" $extra) | nindent 12 }}
+          annotations:
+            summary: A new {{ .Values.component.name }} version waits because it would break the version skew policy.
+            description: {{`'On {{ $labels.instance }} a new version of {{ $labels.component }} has waited 15 minutes: beside the node''s other components it would break the Kubernetes version skew policy (a controller newer than the API server, API servers two minors apart). Upgrade in the policy''s order: kube-apiserver first, then the controllers (VersionSkewHeld Event; the anchor''s readiness message says which).'`}}
         # A pause is for the length of a repair; one left for a day holds rollouts and repairs
         # on that node (and, holding a turn, on the others).
         - alert: KubeAnchorPausedLong

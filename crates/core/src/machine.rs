@@ -382,6 +382,12 @@ impl Anchor {
         self.turn.waiting.as_ref().map(|w| w.version.as_str())
     }
 
+    /// Whether the version waiting for its turn is held by the skew gate (the last margin check
+    /// found it would break the version skew policy), rather than by the cluster's margin.
+    pub fn skew_holds(&self) -> bool {
+        self.turn.waiting.is_some() && self.skew_held.is_some()
+    }
+
     /// Whether a version waits for the rollout Lease: for this node's turn, for its word on a
     /// first write, or for the margin to write again a version put back before the kubelet
     /// started (the executor asks again every few seconds).
@@ -1431,6 +1437,8 @@ mod tests {
             matches!(&effects[..], [Effect::Log(Note::SkewHeld { why })] if why.contains("would be newer than kube-apiserver 1.36")),
             "{effects:?}"
         );
+        // Held by the skew gate, not by the margin (the two metrics and alerts tell them apart).
+        assert!(a.skew_holds());
         let effects = a.step(evaluate(running("A", 0), 10));
         assert!(
             matches!(ready(&effects), Some((false, why)) if why.contains("version skew")),
@@ -1443,6 +1451,7 @@ mod tests {
             a.step(checked(facts(37))),
             vec![Effect::AskTurn { version: "B".into() }]
         );
+        assert!(!a.skew_holds());
         // A pod that starts while the version on the node (A) is still on trial, and its own
         // version is held: A is taken up in place and judged, so a turn held for it can go back.
         let mut fresh = anchor();
@@ -1503,6 +1512,7 @@ mod tests {
             matches!(&effects[..], [Effect::Log(Note::NoMargin { why })] if why.contains("cp-3 (3) does not answer")),
             "{effects:?}"
         );
+        assert!(!a.skew_holds(), "a restart the cluster cannot afford is no skew hold");
         let effects = a.step(evaluate(running("A", 0), 10));
         assert!(
             matches!(ready(&effects), Some((false, why)) if why.contains("etcd cannot lose this member now")),

@@ -1268,6 +1268,7 @@ impl Daemon {
         self.shared.metrics.converged.set(i64::from(self.machine.converged));
         if self.machine.turn.waiting.is_none() {
             self.shared.metrics.restart_waits_for_margin.set(0);
+            self.shared.metrics.restart_waits_for_skew.set(0);
         }
         self.shared
             .metrics
@@ -1588,7 +1589,12 @@ impl Daemon {
                     // The machine asks for the turn only where the cluster affords the restart.
                     let waits = self.machine.turn.waiting.is_some()
                         && !next.iter().any(|e| matches!(e, Effect::AskTurn { .. }));
-                    self.shared.metrics.restart_waits_for_margin.set(i64::from(waits));
+                    let skew = waits && self.machine.skew_holds();
+                    self.shared
+                        .metrics
+                        .restart_waits_for_margin
+                        .set(i64::from(waits && !skew));
+                    self.shared.metrics.restart_waits_for_skew.set(i64::from(skew));
                     queue.extend(next);
                 }
                 Effect::AskClients => {

@@ -33,6 +33,8 @@ pub(crate) struct Metrics {
     pub etcd_learner_behind_entries: Gauge,
     /// 1 while a new version waits because the cluster cannot afford the restart it makes.
     pub restart_waits_for_margin: Gauge,
+    /// 1 while a new version waits because it would break the version skew policy.
+    pub restart_waits_for_skew: Gauge,
     /// 1 while an operator holds this anchor (`kube-anchor pause`, or the Node's annotation).
     pub paused: Gauge,
     /// The earliest notAfter of the certificates in each credential file, by path.
@@ -97,6 +99,11 @@ impl Metrics {
             "restart_waits_for_margin",
             "1 while a new version waits because the cluster cannot afford the restart it makes (an etcd voter down or behind)",
             m.restart_waits_for_margin.clone(),
+        );
+        registry.register(
+            "restart_waits_for_skew",
+            "1 while a new version waits because writing it would break the Kubernetes version skew policy beside this node's other components (a controller newer than the API server, API servers two minors apart)",
+            m.restart_waits_for_skew.clone(),
         );
         registry.register(
             "paused",
@@ -183,6 +190,7 @@ impl Metrics {
             etcd_leave_pending: Gauge::default(),
             etcd_learner_behind_entries: Gauge::default(),
             restart_waits_for_margin: Gauge::default(),
+            restart_waits_for_skew: Gauge::default(),
             paused: Gauge::default(),
             certificate_expiry: Family::default(),
             renewed_on_node: Family::default(),
