@@ -9,6 +9,10 @@
 //!   securityContext (read from the running process), in its pod's cgroup of the kubelet's QoS
 //!   tree below the node's, with the chart's memory limit, writes the manifest and the credential,
 //!   and the kubelet runs the scheduler's image from it, Ready;
+//! - a `helm upgrade` to an image the registry does not have: the anchor pulls it through the CRI
+//!   before asking for its turn, the pull fails (a Warning Event `ImagePullFailed` names the
+//!   image), and nothing is written or restarted; then an image the registry has and the node
+//!   not yet: pulled by the anchor before its turn, rolled out and promoted;
 //! - a bad `helm upgrade` (a flag the scheduler refuses), its anchor cut off from the API once the
 //!   version is written: the crash loop is judged from containerd's CRI alone and rolled back;
 //!   the Warning Event follows once the API is back;
@@ -237,6 +241,87 @@ async fn the_scheduler_chart_runs_on_containerd_and_runc() {
         }
     })
     .await;
+
+    // A version whose image the registry does not have: the anchor pulls it through the CRI
+    // before asking for its turn, the pull fails, and nothing restarts: the manifest, the ledger
+    // and the scheduler's container stay as they were, and a Warning Event names the image.
+    let container = |pod: Pod| {
+        let status = pod.status?.container_statuses?.into_iter().next()?;
+        Some((status.container_id, status.restart_count))
+    };
+    let before = container(system.get(&mirror).await.unwrap());
+    assert!(before.is_some(), "the scheduler's container");
+    let missing = format!("sha256:{}", "0".repeat(64));
+    release("upgrade", &["--set", &format!("component.digest={missing}")]);
+    let event = control_plane::event(&admin, &ns, "ImagePullFailed", None, WAIT).await;
+    let note = event.note.unwrap_or_default();
+    assert!(
+        note.contains(&missing) && note.contains("cannot pull image") && note.contains("nothing restarted"),
+        "the Event names the image: {note}"
+    );
+    assert!(
+        !fs::read_to_string(&manifest).unwrap().contains(&missing),
+        "a version whose image is not on the node is not written"
+    );
+    let held = ledger(&host).unwrap();
+    assert_eq!(held["contentHash"].as_str(), Some(good.as_str()), "{held}");
+    assert!(
+        held["bad"].as_array().is_none_or(|b| b.is_empty()),
+        "nothing recorded bad: {held}"
+    );
+    assert_eq!(
+        container(system.get(&mirror).await.unwrap()),
+        before,
+        "the scheduler was not restarted"
+    );
+    eprintln!("image pull failed, nothing restarted: {note}");
+    // An image the registry has and the node not yet (a rebuild of the same scheduler, a few
+    // bytes longer: another digest): the anchor pulls it before asking for its turn, then rolls
+    // it out, and it passes its trial.
+    let rebuilt = dir.path().join("kube-scheduler");
+    fs::copy(tool("kube-scheduler"), &rebuilt).unwrap();
+    std::io::Write::write_all(
+        &mut fs::OpenOptions::new().append(true).open(&rebuilt).unwrap(),
+        b"rebuilt",
+    )
+    .unwrap();
+    let rebuilt_image = registry.push_component("kube-scheduler", &rebuilt);
+    let (_, rebuilt_digest) = split(&rebuilt_image);
+    assert_ne!(rebuilt_digest, scheduler_digest);
+    release("upgrade", &["--set", &format!("component.digest={rebuilt_digest}")]);
+    let good = eventually(WAIT, "the rebuilt scheduler written and promoted", || {
+        let (host, manifest) = (host.clone(), manifest.clone());
+        async move {
+            let l = ledger(&host)?;
+            let written = fs::read_to_string(&manifest).ok()?.contains(rebuilt_digest);
+            (written && l["lastKnownGood"] == l["contentHash"]).then(|| l["contentHash"].as_str().map(str::to_owned))?
+        }
+    })
+    .await;
+    let anchor = pods
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .find(ready)
+        .expect("a Ready anchor pod");
+    let log = pods
+        .logs(anchor.metadata.name.as_deref().unwrap(), &Default::default())
+        .await
+        .unwrap();
+    let pulled = log
+        .lines()
+        .position(|l| l.contains("image pulled") && l.contains(rebuilt_digest));
+    let turn = log.lines().position(|l| l.contains("this node's turn: rolling out"));
+    assert!(
+        matches!((pulled, turn), (Some(p), Some(t)) if p < t),
+        "the anchor pulled the image before its turn:\n{log}"
+    );
+    eprintln!("the rebuilt scheduler's image pulled by the anchor before its turn, then promoted");
+    // The values name it from here on.
+    let text = fs::read_to_string(&values).unwrap();
+    fs::write(&values, text.replace(scheduler_digest, rebuilt_digest)).unwrap();
 
     // A bad push, judged with no API: once the new anchor has written the version, its path to
     // the API is cut, so only containerd's CRI shows the crash loop.

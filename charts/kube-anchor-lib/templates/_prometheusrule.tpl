@@ -97,6 +97,14 @@ spec:
           annotations:
             summary: A new {{ .Values.component.name }} version waits because it would break the version skew policy.
             description: {{`'On {{ $labels.instance }} a new version of {{ $labels.component }} has waited 15 minutes: beside the node''s other components it would break the Kubernetes version skew policy (a controller newer than the API server, API servers two minors apart). Upgrade in the policy''s order: kube-apiserver first, then the controllers (VersionSkewHeld Event; the anchor''s readiness message says which).'`}}
+        - alert: KubeAnchorImageNotPulled
+          expr: kube_anchor_restart_waits_for_images{ {{- $c -}} } == 1
+          for: 15m
+          labels:
+            {{- include "kube-anchor-lib.alertLabels" (dict "severity" "warning" "extra" $extra) | nindent 12 }}
+          annotations:
+            summary: A new {{ .Values.component.name }} version waits for an image the node cannot pull.
+            description: {{`'On {{ $labels.instance }} a new version of {{ $labels.component }} has waited 15 minutes for its image, which the container runtime has not pulled (ImagePullFailed Events name the image and the error). Nothing was restarted; fix the image reference or the registry.'`}}
         # A pause is for the length of a repair; one left for a day holds rollouts and repairs
         # on that node (and, holding a turn, on the others).
         - alert: KubeAnchorPausedLong

@@ -38,6 +38,9 @@ pub struct Settings {
     /// A new version waits for the version skew policy on this node ([`crate::skew`]) before
     /// the turn is asked for ([`Effect::CheckMargin`] brings the facts).
     pub skew_gate: bool,
+    /// A new version waits until its images are on the node (pulled through the container
+    /// runtime) before the turn is asked for ([`Effect::CheckMargin`] brings the facts).
+    pub image_gate: bool,
 }
 
 /// The anchor's state between steps.
@@ -64,6 +67,8 @@ pub struct Anchor {
     no_margin_said: Option<String>,
     /// The waiting version the skew gate last held ([`Settings::skew_gate`]).
     skew_held: Option<String>,
+    /// The last margin check held the waiting version for its images.
+    images_held: bool,
     /// A first write's word from the rollout Lease.
     first_write: Option<FirstWriteGate>,
     /// Why an operator holds this anchor, as last seen (a sync or an evaluation).
@@ -218,10 +223,14 @@ pub enum Input<'a> {
         instant: Instant,
     },
     /// The answer to [`Effect::CheckMargin`]: the margin's facts (looked at only where
-    /// [`Settings::restart_needs_margin`]) and the skew policy's (where [`Settings::skew_gate`]).
+    /// [`Settings::restart_needs_margin`]) and the skew policy's (where [`Settings::skew_gate`]),
+    /// and why the waiting version's images are not on the node yet (being pulled, or a pull
+    /// failed; `None` once they are, or where the runtime cannot be asked): a restart waits for
+    /// its images, so an image the node cannot pull stops nothing that runs.
     MarginChecked {
         facts: MarginFacts,
         skew: SkewFacts,
+        images: Option<String>,
         instant: Instant,
         wall: SystemTime,
     },
@@ -259,6 +268,8 @@ pub enum Note {
     /// The waiting version would break the version skew policy on this node (the reason
     /// changed): a Warning, since the operator's order of upgrades is at fault.
     SkewHeld { why: String },
+    /// The waiting version's images are not on the node yet (the reason changed).
+    ImagesNotReady { why: String },
     /// The last-known-good version runs converged again.
     ConvergedAgain,
     /// The turn taken for `version` is given back after its failure though the last-known-good
@@ -370,6 +381,7 @@ impl Anchor {
             writing: None,
             no_margin_said: None,
             skew_held: None,
+            images_held: false,
             first_write: None,
             paused: None,
             previous_stopping: None,
@@ -386,6 +398,12 @@ impl Anchor {
     /// found it would break the version skew policy), rather than by the cluster's margin.
     pub fn skew_holds(&self) -> bool {
         self.turn.waiting.is_some() && self.skew_held.is_some()
+    }
+
+    /// Whether the version waiting for its turn is held for its images (the last margin check
+    /// found them not on the node yet).
+    pub fn images_hold(&self) -> bool {
+        self.turn.waiting.is_some() && self.images_held
     }
 
     /// Whether a version waits for the rollout Lease: for this node's turn, for its word on a
@@ -496,6 +514,7 @@ impl Anchor {
             Input::MarginChecked {
                 facts,
                 skew,
+                images,
                 instant,
                 wall,
             } => {
@@ -524,10 +543,13 @@ impl Anchor {
                     .then(|| crate::skew::judge(&skew).err())
                     .flatten();
                 self.skew_held = skew_held.is_some().then(|| version.clone());
-                let verdict = match skew_held.clone() {
-                    Some(why) => Margin::Short(why),
-                    None if self.settings.restart_needs_margin => facts.judge(),
-                    None => Margin::Affords,
+                // The policy first (the operator's to fix), then the images (the node's).
+                let images_held = images.filter(|_| skew_held.is_none());
+                self.images_held = images_held.is_some();
+                let verdict = match (skew_held.clone(), images_held.clone()) {
+                    (Some(why), _) | (None, Some(why)) => Margin::Short(why),
+                    (None, None) if self.settings.restart_needs_margin => facts.judge(),
+                    (None, None) => Margin::Affords,
                 };
                 match verdict {
                     Margin::Affords => vec![Effect::AskTurn { version }],
@@ -552,6 +574,9 @@ impl Anchor {
                         .filter_map(|a| match a {
                             TurnAction::NotYet { why } if skew_held.is_some() => {
                                 Some(Effect::Log(Note::SkewHeld { why }))
+                            }
+                            TurnAction::NotYet { why } if images_held.is_some() => {
+                                Some(Effect::Log(Note::ImagesNotReady { why }))
                             }
                             TurnAction::NotYet { why } => Some(Effect::Log(Note::NoMargin { why })),
                             _ => None,
@@ -858,7 +883,7 @@ impl Anchor {
             if self.skew_held.as_deref() == Some(version.as_str()) {
                 effects.extend(self.take_up_on_node(&f, &version));
             }
-            let ask = if self.settings.restart_needs_margin || self.settings.skew_gate {
+            let ask = if self.settings.restart_needs_margin || self.settings.skew_gate || self.settings.image_gate {
                 Effect::CheckMargin { version }
             } else {
                 Effect::AskTurn { version }
@@ -1131,6 +1156,7 @@ mod tests {
             client_checks: false,
             restart_needs_margin: false,
             skew_gate: false,
+            image_gate: false,
         })
     }
 
@@ -1281,6 +1307,7 @@ mod tests {
         Input::MarginChecked {
             facts,
             skew: SkewFacts::default(),
+            images: None,
             instant: t0,
             wall: SystemTime::UNIX_EPOCH,
         }
@@ -1402,6 +1429,44 @@ mod tests {
     }
 
     #[test]
+    fn a_version_whose_images_are_not_on_the_node_asks_for_no_turn() {
+        let t0 = Instant::now();
+        let mut a = anchor();
+        a.settings.component = "kube-scheduler".into();
+        a.settings.image_gate = true;
+        let on_node = ledger(Some("A"), Some("A"));
+        let effects = synced(&mut a, "B", &on_node, 0);
+        assert!(
+            effects.contains(&Effect::CheckMargin { version: "B".into() }),
+            "{effects:?}"
+        );
+        let checked = |images: Option<&str>| Input::MarginChecked {
+            facts: MarginFacts::Unknown("not asked".into()),
+            skew: SkewFacts::default(),
+            images: images.map(Into::into),
+            instant: t0,
+            wall: SystemTime::UNIX_EPOCH,
+        };
+        // The node cannot pull the new image: nothing asked, nothing written, /readyz says why.
+        let why = "cannot pull image registry.example/kube-scheduler:v9 on this node: not found";
+        let effects = a.step(checked(Some(why)));
+        assert!(
+            matches!(&effects[..], [Effect::Log(Note::ImagesNotReady { why: said })] if said.contains("cannot pull image")),
+            "{effects:?}"
+        );
+        assert!(a.images_hold() && !a.skew_holds());
+        let effects = a.step(evaluate(running("A", 0), 10));
+        assert!(
+            matches!(ready(&effects), Some((false, reason)) if reason.contains("cannot pull image")),
+            "{effects:?}"
+        );
+        // Pulled: the turn is asked for.
+        synced(&mut a, "B", &on_node, 20);
+        assert_eq!(a.step(checked(None)), vec![Effect::AskTurn { version: "B".into() }]);
+        assert!(!a.images_hold());
+    }
+
+    #[test]
     fn a_version_that_breaks_the_skew_policy_on_the_node_asks_for_no_turn() {
         use crate::skew::{Beside, Kind, Minor};
         let t0 = Instant::now();
@@ -1428,6 +1493,7 @@ mod tests {
             // Not looked at: a controller-manager's restart needs no margin.
             facts: MarginFacts::Unknown("not asked".into()),
             skew,
+            images: None,
             instant: t0,
             wall: SystemTime::UNIX_EPOCH,
         };

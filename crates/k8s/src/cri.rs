@@ -1,19 +1,21 @@
-//! A read-only observer of the node's container runtime over the CRI (containerd, CRI-O, or any
-//! runtime the kubelet talks to over a unix socket): what runs of a static pod, with no API
-//! server. Only `ListPodSandbox`, `ListContainers` and `ContainerStatus`: kube-anchor never
-//! creates, stops or removes anything through the runtime. Every call is bounded, and a socket
-//! that is missing, refuses, hangs or answers garbage is reported as
-//! [`RuntimeView::Unavailable`] — no evidence, never "not running".
+//! An observer of the node's container runtime over the CRI (containerd, CRI-O, or any runtime
+//! the kubelet talks to over a unix socket): what runs of a static pod, with no API server
+//! (`ListPodSandbox`, `ListContainers`, `ContainerStatus`), and a new version's images, pulled
+//! before its restart (`ImageStatus`, `PullImage`). kube-anchor never creates, stops or removes a
+//! container or a sandbox through the runtime. Every call is bounded, and a socket that is
+//! missing, refuses, hangs or answers garbage is reported as [`RuntimeView::Unavailable`] — no
+//! evidence, never "not running".
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
+use k8s_cri::v1::image_service_client::ImageServiceClient;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use k8s_cri::v1::{
-    ContainerFilter, ContainerStatusRequest, ListContainersRequest, ListPodSandboxRequest, PodSandboxFilter,
-    PodSandboxState,
+    ContainerFilter, ContainerStatusRequest, ImageSpec, ImageStatusRequest, ListContainersRequest,
+    ListPodSandboxRequest, PodSandboxFilter, PodSandboxState, PullImageRequest,
 };
 use kube_anchor_core::runtime::{
     CONFIG_SOURCE_ANNOTATION, ContainerState, LocalContainer, LocalPod, POD_NAME_LABEL, POD_NAMESPACE_LABEL,
@@ -33,6 +35,8 @@ pub const USUAL_SOCKETS: [&str; 4] = [
 /// One look at the runtime may take this long in all (every call within it is bounded too).
 pub const OBSERVE_TIMEOUT: Duration = Duration::from_secs(3);
 const CALL_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long one image pull may take.
+pub const PULL_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Which static pod to look for: the kubelet names its pod `<name>-<node>` in `namespace`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -158,6 +162,61 @@ impl RuntimeObserver {
     }
 }
 
+impl RuntimeObserver {
+    /// Whether the runtime holds `image` (`ImageStatus`); `Err` when it cannot be asked.
+    pub async fn image_present(&self, image: &str) -> Result<bool, String> {
+        let (named, path) = self.socket()?;
+        let ask = async {
+            let mut client = ImageServiceClient::new(channel_with(&path, CALL_TIMEOUT));
+            let answer = client
+                .image_status(ImageStatusRequest {
+                    image: Some(image_spec(image)),
+                    verbose: false,
+                })
+                .await
+                .map_err(describe)?
+                .into_inner();
+            Ok::<_, String>(answer.image.is_some())
+        };
+        match tokio::time::timeout(OBSERVE_TIMEOUT, ask).await {
+            Ok(answer) => answer.map_err(|e| format!("unix://{}: {e}", named.display())),
+            Err(_) => Err(format!(
+                "unix://{}: no answer within {OBSERVE_TIMEOUT:?}",
+                named.display()
+            )),
+        }
+    }
+
+    /// Pulls `image` through the runtime (`PullImage`, within [`PULL_TIMEOUT`]), with the
+    /// runtime's own registry configuration and no credentials of the anchor's.
+    pub async fn pull_image(&self, image: &str) -> Result<(), String> {
+        let (_, path) = self.socket()?;
+        let pull = async {
+            let mut client = ImageServiceClient::new(channel_with(&path, PULL_TIMEOUT));
+            client
+                .pull_image(PullImageRequest {
+                    image: Some(image_spec(image)),
+                    auth: None,
+                    sandbox_config: None,
+                })
+                .await
+                .map_err(describe)?;
+            Ok::<_, String>(())
+        };
+        match tokio::time::timeout(PULL_TIMEOUT, pull).await {
+            Ok(pulled) => pulled,
+            Err(_) => Err(format!("no answer within {PULL_TIMEOUT:?}")),
+        }
+    }
+}
+
+fn image_spec(image: &str) -> ImageSpec {
+    ImageSpec {
+        image: image.to_owned(),
+        ..Default::default()
+    }
+}
+
 async fn running_pods_at(path: &Path) -> Result<BTreeMap<String, bool>, String> {
     let mut client = RuntimeServiceClient::new(channel(path)?);
     let ready = PodSandboxFilter {
@@ -220,15 +279,20 @@ async fn newest_containers(
 }
 
 fn channel(path: &Path) -> Result<Channel, String> {
+    Ok(channel_with(path, CALL_TIMEOUT))
+}
+
+/// A channel to the socket at `path` whose every call may take `timeout`.
+fn channel_with(path: &Path, timeout: Duration) -> Channel {
     let path = path.to_owned();
     // The URI is a placeholder: the connector dials the unix socket.
     let endpoint = Endpoint::from_static("http://[::1]:1")
         .connect_timeout(CALL_TIMEOUT)
-        .timeout(CALL_TIMEOUT);
-    Ok(endpoint.connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
+        .timeout(timeout);
+    endpoint.connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
         let path = path.clone();
         async move { Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(path).await?)) }
-    })))
+    }))
 }
 
 /// A tonic status or transport error as one line (the message of an unreadable answer included).

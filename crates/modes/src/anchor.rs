@@ -199,6 +199,21 @@ struct Daemon {
     guard_due: Option<tokio::time::Instant>,
     /// The last drain guard error (logged at warn once).
     guard_error: Option<String>,
+    /// The images of a waiting version being pulled, or whose pull failed.
+    pulls: BTreeMap<String, ImagePull>,
+}
+
+/// One image pull through the container runtime (`Daemon::images_not_ready`).
+enum ImagePull {
+    Running(tokio::task::JoinHandle<Result<(), String>>),
+    /// Failed for a reason the anchor takes as the node's: tried again after [`PULL_RETRY`].
+    Failed {
+        why: String,
+        at: Instant,
+    },
+    /// Refused the anchor's pull for want of credentials: the kubelet may have some (a
+    /// credential provider) that the runtime's own configuration does not; not a hold.
+    Denied,
 }
 
 /// What a sync takes from the syncs before it instead of reading again (design.md,
@@ -243,6 +258,9 @@ const STATUS_RETRY: Duration = Duration::from_secs(30);
 
 /// How soon an unfinished etcd join is looked at again.
 const MEMBERSHIP_RETRY: Duration = Duration::from_secs(2);
+
+/// How soon an image whose pull failed is pulled again.
+const PULL_RETRY: Duration = Duration::from_secs(30);
 
 /// How often the drain guard, the Node's cordon and the budget are looked at: an uncordoned
 /// node gets its guard back within this.
@@ -325,6 +343,8 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         // Set at every sync (`spec.etcdMember` in the config, or `--api-server-margin`).
         restart_needs_margin: args.api_server_margin,
         skew_gate: args.skew_gate,
+        // Where the runtime can be asked.
+        image_gate: args.runtime.endpoint() != kube_anchor_k8s::cri::RuntimeEndpoint::Disabled,
     });
     let mut daemon = Daemon {
         args,
@@ -368,6 +388,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         status_error: None,
         guard_due: Some(tokio::time::Instant::now()),
         guard_error: None,
+        pulls: BTreeMap::new(),
     };
     abort
         .around(async {
@@ -1110,6 +1131,9 @@ impl Daemon {
             Effect::Log(Note::SkewHeld { why }) => {
                 tracing::warn!(%component, reason = %why, "not restarting: the version skew policy does not allow this version here yet");
             }
+            Effect::Log(Note::ImagesNotReady { why }) => {
+                tracing::info!(%component, reason = %why, "not restarting before the new version's images are on the node");
+            }
             Effect::Log(Note::NoMarginCanExist { version, why }) => {
                 tracing::info!(%component, content_hash = %version, reason = %why, "no restart margin can exist here: going ahead, judged by this node's own evidence");
             }
@@ -1269,6 +1293,9 @@ impl Daemon {
         if self.machine.turn.waiting.is_none() {
             self.shared.metrics.restart_waits_for_margin.set(0);
             self.shared.metrics.restart_waits_for_skew.set(0);
+            self.shared.metrics.restart_waits_for_images.set(0);
+            // Nothing waits for them any more.
+            self.pulls.retain(|_, pull| matches!(pull, ImagePull::Running(_)));
         }
         self.shared
             .metrics
@@ -1371,6 +1398,93 @@ impl Daemon {
                 self.status_due = Some(tokio::time::Instant::now() + STATUS_RETRY);
             }
         }
+    }
+
+    /// Why `desired` must wait for its images, or `None` once every image of its static pod is
+    /// on the node: an image the runtime lacks is pulled in the background (`PullImage`), and
+    /// the version waits while it is pulled and, after a failure (a Warning Event
+    /// `ImagePullFailed` naming the image), until a pull tried again every [`PULL_RETRY`]
+    /// succeeds. A runtime that cannot be asked, or that refuses the anchor's pull for want of
+    /// credentials (the kubelet may have some), holds nothing: the kubelet pulls as before.
+    async fn images_not_ready(&mut self, desired: &Desired) -> Option<String> {
+        let runtime = self.runtime.clone()?;
+        let manifest: k8s_openapi::api::core::v1::Pod = serde_yaml_ng::from_slice(&desired.manifest().content).ok()?;
+        let spec = manifest.spec?;
+        let images: BTreeSet<String> = spec
+            .init_containers
+            .iter()
+            .flatten()
+            .chain(&spec.containers)
+            .filter_map(|c| c.image.clone())
+            .collect();
+        let mut waits = Vec::new();
+        for image in images {
+            match runtime.image_present(&image).await {
+                Ok(true) => {
+                    if let Some(ImagePull::Running(_)) = self.pulls.remove(&image) {
+                        tracing::info!(component = %self.component, %image, "image pulled");
+                    }
+                    continue;
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::debug!(component = %self.component, %image, error = %e, "cannot ask the runtime for the image: not waiting for it");
+                    continue;
+                }
+            }
+            let done = matches!(self.pulls.get(&image), Some(ImagePull::Running(task)) if task.is_finished());
+            let finished = match done.then(|| self.pulls.remove(&image)).flatten() {
+                Some(ImagePull::Running(task)) => Some(task.await.unwrap_or_else(|e| Err(e.to_string()))),
+                _ => None,
+            };
+            match finished {
+                Some(Ok(())) => {
+                    tracing::info!(component = %self.component, %image, "image pulled");
+                    continue;
+                }
+                Some(Err(why)) if pull_denied(&why) => {
+                    tracing::warn!(component = %self.component, %image, error = %why, "the runtime refused the anchor's pull for want of credentials; not waiting (the kubelet pulls with its own)");
+                    self.pulls.insert(image, ImagePull::Denied);
+                    continue;
+                }
+                Some(Err(why)) => {
+                    let note = format!("cannot pull image {image} on this node: {why}");
+                    self.queue_event(
+                        true,
+                        "ImagePullFailed",
+                        format!(
+                            "{note}; nothing restarted, pulled again every {}",
+                            humantime::format_duration(PULL_RETRY)
+                        ),
+                    );
+                    self.pulls.insert(
+                        image.clone(),
+                        ImagePull::Failed {
+                            why,
+                            at: Instant::now(),
+                        },
+                    );
+                    waits.push(note);
+                    continue;
+                }
+                None => {}
+            }
+            match self.pulls.get(&image) {
+                Some(ImagePull::Denied) => continue,
+                Some(ImagePull::Running(_)) => waits.push(format!("pulling image {image} on this node")),
+                Some(ImagePull::Failed { why, at }) if at.elapsed() < PULL_RETRY => {
+                    waits.push(format!("cannot pull image {image} on this node: {why}"))
+                }
+                _ => {
+                    tracing::info!(component = %self.component, %image, "pulling the new version's image before its restart");
+                    let (runtime, pulled) = (runtime.clone(), image.clone());
+                    let task = tokio::spawn(async move { runtime.pull_image(&pulled).await });
+                    self.pulls.insert(image.clone(), ImagePull::Running(task));
+                    waits.push(format!("pulling image {image} on this node"));
+                }
+            }
+        }
+        (!waits.is_empty()).then(|| waits.join("; "))
     }
 
     /// Keeps this node's drain guard in step (`kube_anchor_core::drain_guard`): a guard while a
@@ -1576,13 +1690,19 @@ impl Daemon {
                         MarginFacts::Unknown("no margin asked for this component".into())
                     };
                     // The version asked about is the one this pod accepted (its manifest's release).
-                    let skew = match self.accepted.as_ref().filter(|d| d.content_hash == version) {
+                    let accepted = self.accepted.clone().filter(|d| d.content_hash == version);
+                    let skew = match &accepted {
                         Some(desired) if self.machine.settings.skew_gate => self.engine.skew_facts(desired),
                         _ => SkewFacts::default(),
+                    };
+                    let images = match &accepted {
+                        Some(desired) if self.machine.settings.image_gate => self.images_not_ready(desired).await,
+                        _ => None,
                     };
                     let next = self.machine.step(Input::MarginChecked {
                         facts,
                         skew,
+                        images,
                         instant: Instant::now(),
                         wall: SystemTime::now(),
                     });
@@ -1590,11 +1710,13 @@ impl Daemon {
                     let waits = self.machine.turn.waiting.is_some()
                         && !next.iter().any(|e| matches!(e, Effect::AskTurn { .. }));
                     let skew = waits && self.machine.skew_holds();
+                    let images = waits && self.machine.images_hold();
                     self.shared
                         .metrics
                         .restart_waits_for_margin
-                        .set(i64::from(waits && !skew));
+                        .set(i64::from(waits && !skew && !images));
                     self.shared.metrics.restart_waits_for_skew.set(i64::from(skew));
+                    self.shared.metrics.restart_waits_for_images.set(i64::from(images));
                     queue.extend(next);
                 }
                 Effect::AskClients => {
@@ -1920,9 +2042,47 @@ async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
     }
 }
 
+/// A pull the runtime refused for want of credentials (a registry's 401 or 403, as containerd
+/// and CRI-O word it), as opposed to an image that is not there or a registry not reached.
+fn pull_denied(why: &str) -> bool {
+    let why = why.to_ascii_lowercase();
+    [
+        "401 unauthorized",
+        "403 forbidden",
+        "authorization failed",
+        "unauthorized:",
+        "denied: requested access",
+    ]
+    .iter()
+    .any(|word| why.contains(word))
+}
+
 async fn sleep_opt(d: Option<Duration>) {
     match d {
         Some(d) => tokio::time::sleep(d).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pull_denied;
+
+    #[test]
+    fn a_pull_refused_for_credentials_is_told_from_a_missing_image() {
+        // containerd's words: the anchor's pull has none of the kubelet's credentials.
+        assert!(pull_denied(
+            r#"Unknown: failed to pull and unpack image "registry.example/kube-apiserver:v1.36.4": failed to resolve reference "registry.example/kube-apiserver:v1.36.4": unexpected status from HEAD request to https://registry.example/v2/kube-apiserver/manifests/v1.36.4: 401 Unauthorized"#
+        ));
+        assert!(pull_denied(
+            "pull access denied, repository does not exist or may require authorization: server message: insufficient_scope: authorization failed"
+        ));
+        // Not there, or not reached: the node cannot pull it, and the version waits.
+        assert!(!pull_denied(
+            r#"NotFound: failed to pull and unpack image "127.0.0.1:5000/kube-scheduler@sha256:0000": failed to resolve reference "127.0.0.1:5000/kube-scheduler@sha256:0000": 127.0.0.1:5000/kube-scheduler@sha256:0000: not found"#
+        ));
+        assert!(!pull_denied(
+            "Unknown: failed to do request: Head \"https://registry.example/v2/\": dial tcp 10.0.0.1:443: connect: connection refused"
+        ));
     }
 }

@@ -35,6 +35,8 @@ pub(crate) struct Metrics {
     pub restart_waits_for_margin: Gauge,
     /// 1 while a new version waits because it would break the version skew policy.
     pub restart_waits_for_skew: Gauge,
+    /// 1 while a new version waits for its images to be on the node (pulling, or a pull failed).
+    pub restart_waits_for_images: Gauge,
     /// 1 while an operator holds this anchor (`kube-anchor pause`, or the Node's annotation).
     pub paused: Gauge,
     /// The earliest notAfter of the certificates in each credential file, by path.
@@ -104,6 +106,11 @@ impl Metrics {
             "restart_waits_for_skew",
             "1 while a new version waits because writing it would break the Kubernetes version skew policy beside this node's other components (a controller newer than the API server, API servers two minors apart)",
             m.restart_waits_for_skew.clone(),
+        );
+        registry.register(
+            "restart_waits_for_images",
+            "1 while a new version waits for its images to be on the node before its restart (being pulled through the container runtime, or a pull failed: ImagePullFailed Events)",
+            m.restart_waits_for_images.clone(),
         );
         registry.register(
             "paused",
@@ -191,6 +198,7 @@ impl Metrics {
             etcd_learner_behind_entries: Gauge::default(),
             restart_waits_for_margin: Gauge::default(),
             restart_waits_for_skew: Gauge::default(),
+            restart_waits_for_images: Gauge::default(),
             paused: Gauge::default(),
             certificate_expiry: Family::default(),
             renewed_on_node: Family::default(),

@@ -1687,6 +1687,8 @@ impl World {
                 // anchor runs with the chart's `anchor.apiServerMargin`.
                 restart_needs_margin: c == ETCD || c == APISERVER,
                 skew_gate: c != ETCD,
+                // Every image is on every node here: the gate is the bed's to show.
+                image_gate: false,
             }),
             next_wake: now,
             synced_inputs: None,
@@ -3020,6 +3022,7 @@ impl World {
                         _ => MarginFacts::Unknown("no margin asked for this component".into()),
                     };
                     let more = proc.machine.step(Input::MarginChecked {
+                        images: None,
                         facts,
                         skew: self.skew_facts(n, c, &version),
                         instant: self.instant(),
