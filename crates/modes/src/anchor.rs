@@ -575,7 +575,8 @@ impl Daemon {
             self.watch_dirs();
         }
         self.evaluate().await;
-        if self.guard_due.is_some() {
+        // Once due: a version waiting for the Lease syncs every 2 s.
+        if self.guard_due.is_some_and(|due| due <= tokio::time::Instant::now()) {
             self.keep_drain_guard().await;
         }
     }
