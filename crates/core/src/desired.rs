@@ -47,6 +47,12 @@ impl Desired {
     pub fn manifest(&self) -> &DesiredFile {
         self.files.last().expect("the manifest is always last")
     }
+
+    /// The manifest as the Pod it renders (`None` if it does not read as one): what its guard
+    /// probes and which images it runs.
+    pub fn pod(&self) -> Option<k8s_openapi::api::core::v1::Pod> {
+        serde_yaml_ng::from_slice(&self.manifest().content).ok()
+    }
 }
 
 /// `sources[i]` holds the bytes of `anchor.files[i].source`.

@@ -1409,8 +1409,7 @@ impl Daemon {
     /// credentials (the kubelet may have some), holds nothing: the kubelet pulls as before.
     async fn images_not_ready(&mut self, desired: &Desired) -> Option<String> {
         let runtime = self.runtime.clone()?;
-        let manifest: k8s_openapi::api::core::v1::Pod = serde_yaml_ng::from_slice(&desired.manifest().content).ok()?;
-        let spec = manifest.spec?;
+        let spec = desired.pod()?.spec?;
         let images: BTreeSet<String> = spec
             .init_containers
             .iter()
@@ -1523,8 +1522,7 @@ impl Daemon {
                 .as_ref()
                 .filter(|_| observed.budget_exists)
                 .and_then(|written| {
-                    let manifest: k8s_openapi::api::core::v1::Pod =
-                        serde_yaml_ng::from_slice(&written.manifest().content).ok()?;
+                    let manifest = written.pod()?;
                     let node_ip = written.node_ip.map(|ip| ip.to_string());
                     guard::readiness_probe(&manifest, node_ip.as_deref())
                 })
