@@ -665,6 +665,29 @@ fn etcd_membership_renders_an_etcd_member_section_the_anchor_accepts() {
         pod.contains("--initial-cluster-state=${ETCD_INITIAL_CLUSTER_STATE}"),
         "{pod}"
     );
+    // Scheduled snapshots are on by default (every 6 h, 7 kept); `every: ""` takes none.
+    assert_eq!(
+        member.snapshot_schedule,
+        Some(kube_anchor_core::etcd_snapshot::Schedule {
+            every: std::time::Duration::from_secs(6 * 3600),
+            keep: 7
+        })
+    );
+    let mut off = args.clone();
+    off.extend(["--set", "membership.snapshots.schedule.every="]);
+    let docs_off = render("etcd", &off);
+    let config_off = of_kind(&docs_off, "ConfigMap")[0]["data"]["anchor.yaml"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let anchor_off =
+        kube_anchor_core::config::parse(Path::new("/etc/kube-anchor/config/anchor.yaml"), &config_off, &roots)
+            .unwrap_or_else(|e| panic!("{e}\n{config_off}"));
+    assert_eq!(anchor_off.etcd_member.unwrap().snapshot_schedule, None, "{config_off}");
+    let mut bad = args.clone();
+    bad.extend(["--set", "membership.snapshots.schedule.every=daily"]);
+    let err = refused(&helm(&[&["template", "rel", &chart("etcd")][..], &bad[..]].concat()));
+    assert!(err.contains("every"), "{err}");
     // The client key goes to the shared Secret, never to the ConfigMap.
     let secret = &of_kind(&docs, "Secret")[0]["data"];
     assert!(secret["anchor-client.key"].is_string(), "{secret:?}");

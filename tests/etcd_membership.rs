@@ -11,7 +11,7 @@
 mod support;
 
 use std::cell::RefCell;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -1755,4 +1755,271 @@ fn the_linearizability_check_finds_a_stale_read() {
     assert_eq!(check("ambiguous.json", &ambiguous), (Some(0), "Ok".into()));
     let lost = [put(0, "a", 0, true), put(1, "b", 20, true), get(0, "", 40)].join(",");
     assert_eq!(check("lost.json", &lost), (Some(1), "Illegal".into()));
+}
+
+/// The scheduled snapshots of one node, as (file name, when taken), read from the directory.
+fn scheduled_snapshots(node: &Node) -> Vec<(String, u64)> {
+    let dir = node.state().join("etcd-scheduled-snapshots");
+    let mut found: Vec<(String, u64)> = fs::read_dir(&dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter(|n| n.ends_with(".db") && !n.starts_with('.'))
+                .map(|n| {
+                    let t = humantime::parse_rfc3339(&format!(
+                        "{}-{}-{}T{}:{}:{}Z",
+                        &n[0..4],
+                        &n[4..6],
+                        &n[6..8],
+                        &n[9..11],
+                        &n[11..13],
+                        &n[13..15]
+                    ))
+                    .unwrap_or_else(|e| panic!("{n}: {e}"));
+                    (n, t.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs())
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    found.sort();
+    found
+}
+
+/// Checks a snapshot file as etcdutl does (its last 32 bytes are the sha256 of the rest), with
+/// the test's own code, and returns its record.
+fn check_snapshot(node: &Node, name: &str) -> serde_json::Value {
+    use sha2::Digest as _;
+    let dir = node.state().join("etcd-scheduled-snapshots");
+    let bytes = fs::read(dir.join(name)).unwrap();
+    assert_eq!(bytes.len() % 512, 32, "{name}: {} bytes", bytes.len());
+    let (db, hash) = bytes.split_at(bytes.len() - 32);
+    assert_eq!(
+        sha2::Sha256::digest(db).as_slice(),
+        hash,
+        "{name}: etcd's integrity hash"
+    );
+    let record: serde_json::Value =
+        serde_json::from_slice(&fs::read(dir.join(format!("{name}.json"))).unwrap()).unwrap();
+    assert_eq!(record["sha256"], hex::encode(sha2::Sha256::digest(&bytes)), "{name}");
+    assert_eq!(record["bytes"], bytes.len() as u64, "{name}");
+    use std::os::unix::fs::PermissionsExt as _;
+    assert_eq!(
+        fs::metadata(dir.join(name)).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    record
+}
+
+/// Scheduled snapshots (issue 57) on three real members, each node's anchor `run` with a 2 s
+/// schedule and 2 kept. The nodes take the slots in turn: never two snapshots of one slot, and
+/// more than one node takes some. Each file passes etcd's integrity check (computed here) and
+/// its record names the cluster and a revision at least the last write's. Each node keeps 2. A
+/// member stopped: its slots go to the others. A damaged file is named by `status`. A node
+/// whose snapshots outgrow `maxBytes` fails loudly (the failures metric) and keeps the ones it
+/// had.
+#[test]
+fn scheduled_snapshots_rotate_over_the_healthy_members_verify_and_keep_the_count() {
+    let bed = Bed::new(3, 0);
+    let mut nodes = three_anchored_members(&bed);
+    for i in 0..20 {
+        bed.gateway_put(&format!("/registry/before-{i}"));
+    }
+    let status = bed.post(&bed.endpoints()[0], "/v3/maintenance/status", "{}").unwrap();
+    let cluster_id = status["header"]["cluster_id"].as_str().unwrap().to_owned();
+    let revision_before: i64 = status["header"]["revision"].as_str().unwrap().parse().unwrap();
+    let schedule = |node: &Node, max_bytes: u64| {
+        let path = node.config_dir.join("anchor.yaml");
+        let config = fs::read_to_string(&path).unwrap();
+        let config = if config.contains("schedule:") {
+            config.replace("maxBytes: 104857600,", &format!("maxBytes: {max_bytes},"))
+        } else {
+            config.replace(
+                "snapshots: {keep: 2, maxBytes: 104857600}",
+                &format!("snapshots: {{keep: 2, maxBytes: {max_bytes}, schedule: {{every: 2s, keep: 2}}}}"),
+            )
+        };
+        assert!(
+            config.contains(&format!("maxBytes: {max_bytes}, schedule: {{every: 2s")),
+            "{config}"
+        );
+        fs::write(&path, config).unwrap();
+    };
+    let mut metrics_ports = Vec::new();
+    let mut daemons = Vec::new();
+    for node in &nodes {
+        schedule(node, 104_857_600);
+        let port = free_port();
+        metrics_ports.push(port);
+        let log = fs::File::create(node.log_dir.join(format!("{}-snapshots-anchor.log", node.name))).unwrap();
+        daemons.push(Daemon(
+            node.command("run")
+                .arg("--listen")
+                .arg(format!("127.0.0.1:{port}"))
+                .stdout(log.try_clone().unwrap())
+                .stderr(log)
+                .spawn()
+                .unwrap(),
+        ));
+    }
+    // Every snapshot any node held, by node: (name, taken at).
+    let seen: RefCell<Vec<BTreeSet<(String, u64)>>> = RefCell::new(vec![BTreeSet::new(); 3]);
+    let look = |nodes: &[Node]| {
+        let mut seen = seen.borrow_mut();
+        for (i, node) in nodes.iter().enumerate() {
+            let now = scheduled_snapshots(node);
+            assert!(now.len() <= 2, "{}: more than 2 kept: {now:?}", node.name);
+            seen[i].extend(now);
+        }
+    };
+    Poll::new(Duration::from_secs(60), "a node to have taken 3 snapshots (one pruned)")
+        .every(Duration::from_millis(200))
+        .context(|| format!("seen: {:?}", seen.borrow()))
+        .until(|| {
+            look(&nodes);
+            seen.borrow().iter().any(|s| s.len() >= 3)
+        });
+    {
+        let seen = seen.borrow();
+        let mut slots = BTreeMap::new();
+        for (i, taken) in seen.iter().enumerate() {
+            for (name, at) in taken {
+                if let Some(other) = slots.insert(at / 2, (i, name.clone())) {
+                    panic!("slot {} taken twice: {other:?} and {:?}", at / 2, (i, name));
+                }
+            }
+        }
+        let takers = seen.iter().filter(|s| !s.is_empty()).count();
+        assert!(takers >= 2, "the slots go round the nodes: {seen:?}");
+        println!("snapshots by node: {seen:?}");
+    }
+    for node in &nodes {
+        for (name, _) in scheduled_snapshots(node) {
+            let record = check_snapshot(node, &name);
+            assert_eq!(record["clusterID"], cluster_id.as_str());
+            assert_eq!(record["member"], node.name.as_str());
+            assert!(record["revision"].as_i64().unwrap() >= revision_before, "{record}");
+        }
+    }
+    let taken = |port: u16| {
+        let text = curl_text(&format!("http://127.0.0.1:{port}/metrics"));
+        let value = |name: &str| {
+            text.lines()
+                .find(|l| l.starts_with(name))
+                .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .unwrap_or_else(|| panic!("{name} not in {text}"))
+        };
+        (
+            value("kube_anchor_etcd_snapshot_interval_seconds{"),
+            value("kube_anchor_etcd_snapshot_last_success_timestamp_seconds{"),
+            value("kube_anchor_etcd_snapshot_failures_total{"),
+        )
+    };
+    let newest = *metrics_ports
+        .iter()
+        .map(|p| taken(*p))
+        .inspect(|(every, _, failures)| assert_eq!((*every, *failures), (2.0, 0.0)))
+        .map(|(_, at, _)| at as u64)
+        .collect::<Vec<_>>()
+        .iter()
+        .max()
+        .unwrap();
+    assert!(newest > 0);
+
+    // n2's member stopped: the next snapshots are all n1's and n3's, still one per slot.
+    nodes[1].stop_etcd();
+    let stopped_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    // A slot for the health looks to see it gone.
+    std::thread::sleep(Duration::from_secs(3));
+    let settled = stopped_at + 3;
+    let after = || -> Vec<(usize, u64)> {
+        seen.borrow()
+            .iter()
+            .enumerate()
+            .flat_map(|(i, s)| s.iter().map(move |(_, at)| (i, *at)))
+            .filter(|(_, at)| *at >= settled)
+            .collect()
+    };
+    Poll::new(Duration::from_secs(30), "three snapshots with n2 stopped")
+        .every(Duration::from_millis(200))
+        .context(|| format!("seen: {:?}", seen.borrow()))
+        .until(|| {
+            look(&nodes);
+            after().len() >= 3
+        });
+    let taken_after = after();
+    assert!(
+        taken_after.iter().all(|(i, _)| *i != 1),
+        "n2's member is down: {taken_after:?}"
+    );
+    let mut slots: Vec<u64> = taken_after.iter().map(|(_, at)| at / 2).collect();
+    slots.sort();
+    let n = slots.len();
+    slots.dedup();
+    assert_eq!(slots.len(), n, "one snapshot per slot: {taken_after:?}");
+
+    // A damaged snapshot: `status` names it and offers another as the last good one.
+    let victim = scheduled_snapshots(&nodes[0]);
+    let (damaged, _) = victim.first().expect("n1 holds snapshots").clone();
+    daemons[0].0.kill().unwrap();
+    let _ = daemons[0].0.wait();
+    let path = nodes[0].state().join("etcd-scheduled-snapshots").join(&damaged);
+    let mut bytes = fs::read(&path).unwrap();
+    bytes[4096] ^= 0xff;
+    fs::write(&path, bytes).unwrap();
+    let out = nodes[0].command("status").args(["--output", "json"]).output().unwrap();
+    let doc: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    validate_status(&doc);
+    let snapshots = doc["etcdSnapshots"]["snapshots"].as_array().unwrap();
+    let bad = snapshots
+        .iter()
+        .find(|s| s["file"].as_str().unwrap().ends_with(&damaged))
+        .unwrap();
+    assert!(bad["integrity"].as_str().unwrap().contains("does not match"), "{bad}");
+    assert!(
+        doc["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w.as_str().unwrap().contains(&damaged)),
+        "{doc:#}"
+    );
+    let last_good = &doc["etcdSnapshots"]["lastGood"];
+    if snapshots.len() > 1 {
+        assert!(!last_good["file"].as_str().unwrap().ends_with(&damaged), "{doc:#}");
+        assert_eq!(last_good["integrity"], "verified");
+    }
+    let text = nodes[0].command("status").output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("cannot be restored from") && text.contains(&damaged),
+        "{text}"
+    );
+
+    // n3's snapshots outgrow maxBytes: each attempt fails, counted, and the ones on the node stay.
+    let kept = scheduled_snapshots(&nodes[2]);
+    assert!(!kept.is_empty(), "n3 took some: {:?}", seen.borrow());
+    schedule(&nodes[2], 1024);
+    Poll::new(Duration::from_secs(30), "n3's failures counted")
+        .every(Duration::from_millis(500))
+        .context(|| tail(&nodes[2].log_dir.join("n3-snapshots-anchor.log"), 30))
+        .until(|| taken(metrics_ports[2]).2 >= 1.0);
+    let left: Vec<String> = fs::read_dir(nodes[2].state().join("etcd-scheduled-snapshots"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| !n.ends_with(".json"))
+        .collect();
+    let kept_names: Vec<String> = scheduled_snapshots(&nodes[2]).into_iter().map(|(n, _)| n).collect();
+    assert!(
+        kept.iter().all(|(n, _)| kept_names.contains(n)) || kept_names.len() == 2,
+        "n3's snapshots kept: {kept:?} then {kept_names:?}"
+    );
+    assert_eq!(left.len(), kept_names.len(), "no partial file left: {left:?}");
+    drop(daemons);
+    for node in &mut nodes {
+        node.stop_etcd();
+    }
 }

@@ -42,7 +42,9 @@ spec:
     clientKey: ../secrets/{{ $m.clientKey }}
     dataDir: {{ $c.dataDir }}
 {{- with $m.snapshots }}
-    snapshots: {keep: {{ .keep | int }}, maxBytes: {{ .maxBytes | int64 }}}
+    snapshots: {keep: {{ .keep | int }}, maxBytes: {{ .maxBytes | int64 }}
+{{- with .schedule }}{{ if .every }}, schedule: {every: {{ .every | quote }}, keep: {{ .keep | int }}}{{ end }}{{ end -}}
+    }
 {{- end }}
 {{- with $m.learnerCatchUpTimeout }}
     learnerCatchUpTimeout: {{ . | quote }}

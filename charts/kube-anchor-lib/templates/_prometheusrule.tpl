@@ -105,6 +105,22 @@ spec:
           annotations:
             summary: A new {{ .Values.component.name }} version waits for an image the node cannot pull.
             description: {{`'On {{ $labels.instance }} a new version of {{ $labels.component }} has waited 15 minutes for its image, which the container runtime has not pulled (ImagePullFailed Events name the image and the error). Nothing was restarted; fix the image reference or the registry.'`}}
+        # Scheduled etcd snapshots: the newest any node holds, against the schedule.
+        - alert: KubeAnchorEtcdSnapshotStale
+          expr: (time() - max by (component) (kube_anchor_etcd_snapshot_last_success_timestamp_seconds{ {{- $c -}} })) > 2 * max by (component) (kube_anchor_etcd_snapshot_interval_seconds{ {{- $c -}} }) and max by (component) (kube_anchor_etcd_snapshot_interval_seconds{ {{- $c -}} }) > 0
+          for: 15m
+          labels:
+            {{- include "kube-anchor-lib.alertLabels" (dict "severity" "warning" "extra" $extra) | nindent 12 }}
+          annotations:
+            summary: No node has taken a scheduled etcd snapshot for two schedule periods.
+            description: {{`'The newest scheduled snapshot of {{ $labels.component }} on any node is more than twice the schedule old. Each etcd anchor logs why it did not take its slots (EtcdSnapshotFailed Events); kube-anchor status on a node lists and checks its snapshots.'`}}
+        - alert: KubeAnchorEtcdSnapshotFailed
+          expr: increase(kube_anchor_etcd_snapshot_failures_total{ {{- $c -}} }[1h]) > 0
+          labels:
+            {{- include "kube-anchor-lib.alertLabels" (dict "severity" "warning" "extra" $extra) | nindent 12 }}
+          annotations:
+            summary: A scheduled etcd snapshot failed within the last hour.
+            description: {{`'On {{ $labels.instance }} a scheduled snapshot of {{ $labels.component }} failed (EtcdSnapshotFailed Event: the member unhealthy, the snapshot above membership.snapshots.maxBytes, a full disk, a damaged transfer). The snapshots already on the node were kept; the anchor retries within the slot.'`}}
         # A pause is for the length of a repair; one left for a day holds rollouts and repairs
         # on that node (and, holding a turn, on the others).
         - alert: KubeAnchorPausedLong

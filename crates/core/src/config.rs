@@ -193,6 +193,9 @@ pub struct EtcdMember {
     /// Snapshots of the data dir kept under the state dir on leave, and the size bound of one.
     pub snapshots_keep: usize,
     pub snapshot_max_bytes: u64,
+    /// Scheduled snapshots (`snapshots.schedule`), bounded by `snapshot_max_bytes` too; `None`:
+    /// none taken.
+    pub snapshot_schedule: Option<crate::etcd_snapshot::Schedule>,
     /// This node may start a new cluster: it is named in `initial_cluster` (state `new`).
     pub initial_cluster: Option<String>,
     /// How long a learner may take to catch up before a Warning Event says how far behind it is.
@@ -272,6 +275,8 @@ struct RawSnapshots {
     keep: usize,
     #[serde(default = "default_max_bytes")]
     max_bytes: u64,
+    #[serde(default)]
+    schedule: Option<RawSchedule>,
 }
 
 impl Default for RawSnapshots {
@@ -279,8 +284,16 @@ impl Default for RawSnapshots {
         Self {
             keep: default_keep(),
             max_bytes: default_max_bytes(),
+            schedule: None,
         }
     }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawSchedule {
+    every: String,
+    keep: usize,
 }
 
 fn default_keep() -> usize {
@@ -504,6 +517,29 @@ fn etcd_member(
             ));
         }
     }
+    let snapshot_schedule = match &e.snapshots.schedule {
+        None => None,
+        Some(schedule) => {
+            let field = format!("{F}.snapshots.schedule");
+            let every = match humantime::parse_duration(&schedule.every) {
+                Ok(d) if d >= std::time::Duration::from_secs(1) => d,
+                Ok(_) => return Err(invalid(&format!("{field}.every"), "must be at least 1s".into())),
+                Err(err) => {
+                    return Err(invalid(
+                        &format!("{field}.every"),
+                        format!("{:?} is not a duration like \"6h\": {err}", schedule.every),
+                    ));
+                }
+            };
+            if schedule.keep == 0 || schedule.keep > 1000 {
+                return Err(invalid(&format!("{field}.keep"), "must be between 1 and 1000".into()));
+            }
+            Some(crate::etcd_snapshot::Schedule {
+                every,
+                keep: schedule.keep,
+            })
+        }
+    };
     let learner_catch_up_timeout = match &e.learner_catch_up_timeout {
         None => DEFAULT_LEARNER_CATCH_UP_TIMEOUT,
         Some(text) => match humantime::parse_duration(text) {
@@ -530,6 +566,7 @@ fn etcd_member(
         data_dir,
         snapshots_keep: e.snapshots.keep,
         snapshot_max_bytes: e.snapshots.max_bytes,
+        snapshot_schedule,
         learner_catch_up_timeout,
         hand_off_leadership: e.hand_off_leadership,
         initial_cluster: e.initial_cluster,
@@ -678,6 +715,7 @@ spec:
         assert_eq!(e.client_ca, Path::new("/cfg/pki/etcd-ca.crt"));
         assert_eq!(e.client_key, Path::new("/abs/anchor.key"));
         assert_eq!((e.snapshots_keep, e.snapshot_max_bytes), (3, 8 << 30));
+        assert_eq!(e.snapshot_schedule, None);
         assert_eq!(e.initial_cluster, None);
         // The anchor provides the initial-cluster pair to the manifest.
         assert!(a.variables.iter().any(|v| v == ETCD_INITIAL_CLUSTER));
@@ -712,6 +750,20 @@ spec:
             "dataDir: /var/lib/etcd\n    bootstrap: true\n",
         );
         assert!(e.contains("bootstrap"), "{e}");
+        for (schedule, field, problem) in [
+            ("{every: 0s, keep: 7}", "schedule.every", "at least 1s"),
+            ("{every: daily, keep: 7}", "schedule.every", "is not a duration"),
+            ("{every: 6h, keep: 0}", "schedule.keep", "between 1 and 1000"),
+        ] {
+            let e = bad(
+                "dataDir: /var/lib/etcd\n",
+                &format!("dataDir: /var/lib/etcd\n    snapshots: {{schedule: {schedule}}}\n"),
+            );
+            assert!(
+                e.contains(&format!("spec.etcdMember.snapshots.{field}")) && e.contains(problem),
+                "{e}"
+            );
+        }
         for (timeout, problem) in [("0s", "must be above 0"), ("soon", "is not a duration")] {
             let e = bad(
                 "dataDir: /var/lib/etcd\n",
@@ -734,12 +786,19 @@ spec:
             "{GOOD}{}",
             ETCD_MEMBER.replace(
                 "dataDir: /var/lib/etcd\n",
-                "dataDir: /var/lib/etcd\n    initialCluster: a=https://10.0.0.1:2380,b=https://10.0.0.2:2380\n    snapshots: {keep: 5, maxBytes: 1048576}\n    learnerCatchUpTimeout: 90s\n    handOffLeadership: false\n"
+                "dataDir: /var/lib/etcd\n    initialCluster: a=https://10.0.0.1:2380,b=https://10.0.0.2:2380\n    snapshots: {keep: 5, maxBytes: 1048576, schedule: {every: 6h, keep: 7}}\n    learnerCatchUpTimeout: 90s\n    handOffLeadership: false\n"
             )
         ))
         .unwrap();
         let e = ok.etcd_member.unwrap();
         assert_eq!((e.snapshots_keep, e.snapshot_max_bytes), (5, 1 << 20));
+        assert_eq!(
+            e.snapshot_schedule,
+            Some(crate::etcd_snapshot::Schedule {
+                every: std::time::Duration::from_secs(6 * 3600),
+                keep: 7
+            })
+        );
         assert!(e.initial_cluster.is_some());
         assert_eq!(e.learner_catch_up_timeout, std::time::Duration::from_secs(90));
         assert!(!e.hand_off_leadership);

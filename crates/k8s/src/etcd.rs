@@ -122,6 +122,11 @@ pub struct Endpoint {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EndpointStatus {
     pub member_id: u64,
+    pub cluster_id: u64,
+    /// The key-value store's revision this member has applied.
+    pub revision: i64,
+    /// The etcd server's version.
+    pub version: String,
     pub leader: u64,
     pub is_learner: bool,
     pub raft_index: u64,
@@ -197,15 +202,42 @@ struct MemberAdd {
     members: Vec<RawMember>,
 }
 
+/// One line of the gateway's snapshot stream.
+#[derive(Deserialize)]
+struct SnapshotMessage {
+    #[serde(default)]
+    result: Option<SnapshotChunk>,
+    #[serde(default)]
+    error: Option<StreamError>,
+}
+
+#[derive(Deserialize)]
+struct SnapshotChunk {
+    #[serde(default)]
+    blob: String,
+}
+
+#[derive(Deserialize)]
+struct StreamError {
+    #[serde(default)]
+    message: String,
+}
+
 #[derive(Deserialize)]
 struct Header {
     #[serde(default)]
     member_id: Option<String>,
+    #[serde(default)]
+    cluster_id: Option<String>,
+    #[serde(default)]
+    revision: Option<String>,
 }
 
 #[derive(Deserialize)]
 struct RawStatus {
     header: Header,
+    #[serde(default)]
+    version: String,
     #[serde(default)]
     leader: Option<String>,
     #[serde(rename = "isLearner", default)]
@@ -408,6 +440,89 @@ impl Endpoint {
         })
     }
 
+    /// etcd's `Snapshot`: the member's database streamed, then the sha256 of what was sent
+    /// (see [`kube_anchor_core::etcd_snapshot::INTEGRITY_HASH_LEN`]), each chunk handed to
+    /// `sink` as it arrives. The gateway writes one JSON object a line, `{"result": {"blob":
+    /// <base64>, ...}}` or `{"error": {...}}`. Returns the bytes received. `within` bounds the
+    /// whole transfer (this endpoint's timeout bounds each read).
+    pub async fn snapshot(
+        &self,
+        within: Duration,
+        sink: &mut (dyn FnMut(&[u8]) -> std::io::Result<()> + Send),
+    ) -> Result<u64, EtcdError> {
+        use futures::{AsyncBufReadExt as _, StreamExt as _};
+        const CALL: &str = "snapshot";
+        let failed = |reason: String| EtcdError::Call {
+            endpoint: self.url.clone(),
+            call: CALL,
+            reason,
+        };
+        let request = http::Request::post("/v3/maintenance/snapshot")
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(b"{}".to_vec())
+            .expect("a valid request");
+        let transfer = async {
+            let stream = match self.client.request_stream(request).await {
+                Ok(stream) => stream,
+                Err(e) if refuses_client(&e) => {
+                    return Err(EtcdError::Refused {
+                        endpoint: self.url.clone(),
+                        call: CALL,
+                        reason: kube_anchor_core::errors::error_chain(&e),
+                    });
+                }
+                Err(e) => return Err(failed(kube_anchor_core::errors::error_chain(&e))),
+            };
+            let stream = std::pin::pin!(stream);
+            let mut lines = stream.lines();
+            let mut received = 0u64;
+            while let Some(line) = lines.next().await {
+                let line = line.map_err(|e| failed(format!("reading the stream: {e}")))?;
+                if line.trim().is_empty() {
+                    continue;
+                }
+                let message: SnapshotMessage =
+                    serde_json::from_str(&line).map_err(|e| failed(format!("unexpected answer: {e}")))?;
+                if let Some(error) = message.error {
+                    return Err(failed(error.message.chars().take(512).collect()));
+                }
+                let Some(result) = message.result else {
+                    continue;
+                };
+                let blob = base64::engine::general_purpose::STANDARD
+                    .decode(result.blob.as_bytes())
+                    .map_err(|e| failed(format!("a chunk is not base64: {e}")))?;
+                sink(&blob).map_err(|e| failed(format!("writing the snapshot: {e}")))?;
+                received += blob.len() as u64;
+            }
+            Ok(received)
+        };
+        match tokio::time::timeout(within, transfer).await {
+            Ok(result) => result,
+            Err(_) => Err(failed(format!(
+                "not done within {}",
+                humantime::format_duration(within)
+            ))),
+        }
+    }
+
+    /// etcd's `Defragment` of this member: it stops serving while it rewrites its database.
+    pub async fn defragment(&self, within: Duration) -> Result<(), EtcdError> {
+        let request = http::Request::post("/v3/maintenance/defragment")
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(b"{}".to_vec())
+            .expect("a valid request");
+        let call = self.send::<serde_json::Value>("defragment", request);
+        match tokio::time::timeout(within, call).await {
+            Ok(result) => result.map(drop),
+            Err(_) => Err(EtcdError::Call {
+                endpoint: self.url.clone(),
+                call: "defragment",
+                reason: format!("not done within {}", humantime::format_duration(within)),
+            }),
+        }
+    }
+
     pub async fn status(&self) -> Result<EndpointStatus, EtcdError> {
         let raw: RawStatus = self
             .call("status", "/v3/maintenance/status", serde_json::json!({}))
@@ -421,6 +536,9 @@ impl Endpoint {
         };
         Ok(EndpointStatus {
             member_id: parse(&raw.header.member_id)?,
+            cluster_id: parse(&raw.header.cluster_id)?,
+            revision: parse(&raw.header.revision)? as i64,
+            version: raw.version,
             leader: parse(&raw.leader)?,
             is_learner: raw.is_learner,
             raft_index: parse(&raw.raft_index)?,
@@ -566,6 +684,9 @@ mod tests {
     fn a_raised_alarm_leaves_a_member_healthy_and_no_leader_does_not() {
         let status = |leader: u64, errors: &[&str]| EndpointStatus {
             member_id: 1,
+            cluster_id: 2,
+            revision: 1,
+            version: "3.6.8".into(),
             leader,
             is_learner: false,
             raft_index: 5,

@@ -16,6 +16,7 @@ use tokio::sync::watch;
 
 use crate::cli::RunArgs;
 use crate::engine::{ApplyReport, Engine, EngineError, Inputs, now_rfc3339};
+use crate::etcd_snapshots;
 use crate::metrics::Metrics;
 use crate::server::{self, Shared};
 use crate::shutdown;
@@ -201,7 +202,17 @@ struct Daemon {
     guard_error: Option<String>,
     /// The images of a waiting version being pulled, or whose pull failed.
     pulls: BTreeMap<String, ImagePull>,
+    /// When this node looks next whether a scheduled etcd snapshot is due (`None`: none
+    /// scheduled), the one being taken, the slot whose failure was announced, and the last
+    /// error of a look (logged at warn once).
+    snapshot_due: Option<tokio::time::Instant>,
+    snapshot_task: Option<(u64, SnapshotTask)>,
+    snapshot_failed_slot: Option<u64>,
+    snapshot_error: Option<String>,
 }
+
+/// A scheduled etcd snapshot being taken (`None`: its slot ended before it began).
+type SnapshotTask = tokio::task::JoinHandle<Result<Option<etcd_snapshots::Taken>, String>>;
 
 /// One image pull through the container runtime (`Daemon::images_not_ready`).
 enum ImagePull {
@@ -389,6 +400,10 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         guard_due: Some(tokio::time::Instant::now()),
         guard_error: None,
         pulls: BTreeMap::new(),
+        snapshot_due: Some(tokio::time::Instant::now()),
+        snapshot_task: None,
+        snapshot_failed_slot: None,
+        snapshot_error: None,
     };
     abort
         .around(async {
@@ -451,6 +466,7 @@ impl Daemon {
                     true = status_changed => self.publish_status().await,
                     _ = sleep_until_opt(self.status_due) => self.publish_status().await,
                     _ = sleep_until_opt(self.guard_due) => self.keep_drain_guard().await,
+                    _ = sleep_until_opt(self.snapshot_due) => self.keep_etcd_snapshots().await,
                     _ = sleep_opt(tick) => self.evaluate().await,
                     _ = sleep_until_opt(release_code_at) => {
                         release_code_at = None;
@@ -1568,6 +1584,124 @@ impl Daemon {
                     tracing::warn!(component = %self.component, error = %e, "cannot keep this node's drain guard (retrying)");
                 }
                 self.guard_error = Some(e);
+            }
+        }
+    }
+
+    /// Scheduled etcd snapshots (`spec.etcdMember.snapshots.schedule`, see
+    /// [`kube_anchor_core::etcd_snapshot`]): looks whether this node takes the current slot's
+    /// snapshot and, when it does, takes it on a task of its own; reports the one taken.
+    async fn keep_etcd_snapshots(&mut self) {
+        if let Some((slot, task)) = self.snapshot_task.take() {
+            if !task.is_finished() {
+                self.snapshot_task = Some((slot, task));
+                self.snapshot_due = Some(tokio::time::Instant::now() + Duration::from_secs(1));
+                return;
+            }
+            let result = task
+                .await
+                .unwrap_or_else(|e| Err(format!("the snapshot task failed: {e}")));
+            self.snapshot_taken(slot, result);
+        }
+        let pinned = self.args.expect_inputs.clone();
+        let Ok(inputs) = self.load_inputs(&pinned) else {
+            // The sync reports a bad config; looked at again later.
+            self.snapshot_due = Some(tokio::time::Instant::now() + Duration::from_secs(30));
+            return;
+        };
+        let Some(member) = inputs.anchor.etcd_member.clone() else {
+            self.snapshot_due = None;
+            return;
+        };
+        let taker = match etcd_snapshots::Taker::of(&self.engine, &inputs, &member) {
+            Ok(Some(taker)) => taker,
+            Ok(None) => {
+                self.shared.metrics.etcd_snapshot_interval.set(0);
+                // A config pushed later may schedule some.
+                self.snapshot_due = Some(tokio::time::Instant::now() + Duration::from_secs(60));
+                return;
+            }
+            Err(e) => {
+                self.snapshot_look_failed(e.to_string());
+                self.snapshot_due = Some(tokio::time::Instant::now() + Duration::from_secs(30));
+                return;
+            }
+        };
+        let every = taker.schedule.every;
+        self.snapshot_due = Some(tokio::time::Instant::now() + kube_anchor_core::etcd_snapshot::look_period(every));
+        self.shared.metrics.etcd_snapshot_interval.set(every.as_secs() as i64);
+        if self.shared.metrics.etcd_snapshot_last_success.get() == 0
+            && let Ok(names) = kube_anchor_host::etcd_data::list_snapshots(&taker.dir)
+            && let Some(at) = names
+                .iter()
+                .rev()
+                .find_map(|n| kube_anchor_core::etcd_snapshot::taken_at(n))
+        {
+            self.shared.metrics.etcd_snapshot_last_success.set(at as i64);
+        }
+        let decision = match etcd_snapshots::look(&member, &taker).await {
+            Ok(decision) => decision,
+            Err(e) => {
+                self.snapshot_look_failed(e.to_string());
+                return;
+            }
+        };
+        if self.snapshot_error.take().is_some() {
+            tracing::info!(component = %self.component, "scheduled snapshots: etcd answers again");
+        }
+        tracing::debug!(component = %self.component, ?decision, "scheduled snapshot");
+        if let kube_anchor_core::etcd_snapshot::Decision::Take { slot } = decision {
+            tracing::info!(component = %self.component, slot, dir = %taker.dir.display(), "taking the scheduled etcd snapshot of this slot");
+            let task = tokio::spawn(async move { etcd_snapshots::take(&taker, slot).await.map_err(|e| e.to_string()) });
+            self.snapshot_task = Some((slot, task));
+            self.snapshot_due = Some(tokio::time::Instant::now() + Duration::from_secs(1));
+        }
+    }
+
+    fn snapshot_look_failed(&mut self, e: String) {
+        if self.snapshot_error.as_deref() != Some(e.as_str()) {
+            tracing::warn!(component = %self.component, error = %e, "scheduled snapshots: cannot tell whether one is due (retrying)");
+        }
+        self.snapshot_error = Some(e);
+    }
+
+    fn snapshot_taken(&mut self, slot: u64, result: Result<Option<etcd_snapshots::Taken>, String>) {
+        let metrics = &self.shared.metrics;
+        match result {
+            Ok(None) => {
+                tracing::debug!(component = %self.component, slot, "the slot ended before its snapshot began: left to the next slot's taker");
+            }
+            Ok(Some(taken)) => {
+                metrics.etcd_snapshot_last_success.set(taken.taken_at as i64);
+                metrics.etcd_snapshot_last_bytes.set(taken.record.bytes as i64);
+                self.snapshot_failed_slot = None;
+                let note = format!(
+                    "etcd snapshot {} taken from member {} (cluster {}, revision {}, {} bytes, etcd's integrity hash verified){}",
+                    taken.path.display(),
+                    taken.record.member,
+                    taken.record.cluster_id,
+                    taken.record.revision,
+                    taken.record.bytes,
+                    if taken.pruned.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; removed the older {}", taken.pruned.join(", "))
+                    }
+                );
+                tracing::info!(component = %self.component, snapshot = %taken.path.display(), revision = taken.record.revision, bytes = taken.record.bytes, pruned = taken.pruned.len(), "scheduled etcd snapshot taken");
+                self.queue_event(false, "EtcdSnapshotTaken", note);
+            }
+            Err(e) => {
+                metrics.etcd_snapshot_failures.inc();
+                tracing::warn!(component = %self.component, slot, error = %e, "scheduled etcd snapshot failed; the snapshots already on the node are kept (retrying)");
+                if self.snapshot_failed_slot != Some(slot) {
+                    self.snapshot_failed_slot = Some(slot);
+                    self.queue_event(
+                        true,
+                        "EtcdSnapshotFailed",
+                        format!("the scheduled etcd snapshot failed (the snapshots already on the node are kept; retrying): {e}"),
+                    );
+                }
             }
         }
     }

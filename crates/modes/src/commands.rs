@@ -887,11 +887,13 @@ fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
         }
         None => None,
     };
+    let snapshots = scheduled_snapshots(&engine, &inputs);
     print_status(
         &report,
         record.as_ref(),
         learner.as_ref(),
         runtime.as_ref(),
+        snapshots.as_ref(),
         args.output,
     );
     Ok(if report.in_sync() {
@@ -1228,14 +1230,52 @@ fn print_runtime(view: &RuntimeView) {
     }
 }
 
+/// The scheduled etcd snapshots on the node, each checked (`None`: the config schedules none).
+struct ScheduledSnapshots {
+    schedule: kube_anchor_core::etcd_snapshot::Schedule,
+    dir: std::path::PathBuf,
+    found: Result<Vec<crate::etcd_snapshots::OnNode>, String>,
+}
+
+fn scheduled_snapshots(engine: &Engine, inputs: &Inputs) -> Option<ScheduledSnapshots> {
+    let member = inputs.anchor.etcd_member.as_ref()?;
+    let schedule = member.snapshot_schedule?;
+    let dir = match crate::etcd_snapshots::snapshot_dir(engine, &inputs.anchor.name) {
+        Ok(dir) => dir,
+        Err(e) => {
+            return Some(ScheduledSnapshots {
+                schedule,
+                dir: Default::default(),
+                found: Err(e.to_string()),
+            });
+        }
+    };
+    let found = crate::etcd_snapshots::on_node(&dir).map_err(|e| e.to_string());
+    Some(ScheduledSnapshots { schedule, dir, found })
+}
+
 fn print_status(
     r: &StatusReport,
     member: Option<&kube_anchor_core::membership::Record>,
     learner: Option<&Result<kube_anchor_core::membership::LearnerProgress, String>>,
     runtime: Option<&RuntimeView>,
+    snapshots: Option<&ScheduledSnapshots>,
     format: OutputFormat,
 ) {
-    let warnings = warnings(&[], r.set_aside.as_ref());
+    let mut warnings = warnings(&[], r.set_aside.as_ref());
+    if let Some(s) = snapshots {
+        match &s.found {
+            Ok(found) => {
+                warnings.extend(
+                    found
+                        .iter()
+                        .filter(|f| !f.good())
+                        .map(|f| format!("etcd snapshot {} cannot be restored from: {}", f.file, f.integrity)),
+                );
+            }
+            Err(e) => warnings.push(format!("etcd snapshots: {e}")),
+        }
+    }
     match format {
         OutputFormat::Json => {
             // The document schemas/status.v1.json describes (checked by tests/schema.rs).
@@ -1272,6 +1312,16 @@ fn print_status(
             }
             if let Some(view) = runtime {
                 out["runtime"] = json!(view);
+            }
+            if let Some(s) = snapshots {
+                let found = s.found.as_ref().map(Vec::as_slice).unwrap_or_default();
+                out["etcdSnapshots"] = json!({
+                    "every": humantime::format_duration(s.schedule.every).to_string(),
+                    "keep": s.schedule.keep,
+                    "dir": s.dir.display().to_string(),
+                    "lastGood": found.iter().find(|f| f.good()),
+                    "snapshots": found,
+                });
             }
             outln!("{out}");
         }
@@ -1349,6 +1399,28 @@ fn print_status(
                         l.attempts,
                         l.pod.as_deref().map(|p| format!(" by pod {p}")).unwrap_or_default()
                     );
+                }
+            }
+            if let Some(s) = snapshots {
+                outln!(
+                    "  etcd snapshots every {}, {} kept on each node, in {}",
+                    humantime::format_duration(s.schedule.every),
+                    s.schedule.keep,
+                    s.dir.display()
+                );
+                for f in s.found.as_deref().unwrap_or_default() {
+                    match &f.record {
+                        Some(rec) => outln!(
+                            "  snapshot      {} revision {} of cluster {} from {}, {} bytes: {}",
+                            rec.taken_at,
+                            rec.revision,
+                            rec.cluster_id,
+                            rec.member,
+                            rec.bytes,
+                            f.integrity
+                        ),
+                        None => outln!("  snapshot      {} (no record): {}", f.file, f.integrity),
+                    }
                 }
             }
             for f in &r.files {

@@ -180,7 +180,7 @@ pub(crate) fn me(inputs: &Inputs, member: &EtcdMember) -> Result<Me, MemberError
     })
 }
 
-fn own_client_url(inputs: &Inputs, member: &EtcdMember) -> Result<String, MemberError> {
+pub(crate) fn own_client_url(inputs: &Inputs, member: &EtcdMember) -> Result<String, MemberError> {
     kube_anchor_core::render::render(
         Path::new("clientURL"),
         member.client_url.as_bytes(),
@@ -192,7 +192,7 @@ fn own_client_url(inputs: &Inputs, member: &EtcdMember) -> Result<String, Member
     })
 }
 
-fn credentials(member: &EtcdMember) -> Result<Credentials, MemberError> {
+pub(crate) fn credentials(member: &EtcdMember) -> Result<Credentials, MemberError> {
     Ok(Credentials::read(
         &member.client_ca,
         &member.client_cert,
@@ -656,7 +656,7 @@ async fn peer_statuses(members: &[membership::Member], me: u64, creds: &Credenti
 
 /// Members whose own client URL answers a status with a leader and no errors but alarms
 /// ([`kube_anchor_k8s::etcd::EndpointStatus::healthy`]).
-async fn healthy_members(members: &[membership::Member], creds: &Credentials) -> BTreeSet<u64> {
+pub(crate) async fn healthy_members(members: &[membership::Member], creds: &Credentials) -> BTreeSet<u64> {
     let checks = members.iter().map(|m| async move {
         for url in &m.client_urls {
             let Ok(endpoint) = Endpoint::new(url, creds, Duration::from_secs(2)) else {
@@ -764,6 +764,7 @@ mod tests {
             data_dir: HostPath::parse("/var/lib/etcd").unwrap(),
             snapshots_keep: keep,
             snapshot_max_bytes: max_bytes,
+            snapshot_schedule: None,
             initial_cluster: None,
             learner_catch_up_timeout: kube_anchor_core::config::DEFAULT_LEARNER_CATCH_UP_TIMEOUT,
             hand_off_leadership: true,

@@ -1,7 +1,8 @@
 //! kube-anchor's modes, wired from the layers below: [`anchor`] (the `run` daemon), [`prestop`],
 //! [`checkpointer`], [`bootstrap_node`] (the first boot of a node), [`import`] (a kubeadm node
 //! to chart values) and [`commands`] (the CLI verbs, output, exit codes); [`engine`] (load →
-//! decide → execute → record) and [`etcd_member`] (join and leave, carried out) which they share;
+//! decide → execute → record), [`etcd_member`] (join and leave, carried out) and [`etcd_snapshots`]
+//! (scheduled snapshots, carried out) which they share;
 //! and the process around them: [`cli`], [`logging`], [`server`], [`metrics`], [`shutdown`].
 
 #![forbid(unsafe_code)]
@@ -14,6 +15,7 @@ mod cli;
 pub mod commands;
 pub mod engine;
 mod etcd_member;
+mod etcd_snapshots;
 mod fleet;
 mod import;
 mod kubelet_pre_start;

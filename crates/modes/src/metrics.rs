@@ -39,6 +39,12 @@ pub(crate) struct Metrics {
     pub restart_waits_for_images: Gauge,
     /// 1 while an operator holds this anchor (`kube-anchor pause`, or the Node's annotation).
     pub paused: Gauge,
+    /// Scheduled etcd snapshots (`snapshots.schedule`): the slot length (0: none scheduled), when
+    /// this node last wrote one that verified and its size, and the attempts that failed.
+    pub etcd_snapshot_interval: Gauge,
+    pub etcd_snapshot_last_success: Gauge,
+    pub etcd_snapshot_last_bytes: Gauge,
+    pub etcd_snapshot_failures: Counter,
     /// The earliest notAfter of the certificates in each credential file, by path.
     pub certificate_expiry: Family<Vec<(String, String)>, Gauge>,
     /// 1 for each credential renewed on the node and kept, by path, until the config carries it.
@@ -116,6 +122,26 @@ impl Metrics {
             "paused",
             "1 while an operator holds this anchor (kube-anchor pause on the node, or the Node annotation kube-anchor.io/paused): it writes, repairs, rolls back, joins and removes nothing",
             m.paused.clone(),
+        );
+        registry.register(
+            "etcd_snapshot_interval_seconds",
+            "The schedule of etcd snapshots: one snapshot of the cluster per this many seconds, taken by the healthy members' nodes in turn (0: none scheduled)",
+            m.etcd_snapshot_interval.clone(),
+        );
+        registry.register(
+            "etcd_snapshot_last_success_timestamp_seconds",
+            "Unix time at which this node last wrote a scheduled etcd snapshot whose integrity hash verified (0: none since the anchor started and none on the node)",
+            m.etcd_snapshot_last_success.clone(),
+        );
+        registry.register(
+            "etcd_snapshot_last_size_bytes",
+            "Size of the newest scheduled etcd snapshot this node wrote",
+            m.etcd_snapshot_last_bytes.clone(),
+        );
+        registry.register(
+            "etcd_snapshot_failures",
+            "Scheduled etcd snapshots this node was to take and could not (EtcdSnapshotFailed Events say why)",
+            m.etcd_snapshot_failures.clone(),
         );
         registry.register(
             "certificate_expiry_timestamp_seconds",
@@ -200,6 +226,10 @@ impl Metrics {
             restart_waits_for_skew: Gauge::default(),
             restart_waits_for_images: Gauge::default(),
             paused: Gauge::default(),
+            etcd_snapshot_interval: Gauge::default(),
+            etcd_snapshot_last_success: Gauge::default(),
+            etcd_snapshot_last_bytes: Gauge::default(),
+            etcd_snapshot_failures: Counter::default(),
             certificate_expiry: Family::default(),
             renewed_on_node: Family::default(),
         }
