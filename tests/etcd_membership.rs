@@ -1844,6 +1844,12 @@ fn scheduled_snapshots_rotate_over_the_healthy_members_verify_and_keep_the_count
         );
         fs::write(&path, config).unwrap();
     };
+    // n1's anchor is an anchor pod of the shared control plane: its AnchorStatus and Events.
+    let (_, ns, kubeconfig) = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        // The AnchorStatus CRD.
+        support::control_plane::shared().await.anchor_service_account().await;
+        anchor_pods(&["etcd-anchor-snapshots"]).await
+    });
     let mut metrics_ports = Vec::new();
     let mut daemons = Vec::new();
     for node in &nodes {
@@ -1851,8 +1857,15 @@ fn scheduled_snapshots_rotate_over_the_healthy_members_verify_and_keep_the_count
         let port = free_port();
         metrics_ports.push(port);
         let log = fs::File::create(node.log_dir.join(format!("{}-snapshots-anchor.log", node.name))).unwrap();
+        let mut command = node.command("run");
+        if node.name == "n1" {
+            command
+                .env("KUBECONFIG", &kubeconfig)
+                .env("POD_NAME", "etcd-anchor-snapshots")
+                .env("POD_NAMESPACE", &ns);
+        }
         daemons.push(Daemon(
-            node.command("run")
+            command
                 .arg("--listen")
                 .arg(format!("127.0.0.1:{port}"))
                 .stdout(log.try_clone().unwrap())
@@ -1924,6 +1937,56 @@ fn scheduled_snapshots_rotate_over_the_healthy_members_verify_and_keep_the_count
         .max()
         .unwrap();
     assert!(newest > 0);
+    // n1's newest in its AnchorStatus (`kube-anchor fleet` shows it), and an Event per snapshot.
+    let kubeconfig = PathBuf::from(&kubeconfig);
+    let published = RefCell::new(String::new());
+    Poll::new(Duration::from_secs(30), "n1's newest snapshot in its AnchorStatus")
+        .every(Duration::from_millis(500))
+        .context(|| published.borrow().clone())
+        .until(|| {
+            let out = support::kubectl::kubectl(
+                &kubeconfig,
+                &[
+                    "get",
+                    "anchorstatus",
+                    "n1.etcd",
+                    "-o",
+                    "jsonpath={.status.pod}|{.status.lastSnapshot}",
+                ],
+            );
+            *published.borrow_mut() = String::from_utf8_lossy(&out.stdout).into_owned();
+            let published = published.borrow();
+            let Some((pod, last)) = published.split_once('|') else {
+                return false;
+            };
+            let newest_here = scheduled_snapshots(&nodes[0]).last().map(|(n, _)| n.clone());
+            pod == "etcd-anchor-snapshots"
+                && newest_here.is_some_and(|n| {
+                    let record = check_snapshot(&nodes[0], &n);
+                    last == format!(
+                        "{} revision {}",
+                        record["takenAt"].as_str().unwrap(),
+                        record["revision"]
+                    )
+                })
+        });
+    let events = support::kubectl::kubectl_ok(
+        &kubeconfig,
+        &[
+            "get",
+            "events",
+            "-n",
+            &ns,
+            "--field-selector",
+            "reason=EtcdSnapshotTaken",
+            "-o",
+            "jsonpath={.items[*].message}",
+        ],
+    );
+    assert!(
+        events.contains("integrity hash verified") && events.contains(&format!("cluster {cluster_id}")),
+        "{events}"
+    );
 
     // n2's member stopped: the next snapshots are all n1's and n3's, still one per slot.
     nodes[1].stop_etcd();

@@ -98,6 +98,10 @@ pub struct NodeStatus {
     /// The anchor pod that published this.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<String>,
+    /// The newest scheduled etcd snapshot on the node (`<taken at> revision <n>`), set by the
+    /// daemon beside what the ledger says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_snapshot: Option<String>,
 }
 
 /// What the daemon knows beside the ledger.
@@ -152,6 +156,7 @@ impl NodeStatus {
                 .collect::<Vec<_>>()
                 .join(","),
             pod: daemon.pod.map(str::to_owned),
+            last_snapshot: None,
         }
     }
 

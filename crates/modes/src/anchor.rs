@@ -209,6 +209,8 @@ struct Daemon {
     snapshot_task: Option<(u64, SnapshotTask)>,
     snapshot_failed_slot: Option<u64>,
     snapshot_error: Option<String>,
+    /// The newest scheduled snapshot on the node, for `AnchorStatus`.
+    snapshot_newest: Option<String>,
 }
 
 /// A scheduled etcd snapshot being taken (`None`: its slot ended before it began).
@@ -404,6 +406,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         snapshot_task: None,
         snapshot_failed_slot: None,
         snapshot_error: None,
+        snapshot_newest: None,
     };
     abort
         .around(async {
@@ -1373,7 +1376,7 @@ impl Daemon {
             return;
         };
         let now = self.shared.snapshot();
-        let status = kube_anchor_core::node_status::NodeStatus::of(
+        let mut status = kube_anchor_core::node_status::NodeStatus::of(
             &ledger,
             kube_anchor_core::node_status::Daemon {
                 node,
@@ -1383,6 +1386,7 @@ impl Daemon {
                 reason: &now.reason,
             },
         );
+        status.last_snapshot = self.snapshot_newest.clone();
         // In place; or written already and the API has said nothing since.
         if seen.as_ref() == Some(&status)
             || self.status_published.as_ref() == Some(&(status.clone(), observed.generation))
@@ -1602,6 +1606,9 @@ impl Daemon {
                 .await
                 .unwrap_or_else(|e| Err(format!("the snapshot task failed: {e}")));
             self.snapshot_taken(slot, result);
+            if self.api_answers() {
+                self.publish_unpublished().await;
+            }
         }
         let pinned = self.args.expect_inputs.clone();
         let Ok(inputs) = self.load_inputs(&pinned) else {
@@ -1637,7 +1644,10 @@ impl Daemon {
                 .rev()
                 .find_map(|n| kube_anchor_core::etcd_snapshot::taken_at(n))
         {
+            // What an earlier anchor took here counts until this one takes its own.
             self.shared.metrics.etcd_snapshot_last_success.set(at as i64);
+            self.snapshot_newest = etcd_snapshots::newest_summary(&taker.dir);
+            self.status_due = Some(tokio::time::Instant::now());
         }
         let decision = match etcd_snapshots::look(&member, &taker).await {
             Ok(decision) => decision,
@@ -1689,6 +1699,8 @@ impl Daemon {
                     }
                 );
                 tracing::info!(component = %self.component, snapshot = %taken.path.display(), revision = taken.record.revision, bytes = taken.record.bytes, pruned = taken.pruned.len(), "scheduled etcd snapshot taken");
+                self.snapshot_newest = Some(etcd_snapshots::summary(&taken.record));
+                self.status_due = Some(tokio::time::Instant::now());
                 self.queue_event(false, "EtcdSnapshotTaken", note);
             }
             Err(e) => {

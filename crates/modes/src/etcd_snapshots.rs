@@ -212,3 +212,16 @@ pub(crate) fn on_node(dir: &std::path::Path) -> Result<Vec<OnNode>, etcd_data::D
     }
     Ok(found)
 }
+
+/// The newest scheduled snapshot in `dir` as `AnchorStatus` shows it (`<taken at> revision
+/// <n>`), from its record (written only once the file verified).
+pub(crate) fn newest_summary(dir: &std::path::Path) -> Option<String> {
+    let name = etcd_data::list_snapshots(dir).ok()?.pop()?;
+    let bytes = std::fs::read(dir.join(format!("{name}.json"))).ok()?;
+    let record: SnapshotRecord = serde_json::from_slice(&bytes).ok()?;
+    Some(summary(&record))
+}
+
+pub(crate) fn summary(record: &SnapshotRecord) -> String {
+    format!("{} revision {}", record.taken_at, record.revision)
+}

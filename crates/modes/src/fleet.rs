@@ -174,6 +174,18 @@ fn print_table(statuses: &[NodeStatus], rollouts: &[Rollout]) {
     if statuses.is_empty() {
         outln!("(no AnchorStatus objects: no anchor has published yet)");
     }
+    // The newest scheduled snapshot of each component, on whichever node holds it.
+    let mut snapshots: Vec<&NodeStatus> = statuses.iter().filter(|s| s.last_snapshot.is_some()).collect();
+    snapshots.sort_by(|a, b| (&a.component, &b.last_snapshot).cmp(&(&b.component, &a.last_snapshot)));
+    snapshots.dedup_by(|a, b| a.component == b.component);
+    for s in snapshots {
+        outln!(
+            "{}: newest scheduled snapshot {} on {}",
+            s.component,
+            s.last_snapshot.as_deref().unwrap_or_default(),
+            s.node
+        );
+    }
     for s in statuses.iter().filter(|s| !s.ready && !s.reason.is_empty()) {
         outln!("{} {}: not ready: {}", s.node, s.component, s.reason);
     }
