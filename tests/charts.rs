@@ -673,8 +673,22 @@ fn etcd_membership_renders_an_etcd_member_section_the_anchor_accepts() {
             keep: 7
         })
     );
+    // Defrag too (OpenShift's thresholds); `every: ""` never.
+    assert_eq!(
+        member.defrag,
+        Some(kube_anchor_core::etcd_defrag::DefragPolicy {
+            every: std::time::Duration::from_secs(600),
+            min_bytes: 100 << 20,
+            min_free_percent: 45
+        })
+    );
     let mut off = args.clone();
-    off.extend(["--set", "membership.snapshots.schedule.every="]);
+    off.extend([
+        "--set",
+        "membership.snapshots.schedule.every=",
+        "--set",
+        "membership.defrag.every=",
+    ]);
     let docs_off = render("etcd", &off);
     let config_off = of_kind(&docs_off, "ConfigMap")[0]["data"]["anchor.yaml"]
         .as_str()
@@ -683,7 +697,9 @@ fn etcd_membership_renders_an_etcd_member_section_the_anchor_accepts() {
     let anchor_off =
         kube_anchor_core::config::parse(Path::new("/etc/kube-anchor/config/anchor.yaml"), &config_off, &roots)
             .unwrap_or_else(|e| panic!("{e}\n{config_off}"));
-    assert_eq!(anchor_off.etcd_member.unwrap().snapshot_schedule, None, "{config_off}");
+    let member_off = anchor_off.etcd_member.unwrap();
+    assert_eq!(member_off.snapshot_schedule, None, "{config_off}");
+    assert_eq!(member_off.defrag, None, "{config_off}");
     let mut bad = args.clone();
     bad.extend(["--set", "membership.snapshots.schedule.every=daily"]);
     let err = refused(&helm(&[&["template", "rel", &chart("etcd")][..], &bad[..]].concat()));

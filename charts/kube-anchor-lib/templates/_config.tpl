@@ -46,6 +46,9 @@ spec:
 {{- with .schedule }}{{ if .every }}, schedule: {every: {{ .every | quote }}, keep: {{ .keep | int }}}{{ end }}{{ end -}}
     }
 {{- end }}
+{{- with $m.defrag }}{{ if .every }}
+    defrag: {every: {{ .every | quote }}, minBytes: {{ .minBytes | int64 }}, minFreePercent: {{ .minFreePercent | int }}}
+{{- end }}{{ end }}
 {{- with $m.learnerCatchUpTimeout }}
     learnerCatchUpTimeout: {{ . | quote }}
 {{- end }}

@@ -196,6 +196,8 @@ pub struct EtcdMember {
     /// Scheduled snapshots (`snapshots.schedule`), bounded by `snapshot_max_bytes` too; `None`:
     /// none taken.
     pub snapshot_schedule: Option<crate::etcd_snapshot::Schedule>,
+    /// Rolling defragmentation (`defrag`); `None`: the anchor never defragments.
+    pub defrag: Option<crate::etcd_defrag::DefragPolicy>,
     /// This node may start a new cluster: it is named in `initial_cluster` (state `new`).
     pub initial_cluster: Option<String>,
     /// How long a learner may take to catch up before a Warning Event says how far behind it is.
@@ -266,6 +268,16 @@ struct RawEtcdMember {
     learner_catch_up_timeout: Option<String>,
     #[serde(default = "yes")]
     hand_off_leadership: bool,
+    #[serde(default)]
+    defrag: Option<RawDefrag>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawDefrag {
+    every: String,
+    min_bytes: u64,
+    min_free_percent: u8,
 }
 
 #[derive(Deserialize)]
@@ -540,6 +552,32 @@ fn etcd_member(
             })
         }
     };
+    let defrag = match &e.defrag {
+        None => None,
+        Some(d) => {
+            let every = match humantime::parse_duration(&d.every) {
+                Ok(every) if every >= std::time::Duration::from_secs(1) => every,
+                Ok(_) => return Err(invalid(&format!("{F}.defrag.every"), "must be at least 1s".into())),
+                Err(err) => {
+                    return Err(invalid(
+                        &format!("{F}.defrag.every"),
+                        format!("{:?} is not a duration like \"10m\": {err}", d.every),
+                    ));
+                }
+            };
+            if d.min_free_percent == 0 || d.min_free_percent > 100 {
+                return Err(invalid(
+                    &format!("{F}.defrag.minFreePercent"),
+                    "must be between 1 and 100".into(),
+                ));
+            }
+            Some(crate::etcd_defrag::DefragPolicy {
+                every,
+                min_bytes: d.min_bytes,
+                min_free_percent: d.min_free_percent,
+            })
+        }
+    };
     let learner_catch_up_timeout = match &e.learner_catch_up_timeout {
         None => DEFAULT_LEARNER_CATCH_UP_TIMEOUT,
         Some(text) => match humantime::parse_duration(text) {
@@ -567,6 +605,7 @@ fn etcd_member(
         snapshots_keep: e.snapshots.keep,
         snapshot_max_bytes: e.snapshots.max_bytes,
         snapshot_schedule,
+        defrag,
         learner_catch_up_timeout,
         hand_off_leadership: e.hand_off_leadership,
         initial_cluster: e.initial_cluster,
@@ -764,6 +803,27 @@ spec:
                 "{e}"
             );
         }
+        for (defrag, field, problem) in [
+            (
+                "{every: 10m, minBytes: 1, minFreePercent: 0}",
+                "defrag.minFreePercent",
+                "between 1 and 100",
+            ),
+            (
+                "{every: often, minBytes: 1, minFreePercent: 45}",
+                "defrag.every",
+                "is not a duration",
+            ),
+        ] {
+            let e = bad(
+                "dataDir: /var/lib/etcd\n",
+                &format!("dataDir: /var/lib/etcd\n    defrag: {defrag}\n"),
+            );
+            assert!(
+                e.contains(&format!("spec.etcdMember.{field}")) && e.contains(problem),
+                "{e}"
+            );
+        }
         for (timeout, problem) in [("0s", "must be above 0"), ("soon", "is not a duration")] {
             let e = bad(
                 "dataDir: /var/lib/etcd\n",
@@ -786,7 +846,7 @@ spec:
             "{GOOD}{}",
             ETCD_MEMBER.replace(
                 "dataDir: /var/lib/etcd\n",
-                "dataDir: /var/lib/etcd\n    initialCluster: a=https://10.0.0.1:2380,b=https://10.0.0.2:2380\n    snapshots: {keep: 5, maxBytes: 1048576, schedule: {every: 6h, keep: 7}}\n    learnerCatchUpTimeout: 90s\n    handOffLeadership: false\n"
+                "dataDir: /var/lib/etcd\n    initialCluster: a=https://10.0.0.1:2380,b=https://10.0.0.2:2380\n    snapshots: {keep: 5, maxBytes: 1048576, schedule: {every: 6h, keep: 7}}\n    defrag: {every: 10m, minBytes: 104857600, minFreePercent: 45}\n    learnerCatchUpTimeout: 90s\n    handOffLeadership: false\n"
             )
         ))
         .unwrap();
@@ -797,6 +857,14 @@ spec:
             Some(crate::etcd_snapshot::Schedule {
                 every: std::time::Duration::from_secs(6 * 3600),
                 keep: 7
+            })
+        );
+        assert_eq!(
+            e.defrag,
+            Some(crate::etcd_defrag::DefragPolicy {
+                every: std::time::Duration::from_secs(600),
+                min_bytes: 100 << 20,
+                min_free_percent: 45
             })
         );
         assert!(e.initial_cluster.is_some());

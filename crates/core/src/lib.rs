@@ -14,6 +14,7 @@ pub mod desired;
 pub mod digest;
 pub mod drain_guard;
 pub mod errors;
+pub mod etcd_defrag;
 pub mod etcd_snapshot;
 pub mod history;
 pub mod hostpath;

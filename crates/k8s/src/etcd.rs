@@ -127,6 +127,10 @@ pub struct EndpointStatus {
     pub revision: i64,
     /// The etcd server's version.
     pub version: String,
+    /// The database file's size, and the part of it in use (the rest is free pages a defrag
+    /// gives back).
+    pub db_size: u64,
+    pub db_size_in_use: u64,
     pub leader: u64,
     pub is_learner: bool,
     pub raft_index: u64,
@@ -238,6 +242,10 @@ struct RawStatus {
     header: Header,
     #[serde(default)]
     version: String,
+    #[serde(rename = "dbSize", default)]
+    db_size: Option<String>,
+    #[serde(rename = "dbSizeInUse", default)]
+    db_size_in_use: Option<String>,
     #[serde(default)]
     leader: Option<String>,
     #[serde(rename = "isLearner", default)]
@@ -539,6 +547,8 @@ impl Endpoint {
             cluster_id: parse(&raw.header.cluster_id)?,
             revision: parse(&raw.header.revision)? as i64,
             version: raw.version,
+            db_size: parse(&raw.db_size)?,
+            db_size_in_use: parse(&raw.db_size_in_use)?,
             leader: parse(&raw.leader)?,
             is_learner: raw.is_learner,
             raft_index: parse(&raw.raft_index)?,
@@ -687,6 +697,8 @@ mod tests {
             cluster_id: 2,
             revision: 1,
             version: "3.6.8".into(),
+            db_size: 20480,
+            db_size_in_use: 16384,
             leader,
             is_learner: false,
             raft_index: 5,

@@ -562,6 +562,14 @@ impl RolloutLease {
         Ok(self.nodes.get_opt(by).await?.is_none())
     }
 
+    /// The node holding a rollout turn, of any component (the control plane's Lease) or of
+    /// this one (its own), if one is held.
+    pub async fn holder(&self) -> Result<Option<String>, kube::Error> {
+        let (shared, own) = self.read().await?;
+        let views = self.views(shared_view(shared.as_ref()), own.as_ref());
+        Ok(views.iter().find_map(|v| v.holder().map(str::to_owned)))
+    }
+
     /// Whether this node holds the turn for this component (a restarted anchor picks it up, or
     /// gives it back).
     pub async fn held_here(&self) -> Result<bool, kube::Error> {

@@ -16,10 +16,10 @@ use tokio::sync::watch;
 
 use crate::cli::RunArgs;
 use crate::engine::{ApplyReport, Engine, EngineError, Inputs, now_rfc3339};
-use crate::etcd_snapshots;
 use crate::metrics::Metrics;
 use crate::server::{self, Shared};
 use crate::shutdown;
+use crate::{etcd_defrag, etcd_snapshots};
 use kube_anchor_core::change::DATA_LINK;
 use kube_anchor_core::desired::Desired;
 use kube_anchor_core::drain_guard as guard;
@@ -211,10 +211,18 @@ struct Daemon {
     snapshot_error: Option<String>,
     /// The newest scheduled snapshot on the node, for `AnchorStatus`.
     snapshot_newest: Option<String>,
+    /// When this node looks next whether its etcd member is defragmented (`None`: no `defrag`
+    /// in the config), the defrag under way, and why the member waits (logged when it changes).
+    defrag_due: Option<tokio::time::Instant>,
+    defrag_task: Option<DefragTask>,
+    defrag_waits: Option<String>,
 }
 
 /// A scheduled etcd snapshot being taken (`None`: its slot ended before it began).
 type SnapshotTask = tokio::task::JoinHandle<Result<Option<etcd_snapshots::Taken>, String>>;
+
+/// A defrag of this node's etcd member under way.
+type DefragTask = tokio::task::JoinHandle<Result<etcd_defrag::Defragged, String>>;
 
 /// One image pull through the container runtime (`Daemon::images_not_ready`).
 enum ImagePull {
@@ -407,6 +415,9 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         snapshot_failed_slot: None,
         snapshot_error: None,
         snapshot_newest: None,
+        defrag_due: Some(tokio::time::Instant::now()),
+        defrag_task: None,
+        defrag_waits: None,
     };
     abort
         .around(async {
@@ -470,6 +481,7 @@ impl Daemon {
                     _ = sleep_until_opt(self.status_due) => self.publish_status().await,
                     _ = sleep_until_opt(self.guard_due) => self.keep_drain_guard().await,
                     _ = sleep_until_opt(self.snapshot_due) => self.keep_etcd_snapshots().await,
+                    _ = sleep_until_opt(self.defrag_due) => self.keep_etcd_defragmented().await,
                     _ = sleep_opt(tick) => self.evaluate().await,
                     _ = sleep_until_opt(release_code_at) => {
                         release_code_at = None;
@@ -1610,6 +1622,11 @@ impl Daemon {
                 self.publish_unpublished().await;
             }
         }
+        if self.defrag_task.is_some() {
+            // The member answers nothing while it is defragmented.
+            self.snapshot_due = Some(tokio::time::Instant::now() + Duration::from_secs(1));
+            return;
+        }
         let pinned = self.args.expect_inputs.clone();
         let Ok(inputs) = self.load_inputs(&pinned) else {
             // The sync reports a bad config; looked at again later.
@@ -1665,6 +1682,161 @@ impl Daemon {
             let task = tokio::spawn(async move { etcd_snapshots::take(&taker, slot).await.map_err(|e| e.to_string()) });
             self.snapshot_task = Some((slot, task));
             self.snapshot_due = Some(tokio::time::Instant::now() + Duration::from_secs(1));
+        }
+    }
+
+    /// Rolling defragmentation (`spec.etcdMember.defrag`, see
+    /// [`kube_anchor_core::etcd_defrag`]): looks whether this node's member is defragmented now
+    /// and, when it is, does it on a task of its own; reports the one done.
+    async fn keep_etcd_defragmented(&mut self) {
+        if let Some(task) = self.defrag_task.take() {
+            if !task.is_finished() {
+                self.defrag_task = Some(task);
+                self.defrag_due = Some(tokio::time::Instant::now() + Duration::from_secs(1));
+                return;
+            }
+            let result = task
+                .await
+                .unwrap_or_else(|e| Err(format!("the defrag task failed: {e}")));
+            self.defragged(result);
+            if self.api_answers() {
+                self.publish_unpublished().await;
+            }
+        }
+        let pinned = self.args.expect_inputs.clone();
+        let Ok(inputs) = self.load_inputs(&pinned) else {
+            self.defrag_due = Some(tokio::time::Instant::now() + Duration::from_secs(30));
+            return;
+        };
+        let Some(member) = inputs.anchor.etcd_member.clone() else {
+            self.defrag_due = None;
+            return;
+        };
+        let defragger = match etcd_defrag::Defragger::of(&inputs, &member) {
+            Ok(Some(d)) => d,
+            Ok(None) => {
+                self.defrag_due = Some(tokio::time::Instant::now() + Duration::from_secs(60));
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(component = %self.component, error = %e, "defrag: cannot read the member's settings");
+                self.defrag_due = Some(tokio::time::Instant::now() + Duration::from_secs(30));
+                return;
+            }
+        };
+        self.defrag_due = Some(tokio::time::Instant::now() + defragger.policy.every);
+        let members = match defragger.observe().await {
+            Ok(members) => members,
+            Err(e) => {
+                self.defrag_waiting(Some(format!("etcd cannot be asked: {e}")));
+                return;
+            }
+        };
+        if let Some(me) = members.iter().find(|m| m.name == defragger.member_name) {
+            self.shared.metrics.etcd_db_size.set(me.db_size as i64);
+            self.shared.metrics.etcd_db_size_in_use.set(me.db_size_in_use as i64);
+        }
+        let held = self.defrag_held().await;
+        let facts = kube_anchor_core::etcd_defrag::Facts {
+            me: defragger.member_name.clone(),
+            members,
+            held,
+        };
+        match kube_anchor_core::etcd_defrag::decide(&facts, &defragger.policy) {
+            kube_anchor_core::etcd_defrag::Decision::NotNeeded => self.defrag_waiting(None),
+            kube_anchor_core::etcd_defrag::Decision::Wait(why) => {
+                self.defrag_waiting(Some(why));
+                // Looked at again soon: the member before it may be done in seconds.
+                self.defrag_due =
+                    Some(tokio::time::Instant::now() + defragger.policy.every.min(Duration::from_secs(5)));
+            }
+            kube_anchor_core::etcd_defrag::Decision::Defrag { hand_off } => {
+                self.defrag_waiting(None);
+                tracing::info!(component = %self.component, member = %defragger.member_name, hand_off, "defragmenting this node's etcd member");
+                let task = tokio::spawn(async move {
+                    etcd_defrag::defragment(&defragger, &inputs, &member, hand_off)
+                        .await
+                        .map_err(|e| e.to_string())
+                });
+                self.defrag_task = Some(task);
+                self.defrag_due = Some(tokio::time::Instant::now() + Duration::from_secs(1));
+            }
+        }
+    }
+
+    /// Why no member may be restarted now, as far as this node knows: an operator's pause, a
+    /// version of the component rolling out here, a snapshot being taken here, a rollout turn
+    /// held anywhere (the Lease, when the API answers).
+    async fn defrag_held(&mut self) -> Option<String> {
+        if let Some(pause) = self.engine.ledger(&self.component).ok().and_then(|l| self.pause(&l)) {
+            return Some(format!("the anchor is paused ({pause})"));
+        }
+        // A version on trial is judged by its member's answers, which a defrag stops for a
+        // while. An anchor with no source to judge by (no API, runtime or health URL) never
+        // ends a trial, and nothing it could see would mislead it.
+        let judges = self.api_wanted || self.runtime.is_some() || self.health.is_some();
+        if self.machine.waits_for_lease() || (judges && self.machine.busy()) {
+            return Some("a version of the component is rolling out on this node".into());
+        }
+        if self.snapshot_task.is_some() {
+            return Some("a snapshot is being taken on this node".into());
+        }
+        if let Some(lease) = &self.rollout_lease {
+            match lease.holder().await {
+                Ok(Some(holder)) => return Some(format!("node {holder} holds the rollout turn")),
+                Ok(None) => {}
+                Err(e) => return Some(format!("the rollout Lease cannot be read: {e}")),
+            }
+        }
+        None
+    }
+
+    fn defrag_waiting(&mut self, why: Option<String>) {
+        self.shared.metrics.etcd_defrag_waiting.set(i64::from(why.is_some()));
+        if why != self.defrag_waits {
+            match &why {
+                Some(why) => {
+                    tracing::info!(component = %self.component, reason = %why, "the etcd member is above the defrag thresholds and waits")
+                }
+                None if self.defrag_waits.is_some() => {
+                    tracing::info!(component = %self.component, "the etcd member waits for no defrag any more")
+                }
+                None => {}
+            }
+        }
+        self.defrag_waits = why;
+    }
+
+    fn defragged(&mut self, result: Result<etcd_defrag::Defragged, String>) {
+        let metrics = &self.shared.metrics;
+        match result {
+            Ok(d) => {
+                metrics.etcd_defrags.inc();
+                metrics.etcd_defrag_last_duration.set(d.took.as_secs_f64());
+                metrics.etcd_db_size.set(d.after as i64);
+                let note = format!(
+                    "defragmented this node's etcd member in {:.1}s: database {} -> {} bytes ({} in use before){}",
+                    d.took.as_secs_f64(),
+                    d.before,
+                    d.after,
+                    d.in_use_before,
+                    d.hand_off
+                        .as_deref()
+                        .map(|h| format!("; first: {h}"))
+                        .unwrap_or_default()
+                );
+                tracing::info!(component = %self.component, before = d.before, after = d.after, took_seconds = d.took.as_secs_f64(), "etcd member defragmented");
+                self.queue_event(false, "EtcdDefragmented", note);
+            }
+            Err(e) => {
+                metrics.etcd_defrag_failures.inc();
+                tracing::warn!(component = %self.component, error = %e, "defrag of this node's etcd member failed");
+                self.queue_event(
+                    true,
+                    "EtcdDefragFailed",
+                    format!("the defrag of this node's etcd member failed: {e}"),
+                );
+            }
         }
     }
 

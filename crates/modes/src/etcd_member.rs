@@ -765,6 +765,7 @@ mod tests {
             snapshots_keep: keep,
             snapshot_max_bytes: max_bytes,
             snapshot_schedule: None,
+            defrag: None,
             initial_cluster: None,
             learner_catch_up_timeout: kube_anchor_core::config::DEFAULT_LEARNER_CATCH_UP_TIMEOUT,
             hand_off_leadership: true,

@@ -45,6 +45,16 @@ pub(crate) struct Metrics {
     pub etcd_snapshot_last_success: Gauge,
     pub etcd_snapshot_last_bytes: Gauge,
     pub etcd_snapshot_failures: Counter,
+    /// This node's etcd member's database (`defrag` in the config): its size and the part in
+    /// use, as of the last look; the defrags done here and the last one's length.
+    pub etcd_db_size: Gauge,
+    pub etcd_db_size_in_use: Gauge,
+    pub etcd_defrags: Counter,
+    pub etcd_defrag_failures: Counter,
+    pub etcd_defrag_last_duration: Gauge<f64, AtomicU64>,
+    /// 1 while this member is above the defrag thresholds and waits for its turn (the log says
+    /// why).
+    pub etcd_defrag_waiting: Gauge,
     /// The earliest notAfter of the certificates in each credential file, by path.
     pub certificate_expiry: Family<Vec<(String, String)>, Gauge>,
     /// 1 for each credential renewed on the node and kept, by path, until the config carries it.
@@ -144,6 +154,36 @@ impl Metrics {
             m.etcd_snapshot_failures.clone(),
         );
         registry.register(
+            "etcd_db_size_bytes",
+            "Size of this node's etcd member's database file, as of the anchor's last look (defrag configured)",
+            m.etcd_db_size.clone(),
+        );
+        registry.register(
+            "etcd_db_size_in_use_bytes",
+            "The part of this node's etcd member's database in use; the rest is free pages a defrag gives back",
+            m.etcd_db_size_in_use.clone(),
+        );
+        registry.register(
+            "etcd_defrags",
+            "Defrags of this node's etcd member the anchor made (EtcdDefragmented Events give sizes and lengths)",
+            m.etcd_defrags.clone(),
+        );
+        registry.register(
+            "etcd_defrag_failures",
+            "Defrags of this node's etcd member that failed (EtcdDefragFailed Events say why)",
+            m.etcd_defrag_failures.clone(),
+        );
+        registry.register(
+            "etcd_defrag_last_duration_seconds",
+            "How long the last defrag of this node's etcd member took",
+            m.etcd_defrag_last_duration.clone(),
+        );
+        registry.register(
+            "etcd_defrag_waiting",
+            "1 while this node's etcd member is above the defrag thresholds and waits for its turn (another member first, one unhealthy or behind, a learner, a rollout turn held)",
+            m.etcd_defrag_waiting.clone(),
+        );
+        registry.register(
             "certificate_expiry_timestamp_seconds",
             "Unix time at which the earliest certificate of a credential file (also one embedded in a kubeconfig) expires",
             m.certificate_expiry.clone(),
@@ -230,6 +270,12 @@ impl Metrics {
             etcd_snapshot_last_success: Gauge::default(),
             etcd_snapshot_last_bytes: Gauge::default(),
             etcd_snapshot_failures: Counter::default(),
+            etcd_db_size: Gauge::default(),
+            etcd_db_size_in_use: Gauge::default(),
+            etcd_defrags: Counter::default(),
+            etcd_defrag_failures: Counter::default(),
+            etcd_defrag_last_duration: Gauge::default(),
+            etcd_defrag_waiting: Gauge::default(),
             certificate_expiry: Family::default(),
             renewed_on_node: Family::default(),
         }
