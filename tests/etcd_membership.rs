@@ -2082,6 +2082,19 @@ fn scheduled_snapshots_rotate_over_the_healthy_members_verify_and_keep_the_count
     );
     assert_eq!(left.len(), kept_names.len(), "no partial file left: {left:?}");
     drop(daemons);
+
+    // An operator's snapshot (`kube-anchor snapshot`) from n1, kept with the scheduled ones.
+    let before = scheduled_snapshots(&nodes[0]);
+    let out = nodes[0].command("snapshot").args(["--keep", "5"]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("integrity hash verified"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let after = scheduled_snapshots(&nodes[0]);
+    assert_eq!(after.len(), before.len() + 1, "{before:?} then {after:?}");
+    check_snapshot(&nodes[0], &after.last().unwrap().0);
     for node in &mut nodes {
         node.stop_etcd();
     }
@@ -2257,6 +2270,24 @@ fn a_rolling_defrag_shrinks_every_member_one_at_a_time_the_leader_last() {
         let log = fs::read_to_string(node.log_dir.join(format!("{}-defrag-anchor.log", node.name))).unwrap();
         assert!(log.contains("etcd member defragmented"), "{}: {log}", node.name);
     }
+
+    // An operator's defrag (`kube-anchor defrag`): below the thresholds it goes on; with another
+    // member down it is refused, naming it, and the member keeps answering.
+    bed.wait_healthy(3);
+    let out = nodes[1].command("defrag").output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("defragmented member n2"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    nodes[2].stop_etcd();
+    let out = nodes[1].command("defrag").output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("member n3 is not healthy") && stderr.contains("not defragmented"),
+        "{stderr}"
+    );
     for node in &mut nodes {
         node.stop_etcd();
     }

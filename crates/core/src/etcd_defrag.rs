@@ -81,34 +81,8 @@ pub fn decide(facts: &Facts, policy: &DefragPolicy) -> Decision {
     if !me.fragmented(policy) {
         return Decision::NotNeeded;
     }
-    if let Some(held) = &facts.held {
-        return Decision::Wait(held.clone());
-    }
-    if let Some(learner) = facts.members.iter().find(|m| m.is_learner) {
-        return Decision::Wait(format!("learner {} is catching up", learner.name));
-    }
-    if let Some(down) = facts.members.iter().find(|m| !m.healthy) {
-        return Decision::Wait(format!("member {} is not healthy", down.name));
-    }
-    let newest = facts.members.iter().map(|m| m.applied_index).max().unwrap_or(0);
-    if let Some(behind) = facts
-        .members
-        .iter()
-        .find(|m| newest.saturating_sub(m.applied_index) > HAND_OFF_MAX_LAG)
-    {
-        return Decision::Wait(format!(
-            "member {} is {} entries behind",
-            behind.name,
-            newest - behind.applied_index
-        ));
-    }
-    let voters = facts.members.len();
-    // The voters left while this one is busy must still be a quorum of all of them.
-    if voters - 1 < voters / 2 + 1 {
-        return Decision::Wait(format!(
-            "{voters} voter(s): the cluster cannot lose one for the defrag (quorum {})",
-            voters / 2 + 1
-        ));
+    if let Err(why) = affordable(facts) {
+        return Decision::Wait(why);
     }
     let mut turn: Vec<&MemberView> = facts.members.iter().filter(|m| m.fragmented(policy)).collect();
     // Followers by name, the leader last.
@@ -118,6 +92,52 @@ pub fn decide(facts: &Facts, policy: &DefragPolicy) -> Decision {
         return Decision::Wait(format!("member {} goes first", first.name));
     }
     Decision::Defrag { hand_off: me.leads }
+}
+
+/// An operator's defrag of this node's member (`kube-anchor defrag`): the thresholds and the
+/// turn order are the operator's choice, the cluster's margin is not.
+pub fn on_demand(facts: &Facts) -> Decision {
+    let Some(me) = facts.members.iter().find(|m| m.name == facts.me) else {
+        return Decision::Wait(format!("{} is not in the member list", facts.me));
+    };
+    match affordable(facts) {
+        Ok(()) => Decision::Defrag { hand_off: me.leads },
+        Err(why) => Decision::Wait(why),
+    }
+}
+
+/// Whether the cluster can spare one member for a defrag now (why not).
+fn affordable(facts: &Facts) -> Result<(), String> {
+    if let Some(held) = &facts.held {
+        return Err(held.clone());
+    }
+    if let Some(learner) = facts.members.iter().find(|m| m.is_learner) {
+        return Err(format!("learner {} is catching up", learner.name));
+    }
+    if let Some(down) = facts.members.iter().find(|m| !m.healthy) {
+        return Err(format!("member {} is not healthy", down.name));
+    }
+    let newest = facts.members.iter().map(|m| m.applied_index).max().unwrap_or(0);
+    if let Some(behind) = facts
+        .members
+        .iter()
+        .find(|m| newest.saturating_sub(m.applied_index) > HAND_OFF_MAX_LAG)
+    {
+        return Err(format!(
+            "member {} is {} entries behind",
+            behind.name,
+            newest - behind.applied_index
+        ));
+    }
+    let voters = facts.members.len();
+    // The voters left while this one is busy must still be a quorum of all of them.
+    if voters - 1 < voters / 2 + 1 {
+        return Err(format!(
+            "{voters} voter(s): the cluster cannot lose one for the defrag (quorum {})",
+            voters / 2 + 1
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -223,6 +243,27 @@ mod tests {
             decide(&f, &p),
             Decision::Wait("node cp-2 holds the rollout turn".into())
         );
+    }
+
+    #[test]
+    fn an_operators_defrag_skips_the_thresholds_and_the_turn_not_the_margin() {
+        let mut members = three();
+        members[2] = member("c", false, 10, 10);
+        assert_eq!(
+            on_demand(&facts("c", members.clone())),
+            Decision::Defrag { hand_off: false }
+        );
+        assert_eq!(
+            on_demand(&facts("a", members.clone())),
+            Decision::Defrag { hand_off: true }
+        );
+        members[1].healthy = false;
+        assert_eq!(
+            on_demand(&facts("c", members)),
+            Decision::Wait("member b is not healthy".into())
+        );
+        let two: Vec<MemberView> = three().into_iter().take(2).collect();
+        assert!(matches!(on_demand(&facts("a", two)), Decision::Wait(w) if w.contains("cannot lose one")));
     }
 
     #[test]

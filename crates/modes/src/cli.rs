@@ -92,6 +92,15 @@ pub enum Command {
     Pause(PauseArgs),
     /// Let an anchor held by `pause` go on: its next look (within 10 s) syncs again.
     Resume(ResumeArgs),
+    /// Take a snapshot of this node's etcd member now (`spec.etcdMember`): streamed from the
+    /// member, checked against etcd's integrity hash, kept beside the scheduled ones with its
+    /// record, the oldest beyond the schedule's count removed. Nothing else changes.
+    Snapshot(SnapshotArgs),
+    /// Defragment this node's etcd member now, whatever its size, when the cluster can spare it
+    /// for a while: every other member healthy and caught up, no learner, enough voters left for
+    /// a quorum. A leader hands its leadership off first. Refused with the reason otherwise
+    /// (exit 1). The rollout Lease is not read: run it between rollouts.
+    Defrag(DefragArgs),
     /// The step the kubelet runs before it starts (a systemd drop-in's ExecStartPre, written by
     /// `--install`): a version of etcd or kube-apiserver left on trial, with no API server
     /// answering the kubelet, goes back to last-known-good before the kubelet reads it (a kubelet
@@ -366,6 +375,25 @@ pub struct PauseArgs {
     /// Why (status, /readyz and AnchorStatus show it).
     #[arg(long)]
     pub reason: String,
+}
+
+#[derive(Debug, Args)]
+pub struct SnapshotArgs {
+    #[arg(long, env = "KUBE_ANCHOR_CONFIG")]
+    pub config: PathBuf,
+    #[command(flatten)]
+    pub node: NodeArgs,
+    /// Snapshots kept on the node, this one included (default: the schedule's `keep`, else 7).
+    #[arg(long)]
+    pub keep: Option<usize>,
+}
+
+#[derive(Debug, Args)]
+pub struct DefragArgs {
+    #[arg(long, env = "KUBE_ANCHOR_CONFIG")]
+    pub config: PathBuf,
+    #[command(flatten)]
+    pub node: NodeArgs,
 }
 
 #[derive(Debug, Args)]

@@ -11,8 +11,9 @@ use clap::{CommandFactory, Parser};
 use serde_json::json;
 
 use crate::cli::{
-    ApplyArgs, BootstrapArgs, CheckExpirationArgs, Cli, Command, ComponentArgs, ImportArgs, NodeArgs, OutputFormat,
-    PauseArgs, ProbeArgs, ProbeEndpoint, RemoveArgs, ResumeArgs, RetryArgs, RollbackArgs, StatusArgs,
+    ApplyArgs, BootstrapArgs, CheckExpirationArgs, Cli, Command, ComponentArgs, DefragArgs, ImportArgs, NodeArgs,
+    OutputFormat, PauseArgs, ProbeArgs, ProbeEndpoint, RemoveArgs, ResumeArgs, RetryArgs, RollbackArgs, SnapshotArgs,
+    StatusArgs,
 };
 use crate::engine::{ApplyReport, Engine, Inputs, Preview, PreviewAction, PreviewChange, RemoveReport, StatusReport};
 use crate::logging;
@@ -82,6 +83,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Retry(args) => retry(args),
         Command::Pause(args) => pause(args),
         Command::Resume(args) => resume(args),
+        Command::Snapshot(args) => snapshot(args),
+        Command::Defrag(args) => defrag(args),
         Command::KubeletPreStart(args) => crate::kubelet_pre_start::kubelet_pre_start(args),
         Command::Rollback(args) => rollback(args),
         Command::Run(args) => {
@@ -841,6 +844,100 @@ fn pause(args: PauseArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The config's etcd member, or an error naming the config.
+fn etcd_member_of(inputs: &Inputs, config: &std::path::Path) -> anyhow::Result<kube_anchor_core::config::EtcdMember> {
+    inputs.anchor.etcd_member.clone().with_context(|| {
+        format!(
+            "{}: no spec.etcdMember: nothing says how to reach this node's etcd member",
+            config.display()
+        )
+    })
+}
+
+fn snapshot(args: SnapshotArgs) -> anyhow::Result<ExitCode> {
+    let engine = engine(&args.node)?;
+    let inputs = Inputs::load(&args.config, engine.roots())?;
+    let mut member = etcd_member_of(&inputs, &args.config)?;
+    let keep = args.keep.or(member.snapshot_schedule.map(|s| s.keep)).unwrap_or(7);
+    if keep == 0 {
+        anyhow::bail!("--keep 0 would remove the snapshot just taken");
+    }
+    // The schedule's slot is not this verb's: an operator's snapshot is taken now.
+    member.snapshot_schedule = Some(kube_anchor_core::etcd_snapshot::Schedule {
+        every: std::time::Duration::from_secs(u64::MAX / 4),
+        keep,
+    });
+    let taker = crate::etcd_snapshots::Taker::of(&engine, &inputs, &member)?.expect("a schedule was set");
+    let slot = kube_anchor_core::etcd_snapshot::slot(crate::engine::unix_now() as u64, taker.schedule.every);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    match rt.block_on(crate::etcd_snapshots::take(&taker, slot))? {
+        Some(taken) => {
+            outln!(
+                "{}: snapshot {} of member {} (cluster {}, revision {}, {} bytes), etcd's integrity hash verified",
+                inputs.anchor.name,
+                taken.path.display(),
+                taken.record.member,
+                taken.record.cluster_id,
+                taken.record.revision,
+                taken.record.bytes
+            );
+            for name in &taken.pruned {
+                outln!(
+                    "{}: removed the older snapshot {name} (keeping {keep})",
+                    inputs.anchor.name
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        None => anyhow::bail!("{}: no snapshot taken (try again)", inputs.anchor.name),
+    }
+}
+
+fn defrag(args: DefragArgs) -> anyhow::Result<ExitCode> {
+    let engine = engine(&args.node)?;
+    let inputs = Inputs::load(&args.config, engine.roots())?;
+    let mut member = etcd_member_of(&inputs, &args.config)?;
+    // Thresholds aside (the operator's call), the same settings as the anchors'.
+    member.defrag = Some(kube_anchor_core::etcd_defrag::DefragPolicy {
+        every: std::time::Duration::from_secs(1),
+        min_bytes: 0,
+        min_free_percent: 1,
+    });
+    let defragger = crate::etcd_defrag::Defragger::of(&inputs, &member)?.expect("a policy was set");
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let members = rt.block_on(defragger.observe())?;
+    let facts = kube_anchor_core::etcd_defrag::Facts {
+        me: defragger.member_name.clone(),
+        members,
+        held: None,
+    };
+    let component = &inputs.anchor.name;
+    match kube_anchor_core::etcd_defrag::on_demand(&facts) {
+        kube_anchor_core::etcd_defrag::Decision::Defrag { hand_off } => {
+            let d = rt.block_on(crate::etcd_defrag::defragment(&defragger, &inputs, &member, hand_off))?;
+            if let Some(h) = &d.hand_off {
+                outln!("{component}: {h}");
+            }
+            outln!(
+                "{component}: defragmented member {} in {:.1}s: database {} -> {} bytes ({} in use before)",
+                defragger.member_name,
+                d.took.as_secs_f64(),
+                d.before,
+                d.after,
+                d.in_use_before
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        kube_anchor_core::etcd_defrag::Decision::Wait(why) => {
+            anyhow::bail!(
+                "{component}: member {} not defragmented: {why} (a defrag stops the member for a while)",
+                defragger.member_name
+            )
+        }
+        kube_anchor_core::etcd_defrag::Decision::NotNeeded => unreachable!("on_demand never says so"),
+    }
 }
 
 fn resume(args: ResumeArgs) -> anyhow::Result<ExitCode> {
