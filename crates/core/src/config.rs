@@ -533,16 +533,7 @@ fn etcd_member(
         None => None,
         Some(schedule) => {
             let field = format!("{F}.snapshots.schedule");
-            let every = match humantime::parse_duration(&schedule.every) {
-                Ok(d) if d >= std::time::Duration::from_secs(1) => d,
-                Ok(_) => return Err(invalid(&format!("{field}.every"), "must be at least 1s".into())),
-                Err(err) => {
-                    return Err(invalid(
-                        &format!("{field}.every"),
-                        format!("{:?} is not a duration like \"6h\": {err}", schedule.every),
-                    ));
-                }
-            };
+            let every = period(&schedule.every, "6h").map_err(|why| invalid(&format!("{field}.every"), why))?;
             if schedule.keep == 0 || schedule.keep > 1000 {
                 return Err(invalid(&format!("{field}.keep"), "must be between 1 and 1000".into()));
             }
@@ -555,16 +546,7 @@ fn etcd_member(
     let defrag = match &e.defrag {
         None => None,
         Some(d) => {
-            let every = match humantime::parse_duration(&d.every) {
-                Ok(every) if every >= std::time::Duration::from_secs(1) => every,
-                Ok(_) => return Err(invalid(&format!("{F}.defrag.every"), "must be at least 1s".into())),
-                Err(err) => {
-                    return Err(invalid(
-                        &format!("{F}.defrag.every"),
-                        format!("{:?} is not a duration like \"10m\": {err}", d.every),
-                    ));
-                }
-            };
+            let every = period(&d.every, "10m").map_err(|why| invalid(&format!("{F}.defrag.every"), why))?;
             if d.min_free_percent == 0 || d.min_free_percent > 100 {
                 return Err(invalid(
                     &format!("{F}.defrag.minFreePercent"),
@@ -610,6 +592,15 @@ fn etcd_member(
         hand_off_leadership: e.hand_off_leadership,
         initial_cluster: e.initial_cluster,
     })
+}
+
+/// A period of at least a second (`every:` of the snapshots' schedule and of the defrag).
+fn period(text: &str, example: &str) -> Result<std::time::Duration, String> {
+    match humantime::parse_duration(text) {
+        Ok(d) if d >= std::time::Duration::from_secs(1) => Ok(d),
+        Ok(_) => Err("must be at least 1s".into()),
+        Err(err) => Err(format!("{text:?} is not a duration like \"{example}\": {err}")),
+    }
 }
 
 fn is_https_url(url: &str) -> bool {

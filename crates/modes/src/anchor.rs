@@ -1753,10 +1753,14 @@ impl Daemon {
             kube_anchor_core::etcd_defrag::Decision::Defrag { hand_off } => {
                 self.defrag_waiting(None);
                 tracing::info!(component = %self.component, member = %defragger.member_name, hand_off, "defragmenting this node's etcd member");
+                let component = self.component.clone();
                 let task = tokio::spawn(async move {
-                    etcd_defrag::defragment(&defragger, &inputs, &member, hand_off)
-                        .await
-                        .map_err(|e| e.to_string())
+                    let result = etcd_defrag::defragment(&defragger, &inputs, &member, hand_off).await;
+                    // Logged as it ends (the report waits for the next look).
+                    if let Ok(d) = &result {
+                        tracing::info!(%component, before = d.before, after = d.after, took_seconds = d.took.as_secs_f64(), "etcd member defragmented");
+                    }
+                    result.map_err(|e| e.to_string())
                 });
                 self.defrag_task = Some(task);
                 self.defrag_due = Some(tokio::time::Instant::now() + Duration::from_secs(1));
@@ -1825,7 +1829,6 @@ impl Daemon {
                         .map(|h| format!("; first: {h}"))
                         .unwrap_or_default()
                 );
-                tracing::info!(component = %self.component, before = d.before, after = d.after, took_seconds = d.took.as_secs_f64(), "etcd member defragmented");
                 self.queue_event(false, "EtcdDefragmented", note);
             }
             Err(e) => {

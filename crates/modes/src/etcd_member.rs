@@ -715,6 +715,18 @@ pub(crate) async fn wait_etcd_stopped(engine: &Engine, inputs: &Inputs, member: 
     false
 }
 
+/// `<state-dir>/v1/<name>` on this machine (below `--host-root`).
+pub(crate) fn state_subdir(engine: &Engine, name: &str) -> Result<PathBuf, MemberError> {
+    let dir = engine
+        .state_dir
+        .join(&format!("{STATE_SUBDIR}/{name}"))
+        .map_err(|e| MemberError::Record {
+            path: engine.state_dir.clone(),
+            reason: e.to_string(),
+        })?;
+    Ok(engine.fs.resolve(&dir)?)
+}
+
 /// Saves `member/snap/db` under `<state-dir>/v1/<component>-snapshots/` (fsynced, at most
 /// `snapshots.maxBytes`, the newest `snapshots.keep` kept), then deletes the data dir. Any
 /// failure keeps the data dir.
@@ -724,14 +736,7 @@ pub(crate) fn save_and_remove_data_dir(
     member: &EtcdMember,
 ) -> Result<Option<etcd_data::Saved>, MemberError> {
     let data = data_dir(engine, member)?;
-    let dir_host = engine
-        .state_dir
-        .join(&format!("{STATE_SUBDIR}/{component}-snapshots"))
-        .map_err(|e| MemberError::Record {
-            path: engine.state_dir.clone(),
-            reason: e.to_string(),
-        })?;
-    let snapshots = engine.fs.resolve(&dir_host)?;
+    let snapshots = state_subdir(engine, &format!("{component}-snapshots"))?;
     let (saved, left) = etcd_data::save_and_remove(&data, &snapshots, member.snapshot_max_bytes, |names| {
         membership::snapshots_to_prune(names, member.snapshots_keep)
     })?;

@@ -10,7 +10,6 @@ use std::time::{Duration, SystemTime};
 
 use kube_anchor_core::config::EtcdMember;
 use kube_anchor_core::etcd_snapshot::{self, Decision, Schedule, SnapshotRecord};
-use kube_anchor_core::state_layout::STATE_SUBDIR;
 use kube_anchor_host::etcd_data::{self, SnapshotSink};
 use kube_anchor_k8s::etcd::{Cluster, Endpoint};
 
@@ -35,14 +34,7 @@ pub(crate) enum SnapshotError {
 
 /// Where this node's scheduled snapshots are (on this machine, below `--host-root`).
 pub(crate) fn snapshot_dir(engine: &Engine, component: &str) -> Result<PathBuf, MemberError> {
-    let dir = engine
-        .state_dir
-        .join(&format!("{STATE_SUBDIR}/{component}-scheduled-snapshots"))
-        .map_err(|e| MemberError::Record {
-            path: engine.state_dir.clone(),
-            reason: e.to_string(),
-        })?;
-    Ok(engine.fs.resolve(&dir)?)
+    crate::etcd_member::state_subdir(engine, &format!("{component}-scheduled-snapshots"))
 }
 
 /// What a snapshot is taken with, owned (the transfer runs on its own task).
