@@ -2023,7 +2023,9 @@ fn scheduled_snapshots_rotate_over_the_healthy_members_verify_and_keep_the_count
     slots.dedup();
     assert_eq!(slots.len(), n, "one snapshot per slot: {taken_after:?}");
 
-    // A damaged snapshot: `status` names it and offers another as the last good one.
+    // A damaged snapshot (a byte flipped in n1's oldest): `status --verify-snapshots` reads
+    // every one, names it and offers another as the last good one; plain `status` reads the
+    // newest until one checks out and compares the older ones' sizes with their records.
     let victim = scheduled_snapshots(&nodes[0]);
     let (damaged, _) = victim.first().expect("n1 holds snapshots").clone();
     daemons[0].0.kill().unwrap();
@@ -2032,35 +2034,63 @@ fn scheduled_snapshots_rotate_over_the_healthy_members_verify_and_keep_the_count
     let mut bytes = fs::read(&path).unwrap();
     bytes[4096] ^= 0xff;
     fs::write(&path, bytes).unwrap();
-    let out = nodes[0].command("status").args(["--output", "json"]).output().unwrap();
-    let doc: serde_json::Value =
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
-    validate_status(&doc);
-    let snapshots = doc["etcdSnapshots"]["snapshots"].as_array().unwrap();
-    let bad = snapshots
-        .iter()
-        .find(|s| s["file"].as_str().unwrap().ends_with(&damaged))
-        .unwrap();
-    assert!(bad["integrity"].as_str().unwrap().contains("does not match"), "{bad}");
-    assert!(
+    let status_json = |extra: &[&str]| {
+        let out = nodes[0]
+            .command("status")
+            .args(["--output", "json"])
+            .args(extra)
+            .output()
+            .unwrap();
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        validate_status(&doc);
+        doc
+    };
+    let integrity_of = |doc: &serde_json::Value| {
+        doc["etcdSnapshots"]["snapshots"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["file"].as_str().unwrap().ends_with(&damaged))
+            .unwrap()["integrity"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let named = |doc: &serde_json::Value| {
         doc["warnings"]
             .as_array()
             .unwrap()
             .iter()
-            .any(|w| w.as_str().unwrap().contains(&damaged)),
-        "{doc:#}"
-    );
+            .any(|w| w.as_str().unwrap().contains(&damaged))
+    };
+    let doc = status_json(&["--verify-snapshots"]);
+    assert!(integrity_of(&doc).contains("does not match"), "{doc:#}");
+    assert!(named(&doc), "{doc:#}");
     let last_good = &doc["etcdSnapshots"]["lastGood"];
-    if snapshots.len() > 1 {
+    if victim.len() > 1 {
         assert!(!last_good["file"].as_str().unwrap().ends_with(&damaged), "{doc:#}");
         assert_eq!(last_good["integrity"], "verified");
+        let doc = status_json(&[]);
+        assert!(integrity_of(&doc).contains("not read"), "{doc:#}");
+        assert!(!named(&doc), "{doc:#}");
+        assert_eq!(doc["etcdSnapshots"]["lastGood"], *last_good);
     }
-    let text = nodes[0].command("status").output().unwrap();
+    let text = nodes[0].command("status").arg("--verify-snapshots").output().unwrap();
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(
         text.contains("cannot be restored from") && text.contains(&damaged),
         "{text}"
     );
+    // Cut off: found by its size alone.
+    let bytes = fs::read(&path).unwrap();
+    fs::write(&path, &bytes[..bytes.len() - 100]).unwrap();
+    let doc = status_json(&[]);
+    assert!(
+        integrity_of(&doc).contains("cut off") || integrity_of(&doc).contains("not a database"),
+        "{doc:#}"
+    );
+    assert!(named(&doc), "{doc:#}");
 
     // n3's snapshots outgrow maxBytes: each attempt fails, counted, and the ones on the node stay.
     let kept = scheduled_snapshots(&nodes[2]);

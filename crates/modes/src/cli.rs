@@ -789,6 +789,11 @@ pub struct StatusArgs {
     /// static pod of the component's name that kube-anchor wrote matches.
     #[arg(long, env = "NODE_NAME")]
     pub node_name: Option<String>,
+    /// Read every scheduled etcd snapshot on the node whole and check its integrity hash (by
+    /// default only the newest that checks out is read; the older ones are compared with their
+    /// records' sizes).
+    #[arg(long)]
+    pub verify_snapshots: bool,
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub output: OutputFormat,
 }

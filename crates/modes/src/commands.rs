@@ -984,7 +984,7 @@ fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
         }
         None => None,
     };
-    let snapshots = scheduled_snapshots(&engine, &inputs);
+    let snapshots = scheduled_snapshots(&engine, &inputs, args.verify_snapshots);
     print_status(
         &report,
         record.as_ref(),
@@ -1334,7 +1334,7 @@ struct ScheduledSnapshots {
     found: Result<Vec<crate::etcd_snapshots::OnNode>, String>,
 }
 
-fn scheduled_snapshots(engine: &Engine, inputs: &Inputs) -> Option<ScheduledSnapshots> {
+fn scheduled_snapshots(engine: &Engine, inputs: &Inputs, read_all: bool) -> Option<ScheduledSnapshots> {
     let member = inputs.anchor.etcd_member.as_ref()?;
     let schedule = member.snapshot_schedule?;
     let dir = match crate::etcd_snapshots::snapshot_dir(engine, &inputs.anchor.name) {
@@ -1347,7 +1347,7 @@ fn scheduled_snapshots(engine: &Engine, inputs: &Inputs) -> Option<ScheduledSnap
             });
         }
     };
-    let found = crate::etcd_snapshots::on_node(&dir).map_err(|e| e.to_string());
+    let found = crate::etcd_snapshots::on_node(&dir, read_all).map_err(|e| e.to_string());
     Some(ScheduledSnapshots { schedule, dir, found })
 }
 
@@ -1366,7 +1366,7 @@ fn print_status(
                 warnings.extend(
                     found
                         .iter()
-                        .filter(|f| !f.good())
+                        .filter(|f| f.bad())
                         .map(|f| format!("etcd snapshot {} cannot be restored from: {}", f.file, f.integrity)),
                 );
             }

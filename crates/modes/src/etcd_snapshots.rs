@@ -169,32 +169,56 @@ pub(crate) struct OnNode {
     pub integrity: String,
 }
 
+/// What `integrity` says of a snapshot read whole whose hash checks out, and of one whose size
+/// alone was compared with its record.
+const VERIFIED: &str = "verified";
+const NOT_READ: &str = "size as recorded (not read: status --verify-snapshots reads it)";
+
 impl OnNode {
     pub(crate) fn good(&self) -> bool {
-        self.integrity == "verified"
+        self.integrity == VERIFIED
+    }
+
+    /// Found wrong (a hash or a size that does not check out).
+    pub(crate) fn bad(&self) -> bool {
+        !self.good() && self.integrity != NOT_READ
     }
 }
 
-/// The scheduled snapshots in `dir`, newest first, each read whole to check etcd's integrity
-/// hash and compared with its record.
-pub(crate) fn on_node(dir: &std::path::Path) -> Result<Vec<OnNode>, etcd_data::DataDirError> {
-    let mut found = Vec::new();
+/// The scheduled snapshots in `dir`, newest first. Each is read whole to check etcd's
+/// integrity hash (and compared with its record) until one checks out; the older ones only with
+/// `read_all` (a node keeps several databases of up to gigabytes each), else their sizes are
+/// compared with their records' (a cut-off file shows).
+pub(crate) fn on_node(dir: &std::path::Path, read_all: bool) -> Result<Vec<OnNode>, etcd_data::DataDirError> {
+    let mut found: Vec<OnNode> = Vec::new();
     for name in etcd_data::list_snapshots(dir)?.into_iter().rev() {
         let path = dir.join(&name);
         let record = std::fs::read(dir.join(format!("{name}.json")))
             .ok()
             .and_then(|bytes| serde_json::from_slice::<SnapshotRecord>(&bytes).ok());
-        let integrity = match etcd_data::verify_snapshot(&path) {
-            Ok(v) => match &record {
-                Some(r) if r.sha256 != v.sha256 => {
-                    format!(
-                        "differs from its record (sha256 {} recorded, {} now)",
-                        r.sha256, v.sha256
-                    )
+        let integrity = if read_all || !found.iter().any(OnNode::good) {
+            match etcd_data::verify_snapshot(&path) {
+                Ok(v) => match &record {
+                    Some(r) if r.sha256 != v.sha256 => {
+                        format!(
+                            "differs from its record (sha256 {} recorded, {} now)",
+                            r.sha256, v.sha256
+                        )
+                    }
+                    _ => VERIFIED.to_owned(),
+                },
+                Err(e) => e.source.to_string(),
+            }
+        } else {
+            let bytes = std::fs::metadata(&path).map(|m| m.len());
+            match (bytes, &record) {
+                (Err(e), _) => e.to_string(),
+                (Ok(n), Some(r)) if n != r.bytes => format!("{n} bytes, {} recorded: cut off or replaced", r.bytes),
+                (Ok(n), _) if !etcd_snapshot::has_integrity_hash(n) => {
+                    format!("{n} bytes: not a database with etcd's integrity hash after it")
                 }
-                _ => "verified".to_owned(),
-            },
-            Err(e) => e.source.to_string(),
+                (Ok(_), _) => NOT_READ.to_owned(),
+            }
         };
         found.push(OnNode {
             file: path.display().to_string(),
