@@ -25,6 +25,8 @@ pub(crate) enum DefragError {
     Etcd(#[from] EtcdError),
     #[error("this member still leads after the hand-off ({0}): not defragmented while it leads")]
     StillLeads(String),
+    #[error("not defragmented: just before it, {0}")]
+    NoLongerAffordable(String),
     #[error("{endpoint} did not answer a status within {within:?} after its defrag")]
     NotBack { endpoint: String, within: Duration },
 }
@@ -122,6 +124,16 @@ pub(crate) async fn defragment(
     } else {
         None
     };
+    // Looked at again just before: the decision's statuses may be seconds old (a hand-off), and
+    // another member may have gone meanwhile.
+    let facts = kube_anchor_core::etcd_defrag::Facts {
+        me: defragger.member_name.clone(),
+        members: defragger.observe().await?,
+        held: None,
+    };
+    if let kube_anchor_core::etcd_defrag::Decision::Wait(why) = kube_anchor_core::etcd_defrag::on_demand(&facts) {
+        return Err(DefragError::NoLongerAffordable(why));
+    }
     let before = endpoint.status().await?;
     let started = Instant::now();
     endpoint.defragment(DEFRAG_BUDGET).await?;
