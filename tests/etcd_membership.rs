@@ -2141,19 +2141,11 @@ fn db_of(bed: &Bed, url: &str) -> Option<(u64, u64, bool)> {
     ))
 }
 
-/// Rolling defrag (issue 57) on three real members grown and fragmented by the test (about 24 MB
-/// written, deleted and compacted away), each node's anchor `run` with `defrag` (1 MiB, 45 %
-/// free, looked at every second) while etcd's Go client writes and reads through every member:
-/// every database shrinks (etcd's status); one member at a time (no two of the anchors' defrag
-/// calls overlap); the member that led at the start goes last and no longer leads when it does
-/// (asserted from etcd's status); the history is linearizable, with no failed write. The longest write stall is
-/// printed (docs/testing.md keeps it).
-#[test]
-fn a_rolling_defrag_shrinks_every_member_one_at_a_time_the_leader_last() {
+/// Grows and fragments every member's database: 384 values of 64 KiB written (about 24 MB),
+/// deleted and compacted away physically, then small writes until each member's status shows
+/// the pages free. Returns each member's (dbSize, dbSizeInUse, leads).
+fn fragment(bed: &Bed, urls: &[String]) -> Vec<(u64, u64, bool)> {
     use base64::Engine as _;
-    let bed = Bed::new(3, 0);
-    let mut nodes = three_anchored_members(&bed);
-    let urls = bed.endpoints();
     let b64 = |s: &[u8]| base64::engine::general_purpose::STANDARD.encode(s);
     // Grow: 384 values of 64 KiB, then delete them and compact physically.
     let body = bed.dir.path().join("put.json");
@@ -2196,13 +2188,29 @@ fn a_rolling_defrag_shrinks_every_member_one_at_a_time_the_leader_last() {
         .until(|| {
             writes.set(writes.get() + 1);
             bed.gateway_put(&format!("/after-compaction/{}", writes.get()));
-            *before.borrow_mut() = urls.iter().map(|u| db_of(&bed, u)).collect();
+            *before.borrow_mut() = urls.iter().map(|u| db_of(bed, u)).collect();
             before
                 .borrow()
                 .iter()
                 .all(|b| b.is_some_and(|(size, in_use, _)| size > 16 << 20 && in_use * 2 < size))
         });
     let before: Vec<(u64, u64, bool)> = before.into_inner().into_iter().flatten().collect();
+    before
+}
+
+/// Rolling defrag (issue 57) on three real members grown and fragmented by the test (about 24 MB
+/// written, deleted and compacted away), each node's anchor `run` with `defrag` (1 MiB, 45 %
+/// free, looked at every second) while etcd's Go client writes and reads through every member:
+/// every database shrinks (etcd's status); one member at a time (no two of the anchors' defrag
+/// calls overlap); the member that led at the start goes last and no longer leads when it does
+/// (asserted from etcd's status); the history is linearizable, with no failed write. The longest write stall is
+/// printed (docs/testing.md keeps it).
+#[test]
+fn a_rolling_defrag_shrinks_every_member_one_at_a_time_the_leader_last() {
+    let bed = Bed::new(3, 0);
+    let mut nodes = three_anchored_members(&bed);
+    let urls = bed.endpoints();
+    let before = fragment(&bed, &urls);
     let leader_at_start = before.iter().position(|b| b.2).expect("a leader");
 
     let history = History::start(&bed, "rolling defrag of 3 members", &urls);
@@ -2321,4 +2329,104 @@ fn a_rolling_defrag_shrinks_every_member_one_at_a_time_the_leader_last() {
     for node in &mut nodes {
         node.stop_etcd();
     }
+}
+
+/// A defrag by an anchor pod (issue 57) holds the control plane's rollout turn, as a restart
+/// does, and gives it back. On a process node whose kubelet runs the joined fourth member (so the
+/// anchor's trial of it ends, through its mirror pod), the bed's three members defragmented
+/// first by the test: while another node holds the rollout Lease the anchor waits
+/// (`kube_anchor_etcd_defrag_waiting`); once it is free the member is defragmented, the Lease
+/// (deleted by the test, so only the anchor writes it) exists again with no holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_defrag_takes_the_rollout_turn_and_gives_it_back() {
+    let cp = support::control_plane::shared().await;
+    cp.anchor_service_account().await;
+    let pn = cp.add_process_node("etcd-defrag-pn", &[]).await;
+    let (admin, ns, kubeconfig) = anchor_pods(&["etcd-anchor-defrag"]).await;
+    let bed = Bed::new(3, 3);
+    bed.wait_healthy(3);
+    let node = Node::with_root(&bed, &pn.name, Ports::on(&pn.ip), None, pn.host_root());
+    node.apply_until_written();
+    node.apply_until_voter(&bed);
+    bed.wait_healthy(4);
+    let mut urls = bed.endpoints();
+    urls.push(node.ports.client_url());
+    fragment(&bed, &urls);
+    // The operator's defrag of the bed's members: the node's is the only one above the thresholds.
+    for url in &urls[..3] {
+        bed.post(url, "/v3/maintenance/defragment", "{}").expect("defragment");
+    }
+    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> = kube::Api::namespaced(admin.clone(), &ns);
+    let held: k8s_openapi::api::coordination::v1::Lease = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": kube_anchor_core::rollout::LEASE},
+        "spec": {"holderIdentity": "another-node", "renewTime": "2030-01-01T00:00:00.000000Z"}
+    }))
+    .unwrap();
+    leases.create(&Default::default(), &held).await.unwrap();
+
+    let path = node.config_dir.join("anchor.yaml");
+    let mut config = fs::read_to_string(&path).unwrap();
+    config.push_str("    defrag: {every: 1s, minBytes: 1048576, minFreePercent: 45}\n");
+    fs::write(&path, config).unwrap();
+    let metrics_port = free_port();
+    let log_path = node.log_dir.join("defrag-pn-anchor.log");
+    let log = fs::File::create(&log_path).unwrap();
+    let _daemon = Daemon(
+        node.command("run")
+            .args(["--trial-period", "1s", "--listen"])
+            .arg(format!("127.0.0.1:{metrics_port}"))
+            .env("KUBECONFIG", &kubeconfig)
+            .env("POD_NAME", "etcd-anchor-defrag")
+            .env("POD_NAMESPACE", &ns)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
+    let metric = |name: &str| {
+        let text = curl_text(&format!("http://127.0.0.1:{metrics_port}/metrics"));
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+    };
+    // The version `apply` wrote is on trial first (until its mirror pod shows it running).
+    Poll::new(
+        Duration::from_secs(120),
+        "the defrag waiting for the turn another node holds",
+    )
+    .every(Duration::from_millis(500))
+    .context(|| tail(&log_path, 20))
+    .until(|| {
+        metric("kube_anchor_etcd_defrag_waiting{") == Some(1.0)
+            && fs::read_to_string(&log_path)
+                .unwrap()
+                .contains("node another-node holds the rollout turn")
+    });
+    assert_eq!(metric("kube_anchor_etcd_defrags_total{"), Some(0.0));
+    let (size, _, _) = db_of(&bed, &node.ports.client_url()).unwrap();
+    assert!(size > 16 << 20, "{size}");
+
+    leases
+        .delete(kube_anchor_core::rollout::LEASE, &Default::default())
+        .await
+        .unwrap();
+    Poll::new(Duration::from_secs(60), "the node's member defragmented")
+        .every(Duration::from_millis(500))
+        .context(|| tail(&log_path, 20))
+        .until(|| db_of(&bed, &node.ports.client_url()).is_some_and(|(size, _, _)| size < 8 << 20));
+    Poll::new(Duration::from_secs(30), "the defrag's turn given back")
+        .every(Duration::from_millis(200))
+        .context(|| tail(&log_path, 20))
+        .until(|| {
+            fs::read_to_string(&log_path)
+                .unwrap()
+                .contains("gave back the rollout turn of the defrag")
+        });
+    let lease = leases
+        .get(kube_anchor_core::rollout::LEASE)
+        .await
+        .expect("the Lease the defrag took");
+    let holder = lease.spec.and_then(|s| s.holder_identity).unwrap_or_default();
+    assert!(holder.is_empty(), "still held by {holder:?}");
+    assert_eq!(metric("kube_anchor_etcd_defrags_total{"), Some(1.0));
 }

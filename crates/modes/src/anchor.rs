@@ -216,6 +216,8 @@ struct Daemon {
     defrag_due: Option<tokio::time::Instant>,
     defrag_task: Option<DefragTask>,
     defrag_waits: Option<String>,
+    /// The rollout turn this node took for its member's defrag, until it is given back.
+    defrag_turn: bool,
 }
 
 /// A scheduled etcd snapshot being taken (`None`: its slot ended before it began).
@@ -418,6 +420,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         defrag_due: Some(tokio::time::Instant::now()),
         defrag_task: None,
         defrag_waits: None,
+        defrag_turn: false,
     };
     abort
         .around(async {
@@ -1703,6 +1706,21 @@ impl Daemon {
                 self.publish_unpublished().await;
             }
         }
+        if self.defrag_turn
+            && let Some(lease) = self.rollout_lease.clone()
+        {
+            match kubeapi::bounded(lease.release(TurnEnd::Neither)).await {
+                Ok(()) => {
+                    self.defrag_turn = false;
+                    tracing::info!(component = %self.component, "gave back the rollout turn of the defrag");
+                }
+                Err(e) => {
+                    tracing::warn!(component = %self.component, error = %e, "rollout Lease: cannot give back the defrag's turn; retrying");
+                    self.defrag_due = Some(tokio::time::Instant::now() + Duration::from_secs(5));
+                    return;
+                }
+            }
+        }
         let pinned = self.args.expect_inputs.clone();
         let Ok(inputs) = self.load_inputs(&pinned) else {
             self.defrag_due = Some(tokio::time::Instant::now() + Duration::from_secs(30));
@@ -1751,6 +1769,23 @@ impl Daemon {
                     Some(tokio::time::Instant::now() + defragger.policy.every.min(Duration::from_secs(5)));
             }
             kube_anchor_core::etcd_defrag::Decision::Defrag { hand_off } => {
+                // A defrag takes the member out for a while, as a restart does: it holds the
+                // rollout turn, so no other node's anchor restarts a member meanwhile.
+                if let Some(lease) = self.rollout_lease.clone() {
+                    match kubeapi::bounded(lease.ask(None)).await {
+                        Ok(kube_anchor_core::rollout::LeaseAnswer::Take) => self.defrag_turn = true,
+                        Ok(other) => {
+                            self.defrag_waiting(Some(format!("the rollout turn: {other:?}")));
+                            self.defrag_due = Some(tokio::time::Instant::now() + Duration::from_secs(5));
+                            return;
+                        }
+                        Err(e) => {
+                            self.defrag_waiting(Some(format!("the rollout Lease cannot be taken: {e}")));
+                            self.defrag_due = Some(tokio::time::Instant::now() + Duration::from_secs(5));
+                            return;
+                        }
+                    }
+                }
                 self.defrag_waiting(None);
                 tracing::info!(component = %self.component, member = %defragger.member_name, hand_off, "defragmenting this node's etcd member");
                 let component = self.component.clone();
@@ -1976,6 +2011,15 @@ impl Daemon {
                 Effect::AskTurn { .. } => {
                     let answer = match &self.rollout_lease {
                         None => Answer::NoLease,
+                        // The turn this node holds is its member's defrag's, not this version's.
+                        Some(lease) if self.defrag_turn || self.defrag_task.is_some() => Answer::Lease {
+                            lease: lease.name().to_owned(),
+                            turn: Ok(kube_anchor_core::rollout::LeaseAnswer::Held {
+                                by: "this node, for its etcd member's defrag".into(),
+                                rolling_out: Vec::new(),
+                                renewed: None,
+                            }),
+                        },
                         Some(lease) => Answer::Lease {
                             lease: lease.name().to_owned(),
                             turn: kubeapi::bounded(lease.ask(self.input_revision().as_deref())).await,
