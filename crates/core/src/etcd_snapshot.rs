@@ -86,6 +86,10 @@ pub fn decide(facts: &Facts) -> Decision {
     }
 }
 
+/// Attempts a node makes at one slot's snapshot, each a look period after the one before
+/// (each streams the whole database): a failure that lasts waits for the node's next slot.
+pub const ATTEMPTS_PER_SLOT: u32 = 3;
+
 /// How often a node looks whether a snapshot is due: a fifth of the slot, between 1 s and 30 s
 /// (a node that takes over a slot from a failed member does so within this).
 pub fn look_period(every: Duration) -> Duration {

@@ -208,6 +208,8 @@ struct Daemon {
     snapshot_due: Option<tokio::time::Instant>,
     snapshot_task: Option<(u64, SnapshotTask)>,
     snapshot_failed_slot: Option<u64>,
+    /// The slot of the last attempt, the attempts at it, and when the last began.
+    snapshot_attempts: Option<(u64, u32, Instant)>,
     snapshot_error: Option<String>,
     /// The newest scheduled snapshot on the node, for `AnchorStatus`.
     snapshot_newest: Option<String>,
@@ -415,6 +417,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         snapshot_due: Some(tokio::time::Instant::now()),
         snapshot_task: None,
         snapshot_failed_slot: None,
+        snapshot_attempts: None,
         snapshot_error: None,
         snapshot_newest: None,
         defrag_due: Some(tokio::time::Instant::now()),
@@ -1681,6 +1684,18 @@ impl Daemon {
         }
         tracing::debug!(component = %self.component, ?decision, "scheduled snapshot");
         if let kube_anchor_core::etcd_snapshot::Decision::Take { slot } = decision {
+            let attempts = match self.snapshot_attempts {
+                Some((s, n, at)) if s == slot => {
+                    if n >= kube_anchor_core::etcd_snapshot::ATTEMPTS_PER_SLOT
+                        || at.elapsed() < kube_anchor_core::etcd_snapshot::look_period(every)
+                    {
+                        return;
+                    }
+                    n + 1
+                }
+                _ => 1,
+            };
+            self.snapshot_attempts = Some((slot, attempts, Instant::now()));
             tracing::info!(component = %self.component, slot, dir = %taker.dir.display(), "taking the scheduled etcd snapshot of this slot");
             let task = tokio::spawn(async move { etcd_snapshots::take(&taker, slot).await.map_err(|e| e.to_string()) });
             self.snapshot_task = Some((slot, task));
@@ -1692,6 +1707,7 @@ impl Daemon {
     /// [`kube_anchor_core::etcd_defrag`]): looks whether this node's member is defragmented now
     /// and, when it is, does it on a task of its own; reports the one done.
     async fn keep_etcd_defragmented(&mut self) {
+        let mut defragged = false;
         if let Some(task) = self.defrag_task.take() {
             if !task.is_finished() {
                 self.defrag_task = Some(task);
@@ -1705,6 +1721,8 @@ impl Daemon {
             if self.api_answers() {
                 self.publish_unpublished().await;
             }
+            // The next look is a period away, after a failure too (no retry in a loop).
+            defragged = true;
         }
         if self.defrag_turn
             && let Some(lease) = self.rollout_lease.clone()
@@ -1743,6 +1761,9 @@ impl Daemon {
             }
         };
         self.defrag_due = Some(tokio::time::Instant::now() + defragger.policy.every);
+        if defragged {
+            return;
+        }
         let members = match defragger.observe().await {
             Ok(members) => members,
             Err(e) => {
