@@ -354,8 +354,11 @@ async fn the_scheduler_chart_runs_on_containerd_and_runc() {
     let event = control_plane::event(&admin, &ns, "RolledBack", None, WAIT).await;
     let note = event.note.unwrap_or_default();
     assert!(note.contains(&good), "rolled back to {good}: {note}");
+    // A crash loop once the kubelet has restarted it past the threshold, or, on a machine slow
+    // enough that its back-off leaves fewer attempts in the trial's first minute, not converged
+    // with the runtime's word on the exited container: either way the CRI's evidence.
     assert!(
-        note.contains("(container runtime)"),
+        note.contains("(container runtime)") || note.contains("container runtime: container kube-scheduler exited"),
         "judged from containerd's CRI: {note}"
     );
     eventually(WAIT, "the last-known-good scheduler Ready again", || {
