@@ -63,32 +63,17 @@ impl Defragger {
             .await?;
         let creds = &self.credentials;
         let views = members.iter().map(|m| async move {
-            let mut view = MemberView {
+            let status = crate::etcd_member::member_status(m, creds).await;
+            MemberView {
                 name: m.name.clone(),
                 id: m.id,
                 is_learner: m.is_learner,
-                healthy: false,
-                leads: false,
-                applied_index: 0,
-                db_size: 0,
-                db_size_in_use: 0,
-            };
-            for url in &m.client_urls {
-                let Ok(endpoint) = Endpoint::new(url, creds, Duration::from_secs(2)) else {
-                    continue;
-                };
-                if let Ok(s) = endpoint.status().await
-                    && s.member_id == m.id
-                {
-                    view.healthy = s.healthy();
-                    view.leads = s.leader == m.id;
-                    view.applied_index = s.raft_applied_index;
-                    view.db_size = s.db_size;
-                    view.db_size_in_use = s.db_size_in_use;
-                    break;
-                }
+                healthy: status.as_ref().is_some_and(|s| s.healthy()),
+                leads: status.as_ref().is_some_and(|s| s.leader == m.id),
+                applied_index: status.as_ref().map_or(0, |s| s.raft_applied_index),
+                db_size: status.as_ref().map_or(0, |s| s.db_size),
+                db_size_in_use: status.as_ref().map_or(0, |s| s.db_size_in_use),
             }
-            view
         });
         Ok(futures::future::join_all(views).await)
     }

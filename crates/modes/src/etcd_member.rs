@@ -626,30 +626,38 @@ pub(crate) async fn margin_facts(inputs: &Inputs, member: &EtcdMember) -> Margin
     MarginFacts::Etcd { me, observed, peers }
 }
 
+/// What `m` says about itself, asked at its own client URLs (the first that answers as `m`).
+pub(crate) async fn member_status(
+    m: &membership::Member,
+    creds: &Credentials,
+) -> Option<kube_anchor_k8s::etcd::EndpointStatus> {
+    for url in &m.client_urls {
+        let Ok(endpoint) = Endpoint::new(url, creds, Duration::from_secs(2)) else {
+            continue;
+        };
+        if let Ok(s) = endpoint.status().await
+            && s.member_id == m.id
+        {
+            return Some(s);
+        }
+    }
+    None
+}
+
 /// What each other voter says about itself, asked at its own client URL.
 async fn peer_statuses(members: &[membership::Member], me: u64, creds: &Credentials) -> BTreeMap<u64, PeerStatus> {
     let checks = members
         .iter()
         .filter(|m| m.id != me && !m.is_learner)
         .map(|m| async move {
-            for url in &m.client_urls {
-                let Ok(endpoint) = Endpoint::new(url, creds, Duration::from_secs(2)) else {
-                    continue;
-                };
-                if let Ok(s) = endpoint.status().await
-                    && s.member_id == m.id
-                {
-                    let healthy = s.healthy();
-                    return Some((
-                        m.id,
-                        PeerStatus {
-                            raft_applied_index: s.raft_applied_index,
-                            healthy,
-                        },
-                    ));
-                }
-            }
-            None
+            let s = member_status(m, creds).await?;
+            Some((
+                m.id,
+                PeerStatus {
+                    raft_applied_index: s.raft_applied_index,
+                    healthy: s.healthy(),
+                },
+            ))
         });
     futures::future::join_all(checks).await.into_iter().flatten().collect()
 }
@@ -658,18 +666,10 @@ async fn peer_statuses(members: &[membership::Member], me: u64, creds: &Credenti
 /// ([`kube_anchor_k8s::etcd::EndpointStatus::healthy`]).
 pub(crate) async fn healthy_members(members: &[membership::Member], creds: &Credentials) -> BTreeSet<u64> {
     let checks = members.iter().map(|m| async move {
-        for url in &m.client_urls {
-            let Ok(endpoint) = Endpoint::new(url, creds, Duration::from_secs(2)) else {
-                continue;
-            };
-            if let Ok(s) = endpoint.status().await
-                && s.healthy()
-                && s.member_id == m.id
-            {
-                return Some(m.id);
-            }
-        }
-        None
+        member_status(m, creds)
+            .await
+            .filter(kube_anchor_k8s::etcd::EndpointStatus::healthy)
+            .map(|_| m.id)
     });
     futures::future::join_all(checks).await.into_iter().flatten().collect()
 }

@@ -65,13 +65,6 @@ impl Taker {
     }
 }
 
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_secs()
-}
-
 /// Whether this node takes a snapshot now: the healthy voters as this node sees them, and
 /// the newest snapshot on the node.
 pub(crate) async fn look(member: &EtcdMember, taker: &Taker) -> Result<Decision, SnapshotError> {
@@ -83,7 +76,7 @@ pub(crate) async fn look(member: &EtcdMember, taker: &Taker) -> Result<Decision,
         .rev()
         .find_map(|name| etcd_snapshot::taken_at(name));
     Ok(etcd_snapshot::decide(&etcd_snapshot::Facts {
-        now: unix_now(),
+        now: crate::engine::unix_now() as u64,
         every: taker.schedule.every,
         me: taker.member_name.clone(),
         healthy_voters: members
@@ -121,7 +114,7 @@ pub(crate) async fn take(taker: &Taker, slot: u64) -> Result<Option<Taken>, Snap
             },
         });
     }
-    let taken_at = unix_now();
+    let taken_at = crate::engine::unix_now() as u64;
     if etcd_snapshot::slot(taken_at, taker.schedule.every) != slot {
         return Ok(None);
     }
